@@ -1,0 +1,69 @@
+"""lens_rl: OpenTelemetry traces, metrics and goodput for distributed RL post-training jobs.
+
+Free when off (no OpenTelemetry, Ray or aiohttp is imported by ``import lens_rl``),
+one switch when on (``telemetry.enabled: true``), and never a fault in the job.
+
+Example::
+
+    import lens_rl
+
+    lens_rl.init_telemetry_driver(master_config, algorithm="grpo")
+    with lens_rl.traced_phase("generation", step=0):
+        ...
+    lens_rl.shutdown_telemetry()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lens_rl.aspects import Phase, traced_phase, traced_worker_init
+from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket, with_bucket
+from lens_rl.config import TelemetryConfig
+from lens_rl.integrations.aiohttp import instrument_aiohttp_client
+from lens_rl.lifecycle import (
+    flush_telemetry,
+    get_telemetry_handle,
+    init_telemetry_driver,
+    init_telemetry_worker,
+    shutdown_telemetry,
+    telemetry_enabled_in_env,
+    vllm_native_tracing_requested,
+)
+from lens_rl.propagation import attach_context, inject_context
+
+if TYPE_CHECKING:
+    from lens_rl.handle import TelemetryHandle
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_PHASE_BUCKETS",
+    "Bucket",
+    "Phase",
+    "TelemetryConfig",
+    "TelemetryHandle",
+    "__version__",
+    "attach_context",
+    "flush_telemetry",
+    "get_telemetry_handle",
+    "init_telemetry_driver",
+    "init_telemetry_worker",
+    "inject_context",
+    "instrument_aiohttp_client",
+    "shutdown_telemetry",
+    "telemetry_enabled_in_env",
+    "traced_phase",
+    "traced_worker_init",
+    "vllm_native_tracing_requested",
+    "with_bucket",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # TelemetryHandle lives over the OpenTelemetry SDK: import it only when asked for.
+    if name == "TelemetryHandle":
+        from lens_rl.handle import TelemetryHandle
+
+        return TelemetryHandle
+    raise AttributeError(f"module 'lens_rl' has no attribute {name!r}")

@@ -1,0 +1,307 @@
+"""`TelemetryConfig`: the ``telemetry:`` block of a job's master config.
+
+One resolution rule for every field, one boolean parser for the whole package,
+and one validator that names the field, the value given and what is allowed.
+
+Precedence, highest first: a ``LENS_RL_OTEL_*`` variable already set in the
+environment > the YAML value > the standard ``OTEL_*`` fallback > the default.
+``OTEL_SDK_DISABLED=true`` forces telemetry off.
+
+Example::
+
+    cfg = TelemetryConfig.from_master_config({"telemetry": {"enabled": True}})
+    assert cfg.exporter == "file"
+    env = cfg.to_env()          # what the driver hands to workers
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any, Callable
+
+__all__ = [
+    "ENV",
+    "FALLBACK_ENV",
+    "TelemetryConfig",
+    "parse_bool",
+]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+EXPORTERS = ("file", "otlp", "console", "none")
+PROTOCOLS = ("http/protobuf", "grpc")
+
+#: field -> the ``LENS_RL_OTEL_*`` variable that carries it.
+ENV: dict[str, str] = {
+    "enabled": "LENS_RL_OTEL_ENABLED",
+    "service_name": "LENS_RL_OTEL_SERVICE_NAME",
+    "exporter": "LENS_RL_OTEL_EXPORTER",
+    "endpoint": "LENS_RL_OTEL_ENDPOINT",
+    "protocol": "LENS_RL_OTEL_PROTOCOL",
+    "trace_dir": "LENS_RL_OTEL_TRACE_DIR",
+    "traces_enabled": "LENS_RL_OTEL_TRACES_ENABLED",
+    "metrics_enabled": "LENS_RL_OTEL_METRICS_ENABLED",
+    "metrics_interval_ms": "LENS_RL_OTEL_METRICS_INTERVAL_MS",
+    "sample_rate": "LENS_RL_OTEL_SAMPLE_RATE",
+    "export_timeout_ms": "LENS_RL_OTEL_EXPORT_TIMEOUT_MS",
+    "vllm_native_tracing": "LENS_RL_OTEL_VLLM_NATIVE_TRACING",
+    "run_id": "LENS_RL_OTEL_RUN_ID",
+    # Extensions beyond the SPEC table (documented in the README).
+    "max_queue_spans": "LENS_RL_OTEL_MAX_QUEUE_SPANS",
+    "flush_on_step": "LENS_RL_OTEL_FLUSH_ON_STEP",
+}
+
+#: field -> the standard OpenTelemetry variable used when neither env nor YAML set it.
+FALLBACK_ENV: dict[str, str] = {
+    "service_name": "OTEL_SERVICE_NAME",
+    "endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "protocol": "OTEL_EXPORTER_OTLP_PROTOCOL",
+}
+
+CAMPAIGN_STAGE_ENV = "LENS_RL_OTEL_CAMPAIGN_STAGE"
+RESOURCE_ATTRIBUTES_ENV = "LENS_RL_OTEL_RESOURCE_ATTRIBUTES"
+DEFAULT_ENDPOINT = "http://localhost:4318"
+
+
+def parse_bool(value: object, field: str = "value") -> bool:
+    """Parse ``1 true yes on`` / ``0 false no off ""`` (case-insensitive, stripped).
+
+    A real ``bool`` passes through; anything else raises ``ValueError`` naming
+    ``field``, the value and what is allowed.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise ValueError(
+        f"telemetry.{field}: invalid boolean {value!r}; "
+        "allowed: true/false, 1/0, yes/no, on/off (case-insensitive)"
+    )
+
+
+def _as_str(value: object, field: str, *, allow_empty: bool = False) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"telemetry.{field}: expected a string, got {value!r} ({type(value).__name__})")
+    text = str(value).strip()
+    if not text and not allow_empty:
+        raise ValueError(f"telemetry.{field}: must not be empty, got {value!r}")
+    return text
+
+
+def _as_positive_int(value: object, field: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
+    return value
+
+
+def _as_rate(value: object, field: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}") from None
+    if not isinstance(value, (int, float)) or math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _choice(allowed: tuple[str, ...]) -> Callable[[object, str], str]:
+    def parse(value: object, field: str) -> str:
+        text = value.strip().lower() if isinstance(value, str) else None
+        if text not in allowed:
+            raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def _as_endpoint(value: object, field: str) -> str:
+    text = _as_str(value, field)
+    return text.rstrip("/")
+
+
+_PARSERS: dict[str, Callable[[object, str], Any]] = {
+    "enabled": parse_bool,
+    "service_name": _as_str,
+    "exporter": _choice(EXPORTERS),
+    "endpoint": _as_endpoint,
+    "protocol": _choice(PROTOCOLS),
+    "trace_dir": _as_str,
+    "traces_enabled": parse_bool,
+    "metrics_enabled": parse_bool,
+    "metrics_interval_ms": _as_positive_int,
+    "sample_rate": _as_rate,
+    "export_timeout_ms": _as_positive_int,
+    "vllm_native_tracing": parse_bool,
+    "run_id": _as_str,
+    "max_queue_spans": _as_positive_int,
+    "flush_on_step": parse_bool,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TelemetryConfig:
+    """The resolved, validated telemetry settings of one process.
+
+    Fields, defaults and env vars are the SPEC's table; ``max_queue_spans`` (the
+    span queue's bound, the memory cap during a collector outage) and
+    ``flush_on_step`` (flush at the end of every step umbrella span) are extensions.
+    ``endpoint`` is ``None`` when unset; :attr:`resolved_endpoint` applies the default.
+    """
+
+    enabled: bool = False
+    service_name: str = "lens-rl"
+    exporter: str = "file"
+    endpoint: str | None = None
+    protocol: str = "http/protobuf"
+    trace_dir: str = "lens_traces"
+    traces_enabled: bool = True
+    metrics_enabled: bool = True
+    metrics_interval_ms: int = 10000
+    sample_rate: float = 1.0
+    export_timeout_ms: int = 10000
+    vllm_native_tracing: bool = False
+    run_id: str | None = None
+    max_queue_spans: int = 65536
+    flush_on_step: bool = False
+
+    @property
+    def resolved_endpoint(self) -> str:
+        """The collector's base URL: ``endpoint``, else ``http://localhost:4318``."""
+        return self.endpoint or DEFAULT_ENDPOINT
+
+    # ------------------------------------------------------------------ readers
+
+    @classmethod
+    def from_master_config(
+        cls, master_config: object, environ: Mapping[str, str] | None = None
+    ) -> TelemetryConfig:
+        """Resolve the ``telemetry`` block of ``master_config`` merged with ``environ``.
+
+        ``master_config`` may be a dict, an attribute object, a dataclass or a
+        pydantic model; no block means disabled (unless the environment enables it).
+        Raises ``ValueError`` on an unknown key, a wrong type or an out-of-range value.
+        """
+        block = _telemetry_block(master_config)
+        return cls._resolve(block, os.environ if environ is None else environ)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TelemetryConfig:
+        """Resolve from the environment alone (what a worker does). Raises ``ValueError``."""
+        return cls._resolve({}, os.environ if environ is None else environ)
+
+    @classmethod
+    def _resolve(cls, block: Mapping[str, Any], environ: Mapping[str, str]) -> TelemetryConfig:
+        unknown = [k for k in block if k not in _PARSERS]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(str(key), list(_PARSERS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(_PARSERS))}"
+            )
+        values: dict[str, Any] = {}
+        for field, parse in _PARSERS.items():
+            env_name = ENV[field]
+            if env_name in environ and (environ[env_name].strip() or parse is parse_bool):
+                raw: object = environ[env_name]
+                where = f"{field} (from ${env_name})"
+            elif block.get(field) is not None:
+                raw, where = block[field], field
+            elif field in FALLBACK_ENV and environ.get(FALLBACK_ENV[field], "").strip():
+                raw = environ[FALLBACK_ENV[field]]
+                where = f"{field} (from ${FALLBACK_ENV[field]})"
+            else:
+                continue
+            values[field] = parse(raw, where)
+        if "OTEL_SDK_DISABLED" in environ and parse_bool(environ["OTEL_SDK_DISABLED"], "OTEL_SDK_DISABLED"):
+            values["enabled"] = False
+        return cls(**values)
+
+    # ------------------------------------------------------------------ writers
+
+    def with_run_id(self, environ: Mapping[str, str] | None = None) -> TelemetryConfig:
+        """This config with ``run_id`` filled: ``SLURM_JOB_ID``, else a short random hex."""
+        if self.run_id:
+            return self
+        env = os.environ if environ is None else environ
+        run_id = env.get("SLURM_JOB_ID", "").strip() or secrets.token_hex(4)
+        return dataclasses.replace(self, run_id=run_id)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``LENS_RL_OTEL_*`` variables that reproduce this config in a worker."""
+        env: dict[str, str] = {}
+        for field in _PARSERS:
+            value = getattr(self, field)
+            if value is None:
+                continue
+            env[ENV[field]] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return env
+
+
+def _telemetry_block(master_config: object) -> Mapping[str, Any]:
+    """The ``telemetry`` block of any supported config shape, as a plain mapping."""
+    if master_config is None:
+        return {}
+    if isinstance(master_config, Mapping):
+        block = master_config.get("telemetry")
+    else:
+        block = getattr(master_config, "telemetry", None)
+    return _as_mapping(block, "telemetry")
+
+
+def _as_mapping(obj: object, where: str) -> Mapping[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, TelemetryConfig):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) != f.default}
+    if isinstance(obj, Mapping):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    dump = getattr(obj, "model_dump", None)  # pydantic v2
+    if callable(dump):
+        return dump(exclude_unset=True)
+    as_dict = getattr(obj, "dict", None)  # pydantic v1
+    if callable(as_dict) and hasattr(obj, "__fields__"):
+        return as_dict(exclude_unset=True)
+    if hasattr(obj, "__dict__"):
+        return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+    raise ValueError(f"{where}: expected a mapping or an object with attributes, got {type(obj).__name__}")
+
+
+def lookup(master_config: object, path: str) -> Any:
+    """Best-effort ``a.b.c`` lookup through dicts, attribute objects and models; None when missing."""
+    node: Any = master_config
+    for part in path.split("."):
+        if node is None:
+            return None
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        else:
+            try:
+                node = getattr(node, part, None)
+            except Exception:  # a hostile __getattr__ must not break identity
+                return None
+    return node

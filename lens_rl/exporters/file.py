@@ -1,0 +1,215 @@
+"""The embedded file store: JSON lines under ``trace_dir/<run_id>/``, no collector needed.
+
+Format version 1 (``"v": 1`` on every line). One file per process and signal:
+
+* ``spans-<group>-<rank>-<pid>.jsonl`` — one line per span::
+
+    {"v": 1, "name": "generation", "trace_id": "<32 hex>", "span_id": "<16 hex>",
+     "parent_span_id": "<16 hex>" | null, "start_ns": int, "end_ns": int,
+     "kind": "INTERNAL", "status": "UNSET" | "OK" | "ERROR", "status_message": str | null,
+     "attributes": {...}, "events": [{"name", "time_ns", "attributes"}],
+     "links": [{"trace_id", "span_id", "attributes"}], "thread": str | null,
+     "scope": str, "resource": {...}}
+
+* ``metrics-<group>-<rank>-<pid>.jsonl`` — one line per metric export:
+  ``{"v": 1, "time_ns": int, "resource": {...}, "metrics": <OTel MetricsData JSON>}``.
+
+Each batch is appended with ``os.write`` on an ``O_APPEND`` descriptor, whole lines
+only, so a killed process can at worst leave one unfinished last line; readers skip it
+and count it (:class:`ReadStats`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+FORMAT_VERSION = 1
+_CHUNK_BYTES = 1 << 16
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def store_path(trace_dir: str, run_id: str, kind: str, resource: Resource) -> Path:
+    """Where this process writes ``kind`` (``spans`` or ``metrics``) for ``run_id``."""
+    attrs = resource.attributes
+    group = _UNSAFE.sub("_", str(attrs.get("rl.worker_group", "worker")))
+    name = f"{kind}-{group}-{attrs.get('nv.dl.rank', 0)}-{os.getpid()}.jsonl"
+    return Path(trace_dir) / _UNSAFE.sub("_", run_id) / name
+
+
+def _hex(value: int, width: int) -> str:
+    return format(value, f"0{width}x")
+
+
+def span_record(span: ReadableSpan, resource: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The version-1 record of one finished span (what a line of the store holds)."""
+    ctx = span.context
+    parent = span.parent
+    status = span.status
+    return {
+        "v": FORMAT_VERSION,
+        "name": span.name,
+        "trace_id": _hex(ctx.trace_id, 32),
+        "span_id": _hex(ctx.span_id, 16),
+        "parent_span_id": _hex(parent.span_id, 16) if parent is not None else None,
+        "start_ns": span.start_time,
+        "end_ns": span.end_time,
+        "kind": span.kind.name,
+        "status": status.status_code.name,
+        "status_message": status.description,
+        "attributes": dict(span.attributes or {}),
+        "events": [
+            {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})} for e in span.events
+        ],
+        "links": [
+            {
+                "trace_id": _hex(link.context.trace_id, 32),
+                "span_id": _hex(link.context.span_id, 16),
+                "attributes": dict(link.attributes or {}),
+            }
+            for link in span.links
+        ],
+        "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
+        "resource": dict(span.resource.attributes) if resource is None else resource,
+    }
+
+
+class _AppendFile:
+    """An ``O_APPEND`` file written in whole lines, created on first write."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def write_lines(self, lines: Sequence[str]) -> None:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        chunk: list[bytes] = []
+        size = 0
+        for line in lines:
+            data = line.encode("utf-8") + b"\n"
+            if size + len(data) > _CHUNK_BYTES and chunk:
+                self._write_all(b"".join(chunk))
+                chunk, size = [], 0
+            chunk.append(data)
+            size += len(data)
+        if chunk:
+            self._write_all(b"".join(chunk))
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        assert self._fd is not None
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            finally:
+                self._fd = None
+
+
+def _json_default(value: Any) -> Any:
+    return list(value) if isinstance(value, (tuple, set, frozenset)) else str(value)
+
+
+class FileSpanExporter(SpanExporter):
+    """Appends spans to ``spans-<group>-<rank>-<pid>.jsonl`` under ``trace_dir/<run_id>/``."""
+
+    def __init__(self, trace_dir: str, run_id: str, resource: Resource) -> None:
+        self._file = _AppendFile(store_path(trace_dir, run_id, "spans", resource))
+        self._resource = dict(resource.attributes)
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            lines = [
+                json.dumps(span_record(s, self._resource), separators=(",", ":"), default=_json_default)
+                for s in spans
+            ]
+            self._file.write_lines(lines)
+        except OSError:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self._file.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class FileMetricExporter(MetricExporter):
+    """Appends each metric export as one line to ``metrics-<group>-<rank>-<pid>.jsonl``."""
+
+    def __init__(self, trace_dir: str, run_id: str, resource: Resource, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._file = _AppendFile(store_path(trace_dir, run_id, "metrics", resource))
+        self._resource = dict(resource.attributes)
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            record = {
+                "v": FORMAT_VERSION,
+                "time_ns": time.time_ns(),
+                "resource": self._resource,
+                "metrics": json.loads(metrics_data.to_json(indent=None)),
+            }
+            self._file.write_lines([json.dumps(record, separators=(",", ":"), default=_json_default)])
+        except (OSError, ValueError, TypeError):
+            return MetricExportResult.FAILURE
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._file.close()
+
+
+# ---------------------------------------------------------------------- reading
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What a read of the store found: files read and lines skipped (truncated or garbage)."""
+
+    files: int = 0
+    lines: int = 0
+    skipped: int = 0
+
+
+def iter_span_records(trace_dir: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
+    """Every span record under ``trace_dir`` (any depth); bad lines are skipped and counted."""
+    stats = stats if stats is not None else ReadStats()
+    for path in sorted(Path(trace_dir).rglob("spans-*.jsonl")):
+        stats.files += 1
+        with open(path, "rb") as handle:
+            for raw in handle:
+                stats.lines += 1
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    stats.skipped += 1
+                    continue
+                if not isinstance(record, dict) or record.get("v") != FORMAT_VERSION or "span_id" not in record:
+                    stats.skipped += 1
+                    continue
+                yield record

@@ -1,0 +1,304 @@
+"""`TelemetryHandle`: one process's providers, resource and bounded flush / shutdown.
+
+The handle owns its providers; it never relies on OpenTelemetry's set-once globals
+for correctness (it does register them as globals when they are still unset, so
+third-party instrumentation finds them). Every blocking call is bounded by one
+deadline spent across its stages: spans, then metrics.
+
+Example::
+
+    handle = lens_rl.get_telemetry_handle()
+    if handle is not None:
+        ok = handle.force_flush(timeout_ms=2000)   # True: everything exported
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import metrics as metrics_api
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, SamplingResult
+
+from lens_rl import __version__, exporters
+from lens_rl._pipeline import SpanPipeline, _call_bounded
+from lens_rl.config import TelemetryConfig
+
+_log = logging.getLogger("lens_rl")
+
+#: Phase-duration histogram boundaries, seconds: 1 ms to 4 h (the SDK's defaults stop at 10 s).
+DURATION_BOUNDS_S: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
+)  # fmt: skip
+
+BUCKET_SECONDS = "rl.goodput.bucket_seconds"
+PHASE_DURATION = "rl.phase.duration"
+SPANS_DROPPED = "lens_rl.spans.dropped"
+
+
+class PhaseSampler(Sampler):
+    """Samples each top-level phase with probability ``rate``; children follow their parent.
+
+    A ratio on the trace id would sample a whole job (one trace) or none of it.
+    """
+
+    def __init__(self, rate: float) -> None:
+        self._rate = rate
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
+                      attributes: Any = None, links: Any = None, trace_state: Any = None) -> SamplingResult:  # fmt: skip
+        parent = trace_api.get_current_span(parent_context).get_span_context()
+        from lens_rl import _state
+
+        root = trace_api.get_current_span(_state.ROOT_CONTEXT).get_span_context() if _state.ROOT_CONTEXT else None
+        if name == "rl.job" or (parent.is_valid and not (root is not None and parent.span_id == root.span_id)):
+            if name == "rl.job" or parent.trace_flags.sampled:
+                return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+            return SamplingResult(Decision.DROP)
+        if random.random() < self._rate:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+        return SamplingResult(Decision.DROP)
+
+    def get_description(self) -> str:
+        return f"lens_rl.PhaseSampler{{{self._rate}}}"
+
+
+class _TrackingMetricExporter(MetricExporter):
+    """Passes exports through and remembers whether the latest one succeeded."""
+
+    def __init__(self, inner: MetricExporter) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self.inner = inner
+        self.exports = 0
+        self.failures = 0
+        self.last_ok = True
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            ok = self.inner.export(metrics_data, timeout_millis=timeout_millis) is MetricExportResult.SUCCESS
+        except Exception:
+            ok = False
+        self.exports += 1
+        self.failures += 0 if ok else 1
+        self.last_ok = ok
+        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis)
+
+
+class PhaseMetrics:
+    """Live goodput: per-bucket exclusive seconds (counter) and phase durations (histogram).
+
+    The hot path only appends a tuple; a daemon thread records the instruments once a
+    second (and before every flush), so SDK metric calls never sit on a phase's exit.
+    """
+
+    MAX_PENDING = 100_000
+
+    def __init__(self, meter: metrics_api.Meter, dropped: Any = None) -> None:
+        self._pending: deque[tuple[str, str | None, float, float]] = deque()
+        self.overflow = 0
+        self._bucket_seconds = meter.create_counter(
+            BUCKET_SECONDS, unit="s", description="Exclusive seconds spent in phases, by goodput bucket"
+        )
+        self._duration = meter.create_histogram(
+            PHASE_DURATION,
+            unit="s",
+            description="Phase durations (inclusive)",
+            explicit_bucket_boundaries_advisory=list(DURATION_BOUNDS_S),
+        )
+        if dropped is not None:
+            meter.create_observable_counter(
+                SPANS_DROPPED,
+                callbacks=[lambda _options: [metrics_api.Observation(dropped())]],
+                unit="{span}",
+                description="Spans lens_rl dropped (queue full or export failed for good)",
+            )
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float) -> None:
+        if len(self._pending) >= self.MAX_PENDING:
+            self.overflow += 1
+            return
+        self._pending.append((name, bucket, duration_s, exclusive_s))
+        if self._thread is None:
+            self._start()
+
+    def drain(self) -> None:
+        with self._lock:
+            pending = self._pending
+            while pending:
+                name, bucket, duration_s, exclusive_s = pending.popleft()
+                attrs = {"rl.phase": name, "rl.bucket": bucket or "none"}
+                if bucket is not None:
+                    self._bucket_seconds.add(max(exclusive_s, 0.0), attrs)
+                self._duration.record(duration_s, attrs)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="lens_rl-phase-metrics", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                self.drain()
+            except Exception:
+                _log.debug("lens_rl: phase metrics drain failed", exc_info=True)
+
+
+class TelemetryHandle:
+    """One process's telemetry: ``.tracer``, ``.meter``, ``.resource``, ``.is_exporting``.
+
+    ``force_flush`` and ``shutdown`` are bounded by ``timeout_ms`` whatever the
+    collector does, and return True only when everything recorded so far was exported.
+    """
+
+    def __init__(self, config: TelemetryConfig, attributes: Mapping[str, Any]) -> None:
+        self.config = config
+        self.resource = Resource.create(dict(attributes))
+        self.span_pipeline: SpanPipeline | None = None
+        self.tracer_provider: TracerProvider | None = None
+        self.meter_provider: MeterProvider | None = None
+        self._metric_exporter: _TrackingMetricExporter | None = None
+        self._metric_reader: PeriodicExportingMetricReader | None = None
+        self._closed = False
+        self._shutdown_result: bool | None = None
+        exporting = False
+
+        if config.traces_enabled:
+            sampler = ALWAYS_ON if config.sample_rate >= 1.0 else PhaseSampler(config.sample_rate)
+            self.tracer_provider = TracerProvider(resource=self.resource, sampler=sampler, shutdown_on_exit=False)
+            span_exporter = exporters.span_exporter(config, self.resource)
+            if span_exporter is not None:
+                self.span_pipeline = SpanPipeline(span_exporter, max_queue_spans=config.max_queue_spans)
+                self.tracer_provider.add_span_processor(self.span_pipeline)
+                exporting = True
+            self.tracer: trace_api.Tracer = self.tracer_provider.get_tracer("lens_rl", __version__)
+        else:
+            self.tracer = trace_api.NoOpTracer()
+
+        if config.metrics_enabled:
+            readers = []
+            metric_exporter = exporters.metric_exporter(config, self.resource)
+            if metric_exporter is not None:
+                self._metric_exporter = _TrackingMetricExporter(metric_exporter)
+                self._metric_reader = PeriodicExportingMetricReader(
+                    self._metric_exporter,
+                    export_interval_millis=config.metrics_interval_ms,
+                    export_timeout_millis=config.export_timeout_ms,
+                )
+                readers.append(self._metric_reader)
+                exporting = True
+            self.meter_provider = MeterProvider(resource=self.resource, metric_readers=readers, shutdown_on_exit=False)
+            self.meter: metrics_api.Meter = self.meter_provider.get_meter("lens_rl", __version__)
+        else:
+            self.meter = metrics_api.NoOpMeter("lens_rl")
+        self.is_exporting = exporting
+        self.phase_metrics = PhaseMetrics(self.meter, dropped=self.spans_dropped) if config.metrics_enabled else None
+
+    # ------------------------------------------------------------------ figures
+
+    def spans_dropped(self) -> int:
+        """Spans lost so far: refused at a full queue plus those whose export failed for good."""
+        pipeline = self.span_pipeline
+        return 0 if pipeline is None else pipeline.dropped + pipeline.failed
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for humans and tests: spans accepted, exported, dropped, failed, queued."""
+        p = self.span_pipeline
+        out: dict[str, Any] = {"exporter": self.config.exporter}
+        if p is not None:
+            out.update(accepted=p.accepted, exported=p.exported, dropped=p.dropped, failed=p.failed,
+                       queued=p.queued, retrying=p.retrying, last_error=p.last_error)  # fmt: skip
+        if self._metric_exporter is not None:
+            out.update(metric_exports=self._metric_exporter.exports, metric_failures=self._metric_exporter.failures)
+        return out
+
+    # ------------------------------------------------------------------ bounded
+
+    def force_flush(self, timeout_ms: int = 5000) -> bool:
+        """Export everything recorded so far, within ``timeout_ms``. True only if all of it got out."""
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        return self._flush_until(deadline)
+
+    def _flush_until(self, deadline: float) -> bool:
+        ok = True
+        if self.phase_metrics is not None:
+            self.phase_metrics.drain()
+        if self.span_pipeline is not None:
+            ok = self.span_pipeline.flush(deadline - time.monotonic()) and ok
+        if self._metric_reader is not None and self._metric_exporter is not None:
+            exporter = self._metric_exporter
+            before = exporter.exports
+            remaining_s = deadline - time.monotonic()
+            flushed = remaining_s > 0 and _call_bounded(
+                lambda: self._metric_reader.force_flush(timeout_millis=max(remaining_s, 0.001) * 1000),  # type: ignore[union-attr]
+                remaining_s,
+            )
+            ok = ok and flushed and exporter.exports > before and exporter.last_ok
+        return ok
+
+    def shutdown(self, timeout_ms: int = 5000) -> bool:
+        """Flush, then shut the providers down, all within ``timeout_ms``. Idempotent."""
+        if self._closed:
+            return bool(self._shutdown_result)
+        self._closed = True
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        ok = self._flush_until(deadline)
+        if self.phase_metrics is not None:
+            self.phase_metrics.stop()
+        if self.span_pipeline is not None:
+            ok = self.span_pipeline.close(deadline - time.monotonic()) and ok
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is not None:
+                remaining_s = deadline - time.monotonic()
+                if provider is self.meter_provider:
+                    fn = lambda p=provider, r=remaining_s: p.shutdown(timeout_millis=max(r, 0.001) * 1000)  # noqa: E731
+                else:
+                    fn = provider.shutdown
+                _call_bounded(fn, max(remaining_s, 0.0))
+        self._shutdown_result = ok
+        return ok
+
+    def register_globals(self) -> None:
+        """Make these providers OpenTelemetry's globals when nothing else claimed them."""
+        if self.tracer_provider is not None and isinstance(
+            trace_api.get_tracer_provider(), trace_api.ProxyTracerProvider
+        ):
+            trace_api.set_tracer_provider(self.tracer_provider)
+        if self.meter_provider is not None:
+            from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+            if isinstance(metrics_api.get_meter_provider(), _ProxyMeterProvider):
+                metrics_api.set_meter_provider(self.meter_provider)

@@ -1,0 +1,154 @@
+"""Who is exporting: the resource attributes of the SPEC's identity table.
+
+Master-config values become attributes only through :data:`MASTER_CONFIG_PATHS`, an
+allow-list of lookup paths, so a config full of API keys leaks nothing. Layering,
+lowest first: detected (``host.name``, ``process.pid``) < ``OTEL_RESOURCE_ATTRIBUTES``
+< the driver's ``LENS_RL_OTEL_RESOURCE_ATTRIBUTES`` < rank / group from the
+environment < explicit arguments.
+
+Example::
+
+    attrs = job_identity({"policy": {"model_name": "Qwen/Qwen2.5-1.5B"}}, "grpo", "r1")
+    assert attrs["nv.dl.campaign.stage"] == "RL"
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, unquote
+
+from lens_rl._attributes import clean_attributes
+from lens_rl.config import CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, lookup
+
+__all__ = [
+    "MASTER_CONFIG_PATHS",
+    "campaign_stage",
+    "decode_attributes",
+    "encode_attributes",
+    "job_identity",
+    "worker_attributes",
+]
+
+RANK = "nv.dl.rank"
+WORLD_SIZE = "nv.dl.world_size"
+WORKER_GROUP = "rl.worker_group"
+CAMPAIGN_STAGE = "nv.dl.campaign.stage"
+RUN_ID = "rl.run_id"
+ALGORITHM = "rl.algorithm"
+
+#: attribute -> master-config paths tried in order (first present wins). Nothing
+#: else from the master config ever becomes an attribute.
+MASTER_CONFIG_PATHS: dict[str, tuple[str, ...]] = {
+    "rl.model.name": ("policy.model_name",),
+    "rl.precision": ("policy.precision",),
+    "rl.parallel.tensor": (
+        "policy.dtensor_cfg.tensor_parallel_size",
+        "policy.megatron_cfg.tensor_model_parallel_size",
+        "policy.tensor_parallel_size",
+    ),
+    "rl.parallel.pipeline": (
+        "policy.megatron_cfg.pipeline_model_parallel_size",
+        "policy.pipeline_parallel_size",
+    ),
+    "rl.parallel.context": (
+        "policy.dtensor_cfg.context_parallel_size",
+        "policy.megatron_cfg.context_parallel_size",
+        "policy.context_parallel_size",
+    ),
+    "rl.parallel.generation_tensor": ("policy.generation.vllm_cfg.tensor_parallel_size",),
+    "rl.cluster.num_nodes": ("cluster.num_nodes",),
+    "rl.cluster.gpus_per_node": ("cluster.gpus_per_node",),
+}
+
+_INT_KEYS = frozenset(
+    {RANK, WORLD_SIZE} | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
+)
+
+
+def campaign_stage(algorithm: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """``sft`` -> ``SFT``, ``rm`` -> ``RM``, anything else -> ``RL``; env override wins."""
+    env = os.environ if environ is None else environ
+    override = env.get(CAMPAIGN_STAGE_ENV, "").strip()
+    if override:
+        return override
+    algo = (algorithm or "").strip().lower()
+    return {"sft": "SFT", "rm": "RM"}.get(algo, "RL")
+
+
+def job_identity(master_config: object, algorithm: str | None, run_id: str) -> dict[str, Any]:
+    """The job-wide attributes the driver hands to every worker."""
+    attrs: dict[str, Any] = {
+        RUN_ID: run_id,
+        ALGORITHM: (algorithm or "unknown").strip() or "unknown",
+        CAMPAIGN_STAGE: campaign_stage(algorithm),
+    }
+    for key, paths in MASTER_CONFIG_PATHS.items():
+        for path in paths:
+            value = lookup(master_config, path)
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool) and value != "":
+                attrs[key] = value
+                break
+    return clean_attributes(attrs)
+
+
+def encode_attributes(attrs: Mapping[str, Any]) -> str:
+    """``key=value,...`` with percent-encoding, as ``OTEL_RESOURCE_ATTRIBUTES`` is written."""
+    return ",".join(f"{quote(str(k), safe='.-_')}={quote(str(v), safe='')}" for k, v in attrs.items())
+
+
+def decode_attributes(text: str | None) -> dict[str, Any]:
+    """Parse :func:`encode_attributes` output; malformed pairs are skipped, never raised on."""
+    out: dict[str, Any] = {}
+    for pair in (text or "").split(","):
+        key, sep, value = pair.partition("=")
+        key = unquote(key.strip())
+        if not sep or not key:
+            continue
+        value = unquote(value.strip())
+        if key in _INT_KEYS:
+            try:
+                out[key] = int(value)
+                continue
+            except ValueError:
+                pass
+        out[key] = value
+    return out
+
+
+def _int_from(value: object) -> int | None:
+    try:
+        return int(str(value).strip()) if value is not None and str(value).strip() != "" else None
+    except ValueError:
+        return None
+
+
+def worker_attributes(
+    *,
+    service_name: str,
+    rank: int | None,
+    world_size: int | None,
+    worker_group: str | None,
+    explicit: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """A process's resource attributes and whether a rank was found.
+
+    ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``, ``worker_group`` to
+    ``LENS_RL_WORKER_GROUP``, else ``worker``.
+    """
+    env = os.environ if environ is None else environ
+    attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
+    attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))
+    attrs.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))
+    rank_value = _int_from(rank) if rank is not None else _int_from(env.get("RANK"))
+    size_value = _int_from(world_size) if world_size is not None else _int_from(env.get("WORLD_SIZE"))
+    group = worker_group or env.get("LENS_RL_WORKER_GROUP", "").strip() or attrs.get(WORKER_GROUP) or "worker"
+    attrs[RANK] = rank_value if rank_value is not None else attrs.get(RANK, 0)
+    attrs[WORLD_SIZE] = size_value if size_value is not None else attrs.get(WORLD_SIZE, 1)
+    attrs[WORKER_GROUP] = group
+    attrs["service.name"] = service_name
+    attrs.update(clean_attributes(explicit))
+    return attrs, rank_value is not None

@@ -1,0 +1,2 @@
+"""Integrations with Ray, aiohttp and vLLM. Each imports its dependency inside the
+function that needs it; a missing extra says which to install."""

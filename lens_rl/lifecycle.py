@@ -1,0 +1,324 @@
+"""Starting and stopping telemetry: driver, workers, flush, shutdown, exit and fork.
+
+* :func:`init_telemetry_driver` — once on the driver, before ``ray.init()``: validates,
+  projects the config into ``LENS_RL_OTEL_*`` env vars (``setdefault``: raw env wins),
+  opens the job root span ``rl.job`` and exports its context as ``TRACEPARENT``.
+* :func:`init_telemetry_worker` — once per worker process, from the environment only.
+  Never raises: a bad value logs one warning and leaves telemetry off.
+* :func:`shutdown_telemetry` / :func:`flush_telemetry` — bounded by ``timeout_ms``.
+
+Fork rule: a forked child starts with telemetry reset. Its first phase initialises it
+again from the inherited environment, under the child's own pid and its own file; the
+parent's queued spans stay with the parent. A ``multiprocessing`` child flushes at
+its exit (it skips ``atexit``); a child made by a bare ``os.fork`` should call
+:func:`shutdown_telemetry` before ``os._exit``.
+
+Example::
+
+    handle = lens_rl.init_telemetry_driver(master_config, algorithm="grpo")
+    ray.init()
+    ...
+    lens_rl.shutdown_telemetry(timeout_ms=5000)
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from typing import Any
+
+from lens_rl import _state
+from lens_rl.config import (
+    CAMPAIGN_STAGE_ENV,
+    ENV,
+    RESOURCE_ATTRIBUTES_ENV,
+    TelemetryConfig,
+    parse_bool,
+)
+from lens_rl.identity import campaign_stage, decode_attributes, encode_attributes, job_identity, worker_attributes
+
+__all__ = [
+    "flush_telemetry",
+    "get_telemetry_handle",
+    "init_telemetry_driver",
+    "init_telemetry_worker",
+    "shutdown_telemetry",
+    "telemetry_enabled_in_env",
+    "vllm_native_tracing_requested",
+]
+
+_log = logging.getLogger("lens_rl")
+_WARNED: set[str] = set()
+_ATEXIT_REGISTERED = False
+_FORK_HOOK_REGISTERED = False
+_ROOT_SPAN: Any = None
+_LAST_SHUTDOWN: bool | None = None
+ATEXIT_TIMEOUT_MS = 3000
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        _log.warning(message, *args)
+
+
+def get_telemetry_handle() -> Any:
+    """The process's :class:`~lens_rl.handle.TelemetryHandle`, or None. A plain global read."""
+    return _state.HANDLE
+
+
+def telemetry_enabled_in_env() -> bool:
+    """True when this process's environment turns telemetry on (never raises)."""
+    env = os.environ
+    try:
+        if "OTEL_SDK_DISABLED" in env and parse_bool(env["OTEL_SDK_DISABLED"]):
+            return False
+        return parse_bool(env.get(ENV["enabled"], ""))
+    except ValueError:
+        return False
+
+
+def vllm_native_tracing_requested() -> bool:
+    """True when telemetry is on *and* ``vllm_native_tracing`` asks for vLLM's own tracing."""
+    try:
+        return telemetry_enabled_in_env() and parse_bool(os.environ.get(ENV["vllm_native_tracing"], ""))
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------- driver
+
+
+def init_telemetry_driver(master_config: object, algorithm: str | None = None) -> Any:
+    """Start the driver's telemetry and hand the job's config and identity to workers.
+
+    Call once before ``ray.init()``. Raises ``ValueError`` on a bad config (field, value,
+    what is allowed). Returns None when telemetry is disabled. Idempotent. Touches
+    ``os.environ`` (``LENS_RL_OTEL_*``, ``TRACEPARENT``) and the process-global handle.
+    """
+    global _ROOT_SPAN
+    with _state.LOCK:
+        if _state.HANDLE is not None:
+            return _state.HANDLE
+        config = TelemetryConfig.from_master_config(master_config)
+        if not config.enabled:
+            _state._mark_off()
+            return None
+        config = config.with_run_id()
+        run_id = str(config.run_id)
+        for name, value in config.to_env().items():
+            os.environ.setdefault(name, value)
+        os.environ.setdefault(CAMPAIGN_STAGE_ENV, campaign_stage(algorithm))
+        identity = job_identity(master_config, algorithm, run_id)
+        identity["nv.dl.campaign.stage"] = os.environ[CAMPAIGN_STAGE_ENV]
+        identity.update(decode_attributes(os.environ.get(RESOURCE_ATTRIBUTES_ENV)))  # raw env wins
+        os.environ[RESOURCE_ATTRIBUTES_ENV] = encode_attributes(identity)
+
+        from lens_rl.exporters import MissingExtraError
+        from lens_rl.handle import TelemetryHandle
+
+        attrs, _ = worker_attributes(service_name=config.service_name, rank=0, world_size=1, worker_group="driver")
+        try:
+            handle = TelemetryHandle(config, attrs)
+        except MissingExtraError as exc:
+            raise ValueError(str(exc)) from exc
+        handle.register_globals()
+
+        from opentelemetry import trace
+
+        from lens_rl import propagation
+
+        parent = propagation.context_from_env()
+        _ROOT_SPAN = handle.tracer.start_span(
+            "rl.job",
+            context=parent,
+            attributes={"rl.run_id": run_id, "rl.algorithm": identity.get("rl.algorithm", "unknown")},
+        )
+        _state.ROOT_CONTEXT = trace.set_span_in_context(_ROOT_SPAN)
+        os.environ.update(propagation.carrier_for(_state.ROOT_CONTEXT, env_names=True))
+        _activate(handle)
+        _log.info(
+            "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
+            config.exporter,
+            run_id,
+            f"trace_dir={config.trace_dir}" if config.exporter == "file" else f"endpoint={config.resolved_endpoint}",
+        )
+        return handle
+
+
+# ---------------------------------------------------------------------- worker
+
+
+def init_telemetry_worker(
+    rank: int | None = None,
+    world_size: int | None = None,
+    worker_group: str | None = None,
+    resource_attributes: dict[str, Any] | None = None,
+) -> Any:
+    """Start this worker process's telemetry from its environment. Never raises.
+
+    ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``; ``worker_group`` to
+    ``LENS_RL_WORKER_GROUP``, else ``worker``. Returns the handle, or None when the
+    environment says off or holds a bad value (one warning). Idempotent per process.
+    """
+    try:
+        with _state.LOCK:
+            if _state.HANDLE is not None:
+                return _state.HANDLE
+            return _init_worker(rank, world_size, worker_group, resource_attributes)
+    except Exception as exc:  # the boundary: telemetry faults never reach training code
+        _warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
+        _state._mark_off()
+        return None
+
+
+def _init_worker(
+    rank: int | None, world_size: int | None, worker_group: str | None, explicit: dict[str, Any] | None
+) -> Any:
+    if not telemetry_enabled_in_env():
+        _state._mark_off()
+        return None
+    try:
+        config = TelemetryConfig.from_env()
+    except ValueError as exc:
+        _warn_once("worker-config", "lens_rl: telemetry off in this worker, bad environment: %s", exc)
+        _state._mark_off()
+        return None
+    if not config.enabled:
+        _state._mark_off()
+        return None
+    config = config.with_run_id()
+    attrs, has_rank = worker_attributes(
+        service_name=config.service_name,
+        rank=rank,
+        world_size=world_size,
+        worker_group=worker_group,
+        explicit=explicit,
+    )
+    if not has_rank and not (explicit and "nv.dl.rank" in explicit):
+        _warn_once(
+            "no-rank",
+            "lens_rl: no rank for this worker (pass rank= or set RANK); reporting rank %s",
+            attrs["nv.dl.rank"],
+        )
+    from lens_rl import propagation
+    from lens_rl.handle import TelemetryHandle
+
+    handle = TelemetryHandle(config, attrs)
+    handle.register_globals()
+    _state.ROOT_CONTEXT = propagation.context_from_env()
+    _activate(handle)
+    return handle
+
+
+def _lazy_init() -> Any:
+    """Called by :func:`lens_rl._state.resolve` on the first phase of a process."""
+    if not telemetry_enabled_in_env():
+        return None
+    return init_telemetry_worker()
+
+
+def _activate(handle: Any) -> None:
+    global _ATEXIT_REGISTERED, _FORK_HOOK_REGISTERED, _LAST_SHUTDOWN
+    _state.HANDLE = handle
+    _state.RESOLVED = True
+    _LAST_SHUTDOWN = None
+    _state.set_on(True)
+    if not _ATEXIT_REGISTERED:
+        atexit.register(_shutdown_at_exit)
+        _ATEXIT_REGISTERED = True
+    if not _FORK_HOOK_REGISTERED and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        import multiprocessing.util
+
+        multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
+        _FORK_HOOK_REGISTERED = True
+
+
+# ---------------------------------------------------------------------- stopping
+
+
+def shutdown_telemetry(timeout_ms: int = 5000) -> bool:
+    """End open lens_rl spans, flush and shut down, returning within ``timeout_ms``.
+
+    True only when every span and metric recorded so far was exported. Idempotent
+    (a second call returns the first call's answer at once). Runs at exit, bounded by 3 s.
+    """
+    global _ROOT_SPAN, _LAST_SHUTDOWN
+    with _state.LOCK:
+        handle = _state.HANDLE
+        if handle is None:
+            return True if _LAST_SHUTDOWN is None else _LAST_SHUTDOWN
+        _state._mark_off()
+        _state.HANDLE = None
+        root, _ROOT_SPAN = _ROOT_SPAN, None
+    try:
+        from lens_rl import aspects
+
+        aspects._end_open_spans()
+        if root is not None:
+            root.end()
+        ok = bool(handle.shutdown(timeout_ms))
+    except Exception as exc:
+        _warn_once("shutdown", "lens_rl: telemetry shutdown failed: %s", exc)
+        ok = False
+    _LAST_SHUTDOWN = ok
+    return ok
+
+
+def flush_telemetry(timeout_ms: int = 5000) -> bool:
+    """Export everything recorded so far within ``timeout_ms``, without shutting down.
+
+    Use at step boundaries and before ``ray.kill`` (which skips ``atexit``).
+    True only when all of it was exported. Never raises.
+    """
+    handle = _state.HANDLE
+    if handle is None:
+        return True
+    try:
+        return bool(handle.force_flush(timeout_ms))
+    except Exception as exc:
+        _warn_once("flush", "lens_rl: telemetry flush failed: %s", exc)
+        return False
+
+
+def _shutdown_at_exit() -> None:
+    try:
+        shutdown_telemetry(ATEXIT_TIMEOUT_MS)
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------- fork
+
+
+class _Token:
+    """A long-lived object for ``multiprocessing.util.register_after_fork`` (it keys a WeakValueDict)."""
+
+
+_MP_TOKEN = _Token()
+
+
+def _after_fork_in_child() -> None:
+    global _ROOT_SPAN, _LAST_SHUTDOWN
+    old = _state.HANDLE
+    _state.LOCK = threading.RLock()
+    _state.reset()
+    _ROOT_SPAN = None
+    _LAST_SHUTDOWN = None
+    from lens_rl import aspects
+
+    aspects._forget_open_spans()
+    reader = getattr(old, "_metric_reader", None)
+    stop = getattr(reader, "_shutdown_event", None)
+    if stop is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
+        stop.set()
+
+
+def _after_mp_fork(_token: object) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, _shutdown_at_exit, exitpriority=100)
+
