@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_PHASE_BUCKETS",
     "Bucket",
+    "DEFAULT_PHASE_BUCKETS",
     "Phase",
     "TelemetryConfig",
     "TelemetryHandle",

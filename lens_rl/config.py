@@ -282,10 +282,10 @@ def _as_mapping(obj: object, where: str) -> Mapping[str, Any]:
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     dump = getattr(obj, "model_dump", None)  # pydantic v2
     if callable(dump):
-        return dump(exclude_unset=True)
+        return dump()
     as_dict = getattr(obj, "dict", None)  # pydantic v1
     if callable(as_dict) and hasattr(obj, "__fields__"):
-        return as_dict(exclude_unset=True)
+        return as_dict()
     if hasattr(obj, "__dict__"):
         return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
     raise ValueError(f"{where}: expected a mapping or an object with attributes, got {type(obj).__name__}")

@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics as metrics_api
@@ -184,7 +184,9 @@ class TelemetryHandle:
     collector does, and return True only when everything recorded so far was exported.
     """
 
-    def __init__(self, config: TelemetryConfig, attributes: Mapping[str, Any]) -> None:
+    def __init__(
+        self, config: TelemetryConfig, attributes: Mapping[str, Any], *, metric_readers: Sequence[Any] = ()
+    ) -> None:
         self.config = config
         self.resource = Resource.create(dict(attributes))
         self.span_pipeline: SpanPipeline | None = None
@@ -209,7 +211,7 @@ class TelemetryHandle:
             self.tracer = trace_api.NoOpTracer()
 
         if config.metrics_enabled:
-            readers = []
+            readers = list(metric_readers)
             metric_exporter = exporters.metric_exporter(config, self.resource)
             if metric_exporter is not None:
                 self._metric_exporter = _TrackingMetricExporter(metric_exporter)

@@ -1,0 +1,169 @@
+"""A real OTLP/HTTP receiver on loopback that decodes what exporters send.
+
+For tests (lens_rl's and its users'): it listens on ``127.0.0.1``, accepts
+``POST /v1/traces`` and ``/v1/metrics`` (protobuf), decodes them with
+``opentelemetry-proto`` and keeps the spans as plain dicts. It can also answer
+slowly (``delay_s``) or with an error status (``fail_status``) to play a sick collector.
+
+Example::
+
+    with OTLPReceiver() as rx:
+        ... export to rx.endpoint ...
+        rx.wait_for_spans(10, timeout_s=5)
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["OTLPReceiver", "hung_endpoint", "refused_endpoint"]
+
+
+def _any_value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _any_value(kv.value) for kv in value.kvlist_value.values}
+    return getattr(value, kind) if kind else None
+
+
+def _attrs(key_values: Any) -> dict[str, Any]:
+    return {kv.key: _any_value(kv.value) for kv in key_values}
+
+
+class OTLPReceiver:
+    """OTLP/HTTP protobuf receiver on ``127.0.0.1`` (``port=0`` picks a free port)."""
+
+    def __init__(self, port: int = 0, *, delay_s: float = 0.0, fail_status: int | None = None) -> None:
+        self.delay_s = delay_s
+        self.fail_status = fail_status
+        self.spans: list[dict[str, Any]] = []
+        self.metric_requests: list[Any] = []
+        self.requests = 0
+        self.headers: list[dict[str, str]] = []
+        self._cond = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver._handle(self.path, body, dict(self.headers))
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)
+                status = receiver.fail_status or 200
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL exporters take (``/v1/traces`` is appended by lens_rl)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _handle(self, path: str, body: bytes, headers: dict[str, str]) -> None:
+        with self._cond:
+            self.requests += 1
+            self.headers.append(headers)
+        if self.fail_status:
+            return
+        if path.endswith("/v1/traces"):
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            decoded = []
+            for rs in request.resource_spans:
+                resource = _attrs(rs.resource.attributes)
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        decoded.append(
+                            {
+                                "name": span.name,
+                                "trace_id": span.trace_id.hex(),
+                                "span_id": span.span_id.hex(),
+                                "parent_span_id": span.parent_span_id.hex() or None,
+                                "kind": span.kind,
+                                "status_code": span.status.code,
+                                "attributes": _attrs(span.attributes),
+                                "events": [{"name": e.name, "attributes": _attrs(e.attributes)} for e in span.events],
+                                "resource": resource,
+                                "scope": ss.scope.name,
+                            }
+                        )
+            with self._cond:
+                self.spans.extend(decoded)
+                self._cond.notify_all()
+        elif path.endswith("/v1/metrics"):
+            from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+            request = ExportMetricsServiceRequest()
+            request.ParseFromString(body)
+            with self._cond:
+                self.metric_requests.append(request)
+                self._cond.notify_all()
+
+    def metric_names(self) -> set[str]:
+        """Names of every metric received so far."""
+        with self._cond:
+            return {
+                m.name
+                for req in self.metric_requests
+                for rm in req.resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            }
+
+    def wait_for_spans(self, count: int, timeout_s: float = 10.0) -> bool:
+        """Block until at least ``count`` spans arrived, at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while len(self.spans) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> OTLPReceiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def refused_endpoint() -> str:
+    """A loopback URL whose port refuses connections (bound, then closed)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def hung_endpoint() -> tuple[str, socket.socket]:
+    """A loopback URL that accepts connections and never answers. Close the socket when done."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(512)  # the kernel completes handshakes; nobody ever reads or replies
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", sock

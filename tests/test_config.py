@@ -1,0 +1,147 @@
+"""TelemetryConfig: fields, precedence, the boolean parser, and error messages."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pydantic
+import pytest
+
+from lens_rl.config import ENV, TelemetryConfig, parse_bool
+
+
+def test_missing_block_means_disabled() -> None:
+    """A master config without a telemetry block resolves to telemetry off."""
+    assert TelemetryConfig.from_master_config({"policy": {}}, environ={}).enabled is False
+    assert TelemetryConfig.from_master_config(None, environ={}).enabled is False
+
+
+def test_defaults_match_the_spec_table() -> None:
+    """Every field's default is the SPEC's."""
+    cfg = TelemetryConfig.from_master_config({"telemetry": {"enabled": True}}, environ={})
+    assert (cfg.service_name, cfg.exporter, cfg.endpoint, cfg.protocol, cfg.trace_dir) == (
+        "lens-rl", "file", None, "http/protobuf", "lens_traces",
+    )  # fmt: skip
+    assert (cfg.traces_enabled, cfg.metrics_enabled, cfg.metrics_interval_ms) == (True, True, 10000)
+    assert (cfg.sample_rate, cfg.export_timeout_ms, cfg.vllm_native_tracing, cfg.run_id) == (1.0, 10000, False, None)
+    assert cfg.resolved_endpoint == "http://localhost:4318"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("1", True), ("true", True), (" YES ", True), ("On", True), ("0", False), ("false", False),
+     ("No", False), ("off", False), ("", False), ("  ", False)],
+)  # fmt: skip
+def test_one_boolean_parser(text: str, expected: bool) -> None:
+    """The one parser accepts 1/true/yes/on and 0/false/no/off/"" in any case, stripped."""
+    assert parse_bool(text) is expected
+
+
+@pytest.mark.parametrize("text", ["maybe", "2", "tru", "enabled"])
+def test_boolean_parser_rejects_everything_else(text: str) -> None:
+    """Any other text is invalid, and the error says what is allowed."""
+    with pytest.raises(ValueError, match="allowed: true/false"):
+        parse_bool(text, "enabled")
+
+
+@dataclasses.dataclass
+class _DC:
+    enabled: bool = True
+    exporter: str = "console"
+
+
+class _Model(pydantic.BaseModel):
+    enabled: bool = True
+    sample_rate: float = 0.5
+
+
+@pytest.mark.parametrize(
+    "master, field, value",
+    [
+        ({"telemetry": {"enabled": True, "exporter": "console"}}, "exporter", "console"),
+        (SimpleNamespace(telemetry=SimpleNamespace(enabled=True, exporter="none")), "exporter", "none"),
+        (SimpleNamespace(telemetry=_DC()), "exporter", "console"),
+        ({"telemetry": _Model()}, "sample_rate", 0.5),
+        (SimpleNamespace(telemetry={"enabled": True, "service_name": "svc"}), "service_name", "svc"),
+    ],
+)
+def test_reads_every_config_shape(master: object, field: str, value: object) -> None:
+    """Dicts, attribute objects, dataclasses and pydantic models all work."""
+    cfg = TelemetryConfig.from_master_config(master, environ={})
+    assert cfg.enabled is True
+    assert getattr(cfg, field) == value
+
+
+def test_env_wins_over_yaml_which_wins_over_otel_fallback() -> None:
+    """Precedence: LENS_RL env > YAML > OTEL_* fallback > default."""
+    yaml = {"telemetry": {"enabled": True, "service_name": "from-yaml", "endpoint": "http://yaml:4318"}}
+    env = {"LENS_RL_OTEL_SERVICE_NAME": "from-env", "OTEL_SERVICE_NAME": "from-otel",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}  # fmt: skip
+    cfg = TelemetryConfig.from_master_config(yaml, environ=env)
+    assert cfg.service_name == "from-env"
+    assert cfg.endpoint == "http://yaml:4318"
+    assert cfg.protocol == "grpc"
+
+
+def test_otel_fallbacks_used_when_nothing_else_is_set() -> None:
+    """OTEL_SERVICE_NAME and OTEL_EXPORTER_OTLP_ENDPOINT fill unset fields."""
+    env = {"LENS_RL_OTEL_ENABLED": "1", "OTEL_SERVICE_NAME": "svc", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}
+    cfg = TelemetryConfig.from_env(env)
+    assert (cfg.enabled, cfg.service_name, cfg.endpoint) == (True, "svc", "http://c:4318")
+
+
+def test_otel_sdk_disabled_forces_off() -> None:
+    """OTEL_SDK_DISABLED=true turns telemetry off whatever else says on."""
+    env = {"LENS_RL_OTEL_ENABLED": "true", "OTEL_SDK_DISABLED": "TRUE"}
+    assert TelemetryConfig.from_master_config({"telemetry": {"enabled": True}}, environ=env).enabled is False
+
+
+def test_unknown_key_suggests_the_close_one() -> None:
+    """A typo names the key, suggests the field meant and lists the allowed keys."""
+    with pytest.raises(ValueError, match=r"unknown key 'enabeld'; did you mean 'enabled'\?"):
+        TelemetryConfig.from_master_config({"telemetry": {"enabeld": True}}, environ={})
+
+
+@pytest.mark.parametrize(
+    "block, fragment",
+    [
+        ({"enabled": "maybe"}, "telemetry.enabled: invalid boolean 'maybe'"),
+        ({"enabled": 3}, "telemetry.enabled: invalid boolean 3"),
+        ({"exporter": "jaeger"}, "telemetry.exporter: invalid value 'jaeger'; allowed: file, otlp, console, none"),
+        ({"protocol": "http/json"}, "allowed: http/protobuf, grpc"),
+        ({"sample_rate": 1.5}, "telemetry.sample_rate: expected a number in [0, 1], got 1.5"),
+        ({"sample_rate": float("nan")}, "sample_rate"),
+        ({"metrics_interval_ms": 0}, "telemetry.metrics_interval_ms: expected an integer > 0, got 0"),
+        ({"export_timeout_ms": "soon"}, "export_timeout_ms"),
+        ({"export_timeout_ms": True}, "export_timeout_ms"),
+        ({"service_name": ""}, "telemetry.service_name: must not be empty"),
+        ({"service_name": ["a"]}, "expected a string"),
+    ],
+)
+def test_bad_values_name_field_value_and_allowed(block: dict, fragment: str) -> None:
+    """Each invalid value raises ValueError naming the field, the value and what is allowed."""
+    with pytest.raises(ValueError) as info:
+        TelemetryConfig.from_master_config({"telemetry": {"enabled": True, **block}}, environ={})
+    assert fragment in str(info.value)
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    """A bad value from the environment says which variable it came from."""
+    with pytest.raises(ValueError, match=r"sample_rate \(from \$LENS_RL_OTEL_SAMPLE_RATE\)"):
+        TelemetryConfig.from_env({"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_SAMPLE_RATE": "lots"})
+
+
+def test_env_projection_round_trips() -> None:
+    """to_env() then from_env() reproduces the same config (what workers receive)."""
+    cfg = TelemetryConfig(enabled=True, exporter="otlp", endpoint="http://x:1", sample_rate=0.25, run_id="r1")
+    assert TelemetryConfig.from_env(cfg.to_env()) == cfg
+    assert set(cfg.to_env()) <= set(ENV.values())
+
+
+def test_run_id_from_slurm_else_random() -> None:
+    """run_id defaults to SLURM_JOB_ID, else a short random hex."""
+    assert TelemetryConfig(enabled=True).with_run_id({"SLURM_JOB_ID": "4242"}).run_id == "4242"
+    rid = TelemetryConfig(enabled=True).with_run_id({}).run_id
+    assert rid and len(rid) == 8 and int(rid, 16) >= 0
+    assert TelemetryConfig(enabled=True, run_id="mine").with_run_id({"SLURM_JOB_ID": "1"}).run_id == "mine"

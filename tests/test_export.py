@@ -1,0 +1,170 @@
+"""Export: the file store, OTLP/HTTP to a real receiver, bursts, and bounded flush / shutdown."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import lens_rl
+from lens_rl.exporters.file import FORMAT_VERSION, ReadStats, iter_span_records
+from lens_rl.testing import OTLPReceiver, hung_endpoint, refused_endpoint
+from tests.conftest import run_python
+
+SLACK_S = 0.1
+
+
+def _otlp(endpoint: str, **extra: object) -> dict:
+    return {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
+            "policy": {"model_name": "tiny-model"}}  # fmt: skip
+
+
+def _burst(handle: object, n: int) -> float:
+    tracer = handle.tracer  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    for i in range(n):
+        tracer.start_span("burst").end()
+    return time.perf_counter() - t0
+
+
+def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
+    """Each line is a whole version-1 span with its resource, under trace_dir/<run_id>/."""
+    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}}, "grpo")
+    with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
+        pass
+    assert lens_rl.shutdown_telemetry(3000)
+    files = sorted(p.name for p in (tmp_path / "r1").iterdir())
+    assert any(f.startswith("spans-driver-0-") for f in files) and any(f.startswith("metrics-driver-0-") for f in files)
+    records = list(iter_span_records(tmp_path))
+    gen = next(r for r in records if r["name"] == "generation")
+    assert gen["v"] == FORMAT_VERSION
+    assert gen["attributes"] == {"custom.key": "v", "rl.step": 2, "rl.bucket": "productive"}
+    assert gen["resource"]["rl.worker_group"] == "driver" and gen["resource"]["rl.run_id"] == "r1"
+    assert len(gen["trace_id"]) == 32 and len(gen["span_id"]) == 16 and gen["end_ns"] >= gen["start_ns"]
+
+
+def test_reader_skips_truncated_and_garbage_lines(tmp_path: Path) -> None:
+    """A killed writer's half line and garbage are skipped and counted, not raised on."""
+    good = {"v": 1, "name": "a", "span_id": "1" * 16, "trace_id": "2" * 32}
+    path = tmp_path / "r" / "spans-x-0-1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(good) + "\nnot json\n" + json.dumps({"v": 99}) + "\n" + json.dumps(good)[:20])
+    stats = ReadStats()
+    assert [r["name"] for r in iter_span_records(tmp_path, stats)] == ["a"]
+    assert (stats.files, stats.lines, stats.skipped) == (1, 4, 3)
+
+
+def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
+    """Spans and metrics arrive over OTLP/HTTP protobuf with the process identity as resource."""
+    lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
+    with lens_rl.traced_phase("policy_training", step=1):
+        pass
+    assert lens_rl.flush_telemetry(5000) is True
+    assert receiver.wait_for_spans(1, 5)
+    span = next(s for s in receiver.spans if s["name"] == "policy_training")
+    assert span["attributes"]["rl.bucket"] == "productive" and span["attributes"]["rl.step"] == 1
+    assert span["resource"]["rl.worker_group"] == "driver" and span["resource"]["rl.model.name"] == "tiny-model"
+    assert span["resource"]["nv.dl.rank"] == 0 and span["resource"]["nv.dl.campaign.stage"] == "RL"
+    assert {"rl.goodput.bucket_seconds", "rl.phase.duration"} <= receiver.metric_names()
+    assert lens_rl.shutdown_telemetry(5000) is True
+    job = next(s for s in receiver.spans if s["name"] == "rl.job")
+    assert span["trace_id"] == job["trace_id"] and span["parent_span_id"] == job["span_id"]
+
+
+def test_burst_of_20000_spans_all_arrive(receiver: OTLPReceiver) -> None:
+    """20,000 spans ended in about a second all reach the collector; nothing dropped."""
+    handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
+    elapsed_s = _burst(handle, 20_000)
+    assert lens_rl.flush_telemetry(60_000) is True, handle.stats()
+    assert receiver.wait_for_spans(20_000, 10)
+    assert sum(s["name"] == "burst" for s in receiver.spans) == 20_000
+    assert handle.stats()["dropped"] == 0
+    print(f"burst: 20000 spans ended in {elapsed_s:.2f}s")
+
+
+def test_full_queue_drops_are_counted_and_flush_says_false(receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture) -> None:
+    """Past max_queue_spans spans are dropped, counted, warned about once, and flush is False."""
+    handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint, max_queue_spans=100), "grpo")
+    _burst(handle, 5000)
+    assert lens_rl.flush_telemetry(10_000) is False
+    stats = handle.stats()
+    assert stats["dropped"] > 0 and stats["exported"] + stats["dropped"] == 5000
+    assert sum("span queue full" in r.getMessage() for r in caplog.records) == 1
+    assert handle.spans_dropped() == stats["dropped"]
+
+
+@pytest.mark.parametrize("fault", ["refused", "hung", "slow"])
+@pytest.mark.parametrize("call", ["flush", "shutdown"])
+def test_flush_and_shutdown_are_bounded_with_10000_spans_queued(fault: str, call: str) -> None:
+    """Against a refusing, silent or slow collector, flush/shutdown return in budget and say False."""
+    sock = slow = None
+    if fault == "refused":
+        endpoint = refused_endpoint()
+    elif fault == "hung":
+        endpoint, sock = hung_endpoint()
+    else:
+        slow = OTLPReceiver(delay_s=5.0)
+        endpoint = slow.endpoint
+    try:
+        handle = lens_rl.init_telemetry_driver(_otlp(endpoint, export_timeout_ms=30_000), "grpo")
+        _burst(handle, 10_000)
+        budget_ms = 1000
+        t0 = time.monotonic()
+        result = lens_rl.flush_telemetry(budget_ms) if call == "flush" else lens_rl.shutdown_telemetry(budget_ms)
+        elapsed_s = time.monotonic() - t0
+        assert result is False
+        assert elapsed_s <= budget_ms / 1000 + SLACK_S, f"{call} vs {fault} took {elapsed_s:.3f}s"
+        if call == "flush":  # the same budget holds for the shutdown that follows
+            t0 = time.monotonic()
+            assert lens_rl.shutdown_telemetry(500) is False
+            assert time.monotonic() - t0 <= 0.5 + SLACK_S
+    finally:
+        if sock is not None:
+            sock.close()
+        if slow is not None:
+            slow.close()
+
+
+def test_flush_is_false_when_a_batch_failed_for_good() -> None:
+    """The SDK says True after failed exports; lens_rl's flush does not."""
+    rejecting = OTLPReceiver(fail_status=400)  # non-retryable: the batch fails for good
+    try:
+        handle = lens_rl.init_telemetry_driver(_otlp(rejecting.endpoint), "grpo")
+        handle.span_pipeline._retry_for_s = 0.0
+        with lens_rl.traced_phase("generation"):
+            pass
+        assert lens_rl.flush_telemetry(5000) is False
+        assert handle.stats()["failed"] >= 1
+    finally:
+        rejecting.close()
+
+
+def test_exporter_none_and_console_run(tmp_path: Path) -> None:
+    """exporter=none records nothing outward; console prints spans to stdout."""
+    handle = lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "none"}}, "grpo")
+    assert handle is not None and handle.is_exporting is False
+    with lens_rl.traced_phase("generation"):
+        pass
+    assert lens_rl.shutdown_telemetry(1000) is True
+    out = run_python(
+        """
+        import lens_rl
+        lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "console",
+                                       "metrics_enabled": False}}, "grpo")
+        with lens_rl.traced_phase("generation"):
+            pass
+        lens_rl.shutdown_telemetry(2000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"name": "generation"' in out.stdout
+
+
+def test_grpc_protocol_exports_or_names_the_extra(receiver: OTLPReceiver) -> None:
+    """protocol=grpc builds the gRPC exporter (the grpc extra is installed for tests)."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    handle = lens_rl.init_telemetry_driver(_otlp(refused_endpoint(), protocol="grpc"), "grpo")
+    assert type(handle.span_pipeline.exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
+    assert lens_rl.shutdown_telemetry(500) is False

@@ -1,0 +1,216 @@
+"""Driver and worker lifecycle: env projection, identity, idempotence, races, exit and fork."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import lens_rl
+from lens_rl import _state
+from lens_rl.identity import decode_attributes
+from tests.conftest import run_python
+
+
+def _master(tmp_path: Path, **telemetry: object) -> dict:
+    return {
+        "telemetry": {"enabled": True, "trace_dir": str(tmp_path / "traces"), **telemetry},
+        "policy": {"model_name": "Qwen/Qwen2.5-1.5B", "precision": "bfloat16", "api_key": "sk-SECRET",
+                   "dtensor_cfg": {"tensor_parallel_size": 2}},
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8},
+        "wandb": {"token": "SECRET2"},
+    }  # fmt: skip
+
+
+def test_disabled_driver_returns_none_and_projects_nothing() -> None:
+    """With no telemetry block the driver gets None and no LENS_RL env is written."""
+    assert lens_rl.init_telemetry_driver({"policy": {}}, "grpo") is None
+    assert lens_rl.get_telemetry_handle() is None
+    assert not [k for k in os.environ if k.startswith("LENS_RL_")]
+
+
+def test_driver_projects_config_identity_and_traceparent(tmp_path: Path) -> None:
+    """The driver writes the resolved config, run id, stage, identity and TRACEPARENT into env."""
+    handle = lens_rl.init_telemetry_driver(_master(tmp_path, sample_rate=0.5), "sft")
+    assert handle is not None and handle.is_exporting
+    assert os.environ["LENS_RL_OTEL_ENABLED"] == "true"
+    assert os.environ["LENS_RL_OTEL_SAMPLE_RATE"] == "0.5"
+    assert os.environ["LENS_RL_OTEL_CAMPAIGN_STAGE"] == "SFT"
+    run_id = os.environ["LENS_RL_OTEL_RUN_ID"]
+    attrs = decode_attributes(os.environ["LENS_RL_OTEL_RESOURCE_ATTRIBUTES"])
+    assert attrs["rl.run_id"] == run_id and attrs["rl.algorithm"] == "sft"
+    assert attrs["rl.model.name"] == "Qwen/Qwen2.5-1.5B" and attrs["rl.precision"] == "bfloat16"
+    assert attrs["rl.parallel.tensor"] == 2 and attrs["rl.cluster.gpus_per_node"] == 8
+    assert "SECRET" not in os.environ["LENS_RL_OTEL_RESOURCE_ATTRIBUTES"]
+    assert os.environ["TRACEPARENT"].startswith("00-")
+    res = dict(handle.resource.attributes)
+    assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"]) == (0, 1, "driver")
+    assert res["nv.dl.campaign.stage"] == "SFT" and res["process.pid"] == os.getpid()
+    assert not any("SECRET" in str(v) for v in res.values())
+
+
+def test_raw_env_wins_over_yaml_in_projection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An env var set before the driver starts survives the projection (setdefault)."""
+    monkeypatch.setenv("LENS_RL_OTEL_SERVICE_NAME", "mine")
+    monkeypatch.setenv("LENS_RL_OTEL_RUN_ID", "run-7")
+    monkeypatch.setenv("LENS_RL_OTEL_CAMPAIGN_STAGE", "EVAL")
+    handle = lens_rl.init_telemetry_driver(_master(tmp_path, service_name="yaml"), "grpo")
+    assert os.environ["LENS_RL_OTEL_SERVICE_NAME"] == "mine"
+    assert handle.resource.attributes["service.name"] == "mine"
+    assert handle.resource.attributes["rl.run_id"] == "run-7"
+    assert handle.resource.attributes["nv.dl.campaign.stage"] == "EVAL"
+
+
+def test_driver_raises_on_bad_config_and_stays_off(tmp_path: Path) -> None:
+    """A bad driver config is a ValueError naming the field; nothing starts."""
+    with pytest.raises(ValueError, match="telemetry.exporter"):
+        lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "zipkin"}}, "grpo")
+    assert lens_rl.get_telemetry_handle() is None
+
+
+def test_driver_init_is_idempotent(tmp_path: Path) -> None:
+    """A second init returns the same handle and keeps the same trace."""
+    first = lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
+    traceparent = os.environ["TRACEPARENT"]
+    assert lens_rl.init_telemetry_driver(_master(tmp_path), "grpo") is first
+    assert os.environ["TRACEPARENT"] == traceparent
+
+
+def test_fifty_threads_racing_get_one_handle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """50 threads calling init_telemetry_worker at once all get the same handle."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
+    monkeypatch.setenv("RANK", "3")
+    barrier = threading.Barrier(50)
+    results: list[object] = []
+
+    def race() -> None:
+        barrier.wait()
+        results.append(lens_rl.init_telemetry_worker())
+
+    threads = [threading.Thread(target=race) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 50 and results[0] is not None
+    assert all(r is results[0] for r in results)
+
+
+def test_worker_reads_rank_group_and_job_identity_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's resource carries its rank, world size, group and the driver's identity."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "true")
+    monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
+    monkeypatch.setenv("LENS_RL_OTEL_RESOURCE_ATTRIBUTES", "rl.run_id=r9,rl.model.name=Qwen%2FQ,nv.dl.campaign.stage=RL")
+    monkeypatch.setenv("LENS_RL_WORKER_GROUP", "lm_policy")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    handle = lens_rl.init_telemetry_worker()
+    res = dict(handle.resource.attributes)
+    assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"]) == (1, 4, "lm_policy")
+    assert (res["rl.run_id"], res["rl.model.name"]) == ("r9", "Qwen/Q")
+
+
+def test_explicit_worker_args_win_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Explicit rank/group/resource attributes beat the environment, which beats detection."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "host.name=from-env,team=rl")
+    handle = lens_rl.init_telemetry_worker(rank=2, world_size=8, worker_group="vllm_policy",
+                                           resource_attributes={"team": "explicit"})  # fmt: skip
+    res = dict(handle.resource.attributes)
+    assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"]) == (2, 8, "vllm_policy")
+    assert res["team"] == "explicit" and res["host.name"] == "from-env"
+
+
+def test_worker_with_bad_env_warns_once_and_runs_off(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A bad env value gives one warning, telemetry off, and no exception."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_SAMPLE_RATE", "2.5")
+    assert lens_rl.init_telemetry_worker() is None
+    _state.reset()
+    assert lens_rl.init_telemetry_worker() is None
+    warnings = [r for r in caplog.records if "sample_rate" in r.getMessage()]
+    assert len(warnings) == 1
+    with lens_rl.traced_phase("generation") as span:  # still harmless
+        span.set_attribute("x", 1)
+
+
+def test_worker_without_rank_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """No rank anywhere: one warning naming how to pass it; rank 0 reported."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
+    handle = lens_rl.init_telemetry_worker()
+    assert handle.resource.attributes["nv.dl.rank"] == 0
+    assert sum("no rank" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_worker_disabled_env_returns_none() -> None:
+    """Without LENS_RL_OTEL_ENABLED a worker gets None and phases stay free."""
+    assert lens_rl.init_telemetry_worker(rank=0) is None
+    assert _state.ON is False
+
+
+def test_env_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """telemetry_enabled_in_env / vllm_native_tracing_requested honour the master switch."""
+    assert lens_rl.telemetry_enabled_in_env() is False
+    monkeypatch.setenv("LENS_RL_OTEL_VLLM_NATIVE_TRACING", "1")
+    assert lens_rl.vllm_native_tracing_requested() is False
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "yes")
+    assert lens_rl.telemetry_enabled_in_env() is True
+    assert lens_rl.vllm_native_tracing_requested() is True
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert lens_rl.telemetry_enabled_in_env() is False
+
+
+def test_shutdown_is_idempotent_and_ends_the_job_span(tmp_path: Path) -> None:
+    """shutdown returns True twice, and the job root span is exported with the job's duration."""
+    lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
+    time.sleep(0.05)
+    assert lens_rl.shutdown_telemetry(2000) is True
+    assert lens_rl.shutdown_telemetry(2000) is True
+    assert lens_rl.get_telemetry_handle() is None
+    lines = [json.loads(x) for f in (tmp_path / "traces").rglob("spans-*.jsonl") for x in f.read_text().splitlines()]
+    job = [x for x in lines if x["name"] == "rl.job"]
+    assert len(job) == 1 and job[0]["parent_span_id"] is None
+    assert job[0]["end_ns"] - job[0]["start_ns"] >= 50_000_000
+
+
+def test_process_that_forgets_shutdown_exports_at_exit(tmp_path: Path) -> None:
+    """atexit shuts down (bounded): a script that never calls shutdown still writes its spans."""
+    out = run_python(
+        f"""
+        import lens_rl
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r}}}}}, "grpo")
+        with lens_rl.traced_phase("generation"):
+            pass
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    names = [json.loads(x)["name"] for f in tmp_path.rglob("spans-*.jsonl") for x in f.read_text().splitlines()]
+    assert sorted(names) == ["generation", "rl.job"]
+
+
+def test_exit_is_prompt_against_a_hung_collector() -> None:
+    """A process that forgets shutdown and has a hung collector still exits within the 3 s bound."""
+    out = run_python(
+        """
+        import time, lens_rl
+        from lens_rl.testing import hung_endpoint
+        url, sock = hung_endpoint()
+        lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": url,
+                                       "export_timeout_ms": 30000}}, "grpo")
+        for i in range(2000):
+            with lens_rl.traced_phase("generation"):
+                pass
+        print("BODY_DONE", time.time(), flush=True)
+        """
+    )
+    exit_s = time.time() - float(out.stdout.split("BODY_DONE")[1])
+    assert out.returncode == 0, out.stderr
+    assert exit_s < 3.0 + 1.0, exit_s

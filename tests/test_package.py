@@ -1,0 +1,50 @@
+"""The package surface: light import, __all__ in step with exports, typed marker."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import lens_rl
+from tests.conftest import run_python
+
+
+def test_import_loads_no_opentelemetry_ray_or_aiohttp() -> None:
+    """`import lens_rl` loads none of the heavy dependencies and starts no thread."""
+    out = run_python(
+        """
+        import sys, threading, lens_rl
+        heavy = sorted({m.split(".")[0] for m in sys.modules} & {"opentelemetry", "ray", "aiohttp", "grpc"})
+        print(heavy, threading.active_count())
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] 1"
+
+
+def test_import_cost_is_within_budget_of_wrapt() -> None:
+    """`import lens_rl` costs at most 10 ms more than `import wrapt` (median of 5; wide headroom)."""
+
+    def cost(module: str) -> float:
+        samples = []
+        for _ in range(5):
+            out = run_python(f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)")
+            samples.append(float(out.stdout))
+        return statistics.median(samples)
+
+    assert cost("lens_rl") <= cost("wrapt") + 0.010 * 3  # 3x headroom on a shared machine
+
+
+def test_all_matches_public_exports() -> None:
+    """__all__ is sorted, every name in it resolves, and no public re-export is missing from it."""
+    assert lens_rl.__all__ == sorted(lens_rl.__all__)
+    for name in lens_rl.__all__:
+        assert getattr(lens_rl, name) is not None
+    public = {n for n in vars(lens_rl) if not n.startswith("_") and n not in {"annotations", "TYPE_CHECKING", "Any"}}
+    modules = {n for n in public if type(getattr(lens_rl, n)).__name__ == "module"}
+    assert public - modules <= set(lens_rl.__all__)
+
+
+def test_package_is_typed() -> None:
+    """py.typed ships with the package."""
+    assert (Path(lens_rl.__file__).parent / "py.typed").exists()
