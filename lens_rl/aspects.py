@@ -417,8 +417,61 @@ else:
             try:
                 return _CACHE[name]
             except (KeyError, TypeError):
-                pass
-        return _make_phase(name, **kwargs)
+                return _make_phase(name)
+        if "bucket" in kwargs:
+            bucket = kwargs["bucket"]
+            if bucket.__class__ is not Bucket and bucket is not None:
+                kwargs["bucket"] = coerce_bucket(bucket)
+        if _ON:
+            return _make_phase(name, **kwargs)
+        lazy = _new(_LazyPhase)
+        lazy.name = name
+        lazy.kwargs = kwargs
+        return lazy
+
+
+_new = object.__new__
+
+
+class _LazyPhase:
+    """What ``traced_phase(name, **kwargs)`` returns while off: the arguments, unprocessed.
+
+    The bucket is validated at once; everything else waits until the object is used
+    as a decorator or entered while telemetry is on, so the off path stays cheap.
+    """
+
+    __slots__ = ("name", "kwargs", "phase")
+
+    def _materialize(self) -> Phase:
+        return _make_phase(self.name, **self.kwargs)
+
+    def __enter__(self) -> Any:
+        if _ON:
+            self.phase = phase = self._materialize()
+            return phase.__enter__()
+        return NOOP_SPAN
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if _ON:
+            phase = getattr(self, "phase", None)
+            if phase is not None:
+                self.phase = None
+                phase.__exit__(exc_type, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, fn: F) -> F:
+        return self._materialize()(fn)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self._materialize().__reduce__()
+
+    def __repr__(self) -> str:
+        return repr(self._materialize())
 
 
 def _make_phase(
