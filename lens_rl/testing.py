@@ -28,9 +28,11 @@ __all__ = ["OTLPReceiver", "SpanRecorder", "hung_endpoint", "recording", "refuse
 def reset(timeout_ms: int = 500) -> None:
     """Shut down any live telemetry (bounded) and forget every piece of global state."""
     from lens_rl import _state, aspects, lifecycle
+    from lens_rl.integrations.aiohttp import uninstrument_aiohttp_client
 
     if _state.HANDLE is not None:
         lifecycle.shutdown_telemetry(timeout_ms)
+    uninstrument_aiohttp_client()
     _state.reset()
     lifecycle._ROOT_SPAN = None
     lifecycle._LAST_SHUTDOWN = None

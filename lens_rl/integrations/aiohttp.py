@@ -20,7 +20,7 @@ from typing import Any
 
 from lens_rl import _state
 
-__all__ = ["instrument_aiohttp_client", "tracing_middleware"]
+__all__ = ["instrument_aiohttp_client", "tracing_middleware", "uninstrument_aiohttp_client"]
 
 _log = logging.getLogger("lens_rl")
 _EXTRA = "pip install 'lens-rl[aiohttp]'"
@@ -70,6 +70,17 @@ def instrument_aiohttp_client() -> bool:
     except Exception as exc:
         _log.warning("lens_rl: aiohttp client instrumentation failed: %s", exc)
         return False
+
+
+def uninstrument_aiohttp_client() -> None:
+    """Undo :func:`instrument_aiohttp_client` (sessions built afterwards send no traceparent)."""
+    if "opentelemetry.instrumentation.aiohttp_client" not in sys.modules:
+        return
+    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+
+    instrumentor = AioHttpClientInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
 
 
 def tracing_middleware() -> Any:

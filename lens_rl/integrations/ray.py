@@ -1,0 +1,234 @@
+"""Ray: hand the telemetry environment to actors, name their group and rank, flush them.
+
+* A local cluster started by ``ray.init()`` inherits the driver's environment, so
+  calling :func:`lens_rl.init_telemetry_driver` *before* ``ray.init()`` is enough.
+  For a cluster the driver does not start, pass
+  :func:`telemetry_runtime_env` as (or merged into) the job's ``runtime_env``.
+* :func:`actor_options` gives one actor of a worker group its ``LENS_RL_WORKER_GROUP``,
+  ``RANK`` and ``WORLD_SIZE`` (``Actor.options(**actor_options("lm_policy", i, n))``).
+* ``ray.kill`` skips ``atexit``, so an actor killed that way loses what it had not
+  exported: call :func:`flush_actors` (or :func:`kill_actors`, which flushes first).
+* Ray carries neither contextvars nor trace context into tasks and actors. Pass
+  ``lens_rl.inject_context()`` explicitly (``traced_phase(..., parent=carrier)``), or
+  opt in per method with :func:`accepts_context` and call through :func:`traced_actor`.
+
+Example::
+
+    lens_rl.init_telemetry_driver(cfg, "grpo")
+    ray.init()
+    Policy = ray.remote(PolicyWorker)
+    workers = [Policy.options(**actor_options("lm_policy", i, 2)).remote() for i in range(2)]
+    ...
+    flush_actors(workers)
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, TypeVar
+
+import wrapt
+
+from lens_rl.propagation import attach_context, inject_context
+
+__all__ = [
+    "CONTEXT_KWARG",
+    "accepts_context",
+    "actor_options",
+    "flush_actors",
+    "kill_actors",
+    "telemetry_env",
+    "telemetry_runtime_env",
+    "traced_actor",
+    "worker_env",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The keyword argument :func:`accepts_context` adds and :func:`traced_actor` fills.
+CONTEXT_KWARG = "lens_rl_context"
+_PASSED_VARS = ("TRACEPARENT", "TRACESTATE", "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME",
+                "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_RESOURCE_ATTRIBUTES")  # fmt: skip
+
+
+def telemetry_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's telemetry environment: ``LENS_RL_OTEL_*``, trace context, ``OTEL_*`` basics.
+
+    OTLP headers (which carry credentials) are deliberately not copied: set them on the
+    cluster, not through a job's runtime_env.
+    """
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k.startswith("LENS_RL_OTEL_") or k in _PASSED_VARS}
+
+
+def telemetry_runtime_env(runtime_env: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of ``runtime_env`` with the telemetry environment merged into ``env_vars``.
+
+    ``setdefault`` semantics: a variable the given runtime_env already sets is kept.
+    The input is not mutated.
+    """
+    merged: dict[str, Any] = copy.deepcopy(dict(runtime_env or {}))
+    env_vars = dict(merged.get("env_vars") or {})
+    for key, value in telemetry_env().items():
+        env_vars.setdefault(key, value)
+    merged["env_vars"] = env_vars
+    return merged
+
+
+def worker_env(worker_group: str, rank: int, world_size: int) -> dict[str, str]:
+    """The per-actor variables that name a worker: group, rank, world size."""
+    if not 0 <= int(rank) < int(world_size):
+        raise ValueError(f"rank must be in [0, world_size): rank={rank!r}, world_size={world_size!r}")
+    return {"LENS_RL_WORKER_GROUP": str(worker_group), "RANK": str(int(rank)), "WORLD_SIZE": str(int(world_size))}
+
+
+def actor_options(
+    worker_group: str, rank: int, world_size: int, runtime_env: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``.options(...)`` keyword arguments for one actor of a worker group.
+
+    Its ``runtime_env`` carries the telemetry environment plus the actor's group, rank
+    and world size (these three override; everything else keeps ``setdefault`` semantics).
+    """
+    merged = telemetry_runtime_env(runtime_env)
+    merged["env_vars"].update(worker_env(worker_group, rank, world_size))
+    return {"runtime_env": merged}
+
+
+def _flush_in_actor(_instance: object, timeout_ms: int) -> bool:
+    from lens_rl.lifecycle import flush_telemetry
+
+    return flush_telemetry(timeout_ms)
+
+
+def flush_actors(actors: Iterable[Any], timeout_ms: int = 5000) -> list[bool]:
+    """Flush each actor's telemetry (in parallel), bounded by ``timeout_ms`` plus Ray's round trip.
+
+    Returns one bool per actor (False for an actor that failed, timed out or is gone).
+    Never raises.
+    """
+    import ray
+
+    actors = list(actors)
+    refs = []
+    for actor in actors:
+        try:
+            refs.append(actor.__ray_call__.remote(_flush_in_actor, timeout_ms))
+        except Exception:
+            refs.append(None)
+    results: list[bool] = []
+    for ref in refs:
+        if ref is None:
+            results.append(False)
+            continue
+        try:
+            results.append(bool(ray.get(ref, timeout=timeout_ms / 1000.0 + 5.0)))
+        except Exception:
+            results.append(False)
+    return results
+
+
+def kill_actors(actors: Iterable[Any], timeout_ms: int = 5000, **kill_kwargs: Any) -> list[bool]:
+    """Flush, then ``ray.kill`` each actor. Returns the flush results."""
+    import ray
+
+    actors = list(actors)
+    flushed = flush_actors(actors, timeout_ms)
+    for actor in actors:
+        try:
+            ray.kill(actor, **kill_kwargs)
+        except Exception:
+            pass
+    return flushed
+
+
+# ---------------------------------------------------------------------- implicit context
+
+
+def accepts_context(method: F) -> F:
+    """Let an actor method receive its caller's trace context without a parameter of its own.
+
+    Adds a keyword-only ``lens_rl_context=None`` to the method's signature (so Ray's
+    argument checks accept it) and makes that carrier current while the method runs.
+    Callers going through :func:`traced_actor` fill it in automatically; other
+    callers need not change. Works on sync and async methods.
+
+    Example::
+
+        class Policy:
+            @accepts_context
+            @traced_phase("logprob")
+            def logprob(self, batch): ...
+    """
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def async_wrapper(*args: Any, lens_rl_context: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
+            with attach_context(lens_rl_context):
+                return await method(*args, **kwargs)
+
+        wrapper: Any = async_wrapper
+    else:
+
+        @functools.wraps(method)
+        def sync_wrapper(*args: Any, lens_rl_context: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
+            with attach_context(lens_rl_context):
+                return method(*args, **kwargs)
+
+        wrapper = sync_wrapper
+    sig = inspect.signature(method)
+    params = list(sig.parameters.values())
+    extra = inspect.Parameter(CONTEXT_KWARG, inspect.Parameter.KEYWORD_ONLY, default=None)
+    at = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    params.insert(at, extra)
+    wrapper.__signature__ = sig.replace(parameters=params)
+    # Ray reads actor method signatures through inspect.unwrap(), all the way down:
+    # end the chain here so it sees the signature that includes lens_rl_context.
+    del wrapper.__wrapped__
+    return wrapper  # type: ignore[no-any-return]
+
+
+def _method_accepts_context(handle: Any, name: str) -> bool:
+    signatures = getattr(handle, "_ray_method_signatures", None) or {}
+    params = signatures.get(name) or []
+    return any(getattr(p, "name", None) == CONTEXT_KWARG for p in params)
+
+
+class _ContextMethod(wrapt.ObjectProxy):  # type: ignore[misc]
+    """An ``ActorMethod`` whose ``.remote()`` adds the caller's trace context."""
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault(CONTEXT_KWARG, inject_context())
+        return self.__wrapped__.remote(*args, **kwargs)
+
+    def options(self, *args: Any, **kwargs: Any) -> Any:
+        return _ContextMethod(self.__wrapped__.options(*args, **kwargs))
+
+
+class _TracedActor(wrapt.ObjectProxy):  # type: ignore[misc]
+    """An ``ActorHandle`` proxy: methods marked :func:`accepts_context` get the caller's context."""
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.__wrapped__, name)
+        if not name.startswith("_") and _method_accepts_context(self.__wrapped__, name):
+            return _ContextMethod(attr)
+        return attr
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        # Shipping the proxy ships the plain handle: the receiver can wrap it again.
+        return self.__wrapped__.__reduce_ex__(protocol)
+
+
+def traced_actor(handle: Any) -> Any:
+    """Wrap an actor handle so calls to :func:`accepts_context` methods carry the trace context.
+
+    Example::
+
+        policy = traced_actor(Policy.remote())
+        with traced_phase("step", step=i):
+            ray.get(policy.logprob.remote(batch))   # its span is a child of "step"
+    """
+    return _TracedActor(handle)
