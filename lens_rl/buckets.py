@@ -74,6 +74,7 @@ DEFAULT_PHASE_BUCKETS: Mapping[str, Bucket] = MappingProxyType({
     "validation": _O, "evaluation": _O, "eval": _O,
     "logging": _O, "metrics_logging": _O,
     "offload": _O, "onload": _O, "prepare_for_generation": _O, "prepare_for_training": _O,
+    "setup": _O, "cluster_setup": _O, "model_load": _O, "load_model": _O,
     # idle: waiting
     "wait": _I, "waiting": _I, "idle": _I, "barrier": _I, "queue_wait": _I, "sync_wait": _I,
     # wasted: work thrown away

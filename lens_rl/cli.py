@@ -1,0 +1,154 @@
+"""The ``lens-rl`` command (also ``python -m lens_rl``).
+
+    lens-rl demo [--steps N] [--trace-dir DIR] [--otlp ENDPOINT]
+    lens-rl goodput TRACE_DIR [--json] [--run RUN_ID]
+    lens-rl perfetto TRACE_DIR -o trace.json [--run RUN_ID]
+    lens-rl replay TRACE_DIR --otlp ENDPOINT [--run RUN_ID]
+
+``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
+most recent run is used unless ``--run`` names one) or a run folder itself. Bad input
+is one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _run_dir(trace_dir: str, run: str | None) -> Path:
+    root = Path(trace_dir)
+    if not root.is_dir():
+        raise CliError(f"{trace_dir!r} is not a directory")
+    if run is not None:
+        path = root / run
+        if not path.is_dir():
+            runs = sorted(p.name for p in root.iterdir() if p.is_dir())
+            raise CliError(f"no run {run!r} under {trace_dir!r} (runs: {', '.join(runs) or 'none'})")
+        return path
+    if any(root.glob("spans-*.jsonl")):
+        return root
+    runs = [p for p in root.iterdir() if p.is_dir() and any(p.glob("spans-*.jsonl"))]
+    if not runs:
+        raise CliError(f"no lens_rl span files (spans-*.jsonl) under {trace_dir!r}")
+    latest = max(runs, key=lambda p: max(f.stat().st_mtime for f in p.glob("spans-*.jsonl")))
+    if len(runs) > 1:
+        print(f"lens-rl: {len(runs)} runs under {trace_dir}; using the latest, {latest.name} (--run to choose)",
+              file=sys.stderr)  # fmt: skip
+    return latest
+
+
+def _load(trace_dir: str, run: str | None) -> tuple[list[dict[str, Any]], Any, Path]:
+    from lens_rl.exporters.file import ReadStats, iter_span_records
+
+    path = _run_dir(trace_dir, run)
+    stats = ReadStats()
+    records = list(iter_span_records(path, stats))
+    if not records:
+        raise CliError(f"no readable lens_rl spans under {str(path)!r} ({stats.files} files, {stats.skipped} bad lines)")
+    if stats.skipped:
+        print(f"lens-rl: skipped {stats.skipped} unreadable line(s) (e.g. a killed process's last line)", file=sys.stderr)
+    return records, stats, path
+
+
+def cmd_goodput(args: argparse.Namespace) -> int:
+    from lens_rl.goodput import format_table, rollup
+
+    records, stats, path = _load(args.trace_dir, args.run)
+    report = rollup(records)
+    report.update(trace_dir=str(path), files=stats.files, skipped_lines=stats.skipped)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(format_table(report))
+    return 0
+
+
+def cmd_perfetto(args: argparse.Namespace) -> int:
+    from lens_rl.perfetto import to_chrome_trace
+
+    records, _, _ = _load(args.trace_dir, args.run)
+    doc = to_chrome_trace(records)
+    try:
+        with open(args.output, "w") as handle:
+            json.dump(doc, handle)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
+    spans = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+    print(f"wrote {args.output}: {spans} spans; open it at https://ui.perfetto.dev")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from lens_rl.replay import replay
+
+    path = _run_dir(args.trace_dir, args.run)
+    try:
+        sent, skipped = replay(path, args.otlp, timeout_ms=args.timeout_ms)
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
+    print(f"replayed {sent} spans from {path} to {args.otlp}" + (f" ({skipped} bad lines skipped)" if skipped else ""))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from lens_rl.demo import run_demo
+
+    return run_demo(steps=args.steps, trace_dir=args.trace_dir, otlp=args.otlp)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lens-rl", description="lens_rl: goodput and traces for RL jobs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a small traced GRPO-shaped job on a local Ray cluster")
+    demo.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
+    demo.add_argument("--trace-dir", default="lens_traces", help="file store directory (default lens_traces)")
+    demo.add_argument("--otlp", metavar="ENDPOINT", help="send to this OTLP/HTTP collector instead of the file store")
+    demo.set_defaults(func=cmd_demo)
+    good = sub.add_parser("goodput", help="the goodput table of a traced run")
+    good.add_argument("trace_dir", metavar="TRACE_DIR")
+    good.add_argument("--json", action="store_true", help="machine-readable output (schema lens_rl.goodput/1)")
+    good.add_argument("--run", help="run id (default: the latest run)")
+    good.set_defaults(func=cmd_goodput)
+    perf = sub.add_parser("perfetto", help="Chrome trace-event JSON for Perfetto UI")
+    perf.add_argument("trace_dir", metavar="TRACE_DIR")
+    perf.add_argument("-o", "--output", required=True, help="output file (trace.json)")
+    perf.add_argument("--run", help="run id (default: the latest run)")
+    perf.set_defaults(func=cmd_perfetto)
+    rep = sub.add_parser("replay", help="send a run's stored spans to an OTLP/HTTP collector")
+    rep.add_argument("trace_dir", metavar="TRACE_DIR")
+    rep.add_argument("--otlp", metavar="ENDPOINT", required=True, help="collector base URL (http://host:4318)")
+    rep.add_argument("--run", help="run id (default: the latest run)")
+    rep.add_argument("--timeout-ms", type=int, default=30_000, help="give up after this long")
+    rep.set_defaults(func=cmd_replay)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``lens-rl``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"lens-rl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

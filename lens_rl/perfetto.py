@@ -1,0 +1,73 @@
+"""Chrome trace-event JSON from the file store, for Perfetto UI (ui.perfetto.dev) or chrome://tracing.
+
+One process per worker group and rank (named ``"<group> rank <r> (pid <p>)"``, the
+driver first), one track per thread (``thread.id``), one complete event (``"ph": "X"``)
+per span with its attributes in ``args``. Phases are coloured by bucket through the
+trace-event colour names (``cname``: productive ``good``, overhead ``yellow``, idle
+``grey``, wasted ``terrible``, unbucketed ``generic_work``) and carry the bucket as
+their category (``cat``), so they can be filtered by it.
+
+Example::
+
+    doc = to_chrome_trace(iter_span_records("lens_traces/run42"))
+    json.dump(doc, open("trace.json", "w"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["BUCKET_COLORS", "to_chrome_trace"]
+
+BUCKET_COLORS = {"productive": "good", "overhead": "yellow", "idle": "grey", "wasted": "terrible", None: "generic_work"}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return str(value)
+
+
+def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``{"traceEvents": [...]}`` document for these span records."""
+    records = list(records)
+    procs: dict[tuple[str, int, int], int] = {}
+    threads: dict[tuple[int, Any], int] = {}
+    keys = set()
+    for rec in records:
+        res = rec.get("resource") or {}
+        keys.add((str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), int(res.get("process.pid", 0) or 0)))
+    for i, key in enumerate(sorted(keys, key=lambda k: (k[0] != "driver", k))):
+        procs[key] = i + 1
+    origin = min((int(r.get("start_ns") or 0) for r in records), default=0)
+    events: list[dict[str, Any]] = []
+    for (group, rank, pid), num in procs.items():
+        events.append({"ph": "M", "name": "process_name", "pid": num, "tid": 0,
+                       "args": {"name": f"{group} rank {rank} (pid {pid})"}})  # fmt: skip
+        events.append({"ph": "M", "name": "process_sort_index", "pid": num, "tid": 0, "args": {"sort_index": num}})
+    for rec in records:
+        res = rec.get("resource") or {}
+        attrs = rec.get("attributes") or {}
+        key = (str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), int(res.get("process.pid", 0) or 0))
+        pid = procs[key]
+        thread = attrs.get("thread.id", "main")
+        if (pid, thread) not in threads:
+            threads[(pid, thread)] = len([t for t in threads if t[0] == pid]) + 1
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": threads[(pid, thread)],
+                           "args": {"name": f"thread {thread}"}})  # fmt: skip
+        bucket = attrs.get("rl.bucket")
+        start = int(rec.get("start_ns") or 0)
+        end = max(int(rec.get("end_ns") or start), start)
+        args = {k: _json_safe(v) for k, v in attrs.items()}
+        args.update(trace_id=rec.get("trace_id"), span_id=rec.get("span_id"), parent_span_id=rec.get("parent_span_id"),
+                    status=rec.get("status"))  # fmt: skip
+        events.append({
+            "ph": "X", "name": str(rec.get("name")), "cat": bucket or "phase",
+            "pid": pid, "tid": threads[(pid, thread)],
+            "ts": (start - origin) / 1000.0, "dur": (end - start) / 1000.0,
+            "cname": BUCKET_COLORS.get(bucket, "generic_work"), "args": args,
+        })  # fmt: skip
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"source": "lens_rl"}}

@@ -1,0 +1,85 @@
+"""Send a run's stored spans (the file store) to an OTLP/HTTP collector, after the fact.
+
+For a job that ran with the embedded file store, or whose collector was down for
+longer than the retry window: ``lens-rl replay TRACE_DIR --otlp http://collector:4318``.
+Trace, span and parent ids, times, attributes, events and resources are preserved,
+so the collector sees the same trace the job made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["record_to_span", "replay"]
+
+
+def record_to_span(rec: Mapping[str, Any], resources: dict[Any, Any]) -> Any:
+    """An OpenTelemetry ``ReadableSpan`` rebuilt from one file-store record."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+    trace_id = int(rec["trace_id"], 16)
+    sampled = TraceFlags(TraceFlags.SAMPLED)
+    context = SpanContext(trace_id, int(rec["span_id"], 16), is_remote=False, trace_flags=sampled)
+    parent = rec.get("parent_span_id")
+    parent_ctx = SpanContext(trace_id, int(parent, 16), is_remote=False, trace_flags=sampled) if parent else None
+    res_attrs = rec.get("resource") or {}
+    key = tuple(sorted((k, str(v)) for k, v in res_attrs.items()))
+    resource = resources.get(key)
+    if resource is None:
+        resource = resources[key] = Resource(dict(res_attrs))
+    events = [Event(e.get("name", ""), e.get("attributes") or {}, e.get("time_ns")) for e in rec.get("events") or []]
+    links = [
+        Link(SpanContext(int(link["trace_id"], 16), int(link["span_id"], 16), is_remote=True), link.get("attributes"))
+        for link in rec.get("links") or []
+    ]
+    return ReadableSpan(
+        name=str(rec.get("name")),
+        context=context,
+        parent=parent_ctx,
+        resource=resource,
+        attributes=rec.get("attributes") or {},
+        events=events,
+        links=links,
+        kind=SpanKind[rec.get("kind") or "INTERNAL"],
+        status=Status(StatusCode[rec.get("status") or "UNSET"], rec.get("status_message")),
+        start_time=rec.get("start_ns"),
+        end_time=rec.get("end_ns"),
+        instrumentation_scope=InstrumentationScope(rec.get("scope") or "lens_rl"),
+    )
+
+
+def replay(path: str | Path, endpoint: str, *, timeout_ms: int = 30_000, batch: int = 512) -> tuple[int, int]:
+    """Export every span under ``path`` to ``endpoint``; returns (spans sent, bad lines skipped).
+
+    Raises ``RuntimeError`` when the collector does not take them.
+    """
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from lens_rl.exporters.file import ReadStats, iter_span_records
+
+    stats = ReadStats()
+    exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=timeout_ms / 1000.0)
+    resources: dict[Any, Any] = {}
+    sent = 0
+    pending: list[Any] = []
+    try:
+        for rec in iter_span_records(path, stats):
+            pending.append(record_to_span(rec, resources))
+            if len(pending) >= batch:
+                if exporter.export(pending) is not SpanExportResult.SUCCESS:
+                    raise RuntimeError(f"the collector at {endpoint} did not accept the spans")
+                sent += len(pending)
+                pending = []
+        if pending:
+            if exporter.export(pending) is not SpanExportResult.SUCCESS:
+                raise RuntimeError(f"the collector at {endpoint} did not accept the spans")
+            sent += len(pending)
+    finally:
+        exporter.shutdown()
+    return sent, stats.skipped

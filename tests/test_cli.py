@@ -1,0 +1,136 @@
+"""The lens-rl command, run as a user runs it: exit codes, JSON schema, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lens_rl.testing import OTLPReceiver
+from tests.conftest import clean_env, run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True,
+                          env=clean_env(), cwd=cwd or ROOT, timeout=120)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real traced run in the file store, with a truncated last line appended."""
+    trace_dir = tmp_path_factory.mktemp("store")
+    out = run_python(
+        f"""
+        import time, lens_rl
+        from lens_rl import traced_phase
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(trace_dir)!r},
+                                       "run_id": "run1"}}}}, "grpo")
+        for step in (1, 2):
+            with traced_phase("step", step=step):
+                with traced_phase("generation"):
+                    time.sleep(0.03)
+                with traced_phase("weight_sync"):
+                    time.sleep(0.01)
+        lens_rl.shutdown_telemetry(3000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    spans = next((trace_dir / "run1").glob("spans-*.jsonl"))
+    with open(spans, "a") as handle:
+        handle.write('{"v": 1, "name": "cut-off by SIG')
+    return trace_dir
+
+
+def test_goodput_table(traced_run: Path) -> None:
+    """The table names the goodput, the steps and the driver."""
+    out = lens("goodput", str(traced_run))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("goodput ") and "step 2" in out.stdout and "group driver" in out.stdout
+    assert "skipped 1 unreadable line" in out.stderr
+
+
+def test_goodput_json_schema(traced_run: Path) -> None:
+    """--json gives the documented schema with the job ratio under 'goodput'."""
+    out = lens("goodput", str(traced_run), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["schema"] == "lens_rl.goodput/1" and 0.5 < report["goodput"] < 1.0
+    assert set(report) >= {"job", "steps", "worker_groups", "ranks", "runs", "spans", "files", "skipped_lines"}
+    assert [s["step"] for s in report["steps"]] == [1, 2] and report["skipped_lines"] == 1
+    assert set(report["job"]["seconds"]) == {"productive", "overhead", "idle", "wasted"}
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "garbage", "file"])
+def test_bad_trace_dir_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    """A missing, empty or garbage directory is one error line naming the path, status 2."""
+    path = tmp_path / "nope"
+    if case == "empty":
+        path.mkdir()
+    elif case == "garbage":
+        (path / "run").mkdir(parents=True)
+        (path / "run" / "spans-x-0-1.jsonl").write_bytes(b"\x00\xffnot json\n[1,2]\n")
+    elif case == "file":
+        path.write_text("x")
+    for command in (["goodput", str(path)], ["perfetto", str(path), "-o", str(tmp_path / "t.json")]):
+        out = lens(*command)
+        assert out.returncode == 2
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+        assert str(path) in out.stderr
+
+
+def test_perfetto_is_valid_chrome_trace(traced_run: Path, tmp_path: Path) -> None:
+    """One process per group and rank, threads named, spans as X events coloured by bucket."""
+    target = tmp_path / "trace.json"
+    out = lens("perfetto", str(traced_run), "-o", str(target))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(target.read_text())
+    events = doc["traceEvents"]
+    names = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert len(names) == 1 and names[0]["args"]["name"].startswith("driver rank 0")
+    assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in events)
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {"pid", "tid", "ts", "dur", "name", "args", "cname", "cat"} <= set(spans[0])
+    gen = next(e for e in spans if e["name"] == "generation")
+    assert gen["cname"] == "good" and gen["cat"] == "productive" and gen["dur"] >= 25_000
+    assert next(e for e in spans if e["name"] == "weight_sync")["cname"] == "yellow"
+    assert all(e["ts"] >= 0 for e in spans)
+
+
+def test_replay_sends_the_stored_trace(traced_run: Path) -> None:
+    """replay re-exports stored spans with their ids to a collector."""
+    with OTLPReceiver() as rx:
+        out = lens("replay", str(traced_run), "--otlp", rx.endpoint)
+        assert out.returncode == 0, out.stderr
+        assert rx.wait_for_spans(7, 5)
+        names = sorted(s["name"] for s in rx.spans)
+    assert names.count("generation") == 2 and "rl.job" in names
+    assert len({s["trace_id"] for s in rx.spans}) == 1
+
+
+def test_python_dash_m_works_like_the_command() -> None:
+    """`python -m lens_rl --help` lists the subcommands."""
+    out = lens("--help")
+    assert out.returncode == 0 and all(c in out.stdout for c in ("demo", "goodput", "perfetto", "replay"))
+
+
+def test_users_can_assert_their_spans_with_the_plugin_fixture(tmp_path: Path) -> None:
+    """A user's own test file gets the lens_spans fixture from the installed pytest plugin."""
+    (tmp_path / "test_user.py").write_text(
+        "from lens_rl import traced_phase\n"
+        "def test_mine(lens_spans):\n"
+        "    with traced_phase('generation', step=2):\n"
+        "        pass\n"
+        "    span = lens_spans.find('generation')\n"
+        "    assert span.attributes['rl.bucket'] == 'productive' and span.attributes['rl.step'] == 2\n"
+        "def test_reset_after(lens_spans):\n"
+        "    assert lens_spans.spans == []\n"
+    )
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 passed" in out.stdout
