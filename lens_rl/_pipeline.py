@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from threading import get_ident
 import time
 import weakref
 from collections import deque
@@ -48,7 +49,7 @@ class SpanPipeline(SpanProcessor):
         self,
         exporter: SpanExporter,
         *,
-        max_queue_spans: int = 65536,
+        max_queue_spans: int = 32768,
         max_batch: int = 1024,
         delay_s: float = 0.5,
         retry_for_s: float = 300.0,
@@ -86,6 +87,9 @@ class SpanPipeline(SpanProcessor):
         pass
 
     def on_end(self, span: ReadableSpan) -> None:
+        # The ending thread (the starting one for with-blocks and calls): the file store
+        # records it so Perfetto can draw one track per thread.
+        span._lens_thread = get_ident()  # type: ignore[attr-defined]
         with self._lock:
             if self._closed or len(self._queue) >= self.max_queue_spans:
                 self.dropped += 1

@@ -21,7 +21,6 @@ import contextvars
 import logging
 import sys
 import time
-from threading import get_ident
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -285,9 +284,7 @@ def _start(phase: Phase, make_current: bool = True) -> _Node | None:
         if parent_ctx is None and prev is None and _state.ROOT_CONTEXT is not None:
             if not trace.get_current_span().get_span_context().is_valid:
                 parent_ctx = _state.ROOT_CONTEXT
-        attrs = phase._attributes(bucket)
-        attrs["thread.id"] = get_ident()  # one Perfetto track per thread
-        span = handle.tracer.start_span(phase.name, context=parent_ctx, attributes=attrs)
+        span = handle.tracer.start_span(phase.name, context=parent_ctx, attributes=phase._attributes(bucket))
         token = context.attach(trace.set_span_in_context(span, parent_ctx)) if make_current else None
         node = _Node(phase, span, token, bucket, prev)
         _ACTIVE.set(node)

@@ -183,7 +183,7 @@ class TelemetryConfig:
     export_timeout_ms: int = 10000
     vllm_native_tracing: bool = False
     run_id: str | None = None
-    max_queue_spans: int = 65536
+    max_queue_spans: int = 32768
     flush_on_step: bool = False
 
     @property

@@ -1,7 +1,7 @@
 """Chrome trace-event JSON from the file store, for Perfetto UI (ui.perfetto.dev) or chrome://tracing.
 
 One process per worker group and rank (named ``"<group> rank <r> (pid <p>)"``, the
-driver first), one track per thread (``thread.id``), one complete event (``"ph": "X"``)
+driver first), one track per thread (the record's ``thread``), one complete event (``"ph": "X"``)
 per span with its attributes in ``args``. Phases are coloured by bucket through the
 trace-event colour names (``cname``: productive ``good``, overhead ``yellow``, idle
 ``grey``, wasted ``terrible``, unbucketed ``generic_work``) and carry the bucket as
@@ -53,7 +53,7 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         attrs = rec.get("attributes") or {}
         key = (str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), int(res.get("process.pid", 0) or 0))
         pid = procs[key]
-        thread = attrs.get("thread.id", "main")
+        thread = rec.get("thread") or "main"
         if (pid, thread) not in threads:
             threads[(pid, thread)] = len([t for t in threads if t[0] == pid]) + 1
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": threads[(pid, thread)],
