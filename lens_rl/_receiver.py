@@ -47,6 +47,7 @@ class OTLPReceiver:
         self.requests = 0
         self.headers: list[dict[str, str]] = []
         self._cond = threading.Condition()
+        self._connections: set[socket.socket] = set()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,6 +55,16 @@ class OTLPReceiver:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with receiver._cond:
+                    receiver._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with receiver._cond:
+                    receiver._connections.discard(self.connection)
+                super().finish()
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -142,8 +153,16 @@ class OTLPReceiver:
             return True
 
     def close(self) -> None:
+        """Stop like a dead collector: no new connections, open keep-alive ones cut."""
         self._server.shutdown()
         self._server.server_close()
+        with self._cond:
+            connections = list(self._connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> OTLPReceiver:
         return self
