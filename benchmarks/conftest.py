@@ -1,6 +1,10 @@
 """Benchmarks share the tests' isolation: no telemetry env leaks in."""
 
 import os
+import sys
 
-for _key in [k for k in os.environ if k.startswith(("LENS_RL_", "OTEL_"))]:
-    del os.environ[_key]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import clean_environment
+
+clean_environment()

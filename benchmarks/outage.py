@@ -14,12 +14,14 @@ import os
 import sys
 import time
 
-for _key in [k for k in os.environ if k.startswith(("LENS_RL_", "OTEL_"))]:
-    del os.environ[_key]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import clean_environment
 
-import lens_rl  # noqa: E402
-from lens_rl import traced_phase  # noqa: E402
-from lens_rl.testing import OTLPReceiver  # noqa: E402
+clean_environment()
+
+import lens_rl
+from lens_rl import traced_phase
+from lens_rl.testing import OTLPReceiver
 
 
 def run(outage_s: float, rate: int) -> int:

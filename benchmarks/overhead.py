@@ -23,11 +23,13 @@ from typing import Any
 
 REFERENCE_BARE_NS = 25.0
 
-for _key in [k for k in os.environ if k.startswith(("LENS_RL_", "OTEL_"))]:
-    del os.environ[_key]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import clean_environment, null_pipeline
 
-import lens_rl  # noqa: E402
-from lens_rl import Bucket, testing, traced_phase  # noqa: E402
+clean_environment()
+
+import lens_rl
+from lens_rl import Bucket, testing, traced_phase
 
 
 class _Noop:
@@ -113,18 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     scale = REFERENCE_BARE_NS / bare_ns
 
     # Enabled: lens_rl vs raw OpenTelemetry on the same provider and the same processor.
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    from lens_rl._pipeline import SpanPipeline
-
-    class NullExporter(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    with testing.recording() as rec:
-        provider = rec.handle.tracer_provider
-        provider._active_span_processor._span_processors = ()  # drop the in-memory recorder
-        provider.add_span_processor(SpanPipeline(NullExporter()))
+    with null_pipeline() as rec:
         tracer = rec.handle.tracer
 
         # Raw OpenTelemetry records the same attribute lens_rl adds (rl.bucket), so the

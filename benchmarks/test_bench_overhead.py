@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _common import null_pipeline
 
 from lens_rl import testing, traced_phase
 
@@ -43,18 +44,7 @@ def disabled() -> Iterator[None]:
 
 @pytest.fixture
 def enabled() -> Iterator[Any]:
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    from lens_rl._pipeline import SpanPipeline
-
-    class NullExporter(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-    with testing.recording() as rec:
-        provider = rec.handle.tracer_provider
-        provider._active_span_processor._span_processors = ()
-        provider.add_span_processor(SpanPipeline(NullExporter()))
+    with null_pipeline() as rec:
         yield rec.handle.tracer
 
 

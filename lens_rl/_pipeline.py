@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from threading import get_ident
 import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
+from threading import get_ident
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor

@@ -66,7 +66,7 @@ class OTLPReceiver:
                     receiver._connections.discard(self.connection)
                 super().finish()
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver._handle(self.path, body, dict(self.headers))
                 if receiver.delay_s:

@@ -18,15 +18,16 @@ Example::
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 import sys
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from lens_rl import _state
 from lens_rl._attributes import clean_attributes
-from lens_rl.buckets import Bucket, _AMBIENT, coerce_bucket, default_bucket
+from lens_rl.buckets import _AMBIENT, Bucket, coerce_bucket, default_bucket
 
 __all__ = ["Phase", "traced_phase", "traced_worker_init"]
 
@@ -311,8 +312,6 @@ def _exit(phase: Phase, exc_type: Any, exc: Any) -> None:
             node = node.prev
         if node is None or id(node) not in _OPEN:
             return
-    if exc is None and exc_type is not None:
-        exc = exc_type()
     _stop(node, exc)
 
 
@@ -441,6 +440,9 @@ class _LazyPhase:
     """
 
     __slots__ = ("name", "kwargs", "phase")
+    name: str
+    kwargs: dict[str, Any]
+    phase: Phase | None
 
     def _materialize(self) -> Phase:
         return _make_phase(self.name, **self.kwargs)
@@ -488,7 +490,7 @@ def _make_phase(
     return phase
 
 
-traced_phase.__signature__ = __import__("inspect").signature(_make_phase)  # type: ignore[attr-defined]
+traced_phase.__signature__ = inspect.signature(_make_phase)  # type: ignore[attr-defined]
 
 
 class _WorkerInit(Phase):
@@ -500,7 +502,8 @@ class _WorkerInit(Phase):
         return (_rebuild_worker_init, (self.name, self.attributes, self.rl_attributes))
 
     def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        if _state.HANDLE is None:
+        handle = _state.HANDLE
+        if handle is None or handle.role == "lazy":
             _init_from_call(self, fn, args, kwargs)
         return Phase._run(self, fn, *args, **kwargs)
 
@@ -513,12 +516,11 @@ def _init_from_call(spec: _WorkerInit, fn: Callable[..., Any], args: Any, kwargs
     """Initialise worker telemetry, taking rank / world_size / worker_group from the
     constructor's own arguments when it has parameters of those names."""
     try:
-        import inspect
-
         from lens_rl.lifecycle import init_telemetry_worker, telemetry_enabled_in_env
 
         if not telemetry_enabled_in_env():
-            _state.resolve()
+            if _state.HANDLE is None:
+                _state.resolve()
             return
         found: dict[str, Any] = {}
         try:
@@ -557,7 +559,7 @@ def traced_worker_init(
         from lens_rl import _codegen
 
         if isinstance(target, type):
-            original = target.__init__
+            original = cast(Any, target).__init__
             wrapper = _codegen.wrap(original, spec, kind="sync")
             wrapper.__qualname__ = f"{target.__qualname__}.__init__"
             wrapper.__module__ = target.__module__

@@ -17,11 +17,9 @@ from __future__ import annotations
 import contextvars
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Callable, TypeVar
-
-from lens_rl import _state
+from typing import Any, TypeVar
 
 __all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "current_bucket", "default_bucket", "with_bucket"]
 
@@ -160,5 +158,3 @@ class with_bucket:  # noqa: N801 - a context manager named like a function, per 
             async for item in fn(*args, **kwargs):
                 yield item
 
-
-_ = _state  # the generated wrappers import it; keep the dependency visible here

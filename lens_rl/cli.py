@@ -33,8 +33,8 @@ def _run_dir(trace_dir: str, run: str | None) -> Path:
     if run is not None:
         path = root / run
         if not path.is_dir():
-            runs = sorted(p.name for p in root.iterdir() if p.is_dir())
-            raise CliError(f"no run {run!r} under {trace_dir!r} (runs: {', '.join(runs) or 'none'})")
+            names = sorted(p.name for p in root.iterdir() if p.is_dir())
+            raise CliError(f"no run {run!r} under {trace_dir!r} (runs: {', '.join(names) or 'none'})")
         return path
     if any(root.glob("spans-*.jsonl")):
         return root

@@ -21,8 +21,8 @@ import difflib
 import math
 import os
 import secrets
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = [
     "ENV",

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lens_rl.buckets import Bucket
+from lens_rl.exporters.file import process_of
 
 __all__ = ["BUCKETS", "SCHEMA", "format_table", "goodput_ratio", "rollup", "spans_to_records"]
 
@@ -82,20 +83,6 @@ class _Span:
         self.step = attrs.get("rl.step")
         self.children: list[_Span] = []
         self.parent: _Span | None = None
-
-
-def _process_key(rec: Mapping[str, Any]) -> tuple[str, int, int]:
-    res = rec.get("resource") or {}
-    group = str(res.get("rl.worker_group", "worker"))
-    try:
-        rank = int(res.get("nv.dl.rank", 0))
-    except (TypeError, ValueError):
-        rank = 0
-    try:
-        pid = int(res.get("process.pid", 0))
-    except (TypeError, ValueError):
-        pid = 0
-    return group, rank, pid
 
 
 class _Process:
@@ -192,7 +179,7 @@ def rollup(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     count = 0
     for rec in records:
         count += 1
-        by_process[_process_key(rec)].append(rec)
+        by_process[process_of(rec)].append(rec)
         run = (rec.get("resource") or {}).get("rl.run_id")
         if run is not None:
             runs.add(str(run))

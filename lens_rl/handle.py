@@ -35,7 +35,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, SamplingResult
 
-from lens_rl import __version__, exporters
+from lens_rl import __version__, _state, exporters
 from lens_rl._pipeline import SpanPipeline, _call_bounded
 from lens_rl.config import TelemetryConfig
 
@@ -65,8 +65,6 @@ class PhaseSampler(Sampler):
     def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
                       attributes: Any = None, links: Any = None, trace_state: Any = None) -> SamplingResult:  # fmt: skip
         parent = trace_api.get_current_span(parent_context).get_span_context()
-        from lens_rl import _state
-
         root = trace_api.get_current_span(_state.ROOT_CONTEXT).get_span_context() if _state.ROOT_CONTEXT else None
         if name == "rl.job" or (parent.is_valid and not (root is not None and parent.span_id == root.span_id)):
             if name == "rl.job" or parent.trace_flags.sampled:
@@ -205,6 +203,8 @@ class TelemetryHandle:
         self, config: TelemetryConfig, attributes: Mapping[str, Any], *, metric_readers: Sequence[Any] = ()
     ) -> None:
         self.config = config
+        #: ``driver``, ``worker``, or ``lazy`` (made by a first phase; an explicit init replaces it)
+        self.role = "worker"
         self.resource = Resource.create(dict(attributes))
         self.span_pipeline: SpanPipeline | None = None
         self.tracer_provider: TracerProvider | None = None
@@ -299,14 +299,12 @@ class TelemetryHandle:
             self.phase_metrics.stop()
         if self.span_pipeline is not None:
             ok = self.span_pipeline.close(deadline - time.monotonic()) and ok
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is not None:
-                remaining_s = deadline - time.monotonic()
-                if provider is self.meter_provider:
-                    fn = lambda p=provider, r=remaining_s: p.shutdown(timeout_millis=max(r, 0.001) * 1000)  # noqa: E731
-                else:
-                    fn = provider.shutdown
-                _call_bounded(fn, max(remaining_s, 0.0))
+        if self.tracer_provider is not None:
+            _call_bounded(self.tracer_provider.shutdown, max(deadline - time.monotonic(), 0.0))
+        if self.meter_provider is not None:
+            meter_provider = self.meter_provider
+            remaining_s = max(deadline - time.monotonic(), 0.0)
+            _call_bounded(lambda: meter_provider.shutdown(timeout_millis=max(remaining_s, 0.001) * 1000), remaining_s)
         self._shutdown_result = ok
         return ok
 

@@ -100,9 +100,10 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
     """
     global _ROOT_SPAN
     with _state.LOCK:
-        if _state.HANDLE is not None:
+        if _state.HANDLE is not None and _state.HANDLE.role != "lazy":
             return _state.HANDLE
         config = TelemetryConfig.from_master_config(master_config)
+        _replace_lazy_handle()
         if not config.enabled:
             _state._mark_off()
             return None
@@ -138,7 +139,7 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         )
         _state.ROOT_CONTEXT = trace.set_span_in_context(_ROOT_SPAN)
         os.environ.update(propagation.carrier_for(_state.ROOT_CONTEXT, env_names=True))
-        _activate(handle)
+        _activate(handle, "driver")
         _log.info(
             "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
             config.exporter,
@@ -165,9 +166,12 @@ def init_telemetry_worker(
     """
     try:
         with _state.LOCK:
-            if _state.HANDLE is not None:
+            if _state.HANDLE is not None and _state.HANDLE.role != "lazy":
                 return _state.HANDLE
-            return _init_worker(rank, world_size, worker_group, resource_attributes)
+            if _state.HANDLE is not None and rank is None and world_size is None and not worker_group:
+                return _state.HANDLE  # nothing to add to what the environment already said
+            _replace_lazy_handle()
+            return _init_worker(rank, world_size, worker_group, resource_attributes, "worker")
     except Exception as exc:  # the boundary: telemetry faults never reach training code
         _warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
         _state._mark_off()
@@ -175,7 +179,11 @@ def init_telemetry_worker(
 
 
 def _init_worker(
-    rank: int | None, world_size: int | None, worker_group: str | None, explicit: dict[str, Any] | None
+    rank: int | None,
+    world_size: int | None,
+    worker_group: str | None,
+    explicit: dict[str, Any] | None,
+    role: str,
 ) -> Any:
     if not telemetry_enabled_in_env():
         _state._mark_off()
@@ -209,19 +217,45 @@ def _init_worker(
     handle = TelemetryHandle(config, attrs)
     handle.register_globals()
     _state.ROOT_CONTEXT = propagation.context_from_env()
-    _activate(handle)
+    _activate(handle, role)
     return handle
 
 
 def _lazy_init() -> Any:
-    """Called by :func:`lens_rl._state.resolve` on the first phase of a process."""
+    """Called by :func:`lens_rl._state.resolve` on the first phase of a process.
+
+    The handle it makes has role ``lazy``: an explicit ``init_telemetry_driver`` or
+    ``init_telemetry_worker(rank=..., worker_group=...)`` later replaces it, so a phase
+    that ran before the real init cannot pin the wrong identity on the process.
+    """
     if not telemetry_enabled_in_env():
         return None
-    return init_telemetry_worker()
+    try:
+        with _state.LOCK:
+            if _state.HANDLE is not None:
+                return _state.HANDLE
+            return _init_worker(None, None, None, None, "lazy")
+    except Exception as exc:
+        _warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
+        _state._mark_off()
+        return None
 
 
-def _activate(handle: Any) -> None:
+def _replace_lazy_handle() -> None:
+    """Retire a lazily made handle (bounded flush) before an explicit init replaces it."""
+    old = _state.HANDLE
+    if old is None:
+        return
+    _state.HANDLE = None
+    from lens_rl import aspects
+
+    aspects._end_open_spans()
+    old.shutdown(1000)
+
+
+def _activate(handle: Any, role: str) -> None:
     global _ATEXIT_REGISTERED, _FORK_HOOK_REGISTERED, _LAST_SHUTDOWN
+    handle.role = role
     _state.HANDLE = handle
     _state.RESOLVED = True
     _LAST_SHUTDOWN = None

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lens_rl.exporters.file import process_of
+
 __all__ = ["BUCKET_COLORS", "to_chrome_trace"]
 
 BUCKET_COLORS = {"productive": "good", "overhead": "yellow", "idle": "grey", "wasted": "terrible", None: "generic_work"}
@@ -36,10 +38,7 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     records = list(records)
     procs: dict[tuple[str, int, int], int] = {}
     threads: dict[tuple[int, Any], int] = {}
-    keys = set()
-    for rec in records:
-        res = rec.get("resource") or {}
-        keys.add((str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), int(res.get("process.pid", 0) or 0)))
+    keys = {process_of(rec) for rec in records}
     for i, key in enumerate(sorted(keys, key=lambda k: (k[0] != "driver", k))):
         procs[key] = i + 1
     origin = min((int(r.get("start_ns") or 0) for r in records), default=0)
@@ -49,10 +48,8 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                        "args": {"name": f"{group} rank {rank} (pid {pid})"}})  # fmt: skip
         events.append({"ph": "M", "name": "process_sort_index", "pid": num, "tid": 0, "args": {"sort_index": num}})
     for rec in records:
-        res = rec.get("resource") or {}
         attrs = rec.get("attributes") or {}
-        key = (str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), int(res.get("process.pid", 0) or 0))
-        pid = procs[key]
+        pid = procs[process_of(rec)]
         thread = rec.get("thread") or "main"
         if (pid, thread) not in threads:
             threads[(pid, thread)] = len([t for t in threads if t[0] == pid]) + 1

@@ -109,11 +109,11 @@ def recording(
     )
     recorder.metric_reader = InMemoryMetricReader()
     handle = TelemetryHandle(cfg, attrs, metric_readers=[recorder.metric_reader])
-    assert handle.tracer_provider is not None
-    handle.tracer_provider.add_span_processor(SimpleSpanProcessor(recorder.exporter))
+    if handle.tracer_provider is not None:
+        handle.tracer_provider.add_span_processor(SimpleSpanProcessor(recorder.exporter))
     recorder.handle = handle
     with _state.LOCK:
-        lifecycle._activate(handle)
+        lifecycle._activate(handle, "worker")
     try:
         yield recorder
     finally:

@@ -284,8 +284,8 @@ def test_traced_worker_init_disabled_runs_constructor_untouched() -> None:
         def __init__(self, x: int) -> None:
             self.x = x
 
-    B = traced_worker_init("init")(A)
-    assert B is A and A(4).x == 4
+    decorated = traced_worker_init("init")(A)
+    assert decorated is A and A(4).x == 4
     assert lens_rl.get_telemetry_handle() is None
 
 
@@ -368,3 +368,32 @@ def test_live_goodput_metrics_are_exclusive(lens_spans: SpanRecorder) -> None:
     assert 0.04 <= seconds["productive"] < 0.09  # 0.15 s inclusive, minus the nested 0.1 s
     hist = metrics["rl.phase.duration"][0]
     assert hist.explicit_bounds[0] == 0.001 and hist.explicit_bounds[-1] >= 3600
+
+
+def test_sample_rate_samples_top_level_phases_and_children_follow() -> None:
+    """sample_rate=0 drops phase spans (children follow their parent) but live metrics still count them."""
+    with lens_rl.testing.recording(sample_rate=0.0) as rec:
+        with traced_phase("step", step=1):
+            with traced_phase("generation"):
+                time.sleep(0.01)
+        assert rec.spans == []
+        points = rec.metrics()["rl.phase.count"]
+        assert sum(p.value for p in points) == 2
+    with lens_rl.testing.recording(sample_rate=0.5) as rec:
+        for _ in range(200):
+            with traced_phase("step"):
+                with traced_phase("generation"):
+                    pass
+        steps = rec.find_all("step")
+        gens = rec.find_all("generation")
+        assert 40 < len(steps) < 160 and len(gens) == len(steps)  # whole subtrees, never orphans
+
+
+def test_traces_off_metrics_on_still_counts_goodput() -> None:
+    """traces_enabled=false: no spans, but the bucket-seconds metric still accumulates."""
+    with lens_rl.testing.recording(traces_enabled=False) as rec:
+        assert rec.handle.tracer_provider is None
+        with traced_phase("policy_training"):
+            time.sleep(0.02)
+        seconds = {p.attributes["rl.bucket"]: p.value for p in rec.metrics()["rl.goodput.bucket_seconds"]}
+        assert seconds["productive"] >= 0.015

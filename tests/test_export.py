@@ -24,7 +24,7 @@ def _otlp(endpoint: str, **extra: object) -> dict:
 def _burst(handle: object, n: int) -> float:
     tracer = handle.tracer  # type: ignore[attr-defined]
     t0 = time.perf_counter()
-    for i in range(n):
+    for _ in range(n):
         tracer.start_span("burst").end()
     return time.perf_counter() - t0
 

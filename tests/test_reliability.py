@@ -202,7 +202,7 @@ def test_32_threads_and_100_tasks_keep_their_own_parents_and_buckets() -> None:
 
         def thread_work(i: int) -> None:
             try:
-                for j in range(5):
+                for _ in range(5):
                     with traced_phase(f"t{i}.outer", attributes={"who": f"t{i}"}):
                         with with_bucket(buckets[i % 4]):
                             time.sleep(0.001)

@@ -22,10 +22,10 @@ class MissingExtraError(ImportError):
 
 def _grpc_module(signal: str) -> Any:
     try:
-        if signal == "traces":
-            from opentelemetry.exporter.otlp.proto.grpc import trace_exporter as module
-        else:
-            from opentelemetry.exporter.otlp.proto.grpc import metric_exporter as module
+        import importlib
+
+        name = "trace_exporter" if signal == "traces" else "metric_exporter"
+        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.grpc.{name}")
     except ImportError as exc:
         raise MissingExtraError(
             "telemetry.protocol 'grpc' needs the OTLP gRPC exporter: pip install 'lens-rl[grpc]'"

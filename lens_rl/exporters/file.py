@@ -26,7 +26,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +186,18 @@ class FileMetricExporter(MetricExporter):
 
 
 # ---------------------------------------------------------------------- reading
+
+
+def process_of(record: Mapping[str, Any]) -> tuple[str, int, int]:
+    """(worker group, rank, pid) of the process that wrote ``record``; bad values read as defaults."""
+    res = record.get("resource") or {}
+    values = []
+    for key in ("nv.dl.rank", "process.pid"):
+        try:
+            values.append(int(res.get(key, 0) or 0))
+        except (TypeError, ValueError):
+            values.append(0)
+    return str(res.get("rl.worker_group", "worker")), values[0], values[1]
 
 
 @dataclasses.dataclass

@@ -124,6 +124,8 @@ def _start_server_span(request: Any) -> tuple[Any, Any]:
     from lens_rl.propagation import extract
 
     handle = _state.HANDLE
+    if handle is None:
+        raise RuntimeError("telemetry stopped")
     parent = extract(dict(request.headers))
     if parent is None and _state.ROOT_CONTEXT is not None:
         parent = _state.ROOT_CONTEXT

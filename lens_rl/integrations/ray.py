@@ -28,8 +28,8 @@ import copy
 import functools
 import inspect
 import os
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, SupportsIndex, TypeVar
 
 import wrapt
 
@@ -217,7 +217,7 @@ class _TracedActor(wrapt.ObjectProxy):  # type: ignore[misc]
             return _ContextMethod(attr)
         return attr
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         # Shipping the proxy ships the plain handle: the receiver can wrap it again.
         return self.__wrapped__.__reduce_ex__(protocol)
 

@@ -40,8 +40,8 @@ def main() -> None:
     }
     lens_rl.init_telemetry_driver(master, algorithm="grpo")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    Policy = ray.remote(num_cpus=0)(PolicyWorker)
-    workers = [Policy.options(**actor_options("lm_policy", rank, 2)).remote() for rank in range(2)]
+    policy_cls = ray.remote(num_cpus=0)(PolicyWorker)
+    workers = [policy_cls.options(**actor_options("lm_policy", rank, 2)).remote() for rank in range(2)]
     result = {}
     with traced_phase("step", step=1):
         carrier = lens_rl.inject_context()
