@@ -417,19 +417,16 @@ else:
                 return _CACHE[name]
             except (KeyError, TypeError):
                 return _make_phase(name)
-        if "bucket" in kwargs:
-            bucket = kwargs["bucket"]
-            if bucket.__class__ is not Bucket and bucket is not None:
-                kwargs["bucket"] = coerce_bucket(bucket)
+        bucket = kwargs.get("bucket")
+        if bucket is not None and bucket.__class__ is not Bucket:
+            kwargs["bucket"] = coerce_bucket(bucket)
         if _ON:
             return _make_phase(name, **kwargs)
-        lazy = _new(_LazyPhase)
+        lazy = _LazyPhase()  # a type call without __init__: cheaper than object.__new__(cls)
         lazy.name = name
         lazy.kwargs = kwargs
         return lazy
 
-
-_new = object.__new__
 
 
 class _LazyPhase:
