@@ -4,10 +4,12 @@ Run:  python benchmarks/overhead.py [--rounds 25] [--json out.json]
 
 Each case is timed against its baseline in interleaved rounds (baseline, case,
 baseline, case, ...) and the medians are compared, so a noisy neighbour hits both
-sides alike. Goals are the issue's, stated for a machine where a bare Python call
-costs ~25 ns; since machines differ, every "over baseline" figure is also shown
-normalised to that reference (``ns * 25 / bare_call_ns``), and the verdict uses the
-normalised figure. The script exits 1 when any case is beyond twice its goal.
+sides alike. Goals are the issue's, stated for machines where a bare call costs
+~25 ns and a preallocated no-op ``with`` ~120 ns. Machines (and one machine, from one
+minute to the next) differ, so each case's "over baseline" is also normalised by its
+own interleaved baseline against that baseline's reference cost
+(``over * reference_baseline / measured_baseline``); the verdict uses the normalised
+figure. The script exits 1 when any case is beyond twice its goal.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import timeit
 from typing import Any
 
 REFERENCE_BARE_NS = 25.0
+REFERENCE_WITH_NS = 120.0
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import clean_environment, null_pipeline
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds,
         args.number,
     )
-    bare_ns = disabled["@traced_phase function call"][0]  # timed interleaved with its case: stable
+    bare_ns = disabled["@traced_phase function call"][0]
     scale = REFERENCE_BARE_NS / bare_ns
 
     # Enabled: lens_rl vs raw OpenTelemetry on the same provider and the same processor.
@@ -141,20 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     import_lens = import_cost_ms("lens_rl")
     import_wrapt = import_cost_ms("wrapt")
 
-    goals = {
-        "@traced_phase function call": 50,
-        "@traced_phase method call": 80,
-        'with traced_phase("x")': 50,
-        "same with bucket= and one keyword": 120,
+    goals = {  # case -> (goal ns over baseline, the baseline's reference cost ns)
+        "@traced_phase function call": (50, REFERENCE_BARE_NS),
+        "@traced_phase method call": (80, REFERENCE_BARE_NS),
+        'with traced_phase("x")': (50, REFERENCE_WITH_NS),
+        "same with bucket= and one keyword": (120, REFERENCE_WITH_NS),
     }
     rows = []
     failed = False
-    print(f"bare call here: {bare_ns:.1f} ns (reference 25 ns; normalising factor {scale:.2f})\n")
-    print(f"{'disabled path':40s} {'base ns':>8s} {'lens ns':>8s} {'over':>7s} {'over@25':>8s} {'goal':>5s}  verdict")
+    print(f"bare call here: {bare_ns:.1f} ns (reference {REFERENCE_BARE_NS:.0f} ns)\n")
+    print(f"{'disabled path':40s} {'base ns':>8s} {'lens ns':>8s} {'over':>7s} {'over@ref':>8s} {'goal':>5s}  verdict")
     for name, (b, c) in disabled.items():
         over = c - b
-        norm = over * scale
-        goal = goals[name]
+        goal, reference_ns = goals[name]
+        norm = over * reference_ns / b
         verdict = "ok" if norm <= goal else ("over goal" if norm <= 2 * goal else "FAIL (>2x goal)")
         failed |= norm > 2 * goal
         rows.append({"case": name, "baseline_ns": b, "lens_ns": c, "over_ns": over, "over_ns_at_reference": norm,
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (b, c) in enabled.items():
         over = c - b
         pct = over / b * 100
-        norm = over * scale
+        norm = over * scale  # enabled costs: normalised by the bare call
         ok = norm <= 2000 or pct <= 15
         verdict = "ok" if ok else ("over goal" if norm <= 4000 or pct <= 30 else "FAIL (>2x goal)")
         failed |= verdict.startswith("FAIL")
