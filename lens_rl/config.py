@@ -222,14 +222,19 @@ class TelemetryConfig:
                 f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(_PARSERS))}"
             )
         values: dict[str, Any] = {}
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for field, parse in _PARSERS.items():
             env_name = ENV[field]
+            fallback = environ.get(FALLBACK_ENV[field], "").strip() if field in FALLBACK_ENV else ""
+            # A dataclass or pydantic block carries every field; its default value must
+            # not hide the standard OTEL_* fallback the way an explicit setting does.
+            in_block = block.get(field) is not None and not (fallback and block[field] == defaults[field])
             if env_name in environ and (environ[env_name].strip() or parse is parse_bool):
                 raw: object = environ[env_name]
                 where = f"{field} (from ${env_name})"
-            elif block.get(field) is not None:
+            elif in_block:
                 raw, where = block[field], field
-            elif field in FALLBACK_ENV and environ.get(FALLBACK_ENV[field], "").strip():
+            elif fallback:
                 raw = environ[FALLBACK_ENV[field]]
                 where = f"{field} (from ${FALLBACK_ENV[field]})"
             else:
@@ -264,6 +269,8 @@ def _telemetry_block(master_config: object) -> Mapping[str, Any]:
     """The ``telemetry`` block of any supported config shape, as a plain mapping."""
     if master_config is None:
         return {}
+    if isinstance(master_config, TelemetryConfig):  # the block itself, passed as the whole config
+        return _as_mapping(master_config, "telemetry")
     if isinstance(master_config, Mapping):
         block = master_config.get("telemetry")
     else:
@@ -275,7 +282,7 @@ def _as_mapping(obj: object, where: str) -> Mapping[str, Any]:
     if obj is None:
         return {}
     if isinstance(obj, TelemetryConfig):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) != f.default}
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
         return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

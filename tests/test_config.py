@@ -145,3 +145,18 @@ def test_run_id_from_slurm_else_random() -> None:
     rid = TelemetryConfig(enabled=True).with_run_id({}).run_id
     assert rid and len(rid) == 8 and int(rid, 16) >= 0
     assert TelemetryConfig(enabled=True, run_id="mine").with_run_id({"SLURM_JOB_ID": "1"}).run_id == "mine"
+
+
+def test_a_telemetry_config_can_be_the_block_or_the_whole_config() -> None:
+    """A TelemetryConfig works as the telemetry block and as the master config itself."""
+    cfg = TelemetryConfig(enabled=True, exporter="none", sample_rate=0.5)
+    assert TelemetryConfig.from_master_config({"telemetry": cfg}, environ={}) == cfg
+    assert TelemetryConfig.from_master_config(cfg, environ={}) == cfg
+
+
+def test_a_model_default_does_not_hide_the_otel_fallback() -> None:
+    """A dataclass block's default service_name yields to OTEL_SERVICE_NAME; a set value does not."""
+    env = {"OTEL_SERVICE_NAME": "from-otel"}
+    assert TelemetryConfig.from_master_config({"telemetry": TelemetryConfig(enabled=True)}, environ=env).service_name == "from-otel"
+    mine = TelemetryConfig(enabled=True, service_name="mine")
+    assert TelemetryConfig.from_master_config({"telemetry": mine}, environ=env).service_name == "mine"

@@ -62,7 +62,7 @@ def instrument_aiohttp_client() -> bool:
                 )
             kwargs: dict[str, Any] = {}
             if handle.tracer_provider is not None:
-                kwargs["tracer_provider"] = handle.tracer_provider
+                kwargs["tracer_provider"] = _rooted_provider(handle.tracer_provider)
             if handle.meter_provider is not None:
                 kwargs["meter_provider"] = handle.meter_provider
             instrumentor.instrument(**kwargs)
@@ -70,6 +70,30 @@ def instrument_aiohttp_client() -> bool:
     except Exception as exc:
         _log.warning("lens_rl: aiohttp client instrumentation failed: %s", exc)
         return False
+
+
+def _rooted_provider(provider: Any) -> Any:
+    """``provider``, but its tracers start a span outside any other under the job root.
+
+    The instrumentation starts client spans from the current context; a request made
+    outside every phase would otherwise begin a new trace instead of joining the job's.
+    """
+    import wrapt
+
+    class RootedTracer(wrapt.ObjectProxy):  # type: ignore[misc]
+        def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if context is None and _state.ROOT_CONTEXT is not None:
+                from opentelemetry import trace
+
+                if not trace.get_current_span().get_span_context().is_valid:
+                    context = _state.ROOT_CONTEXT
+            return self.__wrapped__.start_span(name, context, *args, **kwargs)
+
+    class RootedProvider(wrapt.ObjectProxy):  # type: ignore[misc]
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            return RootedTracer(self.__wrapped__.get_tracer(*args, **kwargs))
+
+    return RootedProvider(provider)
 
 
 def uninstrument_aiohttp_client() -> None:

@@ -98,3 +98,32 @@ def test_warns_when_a_session_already_exists(lens_spans: SpanRecorder, caplog: p
 
     asyncio.run(main())
     assert any("already exists" in r.getMessage() for r in caplog.records)
+
+
+def test_request_outside_any_phase_joins_the_job_trace(lens_spans: SpanRecorder) -> None:
+    """A request made with no span current is a child of the job root, not a new trace."""
+    from opentelemetry import trace
+
+    from lens_rl import _state
+
+    root = lens_spans.handle.tracer.start_span("rl.job")
+    _state.ROOT_CONTEXT = trace.set_span_in_context(root)
+    assert lens_rl.instrument_aiohttp_client() is True
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    async def main() -> None:
+        runner, url = await _serve(handler)
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(url + "/rollout/a") as resp:
+                    assert resp.status == 200
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+    client = next(s for s in lens_spans.spans if s.kind.name == "CLIENT")
+    assert client.parent.span_id == root.get_span_context().span_id
+    server = lens_spans.find("POST /rollout/{env}")
+    assert server.context.trace_id == root.get_span_context().trace_id
