@@ -428,7 +428,6 @@ else:
         return lazy
 
 
-
 class _LazyPhase:
     """What ``traced_phase(name, **kwargs)`` returns while off: the arguments, unprocessed.
 
@@ -446,7 +445,11 @@ class _LazyPhase:
 
     def __enter__(self) -> Any:
         if _ON:
-            self.phase = phase = self._materialize()
+            # Materialised once and kept: a Phase holds no per-entry state, so one stored
+            # lazy object can be entered from several threads at once.
+            phase = getattr(self, "phase", None)
+            if phase is None:
+                self.phase = phase = self._materialize()
             return phase.__enter__()
         return NOOP_SPAN
 
@@ -454,7 +457,6 @@ class _LazyPhase:
         if _ON:
             phase = getattr(self, "phase", None)
             if phase is not None:
-                self.phase = None
                 phase.__exit__(exc_type, exc, tb)
 
     async def __aenter__(self) -> Any:

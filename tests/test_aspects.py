@@ -397,3 +397,31 @@ def test_traces_off_metrics_on_still_counts_goodput() -> None:
             time.sleep(0.02)
         seconds = {p.attributes["rl.bucket"]: p.value for p in rec.metrics()["rl.goodput.bucket_seconds"]}
         assert seconds["productive"] >= 0.015
+
+
+def test_phase_made_while_off_and_stored_traces_from_threads_once_on() -> None:
+    """A module-level phase made while off records when entered later, from many threads at once."""
+    lens_rl.testing.reset()
+    traced_phase("warm")  # resolves nothing yet; make the stored objects while off:
+    traced_phase("generation")(lambda: None)()
+    stored_plain = traced_phase("rollout")
+    stored_kw = traced_phase("reward", step=4)
+    with lens_rl.testing.recording() as rec:
+        barrier = threading.Barrier(8)
+
+        def work() -> None:
+            barrier.wait()
+            with stored_kw:
+                with stored_plain:
+                    time.sleep(0.005)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rewards, rollouts = rec.find_all("reward"), rec.find_all("rollout")
+        assert len(rewards) == len(rollouts) == 8
+        assert all(dict(r.attributes) == {"rl.step": 4, "rl.bucket": "productive"} for r in rewards)
+        parents = {r.parent.span_id for r in rollouts}
+        assert parents == {r.context.span_id for r in rewards}
