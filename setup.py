@@ -1,5 +1,9 @@
-"""Shim for tools that still call setup.py; all metadata lives in setup.cfg."""
+"""Shim for the one thing setup.cfg cannot declare: the optional C accelerator.
 
-from setuptools import setup
+All metadata lives in setup.cfg. ``lens_rl._speedups`` is optional: without a
+compiler the build skips it and lens_rl runs its pure-Python path.
+"""
 
-setup()
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("lens_rl._speedups", ["lens_rl/_speedups.c"], optional=True)])

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from lens_rl import _state
+from lens_rl import _impl, _state
 from lens_rl._attributes import clean_attributes
 from lens_rl.buckets import _AMBIENT, Bucket, coerce_bucket, default_bucket
 
@@ -394,7 +394,7 @@ if TYPE_CHECKING:
 
 else:
 
-    def traced_phase(name, /, **kwargs):
+    def _traced_phase_py(name, /, **kwargs):
         """A training phase: ``with traced_phase(name): ...`` or ``@traced_phase(name)``.
 
         Enabled, it opens a span ``name`` carrying ``rl.bucket``: the explicit
@@ -428,14 +428,15 @@ else:
         return lazy
 
 
-class _LazyPhase:
+class _LazyPhase(_impl.LazyBase):  # type: ignore[misc, valid-type]
     """What ``traced_phase(name, **kwargs)`` returns while off: the arguments, unprocessed.
 
     The bucket is validated at once; everything else waits until the object is used
     as a decorator or entered while telemetry is on, so the off path stays cheap.
+    Its storage (``name``, ``kwargs``, ``phase``) comes from :mod:`lens_rl._impl`.
     """
 
-    __slots__ = ("name", "kwargs", "phase")
+    __slots__ = ()
     name: str
     kwargs: dict[str, Any]
     phase: Phase | None
@@ -449,7 +450,7 @@ class _LazyPhase:
             # lazy object can be entered from several threads at once.
             phase = getattr(self, "phase", None)
             if phase is None:
-                self.phase = phase = self._materialize()
+                self.phase = phase = self._materialize()  # type: ignore[misc]
             return phase.__enter__()
         return NOOP_SPAN
 
@@ -489,7 +490,9 @@ def _make_phase(
     return phase
 
 
-traced_phase.__signature__ = inspect.signature(_make_phase)  # type: ignore[attr-defined]
+if not TYPE_CHECKING:
+    _traced_phase_py.__signature__ = inspect.signature(_make_phase)
+    traced_phase = _impl.traced_phase_entry(_traced_phase_py, _CACHE, _LazyPhase, Bucket, globals())
 
 
 class _WorkerInit(Phase):

@@ -1,0 +1,249 @@
+/* lens_rl._speedups: the C entry point of traced_phase (optional; lens_rl/_impl.py chooses).
+ *
+ * Why: with telemetry off, `with traced_phase("x"):` must cost a few tens of
+ * nanoseconds. A Python function taking **rl_attributes costs more than that on its
+ * own (CPython builds a kwargs dict on every call). This function answers the two
+ * hot shapes without that dict, and hands every other call, unchanged, to the
+ * pure-Python implementation, which stays the one source of the semantics:
+ *
+ *   traced_phase(name)              -> the cached Phase for name (a dict lookup)
+ *   traced_phase(name, **kwargs)    -> while off, a lazy record of (name, kwargs);
+ *                                      the bucket, if given, must already be a Bucket
+ *                                      member or None (anything else: Python path)
+ *   anything else, or telemetry on  -> the Python implementation
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
+
+/* The keyword arguments are kept as the call site's names tuple plus a tuple of the
+ * values; the dict is built only when someone reads `kwargs` (the cold path). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *name;
+    PyObject *kwnames;
+    PyObject *values;
+    PyObject *kwargs;
+    PyObject *phase;
+} LazyObject;
+
+static int
+Lazy_traverse(LazyObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->name);
+    Py_VISIT(self->kwnames);
+    Py_VISIT(self->values);
+    Py_VISIT(self->kwargs);
+    Py_VISIT(self->phase);
+    return 0;
+}
+
+static int
+Lazy_clear(LazyObject *self)
+{
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->kwnames);
+    Py_CLEAR(self->values);
+    Py_CLEAR(self->kwargs);
+    Py_CLEAR(self->phase);
+    return 0;
+}
+
+static PyObject *
+Lazy_get_kwargs(LazyObject *self, void *closure)
+{
+    if (self->kwargs == NULL) {
+        PyObject *kwargs = PyDict_New();
+        if (kwargs == NULL) {
+            return NULL;
+        }
+        if (self->kwnames != NULL && self->values != NULL) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->kwnames); i++) {
+                if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(self->kwnames, i), PyTuple_GET_ITEM(self->values, i)) < 0) {
+                    Py_DECREF(kwargs);
+                    return NULL;
+                }
+            }
+        }
+        self->kwargs = kwargs;
+    }
+    Py_INCREF(self->kwargs);
+    return self->kwargs;
+}
+
+static int
+Lazy_set_kwargs(LazyObject *self, PyObject *value, void *closure)
+{
+    Py_XINCREF(value);
+    Py_XSETREF(self->kwargs, value);
+    Py_CLEAR(self->kwnames);
+    Py_CLEAR(self->values);
+    return 0;
+}
+
+static PyGetSetDef Lazy_getset[] = {
+    {"kwargs", (getter)Lazy_get_kwargs, (setter)Lazy_set_kwargs, "the keyword arguments, unprocessed", NULL},
+    {NULL},
+};
+
+static void
+Lazy_dealloc(LazyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    Lazy_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Lazy_members[] = {
+    {"name", T_OBJECT, offsetof(LazyObject, name), 0, "the phase name"},
+    {"phase", T_OBJECT, offsetof(LazyObject, phase), 0, "the materialised Phase, once entered while on"},
+    {NULL},
+};
+
+static PyTypeObject LazyBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lens_rl._speedups.LazyBase",
+    .tp_doc = "Storage for a lazily made phase (methods live in the Python subclass).",
+    .tp_basicsize = sizeof(LazyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)Lazy_traverse,
+    .tp_clear = (inquiry)Lazy_clear,
+    .tp_dealloc = (destructor)Lazy_dealloc,
+    .tp_members = Lazy_members,
+    .tp_getset = Lazy_getset,
+};
+
+/* Set once by configure(): the phase cache, the Python implementation, the lazy
+ * subclass, the Bucket type, and the dict holding the hot-path flag `_ON`. */
+static PyObject *cache = NULL;
+static PyObject *slow = NULL;
+static PyObject *lazy_type = NULL;
+static PyObject *bucket_type = NULL;
+static PyObject *flag_dict = NULL;
+static PyObject *str_bucket = NULL;
+static PyObject *str_on = NULL;
+
+static PyObject *
+configure(PyObject *module, PyObject *args)
+{
+    PyObject *c, *s, *l, *b, *f;
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!:configure", &PyDict_Type, &c, &s, &PyType_Type, &l, &PyType_Type, &b,
+                          &PyDict_Type, &f)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)l, &LazyBaseType)) {
+        PyErr_SetString(PyExc_TypeError, "configure: the lazy type must subclass LazyBase");
+        return NULL;
+    }
+    Py_INCREF(c);
+    Py_INCREF(s);
+    Py_INCREF(l);
+    Py_INCREF(b);
+    Py_INCREF(f);
+    Py_XSETREF(cache, c);
+    Py_XSETREF(slow, s);
+    Py_XSETREF(lazy_type, l);
+    Py_XSETREF(bucket_type, b);
+    Py_XSETREF(flag_dict, f);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "lens_rl._speedups is not configured");
+        return NULL;
+    }
+    if (nargs != 1) {
+        return PyObject_Vectorcall(slow, args, nargs, kwnames);
+    }
+    if (nkw == 0) {
+        PyObject *hit = PyDict_GetItemWithError(cache, args[0]);
+        if (hit != NULL) {
+            Py_INCREF(hit);
+            return hit;
+        }
+        PyErr_Clear(); /* a miss or an unhashable name: the Python path decides */
+        return PyObject_Vectorcall(slow, args, nargs, NULL);
+    }
+    PyObject *on = PyDict_GetItemWithError(flag_dict, str_on);
+    if (on == NULL || on != Py_False) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(slow, args, nargs, kwnames);
+    }
+    PyObject *values = PyTuple_New(nkw);
+    if (values == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *value = args[nargs + i];
+        if (key == str_bucket || PyUnicode_Compare(key, str_bucket) == 0) {
+            if (value != Py_None && (PyObject *)Py_TYPE(value) != bucket_type) {
+                Py_DECREF(values); /* a string or a bad value: validated by the Python path */
+                return PyObject_Vectorcall(slow, args, nargs, kwnames);
+            }
+        }
+        Py_INCREF(value);
+        PyTuple_SET_ITEM(values, i, value);
+    }
+    LazyObject *lazy = (LazyObject *)((PyTypeObject *)lazy_type)->tp_alloc((PyTypeObject *)lazy_type, 0);
+    if (lazy == NULL) {
+        Py_DECREF(values);
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    lazy->name = args[0];
+    Py_INCREF(kwnames);
+    lazy->kwnames = kwnames;
+    lazy->values = values;
+    return (PyObject *)lazy;
+}
+
+PyDoc_STRVAR(traced_phase_doc,
+             "traced_phase(name, /, *, bucket=None, parent=None, attributes=None, **rl_attributes)\n--\n\n"
+             "A training phase: ``with traced_phase(name): ...`` or ``@traced_phase(name)``.\n\n"
+             "Enabled, it opens a span ``name`` carrying ``rl.bucket``: the explicit ``bucket``, else the\n"
+             "innermost ``with_bucket``, else the default for a known RL phase name, else none (an\n"
+             "umbrella span such as a whole step). ``parent`` takes a carrier from ``inject_context()``.\n"
+             "Keyword attributes are recorded as ``rl.<key>``; ``attributes={...}`` takes exact keys. An\n"
+             "invalid bucket raises ValueError here, enabled or not. Disabled, it yields a no-op span and\n"
+             "touches no OpenTelemetry. (C entry point of lens_rl.aspects.traced_phase.)");
+
+static PyMethodDef speedups_methods[] = {
+    {"traced_phase", (PyCFunction)(void (*)(void))traced_phase, METH_FASTCALL | METH_KEYWORDS, traced_phase_doc},
+    {"configure", configure, METH_VARARGS, "Set the cache, fallback, lazy type, Bucket type and flag dict."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT, "lens_rl._speedups", "C accelerator for lens_rl's hot path.", -1, speedups_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    if (PyType_Ready(&LazyBaseType) < 0) {
+        return NULL;
+    }
+    str_bucket = PyUnicode_InternFromString("bucket");
+    str_on = PyUnicode_InternFromString("_ON");
+    if (str_bucket == NULL || str_on == NULL) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&speedups_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&LazyBaseType);
+    if (PyModule_AddObject(m, "LazyBase", (PyObject *)&LazyBaseType) < 0) {
+        Py_DECREF(&LazyBaseType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

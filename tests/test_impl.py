@@ -1,0 +1,144 @@
+"""The C entry point and the pure-Python traced_phase behave the same (lens_rl._impl chooses)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import lens_rl
+from lens_rl import Bucket, _impl, aspects, testing
+from tests.conftest import run_python
+
+IMPLS: list[Any] = [pytest.param(aspects._traced_phase_py, id="python")]
+if _impl.ACCELERATED:
+    IMPLS.append(pytest.param(aspects.traced_phase, id="c"))
+
+
+def _off() -> None:
+    testing.reset()
+    aspects._traced_phase_py("resolve")(lambda: None)()  # first call resolves the env: off
+    assert aspects._ON is False
+
+
+def test_the_accelerator_is_built_where_a_compiler_is() -> None:
+    """With a C compiler present, the install built lens_rl._speedups and traced_phase uses it."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the pure-Python path serves")
+    assert _impl.ACCELERATED and lens_rl.traced_phase is not aspects._traced_phase_py
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_plain_calls_return_the_cached_phase(tp: Callable[..., Any]) -> None:
+    """traced_phase(name) returns one shared Phase per name, enabled or not."""
+    _off()
+    first = tp("generation")
+    assert isinstance(first, aspects.Phase) and tp("generation") is first
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_keyword_calls_while_off_are_lazy_and_complete(tp: Callable[..., Any]) -> None:
+    """While off, keyword calls keep every argument; string buckets are validated and coerced."""
+    _off()
+    lazy = tp("reward", bucket=Bucket.IDLE, step=3, attributes={"k": "v"})
+    assert lazy.name == "reward" and lazy.kwargs == {"bucket": Bucket.IDLE, "step": 3, "attributes": {"k": "v"}}
+    assert tp("reward", bucket="wasted").kwargs == {"bucket": Bucket.WASTED}
+    with tp("reward", bucket=None, step=1) as span:
+        span.set_attribute("x", 1)
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+@pytest.mark.parametrize("bad", ["useful", 3, object()])
+def test_invalid_buckets_raise_on_and_off(tp: Callable[..., Any], bad: object) -> None:
+    """An invalid bucket is a ValueError naming what is allowed, whatever the state."""
+    _off()
+    with pytest.raises(ValueError, match="allowed: productive"):
+        tp("x", bucket=bad)
+    with testing.recording(), pytest.raises(ValueError, match="allowed: productive"):
+        tp("x", bucket=bad, step=1)
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_bad_calls_fail_like_a_python_function(tp: Callable[..., Any]) -> None:
+    """Wrong arity is a TypeError; a non-string name is a ValueError naming it."""
+    _off()
+    with pytest.raises(TypeError):
+        tp()
+    with pytest.raises(TypeError):
+        tp("a", "b")
+    with pytest.raises(ValueError, match="non-empty string"):
+        tp(["unhashable"])
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_lazy_phases_decorate_and_record_once_on(tp: Callable[..., Any]) -> None:
+    """A keyword phase made while off decorates, and records with its attributes once on."""
+    _off()
+
+    @tp("policy_training", step=9, attributes={"gen_ai.model": "m"})
+    def train() -> int:
+        return 1
+
+    stored = tp("checkpointing", step=9)
+    with testing.recording() as rec:
+        assert train() == 1
+        with stored:
+            pass
+        with tp("advantage", bucket="idle", step=2):
+            pass
+        attrs = {s.name: dict(s.attributes) for s in rec.spans}
+    assert attrs["policy_training"] == {"gen_ai.model": "m", "rl.step": 9, "rl.bucket": "productive"}
+    assert attrs["checkpointing"] == {"rl.step": 9, "rl.bucket": "overhead"}
+    assert attrs["advantage"] == {"rl.step": 2, "rl.bucket": "idle"}
+
+
+def test_pure_python_path_runs_without_the_extension(tmp_path: Any) -> None:
+    """With lens_rl._speedups unavailable, lens_rl imports, stays off for free and traces when on."""
+    out = run_python(
+        f"""
+        import sys
+        sys.modules["lens_rl._speedups"] = None  # as if no compiler was there at install time
+        import lens_rl
+        import lens_rl.testing
+        from lens_rl import _impl, traced_phase
+        assert not _impl.ACCELERATED and traced_phase.__name__ == "_traced_phase_py"
+        with traced_phase("generation", step=1):
+            pass
+        lens_rl.testing.reset()
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r}}}}}, "grpo")
+        with traced_phase("generation", step=1):
+            pass
+        assert lens_rl.shutdown_telemetry(3000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert list(tmp_path.rglob("spans-*.jsonl"))
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_no_reference_or_memory_leak_on_the_hot_paths(tp: Callable[..., Any]) -> None:
+    """100,000 calls on each hot shape leave reference counts and traced memory where they were."""
+    import gc
+    import sys
+    import tracemalloc
+
+    _off()
+    name, value, bucket = "leak-check", object(), Bucket.OVERHEAD
+    tp(name)
+    before = (sys.getrefcount(name), sys.getrefcount(value), sys.getrefcount(bucket))
+    gc.collect()
+    tracemalloc.start()
+    start = tracemalloc.get_traced_memory()[0]
+    for _ in range(100_000):
+        with tp(name):
+            pass
+        with tp(name, bucket=bucket, thing=value):
+            pass
+        tp(name, thing=value).kwargs  # noqa: B018 - the cold path builds the dict
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - start
+    tracemalloc.stop()
+    assert (sys.getrefcount(name), sys.getrefcount(value), sys.getrefcount(bucket)) == before
+    assert grown < 64 * 1024
