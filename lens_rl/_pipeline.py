@@ -37,6 +37,33 @@ _PIPELINES: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
 _FORK_HOOK_SET = False
 
 
+class _OutageFilter(logging.Filter):
+    """Drops an exporter's repeated error logs while its pipeline is already retrying.
+
+    The first failure's messages pass (they name the cause); lens_rl then says once that
+    it is retrying and, later, that the collector is back.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.quiet = 0  # pipelines currently in an outage
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.quiet == 0 or record.levelno > logging.ERROR
+
+
+_FILTERS: dict[str, _OutageFilter] = {}
+
+
+def _outage_filter(exporter: object) -> _OutageFilter:
+    name = type(exporter).__module__
+    filt = _FILTERS.get(name)
+    if filt is None:
+        filt = _FILTERS[name] = _OutageFilter()
+        logging.getLogger(name).addFilter(filt)
+    return filt
+
+
 def _after_fork_in_child() -> None:
     for pipeline in list(_PIPELINES):
         pipeline._forget_after_fork()
@@ -76,6 +103,8 @@ class SpanPipeline(SpanProcessor):
         self.failed = 0
         self.retrying = False
         self.last_error: str | None = None
+        self._outage_since: float | None = None
+        self._filter = _outage_filter(exporter)
         _PIPELINES.add(self)
         if not _FORK_HOOK_SET and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -198,9 +227,11 @@ class SpanPipeline(SpanProcessor):
                     self.exported += len(batch)
                     self.retrying = False
                     self._progress.notify_all()
+                self._end_outage(now)
                 return
             self.last_error = error
             first_failure = now if first_failure is None else first_failure
+            self._start_outage(now, error)
             if self._stop.is_set() or now - first_failure >= self._retry_for_s:
                 with self._progress:
                     self.failed += len(batch)
@@ -209,11 +240,30 @@ class SpanPipeline(SpanProcessor):
                 if not self._warned_fail:
                     self._warned_fail = True
                     _log.warning("lens_rl: gave up exporting %d spans: %s", len(batch), error)
+                if self._outage_since is not None:
+                    self._outage_since = None
+                    self._filter.quiet = max(self._filter.quiet - 1, 0)
                 return
             self.retrying = True
             if self._stop.wait(backoff_s):
                 continue  # one last attempt, then counted as failed above
             backoff_s = min(backoff_s * 2, 5.0)
+
+    def _start_outage(self, now: float, error: str | None) -> None:
+        if self._outage_since is None:
+            self._outage_since = now
+            self._filter.quiet += 1
+            _log.warning(
+                "lens_rl: span export failing (%s); retrying for up to %.0f s with up to %d spans queued; "
+                "the exporter's repeated errors are muted until it recovers",
+                error, self._retry_for_s, self.max_queue_spans,
+            )  # fmt: skip
+
+    def _end_outage(self, now: float) -> None:
+        if self._outage_since is not None:
+            _log.warning("lens_rl: span export recovered after %.1f s", now - self._outage_since)
+            self._outage_since = None
+            self._filter.quiet = max(self._filter.quiet - 1, 0)
 
     def _forget_after_fork(self) -> None:
         # The parent exports what it queued; the child must neither send it again nor

@@ -33,7 +33,7 @@ def _records(trace_dir: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ outage
 
 
-def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns() -> None:
+def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(caplog: pytest.LogCaptureFixture) -> None:
     """Collector stopped, spans ended, collector restarted on the same port: every span arrives."""
     first = OTLPReceiver()
     port = first.port
@@ -50,9 +50,15 @@ def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns()
             pass
     assert lens_rl.flush_telemetry(1500) is False  # nothing gets out while it is down
     assert handle.stats()["retrying"] or handle.stats()["queued"] > 0
+    time.sleep(3)  # several retries while it is down
     second = OTLPReceiver(port=port)  # back, same port
     try:
         assert lens_rl.flush_telemetry(30_000) is True, handle.stats()
+        exporter_logs = [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+        ours = [r.getMessage() for r in caplog.records if r.name == "lens_rl"]
+        assert sum("span export failing" in m for m in ours) == 1
+        assert any("span export recovered after" in m for m in ours)
+        assert len(exporter_logs) <= 3  # the first failure's messages, then quiet
         assert second.wait_for_spans(500, 5)
         assert sum(s["name"] == "reward" for s in second.spans) == 500
         assert handle.stats()["dropped"] == 0 and handle.stats()["failed"] == 0
