@@ -162,9 +162,41 @@ def test_exporter_none_and_console_run(tmp_path: Path) -> None:
     assert '"name": "generation"' in out.stdout
 
 
-def test_grpc_protocol_exports_or_names_the_extra(receiver: OTLPReceiver) -> None:
-    """protocol=grpc builds the gRPC exporter (the grpc extra is installed for tests)."""
+def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
+    """protocol=grpc sends spans over OTLP/gRPC to a real gRPC server on loopback."""
+    grpc = pytest.importorskip("grpc")
+    from concurrent import futures
+
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    received: list[str] = []
+
+    class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):  # the gRPC service names it
+            received.extend(s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        handle = lens_rl.init_telemetry_driver(
+            _otlp(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo")  # fmt: skip
+        assert type(handle.span_pipeline.exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
+        with lens_rl.traced_phase("generation"):
+            pass
+        assert lens_rl.shutdown_telemetry(5000) is True
+        assert sorted(received) == ["generation", "rl.job"]
+    finally:
+        server.stop(0)
+
+
+def test_grpc_against_a_refused_port_is_bounded() -> None:
+    """gRPC to a port that refuses: shutdown still returns in budget, saying False."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
     handle = lens_rl.init_telemetry_driver(_otlp(refused_endpoint(), protocol="grpc"), "grpo")
-    assert type(handle.span_pipeline.exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
+    _burst(handle, 100)
+    t0 = time.monotonic()
     assert lens_rl.shutdown_telemetry(500) is False
+    assert time.monotonic() - t0 <= 0.5 + SLACK_S
