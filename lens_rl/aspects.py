@@ -70,6 +70,12 @@ class _NoopSpan:
     def is_recording(self) -> bool:
         return False
 
+    def get_span_context(self) -> Any:
+        """OpenTelemetry's invalid span context (imported only when asked for)."""
+        from opentelemetry.trace import INVALID_SPAN_CONTEXT
+
+        return INVALID_SPAN_CONTEXT
+
     def __bool__(self) -> bool:
         return False
 
@@ -102,6 +108,12 @@ class PhaseSpan(_NoopSpan):
 
     def is_recording(self) -> bool:
         return bool(self.span.is_recording())
+
+    def get_span_context(self) -> Any:
+        return self.span.get_span_context()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.span, name)  # the rest of the OpenTelemetry span API
 
     def __bool__(self) -> bool:
         return True

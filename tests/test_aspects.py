@@ -425,3 +425,14 @@ def test_phase_made_while_off_and_stored_traces_from_threads_once_on() -> None:
         assert all(dict(r.attributes) == {"rl.step": 4, "rl.bucket": "productive"} for r in rewards)
         parents = {r.parent.span_id for r in rollouts}
         assert parents == {r.context.span_id for r in rewards}
+
+
+def test_yielded_span_exposes_the_otel_span_api(lens_spans: SpanRecorder) -> None:
+    """The yielded span gives its context and forwards the rest of the OTel span API."""
+    with traced_phase("generation") as span:
+        ctx = span.get_span_context()
+        span.update_name("generation.v2")
+    assert ctx.is_valid and lens_spans.find("generation.v2").context.span_id == ctx.span_id
+    lens_rl.testing.reset()
+    with traced_phase("generation") as off:
+        assert not off.get_span_context().is_valid and not off.is_recording()
