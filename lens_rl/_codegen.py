@@ -9,8 +9,10 @@ a real coroutine function), and pickles like the function it replaces: by refere
 when importable, by value under cloudpickle, reading the live flag through the
 ``lens_rl._state`` module (never a frozen copy).
 
-The runner (a phase or a bucket scope) supplies ``_run``, ``_run_async``, ``_run_gen``
-and ``_run_agen``, called only while ``_state.ON`` is True.
+The runner (a phase or a bucket scope) is a :class:`Runner`: it says how to open and
+close its scope, and the four ways of running a callable inside it (sync, async,
+generator, async generator) are written once, here. They are called only while
+``_state.ON`` is True.
 """
 
 from __future__ import annotations
@@ -23,6 +25,64 @@ from typing import Any
 from lens_rl import _state
 
 _RESERVED = ("_lens_fn_", "_lens_ph_", "_lens_st_")
+
+
+class Runner:
+    """A scope that generated wrappers run callables in: ``_open`` before, ``_close`` after.
+
+    ``_open(make_current)`` returns a token (None: nothing was opened) and
+    ``_close(token, exc)`` ends the scope, given the exception that left it, if any.
+    Generators get ``make_current=False``: they share their consumer's context between
+    yields. User exceptions are re-raised unchanged.
+    """
+
+    __slots__ = ()
+
+    def _open(self, make_current: bool) -> Any:
+        raise NotImplementedError
+
+    def _close(self, token: Any, exc: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        token = self._open(True)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self._close(token, exc)
+            raise
+        self._close(token, None)
+        return result
+
+    async def _run_async(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        token = self._open(True)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            self._close(token, exc)
+            raise
+        self._close(token, None)
+        return result
+
+    def _run_gen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        token = self._open(False)
+        try:
+            result = yield from fn(*args, **kwargs)
+        except BaseException as exc:
+            self._close(token, exc)
+            raise
+        self._close(token, None)
+        return result
+
+    async def _run_agen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        token = self._open(False)
+        try:
+            async for item in fn(*args, **kwargs):
+                yield item
+        except BaseException as exc:
+            self._close(token, exc)
+            raise
+        self._close(token, None)
 
 _TEMPLATES = {
     "sync": (

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from lens_rl import _impl, _state
+from lens_rl import _codegen, _impl, _state
 from lens_rl._attributes import clean_attributes
 from lens_rl.buckets import _AMBIENT, Bucket, coerce_bucket, default_bucket
 
@@ -138,7 +138,7 @@ _ACTIVE: contextvars.ContextVar[_Node | None] = contextvars.ContextVar("lens_rl_
 _OPEN: dict[int, _Node] = {}  # every open phase in the process, so shutdown can end them
 
 
-class Phase:
+class Phase(_codegen.Runner):
     """A training phase: a context manager and a decorator (sync, async, generators, methods).
 
     Made by :func:`traced_phase`; immutable and shareable.
@@ -197,60 +197,15 @@ class Phase:
     # ------------------------------------------------------------ decorator
 
     def __call__(self, fn: F) -> F:
-        from lens_rl import _codegen
-
         return _codegen.decorate(fn, self)  # type: ignore[no-any-return]
 
-    # Runners, called by generated wrappers while _state.ON is True.
-    def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        node = _start(self)
-        if node is None:
-            return fn(*args, **kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            _stop(node, exc)
-            raise
-        _stop(node, None)
-        return result
+    # The Runner scope: a span, opened (and made current unless a generator) and closed.
+    def _open(self, make_current: bool) -> _Node | None:
+        return _start(self, make_current)
 
-    async def _run_async(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        node = _start(self)
-        if node is None:
-            return await fn(*args, **kwargs)
-        try:
-            result = await fn(*args, **kwargs)
-        except BaseException as exc:
-            _stop(node, exc)
-            raise
-        _stop(node, None)
-        return result
-
-    def _run_gen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        # The span covers the whole iteration but is not made current: a generator
-        # shares its consumer's context between yields.
-        node = _start(self, make_current=False)
-        if node is None:
-            return (yield from fn(*args, **kwargs))
-        try:
-            result = yield from fn(*args, **kwargs)
-        except BaseException as exc:
-            _stop(node, exc)
-            raise
-        _stop(node, None)
-        return result
-
-    async def _run_agen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        node = _start(self, make_current=False)
-        try:
-            async for item in fn(*args, **kwargs):
-                yield item
-        except BaseException as exc:
-            if node is not None:
-                _stop(node, exc)
-            raise
+    def _close(self, node: _Node | None, exc: BaseException | None) -> None:
         if node is not None:
-            _stop(node, None)
+            _stop(node, exc)
 
     # ------------------------------------------------------------ enabled path
 
@@ -519,7 +474,7 @@ class _WorkerInit(Phase):
         handle = _state.HANDLE
         if handle is None or handle.role == "lazy":
             _init_from_call(self, fn, args, kwargs)
-        return Phase._run(self, fn, *args, **kwargs)
+        return super()._run(fn, *args, **kwargs)
 
 
 def _rebuild_worker_init(name: str, attributes: Any, rl_attributes: Any) -> _WorkerInit:
@@ -570,8 +525,6 @@ def traced_worker_init(
     spec = _WorkerInit(span_name, None, None, attributes, rl_attributes)
 
     def decorate(target: F) -> F:
-        from lens_rl import _codegen
-
         if isinstance(target, type):
             original = cast(Any, target).__init__
             wrapper = _codegen.wrap(original, spec, kind="sync")

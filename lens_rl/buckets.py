@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from lens_rl import _codegen
+
 __all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "current_bucket", "default_bucket", "with_bucket"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -99,7 +101,7 @@ def current_bucket() -> Bucket | None:
     return None if node is None else node[0]
 
 
-class with_bucket:  # noqa: N801 - a context manager named like a function, per the SPEC
+class with_bucket(_codegen.Runner):  # noqa: N801 - a context manager named like a function, per the SPEC
     """Set the ambient bucket for the phases inside; a context manager and a decorator.
 
     Validates ``bucket`` at once (``ValueError``), enabled or not. Costs one contextvar
@@ -130,8 +132,6 @@ class with_bucket:  # noqa: N801 - a context manager named like a function, per 
             _AMBIENT.set(node[1])
 
     def __call__(self, fn: F) -> F:
-        from lens_rl import _codegen
-
         return _codegen.decorate(fn, self)  # type: ignore[return-value]
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -140,21 +140,9 @@ class with_bucket:  # noqa: N801 - a context manager named like a function, per 
     def __repr__(self) -> str:
         return f"with_bucket({self.bucket.value!r})"
 
-    # Runners used by generated wrappers while _state.ON is True.
-    def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        with self:
-            return fn(*args, **kwargs)
+    # The Runner scope: the ambient bucket, set for the whole call (generators included).
+    def _open(self, make_current: bool) -> None:
+        self.__enter__()
 
-    async def _run_async(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        with self:
-            return await fn(*args, **kwargs)
-
-    def _run_gen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        with self:
-            return (yield from fn(*args, **kwargs))
-
-    async def _run_agen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        with self:
-            async for item in fn(*args, **kwargs):
-                yield item
-
+    def _close(self, token: None, exc: BaseException | None) -> None:
+        self.__exit__()
