@@ -247,9 +247,9 @@ def _replace_lazy_handle() -> None:
     if old is None:
         return
     _state.HANDLE = None
-    from lens_rl import aspects
+    from lens_rl import _spans
 
-    aspects._end_open_spans()
+    _spans._end_open_spans()
     old.shutdown(1000)
 
 
@@ -289,9 +289,9 @@ def shutdown_telemetry(timeout_ms: int = 5000) -> bool:
         _state.HANDLE = None
         root, _ROOT_SPAN = _ROOT_SPAN, None
     try:
-        from lens_rl import aspects
+        from lens_rl import _spans
 
-        aspects._end_open_spans()
+        _spans._end_open_spans()
         if root is not None:
             root.end()
         ok = bool(handle.shutdown(timeout_ms))
@@ -342,9 +342,9 @@ def _after_fork_in_child() -> None:
     _state.reset()
     _ROOT_SPAN = None
     _LAST_SHUTDOWN = None
-    from lens_rl import aspects
+    from lens_rl import _spans
 
-    aspects._forget_open_spans()
+    _spans._forget_open_spans()
     reader = getattr(old, "_metric_reader", None)
     stop = getattr(reader, "_shutdown_event", None)
     if stop is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy

@@ -27,7 +27,7 @@ __all__ = ["OTLPReceiver", "SpanRecorder", "hung_endpoint", "recording", "refuse
 
 def reset(timeout_ms: int = 500) -> None:
     """Shut down any live telemetry (bounded) and forget every piece of global state."""
-    from lens_rl import _state, aspects, lifecycle
+    from lens_rl import _spans, _state, aspects, lifecycle
     from lens_rl.integrations.aiohttp import uninstrument_aiohttp_client
 
     if _state.HANDLE is not None:
@@ -37,8 +37,8 @@ def reset(timeout_ms: int = 500) -> None:
     lifecycle._ROOT_SPAN = None
     lifecycle._LAST_SHUTDOWN = None
     lifecycle._WARNED.clear()
-    aspects._forget_open_spans()
-    aspects._WARNED = False
+    _spans._forget_open_spans()
+    _spans._WARNED = False
     aspects._CACHE.clear()
 
 

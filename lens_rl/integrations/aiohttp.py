@@ -123,7 +123,7 @@ def tracing_middleware() -> Any:
     async def lens_rl_tracing(request: Any, handler: Any) -> Any:
         if not _state.ON or _state.resolve() is None:
             return await handler(request)
-        from lens_rl.aspects import _internal_error
+        from lens_rl._spans import _internal_error
 
         try:
             span, token = _start_server_span(request)
