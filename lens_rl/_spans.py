@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lens_rl import _state
 from lens_rl._attributes import clean_attributes
 from lens_rl.buckets import _AMBIENT, Bucket
+from lens_rl.propagation import root_unless_current
 
 if TYPE_CHECKING:
     from lens_rl.aspects import Phase
@@ -144,9 +145,8 @@ def _start(phase: Phase, make_current: bool = True) -> _Node | None:
         parent_ctx = None
         if phase.parent is not None:
             parent_ctx = phase._parent()
-        if parent_ctx is None and prev is None and _state.ROOT_CONTEXT is not None:
-            if not trace.get_current_span().get_span_context().is_valid:
-                parent_ctx = _state.ROOT_CONTEXT
+        if parent_ctx is None and prev is None:
+            parent_ctx = root_unless_current()
         span = handle.tracer.start_span(phase.name, context=parent_ctx, attributes=phase._attributes(bucket))
         token = context.attach(trace.set_span_in_context(span, parent_ctx)) if make_current else None
         node = _Node(phase, span, token, bucket, prev)

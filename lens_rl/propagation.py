@@ -34,14 +34,28 @@ def _propagator() -> Any:
     return TraceContextTextMapPropagator()
 
 
+def root_unless_current() -> Any:
+    """The job root's context when no span is current here, else None (the current one serves).
+
+    The one rule that makes a job one trace: a span started outside every other span,
+    in any thread or process, is a child of the job root.
+    """
+    root = _state.ROOT_CONTEXT
+    if root is None:
+        return None
+    from opentelemetry import trace
+
+    return None if trace.get_current_span().get_span_context().is_valid else root
+
+
 def _current_or_root() -> Any:
     """The current context when a span is active in it, else the job root's context."""
-    from opentelemetry import context, trace
+    root = root_unless_current()
+    if root is not None:
+        return root
+    from opentelemetry import context
 
-    current = context.get_current()
-    if trace.get_current_span(current).get_span_context().is_valid or _state.ROOT_CONTEXT is None:
-        return current
-    return _state.ROOT_CONTEXT
+    return context.get_current()
 
 
 def inject_context() -> dict[str, str]:

@@ -80,13 +80,12 @@ def _rooted_provider(provider: Any) -> Any:
     """
     import wrapt
 
+    from lens_rl.propagation import root_unless_current
+
     class RootedTracer(wrapt.ObjectProxy):  # type: ignore[misc]
         def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if context is None and _state.ROOT_CONTEXT is not None:
-                from opentelemetry import trace
-
-                if not trace.get_current_span().get_span_context().is_valid:
-                    context = _state.ROOT_CONTEXT
+            if context is None:
+                context = root_unless_current()
             return self.__wrapped__.start_span(name, context, *args, **kwargs)
 
     class RootedProvider(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -145,14 +144,14 @@ def tracing_middleware() -> Any:
 def _start_server_span(request: Any) -> tuple[Any, Any]:
     from opentelemetry import context, trace
 
-    from lens_rl.propagation import extract
+    from lens_rl.propagation import extract, root_unless_current
 
     handle = _state.HANDLE
     if handle is None:
         raise RuntimeError("telemetry stopped")
     parent = extract(dict(request.headers))
-    if parent is None and _state.ROOT_CONTEXT is not None:
-        parent = _state.ROOT_CONTEXT
+    if parent is None:
+        parent = root_unless_current()
     resource = getattr(request.match_info, "route", None)
     route = getattr(getattr(resource, "resource", None), "canonical", None) or request.path
     span = handle.tracer.start_span(
