@@ -164,14 +164,25 @@ def init_telemetry_worker(
     ``LENS_RL_WORKER_GROUP``, else ``worker``. Returns the handle, or None when the
     environment says off or holds a bad value (one warning). Idempotent per process.
     """
+    return _init_worker_guarded(rank, world_size, worker_group, resource_attributes, "worker")
+
+
+def _init_worker_guarded(
+    rank: int | None, world_size: int | None, worker_group: str | None, explicit: dict[str, Any] | None, role: str
+) -> Any:
+    """Under the lock, keep or replace the current handle; never raise (one warning, then off).
+
+    A handle made lazily by a first phase is kept unless this call says something the
+    environment did not (rank, world size, group, attributes); then it is replaced.
+    """
     try:
         with _state.LOCK:
-            if _state.HANDLE is not None and _state.HANDLE.role != "lazy":
-                return _state.HANDLE
-            if _state.HANDLE is not None and rank is None and world_size is None and not worker_group:
-                return _state.HANDLE  # nothing to add to what the environment already said
+            current = _state.HANDLE
+            says_more = not (rank is None and world_size is None and not worker_group and not explicit)
+            if current is not None and (current.role != "lazy" or role == "lazy" or not says_more):
+                return current
             _replace_lazy_handle()
-            return _init_worker(rank, world_size, worker_group, resource_attributes, "worker")
+            return _init_worker(rank, world_size, worker_group, explicit, role)
     except Exception as exc:  # the boundary: telemetry faults never reach training code
         _warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
         _state._mark_off()
@@ -230,15 +241,7 @@ def _lazy_init() -> Any:
     """
     if not telemetry_enabled_in_env():
         return None
-    try:
-        with _state.LOCK:
-            if _state.HANDLE is not None:
-                return _state.HANDLE
-            return _init_worker(None, None, None, None, "lazy")
-    except Exception as exc:
-        _warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
-        _state._mark_off()
-        return None
+    return _init_worker_guarded(None, None, None, None, "lazy")
 
 
 def _replace_lazy_handle() -> None:
@@ -335,16 +338,21 @@ class _Token:
 _MP_TOKEN = _Token()
 
 
-def _after_fork_in_child() -> None:
+def _forget_all() -> None:
+    """Drop every piece of lifecycle state without exporting anything (fork child, tests)."""
     global _ROOT_SPAN, _LAST_SHUTDOWN
-    old = _state.HANDLE
-    _state.LOCK = threading.RLock()
+    from lens_rl import _spans
+
     _state.reset()
     _ROOT_SPAN = None
     _LAST_SHUTDOWN = None
-    from lens_rl import _spans
-
     _spans._forget_open_spans()
+
+
+def _after_fork_in_child() -> None:
+    old = _state.HANDLE
+    _state.LOCK = threading.RLock()
+    _forget_all()
     reader = getattr(old, "_metric_reader", None)
     stop = getattr(reader, "_shutdown_event", None)
     if stop is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy

@@ -33,11 +33,8 @@ def reset(timeout_ms: int = 500) -> None:
     if _state.HANDLE is not None:
         lifecycle.shutdown_telemetry(timeout_ms)
     uninstrument_aiohttp_client()
-    _state.reset()
-    lifecycle._ROOT_SPAN = None
-    lifecycle._LAST_SHUTDOWN = None
+    lifecycle._forget_all()
     lifecycle._WARNED.clear()
-    _spans._forget_open_spans()
     _spans._WARNED = False
     aspects._CACHE.clear()
 

@@ -214,3 +214,17 @@ def test_exit_is_prompt_against_a_hung_collector() -> None:
     exit_s = time.time() - float(out.stdout.split("BODY_DONE")[1])
     assert out.returncode == 0, out.stderr
     assert exit_s < 3.0 + 1.0, exit_s
+
+
+def test_explicit_worker_init_replaces_a_lazy_handle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase that ran first made a lazy handle; an explicit init that says more replaces it."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
+    with lens_rl.traced_phase("early"):
+        pass
+    lazy = lens_rl.get_telemetry_handle()
+    assert lazy.role == "lazy" and lazy.resource.attributes["rl.worker_group"] == "worker"
+    assert lens_rl.init_telemetry_worker() is lazy  # says nothing new: kept
+    handle = lens_rl.init_telemetry_worker(resource_attributes={"team": "rl"})
+    assert handle is not lazy and handle.resource.attributes["team"] == "rl"
+    assert lens_rl.init_telemetry_worker(rank=3) is handle  # explicit handles are kept
