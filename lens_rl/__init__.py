@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lens_rl.aspects import Phase, traced_phase, traced_worker_init
-from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket, with_bucket
+from lens_rl.aspects import Phase, traced_phase, traced_worker_init, with_bucket
+from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket
 from lens_rl.config import TelemetryConfig
 from lens_rl.integrations.aiohttp import instrument_aiohttp_client
 from lens_rl.lifecycle import (

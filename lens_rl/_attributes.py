@@ -1,38 +1,176 @@
 """Attribute hygiene: coerce any user value to an OpenTelemetry value, bound it, redact secrets.
 
-Every attribute lens_rl records passes through :func:`clean_attributes`, so a value of
-any type (None, bytes, nested dicts, huge strings, numpy scalars) is coerced or
-dropped, never raised on, and a key that looks secret never leaves the process.
+Every attribute lens_rl exports passes through :func:`clean_attributes` (its own
+phases, ``span.set_attribute``, and third-party spans through lens_rl's providers),
+so a value of any type is coerced or dropped, never raised on, in bounded time.
+
+Redaction (SPEC, Secrets):
+
+* A key is split into segments (``.``, ``_``, ``-``, spaces, camelCase). A key with a
+  secret segment (``password``, ``secret``, ``apikey`` / ``api`` + ``key``, ``auth``,
+  ``jwt``, ``dsn`` ...) has its value redacted whatever it is, numbers included.
+* ``token`` alone is different: token *counts* are the central numbers of an RL job.
+  ``tokens`` is not secret at all (``rl.num_tokens``); under a key whose only secret
+  segment is ``token``, numbers and booleans are kept (``pad_token_id=0``) and
+  strings redacted (``hf_token``).
+* Containers (mappings, lists of pairs, dataclasses, namespaces) are redacted at
+  every depth; whatever the key, a URL's userinfo password and the credential after
+  ``Bearer`` / ``Basic`` are masked.
+* Coercion is bounded: at most :data:`MAX_DEPTH` levels and :data:`MAX_NODES` values
+  per attribute, cycles cut, strings at most :data:`MAX_VALUE_CHARS` characters, lone
+  surrogates repaired (a span that cannot be encoded would block its whole batch).
+
+This module imports nothing of lens_rl.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
 
 MAX_VALUE_CHARS = 4096
 MAX_SEQUENCE_ITEMS = 128
+#: Nesting levels and values rendered per attribute value; past them, "..." stands in.
+MAX_DEPTH = 6
+MAX_NODES = 512
 REDACTED = "[REDACTED]"
 
-_SECRET_KEY = re.compile(
-    r"(api[_.-]?key|apikey|token|passw(or)?d|passwd|secret|authori[sz]ation|credential|"
-    r"private[_.-]?key|cookie|session[_.-]?id|bearer|signature|access[_.-]?key)",
-    re.IGNORECASE,
-)
+_SEGMENT_SPLIT = re.compile(r"[^A-Za-z0-9]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_SECRET_SEGMENTS = frozenset({
+    "password", "passwords", "passwd", "pwd", "passphrase", "secret", "secrets", "apikey", "apikeys",
+    "auth", "authorization", "credential", "credentials", "cookie", "cookies", "jwt", "bearer",
+    "hmac", "dsn", "signature", "privatekey", "sshkey", "accesskey", "secretkey",
+})  # fmt: skip
+_SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("ssh", "key"), ("access", "key"), ("secret", "key")})
+_TOKEN_SEGMENTS = frozenset({"token"})
+
+# Credentials inside any string: a URL's userinfo password, a Bearer / Basic credential.
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"']+|(://[^/\s:@]*:)[^@\s/]*@")
+
+# What a key is, cached (keys repeat endlessly; the cache is bounded).
+_KEY_CACHE: dict[str, int] = {}
+_KEY_CACHE_MAX = 8192
+_PLAIN, _TOKEN_ONLY, _SECRET = 0, 1, 2
+
+
+def _segments(key: str) -> list[str]:
+    out: list[str] = []
+    for part in _SEGMENT_SPLIT.split(key):
+        if part:
+            out.extend(p.lower() for p in _CAMEL.findall(part))
+    return out
+
+
+def _classify(key: str) -> int:
+    kind = _KEY_CACHE.get(key)
+    if kind is not None:
+        return kind
+    segs = _segments(key)
+    kind = _PLAIN
+    if any(s in _SECRET_SEGMENTS for s in segs) or any(pair in _SECRET_PAIRS for pair in zip(segs, segs[1:], strict=False)):
+        kind = _SECRET
+    elif any(s in _TOKEN_SEGMENTS for s in segs):
+        kind = _TOKEN_ONLY
+    if len(_KEY_CACHE) < _KEY_CACHE_MAX:
+        _KEY_CACHE[key] = kind
+    return kind
 
 
 def is_secret_key(key: str) -> bool:
-    """True when ``key`` looks like it names a credential (``api_key``, ``hf_token`` ...)."""
-    return bool(_SECRET_KEY.search(key))
+    """True when ``key`` names a credential whatever its value (``api_key``, ``db.password``, ``jwt``)."""
+    return _classify(str(key)) == _SECRET
 
 
-def _truncate(text: str) -> str:
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+def redacts(key: str, value: Any) -> bool:
+    """True when ``value`` under ``key`` must not be exported (the SPEC's rule, token counts kept)."""
+    kind = _classify(key)
+    if kind == _SECRET:
+        return True
+    if kind == _TOKEN_ONLY:
+        return not isinstance(value, (bool, int, float))
+    return False
+
+
+def _mask(match: re.Match[str]) -> str:
+    if match.group(1):
+        return f"{match.group(1)}{match.group(2)}{REDACTED}"
+    return f"{match.group(3)}{REDACTED}@"
+
+
+def clean_text(value: Any) -> str:
+    """``value`` as a bounded, encodable string with embedded credentials masked. Never raises."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        text = f"<unprintable {type(value).__name__}>"
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[: MAX_VALUE_CHARS - 3] + "..."
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: repaired here, or the whole batch fails to encode
+            text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if ("@" in text or " " in text or "\t" in text) and _CREDENTIAL.search(text):
+        text = _CREDENTIAL.sub(_mask, text)
+    return text
+
+
+class _Budget:
+    __slots__ = ("nodes", "seen")
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.seen: set[int] = set()
+
+
+def _items(value: Any) -> list[tuple[str, Any]] | None:
+    """(key, value) pairs of a mapping-like value, else None."""
+    if isinstance(value, Mapping):
+        return [(str(k), v) for k, v in list(value.items())[:MAX_SEQUENCE_ITEMS]]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value)[:MAX_SEQUENCE_ITEMS]]
+    if isinstance(value, (list, tuple)) and value and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in value[:MAX_SEQUENCE_ITEMS]
+    ):
+        return [(p[0], p[1]) for p in value[:MAX_SEQUENCE_ITEMS]]
+    namespace = getattr(value, "__dict__", None)
+    if type(value).__name__ == "SimpleNamespace" or (
+        isinstance(namespace, dict) and type(value).__module__ in ("argparse", "types")
+    ):
+        return [(str(k), v) for k, v in list(namespace.items())[:MAX_SEQUENCE_ITEMS]]  # type: ignore[union-attr]
+    return None
+
+
+def _render(value: Any, depth: int, budget: _Budget) -> Any:
+    """A JSON-like plain structure of ``value`` with secrets redacted, bounded in depth and size."""
+    budget.nodes += 1
+    if budget.nodes > MAX_NODES or depth > MAX_DEPTH:
+        return "..."
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return clean_text(bytes(value[:MAX_VALUE_CHARS]).decode("utf-8", "replace"))
+    if id(value) in budget.seen:
+        return "<cycle>"
+    budget.seen.add(id(value))
+    try:
+        pairs = _items(value)
+        if pairs is not None:
+            return {k: (REDACTED if redacts(k, v) else _render(v, depth + 1, budget)) for k, v in pairs}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [_render(v, depth + 1, budget) for v in list(value)[:MAX_SEQUENCE_ITEMS]]
+        return clean_text(repr(value))
+    finally:
+        budget.seen.discard(id(value))
 
 
 def clean_value(value: Any) -> Any:
-    """An OTel-legal attribute value for ``value``, or None to drop it. Never raises."""
+    """An OTel-legal attribute value for ``value``, or None to drop it. Never raises; bounded time."""
     try:
         if value is None:
             return None
@@ -41,33 +179,50 @@ def clean_value(value: Any) -> Any:
                 return str(value)
             return value
         if isinstance(value, str):
-            return _truncate(value)
+            return clean_text(value)
         if isinstance(value, (bytes, bytearray, memoryview)):
-            return _truncate(bytes(value[: MAX_VALUE_CHARS]).decode("utf-8", "replace"))
+            return clean_text(bytes(value[:MAX_VALUE_CHARS]).decode("utf-8", "replace"))
         item = getattr(value, "item", None)  # numpy / torch scalars
         if callable(item) and getattr(value, "ndim", 0) == 0 and getattr(value, "shape", ()) == ():
             return clean_value(item())
-        if isinstance(value, (list, tuple)):
-            items = [clean_value(v) for v in value[:MAX_SEQUENCE_ITEMS]]
+        if isinstance(value, (list, tuple)) and _items(value) is None:
+            items = [clean_value(v) if isinstance(v, (bool, int, float, str)) else v for v in value[:MAX_SEQUENCE_ITEMS]]
             kinds = {type(v) for v in items}
-            if None not in kinds and len(kinds) <= 1 and kinds <= {bool, int, float, str}:
+            if len(kinds) == 1 and kinds <= {bool, int, float, str}:
                 return items
-            return _truncate(str([v for v in items]))
-        if isinstance(value, Mapping):
-            return _truncate(str({str(k): (REDACTED if is_secret_key(str(k)) else v) for k, v in value.items()}))
-        return _truncate(repr(value))
+        return clean_text(_dump(_render(value, 0, _Budget())))
     except Exception:
         return None
 
 
+def _dump(plain: Any) -> str:
+    import json
+
+    return json.dumps(plain, ensure_ascii=False, default=str, allow_nan=False) if not _has_nan(plain) else str(plain)
+
+
+def _has_nan(plain: Any) -> bool:
+    if isinstance(plain, float):
+        return plain != plain or plain in (float("inf"), float("-inf"))
+    if isinstance(plain, dict):
+        return any(_has_nan(v) for v in plain.values())
+    if isinstance(plain, list):
+        return any(_has_nan(v) for v in plain)
+    return False
+
+
 def clean_attributes(attributes: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
-    """``attributes`` with keys prefixed, values coerced, secret-looking keys redacted."""
+    """``attributes`` with keys prefixed, values coerced, secrets redacted (the SPEC's rule)."""
     out: dict[str, Any] = {}
     if not attributes:
         return out
-    for key, value in attributes.items():
-        key = prefix + str(key)
-        if is_secret_key(key):
+    try:
+        pairs = list(attributes.items())
+    except Exception:
+        return out
+    for key, value in pairs:
+        key = clean_text(prefix + (key if isinstance(key, str) else str(key)))
+        if redacts(key, value):
             out[key] = REDACTED
             continue
         cleaned = clean_value(value)

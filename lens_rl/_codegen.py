@@ -7,12 +7,12 @@ the same parameters costs one flag read and one call when telemetry is off, bind
 as a method natively, is what ``inspect``, Ray and asyncio expect (a real function,
 a real coroutine function), and pickles like the function it replaces: by reference
 when importable, by value under cloudpickle, reading the live flag through the
-``lens_rl._state`` module (never a frozen copy).
+runtime object (which pickles as a reference to the live one, never a frozen copy).
 
 The runner (a phase or a bucket scope) is a :class:`Runner`: it says how to open and
 close its scope, and the four ways of running a callable inside it (sync, async,
 generator, async generator) are written once, here. They are called only while
-``_state.ON`` is True.
+``RUNTIME.on`` is True.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from lens_rl import _state
+from lens_rl._runtime import RUNTIME
 
 _RESERVED = ("_lens_fn_", "_lens_ph_", "_lens_st_")
 
@@ -30,22 +30,24 @@ _RESERVED = ("_lens_fn_", "_lens_ph_", "_lens_st_")
 class Runner:
     """A scope that generated wrappers run callables in: ``_open`` before, ``_close`` after.
 
-    ``_open(make_current)`` returns a token (None: nothing was opened) and
-    ``_close(token, exc)`` ends the scope, given the exception that left it, if any.
-    Generators get ``make_current=False``: they share their consumer's context between
-    yields. User exceptions are re-raised unchanged.
+    ``_open()`` returns a token (None: nothing was opened) and ``_close(token, exc)``
+    ends exactly that scope, given the exception that left it, if any. Nothing is
+    looked up: the token is all that closing needs. A generator is run one
+    resumption at a time (each ``next``/``send``/``throw`` until it yields or ends),
+    each in its own scope, so between two resumptions the consumer's context is the
+    consumer's own. User exceptions are re-raised unchanged.
     """
 
     __slots__ = ()
 
-    def _open(self, make_current: bool) -> Any:
+    def _open(self) -> Any:
         raise NotImplementedError
 
     def _close(self, token: Any, exc: BaseException | None) -> None:
         raise NotImplementedError
 
     def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        token = self._open(True)
+        token = self._open()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -55,7 +57,7 @@ class Runner:
         return result
 
     async def _run_async(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        token = self._open(True)
+        token = self._open()
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
@@ -65,53 +67,95 @@ class Runner:
         return result
 
     def _run_gen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        token = self._open(False)
+        gen = fn(*args, **kwargs)
+        value: Any = None
+        thrown: BaseException | None = None
         try:
-            result = yield from fn(*args, **kwargs)
-        except BaseException as exc:
-            self._close(token, exc)
-            raise
-        self._close(token, None)
-        return result
+            while True:
+                token = self._open()
+                try:
+                    if thrown is None:
+                        item = gen.send(value)
+                    else:
+                        pending, thrown = thrown, None
+                        item = gen.throw(pending)
+                except StopIteration as stop:
+                    self._close(token, None)
+                    return stop.value
+                except BaseException as exc:
+                    self._close(token, exc)
+                    raise
+                self._close(token, None)
+                value = None
+                try:
+                    value = yield item
+                except GeneratorExit:
+                    raise
+                except BaseException as exc:  # thrown in by the consumer: the next resumption
+                    thrown = exc
+        finally:
+            gen.close()
 
-    async def _run_agen(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        token = self._open(False)
-        try:
-            async for item in fn(*args, **kwargs):
-                yield item
-        except BaseException as exc:
-            self._close(token, exc)
-            raise
-        self._close(token, None)
+
+# The async-generator wrapper is written out in the template: an async generator cannot
+# delegate with ``yield from``, so the wrapper forwards ``asend``/``athrow``/``aclose``
+# itself, the same way on and off (off, ``_lens_r_`` is None and no scope is opened).
+_AGEN_BODY = """\
+async def {name}({params}):
+    _lens_r_ = _lens_ph_ if _lens_st_.on else None
+    _lens_g_ = _lens_fn_({args})
+    _lens_v_ = None
+    _lens_x_ = None
+    try:
+        while True:
+            _lens_t_ = _lens_r_._open() if _lens_r_ is not None else None
+            try:
+                if _lens_x_ is None:
+                    _lens_i_ = await _lens_g_.asend(_lens_v_)
+                else:
+                    _lens_p_, _lens_x_ = _lens_x_, None
+                    _lens_i_ = await _lens_g_.athrow(_lens_p_)
+            except StopAsyncIteration:
+                if _lens_r_ is not None:
+                    _lens_r_._close(_lens_t_, None)
+                return
+            except BaseException as _lens_e_:
+                if _lens_r_ is not None:
+                    _lens_r_._close(_lens_t_, _lens_e_)
+                raise
+            if _lens_r_ is not None:
+                _lens_r_._close(_lens_t_, None)
+            _lens_v_ = None
+            try:
+                _lens_v_ = yield _lens_i_
+            except GeneratorExit:
+                raise
+            except BaseException as _lens_e_:
+                _lens_x_ = _lens_e_
+    finally:
+        await _lens_g_.aclose()
+"""
 
 _TEMPLATES = {
     "sync": (
         "def {name}({params}):\n"
-        "    if _lens_st_.ON:\n"
+        "    if _lens_st_.on:\n"
         "        return _lens_ph_._run(_lens_fn_, {args})\n"
         "    return _lens_fn_({args})\n"
     ),
     "async": (
         "async def {name}({params}):\n"
-        "    if _lens_st_.ON:\n"
+        "    if _lens_st_.on:\n"
         "        return await _lens_ph_._run_async(_lens_fn_, {args})\n"
         "    return await _lens_fn_({args})\n"
     ),
     "gen": (
         "def {name}({params}):\n"
-        "    if _lens_st_.ON:\n"
+        "    if _lens_st_.on:\n"
         "        return (yield from _lens_ph_._run_gen(_lens_fn_, {args}))\n"
         "    return (yield from _lens_fn_({args}))\n"
     ),
-    "agen": (
-        "async def {name}({params}):\n"
-        "    if _lens_st_.ON:\n"
-        "        async for _lens_item_ in _lens_ph_._run_agen(_lens_fn_, {args}):\n"
-        "            yield _lens_item_\n"
-        "        return\n"
-        "    async for _lens_item_ in _lens_fn_({args}):\n"
-        "        yield _lens_item_\n"
-    ),
+    "agen": _AGEN_BODY,
 }
 
 _GENERIC = inspect.Signature(
@@ -133,7 +177,9 @@ def _kind(fn: Callable[..., Any]) -> str:
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
-    if not hasattr(fn, "__code__"):
+    if not hasattr(fn, "__code__") or "__signature__" in getattr(fn, "__dict__", {}):
+        # A function with its own __signature__ is called with its real parameters,
+        # which only *args/**kwargs can forward; update_wrapper copies the signature it shows.
         return _GENERIC
     try:
         sig = inspect.signature(fn, follow_wrapped=False)
@@ -200,7 +246,7 @@ def wrap(fn: Callable[..., Any], runner: Any, *, kind: str | None = None) -> Any
     raw_name = getattr(fn, "__name__", "wrapper")
     name = raw_name if isinstance(raw_name, str) and raw_name.isidentifier() and raw_name not in _RESERVED else "wrapper"
     source = _source(kind or _kind(fn), sig, name)
-    namespace: dict[str, Any] = {"_lens_st_": _state, "__name__": "lens_rl._generated"}
+    namespace: dict[str, Any] = {"_lens_st_": RUNTIME, "__name__": "lens_rl._generated"}
     exec(compile(source, f"<lens_rl wrapper of {getattr(fn, '__qualname__', name)}>", "exec"), namespace)
     wrapper = namespace["_lens_make_"](fn, runner)
     if sig is not _GENERIC:

@@ -30,10 +30,15 @@ LazyBase: type = _speedups.LazyBase if _speedups is not None else _PyLazyBase
 
 
 def traced_phase_entry(
-    python_impl: Callable[..., Any], cache: dict[str, Any], lazy_type: type, bucket_type: type, flags: dict[str, Any]
+    python_impl: Callable[..., Any], cache: dict[str, Any], lazy_type: type, bucket_type: type, runtime: Any
 ) -> Callable[..., Any]:
-    """The public ``traced_phase``: the C entry point when built, else ``python_impl`` itself."""
+    """The public ``traced_phase``: the C entry point when built, else ``python_impl`` itself.
+
+    The C entry point reads the on/off flag from ``runtime.on`` and takes canonical
+    bucket strings (``"productive"``) as their :class:`~lens_rl.buckets.Bucket` member.
+    """
     if _speedups is None:
         return python_impl
-    _speedups.configure(cache, python_impl, lazy_type, bucket_type, flags)
+    by_value = {member.value: member for member in bucket_type}  # type: ignore[attr-defined]
+    _speedups.configure(cache, python_impl, lazy_type, bucket_type, runtime, by_value)
     return _speedups.traced_phase  # type: ignore[no-any-return]

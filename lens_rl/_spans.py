@@ -1,61 +1,81 @@
-"""The enabled path of phases: the open-phase stack, starting and ending spans.
+"""The phase engine: opening and closing phase spans by token, and the span-like objects phases yield.
 
-Each open phase is a :class:`_Node` on a contextvar stack (so threads and asyncio tasks
-never see each other's), and in a process-wide table so shutdown can end what is
-still open. Ending a phase records its exception, detaches its context, and credits
-its time to its bucket exclusively: a bucketed phase's time is taken away from its
-nearest bucketed ancestor. Telemetry's own faults stop at :func:`_internal_error`.
+Opening a phase returns a :class:`Node`, the token that closing needs; nothing is
+looked up to close it. A ``with`` block keeps its token on a per-context stack
+(:data:`lens_rl._runtime.ACTIVE`: threads and asyncio tasks never see each other's),
+owned by the object whose ``__enter__`` made it. Every open node is also in the
+runtime's table by span id, so shutdown can end it, and so a phase finds its
+in-process parent (across threads too, through the OpenTelemetry context) to credit
+its time exclusively with :func:`lens_rl.buckets.exclusive_time`, the rule the
+offline rollup uses. Closing restores the context first, whatever else fails.
 This module imports OpenTelemetry only inside the functions that run while on.
 """
 
 from __future__ import annotations
 
-import contextvars
-import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
-from lens_rl import _state
-from lens_rl._attributes import clean_attributes
-from lens_rl.buckets import _AMBIENT, Bucket
+from lens_rl._attributes import clean_attributes, clean_text
+from lens_rl._errors import internal_error
+from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
+from lens_rl.buckets import Bucket, exclusive_time
 from lens_rl.propagation import root_unless_current
 
-if TYPE_CHECKING:
-    from lens_rl.aspects import Phase
+__all__ = ["NOOP_SPAN", "Node", "NoopSpan", "PhaseSpan", "SpanLike", "close_node", "enter_with", "exit_with",
+           "open_node"]  # fmt: skip
 
-_log = logging.getLogger("lens_rl")
-_WARNED = False
-
-
-def _internal_error(exc: BaseException) -> None:
-    """The one boundary for telemetry's own faults: log once, never raise into user code."""
-    global _WARNED
-    if not _WARNED:
-        _WARNED = True
-        _log.warning("lens_rl: telemetry error ignored (further ones are logged at debug): %r", exc, exc_info=exc)
-    else:
-        _log.debug("lens_rl: telemetry error ignored: %r", exc, exc_info=exc)
+#: How long a step boundary may wait for ``flush_on_step`` (a hung collector costs a step at most this).
+FLUSH_ON_STEP_MAX_MS = 1000
 
 
-class _NoopSpan:
-    """What a phase yields when telemetry is off: the span methods, doing nothing."""
+@runtime_checkable
+class SpanLike(Protocol):
+    """What a phase yields: the no-op span when off, the recording one when on. Same methods, same signatures.
+
+    Neither raises on any argument: telemetry on never raises where off did not.
+    """
+
+    def set_attribute(self, key: str, value: Any) -> None: ...
+    def set_attributes(self, attributes: Any) -> None: ...
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None: ...
+    def add_link(self, context: Any, attributes: Any = None) -> None: ...
+    def record_exception(
+        self, exception: Any, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None: ...
+    def set_status(self, status: Any, description: str | None = None) -> None: ...
+    def update_name(self, name: str) -> None: ...
+    def is_recording(self) -> bool: ...
+    def get_span_context(self) -> Any: ...
+
+
+class NoopSpan:
+    """What a phase yields when telemetry is off: every :class:`SpanLike` method, doing nothing."""
 
     __slots__ = ()
 
     def set_attribute(self, key: str, value: Any) -> None:
         pass
 
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+    def set_attributes(self, attributes: Any) -> None:
         pass
 
-    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
         pass
 
-    def record_exception(self, exception: BaseException, attributes: Mapping[str, Any] | None = None) -> None:
+    def add_link(self, context: Any, attributes: Any = None) -> None:
         pass
 
-    def set_status(self, *args: Any, **kwargs: Any) -> None:
+    def record_exception(
+        self, exception: Any, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
+        pass
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        pass
+
+    def update_name(self, name: str) -> None:
         pass
 
     def is_recording(self) -> bool:
@@ -71,167 +91,263 @@ class _NoopSpan:
         return False
 
 
-NOOP_SPAN = _NoopSpan()
+NOOP_SPAN = NoopSpan()
 
 
-class PhaseSpan(_NoopSpan):
-    """What a phase yields when on: the span methods, with attribute values coerced and secrets redacted."""
+def _pairs(attributes: Any) -> Mapping[str, Any] | None:
+    """A mapping from what users pass as attributes: a mapping, or a sequence of pairs."""
+    if attributes is None or isinstance(attributes, Mapping):
+        return attributes
+    if isinstance(attributes, Sequence) and not isinstance(attributes, (str, bytes)):
+        out = {}
+        for item in attributes:
+            if isinstance(item, Sequence) and not isinstance(item, (str, bytes)) and len(item) == 2:
+                out[str(item[0])] = item[1]
+        return out
+    return None
 
-    __slots__ = ("span",)
+
+class PhaseSpan:
+    """What a phase yields when on: every :class:`SpanLike` method, recording; values cleaned, secrets redacted.
+
+    Never raises: a fault is telemetry's own (logged once), as off would have accepted the call.
+    """
+
+    __slots__ = ("_span",)
 
     def __init__(self, span: Any) -> None:
-        self.span = span
+        self._span = span
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self.span.set_attributes(clean_attributes({key: value}))
+        try:
+            self._span.set_attributes(clean_attributes({str(key): value}))
+        except Exception as exc:
+            internal_error(exc, "span-api")
 
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self.span.set_attributes(clean_attributes(attributes))
+    def set_attributes(self, attributes: Any) -> None:
+        try:
+            self._span.set_attributes(clean_attributes(_pairs(attributes)))
+        except Exception as exc:
+            internal_error(exc, "span-api")
 
-    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
-        self.span.add_event(str(name), clean_attributes(attributes), timestamp)
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        try:
+            ts = timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else None
+            self._span.add_event(clean_text(name), clean_attributes(_pairs(attributes)), ts)
+        except Exception as exc:
+            internal_error(exc, "span-api")
 
-    def record_exception(self, exception: BaseException, attributes: Mapping[str, Any] | None = None) -> None:
-        self.span.record_exception(exception, clean_attributes(attributes))
+    def add_link(self, context: Any, attributes: Any = None) -> None:
+        try:
+            from opentelemetry.trace import SpanContext
 
-    def set_status(self, *args: Any, **kwargs: Any) -> None:
-        self.span.set_status(*args, **kwargs)
+            if isinstance(context, SpanContext):
+                self._span.add_link(context, clean_attributes(_pairs(attributes)))
+        except Exception as exc:
+            internal_error(exc, "span-api")
+
+    def record_exception(
+        self, exception: Any, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
+        try:
+            attrs = clean_attributes(_pairs(attributes))
+            if isinstance(exception, BaseException):
+                _record_exception(self._span, exception, attrs)
+            else:
+                attrs.setdefault("exception.message", clean_text(exception))
+                self._span.add_event("exception", attrs)
+        except Exception as exc:
+            internal_error(exc, "span-api")
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        try:
+            from opentelemetry.trace import Status, StatusCode
+
+            if isinstance(status, Status):
+                self._span.set_status(status)
+            elif isinstance(status, StatusCode):
+                self._span.set_status(status, None if description is None else clean_text(description))
+        except Exception as exc:
+            internal_error(exc, "span-api")
+
+    def update_name(self, name: str) -> None:
+        try:
+            if isinstance(name, str) and name.strip():
+                self._span.update_name(clean_text(name))
+        except Exception as exc:
+            internal_error(exc, "span-api")
 
     def is_recording(self) -> bool:
-        return bool(self.span.is_recording())
+        try:
+            return bool(self._span.is_recording())
+        except Exception:
+            return False
 
     def get_span_context(self) -> Any:
-        return self.span.get_span_context()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.span, name)  # the rest of the OpenTelemetry span API
+        return self._span.get_span_context()
 
     def __bool__(self) -> bool:
         return True
 
 
-class _Node:
-    """One open phase: the entry on this context's phase stack."""
-
-    __slots__ = ("phase", "span", "token", "bucket", "t0", "child_s", "prev", "__weakref__")
-
-    def __init__(self, phase: Phase, span: Any, token: Any, bucket: Bucket | None, prev: _Node | None) -> None:
-        self.phase = phase
-        self.span = span
-        self.token = token
-        self.bucket = bucket
-        self.prev = prev
-        self.child_s = 0.0
-        self.t0 = time.perf_counter()
-
-
-_ACTIVE: contextvars.ContextVar[_Node | None] = contextvars.ContextVar("lens_rl_phase", default=None)
-_OPEN: dict[int, _Node] = {}  # every open phase in the process, so shutdown can end them
-
-
-def _start(phase: Phase, make_current: bool = True) -> _Node | None:
-    """Open ``phase``'s span; None when telemetry turns out to be off. Never raises."""
+def _safe_str(exc: BaseException) -> str:
     try:
-        handle = _state.HANDLE or _state.resolve()
+        return clean_text(str(exc))
+    except Exception:  # an exception whose __str__ raises is still recorded, by its type
+        return f"<{type(exc).__name__}: unprintable>"
+
+
+def _record_exception(span: Any, exc: BaseException, attributes: Mapping[str, Any] | None = None) -> None:
+    """The exception event and ERROR status, built here so a hostile ``__str__`` cannot break it."""
+    attrs = {"exception.type": type(exc).__qualname__, "exception.message": _safe_str(exc)}
+    try:
+        import traceback
+
+        attrs["exception.stacktrace"] = clean_text("".join(traceback.format_exception(exc)))
+    except Exception:
+        pass
+    if attributes:
+        attrs.update(attributes)
+    span.add_event("exception", attrs)
+
+
+class Node:
+    """One open phase: the token that closing it needs."""
+
+    __slots__ = ("name", "span", "span_id", "otel_token", "bucket", "start_ns", "inner", "outer", "step_flush",
+                 "owner", "prev")  # fmt: skip
+
+    def __init__(self, name: str, span: Any, span_id: int, otel_token: Any, bucket: Bucket | None,
+                 start_ns: int, outer: Node | None, step_flush: bool) -> None:  # fmt: skip
+        self.name = name
+        self.span = span
+        self.span_id = span_id
+        self.otel_token = otel_token
+        self.bucket = bucket
+        self.start_ns = start_ns
+        #: Intervals of the nearest bucketed descendants, appended as they end (any thread).
+        self.inner: list[tuple[int, int]] = []
+        #: The nearest bucketed ancestor open in this process, which this phase's time is taken from.
+        self.outer = outer
+        self.step_flush = step_flush
+        self.owner: Any = None
+        self.prev: Node | None = None
+
+
+def resolve_bucket(spec: Any) -> Bucket | None:
+    """Explicit > innermost local ``with_bucket`` > default for the phase's name."""
+    bucket = spec.bucket
+    if bucket is None:
+        ambient = AMBIENT.get()
+        bucket = ambient[0] if ambient is not None else spec._default
+    return bucket  # type: ignore[no-any-return]
+
+
+def open_node(spec: Any) -> Node | None:
+    """Open ``spec``'s span and make it current; None when telemetry turns out to be off. Never raises."""
+    try:
+        handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
         from opentelemetry import context, trace
 
-        bucket = phase.bucket
-        if bucket is None:
-            ambient = _AMBIENT.get()
-            bucket = ambient[0] if ambient is not None else phase._default
-        prev = _ACTIVE.get()
-        parent_ctx = None
-        if phase.parent is not None:
-            parent_ctx = phase._parent()
-        if parent_ctx is None and prev is None:
+        bucket = resolve_bucket(spec)
+        parent_ctx = spec._parent() if spec.parent is not None else None
+        if parent_ctx is None:
             parent_ctx = root_unless_current()
-        span = handle.tracer.start_span(phase.name, context=parent_ctx, attributes=phase._attributes(bucket))
-        token = context.attach(trace.set_span_in_context(span, parent_ctx)) if make_current else None
-        node = _Node(phase, span, token, bucket, prev)
-        _ACTIVE.set(node)
-        _OPEN[id(node)] = node
+        parent_node = RUNTIME.open_phases.get(trace.get_current_span(parent_ctx).get_span_context().span_id)
+        outer = None
+        if parent_node is not None:
+            outer = parent_node if parent_node.bucket is not None else parent_node.outer
+        start_ns = time.time_ns()
+        span = handle.tracer.start_span(
+            spec.name, context=parent_ctx, attributes=spec._attributes(bucket), start_time=start_ns
+        )
+        token = context.attach(trace.set_span_in_context(span, parent_ctx))
+        span_id = span.get_span_context().span_id
+        step_flush = bucket is None and bool(spec.rl_attributes) and "step" in spec.rl_attributes
+        node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, step_flush)
+        RUNTIME.open_phases[span_id] = node
         return node
     except Exception as exc:
-        _internal_error(exc)
+        internal_error(exc, "phase-start")
         return None
 
 
-def _enter(phase: Phase) -> Any:
-    node = _start(phase)
-    return NOOP_SPAN if node is None else PhaseSpan(node.span)
+def close_node(node: Node, exc: BaseException | None) -> None:
+    """Close ``node``: restore the context, record the exception, end the span, credit its time. Never raises."""
+    end_ns = time.time_ns()
+    if node.otel_token is not None:
+        try:
+            from opentelemetry import context
 
-
-def _exit(phase: Phase, exc_type: Any, exc: Any) -> None:
-    node = _ACTIVE.get()
-    if node is None:
-        return
-    if node.phase is not phase:
-        # Not the innermost entry: a generator interleaved its phases with ours, or this
-        # phase was entered while telemetry was off. Look further down, else nothing to do.
-        while node is not None and node.phase is not phase:
-            node = node.prev
-        if node is None or id(node) not in _OPEN:
-            return
-    _stop(node, exc)
-
-
-def _stop(node: _Node, exc: BaseException | None) -> None:
-    """Close ``node``: record the exception, detach, end, count the bucket time. Never raises."""
-    try:
-        duration_s = time.perf_counter() - node.t0
-        if _ACTIVE.get() is node:
-            _ACTIVE.set(node.prev)
-        if _OPEN.pop(id(node), None) is None:
-            return  # already ended (shutdown got there first)
-        span = node.span
-        if exc is not None:
+            context.detach(node.otel_token)
+        except Exception as err:
+            internal_error(err, "context-detach")
+    if RUNTIME.open_phases.pop(node.span_id, None) is None:
+        return  # already ended (shutdown or a replaced handle got there first)
+    span = node.span
+    if exc is not None:
+        try:
             if isinstance(exc, Exception):
                 from opentelemetry.trace import Status, StatusCode
 
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1024]))
+                _record_exception(span, exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {_safe_str(exc)}"[:1024]))
             else:
                 span.add_event("rl.interrupted", {"exception.type": type(exc).__name__})
-        if node.token is not None:
-            from opentelemetry import context
-
-            try:
-                context.detach(node.token)
-            except Exception:
-                pass
-        span.end()
-        bucket = node.bucket
-        exclusive_s = duration_s
-        if bucket is not None:
-            exclusive_s = duration_s - node.child_s
-            outer = node.prev
-            while outer is not None and outer.bucket is None:
-                outer = outer.prev
-            if outer is not None:
-                outer.child_s += duration_s
-        handle = _state.HANDLE
-        if handle is not None:
-            if handle.phase_metrics is not None:
-                handle.phase_metrics.record(node.phase.name, bucket.value if bucket else None, duration_s, exclusive_s)
-            if handle.config.flush_on_step and bucket is None and node.phase.rl_attributes and "step" in node.phase.rl_attributes:
-                handle.force_flush(handle.config.export_timeout_ms)
-    except Exception as exc:
-        _internal_error(exc)
+        except Exception as err:
+            internal_error(err, "phase-exception")
+    try:
+        span.end(end_time=end_ns)
+    except Exception as err:
+        internal_error(err, "phase-end")
+    try:
+        _account(node, end_ns)
+    except Exception as err:
+        internal_error(err, "phase-metrics")
 
 
-def _end_open_spans() -> None:
-    """End every open lens_rl span (shutdown): they are exported with their time so far."""
-    for node in list(_OPEN.values()):
-        if _OPEN.pop(id(node), None) is not None:
-            try:
-                node.span.set_attribute("rl.ended_by_shutdown", True)
-                node.span.end()
-            except Exception as exc:
-                _internal_error(exc)
+def _account(node: Node, end_ns: int) -> None:
+    bucket = node.bucket
+    duration_s = (end_ns - node.start_ns) / 1e9
+    exclusive_s = duration_s
+    if bucket is not None:
+        exclusive_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+        if node.outer is not None:
+            node.outer.inner.append((node.start_ns, end_ns))
+    handle = RUNTIME.handle
+    if handle is None:
+        return
+    if handle.phase_metrics is not None:
+        handle.phase_metrics.record(node.name, bucket.value if bucket else None, duration_s, exclusive_s)
+    if node.step_flush and handle.config.flush_on_step:
+        handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
 
 
-def _forget_open_spans() -> None:
-    _OPEN.clear()
-    _ACTIVE.set(None)
+def enter_with(spec: Any, owner: Any) -> Any:
+    """``owner.__enter__`` while on: open ``spec``, push the token on this context's stack, yield the span."""
+    node = open_node(spec)
+    if node is None:
+        return NOOP_SPAN
+    node.owner = owner
+    node.prev = ACTIVE.get()
+    ACTIVE.set(node)
+    RUNTIME.stacked = True
+    return PhaseSpan(node.span)
+
+
+def exit_with(owner: Any, exc: BaseException | None) -> None:
+    """``owner.__exit__``: close the token ``owner`` pushed in this context (the top one, unless a
+    generator interleaved its own ``with`` blocks with ours). Nothing to do if ``owner`` pushed none."""
+    node = ACTIVE.get()
+    after: Node | None = None
+    while node is not None and node.owner is not owner:
+        after, node = node, node.prev
+    if node is None:
+        return
+    if after is None:
+        ACTIVE.set(node.prev)
+    else:
+        after.prev = node.prev
+    close_node(node, exc)

@@ -8,9 +8,14 @@
  *
  *   traced_phase(name)              -> the cached Phase for name (a dict lookup)
  *   traced_phase(name, **kwargs)    -> while off, a lazy record of (name, kwargs);
- *                                      the bucket, if given, must already be a Bucket
- *                                      member or None (anything else: Python path)
+ *                                      the name a str not starting with white space,
+ *                                      the bucket a Bucket member, a canonical bucket
+ *                                      string (replaced by its member) or None,
+ *                                      `parent` / `attributes` a dict or None
+ *                                      (anything else: the Python path validates)
  *   anything else, or telemetry on  -> the Python implementation
+ *
+ * The on/off flag is read from the one runtime object (`lens_rl._runtime.RUNTIME.on`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -121,16 +126,19 @@ static PyObject *cache = NULL;
 static PyObject *slow = NULL;
 static PyObject *lazy_type = NULL;
 static PyObject *bucket_type = NULL;
-static PyObject *flag_dict = NULL;
+static PyObject *runtime = NULL;
+static PyObject *bucket_by_value = NULL;
 static PyObject *str_bucket = NULL;
+static PyObject *str_parent = NULL;
+static PyObject *str_attributes = NULL;
 static PyObject *str_on = NULL;
 
 static PyObject *
 configure(PyObject *module, PyObject *args)
 {
-    PyObject *c, *s, *l, *b, *f;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!:configure", &PyDict_Type, &c, &s, &PyType_Type, &l, &PyType_Type, &b,
-                          &PyDict_Type, &f)) {
+    PyObject *c, *s, *l, *b, *f, *v;
+    if (!PyArg_ParseTuple(args, "O!OO!O!OO!:configure", &PyDict_Type, &c, &s, &PyType_Type, &l, &PyType_Type, &b,
+                          &f, &PyDict_Type, &v)) {
         return NULL;
     }
     if (!PyType_IsSubtype((PyTypeObject *)l, &LazyBaseType)) {
@@ -142,11 +150,13 @@ configure(PyObject *module, PyObject *args)
     Py_INCREF(l);
     Py_INCREF(b);
     Py_INCREF(f);
+    Py_INCREF(v);
     Py_XSETREF(cache, c);
     Py_XSETREF(slow, s);
     Py_XSETREF(lazy_type, l);
     Py_XSETREF(bucket_type, b);
-    Py_XSETREF(flag_dict, f);
+    Py_XSETREF(runtime, f);
+    Py_XSETREF(bucket_by_value, v);
     Py_RETURN_NONE;
 }
 
@@ -170,10 +180,19 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         PyErr_Clear(); /* a miss or an unhashable name: the Python path decides */
         return PyObject_Vectorcall(slow, args, nargs, NULL);
     }
-    PyObject *on = PyDict_GetItemWithError(flag_dict, str_on);
-    if (on == NULL || on != Py_False) {
+    PyObject *on = PyObject_GetAttr(runtime, str_on);
+    if (on == NULL) {
         PyErr_Clear();
         return PyObject_Vectorcall(slow, args, nargs, kwnames);
+    }
+    Py_DECREF(on); /* True and False are immortal enough: only identity is compared */
+    if (on != Py_False) {
+        return PyObject_Vectorcall(slow, args, nargs, kwnames);
+    }
+    PyObject *name = args[0];
+    if (!PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0 ||
+        Py_UNICODE_ISSPACE(PyUnicode_READ_CHAR(name, 0))) {
+        return PyObject_Vectorcall(slow, args, nargs, kwnames); /* validated (and refused) in Python */
     }
     PyObject *values = PyTuple_New(nkw);
     if (values == NULL) {
@@ -184,7 +203,19 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         PyObject *value = args[nargs + i];
         if (key == str_bucket || PyUnicode_Compare(key, str_bucket) == 0) {
             if (value != Py_None && (PyObject *)Py_TYPE(value) != bucket_type) {
-                Py_DECREF(values); /* a string or a bad value: validated by the Python path */
+                PyObject *member = PyUnicode_CheckExact(value) ? PyDict_GetItemWithError(bucket_by_value, value) : NULL;
+                if (member == NULL) {
+                    PyErr_Clear();
+                    Py_DECREF(values); /* not canonical, or not a bucket: validated by the Python path */
+                    return PyObject_Vectorcall(slow, args, nargs, kwnames);
+                }
+                value = member; /* borrowed from the dict, which lives as long as the module */
+            }
+        }
+        else if (key == str_parent || key == str_attributes || PyUnicode_Compare(key, str_parent) == 0 ||
+                 PyUnicode_Compare(key, str_attributes) == 0) {
+            if (value != Py_None && !PyDict_Check(value)) {
+                Py_DECREF(values); /* validated (and refused, or accepted as a Mapping) in Python */
                 return PyObject_Vectorcall(slow, args, nargs, kwnames);
             }
         }
@@ -216,7 +247,7 @@ PyDoc_STRVAR(traced_phase_doc,
 
 static PyMethodDef speedups_methods[] = {
     {"traced_phase", (PyCFunction)(void (*)(void))traced_phase, METH_FASTCALL | METH_KEYWORDS, traced_phase_doc},
-    {"configure", configure, METH_VARARGS, "Set the cache, fallback, lazy type, Bucket type and flag dict."},
+    {"configure", configure, METH_VARARGS, "Set the cache, fallback, lazy type, Bucket type, runtime and bucket-by-value dict."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -231,8 +262,10 @@ PyInit__speedups(void)
         return NULL;
     }
     str_bucket = PyUnicode_InternFromString("bucket");
-    str_on = PyUnicode_InternFromString("_ON");
-    if (str_bucket == NULL || str_on == NULL) {
+    str_parent = PyUnicode_InternFromString("parent");
+    str_attributes = PyUnicode_InternFromString("attributes");
+    str_on = PyUnicode_InternFromString("on");
+    if (str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&speedups_module);

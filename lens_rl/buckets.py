@@ -1,31 +1,25 @@
-"""Goodput buckets: `Bucket`, the ambient `with_bucket` scope and the default phase table.
+"""Goodput vocabulary: `Bucket`, the default phase table and the exclusive-time rule.
 
 A phase's bucket is, in order: the explicit ``bucket=`` argument, the innermost
-:class:`with_bucket` scope (a contextvar, so it follows threads' and asyncio tasks'
-contexts), the default for a known RL phase name (:data:`DEFAULT_PHASE_BUCKETS`),
-else none (an umbrella span such as a whole step).
+``with_bucket`` scope, the bucket carried by the caller's context, the default for a
+known RL phase name (:data:`DEFAULT_PHASE_BUCKETS`), else none (an umbrella span such
+as a whole step). This module imports nothing of lens_rl: the live metrics and the
+offline rollup both take :func:`exclusive_time` from here, so they agree.
 
 Example::
 
-    with with_bucket(Bucket.OVERHEAD):              # validation is not training
-        with traced_phase("generation"):            # -> rl.bucket = "overhead"
-            ...
+    default_bucket("policy.generation")            # Bucket.PRODUCTIVE
+    exclusive_time(0, 10, [(2, 5), (4, 6)])        # 6: the children's union is 4
 """
 
 from __future__ import annotations
 
-import contextvars
 import enum
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, TypeVar
 
-from lens_rl import _codegen
-
-__all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "current_bucket", "default_bucket", "with_bucket"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "coerce_bucket", "default_bucket", "exclusive_time", "union_length"]
 
 
 class Bucket(str, enum.Enum):
@@ -90,59 +84,29 @@ def default_bucket(name: str) -> Bucket | None:
     return DEFAULT_PHASE_BUCKETS.get(key)
 
 
-# The ambient scope: a linked node (bucket, outer node), so nothing per-entry lives on
-# the with_bucket object and one object can be entered from many threads at once.
-_AMBIENT: contextvars.ContextVar[tuple[Bucket, Any] | None] = contextvars.ContextVar("lens_rl_bucket", default=None)
+def union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length covered by the union of ``(start, end)`` intervals (any one unit)."""
+    total = 0.0
+    lo: float | None = None
+    hi = 0.0
+    for start, stop in sorted(intervals):
+        if lo is None or start > hi:
+            if lo is not None:
+                total += hi - lo
+            lo, hi = start, stop
+        elif stop > hi:
+            hi = stop
+    if lo is not None:
+        total += hi - lo
+    return total
 
 
-def current_bucket() -> Bucket | None:
-    """The innermost :class:`with_bucket` scope's bucket in this context, or None."""
-    node = _AMBIENT.get()
-    return None if node is None else node[0]
+def exclusive_time(start: float, end: float, inner: Iterable[tuple[float, float]]) -> float:
+    """The one exclusive-time rule, live and offline: a bucketed span's own time.
 
-
-class with_bucket(_codegen.Runner):  # noqa: N801 - a context manager named like a function, per the SPEC
-    """Set the ambient bucket for the phases inside; a context manager and a decorator.
-
-    Validates ``bucket`` at once (``ValueError``), enabled or not. Costs one contextvar
-    set and reset (~0.2 µs); state lives in the contextvar, so it follows asyncio tasks
-    and nesting restores the outer scope.
-
-    Example::
-
-        @with_bucket("overhead")
-        def validate(): ...
+    ``inner`` are the intervals of its nearest bucketed descendants; their union,
+    clipped to ``[start, end]``, is taken away from its duration (never below zero).
+    Concurrent children (threads, async tasks) therefore count once. Any one unit.
     """
-
-    __slots__ = ("bucket",)
-
-    def __init__(self, bucket: Bucket | str) -> None:
-        coerced = coerce_bucket(bucket)
-        if coerced is None:
-            raise ValueError(f"bucket: invalid bucket None; allowed: {_ALLOWED}")
-        self.bucket = coerced
-
-    def __enter__(self) -> Bucket:
-        _AMBIENT.set((self.bucket, _AMBIENT.get()))
-        return self.bucket
-
-    def __exit__(self, *exc_info: object) -> None:
-        node = _AMBIENT.get()
-        if node is not None:
-            _AMBIENT.set(node[1])
-
-    def __call__(self, fn: F) -> F:
-        return _codegen.decorate(fn, self)  # type: ignore[return-value]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (with_bucket, (self.bucket.value,))
-
-    def __repr__(self) -> str:
-        return f"with_bucket({self.bucket.value!r})"
-
-    # The Runner scope: the ambient bucket, set for the whole call (generators included).
-    def _open(self, make_current: bool) -> None:
-        self.__enter__()
-
-    def _close(self, token: None, exc: BaseException | None) -> None:
-        self.__exit__()
+    clipped = [(max(a, start), min(b, end)) for a, b in inner if min(b, end) > max(a, start)]
+    return max((end - start) - union_length(clipped), 0.0)

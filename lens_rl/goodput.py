@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lens_rl.buckets import Bucket
+from lens_rl.buckets import Bucket, exclusive_time, union_length
 from lens_rl.exporters.file import process_of
 
 __all__ = ["BUCKETS", "SCHEMA", "format_table", "goodput_ratio", "rollup", "spans_to_records"]
@@ -51,19 +51,7 @@ def goodput_ratio(seconds: Mapping[str, float]) -> float | None:
 
 
 def _union_s(intervals: Iterable[tuple[int, int]]) -> float:
-    total = 0
-    end = None
-    start0 = None
-    for start, stop in sorted(intervals):
-        if end is None or start > end:
-            if end is not None:
-                total += end - start0  # type: ignore[operator]
-            start0, end = start, stop
-        elif stop > end:
-            end = stop
-    if end is not None:
-        total += end - start0  # type: ignore[operator]
-    return total / 1e9
+    return union_length(intervals) / 1e9
 
 
 def _clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
@@ -122,8 +110,8 @@ class _Process:
         for span in self.spans:
             if span.bucket is None:
                 continue
-            inner = _clip(((c.start, c.end) for c in self._bucketed_below(span)), span.start, span.end)
-            out.append((span, max((span.end - span.start) / 1e9 - _union_s(inner), 0.0)))
+            inner = [(c.start, c.end) for c in self._bucketed_below(span)]
+            out.append((span, exclusive_time(span.start, span.end, inner) / 1e9))
         return out
 
     def seconds(self) -> dict[str, float]:

@@ -1,8 +1,8 @@
 """`TelemetryHandle`: one process's providers, resource and bounded flush / shutdown.
 
 The handle owns its providers; it never relies on OpenTelemetry's set-once globals
-for correctness (it does register them as globals when they are still unset, so
-third-party instrumentation finds them). Every blocking call is bounded by one
+for correctness (lens_rl registers live proxies as the globals once, which forward to
+whichever handle is current: :mod:`lens_rl._globals`). Every blocking call is bounded by one
 deadline spent across its stages: spans, then metrics.
 
 Example::
@@ -35,7 +35,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, SamplingResult
 
-from lens_rl import __version__, _state, exporters
+from lens_rl import __version__, exporters
 from lens_rl._pipeline import SpanPipeline, _call_bounded
 from lens_rl.config import TelemetryConfig
 
@@ -59,14 +59,16 @@ class PhaseSampler(Sampler):
     A ratio on the trace id would sample a whole job (one trace) or none of it.
     """
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, root_span_id: Any = None) -> None:
         self._rate = rate
+        #: () -> the job root's span id (or None): a child of the root is a top-level phase.
+        self._root_span_id = root_span_id or (lambda: None)
 
     def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
                       attributes: Any = None, links: Any = None, trace_state: Any = None) -> SamplingResult:  # fmt: skip
         parent = trace_api.get_current_span(parent_context).get_span_context()
-        root = trace_api.get_current_span(_state.ROOT_CONTEXT).get_span_context() if _state.ROOT_CONTEXT else None
-        if name == "rl.job" or (parent.is_valid and not (root is not None and parent.span_id == root.span_id)):
+        root_id = self._root_span_id()
+        if name == "rl.job" or (parent.is_valid and not (root_id is not None and parent.span_id == root_id)):
             if name == "rl.job" or parent.trace_flags.sampled:
                 return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
             return SamplingResult(Decision.DROP)
@@ -205,6 +207,8 @@ class TelemetryHandle:
         self.config = config
         #: ``driver``, ``worker``, or ``lazy`` (made by a first phase; an explicit init replaces it)
         self.role = "worker"
+        #: The job root's span id (set by lifecycle): the sampler treats its children as top-level phases.
+        self.root_span_id: int | None = None
         self.resource = Resource.create(dict(attributes))
         self.span_pipeline: SpanPipeline | None = None
         self.tracer_provider: TracerProvider | None = None
@@ -216,7 +220,9 @@ class TelemetryHandle:
         exporting = False
 
         if config.traces_enabled:
-            sampler = ALWAYS_ON if config.sample_rate >= 1.0 else PhaseSampler(config.sample_rate)
+            sampler = (
+                ALWAYS_ON if config.sample_rate >= 1.0 else PhaseSampler(config.sample_rate, lambda: self.root_span_id)
+            )
             self.tracer_provider = TracerProvider(resource=self.resource, sampler=sampler, shutdown_on_exit=False)
             span_exporter = exporters.span_exporter(config, self.resource)
             if span_exporter is not None:
@@ -307,15 +313,3 @@ class TelemetryHandle:
             _call_bounded(lambda: meter_provider.shutdown(timeout_millis=max(remaining_s, 0.001) * 1000), remaining_s)
         self._shutdown_result = ok
         return ok
-
-    def register_globals(self) -> None:
-        """Make these providers OpenTelemetry's globals when nothing else claimed them."""
-        if self.tracer_provider is not None and isinstance(
-            trace_api.get_tracer_provider(), trace_api.ProxyTracerProvider
-        ):
-            trace_api.set_tracer_provider(self.tracer_provider)
-        if self.meter_provider is not None:
-            from opentelemetry.metrics._internal import _ProxyMeterProvider
-
-            if isinstance(metrics_api.get_meter_provider(), _ProxyMeterProvider):
-                metrics_api.set_meter_provider(self.meter_provider)

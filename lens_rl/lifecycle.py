@@ -26,10 +26,10 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
 from typing import Any
 
-from lens_rl import _state
+from lens_rl._errors import internal_error, warn_once
+from lens_rl._runtime import RUNTIME
 from lens_rl.config import (
     CAMPAIGN_STAGE_ENV,
     ENV,
@@ -50,23 +50,14 @@ __all__ = [
 ]
 
 _log = logging.getLogger("lens_rl")
-_WARNED: set[str] = set()
-_ATEXIT_REGISTERED = False
-_FORK_HOOK_REGISTERED = False
-_ROOT_SPAN: Any = None
-_LAST_SHUTDOWN: bool | None = None
 ATEXIT_TIMEOUT_MS = 3000
-
-
-def _warn_once(key: str, message: str, *args: Any) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        _log.warning(message, *args)
+DEFAULT_TIMEOUT_MS = 5000
+_warn_once = warn_once
 
 
 def get_telemetry_handle() -> Any:
     """The process's :class:`~lens_rl.handle.TelemetryHandle`, or None. A plain global read."""
-    return _state.HANDLE
+    return RUNTIME.handle
 
 
 def telemetry_enabled_in_env() -> bool:
@@ -98,14 +89,13 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
     what is allowed). Returns None when telemetry is disabled. Idempotent. Touches
     ``os.environ`` (``LENS_RL_OTEL_*``, ``TRACEPARENT``) and the process-global handle.
     """
-    global _ROOT_SPAN
-    with _state.LOCK:
-        if _state.HANDLE is not None and _state.HANDLE.role != "lazy":
-            return _state.HANDLE
+    with RUNTIME.lock:
+        if RUNTIME.handle is not None and RUNTIME.handle.role != "lazy":
+            return RUNTIME.handle
         config = TelemetryConfig.from_master_config(master_config)
         _replace_lazy_handle()
         if not config.enabled:
-            _state._mark_off()
+            RUNTIME.mark_off()
             return None
         config = config.with_run_id()
         run_id = str(config.run_id)
@@ -125,20 +115,20 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
             handle = TelemetryHandle(config, attrs)
         except MissingExtraError as exc:
             raise ValueError(str(exc)) from exc
-        handle.register_globals()
-
         from opentelemetry import trace
 
         from lens_rl import propagation
 
         parent = propagation.context_from_env()
-        _ROOT_SPAN = handle.tracer.start_span(
+        root_span = handle.tracer.start_span(
             "rl.job",
             context=parent,
             attributes={"rl.run_id": run_id, "rl.algorithm": identity.get("rl.algorithm", "unknown")},
         )
-        _state.ROOT_CONTEXT = trace.set_span_in_context(_ROOT_SPAN)
-        os.environ.update(propagation.carrier_for(_state.ROOT_CONTEXT, env_names=True))
+        RUNTIME.root_span = root_span
+        RUNTIME.root_context = trace.set_span_in_context(root_span)
+        handle.root_span_id = root_span.get_span_context().span_id
+        os.environ.update(propagation.carrier_for(RUNTIME.root_context, env_names=True))
         _activate(handle, "driver")
         _log.info(
             "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
@@ -176,8 +166,8 @@ def _init_worker_guarded(
     environment did not (rank, world size, group, attributes); then it is replaced.
     """
     try:
-        with _state.LOCK:
-            current = _state.HANDLE
+        with RUNTIME.lock:
+            current = RUNTIME.handle
             says_more = not (rank is None and world_size is None and not worker_group and not explicit)
             if current is not None and (current.role != "lazy" or role == "lazy" or not says_more):
                 return current
@@ -185,7 +175,7 @@ def _init_worker_guarded(
             return _init_worker(rank, world_size, worker_group, explicit, role)
     except Exception as exc:  # the boundary: telemetry faults never reach training code
         _warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
-        _state._mark_off()
+        RUNTIME.mark_off()
         return None
 
 
@@ -197,16 +187,16 @@ def _init_worker(
     role: str,
 ) -> Any:
     if not telemetry_enabled_in_env():
-        _state._mark_off()
+        RUNTIME.mark_off()
         return None
     try:
         config = TelemetryConfig.from_env()
     except ValueError as exc:
         _warn_once("worker-config", "lens_rl: telemetry off in this worker, bad environment: %s", exc)
-        _state._mark_off()
+        RUNTIME.mark_off()
         return None
     if not config.enabled:
-        _state._mark_off()
+        RUNTIME.mark_off()
         return None
     config = config.with_run_id()
     attrs, has_rank = worker_attributes(
@@ -226,14 +216,17 @@ def _init_worker(
     from lens_rl.handle import TelemetryHandle
 
     handle = TelemetryHandle(config, attrs)
-    handle.register_globals()
-    _state.ROOT_CONTEXT = propagation.context_from_env()
+    RUNTIME.root_context = propagation.context_from_env()
+    if RUNTIME.root_context is not None:
+        from opentelemetry import trace
+
+        handle.root_span_id = trace.get_current_span(RUNTIME.root_context).get_span_context().span_id
     _activate(handle, role)
     return handle
 
 
 def _lazy_init() -> Any:
-    """Called by :func:`lens_rl._state.resolve` on the first phase of a process.
+    """The runtime's resolver: called by ``RUNTIME.resolve()`` on the first phase of a process.
 
     The handle it makes has role ``lazy``: an explicit ``init_telemetry_driver`` or
     ``init_telemetry_worker(rank=..., worker_group=...)`` later replaces it, so a phase
@@ -246,86 +239,99 @@ def _lazy_init() -> Any:
 
 def _replace_lazy_handle() -> None:
     """Retire a lazily made handle (bounded flush) before an explicit init replaces it."""
-    old = _state.HANDLE
+    old = RUNTIME.handle
     if old is None:
         return
-    _state.HANDLE = None
-    from lens_rl import _spans
-
-    _spans._end_open_spans()
+    RUNTIME.handle = None
+    RUNTIME.end_open_phases()
     old.shutdown(1000)
 
 
+def activate(handle: Any, role: str = "worker") -> None:
+    """Make a handle built elsewhere (``lens_rl.testing``) the process's; register the process hooks once."""
+    with RUNTIME.lock:
+        _activate(handle, role)
+
+
 def _activate(handle: Any, role: str) -> None:
-    global _ATEXIT_REGISTERED, _FORK_HOOK_REGISTERED, _LAST_SHUTDOWN
+    from lens_rl import _globals
+
     handle.role = role
-    _state.HANDLE = handle
-    _state.RESOLVED = True
-    _LAST_SHUTDOWN = None
-    _state.set_on(True)
-    if not _ATEXIT_REGISTERED:
+    RUNTIME.install(handle)
+    _globals.register_once()
+    _globals.rebind()
+    registered = RUNTIME.registered
+    if "atexit" not in registered:
+        registered.add("atexit")
         atexit.register(_shutdown_at_exit)
-        _ATEXIT_REGISTERED = True
-    if not _FORK_HOOK_REGISTERED and hasattr(os, "register_at_fork"):
+    if "fork" not in registered and hasattr(os, "register_at_fork"):
+        registered.add("fork")
         os.register_at_fork(after_in_child=_after_fork_in_child)
         import multiprocessing.util
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
-        _FORK_HOOK_REGISTERED = True
 
 
 # ---------------------------------------------------------------------- stopping
 
 
-def shutdown_telemetry(timeout_ms: int = 5000) -> bool:
+def shutdown_telemetry(timeout_ms: int | None = 5000) -> bool:
     """End open lens_rl spans, flush and shut down, returning within ``timeout_ms``.
 
     True only when every span and metric recorded so far was exported. Idempotent
     (a second call returns the first call's answer at once). Runs at exit, bounded by 3 s.
     """
-    global _ROOT_SPAN, _LAST_SHUTDOWN
-    with _state.LOCK:
-        handle = _state.HANDLE
+    timeout_ms = _budget(timeout_ms)
+    with RUNTIME.lock:
+        handle = RUNTIME.handle
         if handle is None:
-            return True if _LAST_SHUTDOWN is None else _LAST_SHUTDOWN
-        _state._mark_off()
-        _state.HANDLE = None
-        root, _ROOT_SPAN = _ROOT_SPAN, None
+            return True if RUNTIME.last_shutdown is None else RUNTIME.last_shutdown
+        RUNTIME.mark_off()
+        RUNTIME.handle = None
+        root, RUNTIME.root_span = RUNTIME.root_span, None
     try:
-        from lens_rl import _spans
-
-        _spans._end_open_spans()
+        RUNTIME.end_open_phases()
         if root is not None:
             root.end()
         ok = bool(handle.shutdown(timeout_ms))
     except Exception as exc:
-        _warn_once("shutdown", "lens_rl: telemetry shutdown failed: %s", exc)
+        internal_error(exc, "shutdown")
         ok = False
-    _LAST_SHUTDOWN = ok
+    RUNTIME.last_shutdown = ok
     return ok
 
 
-def flush_telemetry(timeout_ms: int = 5000) -> bool:
+def _budget(timeout_ms: int | None) -> int:
+    """``timeout_ms`` as a bounded budget: None means the default (5 s), never "forever"."""
+    if timeout_ms is None:
+        return DEFAULT_TIMEOUT_MS
+    try:
+        return max(int(timeout_ms), 0)
+    except (TypeError, ValueError):
+        return DEFAULT_TIMEOUT_MS
+
+
+def flush_telemetry(timeout_ms: int | None = 5000) -> bool:
     """Export everything recorded so far within ``timeout_ms``, without shutting down.
 
     Use at step boundaries and before ``ray.kill`` (which skips ``atexit``).
     True only when all of it was exported. Never raises.
     """
-    handle = _state.HANDLE
+    handle = RUNTIME.handle
     if handle is None:
         return True
     try:
-        return bool(handle.force_flush(timeout_ms))
+        return bool(handle.force_flush(_budget(timeout_ms)))
     except Exception as exc:
-        _warn_once("flush", "lens_rl: telemetry flush failed: %s", exc)
+        internal_error(exc, "flush")
         return False
 
 
 def _shutdown_at_exit() -> None:
     try:
         shutdown_telemetry(ATEXIT_TIMEOUT_MS)
-    except Exception:
-        pass
+    except Exception as exc:
+        internal_error(exc, "atexit")
 
 
 # ---------------------------------------------------------------------- fork
@@ -338,21 +344,9 @@ class _Token:
 _MP_TOKEN = _Token()
 
 
-def _forget_all() -> None:
-    """Drop every piece of lifecycle state without exporting anything (fork child, tests)."""
-    global _ROOT_SPAN, _LAST_SHUTDOWN
-    from lens_rl import _spans
-
-    _state.reset()
-    _ROOT_SPAN = None
-    _LAST_SHUTDOWN = None
-    _spans._forget_open_spans()
-
-
 def _after_fork_in_child() -> None:
-    old = _state.HANDLE
-    _state.LOCK = threading.RLock()
-    _forget_all()
+    old = RUNTIME.handle
+    RUNTIME.reset(after_fork=True)
     reader = getattr(old, "_metric_reader", None)
     stop = getattr(reader, "_shutdown_event", None)
     if stop is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
@@ -364,3 +358,6 @@ def _after_mp_fork(_token: object) -> None:
 
     multiprocessing.util.Finalize(None, _shutdown_at_exit, exitpriority=100)
 
+
+
+RUNTIME.resolver = _lazy_init

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from lens_rl import _state
+from lens_rl._runtime import RUNTIME
 
 __all__ = ["attach_context", "inject_context"]
 
@@ -40,7 +40,7 @@ def root_unless_current() -> Any:
     The one rule that makes a job one trace: a span started outside every other span,
     in any thread or process, is a child of the job root.
     """
-    root = _state.ROOT_CONTEXT
+    root = RUNTIME.root_context
     if root is None:
         return None
     from opentelemetry import trace
@@ -63,7 +63,7 @@ def inject_context() -> dict[str, str]:
 
     Empty when telemetry is off. Never raises.
     """
-    if not _state.ON or _state.resolve() is None:
+    if not RUNTIME.on or RUNTIME.resolve() is None:
         return {}
     try:
         return carrier_for(_current_or_root())
@@ -103,7 +103,7 @@ def context_from_env(environ: Mapping[str, str] | None = None) -> Any:
 def attach_context(carrier: Mapping[str, str] | None) -> Iterator[None]:
     """Make ``carrier``'s trace context current inside the block (a no-op when off or empty)."""
     token = None
-    if carrier and _state.ON and _state.resolve() is not None:
+    if carrier and RUNTIME.on and RUNTIME.resolve() is not None:
         try:
             ctx = extract(carrier)
             if ctx is not None:

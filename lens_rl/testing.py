@@ -27,16 +27,14 @@ __all__ = ["OTLPReceiver", "SpanRecorder", "hung_endpoint", "recording", "refuse
 
 def reset(timeout_ms: int = 500) -> None:
     """Shut down any live telemetry (bounded) and forget every piece of global state."""
-    from lens_rl import _spans, _state, aspects, lifecycle
+    from lens_rl._runtime import RUNTIME
     from lens_rl.integrations.aiohttp import uninstrument_aiohttp_client
+    from lens_rl.lifecycle import shutdown_telemetry
 
-    if _state.HANDLE is not None:
-        lifecycle.shutdown_telemetry(timeout_ms)
+    if RUNTIME.handle is not None:
+        shutdown_telemetry(timeout_ms)
     uninstrument_aiohttp_client()
-    lifecycle._forget_all()
-    lifecycle._WARNED.clear()
-    _spans._WARNED = False
-    aspects._CACHE.clear()
+    RUNTIME.reset()
 
 
 class SpanRecorder:
@@ -91,10 +89,10 @@ def recording(
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from lens_rl import _state, lifecycle
     from lens_rl.config import TelemetryConfig
     from lens_rl.handle import TelemetryHandle
     from lens_rl.identity import worker_attributes
+    from lens_rl.lifecycle import activate
 
     reset()
     recorder = SpanRecorder()
@@ -109,8 +107,7 @@ def recording(
     if handle.tracer_provider is not None:
         handle.tracer_provider.add_span_processor(SimpleSpanProcessor(recorder.exporter))
     recorder.handle = handle
-    with _state.LOCK:
-        lifecycle._activate(handle, "worker")
+    activate(handle)
     try:
         yield recorder
     finally:

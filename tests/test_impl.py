@@ -10,6 +10,7 @@ import pytest
 
 import lens_rl
 from lens_rl import Bucket, _impl, aspects, testing
+from lens_rl._runtime import RUNTIME
 from tests.conftest import run_python
 
 IMPLS: list[Any] = [pytest.param(aspects._traced_phase_py, id="python")]
@@ -20,7 +21,7 @@ if _impl.ACCELERATED:
 def _off() -> None:
     testing.reset()
     aspects._traced_phase_py("resolve")(lambda: None)()  # first call resolves the env: off
-    assert aspects._ON is False
+    assert RUNTIME.on is False
 
 
 def test_the_accelerator_is_built_where_a_compiler_is() -> None:

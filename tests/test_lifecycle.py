@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lens_rl
-from lens_rl import _state
+from lens_rl._runtime import RUNTIME
 from lens_rl.identity import decode_attributes
 from tests.conftest import run_python
 
@@ -133,7 +133,6 @@ def test_worker_with_bad_env_warns_once_and_runs_off(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
     monkeypatch.setenv("LENS_RL_OTEL_SAMPLE_RATE", "2.5")
     assert lens_rl.init_telemetry_worker() is None
-    _state.reset()
     assert lens_rl.init_telemetry_worker() is None
     warnings = [r for r in caplog.records if "sample_rate" in r.getMessage()]
     assert len(warnings) == 1
@@ -153,7 +152,7 @@ def test_worker_without_rank_warns_once(monkeypatch: pytest.MonkeyPatch, caplog:
 def test_worker_disabled_env_returns_none() -> None:
     """Without LENS_RL_OTEL_ENABLED a worker gets None and phases stay free."""
     assert lens_rl.init_telemetry_worker(rank=0) is None
-    assert _state.ON is False
+    assert RUNTIME.on is False
 
 
 def test_env_helpers(monkeypatch: pytest.MonkeyPatch) -> None:

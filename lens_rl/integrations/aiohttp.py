@@ -18,7 +18,7 @@ import logging
 import sys
 from typing import Any
 
-from lens_rl import _state
+from lens_rl._runtime import RUNTIME
 
 __all__ = ["instrument_aiohttp_client", "tracing_middleware", "uninstrument_aiohttp_client"]
 
@@ -42,9 +42,9 @@ def instrument_aiohttp_client() -> bool:
     exists: the instrumentation patches ``ClientSession.__init__``, so sessions built
     earlier send no ``traceparent`` (a warning says so).
     """
-    if not _state.ON:
+    if not RUNTIME.on:
         return False
-    handle = _state.resolve()
+    handle = RUNTIME.resolve()
     if handle is None:
         return False
     try:
@@ -120,14 +120,14 @@ def tracing_middleware() -> Any:
 
     @web.middleware
     async def lens_rl_tracing(request: Any, handler: Any) -> Any:
-        if not _state.ON or _state.resolve() is None:
+        if not RUNTIME.on or RUNTIME.resolve() is None:
             return await handler(request)
-        from lens_rl._spans import _internal_error
+        from lens_rl._errors import internal_error
 
         try:
             span, token = _start_server_span(request)
         except Exception as exc:
-            _internal_error(exc)
+            internal_error(exc, "aiohttp-server")
             return await handler(request)
         try:
             response = await handler(request)
@@ -146,7 +146,7 @@ def _start_server_span(request: Any) -> tuple[Any, Any]:
 
     from lens_rl.propagation import extract, root_unless_current
 
-    handle = _state.HANDLE
+    handle = RUNTIME.handle
     if handle is None:
         raise RuntimeError("telemetry stopped")
     parent = extract(dict(request.headers))

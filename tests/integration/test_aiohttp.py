@@ -104,10 +104,10 @@ def test_request_outside_any_phase_joins_the_job_trace(lens_spans: SpanRecorder)
     """A request made with no span current is a child of the job root, not a new trace."""
     from opentelemetry import trace
 
-    from lens_rl import _state
+    from lens_rl._runtime import RUNTIME
 
     root = lens_spans.handle.tracer.start_span("rl.job")
-    _state.ROOT_CONTEXT = trace.set_span_in_context(root)
+    RUNTIME.root_context = trace.set_span_in_context(root)
     assert lens_rl.instrument_aiohttp_client() is True
 
     async def handler(request: web.Request) -> web.Response:

@@ -1,0 +1,69 @@
+"""The one boundary for telemetry's own faults: logged once per kind, never raised into user code.
+
+Every broad ``except`` in lens_rl ends here (the shape of logfire's
+``handle_internal_errors``). The first fault of a kind is a warning with its
+traceback; later ones of that kind are logged at debug level. User exceptions never
+pass through here: they are re-raised unchanged where they occur.
+
+Example::
+
+    with handle_internal_errors("metrics"):
+        meter.record(...)          # a fault here is logged once, never raised
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+_log = logging.getLogger("lens_rl")
+
+#: Kinds (and message keys) already warned about in this process; cleared by the runtime's reset.
+WARNED: set[str] = set()
+
+
+def warn_once(key: str, message: str, *args: Any) -> bool:
+    """Log ``message`` as a warning the first time ``key`` is seen; True when it was logged."""
+    if key in WARNED:
+        _log.debug(message, *args)
+        return False
+    WARNED.add(key)
+    _log.warning(message, *args)
+    return True
+
+
+def internal_error(exc: BaseException, kind: str = "internal") -> None:
+    """Record one of telemetry's own faults: a warning the first time per ``kind``, then debug."""
+    try:
+        if kind in WARNED:
+            _log.debug("lens_rl: telemetry error ignored (%s): %r", kind, exc, exc_info=exc)
+            return
+        WARNED.add(kind)
+        _log.warning(
+            "lens_rl: telemetry error ignored (%s; further ones are logged at debug): %r", kind, exc, exc_info=exc
+        )
+    except Exception:  # a broken log handler must not turn into a fault of the job
+        pass
+
+
+class handle_internal_errors:  # noqa: N801 - used like a function, as in logfire
+    """A context manager that swallows telemetry's own ``Exception`` s through :func:`internal_error`."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str = "internal") -> None:
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if exc is not None and isinstance(exc, Exception):
+            internal_error(exc, self.kind)
+            return True
+        return False
+
+
+def forget() -> None:
+    """Forget which kinds were warned about (a forked child, ``lens_rl.testing.reset``)."""
+    WARNED.clear()

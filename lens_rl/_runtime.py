@@ -1,0 +1,163 @@
+"""The one process state object: handle, job root, on/off flag, open phases, caches.
+
+Everything lens_rl keeps per process lives on :data:`RUNTIME`, so one
+:meth:`Runtime.reset` serves a forked child and ``lens_rl.testing``. This module sits
+on the runtime floor: it imports nothing of lens_rl but the vocabulary (the error
+boundary). Whoever can start telemetry lazily (``lens_rl.lifecycle``) hands itself
+in as :attr:`Runtime.resolver`; the runtime never imports upward.
+
+``RUNTIME.on`` is the single check every disabled path makes. It is True while
+telemetry runs *and* while the environment has not been consulted yet (the first
+call then resolves it, lazily initialising worker telemetry when the environment
+says so); it is False once telemetry is known to be off or has been shut down.
+Generated wrappers hold the runtime object itself, which pickles as a reference to
+this one instance, so a wrapper shipped by value (cloudpickle, Ray) reads the live
+flag of the process it lands in.
+
+Example::
+
+    from lens_rl._runtime import RUNTIME
+    if RUNTIME.on and RUNTIME.resolve() is not None:
+        ...                                  # telemetry runs in this process
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from lens_rl import _errors
+
+__all__ = ["ACTIVE", "AMBIENT", "RUNTIME", "Runtime"]
+
+#: The innermost phase entered with ``with`` in this context (a linked stack of tokens).
+ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("lens_rl_phase", default=None)
+#: The innermost ``with_bucket`` scope in this context: ``(bucket, outer)`` or None.
+AMBIENT: contextvars.ContextVar[Any] = contextvars.ContextVar("lens_rl_bucket", default=None)
+
+
+class Runtime:
+    """The process's telemetry state. One instance, :data:`RUNTIME`; read its fields, set them under ``lock``."""
+
+    __slots__ = (
+        "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
+        "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        #: The hot-path flag (see the module docstring).
+        self.on = True
+        #: True once a ``with`` phase was entered while on: exits must then look at the stack even when off.
+        self.stacked = False
+        #: The current TelemetryHandle, or None.
+        self.handle: Any = None
+        #: The job root span (driver only) and the root context (driver: that span; worker: TRACEPARENT).
+        self.root_span: Any = None
+        self.root_context: Any = None
+        #: Set once the environment has been consulted (or telemetry shut down): no lazy init after.
+        self.resolved = False
+        #: Called (under ``lock``) to start telemetry lazily; returns a handle or None. Set by lifecycle.
+        self.resolver: Callable[[], Any] | None = None
+        self.lock = threading.RLock()
+        #: Every open lens_rl phase in the process, by span id, so shutdown can end them.
+        self.open_phases: dict[int, Any] = {}
+        #: ``traced_phase(name)`` -> the shared Phase (the C entry point reads this very dict).
+        self.phase_cache: dict[str, Any] = {}
+        #: Warned-once keys (shared with :mod:`lens_rl._errors`).
+        self.warned = _errors.WARNED
+        #: The first shutdown's answer, returned by later calls.
+        self.last_shutdown: bool | None = None
+        #: Process-wide registrations made once (``atexit``, fork hooks, OTel globals): never undone.
+        self.registered: set[str] = set()
+        #: Called by :meth:`reset` (integrations that keep per-process state register here).
+        self.reset_hooks: list[Callable[[], None]] = []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_the_runtime, ())
+
+    def __repr__(self) -> str:
+        return f"<lens_rl runtime on={self.on} handle={self.handle!r}>"
+
+    def resolve(self) -> Any:
+        """The handle, starting telemetry lazily the first time the env says enabled. Never raises."""
+        handle = self.handle
+        if handle is not None or self.resolved:
+            return handle
+        with self.lock:
+            if self.handle is not None or self.resolved:
+                return self.handle
+            handle = None
+            resolver = self.resolver
+            if resolver is not None:
+                try:
+                    handle = resolver()
+                except Exception as exc:
+                    _errors.internal_error(exc, "lazy-init")
+                    handle = None
+            if handle is None:
+                self.mark_off()
+            return handle
+
+    def install(self, handle: Any) -> None:
+        """Make ``handle`` current and telemetry on (call under ``lock``)."""
+        self.handle = handle
+        self.resolved = True
+        self.last_shutdown = None
+        self.on = True
+
+    def mark_off(self) -> None:
+        """Telemetry is off in this process until an explicit init or a reset."""
+        self.resolved = True
+        self.on = False
+
+    def end_open_phases(self) -> None:
+        """End every open lens_rl span (shutdown, a replaced handle): exported with their time so far.
+
+        Their owners still close them later (restoring the context they made current);
+        the spans are not ended twice.
+        """
+        for span_id in list(self.open_phases):
+            node = self.open_phases.pop(span_id, None)
+            if node is None:
+                continue
+            try:
+                node.span.set_attribute("rl.ended_by_shutdown", True)
+                node.span.end()
+            except Exception as exc:
+                _errors.internal_error(exc, "end-open-spans")
+
+    def reset(self, *, after_fork: bool = False) -> None:
+        """Forget everything without exporting: the next use resolves from the env again.
+
+        Serves a forked child (``after_fork=True`` also replaces the lock, which another
+        thread of the parent may have held at fork time) and ``lens_rl.testing.reset``.
+        """
+        if after_fork:
+            self.lock = threading.RLock()
+        self.handle = None
+        self.root_span = None
+        self.root_context = None
+        self.resolved = False
+        self.last_shutdown = None
+        self.open_phases.clear()
+        self.phase_cache.clear()
+        _errors.forget()
+        ACTIVE.set(None)
+        AMBIENT.set(None)
+        self.on = True
+        for hook in list(self.reset_hooks):
+            try:
+                hook()
+            except Exception as exc:
+                _errors.internal_error(exc, "reset-hook")
+
+
+#: The process's runtime.
+RUNTIME = Runtime()
+
+
+def _the_runtime() -> Runtime:
+    """The live runtime of this process (what a pickled reference to it unpickles as)."""
+    return RUNTIME
