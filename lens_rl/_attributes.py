@@ -20,7 +20,7 @@ Redaction (SPEC, Secrets):
   per attribute, cycles cut, strings at most :data:`MAX_VALUE_CHARS` characters, lone
   surrogates repaired (a span that cannot be encoded would block its whole batch).
 
-This module imports nothing of lens_rl.
+This module imports nothing of lens_rl but the error boundary.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from lens_rl._errors import internal_error
 
 MAX_VALUE_CHARS = 4096
 MAX_SEQUENCE_ITEMS = 128
@@ -104,7 +106,8 @@ def clean_text(value: Any) -> str:
     """``value`` as a bounded, encodable string with embedded credentials masked. Never raises."""
     try:
         text = value if isinstance(value, str) else str(value)
-    except Exception:
+    except Exception as exc:
+        internal_error(exc, "unprintable-attribute")
         text = f"<unprintable {type(value).__name__}>"
     if len(text) > MAX_VALUE_CHARS:
         text = text[: MAX_VALUE_CHARS - 3] + "..."
@@ -191,7 +194,8 @@ def clean_value(value: Any) -> Any:
             if len(kinds) == 1 and kinds <= {bool, int, float, str}:
                 return items
         return clean_text(_dump(_render(value, 0, _Budget())))
-    except Exception:
+    except Exception as exc:
+        internal_error(exc, "unprintable-attribute")
         return None
 
 
@@ -218,7 +222,8 @@ def clean_attributes(attributes: Mapping[str, Any] | None, prefix: str = "") -> 
         return out
     try:
         pairs = list(attributes.items())
-    except Exception:
+    except Exception as exc:
+        internal_error(exc, "unprintable-attribute")
         return out
     for key, value in pairs:
         key = clean_text(prefix + (key if isinstance(key, str) else str(key)))

@@ -142,7 +142,7 @@ class LiveMeter(metrics_api.Meter):
     """A meter whose instruments record on the current handle's meter."""
 
     def __init__(self, args: tuple[Any, ...]) -> None:
-        super().__init__(*args)
+        super().__init__(*args[:3])
         self._args = args
         self._cached: tuple[Any, Any] = (None, _NOOP_METER)
 

@@ -31,6 +31,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from lens_rl._errors import internal_error
+
 _log = logging.getLogger("lens_rl")
 
 _PIPELINES: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
@@ -220,14 +222,16 @@ class SpanPipeline(SpanProcessor):
                 ok = self.exporter.export(batch) is SpanExportResult.SUCCESS
                 error = None if ok else "exporter returned FAILURE"
             except Exception as exc:  # an exporter bug must not kill the thread
+                internal_error(exc, "span-export")
                 ok, error = False, f"{type(exc).__name__}: {exc}"
             now = time.monotonic()
             if ok:
+                # Say the collector is back before a waiting flush can report success.
+                self._end_outage(now)
                 with self._progress:
                     self.exported += len(batch)
                     self.retrying = False
                     self._progress.notify_all()
-                self._end_outage(now)
                 return
             self.last_error = error
             first_failure = now if first_failure is None else first_failure
@@ -285,8 +289,8 @@ def _call_bounded(fn: Any, timeout_s: float) -> bool:
     def target() -> None:
         try:
             fn()
-        except Exception:
-            _log.debug("lens_rl: %r raised during shutdown", fn, exc_info=True)
+        except Exception as exc:
+            internal_error(exc, "bounded-call")
         finally:
             done.set()
 

@@ -110,6 +110,8 @@ class OTLPReceiver:
                                 "trace_id": span.trace_id.hex(),
                                 "span_id": span.span_id.hex(),
                                 "parent_span_id": span.parent_span_id.hex() or None,
+                                "start_ns": span.start_time_unix_nano,
+                                "end_ns": span.end_time_unix_nano,
                                 "kind": span.kind,
                                 "status_code": span.status.code,
                                 "attributes": _attrs(span.attributes),

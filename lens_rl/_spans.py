@@ -180,7 +180,8 @@ class PhaseSpan:
     def is_recording(self) -> bool:
         try:
             return bool(self._span.is_recording())
-        except Exception:
+        except Exception as exc:
+            internal_error(exc, "span-api")
             return False
 
     def get_span_context(self) -> Any:
@@ -193,7 +194,8 @@ class PhaseSpan:
 def _safe_str(exc: BaseException) -> str:
     try:
         return clean_text(str(exc))
-    except Exception:  # an exception whose __str__ raises is still recorded, by its type
+    except Exception as err:  # an exception whose __str__ raises is still recorded, by its type
+        internal_error(err, "unprintable-exception")
         return f"<{type(exc).__name__}: unprintable>"
 
 
@@ -204,8 +206,8 @@ def _record_exception(span: Any, exc: BaseException, attributes: Mapping[str, An
         import traceback
 
         attrs["exception.stacktrace"] = clean_text("".join(traceback.format_exception(exc)))
-    except Exception:
-        pass
+    except Exception as err:
+        internal_error(err, "unprintable-exception")
     if attributes:
         attrs.update(attributes)
     span.add_event("exception", attrs)

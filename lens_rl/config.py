@@ -24,6 +24,8 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lens_rl._errors import internal_error
+
 __all__ = [
     "ENV",
     "FALLBACK_ENV",
@@ -309,6 +311,7 @@ def lookup(master_config: object, path: str) -> Any:
         else:
             try:
                 node = getattr(node, part, None)
-            except Exception:  # a hostile __getattr__ must not break identity
+            except Exception as exc:  # a hostile __getattr__ must not break identity
+                internal_error(exc, "config-lookup")
                 return None
     return node

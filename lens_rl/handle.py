@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, SamplingResult
 
 from lens_rl import __version__, exporters
+from lens_rl._errors import internal_error
 from lens_rl._pipeline import SpanPipeline, _call_bounded
 from lens_rl.config import TelemetryConfig
 
@@ -96,7 +97,8 @@ class _TrackingMetricExporter(MetricExporter):
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
             ok = self.inner.export(metrics_data, timeout_millis=timeout_millis) is MetricExportResult.SUCCESS
-        except Exception:
+        except Exception as exc:  # an exporter bug: counted as a failed export, never raised
+            internal_error(exc, "metric-export")
             ok = False
         self.exports += 1
         self.failures += 0 if ok else 1
@@ -190,8 +192,8 @@ class PhaseMetrics:
         while not self._stop.wait(1.0):
             try:
                 self.drain()
-            except Exception:
-                _log.debug("lens_rl: phase metrics drain failed", exc_info=True)
+            except Exception as exc:
+                internal_error(exc, "phase-metrics")
 
 
 class TelemetryHandle:

@@ -20,6 +20,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
 
 __all__ = ["attach_context", "inject_context"]
@@ -67,7 +68,8 @@ def inject_context() -> dict[str, str]:
         return {}
     try:
         return carrier_for(_current_or_root())
-    except Exception:
+    except Exception as exc:
+        internal_error(exc, "inject-context")
         return {}
 
 
@@ -110,7 +112,8 @@ def attach_context(carrier: Mapping[str, str] | None) -> Iterator[None]:
                 from opentelemetry import context
 
                 token = context.attach(ctx)
-        except Exception:
+        except Exception as exc:
+            internal_error(exc, "attach-context")
             token = None
     try:
         yield

@@ -212,7 +212,7 @@ def test_exit_is_prompt_against_a_hung_collector() -> None:
     )
     exit_s = time.time() - float(out.stdout.split("BODY_DONE")[1])
     assert out.returncode == 0, out.stderr
-    assert exit_s < 3.0 + 1.0, exit_s
+    assert exit_s < 3.0 + 2.5, exit_s  # the 3 s bound plus interpreter teardown on a busy machine
 
 
 def test_explicit_worker_init_replaces_a_lazy_handle(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ import logging
 import sys
 from typing import Any
 
+from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
 
 __all__ = ["instrument_aiohttp_client", "tracing_middleware", "uninstrument_aiohttp_client"]
@@ -60,39 +61,15 @@ def instrument_aiohttp_client() -> bool:
                     "lens_rl: an aiohttp ClientSession already exists; sessions built before "
                     "instrument_aiohttp_client() send no traceparent"
                 )
-            kwargs: dict[str, Any] = {}
-            if handle.tracer_provider is not None:
-                kwargs["tracer_provider"] = _rooted_provider(handle.tracer_provider)
-            if handle.meter_provider is not None:
-                kwargs["meter_provider"] = handle.meter_provider
-            instrumentor.instrument(**kwargs)
+            from lens_rl import _globals
+
+            # The live providers: a replaced handle keeps receiving the client spans, and a
+            # request made outside every phase joins the job root.
+            instrumentor.instrument(tracer_provider=_globals.TRACER_PROVIDER, meter_provider=_globals.METER_PROVIDER)
         return True
     except Exception as exc:
-        _log.warning("lens_rl: aiohttp client instrumentation failed: %s", exc)
+        internal_error(exc, "aiohttp-instrument")
         return False
-
-
-def _rooted_provider(provider: Any) -> Any:
-    """``provider``, but its tracers start a span outside any other under the job root.
-
-    The instrumentation starts client spans from the current context; a request made
-    outside every phase would otherwise begin a new trace instead of joining the job's.
-    """
-    import wrapt
-
-    from lens_rl.propagation import root_unless_current
-
-    class RootedTracer(wrapt.ObjectProxy):  # type: ignore[misc]
-        def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if context is None:
-                context = root_unless_current()
-            return self.__wrapped__.start_span(name, context, *args, **kwargs)
-
-    class RootedProvider(wrapt.ObjectProxy):  # type: ignore[misc]
-        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
-            return RootedTracer(self.__wrapped__.get_tracer(*args, **kwargs))
-
-    return RootedProvider(provider)
 
 
 def uninstrument_aiohttp_client() -> None:
@@ -169,12 +146,16 @@ def _end_server_span(span: Any, token: Any, status: int, exc: BaseException | No
     from opentelemetry.trace import Status, StatusCode
 
     try:
+        context.detach(token)
+    except Exception as err:
+        internal_error(err, "context-detach")
+    try:
         span.set_attribute("http.response.status_code", int(status))
         if exc is not None and isinstance(exc, Exception) and status >= 500:
             span.record_exception(exc)
         if status >= 500:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
-        context.detach(token)
+    except Exception as err:
+        internal_error(err, "aiohttp-server")
+    finally:
         span.end()
-    except Exception:
-        pass

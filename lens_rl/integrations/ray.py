@@ -33,6 +33,7 @@ from typing import Any, SupportsIndex, TypeVar
 
 import wrapt
 
+from lens_rl._errors import internal_error
 from lens_rl.propagation import attach_context, inject_context
 
 __all__ = [
@@ -117,7 +118,8 @@ def flush_actors(actors: Iterable[Any], timeout_ms: int = 5000) -> list[bool]:
     for actor in actors:
         try:
             refs.append(actor.__ray_call__.remote(_flush_in_actor, timeout_ms))
-        except Exception:
+        except Exception as exc:
+            internal_error(exc, "ray-flush")
             refs.append(None)
     results: list[bool] = []
     for ref in refs:
@@ -126,7 +128,8 @@ def flush_actors(actors: Iterable[Any], timeout_ms: int = 5000) -> list[bool]:
             continue
         try:
             results.append(bool(ray.get(ref, timeout=timeout_ms / 1000.0 + 5.0)))
-        except Exception:
+        except Exception as exc:
+            internal_error(exc, "ray-flush")
             results.append(False)
     return results
 
@@ -140,8 +143,8 @@ def kill_actors(actors: Iterable[Any], timeout_ms: int = 5000, **kill_kwargs: An
     for actor in actors:
         try:
             ray.kill(actor, **kill_kwargs)
-        except Exception:
-            pass
+        except Exception as exc:
+            internal_error(exc, "ray-kill")
     return flushed
 
 

@@ -23,7 +23,7 @@ def test_demo_runs_traces_and_prints_goodput(tmp_path: Path) -> None:
                          capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=180)  # fmt: skip
     elapsed_s = time.monotonic() - t0
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert elapsed_s < 60
+    assert elapsed_s < 120  # ~20 s here; wide headroom for a busy machine
     assert "step 1/2" in out.stdout and "step 2/2" in out.stdout and "goodput" in out.stdout
     assert "workers 4/4 flushed" in out.stdout
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
