@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     # PRODUCTIVE is hoisted: on Python 3.11 evaluating `Bucket.PRODUCTIVE` costs ~180 ns by
     # itself (Enum member lookup), a cost of the argument expression, not of lens_rl.
     env = {"bare": bare, "traced": traced, "obj": obj, "NOOP": _Noop(), "traced_phase": traced_phase,
-           "PRODUCTIVE": Bucket.PRODUCTIVE}  # fmt: skip
+           "PRODUCTIVE": Bucket.PRODUCTIVE, "ATTRS": {"gen_ai.model": "m"},
+           "CARRIER": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}  # fmt: skip
     disabled = interleaved(
         {
             "@traced_phase function call": ("bare(1)", "traced(1)"),
@@ -108,6 +109,18 @@ def main(argv: list[str] | None = None) -> int:
             "same with bucket= and one keyword": (
                 "with NOOP: pass",
                 'with traced_phase("x", bucket=PRODUCTIVE, step=1): pass',
+            ),
+            'same, bucket="productive" (a string)': (
+                "with NOOP: pass",
+                'with traced_phase("x", bucket="productive", step=1): pass',
+            ),
+            "same with attributes={...}": (
+                "with NOOP: pass",
+                'with traced_phase("x", attributes=ATTRS, step=1): pass',
+            ),
+            "same with parent=carrier": (
+                "with NOOP: pass",
+                'with traced_phase("x", parent=CARRIER, step=1): pass',
             ),
         },
         env,
@@ -149,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         "@traced_phase method call": (80, REFERENCE_BARE_NS),
         'with traced_phase("x")': (50, REFERENCE_WITH_NS),
         "same with bucket= and one keyword": (120, REFERENCE_WITH_NS),
+        'same, bucket="productive" (a string)': (120, REFERENCE_WITH_NS),
+        "same with attributes={...}": (120, REFERENCE_WITH_NS),
+        "same with parent=carrier": (120, REFERENCE_WITH_NS),
     }
     rows = []
     failed = False

@@ -107,6 +107,8 @@ class SpanPipeline(SpanProcessor):
         self.last_error: str | None = None
         self._outage_since: float | None = None
         self._filter = _outage_filter(exporter)
+        #: Where spans go, for log lines (a URL's credentials masked).
+        self.target = _target(exporter)
         _PIPELINES.add(self)
         if not _FORK_HOOK_SET and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -243,7 +245,7 @@ class SpanPipeline(SpanProcessor):
                     self._progress.notify_all()
                 if not self._warned_fail:
                     self._warned_fail = True
-                    _log.warning("lens_rl: gave up exporting %d spans: %s", len(batch), error)
+                    _log.warning("lens_rl: gave up exporting %d spans to %s: %s", len(batch), self.target, error)
                 if self._outage_since is not None:
                     self._outage_since = None
                     self._filter.quiet = max(self._filter.quiet - 1, 0)
@@ -258,14 +260,14 @@ class SpanPipeline(SpanProcessor):
             self._outage_since = now
             self._filter.quiet += 1
             _log.warning(
-                "lens_rl: span export failing (%s); retrying for up to %.0f s with up to %d spans queued; "
+                "lens_rl: span export to %s failing (%s); retrying for up to %.0f s with up to %d spans queued; "
                 "the exporter's repeated errors are muted until it recovers",
-                error, self._retry_for_s, self.max_queue_spans,
+                self.target, error, self._retry_for_s, self.max_queue_spans,
             )  # fmt: skip
 
     def _end_outage(self, now: float) -> None:
         if self._outage_since is not None:
-            _log.warning("lens_rl: span export recovered after %.1f s", now - self._outage_since)
+            _log.warning("lens_rl: span export to %s recovered after %.1f s", self.target, now - self._outage_since)
             self._outage_since = None
             self._filter.quiet = max(self._filter.quiet - 1, 0)
 
@@ -280,6 +282,14 @@ class SpanPipeline(SpanProcessor):
         self._closed = True
         self._warned_drop = True
         self.accepted = self.exported = self.dropped = self.failed = 0
+
+
+def _target(exporter: object) -> str:
+    """A short description of where ``exporter`` sends spans: its endpoint or file, credentials masked."""
+    from lens_rl._attributes import clean_text
+
+    where = getattr(exporter, "_endpoint", None) or getattr(exporter, "path", None)
+    return clean_text(where) if where else type(exporter).__name__
 
 
 def _call_bounded(fn: Any, timeout_s: float) -> bool:

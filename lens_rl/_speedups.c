@@ -22,6 +22,81 @@
 #include <stddef.h>
 #include <structmember.h>
 
+/* Set once by configure() (see below); ScopeBase reads them on every `with`. */
+static PyObject *runtime = NULL;
+static Py_ssize_t runtime_on_offset = -1;      /* where the `on` slot lives in the runtime object */
+static Py_ssize_t runtime_stacked_offset = -1; /* where the `stacked` slot lives */
+static PyObject *noop_span = NULL;
+static PyObject *str_on = NULL;
+static PyObject *str_stacked = NULL;
+static PyObject *str_enter_on = NULL;
+static PyObject *str_exit_on = NULL;
+
+/* A runtime flag (borrowed; NULL with no error set when it cannot be read). */
+static PyObject *
+runtime_flag(Py_ssize_t offset, PyObject *name)
+{
+    if (runtime == NULL) {
+        return NULL;
+    }
+    if (offset >= 0) {
+        return *(PyObject **)((char *)runtime + offset);
+    }
+    PyObject *value = PyObject_GetAttr(runtime, name);
+    if (value == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(value); /* only its identity with True / False is compared */
+    return value;
+}
+
+/* ScopeBase: `with` for phases. While telemetry is off, `__enter__` returns the no-op
+ * span and `__exit__` does nothing, without a Python frame; otherwise they call the
+ * subclass's `_enter_on()` / `_exit_on(exc)`, where every decision is made. */
+static PyObject *
+Scope_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *on = runtime_flag(runtime_on_offset, str_on);
+    if (on == Py_False && noop_span != NULL) {
+        Py_INCREF(noop_span);
+        return noop_span;
+    }
+    return PyObject_CallMethodNoArgs(self, str_enter_on);
+}
+
+static PyObject *
+Scope_exit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *stacked = runtime_flag(runtime_stacked_offset, str_stacked);
+    if (stacked == Py_False) {
+        Py_RETURN_NONE;
+    }
+    PyObject *exc = nargs >= 2 ? args[1] : Py_None;
+    PyObject *result = PyObject_CallMethodOneArg(self, str_exit_on, exc);
+    if (result == NULL) {
+        return NULL;
+    }
+    Py_DECREF(result);
+    Py_RETURN_NONE; /* never swallows the block's exception */
+}
+
+static PyMethodDef Scope_methods[] = {
+    {"__enter__", (PyCFunction)Scope_enter, METH_NOARGS, "Enter the phase (the no-op span while off)."},
+    {"__exit__", (PyCFunction)(void (*)(void))Scope_exit, METH_FASTCALL, "Close what this object's entry opened."},
+    {NULL},
+};
+
+static PyTypeObject ScopeBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lens_rl._speedups.ScopeBase",
+    .tp_doc = "The `with` protocol of phases (decisions live in the Python subclass).",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = Scope_methods,
+};
+
 /* The keyword arguments are kept as the call site's names tuple plus a tuple of the
  * values; the dict is built only when someone reads `kwargs` (the cold path). */
 typedef struct {
@@ -118,6 +193,7 @@ static PyTypeObject LazyBaseType = {
     .tp_dealloc = (destructor)Lazy_dealloc,
     .tp_members = Lazy_members,
     .tp_getset = Lazy_getset,
+    .tp_base = &ScopeBaseType,
 };
 
 /* Set once by configure(): the phase cache, the Python implementation, the lazy
@@ -126,19 +202,37 @@ static PyObject *cache = NULL;
 static PyObject *slow = NULL;
 static PyObject *lazy_type = NULL;
 static PyObject *bucket_type = NULL;
-static PyObject *runtime = NULL;
 static PyObject *bucket_by_value = NULL;
 static PyObject *str_bucket = NULL;
 static PyObject *str_parent = NULL;
 static PyObject *str_attributes = NULL;
-static PyObject *str_on = NULL;
+
+/* The offset of a slot of `obj`'s type named `name`, or -1 (then it is read by attribute). */
+static Py_ssize_t
+slot_offset(PyObject *obj, PyObject *name)
+{
+    Py_ssize_t offset = -1;
+    PyObject *descr = PyObject_GetAttr((PyObject *)Py_TYPE(obj), name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        if (member->type == T_OBJECT_EX || member->type == T_OBJECT) {
+            offset = member->offset;
+        }
+    }
+    Py_DECREF(descr);
+    return offset;
+}
 
 static PyObject *
 configure(PyObject *module, PyObject *args)
 {
-    PyObject *c, *s, *l, *b, *f, *v;
-    if (!PyArg_ParseTuple(args, "O!OO!O!OO!:configure", &PyDict_Type, &c, &s, &PyType_Type, &l, &PyType_Type, &b,
-                          &f, &PyDict_Type, &v)) {
+    PyObject *c, *s, *l, *b, *f, *v, *n;
+    if (!PyArg_ParseTuple(args, "O!OO!O!OO!O:configure", &PyDict_Type, &c, &s, &PyType_Type, &l, &PyType_Type, &b,
+                          &f, &PyDict_Type, &v, &n)) {
         return NULL;
     }
     if (!PyType_IsSubtype((PyTypeObject *)l, &LazyBaseType)) {
@@ -151,12 +245,16 @@ configure(PyObject *module, PyObject *args)
     Py_INCREF(b);
     Py_INCREF(f);
     Py_INCREF(v);
+    Py_INCREF(n);
+    Py_XSETREF(noop_span, n);
     Py_XSETREF(cache, c);
     Py_XSETREF(slow, s);
     Py_XSETREF(lazy_type, l);
     Py_XSETREF(bucket_type, b);
     Py_XSETREF(runtime, f);
     Py_XSETREF(bucket_by_value, v);
+    runtime_on_offset = slot_offset(f, str_on);
+    runtime_stacked_offset = slot_offset(f, str_stacked);
     Py_RETURN_NONE;
 }
 
@@ -180,12 +278,7 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         PyErr_Clear(); /* a miss or an unhashable name: the Python path decides */
         return PyObject_Vectorcall(slow, args, nargs, NULL);
     }
-    PyObject *on = PyObject_GetAttr(runtime, str_on);
-    if (on == NULL) {
-        PyErr_Clear();
-        return PyObject_Vectorcall(slow, args, nargs, kwnames);
-    }
-    Py_DECREF(on); /* True and False are immortal enough: only identity is compared */
+    PyObject *on = runtime_flag(runtime_on_offset, str_on);
     if (on != Py_False) {
         return PyObject_Vectorcall(slow, args, nargs, kwnames);
     }
@@ -201,7 +294,11 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, i);
         PyObject *value = args[nargs + i];
-        if (key == str_bucket || PyUnicode_Compare(key, str_bucket) == 0) {
+        if (!PyUnicode_CHECK_INTERNED(key)) {
+            Py_DECREF(values); /* a key built at run time: compare it the slow way, in Python */
+            return PyObject_Vectorcall(slow, args, nargs, kwnames);
+        }
+        if (key == str_bucket) { /* keyword names are interned: identity is equality */
             if (value != Py_None && (PyObject *)Py_TYPE(value) != bucket_type) {
                 PyObject *member = PyUnicode_CheckExact(value) ? PyDict_GetItemWithError(bucket_by_value, value) : NULL;
                 if (member == NULL) {
@@ -212,8 +309,7 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
                 value = member; /* borrowed from the dict, which lives as long as the module */
             }
         }
-        else if (key == str_parent || key == str_attributes || PyUnicode_Compare(key, str_parent) == 0 ||
-                 PyUnicode_Compare(key, str_attributes) == 0) {
+        else if (key == str_parent || key == str_attributes) {
             if (value != Py_None && !PyDict_Check(value)) {
                 Py_DECREF(values); /* validated (and refused, or accepted as a Mapping) in Python */
                 return PyObject_Vectorcall(slow, args, nargs, kwnames);
@@ -247,7 +343,7 @@ PyDoc_STRVAR(traced_phase_doc,
 
 static PyMethodDef speedups_methods[] = {
     {"traced_phase", (PyCFunction)(void (*)(void))traced_phase, METH_FASTCALL | METH_KEYWORDS, traced_phase_doc},
-    {"configure", configure, METH_VARARGS, "Set the cache, fallback, lazy type, Bucket type, runtime and bucket-by-value dict."},
+    {"configure", configure, METH_VARARGS, "Set the cache, fallback, lazy type, Bucket type, runtime, bucket-by-value dict and no-op span."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -258,14 +354,18 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    if (PyType_Ready(&LazyBaseType) < 0) {
+    if (PyType_Ready(&ScopeBaseType) < 0 || PyType_Ready(&LazyBaseType) < 0) {
         return NULL;
     }
     str_bucket = PyUnicode_InternFromString("bucket");
     str_parent = PyUnicode_InternFromString("parent");
     str_attributes = PyUnicode_InternFromString("attributes");
     str_on = PyUnicode_InternFromString("on");
-    if (str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL) {
+    str_stacked = PyUnicode_InternFromString("stacked");
+    str_enter_on = PyUnicode_InternFromString("_enter_on");
+    str_exit_on = PyUnicode_InternFromString("_exit_on");
+    if (str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
+        str_enter_on == NULL || str_exit_on == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&speedups_module);
@@ -275,6 +375,12 @@ PyInit__speedups(void)
     Py_INCREF(&LazyBaseType);
     if (PyModule_AddObject(m, "LazyBase", (PyObject *)&LazyBaseType) < 0) {
         Py_DECREF(&LazyBaseType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ScopeBaseType);
+    if (PyModule_AddObject(m, "ScopeBase", (PyObject *)&ScopeBaseType) < 0) {
+        Py_DECREF(&ScopeBaseType);
         Py_DECREF(m);
         return NULL;
     }

@@ -25,7 +25,7 @@ from lens_rl import _codegen, _impl
 from lens_rl._attributes import clean_attributes
 from lens_rl._errors import internal_error
 from lens_rl._runtime import AMBIENT, RUNTIME
-from lens_rl._spans import NOOP_SPAN, Node, close_node, enter_with, exit_with, open_node
+from lens_rl._spans import Node, close_node, enter_with, exit_with, open_node
 from lens_rl.buckets import _ALLOWED, Bucket, coerce_bucket, default_bucket
 
 __all__ = ["Phase", "current_bucket", "traced_phase", "traced_worker_init", "with_bucket"]
@@ -44,7 +44,7 @@ def _check(name: object, parent: object = None, attributes: object = None) -> No
         raise ValueError(f"traced_phase: attributes must be a mapping, got {attributes!r}")
 
 
-class Phase(_codegen.Runner):
+class Phase(_codegen.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
     """A training phase: a context manager and a decorator (sync, async, generators, methods).
 
     Made by :func:`traced_phase`; immutable and shareable.
@@ -80,14 +80,12 @@ class Phase(_codegen.Runner):
 
     # ------------------------------------------------------------ context manager
 
-    def __enter__(self) -> Any:
-        if _RT.on:
-            return enter_with(self, self)
-        return NOOP_SPAN
+    # ``__enter__`` / ``__exit__`` come from ScopeBase (lens_rl._impl): free while off.
+    def _enter_on(self) -> Any:
+        return enter_with(self, self)
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if _RT.stacked:  # once anything was entered while on: close it even if telemetry stopped since
-            exit_with(self, exc)
+    def _exit_on(self, exc: BaseException | None) -> None:
+        exit_with(self, exc)
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -204,20 +202,17 @@ class _LazyPhase(_impl.LazyBase):  # type: ignore[misc, valid-type]
     def _materialize(self) -> Phase:
         return _make_phase(self.name, **self.kwargs)
 
-    def __enter__(self) -> Any:
-        if _RT.on:
-            # A Phase holds no per-entry state: threads racing here may each make one,
-            # harmlessly. The token on this context's stack is owned by this object, so
-            # the exit closes what this entry opened, whichever Phase was kept.
-            phase = getattr(self, "phase", None)
-            if phase is None:
-                self.phase = phase = self._materialize()  # type: ignore[misc]
-            return enter_with(phase, self)
-        return NOOP_SPAN
+    def _enter_on(self) -> Any:
+        # A Phase holds no per-entry state: threads racing here may each make one,
+        # harmlessly. The token on this context's stack is owned by this object, so
+        # the exit closes what this entry opened, whichever Phase was kept.
+        phase = getattr(self, "phase", None)
+        if phase is None:
+            self.phase = phase = self._materialize()  # type: ignore[misc]
+        return enter_with(phase, self)
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if _RT.stacked:
-            exit_with(self, exc)
+    def _exit_on(self, exc: BaseException | None) -> None:
+        exit_with(self, exc)
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
