@@ -26,6 +26,7 @@ This module imports nothing of lens_rl but the error boundary.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -132,7 +133,7 @@ class _Budget:
 def _items(value: Any) -> list[tuple[str, Any]] | None:
     """(key, value) pairs of a mapping-like value, else None."""
     if isinstance(value, Mapping):
-        return [(str(k), v) for k, v in list(value.items())[:MAX_SEQUENCE_ITEMS]]
+        return [(str(k), v) for k, v in itertools.islice(value.items(), MAX_SEQUENCE_ITEMS)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [(f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value)[:MAX_SEQUENCE_ITEMS]]
     if isinstance(value, (list, tuple)) and value and all(
@@ -143,7 +144,7 @@ def _items(value: Any) -> list[tuple[str, Any]] | None:
     if type(value).__name__ == "SimpleNamespace" or (
         isinstance(namespace, dict) and type(value).__module__ in ("argparse", "types")
     ):
-        return [(str(k), v) for k, v in list(namespace.items())[:MAX_SEQUENCE_ITEMS]]  # type: ignore[union-attr]
+        return [(str(k), v) for k, v in itertools.islice(namespace.items(), MAX_SEQUENCE_ITEMS)]  # type: ignore[union-attr]
     return None
 
 
@@ -166,7 +167,7 @@ def _render(value: Any, depth: int, budget: _Budget) -> Any:
         if pairs is not None:
             return {k: (REDACTED if redacts(k, v) else _render(v, depth + 1, budget)) for k, v in pairs}
         if isinstance(value, (list, tuple, set, frozenset)):
-            return [_render(v, depth + 1, budget) for v in list(value)[:MAX_SEQUENCE_ITEMS]]
+            return [_render(v, depth + 1, budget) for v in itertools.islice(value, MAX_SEQUENCE_ITEMS)]
         return clean_text(repr(value))
     finally:
         budget.seen.discard(id(value))
@@ -213,6 +214,32 @@ def _has_nan(plain: Any) -> bool:
     if isinstance(plain, list):
         return any(_has_nan(v) for v in plain)
     return False
+
+
+def scrub_attributes(attributes: Any) -> Any:
+    """Already-recorded attributes (a third-party span's) with the SPEC's rule applied.
+
+    Returns the same object when nothing needs a change (cheap: cached key checks and
+    string scans), else a new dict: secrets redacted, strings repaired and masked.
+    """
+    if not attributes:
+        return attributes
+    out: dict[str, Any] | None = None
+    for key, value in attributes.items():
+        if redacts(key, value):
+            new: Any = REDACTED
+        elif isinstance(value, str):
+            new = clean_text(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], str):
+            cleaned = tuple(clean_text(v) if isinstance(v, str) else v for v in value)
+            new = value if all(a is b for a, b in zip(cleaned, value, strict=False)) else cleaned
+        else:
+            new = value
+        if new is not value and out is None:
+            out = dict(attributes)
+        if out is not None:
+            out[key] = new
+    return attributes if out is None else out
 
 
 def clean_attributes(attributes: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:

@@ -4,15 +4,21 @@ Why not the SDK's ``BatchSpanProcessor``: its 2,048-span queue drops most of a b
 ``force_flush(timeout)`` ignores its timeout, and it reports success after drops and
 failed exports. This processor:
 
-* queues up to ``max_queue_spans`` ended spans (the memory bound; past it new spans
-  are dropped, counted and warned about once);
+* queues ended spans up to ``max_queue_spans`` spans *and* ``max_queue_bytes``
+  (estimated) bytes, the memory bound whatever the span sizes; past either, new spans
+  are dropped, counted and warned about once;
 * exports in batches of ``max_batch`` from one daemon thread, waking when a batch is
-  full, every ``delay_s``, or on flush;
-* keeps a failed batch at the head of the line and retries it with capped backoff for
-  up to ``retry_for_s`` (a collector outage shorter than that loses nothing), then
-  counts it as failed;
+  full, every ``delay_s``, or on flush; every span is scrubbed there (secrets redacted,
+  strings repaired, whoever set them) before it leaves the process;
+* retries what can succeed (a refused or broken connection, HTTP 408, 429, 5xx) at the
+  head of the line with capped backoff for up to ``retry_for_s``; a batch the collector
+  rejects for good is split and resent when it was too large (HTTP 413, or too large
+  to send), else dropped and counted, so one poison batch never blocks the rest;
 * answers :meth:`flush` within its deadline, True only when every span accepted so
-  far was exported, none dropped and none failed;
+  far was exported, none dropped and none failed; spans still queued when it closes
+  are counted as lost and warned about once;
+* takes only a re-entrant lock on the ending thread, so a signal handler that flushes
+  while that thread is inside :meth:`on_end` cannot deadlock;
 * in a forked child drops what the parent had queued (never exported twice).
 """
 
@@ -31,24 +37,25 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from lens_rl._errors import internal_error
+from lens_rl._attributes import clean_text, scrub_attributes
+from lens_rl._errors import internal_error, warn_once
 
 _log = logging.getLogger("lens_rl")
 
 _PIPELINES: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
 _FORK_HOOK_SET = False
+#: HTTP statuses worth retrying (the OTLP spec's retryable ones, plus 408).
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: Set on an exporter before each export; left unchanged when nothing was sent (encoding, size).
+UNSENT = "unsent"
 
 
 class _OutageFilter(logging.Filter):
-    """Drops an exporter's repeated error logs while its pipeline is already retrying.
-
-    The first failure's messages pass (they name the cause); lens_rl then says once that
-    it is retrying and, later, that the collector is back.
-    """
+    """Drops an exporter's repeated error logs while some pipeline of its kind is in an outage."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.quiet = 0  # pipelines currently in an outage
+        self.quiet = 0  # outages currently open
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.quiet == 0 or record.levelno > logging.ERROR
@@ -66,9 +73,101 @@ def _outage_filter(exporter: object) -> _OutageFilter:
     return filt
 
 
+class Outage:
+    """One destination's outage state: one warning when it starts, one line when it ends.
+
+    While open, the exporter's own repeated error logs are muted. Spans and metrics
+    each keep one (metric export errors are muted like span export errors).
+    """
+
+    def __init__(self, signal: str, exporter: object) -> None:
+        self.signal = signal
+        self.target = target_of(exporter)
+        self.since: float | None = None
+        self._filter = _outage_filter(exporter)
+
+    def failed(self, error: str | None, detail: str = "") -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self._filter.quiet += 1
+            _log.warning(
+                "lens_rl: %s export to %s failing (%s)%s; the exporter's repeated errors are muted until it recovers",
+                self.signal, self.target, error, detail,
+            )  # fmt: skip
+
+    def recovered(self) -> None:
+        if self.since is not None:
+            _log.warning(
+                "lens_rl: %s export to %s recovered after %.1f s", self.signal, self.target, time.monotonic() - self.since
+            )
+            self.close()
+
+    def close(self) -> None:
+        if self.since is not None:
+            self.since = None
+            self._filter.quiet = max(self._filter.quiet - 1, 0)
+
+
+def target_of(exporter: object) -> str:
+    """A short description of where ``exporter`` sends data: its endpoint or file, credentials masked."""
+    where = getattr(exporter, "_endpoint", None) or getattr(exporter, "path", None)
+    return clean_text(where) if where else type(exporter).__name__
+
+
 def _after_fork_in_child() -> None:
     for pipeline in list(_PIPELINES):
         pipeline._forget_after_fork()
+
+
+def span_bytes(span: ReadableSpan) -> int:
+    """A cheap estimate of what ``span`` holds in memory while queued (strings dominate)."""
+    size = 400 + len(span.name)
+    attrs = span.attributes
+    if attrs:
+        for key, value in attrs.items():
+            size += 64 + len(key) + (len(value) if isinstance(value, str) else 16)
+    for event in span.events:
+        size += 128 + len(event.name)
+        if event.attributes:
+            for key, value in event.attributes.items():
+                size += 64 + len(key) + (len(value) if isinstance(value, str) else 16)
+    return size
+
+
+def scrub(span: ReadableSpan) -> ReadableSpan:
+    """``span`` with secrets redacted and strings repaired in its name, attributes, events and links.
+
+    The same object when nothing needed a change (the common case).
+    """
+    name = clean_text(span.name)
+    attrs = scrub_attributes(span.attributes)
+    events = list(span.events)
+    changed = name is not span.name or attrs is not span.attributes
+    for i, event in enumerate(events):
+        cleaned = scrub_attributes(event.attributes)
+        event_name = clean_text(event.name)
+        if cleaned is not event.attributes or event_name is not event.name:
+            from opentelemetry.sdk.trace import Event
+
+            events[i] = Event(event_name, cleaned, event.timestamp)
+            changed = True
+    links = list(span.links)
+    for i, link in enumerate(links):
+        cleaned = scrub_attributes(link.attributes)
+        if cleaned is not link.attributes:
+            from opentelemetry.trace import Link
+
+            links[i] = Link(link.context, cleaned)
+            changed = True
+    if not changed:
+        return span
+    copy = ReadableSpan(
+        name=name, context=span.context, parent=span.parent, resource=span.resource, attributes=attrs,
+        events=events, links=links, kind=span.kind, status=span.status, start_time=span.start_time,
+        end_time=span.end_time, instrumentation_scope=span.instrumentation_scope,
+    )  # fmt: skip
+    copy._lens_thread = getattr(span, "_lens_thread", None)  # type: ignore[attr-defined]
+    return copy
 
 
 class SpanPipeline(SpanProcessor):
@@ -79,6 +178,7 @@ class SpanPipeline(SpanProcessor):
         exporter: SpanExporter,
         *,
         max_queue_spans: int = 32768,
+        max_queue_bytes: int = 64 * 1024 * 1024,
         max_batch: int = 1024,
         delay_s: float = 0.5,
         retry_for_s: float = 300.0,
@@ -86,29 +186,31 @@ class SpanPipeline(SpanProcessor):
         global _FORK_HOOK_SET
         self.exporter = exporter
         self.max_queue_spans = max_queue_spans
+        self.max_queue_bytes = max_queue_bytes
         self._max_batch = max_batch
         self._delay_s = delay_s
         self._retry_for_s = retry_for_s
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may flush inside on_end
         self._progress = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._queue: deque[ReadableSpan] = deque()
+        self._queue: deque[tuple[ReadableSpan, int]] = deque()
+        self._queued_bytes = 0
+        self._inflight = 0
         self._thread: threading.Thread | None = None
         self._closed = False
         self._warned_drop = False
-        self._warned_fail = False
         #: spans accepted into the queue / exported / dropped at the door / lost to failed exports
         self.accepted = 0
         self.exported = 0
         self.dropped = 0
         self.failed = 0
+        #: spans still queued or in flight when the pipeline closed (counted in ``failed`` too)
+        self.lost_at_close = 0
         self.retrying = False
         self.last_error: str | None = None
-        self._outage_since: float | None = None
-        self._filter = _outage_filter(exporter)
-        #: Where spans go, for log lines (a URL's credentials masked).
-        self.target = _target(exporter)
+        self.outage = Outage("span", exporter)
+        self.target = self.outage.target
         _PIPELINES.add(self)
         if not _FORK_HOOK_SET and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -123,26 +225,33 @@ class SpanPipeline(SpanProcessor):
         # The ending thread (the starting one for with-blocks and calls): the file store
         # records it so Perfetto can draw one track per thread.
         span._lens_thread = get_ident()  # type: ignore[attr-defined]
+        size = span_bytes(span)
         with self._lock:
-            if self._closed or len(self._queue) >= self.max_queue_spans:
+            if (
+                self._closed
+                or len(self._queue) >= self.max_queue_spans
+                or self._queued_bytes + size > self.max_queue_bytes
+            ):
                 self.dropped += 1
                 warn = not self._warned_drop
                 self._warned_drop = True
-                size = 0
+                queued = 0
             else:
-                self._queue.append(span)
+                self._queue.append((span, size))
+                self._queued_bytes += size
                 self.accepted += 1
                 warn = False
-                size = len(self._queue)
+                queued = len(self._queue)
         if warn:
             _log.warning(
-                "lens_rl: span queue full (%d spans) or closed; dropping spans and counting them "
-                "(lens_rl.spans.dropped). Raise telemetry.max_queue_spans or check the collector.",
-                self.max_queue_spans,
-            )
+                "lens_rl: span queue full (%d spans / %d bytes at most) or closed; dropping spans and counting "
+                "them (lens_rl.spans.dropped). Raise telemetry.max_queue_spans / max_queue_bytes or check the "
+                "collector.",
+                self.max_queue_spans, self.max_queue_bytes,
+            )  # fmt: skip
         if self._thread is None:
             self._start()
-        if size >= self._max_batch:
+        if queued >= self._max_batch:
             self._wake.set()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -159,8 +268,7 @@ class SpanPipeline(SpanProcessor):
         True only when all of them were exported and nothing was ever dropped or failed.
         """
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        with self._lock:
-            target = self.accepted
+        target = self.accepted  # an int read: no lock needed
         if self._thread is None and target > self.exported:
             self._start()
         self._wake.set()
@@ -173,7 +281,10 @@ class SpanPipeline(SpanProcessor):
             return self.failed == 0 and self.dropped == 0
 
     def close(self, timeout_s: float) -> bool:
-        """Flush within ``timeout_s``, then stop the thread and the exporter. Idempotent."""
+        """Flush within ``timeout_s``, then stop the thread and the exporter. Idempotent.
+
+        Spans still queued or in flight then are counted as lost (``failed``), with one warning.
+        """
         deadline = time.monotonic() + max(timeout_s, 0.0)
         with self._lock:
             already = self._closed
@@ -183,8 +294,24 @@ class SpanPipeline(SpanProcessor):
         ok = self.flush(max(deadline - time.monotonic(), 0.0))
         self._stop.set()
         self._wake.set()
+        with self._progress:
+            lost = self.accepted - self.exported - self.failed
+            if lost > 0:
+                self.lost_at_close = lost
+                self.failed += lost
+                self._queue.clear()
+                self._queued_bytes = 0
+                self._progress.notify_all()
+        if lost > 0:
+            warn_once(
+                f"lost-at-close-{id(self)}",
+                "lens_rl: %d spans were still queued for %s when telemetry shut down and are lost "
+                "(counted in lens_rl.spans.dropped); give shutdown a larger budget or check the collector",
+                lost, self.target,
+            )  # fmt: skip
         _call_bounded(self.exporter.shutdown, max(deadline - time.monotonic(), 0.0))
-        return ok
+        self.outage.close()
+        return ok and lost <= 0
 
     def settled_ok(self) -> bool:
         """True when every accepted span was exported and nothing was dropped or failed."""
@@ -194,6 +321,11 @@ class SpanPipeline(SpanProcessor):
     def queued(self) -> int:
         """Spans waiting in the queue (not counting a batch being exported)."""
         return len(self._queue)
+
+    @property
+    def queued_bytes(self) -> int:
+        """The estimated bytes the queue holds."""
+        return self._queued_bytes
 
     # ------------------------------------------------------------ export thread
 
@@ -213,83 +345,112 @@ class SpanPipeline(SpanProcessor):
                     if not self._queue:
                         break
                     count = min(len(self._queue), self._max_batch)
-                    batch = [self._queue.popleft() for _ in range(count)]
+                    items = [self._queue.popleft() for _ in range(count)]
+                    self._queued_bytes -= sum(size for _, size in items)
+                batch = [span for span, _ in items]
+                try:  # whoever set them (a user on the current span, a library): nothing secret leaves
+                    batch = [scrub(s) for s in batch]
+                except Exception as exc:
+                    internal_error(exc, "scrub")
                 self._export(batch)
 
+    def _settle(self, exported: int = 0, failed: int = 0) -> None:
+        with self._progress:
+            # never past what was accepted: spans already counted lost at close stay counted once
+            room = self.accepted - self.exported - self.failed
+            exported = min(exported, room)
+            self.exported += exported
+            self.failed += min(failed, room - exported)
+            self.retrying = False
+            self._progress.notify_all()
+
+    def _send(self, batch: Sequence[ReadableSpan]) -> tuple[bool, Any, str | None]:
+        """One export attempt: (ok, the HTTP status or UNSENT or None, error text)."""
+        exporter = self.exporter
+        tracks = hasattr(exporter, "_lens_status")
+        if tracks:
+            exporter._lens_status = UNSENT  # type: ignore[attr-defined]
+        try:
+            ok = exporter.export(batch) is SpanExportResult.SUCCESS
+            error = None if ok else "exporter returned FAILURE"
+        except Exception as exc:  # an exporter bug must not kill the thread
+            internal_error(exc, "span-export")
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        status = getattr(exporter, "_lens_status", None) if tracks else None
+        if not ok and isinstance(status, int):
+            error = f"HTTP {status}"
+        elif not ok and status == UNSENT:
+            error = "the batch could not be encoded or is too large to send"
+        return ok, status, error
+
     def _export(self, batch: Sequence[ReadableSpan]) -> None:
-        first_failure: float | None = None
-        backoff_s = 0.25
-        while True:
-            try:
-                ok = self.exporter.export(batch) is SpanExportResult.SUCCESS
-                error = None if ok else "exporter returned FAILURE"
-            except Exception as exc:  # an exporter bug must not kill the thread
-                internal_error(exc, "span-export")
-                ok, error = False, f"{type(exc).__name__}: {exc}"
-            now = time.monotonic()
+        pending = [list(batch)]
+        while pending:
+            part = pending.pop()
+            ok, status, error = self._send(part)
             if ok:
                 # Say the collector is back before a waiting flush can report success.
-                self._end_outage(now)
-                with self._progress:
-                    self.exported += len(batch)
-                    self.retrying = False
-                    self._progress.notify_all()
-                return
+                self.outage.recovered()
+                self._settle(exported=len(part))
+                continue
             self.last_error = error
-            first_failure = now if first_failure is None else first_failure
-            self._start_outage(now, error)
-            if self._stop.is_set() or now - first_failure >= self._retry_for_s:
-                with self._progress:
-                    self.failed += len(batch)
-                    self.retrying = False
-                    self._progress.notify_all()
-                if not self._warned_fail:
-                    self._warned_fail = True
-                    _log.warning("lens_rl: gave up exporting %d spans to %s: %s", len(batch), self.target, error)
-                if self._outage_since is not None:
-                    self._outage_since = None
-                    self._filter.quiet = max(self._filter.quiet - 1, 0)
+            permanent = status == UNSENT or (isinstance(status, int) and status not in RETRYABLE_STATUS)
+            if permanent:
+                too_large = status in (UNSENT, 413)
+                if too_large and len(part) > 1:
+                    half = len(part) // 2
+                    pending.extend([part[half:], part[:half]])  # resent in order, halves at a time
+                    continue
+                self._give_up(part, error, "rejected for good")
+                continue
+            if not self._retry(part, error):
                 return
+
+    def _retry(self, part: list[ReadableSpan], error: str | None) -> bool:
+        """Retry ``part`` until it goes through, the window ends or the pipeline stops. False: stopped."""
+        first_failure = time.monotonic()
+        backoff_s = 0.25
+        while True:
+            self.outage.failed(error, f"; retrying for up to {self._retry_for_s:.0f} s with up to "
+                                      f"{self.max_queue_spans} spans queued")  # fmt: skip
             self.retrying = True
+            if self._stop.is_set() or time.monotonic() - first_failure >= self._retry_for_s:
+                self._give_up(part, error, "gave up after retrying")
+                self.outage.close()
+                return not self._stop.is_set()
             if self._stop.wait(backoff_s):
-                continue  # one last attempt, then counted as failed above
+                pass  # stopping: one last attempt below, then counted as failed above
             backoff_s = min(backoff_s * 2, 5.0)
+            ok, status, error = self._send(part)
+            if ok:
+                self.outage.recovered()
+                self._settle(exported=len(part))
+                return True
+            self.last_error = error
+            if status == UNSENT or (isinstance(status, int) and status not in RETRYABLE_STATUS):
+                self._give_up(part, error, "rejected for good")
+                return True
 
-    def _start_outage(self, now: float, error: str | None) -> None:
-        if self._outage_since is None:
-            self._outage_since = now
-            self._filter.quiet += 1
-            _log.warning(
-                "lens_rl: span export to %s failing (%s); retrying for up to %.0f s with up to %d spans queued; "
-                "the exporter's repeated errors are muted until it recovers",
-                self.target, error, self._retry_for_s, self.max_queue_spans,
-            )  # fmt: skip
-
-    def _end_outage(self, now: float) -> None:
-        if self._outage_since is not None:
-            _log.warning("lens_rl: span export to %s recovered after %.1f s", self.target, now - self._outage_since)
-            self._outage_since = None
-            self._filter.quiet = max(self._filter.quiet - 1, 0)
+    def _give_up(self, part: Sequence[ReadableSpan], error: str | None, why: str) -> None:
+        self._settle(failed=len(part))
+        warn_once(
+            f"gave-up-{id(self)}-{why}",
+            "lens_rl: %s: %d spans to %s (%s); counted in lens_rl.spans.dropped, later spans still go out",
+            why, len(part), self.target, error,
+        )  # fmt: skip
 
     def _forget_after_fork(self) -> None:
         # The parent exports what it queued; the child must neither send it again nor
         # touch a lock another parent thread may have held at fork time.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._progress = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._queue = deque()
+        self._queued_bytes = 0
         self._thread = None
         self._closed = True
         self._warned_drop = True
         self.accepted = self.exported = self.dropped = self.failed = 0
-
-
-def _target(exporter: object) -> str:
-    """A short description of where ``exporter`` sends spans: its endpoint or file, credentials masked."""
-    from lens_rl._attributes import clean_text
-
-    where = getattr(exporter, "_endpoint", None) or getattr(exporter, "path", None)
-    return clean_text(where) if where else type(exporter).__name__
 
 
 def _call_bounded(fn: Any, timeout_s: float) -> bool:

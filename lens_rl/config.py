@@ -20,7 +20,9 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import secrets
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,7 +58,9 @@ ENV: dict[str, str] = {
     "run_id": "LENS_RL_OTEL_RUN_ID",
     # Extensions beyond the SPEC table (documented in the README).
     "max_queue_spans": "LENS_RL_OTEL_MAX_QUEUE_SPANS",
+    "max_queue_bytes": "LENS_RL_OTEL_MAX_QUEUE_BYTES",
     "flush_on_step": "LENS_RL_OTEL_FLUSH_ON_STEP",
+    "headers_file": "LENS_RL_OTEL_HEADERS_FILE",
 }
 
 #: field -> the standard OpenTelemetry variable used when neither env nor YAML set it.
@@ -69,6 +73,16 @@ FALLBACK_ENV: dict[str, str] = {
 CAMPAIGN_STAGE_ENV = "LENS_RL_OTEL_CAMPAIGN_STAGE"
 RESOURCE_ATTRIBUTES_ENV = "LENS_RL_OTEL_RESOURCE_ATTRIBUTES"
 DEFAULT_ENDPOINT = "http://localhost:4318"
+#: Every ``LENS_RL_OTEL_*`` variable lens_rl reads; any other gets a did-you-mean warning.
+KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV}
+
+#: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
+_MAXIMA: dict[str, tuple[int, str]] = {
+    "metrics_interval_ms": (86_400_000, "ms (1 day)"),
+    "export_timeout_ms": (3_600_000, "ms (1 hour)"),
+    "max_queue_spans": (100_000_000, "spans"),
+    "max_queue_bytes": (1 << 40, "bytes (1 TiB)"),
+}
 
 
 def parse_bool(value: object, field: str = "value") -> bool:
@@ -79,6 +93,8 @@ def parse_bool(value: object, field: str = "value") -> bool:
     """
     if isinstance(value, bool):
         return value
+    if isinstance(value, int) and value in (0, 1):  # YAML `enabled: 1`
+        return bool(value)
     if isinstance(value, str):
         text = value.strip().lower()
         if text in _TRUE:
@@ -112,6 +128,10 @@ def _as_positive_int(value: object, field: str) -> int:
         value = int(value)
     if not isinstance(value, int) or value <= 0:
         raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
+    name = field.split(" ", 1)[0]
+    if name in _MAXIMA and value > _MAXIMA[name][0]:
+        limit, unit = _MAXIMA[name]
+        raise ValueError(f"telemetry.{field}: {value!r} is out of range; allowed: 1 to {limit} {unit}")
     return value
 
 
@@ -138,9 +158,39 @@ def _choice(allowed: tuple[str, ...]) -> Callable[[object, str], str]:
     return parse
 
 
+def mask_url(url: str) -> str:
+    """``url`` with its userinfo (``user:password@``) masked, for logs and error messages."""
+    return _USERINFO.sub(r"\1[REDACTED]@", url)
+
+
+_USERINFO = re.compile(r"(://)[^/@\s]*@")
+
+
+def strip_userinfo(url: str) -> str:
+    """``url`` without its userinfo: what may travel to workers (credentials never do)."""
+    return _USERINFO.sub(r"\1", url)
+
+
 def _as_endpoint(value: object, field: str) -> str:
+    text = _as_str(value, field).rstrip("/")
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or (port is not None and port == 0):
+        raise ValueError(
+            f"telemetry.{field}: invalid endpoint {mask_url(text)!r}; allowed: an http:// or https:// URL "
+            "with a host, e.g. http://collector:4318"
+        )
+    return text
+
+
+def _as_path(value: object, field: str) -> str:
     text = _as_str(value, field)
-    return text.rstrip("/")
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise ValueError(f"telemetry.{field}: {text!r} is not a readable file; allowed: a path readable on every node")
+    return text
 
 
 _PARSERS: dict[str, Callable[[object, str], Any]] = {
@@ -158,7 +208,9 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "vllm_native_tracing": parse_bool,
     "run_id": _as_str,
     "max_queue_spans": _as_positive_int,
+    "max_queue_bytes": _as_positive_int,
     "flush_on_step": parse_bool,
+    "headers_file": _as_path,
 }
 
 
@@ -186,7 +238,9 @@ class TelemetryConfig:
     vllm_native_tracing: bool = False
     run_id: str | None = None
     max_queue_spans: int = 32768
+    max_queue_bytes: int = 64 * 1024 * 1024
     flush_on_step: bool = False
+    headers_file: str | None = None
 
     @property
     def resolved_endpoint(self) -> str:
@@ -257,14 +311,75 @@ class TelemetryConfig:
         return dataclasses.replace(self, run_id=run_id)
 
     def to_env(self) -> dict[str, str]:
-        """The ``LENS_RL_OTEL_*`` variables that reproduce this config in a worker."""
+        """The ``LENS_RL_OTEL_*`` variables that reproduce this config in a worker.
+
+        Credentials never travel: an endpoint's userinfo is left out (workers
+        authenticate with ``headers_file`` or the nodes' own ``OTEL_EXPORTER_OTLP_HEADERS``).
+        """
         env: dict[str, str] = {}
         for field in _PARSERS:
             value = getattr(self, field)
             if value is None:
                 continue
-            env[ENV[field]] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            env[ENV[field]] = strip_userinfo(text) if field == "endpoint" else text
         return env
+
+    def headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """OTLP headers: ``OTEL_EXPORTER_OTLP_HEADERS`` merged with ``headers_file`` (the file wins).
+
+        None when neither sets any (the exporter then reads its own env variables).
+        Raises ``ValueError`` (naming the file, never its content) when the file cannot be read.
+        """
+        env = os.environ if environ is None else environ
+        out = parse_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
+        if self.headers_file:
+            try:
+                with open(self.headers_file, encoding="utf-8") as handle:
+                    out.update(parse_headers(handle.read()))
+            except OSError as exc:
+                raise ValueError(f"telemetry.headers_file: cannot read {self.headers_file!r}: {exc.strerror}") from None
+        return out or None
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """``key=value`` pairs separated by commas or new lines (as ``OTEL_EXPORTER_OTLP_HEADERS``)."""
+    out: dict[str, str] = {}
+    for item in re.split(r"[,\n]", text):
+        if "=" in item and not item.lstrip().startswith("#"):
+            key, _, value = item.partition("=")
+            if key.strip():
+                out[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(value.strip())
+    return out
+
+
+def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """``LENS_RL_OTEL_*`` variables lens_rl does not know, each with its closest known name (or None)."""
+    env = os.environ if environ is None else environ
+    out = []
+    for name in sorted(env):
+        if name.startswith("LENS_RL_OTEL_") and name not in KNOWN_ENV:
+            close = difflib.get_close_matches(name, sorted(KNOWN_ENV), n=1)
+            out.append((name, close[0] if close else None))
+    return out
+
+
+def near_telemetry_key(master_config: object) -> str | None:
+    """A top-level key of ``master_config`` that looks like a misspelt ``telemetry`` (``telemtry``)."""
+    if master_config is None:
+        return None
+    try:
+        if isinstance(master_config, Mapping):
+            keys = [str(k) for k in master_config]
+        else:
+            keys = [k for k in dir(master_config) if not k.startswith("_")]
+        if "telemetry" in keys:
+            return None
+        close = difflib.get_close_matches("telemetry", keys, n=1, cutoff=0.75)
+        return close[0] if close else None
+    except Exception as exc:
+        internal_error(exc, "config-lookup")
+        return None
 
 
 def _telemetry_block(master_config: object) -> Mapping[str, Any]:

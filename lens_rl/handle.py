@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, Sampl
 
 from lens_rl import __version__, exporters
 from lens_rl._errors import internal_error
-from lens_rl._pipeline import SpanPipeline, _call_bounded
+from lens_rl._pipeline import Outage, SpanPipeline, _call_bounded
 from lens_rl.config import TelemetryConfig
 
 _log = logging.getLogger("lens_rl")
@@ -93,6 +93,8 @@ class _TrackingMetricExporter(MetricExporter):
         self.exports = 0
         self.failures = 0
         self.last_ok = True
+        #: Metric export errors are muted during an outage, like span export errors.
+        self.outage = Outage("metric", inner)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
@@ -103,12 +105,17 @@ class _TrackingMetricExporter(MetricExporter):
         self.exports += 1
         self.failures += 0 if ok else 1
         self.last_ok = ok
+        if ok:
+            self.outage.recovered()
+        else:
+            self.outage.failed("exporter returned FAILURE", "; metrics are sent again at the next interval")
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self.inner.force_flush(timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.outage.close()
         self.inner.shutdown(timeout_millis=timeout_millis)
 
 
@@ -228,7 +235,9 @@ class TelemetryHandle:
             self.tracer_provider = TracerProvider(resource=self.resource, sampler=sampler, shutdown_on_exit=False)
             span_exporter = exporters.span_exporter(config, self.resource)
             if span_exporter is not None:
-                self.span_pipeline = SpanPipeline(span_exporter, max_queue_spans=config.max_queue_spans)
+                self.span_pipeline = SpanPipeline(
+                    span_exporter, max_queue_spans=config.max_queue_spans, max_queue_bytes=config.max_queue_bytes
+                )
                 self.tracer_provider.add_span_processor(self.span_pipeline)
                 exporting = True
             self.tracer: trace_api.Tracer = self.tracer_provider.get_tracer("lens_rl", __version__)
@@ -267,7 +276,8 @@ class TelemetryHandle:
         out: dict[str, Any] = {"exporter": self.config.exporter}
         if p is not None:
             out.update(accepted=p.accepted, exported=p.exported, dropped=p.dropped, failed=p.failed,
-                       queued=p.queued, retrying=p.retrying, last_error=p.last_error)  # fmt: skip
+                       queued=p.queued, queued_bytes=p.queued_bytes, lost_at_shutdown=p.lost_at_close,
+                       retrying=p.retrying, last_error=p.last_error)  # fmt: skip
         if self._metric_exporter is not None:
             out.update(metric_exports=self._metric_exporter.exports, metric_failures=self._metric_exporter.failures)
         return out

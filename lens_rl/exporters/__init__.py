@@ -33,9 +33,33 @@ def _grpc_module(signal: str) -> Any:
     return module
 
 
+def _track_status(exporter: Any) -> Any:
+    """Record each OTLP/HTTP export's status code on ``exporter._lens_status``.
+
+    The SDK exporter answers only SUCCESS or FAILURE; the span pipeline needs the
+    status to tell a batch worth retrying (408, 429, 5xx, no answer) from one to split
+    (413) or drop (other 4xx). The exporter's HTTP client is wrapped (OpenTelemetry is
+    pinned as one set; without that client nothing is tracked and every failure retries).
+    """
+    client: Any = getattr(exporter, "_client", None)
+    send = getattr(client, "export", None)
+    if send is None:
+        return exporter
+    exporter._lens_status = None
+
+    def export(*args: Any, **kwargs: Any) -> Any:
+        result = send(*args, **kwargs)
+        exporter._lens_status = getattr(result, "status_code", None)
+        return result
+
+    client.export = export
+    return exporter
+
+
 def span_exporter(config: TelemetryConfig, resource: Resource) -> SpanExporter | None:
     """The span exporter ``config`` asks for, or None for ``none``."""
     timeout_s = config.export_timeout_ms / 1000.0
+    headers = config.headers()
     if config.exporter == "file":
         from lens_rl.exporters.file import FileSpanExporter
 
@@ -50,16 +74,20 @@ def span_exporter(config: TelemetryConfig, resource: Resource) -> SpanExporter |
                 endpoint=config.resolved_endpoint,
                 insecure=config.resolved_endpoint.startswith("http://"),
                 timeout=timeout_s,
+                headers=headers,
             )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter(endpoint=config.resolved_endpoint + "/v1/traces", timeout=timeout_s)
+        return _track_status(  # type: ignore[no-any-return]
+            OTLPSpanExporter(endpoint=config.resolved_endpoint + "/v1/traces", timeout=timeout_s, headers=headers)
+        )
     return None
 
 
 def metric_exporter(config: TelemetryConfig, resource: Resource) -> MetricExporter | None:
     """The metric exporter ``config`` asks for, or None for ``none``."""
     timeout_s = config.export_timeout_ms / 1000.0
+    headers = config.headers()
     if config.exporter == "file":
         from lens_rl.exporters.file import FileMetricExporter
 
@@ -74,8 +102,9 @@ def metric_exporter(config: TelemetryConfig, resource: Resource) -> MetricExport
                 endpoint=config.resolved_endpoint,
                 insecure=config.resolved_endpoint.startswith("http://"),
                 timeout=timeout_s,
+                headers=headers,
             )
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-        return OTLPMetricExporter(endpoint=config.resolved_endpoint + "/v1/metrics", timeout=timeout_s)
+        return OTLPMetricExporter(endpoint=config.resolved_endpoint + "/v1/metrics", timeout=timeout_s, headers=headers)
     return None
