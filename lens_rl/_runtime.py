@@ -43,7 +43,7 @@ class Runtime:
 
     __slots__ = (
         "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
-        "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks",
+        "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks", "projected",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -73,6 +73,10 @@ class Runtime:
         self.registered: set[str] = set()
         #: Called by :meth:`reset` (integrations that keep per-process state register here).
         self.reset_hooks: list[Callable[[], None]] = []
+        #: Environment variables a driver init wrote: name -> (value written, value before or None).
+        #: A later init removes them first, so re-init honours its own config. Survives reset:
+        #: it describes ``os.environ``, which a reset does not touch.
+        self.projected: dict[str, tuple[str, str | None]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())

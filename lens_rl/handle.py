@@ -154,7 +154,7 @@ class PhaseMetrics:
                 unit="{span}",
                 description="Spans lens_rl dropped (queue full or export failed for good)",
             )
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may flush inside drain()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
@@ -35,7 +36,11 @@ from lens_rl.config import (
     ENV,
     RESOURCE_ATTRIBUTES_ENV,
     TelemetryConfig,
+    mask_url,
+    near_telemetry_key,
     parse_bool,
+    strip_userinfo,
+    unknown_env_names,
 )
 from lens_rl.identity import campaign_stage, decode_attributes, encode_attributes, job_identity, worker_attributes
 
@@ -52,6 +57,7 @@ __all__ = [
 _log = logging.getLogger("lens_rl")
 ATEXIT_TIMEOUT_MS = 3000
 DEFAULT_TIMEOUT_MS = 5000
+_SLACK_S = 0.05
 _warn_once = warn_once
 
 
@@ -61,14 +67,47 @@ def get_telemetry_handle() -> Any:
 
 
 def telemetry_enabled_in_env() -> bool:
-    """True when this process's environment turns telemetry on (never raises)."""
+    """True when this process's environment turns telemetry on (never raises; a bad value warns once)."""
     env = os.environ
     try:
-        if "OTEL_SDK_DISABLED" in env and parse_bool(env["OTEL_SDK_DISABLED"]):
+        if "OTEL_SDK_DISABLED" in env and parse_bool(env["OTEL_SDK_DISABLED"], "OTEL_SDK_DISABLED"):
             return False
-        return parse_bool(env.get(ENV["enabled"], ""))
-    except ValueError:
+        return parse_bool(env.get(ENV["enabled"], ""), f"enabled (from ${ENV['enabled']})")
+    except ValueError as exc:
+        warn_once("enabled-env", "lens_rl: telemetry off in this process, bad environment: %s", exc)
         return False
+
+
+def _warn_about_env(master_config: object = None) -> None:
+    """Did-you-mean warnings: an unknown ``LENS_RL_OTEL_*`` variable, a misspelt ``telemetry`` block."""
+    for name, close in unknown_env_names():
+        hint = f"; did you mean {close}?" if close else ""
+        warn_once(f"unknown-env-{name}", "lens_rl: unknown environment variable %s is ignored%s", name, hint)
+    near = near_telemetry_key(master_config)
+    if near is not None:
+        warn_once(f"near-telemetry-{near}", "lens_rl: the master config has no 'telemetry' block but a key %r; "
+                  "did you mean 'telemetry'? Telemetry stays off.", near)  # fmt: skip
+
+
+def _project(name: str, value: str, *, overwrite: bool = False) -> None:
+    """Write ``name`` into the environment for workers (``setdefault`` unless ``overwrite``), remembering it."""
+    before = os.environ.get(name)
+    if before is not None and not overwrite:
+        return
+    os.environ[name] = value
+    RUNTIME.projected.setdefault(name, (value, before))
+    RUNTIME.projected[name] = (value, RUNTIME.projected[name][1])
+
+
+def _forget_projection() -> None:
+    """Undo an earlier init's environment writes (those nobody changed since): re-init honours its config."""
+    for name, (value, before) in list(RUNTIME.projected.items()):
+        if os.environ.get(name) == value:
+            if before is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = before
+    RUNTIME.projected.clear()
 
 
 def vllm_native_tracing_requested() -> bool:
@@ -92,6 +131,8 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
     with RUNTIME.lock:
         if RUNTIME.handle is not None and RUNTIME.handle.role != "lazy":
             return RUNTIME.handle
+        _forget_projection()
+        _warn_about_env(master_config)
         config = TelemetryConfig.from_master_config(master_config)
         _replace_lazy_handle()
         if not config.enabled:
@@ -99,13 +140,16 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
             return None
         config = config.with_run_id()
         run_id = str(config.run_id)
+        if config.endpoint and strip_userinfo(config.endpoint) != config.endpoint:
+            warn_once("endpoint-credentials", "lens_rl: the endpoint's credentials are not passed to workers; "
+                      "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes")  # fmt: skip
         for name, value in config.to_env().items():
-            os.environ.setdefault(name, value)
-        os.environ.setdefault(CAMPAIGN_STAGE_ENV, campaign_stage(algorithm))
+            _project(name, value)
+        _project(CAMPAIGN_STAGE_ENV, campaign_stage(algorithm))
         identity = job_identity(master_config, algorithm, run_id)
         identity["nv.dl.campaign.stage"] = os.environ[CAMPAIGN_STAGE_ENV]
         identity.update(decode_attributes(os.environ.get(RESOURCE_ATTRIBUTES_ENV)))  # raw env wins
-        os.environ[RESOURCE_ATTRIBUTES_ENV] = encode_attributes(identity)
+        _project(RESOURCE_ATTRIBUTES_ENV, encode_attributes(identity), overwrite=True)
 
         from lens_rl.exporters import MissingExtraError
         from lens_rl.handle import TelemetryHandle
@@ -128,13 +172,14 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         RUNTIME.root_span = root_span
         RUNTIME.root_context = trace.set_span_in_context(root_span)
         handle.root_span_id = root_span.get_span_context().span_id
-        os.environ.update(propagation.carrier_for(RUNTIME.root_context, env_names=True))
+        for name, value in propagation.carrier_for(RUNTIME.root_context, env_names=True).items():
+            _project(name, value, overwrite=True)
         _activate(handle, "driver")
         _log.info(
             "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
             config.exporter,
             run_id,
-            f"trace_dir={config.trace_dir}" if config.exporter == "file" else f"endpoint={config.resolved_endpoint}",
+            f"trace_dir={config.trace_dir}" if config.exporter == "file" else f"endpoint={mask_url(config.resolved_endpoint)}",
         )
         return handle
 
@@ -189,6 +234,7 @@ def _init_worker(
     if not telemetry_enabled_in_env():
         RUNTIME.mark_off()
         return None
+    _warn_about_env()
     try:
         config = TelemetryConfig.from_env()
     except ValueError as exc:
@@ -282,6 +328,12 @@ def shutdown_telemetry(timeout_ms: int | None = 5000) -> bool:
     (a second call returns the first call's answer at once). Runs at exit, bounded by 3 s.
     """
     timeout_ms = _budget(timeout_ms)
+    if RUNTIME.handle is None:
+        return True if RUNTIME.last_shutdown is None else RUNTIME.last_shutdown
+    return _within(timeout_ms, lambda: _shutdown(timeout_ms))
+
+
+def _shutdown(timeout_ms: int) -> bool:
     with RUNTIME.lock:
         handle = RUNTIME.handle
         if handle is None:
@@ -299,6 +351,31 @@ def shutdown_telemetry(timeout_ms: int | None = 5000) -> bool:
         ok = False
     RUNTIME.last_shutdown = ok
     return ok
+
+
+def _within(timeout_ms: int, work: Any) -> bool:
+    """``work()`` on a helper thread, waited for at most ``timeout_ms`` (plus a little slack).
+
+    Why a thread: flush and shutdown may be called from a signal handler that
+    interrupted the very thread holding a lock they need (the SDK's span lock, the
+    runtime's lock); the helper may block, the caller never does. False on timeout.
+    """
+    result: list[bool] = [False]
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result[0] = bool(work())
+        except Exception as exc:
+            internal_error(exc, "shutdown")
+        finally:
+            done.set()
+
+    try:
+        threading.Thread(target=run, name="lens_rl-flush", daemon=True).start()
+    except RuntimeError:  # no new threads at interpreter shutdown: run it here
+        run()
+    return done.wait(timeout_ms / 1000.0 + _SLACK_S) and result[0]
 
 
 def _budget(timeout_ms: int | None) -> int:
@@ -320,11 +397,8 @@ def flush_telemetry(timeout_ms: int | None = 5000) -> bool:
     handle = RUNTIME.handle
     if handle is None:
         return True
-    try:
-        return bool(handle.force_flush(_budget(timeout_ms)))
-    except Exception as exc:
-        internal_error(exc, "flush")
-        return False
+    budget_ms = _budget(timeout_ms)
+    return _within(budget_ms, lambda: handle.force_flush(budget_ms))
 
 
 def _shutdown_at_exit() -> None:

@@ -16,7 +16,12 @@ Format version 1 (``"v": 1`` on every line). One file per process and signal:
 
 Each batch is appended with ``os.write`` on an ``O_APPEND`` descriptor, whole lines
 only, so a killed process can at worst leave one unfinished last line; readers skip it
-and count it (:class:`ReadStats`).
+and count it (:class:`ReadStats`). A write that fails part-way (a full disk) is cut
+back to where the batch began, so its retry leaves no duplicate and no garbage line;
+readers also drop a span id seen twice in one file. Every line is strict JSON (a NaN
+or infinite number is written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
+Every path part (group, rank, run id) is sanitised and shortened: no value writes
+outside ``trace_dir``. A forked child never writes into its parent's files.
 """
 
 from __future__ import annotations
@@ -35,17 +40,32 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from lens_rl._errors import internal_error, warn_once
+
 FORMAT_VERSION = 1
 _CHUNK_BYTES = 1 << 16
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_MAX_PART = 64  # characters per path part; a file name stays far below 255 bytes
+
+
+def safe_part(value: object, default: str) -> str:
+    """``value`` as one harmless path part: no separator, no ``..``, not empty, not too long."""
+    text = _UNSAFE.sub("_", str(value)).strip(".") or default
+    if len(text) > _MAX_PART:
+        import hashlib
+
+        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+        text = f"{text[: _MAX_PART - 9]}-{digest}"
+    return text
 
 
 def store_path(trace_dir: str, run_id: str, kind: str, resource: Resource) -> Path:
-    """Where this process writes ``kind`` (``spans`` or ``metrics``) for ``run_id``."""
+    """Where this process writes ``kind`` (``spans`` or ``metrics``) for ``run_id``; always inside ``trace_dir``."""
     attrs = resource.attributes
-    group = _UNSAFE.sub("_", str(attrs.get("rl.worker_group", "worker")))
-    name = f"{kind}-{group}-{attrs.get('nv.dl.rank', 0)}-{os.getpid()}.jsonl"
-    return Path(trace_dir) / _UNSAFE.sub("_", run_id) / name
+    group = safe_part(attrs.get("rl.worker_group", "worker"), "worker")
+    rank = safe_part(attrs.get("nv.dl.rank", 0), "0")
+    name = f"{kind}-{group}-{rank}-{os.getpid()}.jsonl"
+    return Path(trace_dir) / safe_part(run_id, "run") / name
 
 
 def _hex(value: int, width: int) -> str:
@@ -94,20 +114,29 @@ class _AppendFile:
         self._fd: int | None = None
 
     def write_lines(self, lines: Sequence[str]) -> None:
+        """Append ``lines`` whole, or not at all: a failed write is cut back to where it began."""
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        chunk: list[bytes] = []
-        size = 0
-        for line in lines:
-            data = line.encode("utf-8") + b"\n"
-            if size + len(data) > _CHUNK_BYTES and chunk:
+        start = os.fstat(self._fd).st_size  # one writer per file (one process): this is where the batch begins
+        try:
+            chunk: list[bytes] = []
+            size = 0
+            for line in lines:
+                data = line.encode("utf-8") + b"\n"
+                if size + len(data) > _CHUNK_BYTES and chunk:
+                    self._write_all(b"".join(chunk))
+                    chunk, size = [], 0
+                chunk.append(data)
+                size += len(data)
+            if chunk:
                 self._write_all(b"".join(chunk))
-                chunk, size = [], 0
-            chunk.append(data)
-            size += len(data)
-        if chunk:
-            self._write_all(b"".join(chunk))
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass  # the retry may still leave a partial line; readers skip and count it
+            raise
 
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
@@ -128,27 +157,62 @@ def _json_default(value: Any) -> Any:
     return list(value) if isinstance(value, (tuple, set, frozenset)) else str(value)
 
 
-class FileSpanExporter(SpanExporter):
-    """Appends spans to ``spans-<group>-<rank>-<pid>.jsonl`` under ``trace_dir/<run_id>/``."""
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as strings, at any depth (strict JSON has neither)."""
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
-    def __init__(self, trace_dir: str, run_id: str, resource: Resource) -> None:
-        self._file = _AppendFile(store_path(trace_dir, run_id, "spans", resource))
+
+def json_line(record: Any) -> str:
+    """One strict-JSON line for ``record``."""
+    try:
+        return json.dumps(record, separators=(",", ":"), default=_json_default, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(record), separators=(",", ":"), default=_json_default, allow_nan=False)
+
+
+class _StoreWriter:
+    """What both file exporters share: the file, the fork guard, and one warning per write error."""
+
+    def __init__(self, trace_dir: str, run_id: str, kind: str, resource: Resource) -> None:
+        self._file = _AppendFile(store_path(trace_dir, run_id, kind, resource))
         self._resource = dict(resource.attributes)
+        self._pid = os.getpid()
 
     @property
     def path(self) -> Path:
         return self._file.path
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def write(self, lines: Sequence[str]) -> bool:
+        if os.getpid() != self._pid:
+            return True  # a forked child: the parent's file is not ours (the child has its own handle)
         try:
-            lines = [
-                json.dumps(span_record(s, self._resource), separators=(",", ":"), default=_json_default)
-                for s in spans
-            ]
             self._file.write_lines(lines)
-        except OSError:
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+        except OSError as exc:
+            warn_once(f"file-store-{self._file.path}", "lens_rl: cannot write telemetry to %s: %s (retrying)",
+                      self._file.path, exc)  # fmt: skip
+            return False
+        return True
+
+
+class FileSpanExporter(_StoreWriter, SpanExporter):
+    """Appends spans to ``spans-<group>-<rank>-<pid>.jsonl`` under ``trace_dir/<run_id>/``."""
+
+    def __init__(self, trace_dir: str, run_id: str, resource: Resource) -> None:
+        _StoreWriter.__init__(self, trace_dir, run_id, "spans", resource)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        ok = self.write([json_line(span_record(s, self._resource)) for s in spans])
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
         self._file.close()
@@ -157,13 +221,12 @@ class FileSpanExporter(SpanExporter):
         return True
 
 
-class FileMetricExporter(MetricExporter):
+class FileMetricExporter(_StoreWriter, MetricExporter):
     """Appends each metric export as one line to ``metrics-<group>-<rank>-<pid>.jsonl``."""
 
     def __init__(self, trace_dir: str, run_id: str, resource: Resource, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._file = _AppendFile(store_path(trace_dir, run_id, "metrics", resource))
-        self._resource = dict(resource.attributes)
+        MetricExporter.__init__(self, **kwargs)
+        _StoreWriter.__init__(self, trace_dir, run_id, "metrics", resource)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
@@ -173,10 +236,10 @@ class FileMetricExporter(MetricExporter):
                 "resource": self._resource,
                 "metrics": json.loads(metrics_data.to_json(indent=None)),
             }
-            self._file.write_lines([json.dumps(record, separators=(",", ":"), default=_json_default)])
-        except (OSError, ValueError, TypeError):
+        except (ValueError, TypeError) as exc:
+            internal_error(exc, "metric-encode")
             return MetricExportResult.FAILURE
-        return MetricExportResult.SUCCESS
+        return MetricExportResult.SUCCESS if self.write([json_line(record)]) else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return True
@@ -207,6 +270,7 @@ class ReadStats:
     files: int = 0
     lines: int = 0
     skipped: int = 0
+    duplicates: int = 0
 
 
 def iter_span_records(trace_dir: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
@@ -214,6 +278,7 @@ def iter_span_records(trace_dir: str | os.PathLike[str], stats: ReadStats | None
     stats = stats if stats is not None else ReadStats()
     for path in sorted(Path(trace_dir).rglob("spans-*.jsonl")):
         stats.files += 1
+        seen: set[str] = set()  # a span written twice (a retried batch) counts once
         with open(path, "rb") as handle:
             for raw in handle:
                 stats.lines += 1
@@ -225,4 +290,9 @@ def iter_span_records(trace_dir: str | os.PathLike[str], stats: ReadStats | None
                 if not isinstance(record, dict) or record.get("v") != FORMAT_VERSION or "span_id" not in record:
                     stats.skipped += 1
                     continue
+                span_id = record["span_id"]
+                if span_id in seen:
+                    stats.duplicates += 1
+                    continue
+                seen.add(span_id)
                 yield record

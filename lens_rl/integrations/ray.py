@@ -34,6 +34,7 @@ from typing import Any, SupportsIndex, TypeVar
 import wrapt
 
 from lens_rl._errors import internal_error
+from lens_rl.config import strip_userinfo
 from lens_rl.propagation import attach_context, inject_context
 
 __all__ = [
@@ -58,11 +59,16 @@ _PASSED_VARS = ("TRACEPARENT", "TRACESTATE", "OTEL_SDK_DISABLED", "OTEL_SERVICE_
 def telemetry_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's telemetry environment: ``LENS_RL_OTEL_*``, trace context, ``OTEL_*`` basics.
 
-    OTLP headers (which carry credentials) are deliberately not copied: set them on the
-    cluster, not through a job's runtime_env.
+    OTLP headers and an endpoint's userinfo (credentials) are deliberately not copied:
+    set headers on the cluster's nodes or in ``headers_file``, whose path travels and
+    whose content never does.
     """
     env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if k.startswith("LENS_RL_OTEL_") or k in _PASSED_VARS}
+    out = {k: v for k, v in env.items() if k.startswith("LENS_RL_OTEL_") or k in _PASSED_VARS}
+    for key in ("LENS_RL_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        if key in out:
+            out[key] = strip_userinfo(out[key])  # credentials never travel in a runtime_env
+    return out
 
 
 def telemetry_runtime_env(runtime_env: Mapping[str, Any] | None = None) -> dict[str, Any]:
