@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lens_rl._runtime import RUNTIME as _RUNTIME
 from lens_rl.aspects import Phase, traced_phase, traced_worker_init, with_bucket
 from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket
 from lens_rl.config import TelemetryConfig
+from lens_rl.integrations import install_driver_hooks as _install_driver_hooks
 from lens_rl.integrations.aiohttp import instrument_aiohttp_client
 from lens_rl.lifecycle import (
     flush_telemetry,
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
     from lens_rl.handle import TelemetryHandle
 
 __version__ = "0.1.0"
+
+# Integrations sit above lifecycle: the driver's start is handed what they need (no upward import).
+if _install_driver_hooks not in _RUNTIME.driver_hooks:
+    _RUNTIME.driver_hooks.append(_install_driver_hooks)
 
 __all__ = [
     "Bucket",

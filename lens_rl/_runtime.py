@@ -44,6 +44,7 @@ class Runtime:
     __slots__ = (
         "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
         "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks", "projected",
+        "shutdown_hooks", "driver_hooks",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -77,6 +78,11 @@ class Runtime:
         #: A later init removes them first, so re-init honours its own config. Survives reset:
         #: it describes ``os.environ``, which a reset does not touch.
         self.projected: dict[str, tuple[str, str | None]] = {}
+        #: Run by shutdown before the providers close, given the budget in ms; False: data was lost
+        #: (the Ray integration flushes its workers here). Registrations: never undone.
+        self.shutdown_hooks: list[Callable[[int], bool]] = []
+        #: Run when a driver starts (handed in by the package's face: integrations sit above lifecycle).
+        self.driver_hooks: list[Callable[[], None]] = []
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())

@@ -314,13 +314,23 @@ def traced_worker_init(
     def decorate(target: F) -> F:
         if isinstance(target, type):
             original = cast(Any, target).__init__
+            if not inspect.isfunction(original):  # object.__init__ (a slot wrapper): give it a real function
+                slot_init = original
+
+                def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                    slot_init(self, *args, **kwargs)
+
+                original = __init__
             wrapper = _codegen.wrap(original, spec, kind="sync")
             wrapper.__qualname__ = f"{target.__qualname__}.__init__"
             wrapper.__module__ = target.__module__
             wrapper.__name__ = "__init__"
             target.__init__ = wrapper  # type: ignore[misc]
+            target.__lens_rl_traced__ = True  # type: ignore[attr-defined]  # the Ray integration flushes it
             return target
-        return _codegen.decorate(target, spec)  # type: ignore[no-any-return]
+        wrapped = _codegen.decorate(target, spec)
+        wrapped.__lens_rl_traced__ = True
+        return wrapped  # type: ignore[no-any-return]
 
     return decorate
 

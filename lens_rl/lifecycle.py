@@ -27,6 +27,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
@@ -175,6 +176,11 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         for name, value in propagation.carrier_for(RUNTIME.root_context, env_names=True).items():
             _project(name, value, overwrite=True)
         _activate(handle, "driver")
+        for hook in RUNTIME.driver_hooks:
+            try:
+                hook()
+            except Exception as exc:
+                internal_error(exc, "driver-hook")
         _log.info(
             "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
             config.exporter,
@@ -334,6 +340,15 @@ def shutdown_telemetry(timeout_ms: int | None = 5000) -> bool:
 
 
 def _shutdown(timeout_ms: int) -> bool:
+    deadline = time.monotonic() + timeout_ms / 1000.0
+    hooks_ok = True
+    for hook in RUNTIME.shutdown_hooks:  # e.g. Ray workers flushed before the driver closes
+        try:
+            hooks_ok = bool(hook(max(int((deadline - time.monotonic()) * 1000), 0))) and hooks_ok
+        except Exception as exc:
+            internal_error(exc, "shutdown-hook")
+            hooks_ok = False
+    timeout_ms = max(int((deadline - time.monotonic()) * 1000), 0)
     with RUNTIME.lock:
         handle = RUNTIME.handle
         if handle is None:
@@ -345,7 +360,7 @@ def _shutdown(timeout_ms: int) -> bool:
         RUNTIME.end_open_phases()
         if root is not None:
             root.end()
-        ok = bool(handle.shutdown(timeout_ms))
+        ok = bool(handle.shutdown(timeout_ms)) and hooks_ok
     except Exception as exc:
         internal_error(exc, "shutdown")
         ok = False

@@ -24,16 +24,19 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import inspect
 import os
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, SupportsIndex, TypeVar
 
 import wrapt
 
-from lens_rl._errors import internal_error
+from lens_rl._errors import internal_error, warn_once
+from lens_rl._runtime import RUNTIME
 from lens_rl.config import strip_userinfo
 from lens_rl.propagation import attach_context, inject_context
 
@@ -42,6 +45,8 @@ __all__ = [
     "accepts_context",
     "actor_options",
     "flush_actors",
+    "flush_known_actors",
+    "install_ray_hooks",
     "kill_actors",
     "telemetry_env",
     "telemetry_runtime_env",
@@ -127,17 +132,106 @@ def flush_actors(actors: Iterable[Any], timeout_ms: int = 5000) -> list[bool]:
         except Exception as exc:
             internal_error(exc, "ray-flush")
             refs.append(None)
+    live = [ref for ref in refs if ref is not None]
+    ready: set[Any] = set()
+    if live:
+        try:  # one deadline for all of them, whatever their number
+            done, _ = ray.wait(live, num_returns=len(live), timeout=timeout_ms / 1000.0 + _RAY_ROUND_TRIP_S)
+            ready = set(done)
+        except Exception as exc:
+            internal_error(exc, "ray-flush")
     results: list[bool] = []
     for ref in refs:
-        if ref is None:
+        if ref is None or ref not in ready:
             results.append(False)
             continue
         try:
-            results.append(bool(ray.get(ref, timeout=timeout_ms / 1000.0 + 5.0)))
+            results.append(bool(ray.get(ref, timeout=0)))
         except Exception as exc:
             internal_error(exc, "ray-flush")
             results.append(False)
     return results
+
+
+# ---------------------------------------------------------------------- the ordinary end of a job
+
+#: Actors lens_rl knows (traced_worker_init classes, actor_options): flushed before Ray shuts down.
+_KNOWN: weakref.WeakSet[Any] = weakref.WeakSet()
+_LAST_FLUSH: list[bool] = [True]
+_RAY_ROUND_TRIP_S = 5.0
+
+
+def _known_actor(actor_class: Any, options: Mapping[str, Any]) -> bool:
+    env_vars = ((options.get("runtime_env") or {}).get("env_vars") or {}) if isinstance(options, Mapping) else {}
+    if "LENS_RL_WORKER_GROUP" in env_vars:
+        return True
+    cls = getattr(getattr(actor_class, "__ray_metadata__", None), "modified_class", None)
+    return bool(getattr(cls, "__lens_rl_traced__", False) or getattr(getattr(cls, "__init__", None),
+                                                                     "__lens_rl_traced__", False))  # fmt: skip
+
+
+def _remember_actor(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    handle = wrapped(*args, **kwargs)
+    try:
+        if _known_actor(instance, kwargs):
+            _KNOWN.add(handle)
+            if "ray-atexit" not in RUNTIME.registered:
+                # Registered after ray.init(), so it runs before Ray's own exit handler shuts the cluster down.
+                RUNTIME.registered.add("ray-atexit")
+                atexit.register(flush_known_actors, 3000)
+    except Exception as exc:
+        internal_error(exc, "ray-actor-registry")
+    return handle
+
+
+def _flush_before_shutdown(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    flush_known_actors()
+    return wrapped(*args, **kwargs)
+
+
+def flush_known_actors(timeout_ms: int = 5000) -> bool:
+    """Flush every live actor lens_rl knows, once; True when all of them exported everything.
+
+    Runs before ``ray.shutdown()``, at the driver's exit and inside
+    :func:`lens_rl.shutdown_telemetry`, so the ordinary end of a Ray job loses no
+    span that ended on a worker (Ray does not reliably call ``__ray_shutdown__``
+    when the owner exits). Later calls return the last answer. Never raises.
+    """
+    actors = list(_KNOWN)
+    if not actors:
+        return _LAST_FLUSH[0]
+    _KNOWN.clear()
+    try:
+        import ray
+
+        ok = ray.is_initialized() and all(flush_actors(actors, timeout_ms))
+    except Exception as exc:
+        internal_error(exc, "ray-flush")
+        ok = False
+    if not ok:
+        warn_once("ray-flush-failed", "lens_rl: some Ray workers could not flush their spans before shutdown")
+    _LAST_FLUSH[0] = ok
+    return ok
+
+
+def install_ray_hooks() -> None:
+    """Once per process: when Ray is (or gets) imported, remember lens_rl's actors and flush them
+    before ``ray.shutdown()`` and at exit; ``shutdown_telemetry`` flushes them too."""
+    if "ray-hooks" in RUNTIME.registered:
+        return
+    RUNTIME.registered.add("ray-hooks")
+    RUNTIME.shutdown_hooks.append(flush_known_actors)
+    wrapt.register_post_import_hook(_patch_ray, "ray")
+
+
+def _patch_ray(ray_module: Any) -> None:
+    try:
+        import ray.actor
+
+        wrapt.wrap_function_wrapper(ray.actor, "ActorClass._remote", _remember_actor)
+        wrapt.wrap_function_wrapper(ray_module, "shutdown", _flush_before_shutdown)
+    except Exception as exc:
+        internal_error(exc, "ray-hooks")
 
 
 def kill_actors(actors: Iterable[Any], timeout_ms: int = 5000, **kill_kwargs: Any) -> list[bool]:

@@ -86,3 +86,22 @@ def test_runtime_env_helpers_merge_without_mutating(monkeypatch: pytest.MonkeyPa
         "LENS_RL_WORKER_GROUP": "vllm_policy", "RANK": "1", "WORLD_SIZE": "4"}  # fmt: skip
     with pytest.raises(ValueError, match="rank must be in"):
         worker_env("g", 4, 4)
+
+
+@pytest.mark.parametrize("mode", ["shutdown", "exit"])
+def test_the_ordinary_end_of_a_ray_job_loses_no_worker_span(tmp_path: Path, mode: str) -> None:
+    """ray.shutdown() (or just exiting) after the last step: every span that ended on a worker is in the store."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/integration/ray_shutdown_job.py"), str(tmp_path), mode],
+        env=clean_env({"PYTHONPATH": str(ROOT)}), capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    if mode == "shutdown":
+        assert "TELEMETRY_OK True" in proc.stdout
+    names: dict[str, list[str]] = {}
+    for path in tmp_path.rglob("spans-*.jsonl"):
+        group = path.name.split("-")[1]
+        names.setdefault(group, []).extend(json.loads(line)["name"] for line in path.read_text().splitlines())
+    assert sorted(names.get("lm_policy", [])) == ["policy.init"] + ["policy_training"] * 3
+    assert names.get("vllm_policy", []).count("generation") == 3
+    assert names["driver"].count("step") == 3
