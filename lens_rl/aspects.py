@@ -317,7 +317,7 @@ def traced_worker_init(
             if not inspect.isfunction(original):  # object.__init__ (a slot wrapper): give it a real function
                 slot_init = original
 
-                def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - it becomes the class's __init__
                     slot_init(self, *args, **kwargs)
 
                 original = __init__
