@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from lens_rl._attributes import clean_text, scrub_attributes
+from lens_rl._bounded import run_bounded
 from lens_rl._errors import internal_error, warn_once
 
 _log = logging.getLogger("lens_rl")
@@ -309,7 +310,7 @@ class SpanPipeline(SpanProcessor):
                 "(counted in lens_rl.spans.dropped); give shutdown a larger budget or check the collector",
                 lost, self.target,
             )  # fmt: skip
-        _call_bounded(self.exporter.shutdown, max(deadline - time.monotonic(), 0.0))
+        run_bounded(self.exporter.shutdown, max(deadline - time.monotonic(), 0.0))
         self.outage.close()
         return ok and lost <= 0
 
@@ -451,19 +452,3 @@ class SpanPipeline(SpanProcessor):
         self._closed = True
         self._warned_drop = True
         self.accepted = self.exported = self.dropped = self.failed = 0
-
-
-def _call_bounded(fn: Any, timeout_s: float) -> bool:
-    """Run ``fn()`` on a daemon thread; True when it returned within ``timeout_s``."""
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            fn()
-        except Exception as exc:
-            internal_error(exc, "bounded-call")
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="lens_rl-bounded", daemon=True).start()
-    return done.wait(max(timeout_s, 0.0))

@@ -39,9 +39,23 @@ def _attrs(key_values: Any) -> dict[str, Any]:
 class OTLPReceiver:
     """OTLP/HTTP protobuf receiver on ``127.0.0.1`` (``port=0`` picks a free port)."""
 
-    def __init__(self, port: int = 0, *, delay_s: float = 0.0, fail_status: int | None = None) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        delay_s: float = 0.0,
+        fail_status: int | None = None,
+        max_body_bytes: int | None = None,
+        reject: Any = None,
+    ) -> None:
         self.delay_s = delay_s
         self.fail_status = fail_status
+        #: A trace request larger than this is answered 413 (as collectors with a size limit do).
+        self.max_body_bytes = max_body_bytes
+        #: ``reject(body) -> status or None``: answer a trace request with that status instead (poison batches).
+        self.reject = reject
+        #: Statuses answered, in order.
+        self.statuses: list[int] = []
         self.spans: list[dict[str, Any]] = []
         self.metric_requests: list[Any] = []
         self.requests = 0
@@ -68,10 +82,13 @@ class OTLPReceiver:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                receiver._handle(self.path, body, dict(self.headers))
+                status = receiver._status_for(self.path, body)
+                if status == 200:
+                    receiver._handle(self.path, body, dict(self.headers))
                 if receiver.delay_s:
                     time.sleep(receiver.delay_s)
-                status = receiver.fail_status or 200
+                with receiver._cond:
+                    receiver.statuses.append(status)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -88,12 +105,24 @@ class OTLPReceiver:
         """The base URL exporters take (``/v1/traces`` is appended by lens_rl)."""
         return f"http://127.0.0.1:{self.port}"
 
+    def _status_for(self, path: str, body: bytes) -> int:
+        if self.fail_status:
+            with self._cond:
+                self.requests += 1
+            return self.fail_status
+        if path.endswith("/v1/traces"):
+            if self.max_body_bytes is not None and len(body) > self.max_body_bytes:
+                return 413
+            if self.reject is not None:
+                status = self.reject(body)
+                if status:
+                    return int(status)
+        return 200
+
     def _handle(self, path: str, body: bytes, headers: dict[str, str]) -> None:
         with self._cond:
             self.requests += 1
             self.headers.append(headers)
-        if self.fail_status:
-            return
         if path.endswith("/v1/traces"):
             from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 

@@ -36,8 +36,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, SamplingResult
 
 from lens_rl import __version__, exporters
+from lens_rl._bounded import run_bounded
 from lens_rl._errors import internal_error
-from lens_rl._pipeline import Outage, SpanPipeline, _call_bounded
+from lens_rl._pipeline import Outage, SpanPipeline
 from lens_rl.config import TelemetryConfig
 
 _log = logging.getLogger("lens_rl")
@@ -52,6 +53,28 @@ BUCKET_SECONDS = "rl.goodput.bucket_seconds"
 PHASE_DURATION = "rl.phase.duration"
 PHASE_COUNT = "rl.phase.count"
 SPANS_DROPPED = "lens_rl.spans.dropped"
+
+
+class _OncePerMessage(logging.Filter):
+    """Lets the first record of each message template through, then drops repeats (SDK limit warnings
+    would otherwise log once per dropped attribute: 9,900 lines for 10,000 attributes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = str(record.msg)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+_SDK_LIMIT_LOGGERS = ("opentelemetry.attributes", "opentelemetry.sdk.trace")
+_ONCE = _OncePerMessage()
+for _name in _SDK_LIMIT_LOGGERS:
+    logging.getLogger(_name).addFilter(_ONCE)
 
 
 class PhaseSampler(Sampler):
@@ -299,10 +322,10 @@ class TelemetryHandle:
             exporter = self._metric_exporter
             before = exporter.exports
             remaining_s = deadline - time.monotonic()
-            flushed = remaining_s > 0 and _call_bounded(
+            flushed = remaining_s > 0 and run_bounded(
                 lambda: self._metric_reader.force_flush(timeout_millis=max(remaining_s, 0.001) * 1000),  # type: ignore[union-attr]
                 remaining_s,
-            )
+            )[0]
             ok = ok and flushed and exporter.exports > before and exporter.last_ok
         return ok
 
@@ -318,10 +341,10 @@ class TelemetryHandle:
         if self.span_pipeline is not None:
             ok = self.span_pipeline.close(deadline - time.monotonic()) and ok
         if self.tracer_provider is not None:
-            _call_bounded(self.tracer_provider.shutdown, max(deadline - time.monotonic(), 0.0))
+            run_bounded(self.tracer_provider.shutdown, max(deadline - time.monotonic(), 0.0))
         if self.meter_provider is not None:
             meter_provider = self.meter_provider
             remaining_s = max(deadline - time.monotonic(), 0.0)
-            _call_bounded(lambda: meter_provider.shutdown(timeout_millis=max(remaining_s, 0.001) * 1000), remaining_s)
+            run_bounded(lambda: meter_provider.shutdown(timeout_millis=max(remaining_s, 0.001) * 1000), remaining_s)
         self._shutdown_result = ok
         return ok

@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from lens_rl._bounded import Job, start_helpers, submit
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
 from lens_rl.config import (
@@ -59,6 +60,8 @@ _log = logging.getLogger("lens_rl")
 ATEXIT_TIMEOUT_MS = 3000
 DEFAULT_TIMEOUT_MS = 5000
 _SLACK_S = 0.05
+_IN_FLIGHT: list[Job | None] = [None]  # the flush or shutdown the helpers are running, if any
+_CALLER = threading.local()  # depth of _within on this thread (a signal handler may nest a call)
 _warn_once = warn_once
 
 
@@ -310,6 +313,7 @@ def _activate(handle: Any, role: str) -> None:
 
     handle.role = role
     RUNTIME.install(handle)
+    start_helpers()  # the flush/shutdown helpers, started here: never from a signal handler
     _globals.register_once()
     _globals.rebind()
     registered = RUNTIME.registered
@@ -364,33 +368,39 @@ def _shutdown(timeout_ms: int) -> bool:
     except Exception as exc:
         internal_error(exc, "shutdown")
         ok = False
+    with RUNTIME.lock:
+        _forget_projection()  # the environment is the user's again: a next init reads its own config
     RUNTIME.last_shutdown = ok
     return ok
 
 
 def _within(timeout_ms: int, work: Any) -> bool:
-    """``work()`` on a helper thread, waited for at most ``timeout_ms`` (plus a little slack).
+    """``work()`` on a helper thread, waited for at most ``timeout_ms`` (plus a little slack); False on timeout.
 
-    Why a thread: flush and shutdown may be called from a signal handler that
-    interrupted the very thread holding a lock they need (the SDK's span lock, the
-    runtime's lock); the helper may block, the caller never does. False on timeout.
+    Flush and shutdown may be called from a signal handler that interrupted the very
+    thread holding a lock they need: the helper may block there, the caller never does.
+    One call at a time goes to the helpers: a call made while another is still running
+    (a signal storm) first waits for that one, within its own budget, so work never piles up.
     """
-    result: list[bool] = [False]
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            result[0] = bool(work())
-        except Exception as exc:
-            internal_error(exc, "shutdown")
-        finally:
-            done.set()
-
+    if getattr(_CALLER, "depth", 0):
+        return False  # a signal handler interrupted this very wait: the outer call answers, this one at once
+    _CALLER.depth = 1
     try:
-        threading.Thread(target=run, name="lens_rl-flush", daemon=True).start()
-    except RuntimeError:  # no new threads at interpreter shutdown: run it here
-        run()
-    return done.wait(timeout_ms / 1000.0 + _SLACK_S) and result[0]
+        deadline = time.monotonic() + timeout_ms / 1000.0 + _SLACK_S
+        previous = _IN_FLIGHT[0]
+        if previous is not None and not previous.finished():
+            previous.wait(deadline - time.monotonic())
+            if not previous.finished():
+                return False
+        job = submit(work)
+        _IN_FLIGHT[0] = job
+        done, result = job.wait(deadline - time.monotonic())
+        return bool(done and result)
+    except Exception as exc:
+        internal_error(exc, "flush")
+        return False
+    finally:
+        _CALLER.depth = 0
 
 
 def _budget(timeout_ms: int | None) -> int:
