@@ -29,6 +29,7 @@ from lens_rl.lifecycle import (
     init_telemetry_driver,
     init_telemetry_worker,
     shutdown_telemetry,
+    step_goodput,
     telemetry_enabled_in_env,
     vllm_native_tracing_requested,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "inject_context",
     "instrument_aiohttp_client",
     "shutdown_telemetry",
+    "step_goodput",
     "telemetry_enabled_in_env",
     "traced_phase",
     "traced_worker_init",

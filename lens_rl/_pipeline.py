@@ -31,7 +31,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from threading import get_ident
+from threading import current_thread, get_ident
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -168,6 +168,7 @@ def scrub(span: ReadableSpan) -> ReadableSpan:
         end_time=span.end_time, instrumentation_scope=span.instrumentation_scope,
     )  # fmt: skip
     copy._lens_thread = getattr(span, "_lens_thread", None)  # type: ignore[attr-defined]
+    copy._lens_thread_name = getattr(span, "_lens_thread_name", None)  # type: ignore[attr-defined]
     return copy
 
 
@@ -226,6 +227,7 @@ class SpanPipeline(SpanProcessor):
         # The ending thread (the starting one for with-blocks and calls): the file store
         # records it so Perfetto can draw one track per thread.
         span._lens_thread = get_ident()  # type: ignore[attr-defined]
+        span._lens_thread_name = current_thread().name  # type: ignore[attr-defined]
         size = span_bytes(span)
         with self._lock:
             if (

@@ -44,7 +44,7 @@ class Runtime:
     __slots__ = (
         "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
         "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks", "projected",
-        "shutdown_hooks", "driver_hooks",
+        "shutdown_hooks", "driver_hooks", "last_step",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -83,6 +83,8 @@ class Runtime:
         self.shutdown_hooks: list[Callable[[int], bool]] = []
         #: Run when a driver starts (handed in by the package's face: integrations sit above lifecycle).
         self.driver_hooks: list[Callable[[], None]] = []
+        #: The last completed step's goodput (``lens_rl.step_goodput()``), or None.
+        self.last_step: dict[str, Any] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())
@@ -151,6 +153,7 @@ class Runtime:
         self.root_context = None
         self.resolved = False
         self.last_shutdown = None
+        self.last_step = None
         self.open_phases.clear()
         self.phase_cache.clear()
         _errors.forget()

@@ -20,8 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 from lens_rl._attributes import clean_attributes, clean_text
 from lens_rl._errors import internal_error
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
-from lens_rl.buckets import Bucket, exclusive_time
-from lens_rl.propagation import root_unless_current
+from lens_rl.buckets import Bucket, exclusive_time, goodput_of
+from lens_rl.propagation import BAGGAGE_STEP, carried, keep_baggage, root_unless_current, with_baggage
 
 __all__ = ["NOOP_SPAN", "Node", "NoopSpan", "PhaseSpan", "SpanLike", "close_node", "enter_with", "exit_with",
            "open_node"]  # fmt: skip
@@ -217,7 +217,7 @@ class Node:
     """One open phase: the token that closing it needs."""
 
     __slots__ = ("name", "span", "span_id", "otel_token", "bucket", "start_ns", "inner", "outer", "step_flush",
-                 "owner", "prev")  # fmt: skip
+                 "owner", "prev", "step", "step_node", "step_seconds")  # fmt: skip
 
     def __init__(self, name: str, span: Any, span_id: int, otel_token: Any, bucket: Bucket | None,
                  start_ns: int, outer: Node | None, step_flush: bool) -> None:  # fmt: skip
@@ -234,15 +234,28 @@ class Node:
         self.step_flush = step_flush
         self.owner: Any = None
         self.prev: Node | None = None
+        #: The step this phase belongs to, and the open step umbrella (a phase with its own rl.step
+        #: and no bucket) whose per-bucket seconds it adds to: what ``step_goodput()`` reports.
+        self.step: Any = None
+        self.step_node: Node | None = None
+        self.step_seconds: dict[str, float] | None = None
 
 
-def resolve_bucket(spec: Any) -> Bucket | None:
-    """Explicit > innermost local ``with_bucket`` > default for the phase's name."""
+def resolve_bucket(spec: Any, carried_bucket: str | None = None) -> Bucket | None:
+    """Explicit > innermost local ``with_bucket`` > the bucket the caller's context carried > default for the name."""
     bucket = spec.bucket
     if bucket is None:
         ambient = AMBIENT.get()
-        bucket = ambient[0] if ambient is not None else spec._default
+        if ambient is not None:
+            return ambient[0]  # type: ignore[no-any-return]
+        if carried_bucket is not None:
+            bucket = _BUCKETS.get(carried_bucket)
+        if bucket is None:
+            bucket = spec._default
     return bucket  # type: ignore[no-any-return]
+
+
+_BUCKETS = {b.value: b for b in Bucket}
 
 
 def open_node(spec: Any) -> Node | None:
@@ -253,22 +266,35 @@ def open_node(spec: Any) -> Node | None:
             return None
         from opentelemetry import context, trace
 
-        bucket = resolve_bucket(spec)
         parent_ctx = spec._parent() if spec.parent is not None else None
         if parent_ctx is None:
             parent_ctx = root_unless_current()
+            if parent_ctx is not None:
+                parent_ctx = keep_baggage(parent_ctx)
+        carried_bucket, carried_step = carried(parent_ctx if parent_ctx is not None else context.get_current())
+        bucket = resolve_bucket(spec, carried_bucket)
+        attributes = spec._attributes(bucket)
+        own_step = attributes.get("rl.step")
+        if own_step is None and carried_step is not None:
+            attributes["rl.step"] = carried_step  # the caller's step, recorded unless the phase sets its own
         parent_node = RUNTIME.open_phases.get(trace.get_current_span(parent_ctx).get_span_context().span_id)
         outer = None
         if parent_node is not None:
             outer = parent_node if parent_node.bucket is not None else parent_node.outer
         start_ns = time.time_ns()
-        span = handle.tracer.start_span(
-            spec.name, context=parent_ctx, attributes=spec._attributes(bucket), start_time=start_ns
-        )
-        token = context.attach(trace.set_span_in_context(span, parent_ctx))
+        span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
+        new_ctx = trace.set_span_in_context(span, parent_ctx)
+        if own_step is not None:
+            new_ctx = with_baggage(new_ctx, BAGGAGE_STEP, own_step)
+        token = context.attach(new_ctx)
         span_id = span.get_span_context().span_id
-        step_flush = bucket is None and bool(spec.rl_attributes) and "step" in spec.rl_attributes
-        node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, step_flush)
+        umbrella = bucket is None and own_step is not None
+        node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
+        node.step = own_step if own_step is not None else carried_step
+        if umbrella:
+            node.step_node, node.step_seconds = node, {}
+        elif parent_node is not None:
+            node.step_node = parent_node.step_node
         RUNTIME.open_phases[span_id] = node
         return node
     except Exception as exc:
@@ -318,6 +344,13 @@ def _account(node: Node, end_ns: int) -> None:
         exclusive_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
         if node.outer is not None:
             node.outer.inner.append((node.start_ns, end_ns))
+    step_node = node.step_node
+    if bucket is not None and step_node is not None and step_node.step_seconds is not None:
+        seconds = step_node.step_seconds
+        seconds[bucket.value] = seconds.get(bucket.value, 0.0) + exclusive_s
+    if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
+        RUNTIME.last_step = {"step": node.step, "seconds": dict(node.step_seconds), "wall_s": duration_s,
+                             "goodput": goodput_of(node.step_seconds)}  # fmt: skip
     handle = RUNTIME.handle
     if handle is None:
         return

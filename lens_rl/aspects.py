@@ -255,7 +255,8 @@ class _WorkerInit(Phase):
     __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_worker_init, (self.name, self.attributes, self.rl_attributes))
+        return (_rebuild_worker_init, (self.name, self.bucket.value if self.bucket else None, self.attributes,
+                                       self.rl_attributes))  # fmt: skip
 
     def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         handle = RUNTIME.handle
@@ -264,8 +265,8 @@ class _WorkerInit(Phase):
         return super()._run(fn, *args, **kwargs)
 
 
-def _rebuild_worker_init(name: str, attributes: Any, rl_attributes: Any) -> _WorkerInit:
-    return _WorkerInit(name, None, None, attributes, rl_attributes)
+def _rebuild_worker_init(name: str, bucket: str | None, attributes: Any, rl_attributes: Any) -> _WorkerInit:
+    return _WorkerInit(name, coerce_bucket(bucket), None, attributes, rl_attributes)
 
 
 def _init_from_call(spec: _WorkerInit, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
@@ -291,12 +292,17 @@ def _init_from_call(spec: _WorkerInit, fn: Callable[..., Any], args: Any, kwargs
 
 
 def traced_worker_init(
-    span_name: str, *, attributes: Mapping[str, Any] | None = None, **rl_attributes: Any
+    span_name: str,
+    *,
+    bucket: Bucket | str = Bucket.OVERHEAD,
+    attributes: Mapping[str, Any] | None = None,
+    **rl_attributes: Any,
 ) -> Callable[[F], F]:
     """Decorate a worker's ``__init__`` (or its whole class) to start telemetry and trace start-up.
 
     Worker telemetry is initialised before the body runs (so the model load is inside
-    the span ``span_name``); the span has no bucket. ``rank``, ``world_size`` and
+    the span ``span_name``), bucketed ``overhead`` (start-up is necessary work, not a
+    step's; ``bucket=`` overrides) and in no step. ``rank``, ``world_size`` and
     ``worker_group`` are taken from the constructor's arguments of those names, else
     from the environment; ``worker_group=`` here names the group too. Disabled, the
     constructor runs untouched. On a class it returns that same class, so
@@ -309,7 +315,8 @@ def traced_worker_init(
         class PolicyWorker:
             def __init__(self, rank, world_size): ...
     """
-    spec = _WorkerInit(span_name, None, None, attributes, rl_attributes)
+    rl_attributes.pop("step", None)  # start-up belongs to no step
+    spec = _WorkerInit(span_name, coerce_bucket(bucket) or Bucket.OVERHEAD, None, attributes, rl_attributes)
 
     def decorate(target: F) -> F:
         if isinstance(target, type):
@@ -368,13 +375,14 @@ class with_bucket(_codegen.Runner):  # noqa: N801 - a context manager named like
         self.bucket = coerced
 
     def __enter__(self) -> Bucket:
-        AMBIENT.set((self.bucket, AMBIENT.get()))
+        AMBIENT.set((self.bucket, AMBIENT.get(), _carry(self.bucket)))
         return self.bucket
 
     def __exit__(self, *exc_info: object) -> None:
         node = AMBIENT.get()
         if node is not None:
             AMBIENT.set(node[1])
+            _uncarry(node[2])
 
     def __call__(self, fn: F) -> F:
         return _codegen.decorate(fn, self)  # type: ignore[no-any-return]
@@ -387,11 +395,40 @@ class with_bucket(_codegen.Runner):  # noqa: N801 - a context manager named like
 
     # The Runner scope: the ambient bucket, set for one call or one generator resumption.
     def _open(self) -> Any:
-        return AMBIENT.set((self.bucket, AMBIENT.get()))
+        otel_token = _carry(self.bucket)
+        return AMBIENT.set((self.bucket, AMBIENT.get(), otel_token)), otel_token
 
     def _close(self, token: Any, exc: BaseException | None) -> None:
+        var_token, otel_token = token
         try:
-            AMBIENT.reset(token)
+            AMBIENT.reset(var_token)
         except ValueError:  # closed in another context than it was opened in: restore by hand
             node = AMBIENT.get()
             AMBIENT.set(node[1] if node is not None else None)
+        _uncarry(otel_token)
+
+
+def _carry(bucket: Bucket) -> Any:
+    """While on, put the ambient bucket in the OpenTelemetry context's baggage, so every hop
+    (``inject_context``, aiohttp requests) carries it; the token to take it out again, or None."""
+    if RUNTIME.handle is None:
+        return None
+    try:
+        from opentelemetry import context
+
+        from lens_rl.propagation import BAGGAGE_BUCKET, with_baggage
+
+        return context.attach(with_baggage(context.get_current(), BAGGAGE_BUCKET, bucket.value))
+    except Exception as exc:
+        internal_error(exc, "with-bucket")
+        return None
+
+
+def _uncarry(token: Any) -> None:
+    if token is not None:
+        try:
+            from opentelemetry import context
+
+            context.detach(token)
+        except Exception as exc:
+            internal_error(exc, "with-bucket")

@@ -19,7 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-__all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "coerce_bucket", "default_bucket", "exclusive_time", "union_length"]
+__all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "coerce_bucket", "default_bucket", "exclusive_time", "goodput_of",
+           "union_length"]
 
 
 class Bucket(str, enum.Enum):
@@ -82,6 +83,12 @@ def default_bucket(name: str) -> Bucket | None:
     """The default bucket for a phase name (``"policy.generation"`` -> productive), else None."""
     key = _SEP.split(name.strip().lower())[-1].replace("-", "_").replace(" ", "_")
     return DEFAULT_PHASE_BUCKETS.get(key)
+
+
+def goodput_of(seconds: Mapping[str, float]) -> float | None:
+    """productive / (productive + overhead + idle + wasted); None when nothing is bucketed."""
+    total = sum(seconds.get(b.value, 0.0) for b in Bucket)
+    return seconds.get("productive", 0.0) / total if total > 0 else None
 
 
 def union_length(intervals: Iterable[tuple[float, float]]) -> float:

@@ -1,8 +1,9 @@
 """The ``lens-rl`` command (also ``python -m lens_rl``).
 
+    lens-rl --version
     lens-rl demo [--steps N] [--trace-dir DIR] [--otlp ENDPOINT]
-    lens-rl goodput TRACE_DIR [--json] [--run RUN_ID]
-    lens-rl perfetto TRACE_DIR -o trace.json [--run RUN_ID]
+    lens-rl goodput TRACE_DIR [--json] [--run RUN_ID] [--steps A-B|all] [--warmup-steps N]
+    lens-rl perfetto TRACE_DIR [-o TRACE_DIR/trace.json] [--run RUN_ID]
     lens-rl replay TRACE_DIR --otlp ENDPOINT [--run RUN_ID]
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
@@ -61,17 +62,35 @@ def _load(trace_dir: str, run: str | None) -> tuple[list[dict[str, Any]], Any, P
     return records, stats, path
 
 
+def parse_steps(text: str | None) -> tuple[int, int] | None:
+    """``--steps``: ``A-B`` (inclusive) or ``all`` (None); the same everywhere."""
+    if text is None or text.strip().lower() == "all":
+        return None
+    first, sep, last = text.strip().partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if sep else lo
+    except ValueError:
+        raise CliError(f"--steps: invalid value {text!r}; allowed: A-B (inclusive, e.g. 10-20), a single step, or all") from None
+    if hi < lo:
+        raise CliError(f"--steps: {text!r} is empty (B < A); allowed: A-B with A <= B, or all")
+    return lo, hi
+
+
 def cmd_goodput(args: argparse.Namespace) -> int:
     from lens_rl.goodput import format_table, rollup
 
+    if args.warmup_steps < 0:
+        raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
+    steps = parse_steps(args.steps)
     records, stats, path = _load(args.trace_dir, args.run)
-    report = rollup(records)
-    report.update(trace_dir=str(path), files=stats.files, skipped_lines=stats.skipped)
+    report = rollup(records, warmup_steps=args.warmup_steps, steps=steps, files=stats.files,
+                    skipped_lines=stats.skipped)  # fmt: skip
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        print(format_table(report))
+        print(format_table(report, all_steps=args.steps is not None))
     return 0
 
 
@@ -79,14 +98,15 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     from lens_rl.perfetto import to_chrome_trace
 
     records, _, _ = _load(args.trace_dir, args.run)
+    output = args.output or str(Path(args.trace_dir) / "trace.json")
     doc = to_chrome_trace(records)
     try:
-        with open(args.output, "w") as handle:
+        with open(output, "w") as handle:
             json.dump(doc, handle)
     except OSError as exc:
-        raise CliError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
     spans = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
-    print(f"wrote {args.output}: {spans} spans; open it at https://ui.perfetto.dev")
+    print(f"wrote {output}: {spans} spans; open it at https://ui.perfetto.dev")
     return 0
 
 
@@ -109,8 +129,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from lens_rl import __version__
+
     parser = argparse.ArgumentParser(prog="lens-rl", description="lens_rl: goodput and traces for RL jobs")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"lens-rl {__version__}")
+    sub = parser.add_subparsers(dest="command")
     demo = sub.add_parser("demo", help="run a small traced GRPO-shaped job on a local Ray cluster")
     demo.add_argument("--steps", type=int, default=4, help="training steps (default 4)")
     demo.add_argument("--trace-dir", default="lens_traces", help="file store directory (default lens_traces)")
@@ -120,10 +143,14 @@ def _parser() -> argparse.ArgumentParser:
     good.add_argument("trace_dir", metavar="TRACE_DIR")
     good.add_argument("--json", action="store_true", help="machine-readable output (schema lens_rl.goodput/1)")
     good.add_argument("--run", help="run id (default: the latest run)")
+    good.add_argument("--steps", metavar="A-B|all", help="step rows and step figures for these steps "
+                      "(default: a summary with at most 20 step rows)")  # fmt: skip
+    good.add_argument("--warmup-steps", type=int, default=1, metavar="N",
+                      help="steps the steady-state figure skips (default 1)")  # fmt: skip
     good.set_defaults(func=cmd_goodput)
     perf = sub.add_parser("perfetto", help="Chrome trace-event JSON for Perfetto UI")
     perf.add_argument("trace_dir", metavar="TRACE_DIR")
-    perf.add_argument("-o", "--output", required=True, help="output file (trace.json)")
+    perf.add_argument("-o", "--output", help="output file (default TRACE_DIR/trace.json)")
     perf.add_argument("--run", help="run id (default: the latest run)")
     perf.set_defaults(func=cmd_perfetto)
     rep = sub.add_parser("replay", help="send a run's stored spans to an OTLP/HTTP collector")
@@ -137,7 +164,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``lens-rl``; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
     try:
         return int(args.func(args))
     except CliError as exc:

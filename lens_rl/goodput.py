@@ -1,220 +1,456 @@
-"""Goodput rollup: exclusive bucket time per job, step, worker group and rank.
+"""Goodput rollup: exclusive bucket time per job, step, phase, worker group and rank; stragglers.
 
 Goodput = productive / (productive + overhead + idle + wasted) seconds.
 
 * **Exclusive time.** Within one process, a bucketed span's time is its duration minus
-  the time its nearest bucketed descendants cover (their union, clipped to it), so a
-  checkpoint inside a training phase counts once, as overhead.
-* **Views.** The job figure is the driver's wall-clock view (its own spans: the loop
-  as it waited on workers); with no driver spans, all processes are summed. Worker
-  groups and ranks get a resource-seconds view: each process's own spans.
-* **Steps.** A span belongs to the step of its own ``rl.step`` attribute, else its
-  nearest ancestor's. A step's wall time is its umbrella spans' (unbucketed spans
-  carrying ``rl.step``), else first start to last end; what no bucketed span covers
-  is ``unattributed_s``.
+  the union of its nearest bucketed descendants, clipped to it
+  (:func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too).
+* **Views.** ``goodput`` is the job's wall-clock view: the driver's own spans (the
+  loop as it waited on workers), start-up included; with no driver spans, all
+  processes are summed. ``steady_state_goodput`` covers the steps only, skipping the
+  first ``warmup_steps`` (default 1). Worker groups and ranks get a resource-seconds
+  view: a worker's lifetime (its first span's start to its last span's end) minus
+  what its bucketed spans cover is ``idle``. On the driver, time in a step that no
+  bucketed span covers stays ``unattributed_s`` (the driver orchestrates).
+* **Steps.** A span belongs to the step of its own ``rl.step`` (a carried step is
+  recorded as its own), else its nearest ancestor's. A step's wall time is its
+  umbrella spans' (unbucketed spans carrying ``rl.step``), else first start to last end.
+* **Stragglers.** Per worker group, step and phase, a rank whose exclusive time
+  exceeds the group's median by more than 20 % and by more than 3 median absolute
+  deviations; persistent when flagged in at least half of its steps. Idle phases
+  (collective waits) are not compared.
+* **Streaming.** Each process is reduced to a compact :class:`ProcessPart` as soon as
+  its spans are read; parts merge exactly, so files can be read one at a time, in
+  parallel, or on a Ray cluster, with identical results.
 
-JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"``::
-
-    {"schema", "goodput": float | null,         # the job-level ratio
-     "job": {"view": "driver" | "all processes", "seconds": {bucket: s},
-             "wall_s", "unattributed_s", "goodput"},
-     "steps": [{"step", "seconds", "wall_s", "unattributed_s", "goodput"}],
-     "worker_groups": [{"worker_group", "processes", "seconds", "goodput"}],
-     "ranks": [{"worker_group", "rank", "pid", "seconds", "goodput"}],
-     "runs": [run_id], "spans": int, "files": int, "skipped_lines": int}
+JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"`` (extended
+compatibly): ``goodput``, ``steady_state_goodput``, ``warmup_steps``, ``job`` {``view``,
+``seconds``, ``wall_s``, ``unattributed_s``, ``goodput``}, ``steps`` [{``step``,
+``seconds``, ``wall_s``, ``unattributed_s``, ``goodput``}], ``step_time`` {``p50_s``,
+``p95_s``, ``max_s``}, ``slowest_steps`` [{``step``, ``wall_s``}], ``phases`` [{``phase``,
+``bucket``, ``count``, ``total_s``, ``mean_s``, ``p95_s``, ``share``, ``tokens_per_s``}],
+``worker_groups`` [{``worker_group``, ``processes``, ``seconds``, ``goodput``,
+``wall_s``}], ``ranks`` [{``worker_group``, ``rank``, ``pid``, ``seconds``, ``goodput``,
+``wall_s``}], ``stragglers`` {``per_step``, ``persistent``}, ``sampled``,
+``concurrent``, ``runs``, ``spans``, ``files``, ``skipped_lines``.
 
 Example::
 
     report = rollup(iter_span_records("lens_traces/run42"))
-    print(report["goodput"])
+    print(report["goodput"], report["steady_state_goodput"])
 """
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from lens_rl.buckets import Bucket, exclusive_time, union_length
+from lens_rl.buckets import Bucket, exclusive_time, goodput_of, union_length
 from lens_rl.exporters.file import process_of
 
-__all__ = ["BUCKETS", "SCHEMA", "format_table", "goodput_ratio", "rollup", "spans_to_records"]
+__all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "format_table", "goodput_ratio", "merge_parts", "process_part",
+           "report_from_parts", "rollup", "spans_to_records"]  # fmt: skip
 
 SCHEMA = "lens_rl.goodput/1"
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
+#: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
+COMPUTE_BUCKETS = ("productive", "overhead", "wasted")
+STRAGGLER_RATIO = 1.2
+STRAGGLER_MADS = 3.0
+MAX_STEP_ROWS = 20
+goodput_ratio = goodput_of
 
 
-def goodput_ratio(seconds: Mapping[str, float]) -> float | None:
-    """productive / (productive + overhead + idle + wasted); None when nothing is bucketed."""
-    total = sum(seconds.get(b, 0.0) for b in BUCKETS)
-    return seconds.get("productive", 0.0) / total if total > 0 else None
-
-
-def _union_s(intervals: Iterable[tuple[int, int]]) -> float:
-    return union_length(intervals) / 1e9
+def _merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for start, stop in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], stop)
+        else:
+            out.append([start, stop])
+    return [(a, b) for a, b in out]
 
 
 def _clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
     return [(max(a, lo), min(b, hi)) for a, b in intervals if min(b, hi) > max(a, lo)]
 
 
+def _step_key(step: Any) -> tuple[str, Any]:
+    return (type(step).__name__, step)
+
+
+@dataclass
+class StepPart:
+    """One process's share of one step."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
+    umbrellas: list[tuple[int, int]] = field(default_factory=list)
+    lo: int | None = None
+    hi: int | None = None
+    bucketed: list[tuple[int, int]] = field(default_factory=list)
+
+    def merge(self, other: StepPart) -> None:
+        for b in BUCKETS:
+            self.seconds[b] += other.seconds[b]
+        self.umbrellas.extend(other.umbrellas)
+        self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
+        self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
+        self.bucketed = _merge_intervals(self.bucketed + other.bucketed)
+
+
+@dataclass
+class PhasePart:
+    """One (phase, bucket)'s numbers in one process: durations kept compactly for the p95."""
+
+    count: int = 0
+    total_s: float = 0.0
+    durations: array = field(default_factory=lambda: array("d"))
+    tokens: float = 0.0
+    token_s: float = 0.0
+
+    def merge(self, other: PhasePart) -> None:
+        self.count += other.count
+        self.total_s += other.total_s
+        self.durations.extend(other.durations)
+        self.tokens += other.tokens
+        self.token_s += other.token_s
+
+
+@dataclass
+class ProcessPart:
+    """Everything the report needs of one process, compact and mergeable (picklable for --jobs / --ray)."""
+
+    key: tuple[str, int, int]
+    spans: int = 0
+    runs: set[str] = field(default_factory=set)
+    sampled: bool = False
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
+    lifetime: tuple[int, int] | None = None
+    covered_s: float = 0.0
+    jobs: list[tuple[int, int]] = field(default_factory=list)
+    bucketed: list[tuple[int, int]] = field(default_factory=list)
+    steps: dict[Any, StepPart] = field(default_factory=dict)
+    phases: dict[tuple[str, str | None], PhasePart] = field(default_factory=dict)
+    #: (step, phase) -> exclusive seconds of compute phases: what stragglers are judged on
+    compute: dict[tuple[Any, str], float] = field(default_factory=dict)
+
+    @property
+    def is_driver(self) -> bool:
+        return self.key[0] == "driver"
+
+    def merge(self, other: ProcessPart) -> None:
+        """Fold another part of the same process in (e.g. a v1 file split across reads)."""
+        self.spans += other.spans
+        self.runs |= other.runs
+        self.sampled = self.sampled or other.sampled
+        for b in BUCKETS:
+            self.seconds[b] += other.seconds[b]
+        if other.lifetime is not None:
+            self.lifetime = other.lifetime if self.lifetime is None else (
+                min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))  # fmt: skip
+        self.covered_s += other.covered_s
+        self.jobs.extend(other.jobs)
+        self.bucketed = _merge_intervals(self.bucketed + other.bucketed)
+        for step, part in other.steps.items():
+            self.steps.setdefault(step, StepPart()).merge(part)
+        for key, phase in other.phases.items():
+            self.phases.setdefault(key, PhasePart()).merge(phase)
+        for key, value in other.compute.items():
+            self.compute[key] = self.compute.get(key, 0.0) + value
+
+
 class _Span:
-    __slots__ = ("rec", "start", "end", "bucket", "step", "children", "parent")
+    __slots__ = ("name", "start", "end", "bucket", "step", "own_step", "parent_id", "children", "parent", "tokens")
 
     def __init__(self, rec: Mapping[str, Any]) -> None:
-        self.rec = rec
+        self.name = str(rec.get("name"))
         self.start = int(rec.get("start_ns") or 0)
         self.end = max(int(rec.get("end_ns") or 0), self.start)
         attrs = rec.get("attributes") or {}
         bucket = attrs.get("rl.bucket")
         self.bucket = bucket if bucket in BUCKETS else None
-        self.step = attrs.get("rl.step")
+        self.own_step = attrs.get("rl.step")
+        self.step = self.own_step
+        self.parent_id = rec.get("parent_span_id")
+        tokens = attrs.get("rl.num_tokens")
+        self.tokens = float(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None
         self.children: list[_Span] = []
         self.parent: _Span | None = None
 
 
-class _Process:
-    """One process's spans as a forest, with exclusive bucket time per span."""
-
-    def __init__(self, key: tuple[str, int, int], records: list[Mapping[str, Any]]) -> None:
-        self.key = key
-        self.spans = [_Span(r) for r in records]
-        by_id = {s.rec.get("span_id"): s for s in self.spans}
-        for span in self.spans:
-            parent = by_id.get(span.rec.get("parent_span_id"))
-            if parent is not None and parent is not span:
-                span.parent = parent
-                parent.children.append(span)
-        for span in self.spans:  # inherit the step from the nearest ancestor that has one
-            if span.step is None:
-                node = span.parent
-                while node is not None and node.step is None:
-                    node = node.parent
-                span.step = node.step if node is not None else None
-
-    @staticmethod
-    def _bucketed_below(span: _Span) -> list[_Span]:
-        out: list[_Span] = []
+def process_part(key: tuple[str, int, int], records: Iterable[Mapping[str, Any]]) -> ProcessPart:
+    """Reduce one process's span records to its :class:`ProcessPart`."""
+    part = ProcessPart(key)
+    by_id: dict[Any, _Span] = {}
+    spans: list[_Span] = []
+    for rec in records:
+        span = _Span(rec)
+        spans.append(span)
+        by_id[rec.get("span_id")] = span
+        resource = rec.get("resource") or {}
+        run = resource.get("rl.run_id")
+        if run is not None:
+            part.runs.add(str(run))
+        rate = resource.get("rl.sample_rate")
+        if isinstance(rate, (int, float)) and rate < 1:
+            part.sampled = True
+    part.spans = len(spans)
+    if not spans:
+        return part
+    for span in spans:
+        parent = by_id.get(span.parent_id)
+        if parent is not None and parent is not span:
+            span.parent = parent
+            parent.children.append(span)
+    for span in spans:  # the step of the nearest ancestor that has one
+        if span.step is None:
+            node = span.parent
+            while node is not None and node.step is None:
+                node = node.parent
+            span.step = node.step if node is not None else None
+    bucketed = [s for s in spans if s.bucket is not None]
+    for span in bucketed:
+        inner: list[tuple[int, int]] = []
         stack = list(span.children)
         while stack:
             child = stack.pop()
             if child.bucket is not None:
-                out.append(child)
+                inner.append((child.start, child.end))
             else:
                 stack.extend(child.children)
-        return out
+        excl_s = exclusive_time(span.start, span.end, inner) / 1e9
+        part.seconds[span.bucket] += excl_s  # type: ignore[index]
+        if span.step is not None:
+            step = part.steps.setdefault(span.step, StepPart())
+            step.seconds[span.bucket] += excl_s  # type: ignore[index]
+            if span.bucket in COMPUTE_BUCKETS:
+                ckey = (span.step, span.name)
+                part.compute[ckey] = part.compute.get(ckey, 0.0) + excl_s
+    for span in spans:
+        duration_s = (span.end - span.start) / 1e9
+        if span.name == "rl.job":
+            part.jobs.append((span.start, span.end))
+            continue
+        phase = part.phases.setdefault((span.name, span.bucket), PhasePart())
+        phase.count += 1
+        phase.total_s += duration_s
+        phase.durations.append(duration_s)
+        if span.tokens is not None:
+            phase.tokens += span.tokens
+            phase.token_s += duration_s
+        if span.step is not None:
+            step = part.steps.setdefault(span.step, StepPart())
+            step.lo = span.start if step.lo is None else min(step.lo, span.start)
+            step.hi = span.end if step.hi is None else max(step.hi, span.end)
+            if span.bucket is None and span.own_step is not None:
+                step.umbrellas.append((span.start, span.end))
+            elif span.bucket is not None:
+                step.bucketed.append((span.start, span.end))
+    for step in part.steps.values():
+        step.bucketed = _merge_intervals(step.bucketed)
+    part.bucketed = _merge_intervals((s.start, s.end) for s in bucketed)
+    work = [s for s in spans if s.name != "rl.job"]
+    if work:
+        lo, hi = min(s.start for s in work), max(s.end for s in work)
+        part.lifetime = (lo, hi)
+        part.covered_s = union_length(_clip(part.bucketed, lo, hi)) / 1e9
+        if not part.is_driver:  # a worker's uncovered lifetime is measured idle
+            part.seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
+    return part
 
-    def exclusive(self) -> list[tuple[_Span, float]]:
-        """(bucketed span, exclusive seconds) for every bucketed span."""
-        out = []
-        for span in self.spans:
-            if span.bucket is None:
-                continue
-            inner = [(c.start, c.end) for c in self._bucketed_below(span)]
-            out.append((span, exclusive_time(span.start, span.end, inner) / 1e9))
-        return out
 
-    def seconds(self) -> dict[str, float]:
-        totals = dict.fromkeys(BUCKETS, 0.0)
-        for span, excl in self.exclusive():
-            totals[span.bucket] += excl  # type: ignore[index]
-        return totals
+def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
+    """Parts of the same process folded together, in a stable order (the merge is exact)."""
+    merged: dict[tuple[str, int, int], ProcessPart] = {}
+    for part in parts:
+        if part.key in merged:
+            merged[part.key].merge(part)
+        else:
+            merged[part.key] = part
+    return [merged[k] for k in sorted(merged)]
 
 
 def _bucket_dict(seconds: Mapping[str, float]) -> dict[str, float]:
     return {b: round(seconds.get(b, 0.0), 6) for b in BUCKETS}
 
 
-def _steps(processes: list[_Process]) -> list[dict[str, Any]]:
-    seconds: dict[Any, dict[str, float]] = defaultdict(lambda: dict.fromkeys(BUCKETS, 0.0))
-    umbrellas: dict[Any, list[_Span]] = defaultdict(list)
-    members: dict[Any, list[_Span]] = defaultdict(list)
-    for proc in processes:
-        for span, excl in proc.exclusive():
-            if span.step is not None:
-                seconds[span.step][span.bucket] += excl  # type: ignore[index]
-        for span in proc.spans:
-            if span.step is None:
-                continue
-            members[span.step].append(span)
-            if span.bucket is None and (span.rec.get("attributes") or {}).get("rl.step") is not None:
-                umbrellas[span.step].append(span)
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (exact, deterministic)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def _in_range(step: Any, steps: tuple[int, int] | None) -> bool:
+    return steps is None or (isinstance(step, int) and steps[0] <= step <= steps[1])
+
+
+def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[dict[str, Any]]:
+    combined: dict[Any, StepPart] = {}
+    for part in view:
+        for step, sp in part.steps.items():
+            if _in_range(step, steps):
+                combined.setdefault(step, StepPart()).merge(sp)
     rows = []
-    for step in sorted(members, key=lambda s: (str(type(s)), s)):
-        frames = umbrellas.get(step) or []
-        if frames:
-            windows = [(s.start, s.end) for s in frames]
-        else:
-            windows = [(min(s.start for s in members[step]), max(s.end for s in members[step]))]
-        wall_s = _union_s(windows)
-        covered = _union_s(
-            iv for lo, hi in windows for iv in _clip(((s.start, s.end) for s in members[step] if s.bucket), lo, hi)
-        )
-        rows.append({
-            "step": step,
-            "seconds": _bucket_dict(seconds[step]),
-            "wall_s": round(wall_s, 6),
-            "unattributed_s": round(max(wall_s - covered, 0.0), 6),
-            "goodput": goodput_ratio(seconds[step]),
-        })  # fmt: skip
+    for step in sorted(combined, key=_step_key):
+        sp = combined[step]
+        windows = _merge_intervals(sp.umbrellas) if sp.umbrellas else (
+            [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])  # fmt: skip
+        wall_s = union_length(windows) / 1e9
+        covered_s = union_length(iv for lo, hi in windows for iv in _clip(sp.bucketed, lo, hi)) / 1e9
+        rows.append({"step": step, "seconds": _bucket_dict(sp.seconds), "wall_s": round(wall_s, 6),
+                     "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": goodput_of(sp.seconds)})  # fmt: skip
     return rows
 
 
-def rollup(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The goodput report (see the module docstring's schema) for these span records."""
-    by_process: dict[tuple[str, int, int], list[Mapping[str, Any]]] = defaultdict(list)
-    runs: set[str] = set()
-    count = 0
-    for rec in records:
-        count += 1
-        by_process[process_of(rec)].append(rec)
-        run = (rec.get("resource") or {}).get("rl.run_id")
-        if run is not None:
-            runs.add(str(run))
-    processes = [_Process(k, v) for k, v in sorted(by_process.items())]
-    driver = [p for p in processes if p.key[0] == "driver"]
+def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[str, Any]:
+    table: dict[tuple[str, Any, str], dict[int, float]] = defaultdict(dict)
+    for part in parts:
+        if part.is_driver:
+            continue
+        group, rank, _ = part.key
+        for (step, phase), excl_s in part.compute.items():
+            if _in_range(step, steps):
+                by_rank = table[(group, step, phase)]
+                by_rank[rank] = by_rank.get(rank, 0.0) + excl_s
+    per_step = []
+    flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
+    seen: dict[tuple[str, int], set[Any]] = defaultdict(set)
+    for (group, step, phase), by_rank in sorted(table.items(), key=lambda kv: (kv[0][0], _step_key(kv[0][1]), kv[0][2])):
+        for rank in by_rank:
+            seen[(group, rank)].add(_step_key(step))
+        if len(by_rank) < 2:
+            continue
+        values = list(by_rank.values())
+        med = _median(values)
+        mad = _median([abs(v - med) for v in values])
+        if med <= 0:
+            continue
+        for rank, value in sorted(by_rank.items()):
+            if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
+                per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
+                                 "over_median": round(value / med - 1.0, 6)})  # fmt: skip
+                flagged[(group, rank)].add(_step_key(step))
+    persistent = []
+    for (group, rank), steps_flagged in sorted(flagged.items()):
+        of_steps = len(seen[(group, rank)])
+        if of_steps and len(steps_flagged) * 2 >= of_steps:
+            persistent.append({"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged),
+                               "of_steps": of_steps})  # fmt: skip
+    return {"per_step": per_step, "persistent": persistent}
+
+
+def report_from_parts(
+    parts: Iterable[ProcessPart],
+    *,
+    warmup_steps: int = 1,
+    steps: tuple[int, int] | None = None,
+    files: int | None = None,
+    skipped_lines: int = 0,
+) -> dict[str, Any]:
+    """The goodput report (the module docstring's schema) from process parts; ``steps`` (A, B) selects steps."""
+    processes = merge_parts(parts)
+    driver = [p for p in processes if p.is_driver]
     view = driver or processes
     job_seconds = dict.fromkeys(BUCKETS, 0.0)
-    for proc in view:
-        for bucket, value in proc.seconds().items():
-            job_seconds[bucket] += value
-    jobs = [s for p in view for s in p.spans if s.rec.get("name") == "rl.job"]
-    job_wall = _union_s((s.start, s.end) for s in jobs) if jobs else None
-    job_covered = (
-        _union_s(iv for j in jobs for p in view for iv in _clip(((s.start, s.end) for s in p.spans if s.bucket), j.start, j.end))
-        if jobs else None
-    )  # fmt: skip
+    for part in view:
+        for b in BUCKETS:
+            job_seconds[b] += part.seconds[b]
+    jobs = _merge_intervals(j for p in view for j in p.jobs)
+    job_wall_s = union_length(jobs) / 1e9 if jobs else None
+    job_covered_s = union_length(iv for lo, hi in jobs for p in view for iv in _clip(p.bucketed, lo, hi)) / 1e9
+    step_rows = _step_rows(view, steps)
+    steady = [r for r in step_rows[max(warmup_steps, 0):]]
+    steady_seconds = dict.fromkeys(BUCKETS, 0.0)
+    for row in steady:
+        for b in BUCKETS:
+            steady_seconds[b] += row["seconds"][b]
+    walls = [r["wall_s"] for r in step_rows]
+    ratio = goodput_of(job_seconds)
+
+    phases = []
+    merged_phases: dict[tuple[str, str | None], PhasePart] = {}
+    holders: dict[tuple[str, str | None], int] = defaultdict(int)
+    for part in processes:
+        for key, phase in part.phases.items():
+            merged_phases.setdefault(key, PhasePart()).merge(phase)
+            holders[key] += 1
+    for (name, bucket), ph in merged_phases.items():
+        share = ph.total_s / (job_wall_s * holders[(name, bucket)]) if job_wall_s else None
+        phases.append({
+            "phase": name, "bucket": bucket, "count": ph.count, "total_s": round(ph.total_s, 6),
+            "mean_s": round(ph.total_s / ph.count, 6) if ph.count else None,
+            "p95_s": None if not ph.count else round(_percentile(ph.durations, 0.95) or 0.0, 6),
+            "share": None if share is None else round(share, 6),
+            "tokens_per_s": round(ph.tokens / ph.token_s, 3) if ph.token_s > 0 else None,
+        })  # fmt: skip
+    phases.sort(key=lambda r: (-r["total_s"], r["phase"], str(r["bucket"])))
+
     groups: dict[str, dict[str, Any]] = {}
     ranks = []
-    for proc in processes:
-        group, rank, pid = proc.key
-        secs = proc.seconds()
-        entry = groups.setdefault(group, {"worker_group": group, "processes": 0, "seconds": dict.fromkeys(BUCKETS, 0.0)})
+    concurrent = False
+    for part in processes:
+        group, rank, pid = part.key
+        wall_s = 0.0 if part.lifetime is None else (part.lifetime[1] - part.lifetime[0]) / 1e9
+        attributed_s = sum(part.seconds[b] for b in BUCKETS)
+        concurrent = concurrent or (wall_s > 0 and attributed_s > wall_s * 1.001)
+        entry = groups.setdefault(group, {"worker_group": group, "processes": 0,
+                                          "seconds": dict.fromkeys(BUCKETS, 0.0), "wall_s": 0.0})  # fmt: skip
         entry["processes"] += 1
-        for bucket, value in secs.items():
-            entry["seconds"][bucket] += value
-        ranks.append({"worker_group": group, "rank": rank, "pid": pid, "seconds": _bucket_dict(secs),
-                      "goodput": goodput_ratio(secs)})  # fmt: skip
-    group_rows = []
-    for entry in groups.values():
-        group_rows.append({**entry, "seconds": _bucket_dict(entry["seconds"]), "goodput": goodput_ratio(entry["seconds"])})
-    ratio = goodput_ratio(job_seconds)
+        entry["wall_s"] += wall_s
+        for b in BUCKETS:
+            entry["seconds"][b] += part.seconds[b]
+        ranks.append({"worker_group": group, "rank": rank, "pid": pid, "seconds": _bucket_dict(part.seconds),
+                      "goodput": goodput_of(part.seconds), "wall_s": round(wall_s, 6)})  # fmt: skip
+    group_rows = [{**e, "seconds": _bucket_dict(e["seconds"]), "goodput": goodput_of(e["seconds"]),
+                   "wall_s": round(e["wall_s"], 6)} for e in groups.values()]  # fmt: skip
     return {
         "schema": SCHEMA,
         "goodput": ratio,
+        "steady_state_goodput": goodput_of(steady_seconds) if steady else None,
+        "warmup_steps": warmup_steps,
         "job": {
             "view": "driver" if driver else "all processes",
             "seconds": _bucket_dict(job_seconds),
-            "wall_s": None if job_wall is None else round(job_wall, 6),
-            "unattributed_s": None if job_wall is None else round(max(job_wall - (job_covered or 0.0), 0.0), 6),
+            "wall_s": None if job_wall_s is None else round(job_wall_s, 6),
+            "unattributed_s": None if job_wall_s is None else round(max(job_wall_s - job_covered_s, 0.0), 6),
             "goodput": ratio,
         },
-        "steps": _steps(view),
+        "steps": step_rows,
+        "step_time": {"p50_s": _percentile(walls, 0.5), "p95_s": _percentile(walls, 0.95),
+                      "max_s": max(walls) if walls else None},  # fmt: skip
+        "slowest_steps": [{"step": r["step"], "wall_s": r["wall_s"]}
+                          for r in sorted(step_rows, key=lambda r: (-r["wall_s"], _step_key(r["step"])))[:5]],  # fmt: skip
+        "phases": phases,
         "worker_groups": sorted(group_rows, key=lambda r: (r["worker_group"] != "driver", r["worker_group"])),
         "ranks": sorted(ranks, key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"])),
-        "runs": sorted(runs),
-        "spans": count,
+        "stragglers": _stragglers(processes, steps),
+        "sampled": any(p.sampled for p in processes),
+        "concurrent": concurrent,
+        "runs": sorted(set().union(*(p.runs for p in processes))) if processes else [],
+        "spans": sum(p.spans for p in processes),
+        "files": files,
+        "skipped_lines": skipped_lines,
     }
+
+
+def rollup(records: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]:
+    """The goodput report for span records of any number of processes (in memory; see ``report_from_parts``)."""
+    by_process: dict[tuple[str, int, int], list[Mapping[str, Any]]] = defaultdict(list)
+    for rec in records:
+        by_process[process_of(rec)].append(rec)
+    return report_from_parts((process_part(k, v) for k, v in by_process.items()), **options)
 
 
 def spans_to_records(spans: Iterable[Any]) -> list[dict[str, Any]]:
@@ -224,34 +460,80 @@ def spans_to_records(spans: Iterable[Any]) -> list[dict[str, Any]]:
     return [span_record(s) for s in spans]
 
 
+# ---------------------------------------------------------------------- the table
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:5.1f}%"
 
 
-def format_table(report: Mapping[str, Any]) -> str:
-    """The report as a human-readable table."""
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
+    """The report as a human-readable table: at most 20 step rows unless ``all_steps``."""
     lines = []
-    head = f"{'':28s}" + "".join(f"{b:>12s}" for b in BUCKETS) + f"{'goodput':>10s}"
+    head = f"{'':30s}" + "".join(f"{b:>12s}" for b in BUCKETS) + f"{'goodput':>10s}"
 
     def row(label: str, seconds: Mapping[str, float], ratio: float | None, extra: str = "") -> str:
-        return f"{label:28s}" + "".join(f"{seconds.get(b, 0.0):11.2f}s" for b in BUCKETS) + f"{_pct(ratio):>10s}{extra}"
+        return f"{label:30s}" + "".join(f"{seconds.get(b, 0.0):11.2f}s" for b in BUCKETS) + f"{_pct(ratio):>10s}{extra}"
 
     job = report["job"]
-    lines.append(f"goodput {_pct(report['goodput']).strip()}  (job view: {job['view']}; "
-                 f"runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']})")  # fmt: skip
+    lines.append(f"goodput {_pct(report['goodput']).strip()} (whole job, start-up included)   "
+                 f"steady state {_pct(report['steady_state_goodput']).strip()} "
+                 f"(steps after the first {report['warmup_steps']})")  # fmt: skip
+    lines.append(f"job view: {job['view']}; runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']}"
+                 + ("; SAMPLED run: seconds are those of the sampled phases, ratios are estimates"
+                    if report.get("sampled") else ""))  # fmt: skip
+    st = report["step_time"]
+    if st["max_s"] is not None:
+        slow = ", ".join(f"{s['step']} ({s['wall_s']:.2f}s)" for s in report["slowest_steps"])
+        lines.append(f"step time p50 {_secs(st['p50_s'])}  p95 {_secs(st['p95_s'])}  max {_secs(st['max_s'])};"
+                     f"  slowest steps: {slow}")  # fmt: skip
     lines.append("")
     lines.append(head)
     wall = "" if job["wall_s"] is None else f"   wall {job['wall_s']:.2f}s, unattributed {job['unattributed_s']:.2f}s"
     lines.append(row("job", job["seconds"], job["goodput"], wall))
-    if report["steps"]:
+    steps = report["steps"]
+    if steps:
         lines.append("")
-        for step in report["steps"]:
+        shown = steps if all_steps or len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + [None] + steps[-(MAX_STEP_ROWS // 2):]
+        for step in shown:
+            if step is None:
+                lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
+                continue
             extra = f"   wall {step['wall_s']:.2f}s, unattributed {step['unattributed_s']:.2f}s"
             lines.append(row(f"step {step['step']}", step["seconds"], step["goodput"], extra))
+    if report["phases"]:
+        lines.append("")
+        lines.append(f"{'phase':30s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'mean':>10s}{'p95':>10s}"
+                     f"{'share':>8s}{'tokens/s':>11s}")  # fmt: skip
+        for ph in report["phases"]:
+            tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
+            lines.append(f"{ph['phase'][:29]:30s}{str(ph['bucket'] or '-'):>12s}{ph['count']:8d}{ph['total_s']:10.2f}s"
+                         f"{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s{_pct(ph['share']):>8s}{tps:>11s}")  # fmt: skip
     lines.append("")
+    lines.append("per worker group and rank: resource-seconds (a worker's uncovered lifetime is idle"
+                 + ("; concurrent phases overlap, so seconds can sum to more than wall time" if report.get("concurrent")
+                    else "") + ")")  # fmt: skip
     for group in report["worker_groups"]:
-        lines.append(row(f"group {group['worker_group']} (x{group['processes']})", group["seconds"], group["goodput"]))
-    lines.append("")
-    for rank in report["ranks"]:
+        label = f"group {group['worker_group']} (x{group['processes']})"
+        lines.append(row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
+    ranks = report["ranks"]
+    shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: (r["goodput"] or 0.0))[:16]
+    if len(ranks) > 32:
+        lines.append(f"  (the 16 ranks with the lowest goodput of {len(ranks)})")
+    for rank in shown_ranks:
         lines.append(row(f"  {rank['worker_group']} rank {rank['rank']}", rank["seconds"], rank["goodput"]))
+    strag = report["stragglers"]
+    if strag["per_step"]:
+        lines.append("")
+        persistent = ", ".join(f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
+                               for p in strag["persistent"]) or "none"  # fmt: skip
+        lines.append(f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; "
+                     f"persistent: {persistent}")  # fmt: skip
+        for s in sorted(strag["per_step"], key=lambda s: -s["over_median"])[:5]:
+            lines.append(f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
+                         f"+{s['over_median'] * 100:.0f}% over the median")  # fmt: skip
     return "\n".join(lines)

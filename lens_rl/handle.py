@@ -241,7 +241,10 @@ class TelemetryHandle:
         self.role = "worker"
         #: The job root's span id (set by lifecycle): the sampler treats its children as top-level phases.
         self.root_span_id: int | None = None
-        self.resource = Resource.create(dict(attributes))
+        attributes = dict(attributes)
+        if config.sample_rate < 1.0:  # so the offline table can say the run was sampled
+            attributes.setdefault("rl.sample_rate", config.sample_rate)
+        self.resource = Resource.create(attributes)
         self.span_pipeline: SpanPipeline | None = None
         self.tracer_provider: TracerProvider | None = None
         self.meter_provider: MeterProvider | None = None

@@ -78,11 +78,24 @@ def campaign_stage(algorithm: str | None, environ: Mapping[str, str] | None = No
     return {"sft": "SFT", "rm": "RM"}.get(algo, "RL")
 
 
+#: Algorithm blocks a master config may carry, in the order they are looked for.
+ALGORITHM_BLOCKS = ("grpo", "ppo", "dpo", "sft", "rm", "distillation", "reinforce", "rloo", "dapo", "kto", "orpo")
+
+
+def infer_algorithm(master_config: object) -> str | None:
+    """The algorithm named by the master config's algorithm block (``grpo:``, ``ppo:`` ...), else None."""
+    for name in ALGORITHM_BLOCKS:
+        if lookup(master_config, name) is not None:
+            return name
+    return None
+
+
 def job_identity(master_config: object, algorithm: str | None, run_id: str) -> dict[str, Any]:
     """The job-wide attributes the driver hands to every worker."""
+    algorithm = (algorithm or "").strip() or infer_algorithm(master_config) or "unknown"
     attrs: dict[str, Any] = {
         RUN_ID: run_id,
-        ALGORITHM: (algorithm or "unknown").strip() or "unknown",
+        ALGORITHM: algorithm,
         CAMPAIGN_STAGE: campaign_stage(algorithm),
     }
     for key, paths in MASTER_CONFIG_PATHS.items():

@@ -44,7 +44,14 @@ from lens_rl.config import (
     strip_userinfo,
     unknown_env_names,
 )
-from lens_rl.identity import campaign_stage, decode_attributes, encode_attributes, job_identity, worker_attributes
+from lens_rl.identity import (
+    campaign_stage,
+    decode_attributes,
+    encode_attributes,
+    infer_algorithm,
+    job_identity,
+    worker_attributes,
+)
 
 __all__ = [
     "flush_telemetry",
@@ -52,6 +59,7 @@ __all__ = [
     "init_telemetry_driver",
     "init_telemetry_worker",
     "shutdown_telemetry",
+    "step_goodput",
     "telemetry_enabled_in_env",
     "vllm_native_tracing_requested",
 ]
@@ -63,6 +71,24 @@ _SLACK_S = 0.05
 _IN_FLIGHT: list[Job | None] = [None]  # the flush or shutdown the helpers are running, if any
 _CALLER = threading.local()  # depth of _within on this thread (a signal handler may nest a call)
 _warn_once = warn_once
+
+
+def step_goodput() -> dict[str, Any] | None:
+    """The last completed step's goodput on this process, or None: ``{"step", "seconds", "wall_s", "goodput"}``.
+
+    A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one
+    training step); its ``seconds`` are the exclusive seconds of the bucketed phases
+    inside it, by bucket, computed live with the rule the offline rollup uses. Log it
+    beside your loss curves. A plain read; None while off or before the first step.
+
+    Example::
+
+        with lens_rl.traced_phase("step", step=step):
+            ...
+        wandb.log({"goodput": (lens_rl.step_goodput() or {}).get("goodput")})
+    """
+    last = RUNTIME.last_step
+    return None if last is None else {**last, "seconds": dict(last["seconds"])}
 
 
 def get_telemetry_handle() -> Any:
@@ -149,6 +175,7 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
                       "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes")  # fmt: skip
         for name, value in config.to_env().items():
             _project(name, value)
+        algorithm = (algorithm or "").strip() or infer_algorithm(master_config)
         _project(CAMPAIGN_STAGE_ENV, campaign_stage(algorithm))
         identity = job_identity(master_config, algorithm, run_id)
         identity["nv.dl.campaign.stage"] = os.environ[CAMPAIGN_STAGE_ENV]

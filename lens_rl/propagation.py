@@ -21,18 +21,61 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from lens_rl._errors import internal_error
-from lens_rl._runtime import RUNTIME
+from lens_rl._runtime import AMBIENT, RUNTIME
 
 __all__ = ["attach_context", "inject_context"]
 
 _TRACEPARENT = "traceparent"
 _TRACESTATE = "tracestate"
+_BAGGAGE = "baggage"
+#: W3C baggage keys lens_rl carries: the caller's ambient bucket and its step.
+BAGGAGE_BUCKET = "rl.bucket"
+BAGGAGE_STEP = "rl.step"
+_PROPAGATOR: list[Any] = []
 
 
 def _propagator() -> Any:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    """W3C trace context and baggage (the bucket and step travel in baggage)."""
+    if not _PROPAGATOR:
+        from opentelemetry.baggage.propagation import W3CBaggagePropagator
+        from opentelemetry.propagators.composite import CompositePropagator
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    return TraceContextTextMapPropagator()
+        _PROPAGATOR.append(CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()]))
+    return _PROPAGATOR[0]
+
+
+def carried(ctx: Any) -> tuple[str | None, int | None]:
+    """The bucket and step a context carries in its baggage (from a caller, maybe in another process)."""
+    from opentelemetry import baggage
+
+    entries = baggage.get_all(ctx)
+    if not entries:
+        return None, None
+    bucket = entries.get(BAGGAGE_BUCKET)
+    step: Any = entries.get(BAGGAGE_STEP)
+    try:
+        step = int(step) if step is not None else None
+    except (TypeError, ValueError):
+        step = None
+    return (str(bucket) if bucket is not None else None), step
+
+
+def with_baggage(ctx: Any, key: str, value: Any) -> Any:
+    """``ctx`` with one lens_rl baggage entry set."""
+    from opentelemetry import baggage
+
+    return baggage.set_baggage(key, str(value), ctx)
+
+
+def keep_baggage(ctx: Any) -> Any:
+    """``ctx`` (a root context chosen for a new top-level span) with the current context's baggage on it."""
+    from opentelemetry import baggage, context
+
+    entries = baggage.get_all(context.get_current())
+    for key, value in entries.items():
+        ctx = baggage.set_baggage(key, value, ctx)
+    return ctx
 
 
 def root_unless_current() -> Any:
@@ -50,24 +93,31 @@ def root_unless_current() -> Any:
 
 
 def _current_or_root() -> Any:
-    """The current context when a span is active in it, else the job root's context."""
+    """The current context when a span is active in it, else the job root's context (with the current baggage)."""
     root = root_unless_current()
     if root is not None:
-        return root
+        return keep_baggage(root)
     from opentelemetry import context
 
     return context.get_current()
 
 
 def inject_context() -> dict[str, str]:
-    """A carrier (``{"traceparent": ...}``) for the active span, else the job root.
+    """A carrier (``{"traceparent": ..., "baggage": ...}``) for the active span, else the job root.
 
-    Empty when telemetry is off. Never raises.
+    Its W3C baggage carries the caller's ambient bucket (the innermost ``with_bucket``,
+    else the bucket it was itself handed) and step, so a phase entered under it on
+    another worker is bucketed and stepped like the caller. Empty when telemetry is
+    off. Never raises.
     """
     if not RUNTIME.on or RUNTIME.resolve() is None:
         return {}
     try:
-        return carrier_for(_current_or_root())
+        ctx = _current_or_root()
+        ambient = AMBIENT.get()
+        if ambient is not None:  # the innermost local with_bucket wins over what this caller was handed
+            ctx = with_baggage(ctx, BAGGAGE_BUCKET, ambient[0].value)
+        return carrier_for(ctx)
     except Exception as exc:
         internal_error(exc, "inject-context")
         return {}
@@ -86,7 +136,8 @@ def extract(carrier: Mapping[str, str] | None) -> Any:
     """The OTel context a carrier describes (case-insensitive keys); None when it has none."""
     if not carrier:
         return None
-    lowered = {str(k).lower(): str(v) for k, v in carrier.items() if str(k).lower() in (_TRACEPARENT, _TRACESTATE)}
+    lowered = {str(k).lower(): str(v) for k, v in carrier.items()
+               if str(k).lower() in (_TRACEPARENT, _TRACESTATE, _BAGGAGE)}  # fmt: skip
     if _TRACEPARENT not in lowered:
         return None
     from opentelemetry import trace

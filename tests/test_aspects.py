@@ -263,19 +263,25 @@ def test_traced_worker_init_starts_telemetry_first_and_spans_the_body(monkeypatc
     assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"]) == (1, 2, "lm_policy")
 
 
-def test_traced_worker_init_records_span_without_bucket(lens_spans: SpanRecorder) -> None:
-    """The init span carries rl.* attributes and no rl.bucket."""
+def test_traced_worker_init_records_start_up_as_overhead(lens_spans: SpanRecorder) -> None:
+    """The init span carries rl.* attributes and is overhead whatever its name, in no step; bucket= overrides."""
 
     class Gen:
-        @traced_worker_init("vllm.init", model="m")
+        @traced_worker_init("vllm.init", model="m", step=3)
         def __init__(self) -> None:
             with traced_phase("weight_sync"):
                 pass
 
+    @traced_worker_init("policy.init", bucket="wasted")
+    class Retry:
+        pass
+
     Gen()
+    Retry()
     init = lens_spans.find("vllm.init")
-    assert _attrs(init) == {"rl.model": "m"}
+    assert _attrs(init) == {"rl.model": "m", "rl.bucket": "overhead"}
     assert lens_spans.find("weight_sync").parent.span_id == init.context.span_id
+    assert _attrs(lens_spans.find("policy.init")) == {"rl.bucket": "wasted"}
 
 
 def test_traced_worker_init_disabled_runs_constructor_untouched() -> None:

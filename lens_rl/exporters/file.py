@@ -8,7 +8,7 @@ Format version 1 (``"v": 1`` on every line). One file per process and signal:
      "parent_span_id": "<16 hex>" | null, "start_ns": int, "end_ns": int,
      "kind": "INTERNAL", "status": "UNSET" | "OK" | "ERROR", "status_message": str | null,
      "attributes": {...}, "events": [{"name", "time_ns", "attributes"}],
-     "links": [{"trace_id", "span_id", "attributes"}], "thread": int | null,
+     "links": [{"trace_id", "span_id", "attributes"}], "thread": int | null, "thread_name": str | null,
      "scope": str, "resource": {...}}
 
 * ``metrics-<group>-<rank>-<pid>.jsonl`` — one line per metric export:
@@ -101,6 +101,7 @@ def span_record(span: ReadableSpan, resource: dict[str, Any] | None = None) -> d
             for link in span.links
         ],
         "thread": getattr(span, "_lens_thread", None),
+        "thread_name": getattr(span, "_lens_thread_name", None),
         "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
         "resource": dict(span.resource.attributes) if resource is None else resource,
     }
