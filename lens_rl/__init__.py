@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lens_rl._runtime import RUNTIME as _RUNTIME
-from lens_rl.aspects import Phase, traced_phase, traced_worker_init, with_bucket
+from lens_rl.aspects import Phase, current_span, traced_phase, traced_worker_init, with_bucket
 from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket
 from lens_rl.config import TelemetryConfig
 from lens_rl.integrations import install_driver_hooks as _install_driver_hooks
@@ -52,6 +52,7 @@ __all__ = [
     "TelemetryHandle",
     "__version__",
     "attach_context",
+    "current_span",
     "flush_telemetry",
     "get_telemetry_handle",
     "init_telemetry_driver",

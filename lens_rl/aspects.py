@@ -25,10 +25,10 @@ from lens_rl import _codegen, _impl
 from lens_rl._attributes import clean_attributes
 from lens_rl._errors import internal_error
 from lens_rl._runtime import AMBIENT, RUNTIME
-from lens_rl._spans import Node, close_node, enter_with, exit_with, open_node
+from lens_rl._spans import NOOP_SPAN, Node, PhaseSpan, close_node, enter_with, exit_with, open_node
 from lens_rl.buckets import _ALLOWED, Bucket, coerce_bucket, default_bucket
 
-__all__ = ["Phase", "current_bucket", "traced_phase", "traced_worker_init", "with_bucket"]
+__all__ = ["Phase", "current_bucket", "current_span", "traced_phase", "traced_worker_init", "with_bucket"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _RT = RUNTIME  # a module global: the hot paths read ``_RT.on``
@@ -344,6 +344,28 @@ def traced_worker_init(
 
 
 # ---------------------------------------------------------------------- with_bucket
+
+
+def current_span() -> Any:
+    """The current phase's span object (the same methods on and off), e.g. inside a decorated method.
+
+    Example::
+
+        @traced_phase("generation")
+        def generate(self, prompts):
+            outputs = self.llm.generate(prompts)
+            lens_rl.current_span().set_attribute("rl.num_tokens", sum(len(o) for o in outputs))
+    """
+    if RUNTIME.handle is None:
+        return NOOP_SPAN
+    try:
+        from opentelemetry import trace
+
+        span = trace.get_current_span()
+        return PhaseSpan(span) if span.is_recording() else NOOP_SPAN
+    except Exception as exc:
+        internal_error(exc, "current-span")
+        return NOOP_SPAN
 
 
 def current_bucket() -> Bucket | None:

@@ -22,10 +22,12 @@ from typing import Any
 
 from lens_rl import (
     Bucket,
+    current_span,
     flush_telemetry,
     init_telemetry_driver,
     instrument_aiohttp_client,
     shutdown_telemetry,
+    step_goodput,
     traced_phase,
     traced_worker_init,
     with_bucket,
@@ -83,6 +85,7 @@ class GenerationWorker:
     @traced_phase("generation")
     async def generate(self, step: int, n: int) -> list[str]:
         await asyncio.sleep(0.02 * n)
+        current_span().set_attribute("rl.num_tokens", 256 * n)  # what a vLLM worker reports: tokens/s
         return [f"step{step}-sample{i}" for i in range(n)]
 
     @accepts_context
@@ -184,8 +187,8 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
             with traced_phase("step", step=step):
                 with traced_phase("data_processing", step=step):
                     time.sleep(0.03)
-                if step == 2:  # a rollout thrown away: its time is wasted
-                    with traced_phase("generation", bucket=Bucket.WASTED, step=step, attempt=1):
+                if step == 2:  # a rollout thrown away: its time is wasted, on the worker too (carried bucket)
+                    with with_bucket(Bucket.WASTED), traced_phase("generation", step=step, attempt=1):
                         ray.get(gen.generate.remote(step, 4))
                 with traced_phase("generation", step=step):
                     samples = ray.get(gen.generate.remote(step, 8))
@@ -210,7 +213,10 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
                     time.sleep(0.02)
                 time.sleep(0.01)  # logging: covered by no bucketed span -> unattributed
             mean = sum(rewards) / len(rewards)
-            say(f"  step {step}/{steps}: mean reward {mean:.3f}, {time.perf_counter() - t0:.2f}s")
+            live = step_goodput() or {}  # what a user logs to W&B / TensorBoard / MLflow beside the loss
+            ratio = live.get("goodput")
+            say(f"  step {step}/{steps}: mean reward {mean:.3f}, {time.perf_counter() - t0:.2f}s, "
+                f"live step goodput {'-' if ratio is None else f'{ratio:.0%}'}")  # fmt: skip
             flush_telemetry(2000)
         flushed = flush_actors([server, gen, *policy], timeout_ms=5000)
     finally:

@@ -379,21 +379,28 @@ def report_from_parts(
     walls = [r["wall_s"] for r in step_rows]
     ratio = goodput_of(job_seconds)
 
+    # Phases as the job view saw them (the driver's loop: how long did generation take?); tokens
+    # recorded anywhere (a vLLM worker's generation under the same phase and bucket) count for it.
     phases = []
     merged_phases: dict[tuple[str, str | None], PhasePart] = {}
     holders: dict[tuple[str, str | None], int] = defaultdict(int)
-    for part in processes:
+    for part in view:
         for key, phase in part.phases.items():
             merged_phases.setdefault(key, PhasePart()).merge(phase)
             holders[key] += 1
+    tokens: dict[tuple[str, str | None], float] = defaultdict(float)
+    for part in processes:
+        for key, phase in part.phases.items():
+            tokens[key] += phase.tokens
     for (name, bucket), ph in merged_phases.items():
         share = ph.total_s / (job_wall_s * holders[(name, bucket)]) if job_wall_s else None
+        ph.tokens, ph.token_s = tokens[(name, bucket)], ph.total_s
         phases.append({
             "phase": name, "bucket": bucket, "count": ph.count, "total_s": round(ph.total_s, 6),
             "mean_s": round(ph.total_s / ph.count, 6) if ph.count else None,
             "p95_s": None if not ph.count else round(_percentile(ph.durations, 0.95) or 0.0, 6),
             "share": None if share is None else round(share, 6),
-            "tokens_per_s": round(ph.tokens / ph.token_s, 3) if ph.token_s > 0 else None,
+            "tokens_per_s": round(ph.tokens / ph.token_s, 3) if ph.token_s > 0 and ph.tokens > 0 else None,
         })  # fmt: skip
     phases.sort(key=lambda r: (-r["total_s"], r["phase"], str(r["bucket"])))
 
@@ -519,12 +526,17 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
                     else "") + ")")  # fmt: skip
     for group in report["worker_groups"]:
         label = f"group {group['worker_group']} (x{group['processes']})"
+        if group["worker_group"] == "driver" and job["view"] == "driver":
+            lines.append(f"{label:30s}the job row above is its wall-clock view; lifetime {group['wall_s']:.2f}s")
+            continue
         lines.append(row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
     ranks = report["ranks"]
     shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: (r["goodput"] or 0.0))[:16]
     if len(ranks) > 32:
         lines.append(f"  (the 16 ranks with the lowest goodput of {len(ranks)})")
     for rank in shown_ranks:
+        if rank["worker_group"] == "driver" and job["view"] == "driver":
+            continue
         lines.append(row(f"  {rank['worker_group']} rank {rank['rank']}", rank["seconds"], rank["goodput"]))
     strag = report["stragglers"]
     if strag["per_step"]:

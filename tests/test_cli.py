@@ -134,3 +134,58 @@ def test_users_can_assert_their_spans_with_the_plugin_fixture(tmp_path: Path) ->
                          capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
+
+
+def test_version_and_help_without_a_command() -> None:
+    """--version prints the version; no command prints help and exits 2."""
+    import lens_rl
+
+    out = lens("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"lens-rl {lens_rl.__version__}"
+    out = lens()
+    assert out.returncode == 2 and "usage: lens-rl" in out.stderr and "goodput" in out.stderr
+
+
+def test_goodput_json_has_the_readable_fields(traced_run: Path) -> None:
+    """--json carries both headline figures, step time, phases and stragglers; --steps cuts a window."""
+    report = json.loads(lens("goodput", str(traced_run), "--json").stdout)
+    for key in ("steady_state_goodput", "step_time", "slowest_steps", "phases", "stragglers", "files",
+                "skipped_lines"):  # fmt: skip
+        assert key in report
+    assert report["files"] >= 1 and report["skipped_lines"] == 1
+    window = json.loads(lens("goodput", str(traced_run), "--json", "--steps", "2-2").stdout)
+    assert [s["step"] for s in window["steps"]] == [2]
+    bad = lens("goodput", str(traced_run), "--steps", "3-1")
+    assert bad.returncode == 2 and "--steps" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: Path) -> None:
+    """Without -o the Chrome JSON lands in TRACE_DIR/trace.json; threads are named; a span whose parent ran in
+    another process gets a flow arrow."""
+    from lens_rl.perfetto import to_chrome_trace
+
+    out = run_python(
+        f"""
+        import lens_rl, threading
+        from concurrent.futures import ThreadPoolExecutor
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r},
+                                       "run_id": "r"}}}}, "grpo")
+        with lens_rl.traced_phase("step", step=1):
+            carrier = lens_rl.inject_context()
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(lambda: lens_rl.traced_phase("reward")(lambda: None)()).result()
+        lens_rl.shutdown_telemetry(3000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    res = lens("perfetto", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "r" / "trace.json").read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert "MainThread" in names and any(n.startswith("ThreadPoolExecutor-") for n in names)
+    worker = {"v": 1, "name": "generation", "span_id": "w1", "parent_span_id": None, "trace_id": "t", "start_ns": 5,
+              "end_ns": 9, "attributes": {}, "resource": {"rl.worker_group": "vllm", "nv.dl.rank": 0, "process.pid": 2}}
+    caller = {**worker, "name": "step", "span_id": "d1", "start_ns": 0, "end_ns": 20,
+              "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}  # fmt: skip
+    flows = [e for e in to_chrome_trace([caller, {**worker, "parent_span_id": "d1"}])["traceEvents"] if e["ph"] in "sf"]
+    assert [e["ph"] for e in flows] == ["s", "f"] and flows[0]["pid"] != flows[1]["pid"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
+import lens_rl
 from lens_rl import traced_phase, with_bucket
-from lens_rl.goodput import goodput_ratio, rollup, spans_to_records
+from lens_rl.goodput import format_table, goodput_ratio, rollup, spans_to_records
 from lens_rl.testing import recording
 
 
@@ -93,3 +95,170 @@ def test_real_phases_with_known_sleeps() -> None:
     assert step["wall_s"] == pytest.approx(dur("step"), abs=1e-5) and step["wall_s"] >= 0.45
     bucketed = dur("policy_training") + dur("generation")
     assert step["unattributed_s"] == pytest.approx(dur("step") - bucketed, abs=1e-5) and step["unattributed_s"] >= 0.05
+
+
+# ---------------------------------------------------------------------- issue 11: trust and read
+
+
+def _job_with_workers(steps: int = 3) -> list[dict]:
+    """A driver (start-up 0-10 s, then steps of 10 s) and one worker busy 5 s per step."""
+    recs = [_rec("rl.job", 0, 10 + 10 * steps, span="job"),
+            _rec("cluster_setup", 0, 10, span="setup", parent="job", **{"rl.bucket": "overhead"}),
+            _rec("policy.init", 1, 3, span="winit", group="lm_policy", pid=7, **{"rl.bucket": "overhead"})]  # fmt: skip
+    for i in range(steps):
+        t = 10 + 10 * i
+        recs += [
+            _rec("step", t, t + 10, span=f"s{i}", parent="job", **{"rl.step": i}),
+            _rec("generation", t, t + 8, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
+            _rec("weight_sync", t + 8, t + 9, span=f"w{i}", parent=f"s{i}", **{"rl.bucket": "overhead"}),
+            _rec("policy_training", t + 1, t + 6, span=f"pt{i}", group="lm_policy", pid=7,
+                 **{"rl.bucket": "productive", "rl.step": i}),
+        ]  # fmt: skip
+    return recs
+
+
+def test_worker_idle_is_measured_over_its_lifetime() -> None:
+    """A worker alive from 1 s to 36 s and busy 2 + 3 x 5 s: the rest of its lifetime is idle."""
+    report = rollup(_job_with_workers(3))
+    worker = next(r for r in report["ranks"] if r["worker_group"] == "lm_policy")
+    assert worker["seconds"]["productive"] == 15.0 and worker["seconds"]["overhead"] == 2.0
+    assert worker["seconds"]["idle"] == pytest.approx((36 - 1) - 17.0)
+    assert worker["wall_s"] == 35.0
+
+
+def test_two_headline_figures_start_up_and_steady_state() -> None:
+    """goodput counts start-up; steady_state_goodput covers the steps after the first."""
+    report = rollup(_job_with_workers(3))
+    assert report["goodput"] == pytest.approx(24 / (24 + 10 + 3))
+    assert report["steady_state_goodput"] == pytest.approx(16 / 18)  # steps 1 and 2: 8 productive, 1 overhead each
+    assert rollup(_job_with_workers(3), warmup_steps=0)["steady_state_goodput"] == pytest.approx(24 / 27)
+
+
+def test_a_long_run_reads_in_a_summary() -> None:
+    """500 steps: step time p50/p95/max, the 5 slowest, at most 20 step rows unless all are asked for."""
+    recs = [_rec("rl.job", 0, 5000, span="job")]
+    for i in range(500):
+        wall = 2.0 if i % 100 == 7 else 1.0  # five slow steps
+        t = i * 10
+        recs += [_rec("step", t, t + wall, span=f"s{i}", parent="job", **{"rl.step": i}),
+                 _rec("generation", t, t + wall, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"})]  # fmt: skip
+    report = rollup(recs)
+    assert report["step_time"] == {"p50_s": 1.0, "p95_s": 1.0, "max_s": 2.0}
+    assert sorted(s["step"] for s in report["slowest_steps"]) == [7, 107, 207, 307, 407]
+    table = format_table(report)
+
+    def step_rows(text: str) -> int:
+        return len([line for line in text.splitlines() if re.match(r"step \d+ ", line)])
+
+    assert step_rows(table) == 20 and "480 more steps" in table
+    assert step_rows(format_table(report, all_steps=True)) == 500
+    window = rollup(recs, steps=(100, 109))
+    assert [s["step"] for s in window["steps"]] == list(range(100, 110))
+
+
+def test_phase_breakdown_with_tokens_per_second() -> None:
+    """Per phase: count, total, mean, p95, share of wall, and tokens/s where rl.num_tokens is recorded."""
+    recs = [_rec("rl.job", 0, 100, span="job")]
+    for i in range(10):
+        recs.append(_rec("generation", i * 10, i * 10 + 4, span=f"g{i}", parent="job",
+                         **{"rl.bucket": "productive", "rl.num_tokens": 2000}))  # fmt: skip
+        recs.append(_rec("policy_training", i * 10 + 4, i * 10 + 4 + (1 if i < 9 else 10), span=f"t{i}", parent="job",
+                         **{"rl.bucket": "productive"}))  # fmt: skip
+    report = rollup(recs)
+    gen = next(p for p in report["phases"] if p["phase"] == "generation")
+    assert (gen["count"], gen["total_s"], gen["mean_s"], gen["share"], gen["tokens_per_s"]) == (10, 40.0, 4.0, 0.4, 500.0)
+    train = next(p for p in report["phases"] if p["phase"] == "policy_training")
+    assert train["p95_s"] == 10.0 and train["tokens_per_s"] is None
+    assert "tokens/s" in format_table(report)
+
+
+def _straggler_store(slow_rank: int, slow_steps: set[int], steps: int = 10, ranks: int = 8) -> list[dict]:
+    recs = []
+    for step in range(steps):
+        for rank in range(ranks):
+            compute = 1.5 if rank == slow_rank and step in slow_steps else 1.0 + 0.01 * rank
+            t = step * 10.0
+            recs.append(_rec("policy_training", t, t + compute, span=f"t{step}-{rank}", group="lm_policy", rank=rank,
+                             pid=100 + rank, **{"rl.bucket": "productive", "rl.step": step}))  # fmt: skip
+            # the collective wait evens the ranks out: an idle child, not compared
+            recs.append(_rec("barrier", t + compute, t + 2.0, span=f"b{step}-{rank}", group="lm_policy", rank=rank,
+                             pid=100 + rank, **{"rl.bucket": "idle", "rl.step": step}))  # fmt: skip
+    return recs
+
+
+def test_a_rank_slow_in_most_steps_is_a_persistent_straggler() -> None:
+    """One rank 1.5x slower in 8 of 10 steps is flagged in those steps and persistent; the table says so."""
+    report = rollup(_straggler_store(3, set(range(8))))
+    flagged = report["stragglers"]["per_step"]
+    assert {(s["rank"], s["step"], s["phase"]) for s in flagged} == {(3, s, "policy_training") for s in range(8)}
+    assert report["stragglers"]["persistent"] == [{"worker_group": "lm_policy", "rank": 3, "steps_flagged": 8,
+                                                   "of_steps": 10}]  # fmt: skip
+    assert all(s["over_median"] == pytest.approx(1.5 / 1.045 - 1, abs=1e-6) for s in flagged)  # median of 8 ranks
+    assert "persistent: lm_policy rank 3" in format_table(report)
+
+
+def test_a_rank_slow_once_is_not_persistent() -> None:
+    """Slow in one step of ten: flagged for that step only."""
+    report = rollup(_straggler_store(5, {4}))
+    assert [(s["rank"], s["step"]) for s in report["stragglers"]["per_step"]] == [(5, 4)]
+    assert report["stragglers"]["persistent"] == []
+
+
+def test_parts_merge_exactly_whatever_the_split() -> None:
+    """A process's records reduced in two halves and merged give the same report as all at once."""
+    from lens_rl.goodput import process_part, report_from_parts
+
+    recs = _job_with_workers(4)
+    whole = rollup(recs)
+    driver = [r for r in recs if r["resource"]["rl.worker_group"] == "driver"]
+    worker = [r for r in recs if r["resource"]["rl.worker_group"] != "driver"]
+    parts = [process_part(("driver", 0, 1), driver), process_part(("lm_policy", 0, 7), worker)]
+    assert report_from_parts(parts) == whole
+
+
+def test_step_goodput_live_on_the_driver() -> None:
+    """step_goodput() returns the last completed step's seconds, wall time and goodput, as the rollup computes."""
+    assert lens_rl.step_goodput() is None
+    with recording(worker_group="driver") as rec:
+        for step in range(2):
+            with traced_phase("step", step=step):
+                with traced_phase("generation"):
+                    time.sleep(0.03)
+                with traced_phase("weight_sync"):
+                    time.sleep(0.01)
+        live = lens_rl.step_goodput()
+        offline = rollup(spans_to_records(rec.spans))["steps"][-1]
+    assert live["step"] == 1 and live["seconds"]["productive"] == pytest.approx(offline["seconds"]["productive"], abs=1e-5)
+    assert live["goodput"] == pytest.approx(offline["goodput"], abs=1e-4) and live["wall_s"] >= 0.04
+
+
+def test_the_bucket_and_step_travel_in_the_carrier() -> None:
+    """inject_context inside with_bucket carries the bucket and step; a phase entered under it resolves them,
+    and a local with_bucket or an explicit bucket still wins."""
+    with recording() as rec:
+        with traced_phase("step", step=7):
+            with with_bucket("overhead"):
+                validation = lens_rl.inject_context()
+            training = lens_rl.inject_context()
+        assert "rl.bucket=overhead" in validation["baggage"] and "rl.step=7" in validation["baggage"]
+        assert "rl.bucket" not in training.get("baggage", "")  # a phase's own bucket is not carried
+        with lens_rl.attach_context(validation):
+            with traced_phase("generation"):
+                pass
+            with traced_phase("generation", bucket="wasted"):
+                pass
+            with with_bucket("idle"), traced_phase("generation"):
+                pass
+        with traced_phase("generation", parent=training, step=9):
+            pass
+        gens = [(s.attributes.get("rl.bucket"), s.attributes.get("rl.step")) for s in rec.find_all("generation")]
+    assert gens == [("overhead", 7), ("wasted", 7), ("idle", 7), ("productive", 9)]
+
+
+def test_algorithm_is_inferred_from_the_master_config() -> None:
+    """A master config with a grpo: block reports rl.algorithm grpo when none is passed."""
+    from lens_rl.identity import job_identity
+
+    assert job_identity({"grpo": {"num_generations": 8}}, None, "r")["rl.algorithm"] == "grpo"
+    assert job_identity({"sft": {}}, None, "r")["nv.dl.campaign.stage"] == "SFT"
+    assert job_identity({}, "ppo", "r")["rl.algorithm"] == "ppo"

@@ -10,7 +10,7 @@ import sys
 import ray
 
 import lens_rl
-from lens_rl import traced_phase, traced_worker_init
+from lens_rl import traced_phase, traced_worker_init, with_bucket
 from lens_rl.integrations.ray import accepts_context, actor_options, flush_actors, traced_actor
 
 
@@ -26,6 +26,7 @@ class PolicyWorker:
     @accepts_context
     @traced_phase("logprob")
     def logprob(self, scale: int = 1) -> int:
+        lens_rl.current_span().set_attribute("rl.scale", scale)
         return self.rank * scale
 
     def pid(self) -> int:
@@ -48,6 +49,8 @@ def main() -> None:
         result["ranks"] = ray.get([w.train.remote(1, carrier) for w in workers])
         result["logprob"] = ray.get([traced_actor(w).logprob.remote(scale=3) for w in workers])
         result["plain_call"] = ray.get(workers[0].logprob.remote())  # callers need not change
+        with with_bucket("overhead"):  # validation: overhead on the worker too
+            result["validation"] = ray.get(traced_actor(workers[0]).logprob.remote(scale=5))
     result["pids"] = ray.get([w.pid.remote() for w in workers])
     result["flushed"] = flush_actors(workers, timeout_ms=5000)
     result["driver_shutdown"] = lens_rl.shutdown_telemetry(5000)

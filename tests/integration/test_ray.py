@@ -29,7 +29,7 @@ def ray_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
             env=clean_env({"PYTHONPATH": str(ROOT)}), capture_output=True, text=True, timeout=240, cwd=ROOT,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-4000:]
-        rx.wait_for_spans(9, timeout_s=10)
+        rx.wait_for_spans(10, timeout_s=10)
         return json.loads(out.read_text()), list(rx.spans)
 
 
@@ -43,7 +43,7 @@ def test_actors_export_with_rank_group_and_job_identity(ray_job: tuple[dict, lis
         res = span["resource"]
         assert res["nv.dl.world_size"] == 2 and res["rl.worker_group"] == "lm_policy"
         assert res["rl.model.name"] == "tiny-gpt" and res["rl.algorithm"] == "grpo"
-        assert res["process.pid"] in result["pids"] and "rl.bucket" not in span["attributes"]
+        assert res["process.pid"] in result["pids"] and span["attributes"]["rl.bucket"] == "overhead"  # start-up
     driver = next(s for s in spans if s["name"] == "step")["resource"]
     assert driver["rl.worker_group"] == "driver" and driver["rl.run_id"] == inits[0]["resource"]["rl.run_id"]
 
@@ -67,7 +67,7 @@ def test_accepts_context_gets_the_callers_context_implicitly(ray_job: tuple[dict
     assert result["logprob"] == [0, 3] and result["plain_call"] == 0
     step = next(s for s in spans if s["name"] == "step")
     logprobs = [s for s in spans if s["name"] == "logprob"]
-    assert sum(s["parent_span_id"] == step["span_id"] for s in logprobs) == 2
+    assert sum(s["parent_span_id"] == step["span_id"] for s in logprobs) == 3  # two, and the validation call
 
 
 def test_runtime_env_helpers_merge_without_mutating(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,3 +105,15 @@ def test_the_ordinary_end_of_a_ray_job_loses_no_worker_span(tmp_path: Path, mode
     assert sorted(names.get("lm_policy", [])) == ["policy.init"] + ["policy_training"] * 3
     assert names.get("vllm_policy", []).count("generation") == 3
     assert names["driver"].count("step") == 3
+
+
+def test_the_callers_bucket_and_step_travel_to_the_worker(ray_job: tuple[dict, list]) -> None:
+    """A worker phase called inside the driver's with_bucket("overhead") is overhead there; outside it keeps
+    its default; both record the driver's step, carried in W3C baggage."""
+    _, spans = ray_job
+    logprobs = {s["attributes"].get("rl.scale"): s for s in spans if s["name"] == "logprob"
+                and s["resource"]["rl.worker_group"] == "lm_policy"}  # fmt: skip
+    assert logprobs[5]["attributes"]["rl.bucket"] == "overhead" and logprobs[5]["attributes"]["rl.step"] == 1
+    assert logprobs[3]["attributes"]["rl.bucket"] == "productive" and logprobs[3]["attributes"]["rl.step"] == 1
+    init = next(s for s in spans if s["name"] == "policy.init")
+    assert init["attributes"]["rl.bucket"] == "overhead" and "rl.step" not in init["attributes"]
