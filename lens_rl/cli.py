@@ -50,7 +50,7 @@ def _run_dir(trace_dir: str, run: str | None) -> Path:
 
 
 def _load(trace_dir: str, run: str | None) -> tuple[list[dict[str, Any]], Any, Path]:
-    from lens_rl.exporters.file import ReadStats, iter_span_records
+    from lens_rl.store import ReadStats, iter_span_records
 
     path = _run_dir(trace_dir, run)
     stats = ReadStats()

@@ -227,9 +227,9 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         say(f"spans and metrics sent to {otlp}; the goodput table reads the file store (run without --otlp)")
         return 0 if ok else 1
 
-    from lens_rl.exporters.file import iter_span_records
     from lens_rl.goodput import format_table, rollup
     from lens_rl.perfetto import to_chrome_trace
+    from lens_rl.store import iter_span_records
 
     run_dir = Path(trace_dir) / run_id
     records = list(iter_span_records(run_dir))

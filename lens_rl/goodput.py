@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket, exclusive_time, goodput_of, union_length
-from lens_rl.exporters.file import process_of
+from lens_rl.store import process_of
 
 __all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "format_table", "goodput_ratio", "merge_parts", "process_part",
            "report_from_parts", "rollup", "spans_to_records"]  # fmt: skip

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lens_rl.exporters.file import process_of
+from lens_rl.store import process_of
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace"]
 

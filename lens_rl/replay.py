@@ -61,7 +61,7 @@ def replay(path: str | Path, endpoint: str, *, timeout_ms: int = 30_000, batch: 
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from lens_rl.exporters.file import ReadStats, iter_span_records
+    from lens_rl.store import ReadStats, iter_span_records
 
     stats = ReadStats()
     exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=timeout_ms / 1000.0)

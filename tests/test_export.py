@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import lens_rl
-from lens_rl.exporters.file import FORMAT_VERSION, ReadStats, iter_span_records
+from lens_rl.store import FORMAT_VERSION, ReadStats, iter_span_records
 from lens_rl.testing import OTLPReceiver, hung_endpoint, refused_endpoint
 from tests.conftest import run_python
 
@@ -32,7 +32,7 @@ def _burst(handle: object, n: int) -> float:
 
 
 def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
-    """Each line is a whole version-1 span with its resource, under trace_dir/<run_id>/."""
+    """A v2 file: a header with the resource, then whole short-key span lines, under trace_dir/<run_id>/."""
     lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}}, "grpo")
     with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
         pass
@@ -41,10 +41,30 @@ def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     assert any(f.startswith("spans-driver-0-") for f in files) and any(f.startswith("metrics-driver-0-") for f in files)
     records = list(iter_span_records(tmp_path))
     gen = next(r for r in records if r["name"] == "generation")
-    assert gen["v"] == FORMAT_VERSION
+    spans_file = next((tmp_path / "r1").glob("spans-*.jsonl"))
+    lines = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    assert lines[0]["header"] and lines[0]["v"] == FORMAT_VERSION and lines[0]["resource"]["rl.run_id"] == "r1"
+    raw = next(line for line in lines[1:] if line["n"] == "generation")
+    assert "resource" not in raw and len(json.dumps(raw, separators=(",", ":"))) <= 350
     assert gen["attributes"] == {"custom.key": "v", "rl.step": 2, "rl.bucket": "productive"}
     assert gen["resource"]["rl.worker_group"] == "driver" and gen["resource"]["rl.run_id"] == "r1"
     assert len(gen["trace_id"]) == 32 and len(gen["span_id"]) == 16 and gen["end_ns"] >= gen["start_ns"]
+
+
+def test_reader_accepts_v1_and_v2_files_mixed(tmp_path: Path) -> None:
+    """An old v1 file and a new v2 file in one run read as the same record shape."""
+    run = tmp_path / "r"
+    run.mkdir()
+    resource = {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}
+    v1 = {"v": 1, "name": "old", "span_id": "1" * 16, "trace_id": "2" * 32, "parent_span_id": None, "start_ns": 1,
+          "end_ns": 2, "attributes": {"rl.bucket": "productive"}, "resource": resource}  # fmt: skip
+    (run / "spans-driver-0-1.jsonl").write_text(json.dumps(v1) + "\n")
+    header = {"v": 2, "header": True, "resource": {**resource, "process.pid": 2}}
+    v2 = {"n": "new", "s": "3" * 16, "t": "2" * 32, "b": 3, "e": 4, "a": {"rl.bucket": "idle"}}
+    (run / "spans-driver-0-2.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(v2) + "\n")
+    records = {r["name"]: r for r in iter_span_records(tmp_path)}
+    assert records["old"]["resource"]["process.pid"] == 1 and records["new"]["resource"]["process.pid"] == 2
+    assert records["new"]["attributes"] == {"rl.bucket": "idle"} and records["new"]["start_ns"] == 3
 
 
 def test_reader_skips_truncated_and_garbage_lines(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -13,6 +12,7 @@ import pytest
 import lens_rl
 from lens_rl._runtime import RUNTIME
 from lens_rl.identity import decode_attributes
+from lens_rl.store import iter_span_records
 from tests.conftest import run_python
 
 
@@ -174,7 +174,7 @@ def test_shutdown_is_idempotent_and_ends_the_job_span(tmp_path: Path) -> None:
     assert lens_rl.shutdown_telemetry(2000) is True
     assert lens_rl.shutdown_telemetry(2000) is True
     assert lens_rl.get_telemetry_handle() is None
-    lines = [json.loads(x) for f in (tmp_path / "traces").rglob("spans-*.jsonl") for x in f.read_text().splitlines()]
+    lines = list(iter_span_records(tmp_path / "traces"))
     job = [x for x in lines if x["name"] == "rl.job"]
     assert len(job) == 1 and job[0]["parent_span_id"] is None
     assert job[0]["end_ns"] - job[0]["start_ns"] >= 50_000_000
@@ -191,7 +191,7 @@ def test_process_that_forgets_shutdown_exports_at_exit(tmp_path: Path) -> None:
         """
     )
     assert out.returncode == 0, out.stderr
-    names = [json.loads(x)["name"] for f in tmp_path.rglob("spans-*.jsonl") for x in f.read_text().splitlines()]
+    names = [r["name"] for r in iter_span_records(tmp_path)]
     assert sorted(names) == ["generation", "rl.job"]
 
 

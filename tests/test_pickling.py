@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
 import cloudpickle
 import pytest
 
+from lens_rl.store import iter_span_records
 from tests import pickle_targets
 from tests.conftest import run_python
 
 DEFINE_IN_MAIN = """
 import lens_rl
+from lens_rl.store import iter_span_records
 from lens_rl import traced_phase, traced_worker_init, with_bucket
 
 @traced_phase("generation", bucket="productive", step=5)
@@ -73,7 +74,7 @@ open({str(blob)!r}, "wb").write(data)
         env={"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_TRACE_DIR": str(traces), "RANK": "1"},
     )
     assert used.returncode == 0, used.stderr
-    records = [json.loads(x) for f in traces.rglob("spans-*.jsonl") for x in f.read_text().splitlines()]
+    records = list(iter_span_records(traces))
     names = sorted(r["name"] for r in records)
     assert names == sorted(["generation", "generation", "policy.init", "policy_training", "policy_training", "reward"])
     gen = next(r for r in records if r["name"] == "generation")

@@ -22,12 +22,13 @@ import lens_rl
 from lens_rl import traced_phase, with_bucket
 from lens_rl._attributes import MAX_VALUE_CHARS, clean_attributes
 from lens_rl.config import ENV, TelemetryConfig
+from lens_rl.store import iter_span_records
 from lens_rl.testing import OTLPReceiver, recording
 from tests.conftest import clean_env, run_python
 
 
 def _records(trace_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for f in trace_dir.rglob("spans-*.jsonl") for x in f.read_text().splitlines() if x.strip()]
+    return list(iter_span_records(trace_dir))
 
 
 # ------------------------------------------------------------------ outage

@@ -481,8 +481,9 @@ def test_runtime_reset_serves_tests_and_forked_children(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     parent_pid = json.loads(out.stdout)
-    files = {p.name: [json.loads(line)["name"] for line in p.read_text().splitlines()]
-             for p in tmp_path.rglob("spans-*.jsonl")}  # fmt: skip
+    from lens_rl.store import iter_file_records
+
+    files = {p.name: [r["name"] for r in iter_file_records(p)] for p in tmp_path.rglob("spans-*.jsonl")}
     parent = next(names for name, names in files.items() if name.endswith(f"-{parent_pid}.jsonl"))
     child = next(names for name, names in files.items() if not name.endswith(f"-{parent_pid}.jsonl"))
     assert "child_phase" not in parent and child == ["child_phase"]

@@ -1,37 +1,27 @@
-"""The embedded file store: JSON lines under ``trace_dir/<run_id>/``, no collector needed.
+"""The embedded file store's writer: JSON lines under ``trace_dir/<run_id>/``, no collector needed.
 
-Format version 1 (``"v": 1`` on every line). One file per process and signal:
-
-* ``spans-<group>-<rank>-<pid>.jsonl`` — one line per span::
-
-    {"v": 1, "name": "generation", "trace_id": "<32 hex>", "span_id": "<16 hex>",
-     "parent_span_id": "<16 hex>" | null, "start_ns": int, "end_ns": int,
-     "kind": "INTERNAL", "status": "UNSET" | "OK" | "ERROR", "status_message": str | null,
-     "attributes": {...}, "events": [{"name", "time_ns", "attributes"}],
-     "links": [{"trace_id", "span_id", "attributes"}], "thread": int | null, "thread_name": str | null,
-     "scope": str, "resource": {...}}
-
-* ``metrics-<group>-<rank>-<pid>.jsonl`` — one line per metric export:
-  ``{"v": 1, "time_ns": int, "resource": {...}, "metrics": <OTel MetricsData JSON>}``.
+The format (v2: a header line with the process's resource, then short-key span lines)
+and the reader live in :mod:`lens_rl.store`. One file per process and signal:
+``spans-<group>-<rank>-<pid>.jsonl`` and ``metrics-<group>-<rank>-<pid>.jsonl`` (a
+metric line: ``{"time_ns": int, "metrics": <OTel MetricsData JSON>}`` after the header).
 
 Each batch is appended with ``os.write`` on an ``O_APPEND`` descriptor, whole lines
 only, so a killed process can at worst leave one unfinished last line; readers skip it
-and count it (:class:`ReadStats`). A write that fails part-way (a full disk) is cut
-back to where the batch began, so its retry leaves no duplicate and no garbage line;
-readers also drop a span id seen twice in one file. Every line is strict JSON (a NaN
-or infinite number is written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
-Every path part (group, rank, run id) is sanitised and shortened: no value writes
-outside ``trace_dir``. A forked child never writes into its parent's files.
+and count it. A write that fails part-way (a full disk) is cut back to where the batch
+began, so its retry leaves no duplicate and no garbage line; readers also drop a span
+id seen twice in one file. Every line is strict JSON (a NaN or infinite number is
+written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path part
+(group, rank, run id) is sanitised and shortened: no value writes outside
+``trace_dir``. A forked child never writes into its parent's files.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +31,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from lens_rl._errors import internal_error, warn_once
+from lens_rl.store import FORMAT_VERSION, HEADER_FORMAT, OWN_SCOPE
 
-FORMAT_VERSION = 1
 _CHUNK_BYTES = 1 << 16
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_PART = 64  # characters per path part; a file name stays far below 255 bytes
@@ -73,12 +63,12 @@ def _hex(value: int, width: int) -> str:
 
 
 def span_record(span: ReadableSpan, resource: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The version-1 record of one finished span (what a line of the store holds)."""
+    """The long-key record of one finished span (what :mod:`lens_rl.store` readers yield)."""
     ctx = span.context
     parent = span.parent
     status = span.status
     return {
-        "v": FORMAT_VERSION,
+        "v": 1,
         "name": span.name,
         "trace_id": _hex(ctx.trace_id, 32),
         "span_id": _hex(ctx.span_id, 16),
@@ -105,6 +95,40 @@ def span_record(span: ReadableSpan, resource: dict[str, Any] | None = None) -> d
         "scope": span.instrumentation_scope.name if span.instrumentation_scope else None,
         "resource": dict(span.resource.attributes) if resource is None else resource,
     }
+
+
+def span_row(span: ReadableSpan) -> dict[str, Any]:
+    """The v2 line of one finished span: short keys, defaults left out, no resource."""
+    ctx = span.context
+    row: dict[str, Any] = {"n": span.name, "t": _hex(ctx.trace_id, 32), "s": _hex(ctx.span_id, 16)}
+    parent = span.parent
+    if parent is not None:
+        row["p"] = _hex(parent.span_id, 16)
+    row["b"] = span.start_time
+    row["e"] = span.end_time
+    if span.attributes:
+        row["a"] = dict(span.attributes)
+    thread = getattr(span, "_lens_thread", None)
+    if thread is not None:
+        row["th"] = thread
+        row["tn"] = getattr(span, "_lens_thread_name", None)
+    kind = span.kind.name
+    if kind != "INTERNAL":
+        row["k"] = kind
+    status = span.status
+    if status.status_code.name != "UNSET":
+        row["st"] = status.status_code.name
+        if status.description:
+            row["sm"] = status.description
+    if span.events:
+        row["ev"] = [{"n": e.name, "ts": e.timestamp, "a": dict(e.attributes or {})} for e in span.events]
+    if span.links:
+        row["ln"] = [{"t": _hex(link.context.trace_id, 32), "s": _hex(link.context.span_id, 16),
+                      "a": dict(link.attributes or {})} for link in span.links]  # fmt: skip
+    scope = span.instrumentation_scope.name if span.instrumentation_scope else None
+    if scope != OWN_SCOPE:
+        row["sc"] = scope
+    return row
 
 
 class _AppendFile:
@@ -182,12 +206,14 @@ def json_line(record: Any) -> str:
 
 
 class _StoreWriter:
-    """What both file exporters share: the file, the fork guard, and one warning per write error."""
+    """What both file exporters share: the file and its header, the fork guard, one warning per write error."""
 
     def __init__(self, trace_dir: str, run_id: str, kind: str, resource: Resource) -> None:
         self._file = _AppendFile(store_path(trace_dir, run_id, kind, resource))
         self._resource = dict(resource.attributes)
         self._pid = os.getpid()
+        self._header: str | None = json_line({"v": FORMAT_VERSION, "header": True, "format": HEADER_FORMAT,
+                                              "kind": kind, "resource": self._resource, "pid": self._pid})  # fmt: skip
 
     @property
     def path(self) -> Path:
@@ -196,8 +222,12 @@ class _StoreWriter:
     def write(self, lines: Sequence[str]) -> bool:
         if os.getpid() != self._pid:
             return True  # a forked child: the parent's file is not ours (the child has its own handle)
+        header = self._header
         try:
-            self._file.write_lines(lines)
+            # The header goes out with the first batch, in the same write: a failed first
+            # write leaves neither, and its retry writes both.
+            self._file.write_lines([header, *lines] if header is not None else lines)
+            self._header = None
         except OSError as exc:
             warn_once(f"file-store-{self._file.path}", "lens_rl: cannot write telemetry to %s: %s (retrying)",
                       self._file.path, exc)  # fmt: skip
@@ -212,7 +242,7 @@ class FileSpanExporter(_StoreWriter, SpanExporter):
         _StoreWriter.__init__(self, trace_dir, run_id, "spans", resource)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        ok = self.write([json_line(span_record(s, self._resource)) for s in spans])
+        ok = self.write([json_line(span_row(s)) for s in spans])
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
@@ -231,12 +261,7 @@ class FileMetricExporter(_StoreWriter, MetricExporter):
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
-            record = {
-                "v": FORMAT_VERSION,
-                "time_ns": time.time_ns(),
-                "resource": self._resource,
-                "metrics": json.loads(metrics_data.to_json(indent=None)),
-            }
+            record = {"time_ns": time.time_ns(), "metrics": json.loads(metrics_data.to_json(indent=None))}
         except (ValueError, TypeError) as exc:
             internal_error(exc, "metric-encode")
             return MetricExportResult.FAILURE
@@ -248,52 +273,3 @@ class FileMetricExporter(_StoreWriter, MetricExporter):
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self._file.close()
 
-
-# ---------------------------------------------------------------------- reading
-
-
-def process_of(record: Mapping[str, Any]) -> tuple[str, int, int]:
-    """(worker group, rank, pid) of the process that wrote ``record``; bad values read as defaults."""
-    res = record.get("resource") or {}
-    values = []
-    for key in ("nv.dl.rank", "process.pid"):
-        try:
-            values.append(int(res.get(key, 0) or 0))
-        except (TypeError, ValueError):
-            values.append(0)
-    return str(res.get("rl.worker_group", "worker")), values[0], values[1]
-
-
-@dataclasses.dataclass
-class ReadStats:
-    """What a read of the store found: files read and lines skipped (truncated or garbage)."""
-
-    files: int = 0
-    lines: int = 0
-    skipped: int = 0
-    duplicates: int = 0
-
-
-def iter_span_records(trace_dir: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
-    """Every span record under ``trace_dir`` (any depth); bad lines are skipped and counted."""
-    stats = stats if stats is not None else ReadStats()
-    for path in sorted(Path(trace_dir).rglob("spans-*.jsonl")):
-        stats.files += 1
-        seen: set[str] = set()  # a span written twice (a retried batch) counts once
-        with open(path, "rb") as handle:
-            for raw in handle:
-                stats.lines += 1
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    stats.skipped += 1
-                    continue
-                if not isinstance(record, dict) or record.get("v") != FORMAT_VERSION or "span_id" not in record:
-                    stats.skipped += 1
-                    continue
-                span_id = record["span_id"]
-                if span_id in seen:
-                    stats.duplicates += 1
-                    continue
-                seen.add(span_id)
-                yield record
