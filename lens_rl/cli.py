@@ -77,15 +77,33 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
     return lo, hi
 
 
+def _files(trace_dir: str, run: str | None) -> tuple[list[Path], Path]:
+    from lens_rl.store import span_files
+
+    path = _run_dir(trace_dir, run)
+    return span_files(path), path
+
+
+def _parallel(args: argparse.Namespace) -> dict[str, Any]:
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError(f"--jobs: {args.jobs} is not a count; allowed: 1 or more")
+    return {"jobs": args.jobs, "use_ray": args.ray is not None, "ray_address": args.ray or None}
+
+
 def cmd_goodput(args: argparse.Namespace) -> int:
-    from lens_rl.goodput import format_table, rollup
+    from lens_rl.goodput import analyze, format_table
 
     if args.warmup_steps < 0:
         raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
     steps = parse_steps(args.steps)
-    records, stats, path = _load(args.trace_dir, args.run)
-    report = rollup(records, warmup_steps=args.warmup_steps, steps=steps, files=stats.files,
-                    skipped_lines=stats.skipped)  # fmt: skip
+    paths, path = _files(args.trace_dir, args.run)
+    report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, **_parallel(args))
+    if not report["spans"]:
+        raise CliError(f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
+                       f"{report['skipped_lines']} bad lines)")  # fmt: skip
+    if report["skipped_lines"]:
+        print(f"lens-rl: skipped {report['skipped_lines']} unreadable line(s) (e.g. a killed process's last line)",
+              file=sys.stderr)  # fmt: skip
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -95,18 +113,22 @@ def cmd_goodput(args: argparse.Namespace) -> int:
 
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
-    from lens_rl.perfetto import to_chrome_trace
+    from lens_rl.perfetto import write_trace
 
-    records, _, _ = _load(args.trace_dir, args.run)
+    paths, path = _files(args.trace_dir, args.run)
+    if not paths:
+        raise CliError(f"no lens_rl span files under {str(path)!r}")
     output = args.output or str(Path(args.trace_dir) / "trace.json")
-    doc = to_chrome_trace(records)
     try:
-        with open(output, "w") as handle:
-            json.dump(doc, handle)
+        spans = write_trace(paths, output, steps=parse_steps(args.steps), group=args.group, **_parallel(args))
     except OSError as exc:
         raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
-    spans = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
-    print(f"wrote {output}: {spans} spans; open it at https://ui.perfetto.dev")
+    except ImportError as exc:
+        raise CliError(str(exc)) from None
+    if not spans and args.steps is None and args.group is None:
+        os.unlink(output)
+        raise CliError(f"no readable lens_rl spans under {str(path)!r}")
+    print(f"wrote {output}: {spans} spans; open it at https://ui.perfetto.dev (or any Perfetto build, offline)")
     return 0
 
 
@@ -128,6 +150,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(steps=args.steps, trace_dir=args.trace_dir, otlp=args.otlp)
 
 
+def _add_parallel(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, metavar="N", help="files read in parallel (default: the cores, at most 4)")
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="read the files as Ray tasks (on ADDRESS, else a local cluster); same results")  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     from lens_rl import __version__
 
@@ -147,10 +175,15 @@ def _parser() -> argparse.ArgumentParser:
                       "(default: a summary with at most 20 step rows)")  # fmt: skip
     good.add_argument("--warmup-steps", type=int, default=1, metavar="N",
                       help="steps the steady-state figure skips (default 1)")  # fmt: skip
+    _add_parallel(good)
     good.set_defaults(func=cmd_goodput)
     perf = sub.add_parser("perfetto", help="Chrome trace-event JSON for Perfetto UI")
     perf.add_argument("trace_dir", metavar="TRACE_DIR")
-    perf.add_argument("-o", "--output", help="output file (default TRACE_DIR/trace.json)")
+    perf.add_argument("-o", "--output", help="output file: X.json (Chrome JSON) or X.pftrace / X.perfetto-trace "
+                      "(Perfetto protobuf); default TRACE_DIR/trace.json")  # fmt: skip
+    perf.add_argument("--steps", metavar="A-B|all", help="only the spans of these steps (default all)")
+    perf.add_argument("--group", metavar="G", help="only this worker group's processes")
+    _add_parallel(perf)
     perf.add_argument("--run", help="run id (default: the latest run)")
     perf.set_defaults(func=cmd_perfetto)
     rep = sub.add_parser("replay", help="send a run's stored spans to an OTLP/HTTP collector")

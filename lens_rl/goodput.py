@@ -43,17 +43,19 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lens_rl.buckets import Bucket, exclusive_time, goodput_of, union_length
-from lens_rl.store import process_of
+from lens_rl.store import Columns, ReadStats, process_of, read_columns
 
-__all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "format_table", "goodput_ratio", "merge_parts", "process_part",
-           "report_from_parts", "rollup", "spans_to_records"]  # fmt: skip
+__all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "analyze", "file_parts", "format_table", "goodput_ratio", "merge_parts",
+           "process_part", "report_from_parts", "rollup", "spans_to_records"]  # fmt: skip
 
 SCHEMA = "lens_rl.goodput/1"
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
@@ -163,104 +165,179 @@ class ProcessPart:
             self.compute[key] = self.compute.get(key, 0.0) + value
 
 
-class _Span:
-    __slots__ = ("name", "start", "end", "bucket", "step", "own_step", "parent_id", "children", "parent", "tokens")
-
-    def __init__(self, rec: Mapping[str, Any]) -> None:
-        self.name = str(rec.get("name"))
-        self.start = int(rec.get("start_ns") or 0)
-        self.end = max(int(rec.get("end_ns") or 0), self.start)
-        attrs = rec.get("attributes") or {}
-        bucket = attrs.get("rl.bucket")
-        self.bucket = bucket if bucket in BUCKETS else None
-        self.own_step = attrs.get("rl.step")
-        self.step = self.own_step
-        self.parent_id = rec.get("parent_span_id")
-        tokens = attrs.get("rl.num_tokens")
-        self.tokens = float(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None
-        self.children: list[_Span] = []
-        self.parent: _Span | None = None
+def _resource_flags(part: ProcessPart, resource: Mapping[str, Any]) -> None:
+    run = resource.get("rl.run_id")
+    if run is not None:
+        part.runs.add(str(run))
+    rate = resource.get("rl.sample_rate")
+    if isinstance(rate, (int, float)) and rate < 1:
+        part.sampled = True
 
 
 def process_part(key: tuple[str, int, int], records: Iterable[Mapping[str, Any]]) -> ProcessPart:
-    """Reduce one process's span records to its :class:`ProcessPart`."""
-    part = ProcessPart(key)
-    by_id: dict[Any, _Span] = {}
-    spans: list[_Span] = []
+    """Reduce one process's span records (the reader's record shape) to its :class:`ProcessPart`."""
+    rows = []
+    resources: dict[int, Mapping[str, Any]] = {}
     for rec in records:
-        span = _Span(rec)
-        spans.append(span)
-        by_id[rec.get("span_id")] = span
         resource = rec.get("resource") or {}
-        run = resource.get("rl.run_id")
-        if run is not None:
-            part.runs.add(str(run))
-        rate = resource.get("rl.sample_rate")
-        if isinstance(rate, (int, float)) and rate < 1:
-            part.sampled = True
-    part.spans = len(spans)
-    if not spans:
+        resources[id(resource)] = resource
+        rows.append((rec.get("name"), rec.get("span_id"), rec.get("parent_span_id"), rec.get("start_ns"),
+                     rec.get("end_ns"), rec.get("attributes")))  # fmt: skip
+    return part_from_rows(key, rows, resources.values())
+
+
+def part_from_rows(key: tuple[str, int, int], rows: Sequence[tuple[Any, ...]],
+                   resources: Iterable[Mapping[str, Any]] = ()) -> ProcessPart:  # fmt: skip
+    """Rows ``(name, span id, parent id, start ns, end ns, attributes)`` of one process to its part."""
+    cols = Columns()
+    for row in rows:
+        cols.add(*row)
+    return part_from_columns(key, cols, resources)
+
+
+def part_from_columns(key: tuple[str, int, int], cols: Columns,
+                      resources: Iterable[Mapping[str, Any]] = ()) -> ProcessPart:  # fmt: skip
+    """The hot loop of the offline tools, written for speed over millions of spans: flat columns, each
+    span's step and nearest bucketed ancestor found once (memoised walks up), no object per span."""
+    part = ProcessPart(key)
+    for resource in (*resources, *cols.resources.values()):
+        _resource_flags(part, resource)
+    names, attrs_col = cols.names, cols.attrs
+    starts = [int(x or 0) for x in cols.starts]
+    ends = [e if e > s else s for s, e in zip(starts, (int(x or 0) for x in cols.ends), strict=False)]
+    n = len(names)
+    part.spans = n
+    if not n:
         return part
-    for span in spans:
-        parent = by_id.get(span.parent_id)
-        if parent is not None and parent is not span:
-            span.parent = parent
-            parent.children.append(span)
-    for span in spans:  # the step of the nearest ancestor that has one
-        if span.step is None:
-            node = span.parent
-            while node is not None and node.step is None:
-                node = node.parent
-            span.step = node.step if node is not None else None
-    bucketed = [s for s in spans if s.bucket is not None]
-    for span in bucketed:
-        inner: list[tuple[int, int]] = []
-        stack = list(span.children)
-        while stack:
-            child = stack.pop()
-            if child.bucket is not None:
-                inner.append((child.start, child.end))
-            else:
-                stack.extend(child.children)
-        excl_s = exclusive_time(span.start, span.end, inner) / 1e9
-        part.seconds[span.bucket] += excl_s  # type: ignore[index]
-        if span.step is not None:
-            step = part.steps.setdefault(span.step, StepPart())
-            step.seconds[span.bucket] += excl_s  # type: ignore[index]
-            if span.bucket in COMPUTE_BUCKETS:
-                ckey = (span.step, span.name)
-                part.compute[ckey] = part.compute.get(ckey, 0.0) + excl_s
-    for span in spans:
-        duration_s = (span.end - span.start) / 1e9
-        if span.name == "rl.job":
-            part.jobs.append((span.start, span.end))
+    index = {span_id: i for i, span_id in enumerate(cols.ids)}
+    index_get = index.get
+    parents = [index_get(p, -1) for p in cols.parent_ids]
+    buckets: list[Any] = [None] * n
+    own_steps: list[Any] = [None] * n
+    tokens: dict[int, float] = {}
+    bucket_set = _BUCKET_SET
+    for i in range(n):
+        attrs = attrs_col[i]
+        if attrs:
+            bucket = attrs.get("rl.bucket")
+            if bucket in bucket_set:
+                buckets[i] = bucket
+            own_steps[i] = attrs.get("rl.step")
+            tok = attrs.get("rl.num_tokens")
+            if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool):
+                tokens[i] = float(tok)
+        if parents[i] == i:
+            parents[i] = -1
+    # each span's step (its own, else its nearest ancestor's) and nearest bucketed proper ancestor
+    steps: list[Any] = [None] * n
+    outer: list[int] = [-1] * n
+    done = [False] * n
+    for i in range(n):
+        if done[i]:
             continue
-        phase = part.phases.setdefault((span.name, span.bucket), PhasePart())
+        p = parents[i]
+        if p == -1:  # the common cases first: a root, or a parent already resolved
+            steps[i] = own_steps[i]
+            done[i] = True
+            continue
+        if done[p]:
+            step = own_steps[i]
+            steps[i] = step if step is not None else steps[p]
+            outer[i] = p if buckets[p] is not None else outer[p]
+            done[i] = True
+            continue
+        trail = []
+        on_trail = set()
+        j = i
+        while j != -1 and not done[j] and j not in on_trail:  # a malformed cycle ends the walk
+            trail.append(j)
+            on_trail.add(j)
+            j = parents[j]
+        for k in reversed(trail):  # top-down: each parent is resolved before its child
+            p = parents[k]
+            if p == -1 or not done[p]:
+                steps[k] = own_steps[k]
+            else:
+                step = own_steps[k]
+                steps[k] = step if step is not None else steps[p]
+                outer[k] = p if buckets[p] is not None else outer[p]
+            done[k] = True
+    inner: dict[int, list[tuple[int, int]]] = {}
+    for i in range(n):
+        if buckets[i] is not None and outer[i] != -1:
+            inner.setdefault(outer[i], []).append((starts[i], ends[i]))
+    seconds = part.seconds
+    part_steps = part.steps
+    compute = part.compute
+    phases = part.phases
+    top_level = []
+    lo = hi = None
+    for i in range(n):
+        name = names[i]
+        start, end = starts[i], ends[i]
+        if name == "rl.job":
+            part.jobs.append((start, end))
+            continue
+        lo = start if lo is None or start < lo else lo
+        hi = end if hi is None or end > hi else hi
+        duration_s = (end - start) / 1e9
+        bucket = buckets[i]
+        excl_s = 0.0
+        if bucket is not None:
+            kids = inner.get(i)
+            if not kids:
+                excl_s = duration_s
+            elif len(kids) == 1:
+                a, b = kids[0]
+                excl_s = max(duration_s - max(min(b, end) - max(a, start), 0) / 1e9, 0.0)
+            else:
+                excl_s = exclusive_time(start, end, kids) / 1e9
+            seconds[bucket] += excl_s
+            if outer[i] == -1:
+                top_level.append((start, end))
+        phase = phases.get((name, bucket))
+        if phase is None:
+            phase = phases[(name, bucket)] = PhasePart()
         phase.count += 1
         phase.total_s += duration_s
         phase.durations.append(duration_s)
-        if span.tokens is not None:
-            phase.tokens += span.tokens
+        if i in tokens:
+            phase.tokens += tokens[i]
             phase.token_s += duration_s
-        if span.step is not None:
-            step = part.steps.setdefault(span.step, StepPart())
-            step.lo = span.start if step.lo is None else min(step.lo, span.start)
-            step.hi = span.end if step.hi is None else max(step.hi, span.end)
-            if span.bucket is None and span.own_step is not None:
-                step.umbrellas.append((span.start, span.end))
-            elif span.bucket is not None:
-                step.bucketed.append((span.start, span.end))
-    for step in part.steps.values():
-        step.bucketed = _merge_intervals(step.bucketed)
-    part.bucketed = _merge_intervals((s.start, s.end) for s in bucketed)
-    work = [s for s in spans if s.name != "rl.job"]
-    if work:
-        lo, hi = min(s.start for s in work), max(s.end for s in work)
+        step = steps[i]
+        if step is None:
+            continue
+        sp = part_steps.get(step)
+        if sp is None:
+            sp = part_steps[step] = StepPart(lo=start, hi=end)
+        else:
+            if start < sp.lo:  # type: ignore[operator]
+                sp.lo = start
+            if end > sp.hi:  # type: ignore[operator]
+                sp.hi = end
+        if bucket is None:
+            if own_steps[i] is not None:
+                sp.umbrellas.append((start, end))
+            continue
+        sp.seconds[bucket] += excl_s
+        if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
+            sp.bucketed.append((start, end))
+        if bucket in COMPUTE_BUCKETS:
+            ckey = (step, name)
+            compute[ckey] = compute.get(ckey, 0.0) + excl_s
+    for sp in part_steps.values():
+        if len(sp.bucketed) > 1:
+            sp.bucketed = _merge_intervals(sp.bucketed)
+    part.bucketed = _merge_intervals(top_level)
+    if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
         part.covered_s = union_length(_clip(part.bucketed, lo, hi)) / 1e9
         if not part.is_driver:  # a worker's uncovered lifetime is measured idle
-            part.seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
+            seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
     return part
+
+
+_BUCKET_SET = frozenset(BUCKETS)
 
 
 def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
@@ -450,6 +527,32 @@ def report_from_parts(
         "files": files,
         "skipped_lines": skipped_lines,
     }
+
+
+def file_parts(path: str | os.PathLike[str]) -> tuple[list[ProcessPart], ReadStats]:
+    """One span file reduced to its process part(s) (a v1 file may hold several) and what its read found."""
+    stats = ReadStats()
+    return [part_from_columns(k, c) for k, c in read_columns(path, stats).items()], stats
+
+
+def analyze(
+    paths: Sequence[Path],
+    *,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The report for these span files, read one file per worker at a time (identical whatever ``jobs``)."""
+    from lens_rl.analysis import map_files
+
+    parts: list[ProcessPart] = []
+    stats = ReadStats()
+    for file_result, file_stats in map_files(file_parts, paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address,
+                                             desc="goodput"):  # fmt: skip
+        parts.extend(file_result)
+        stats.add(file_stats)
+    return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, **options)
 
 
 def rollup(records: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]:

@@ -188,4 +188,5 @@ def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: 
     caller = {**worker, "name": "step", "span_id": "d1", "start_ns": 0, "end_ns": 20,
               "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}  # fmt: skip
     flows = [e for e in to_chrome_trace([caller, {**worker, "parent_span_id": "d1"}])["traceEvents"] if e["ph"] in "sf"]
-    assert [e["ph"] for e in flows] == ["s", "f"] and flows[0]["pid"] != flows[1]["pid"]
+    assert sorted(e["ph"] for e in flows) == ["f", "s"] and flows[0]["pid"] != flows[1]["pid"]
+    assert {e["id"] for e in flows} == {flows[0]["id"]}

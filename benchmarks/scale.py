@@ -1,0 +1,165 @@
+"""Offline analysis at scale: goodput and Perfetto over a synthesized store, against a plain parse.
+
+Run:  python benchmarks/scale.py [--spans 1000000] [--files 50] [--jobs N] [--keep DIR]
+
+Synthesizes a GRPO-shaped run in the v2 file store (one driver file, the rest worker
+files; per step a driver umbrella with its phases, and on each worker a bucketed phase
+called from the driver plus a nested child), then times, each in a fresh process:
+
+* the baseline: one plain pass of the standard library's ``json.loads`` over every line;
+* ``lens-rl goodput --json`` (default ``--jobs``: the cores, at most 4);
+* ``lens-rl perfetto -o X.pftrace`` and ``-o X.json``.
+
+It prints spans/s, peak RSS (the largest of the command and its worker processes) and
+each command's wall time as a ratio to the baseline. Goals on 1 M spans / 50 files:
+peak RSS <= 300 MB and goodput no slower than the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PHASES = [("generation", "productive"), ("logprob", "productive"), ("policy_training", "productive"),
+          ("weight_sync", "overhead"), ("wait", "idle")]  # fmt: skip
+
+
+def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
+    """Write about ``spans`` spans in ``files`` process files; returns the number written."""
+    rng = random.Random(seed)
+    run = root / "run"
+    run.mkdir(parents=True)
+    workers = max(files - 1, 1)
+    per_step = 1 + len(PHASES) + workers * 2  # driver umbrella + its phases + (phase, child) per worker
+    steps = max(spans // per_step, 1)
+    trace = "ab" * 16
+    written = 0
+    t0 = 1_700_000_000_000_000_000
+
+    def resource(group: str, rank: int, pid: int) -> dict:
+        return {"service.name": "lens-rl", "rl.worker_group": group, "nv.dl.rank": rank, "nv.dl.world_size": workers,
+                "process.pid": pid, "host.name": "node-0", "rl.run_id": "run", "rl.algorithm": "grpo",
+                "nv.dl.campaign.stage": "RL", "rl.model.name": "tiny-policy", "rl.precision": "bfloat16"}  # fmt: skip
+
+    def line(name: str, span: str, parent: str | None, start: int, end: int, attrs: dict) -> str:
+        row = {"n": name, "t": trace, "s": span, "b": start, "e": end, "a": attrs, "th": 140000000000000,
+               "tn": "MainThread"}  # fmt: skip
+        if parent:
+            row["p"] = parent
+        return json.dumps(row, separators=(",", ":"))
+
+    handles = []
+    for i in range(files):
+        group = "driver" if i == 0 else "lm_policy"
+        header = {"v": 2, "header": True, "format": "lens_rl.spans/2", "resource": resource(group, max(i - 1, 0), 1000 + i),
+                  "pid": 1000 + i}  # fmt: skip
+        handle = open(run / f"spans-{group}-{max(i - 1, 0)}-{1000 + i}.jsonl", "w")
+        handle.write(json.dumps(header) + "\n")
+        handles.append(handle)
+    for step in range(steps):
+        base = t0 + step * 10_000_000_000
+        umbrella = f"{step:08x}00000000"
+        handles[0].write(line("step", umbrella, None, base, base + 9_000_000_000, {"rl.step": step}) + "\n")
+        written += 1
+        for k, (name, bucket) in enumerate(PHASES):
+            span = f"{step:08x}{k + 1:08x}"
+            start = base + k * 1_800_000_000
+            handles[0].write(line(name, span, umbrella, start, start + 1_700_000_000,
+                                  {"rl.bucket": bucket, "rl.step": step}) + "\n")  # fmt: skip
+            written += 1
+        for w in range(1, files):
+            parent = f"{step:08x}{(w % len(PHASES)) + 1:08x}"
+            start = base + rng.randrange(0, 1_000_000_000)
+            dur = int((1.5 if w == 3 and step % 2 else 1.0) * 1_000_000_000)
+            span = f"{w:04x}{step:08x}0001"
+            handles[w].write(line("policy_training", span, parent, start, start + dur,
+                                  {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096}) + "\n")  # fmt: skip
+            handles[w].write(line("barrier", f"{w:04x}{step:08x}0002", span, start + dur - 100_000_000, start + dur,
+                                  {"rl.bucket": "idle", "rl.step": step}) + "\n")  # fmt: skip
+            written += 2
+    for handle in handles:
+        handle.close()
+    return written
+
+
+BASELINE = """
+import json, sys, time, resource
+from pathlib import Path
+t = time.perf_counter(); n = 0
+for path in sorted(Path(sys.argv[1]).rglob("spans-*.jsonl")):
+    with open(path, "rb") as handle:
+        for line in handle:
+            json.loads(line); n += 1
+print(json.dumps({"s": time.perf_counter() - t, "lines": n,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+MEASURE = """
+import json, resource, sys, time, io, contextlib
+from lens_rl.cli import main
+t = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+s = time.perf_counter() - t
+rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(json.dumps({"s": s, "code": code, "rss_mb": rss / 1024}))
+"""
+
+
+def _run(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--keep", help="synthesize into (and keep) this directory")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="lens-scale-"))
+    try:
+        t = time.perf_counter()
+        if not (root / "run").exists():
+            spans = synthesize(root, args.spans, args.files)
+        else:
+            spans = sum(1 for p in (root / "run").glob("spans-*.jsonl") for _ in open(p)) - args.files
+        size_mb = sum(p.stat().st_size for p in (root / "run").glob("spans-*.jsonl")) / 1e6
+        print(f"store: {spans:,} spans in {args.files} files, {size_mb:.0f} MB "
+              f"({size_mb * 1e6 / spans:.0f} bytes a span), made in {time.perf_counter() - t:.0f}s")
+        jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
+        base = _run(BASELINE, str(root))
+        rows = [("plain json.loads pass (stdlib)", base)]
+        rows.append(("lens-rl goodput --json", _run(MEASURE, "goodput", str(root), "--json", *jobs)))
+        rows.append(("lens-rl perfetto -o X.pftrace", _run(MEASURE, "perfetto", str(root), "-o",
+                                                            str(root / "t.pftrace"), *jobs)))  # fmt: skip
+        rows.append(("lens-rl perfetto -o X.json", _run(MEASURE, "perfetto", str(root), "-o", str(root / "t.json"),
+                                                         *jobs)))  # fmt: skip
+        print(f"\n{'case':34s} {'wall s':>8s} {'spans/s':>10s} {'peak RSS':>9s} {'vs plain parse':>15s}")
+        results = []
+        for name, r in rows:
+            ratio = r["s"] / base["s"]
+            print(f"{name:34s} {r['s']:8.1f} {spans / r['s']:10,.0f} {r['rss_mb']:7.0f}MB {ratio:14.2f}x")
+            results.append({"case": name, "wall_s": r["s"], "spans_per_s": spans / r["s"], "peak_rss_mb": r["rss_mb"],
+                            "ratio_to_plain_parse": ratio})  # fmt: skip
+        if args.json:
+            Path(args.json).write_text(json.dumps({"spans": spans, "files": args.files, "rows": results}, indent=2))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Running per-file work over a store: serially, on local processes (``--jobs``) or as Ray tasks (``--ray``).
+
+Offline tools reduce each process file on its own (goodput to a compact part, Perfetto
+to a chunk of events) and merge the results in file order, so memory is O(jobs x the
+largest file), never O(run), and every way of running gives identical results.
+Progress shows on stderr when it is a terminal (``tqdm``, from the ``analysis`` extra).
+
+Example::
+
+    results = map_files(reduce_one_file, span_files(run_dir), jobs=4)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["default_jobs", "map_files"]
+
+
+def default_jobs() -> int:
+    """The cores, at most 4."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _progress(items: Iterable[Any], total: int, desc: str) -> Iterable[Any]:
+    if not sys.stderr.isatty():
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, total=total, desc=desc, unit="file", file=sys.stderr, leave=False)
+
+
+def map_files(
+    fn: Callable[..., Any],
+    paths: Sequence[Path],
+    *args: Any,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    use_ray: bool = False,
+    desc: str = "reading",
+) -> Iterator[Any]:
+    """``fn(path, *args)`` for every path, yielded in path order as results arrive.
+
+    ``fn`` must be a module-level function (it is pickled by reference to other
+    processes or Ray workers, which need lens_rl installed and the files readable:
+    shared storage next to the cluster that ran the job).
+    """
+    jobs = default_jobs() if jobs is None else max(1, int(jobs))
+    if use_ray:
+        yield from _map_ray(fn, paths, args, ray_address, desc)
+        return
+    if jobs == 1 or len(paths) <= 1:
+        for path in _progress(paths, len(paths), desc):
+            yield fn(path, *args)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
+        results = pool.map(fn, paths, *[[a] * len(paths) for a in args])
+        yield from _progress(results, len(paths), desc)
+
+
+def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...], address: str | None,
+             desc: str) -> Iterator[Any]:  # fmt: skip
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("--ray needs Ray: pip install 'lens-rl[ray]'") from exc
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        started = True
+    try:
+        remote = ray.remote(fn)
+        refs = [remote.remote(str(path), *args) for path in paths]
+        for ref in _progress(refs, len(refs), desc):
+            yield ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()
