@@ -85,23 +85,40 @@ def _step_key(step: Any) -> tuple[str, Any]:
     return (type(step).__name__, step)
 
 
-@dataclass
 class StepPart:
-    """One process's share of one step."""
+    """One process's share of one step, compact (a run has processes x steps of these).
 
-    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
-    umbrellas: list[tuple[int, int]] = field(default_factory=list)
-    lo: int | None = None
-    hi: int | None = None
-    bucketed: list[tuple[int, int]] = field(default_factory=list)
+    ``seconds`` is a list in :data:`BUCKETS` order; interval lists stay None until used.
+    """
+
+    __slots__ = ("seconds", "umbrellas", "lo", "hi", "bucketed")
+
+    def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
+        self.seconds = [0.0, 0.0, 0.0, 0.0]
+        self.umbrellas: list[tuple[int, int]] | None = None
+        self.lo = lo
+        self.hi = hi
+        self.bucketed: list[tuple[int, int]] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for k, v in zip(self.__slots__, state, strict=True):
+            setattr(self, k, v)
 
     def merge(self, other: StepPart) -> None:
-        for b in BUCKETS:
-            self.seconds[b] += other.seconds[b]
-        self.umbrellas.extend(other.umbrellas)
+        for i in range(4):
+            self.seconds[i] += other.seconds[i]
+        if other.umbrellas:
+            self.umbrellas = (self.umbrellas or []) + other.umbrellas
         self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
         self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
-        self.bucketed = _merge_intervals(self.bucketed + other.bucketed)
+        if other.bucketed:
+            self.bucketed = _merge_intervals((self.bucketed or []) + other.bucketed)
 
 
 @dataclass
@@ -195,8 +212,8 @@ def part_from_rows(key: tuple[str, int, int], rows: Sequence[tuple[Any, ...]],
     return part_from_columns(key, cols, resources)
 
 
-def part_from_columns(key: tuple[str, int, int], cols: Columns,
-                      resources: Iterable[Mapping[str, Any]] = ()) -> ProcessPart:  # fmt: skip
+def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Iterable[Mapping[str, Any]] = (),
+                      *, step_rows: bool = True) -> ProcessPart:  # fmt: skip
     """The hot loop of the offline tools, written for speed over millions of spans: flat columns, each
     span's step and nearest bucketed ancestor found once (memoised walks up), no object per span."""
     part = ProcessPart(key)
@@ -307,6 +324,11 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns,
         step = steps[i]
         if step is None:
             continue
+        if bucket is not None and bucket in COMPUTE_BUCKETS:
+            ckey = (step, name)
+            compute[ckey] = compute.get(ckey, 0.0) + excl_s
+        if not step_rows:  # a worker of a run with a driver: the steps' rows are the driver's
+            continue
         sp = part_steps.get(step)
         if sp is None:
             sp = part_steps[step] = StepPart(lo=start, hi=end)
@@ -317,16 +339,17 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns,
                 sp.hi = end
         if bucket is None:
             if own_steps[i] is not None:
+                if sp.umbrellas is None:
+                    sp.umbrellas = []
                 sp.umbrellas.append((start, end))
             continue
-        sp.seconds[bucket] += excl_s
+        sp.seconds[_BUCKET_INDEX[bucket]] += excl_s
         if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
+            if sp.bucketed is None:
+                sp.bucketed = []
             sp.bucketed.append((start, end))
-        if bucket in COMPUTE_BUCKETS:
-            ckey = (step, name)
-            compute[ckey] = compute.get(ckey, 0.0) + excl_s
     for sp in part_steps.values():
-        if len(sp.bucketed) > 1:
+        if sp.bucketed is not None and len(sp.bucketed) > 1:
             sp.bucketed = _merge_intervals(sp.bucketed)
     part.bucketed = _merge_intervals(top_level)
     if lo is not None and hi is not None:
@@ -338,6 +361,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns,
 
 
 _BUCKET_SET = frozenset(BUCKETS)
+_BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
 
 
 def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
@@ -385,9 +409,10 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[d
         windows = _merge_intervals(sp.umbrellas) if sp.umbrellas else (
             [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])  # fmt: skip
         wall_s = union_length(windows) / 1e9
-        covered_s = union_length(iv for lo, hi in windows for iv in _clip(sp.bucketed, lo, hi)) / 1e9
-        rows.append({"step": step, "seconds": _bucket_dict(sp.seconds), "wall_s": round(wall_s, 6),
-                     "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": goodput_of(sp.seconds)})  # fmt: skip
+        covered_s = union_length(iv for lo, hi in windows for iv in _clip(sp.bucketed or [], lo, hi)) / 1e9
+        seconds = dict(zip(BUCKETS, sp.seconds, strict=True))
+        rows.append({"step": step, "seconds": _bucket_dict(seconds), "wall_s": round(wall_s, 6),
+                     "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": goodput_of(seconds)})  # fmt: skip
     return rows
 
 
@@ -529,10 +554,15 @@ def report_from_parts(
     }
 
 
-def file_parts(path: str | os.PathLike[str]) -> tuple[list[ProcessPart], ReadStats]:
-    """One span file reduced to its process part(s) (a v1 file may hold several) and what its read found."""
+def file_parts(path: str | os.PathLike[str], driver_in_run: bool = False) -> tuple[list[ProcessPart], ReadStats]:
+    """One span file reduced to its process part(s) (a v1 file may hold several) and what its read found.
+
+    ``driver_in_run``: the run has a driver, whose view makes the step rows, so a
+    worker's part keeps only what its ranks are compared on (memory: O(steps) per driver).
+    """
     stats = ReadStats()
-    return [part_from_columns(k, c) for k, c in read_columns(path, stats).items()], stats
+    return [part_from_columns(k, c, step_rows=not driver_in_run or k[0] == "driver")
+            for k, c in read_columns(path, stats).items()], stats  # fmt: skip
 
 
 def analyze(
@@ -548,8 +578,9 @@ def analyze(
 
     parts: list[ProcessPart] = []
     stats = ReadStats()
-    for file_result, file_stats in map_files(file_parts, paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address,
-                                             desc="goodput"):  # fmt: skip
+    driver_in_run = any(Path(p).name.startswith("spans-driver-") for p in paths)
+    for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
+                                             ray_address=ray_address, desc="goodput"):  # fmt: skip
         parts.extend(file_result)
         stats.add(file_stats)
     return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, **options)

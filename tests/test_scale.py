@@ -1,0 +1,101 @@
+"""Scale: a synthesized 50k-span store read serially, in parallel and on Ray gives identical results;
+Perfetto windows; the native protobuf parses with Perfetto's own definitions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import clean_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _synthesize() -> Any:
+    spec = importlib.util.spec_from_file_location("lens_scale_bench", ROOT / "benchmarks" / "scale.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.synthesize
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GRPO-shaped store of ~50,000 spans in 20 process files (one driver), v2 plus one v1 file."""
+    root = tmp_path_factory.mktemp("scale")
+    _synthesize()(root, 50_000, 20)
+    legacy = {"v": 1, "name": "old_phase", "span_id": "f" * 16, "trace_id": "a" * 32, "parent_span_id": None,
+              "start_ns": 1_700_000_000_000_000_000, "end_ns": 1_700_000_001_000_000_000,
+              "attributes": {"rl.bucket": "overhead"},
+              "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9}}  # fmt: skip
+    (root / "run" / "spans-legacy-0-9.jsonl").write_text(json.dumps(legacy) + "\n")
+    return root
+
+
+def lens(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True,
+                          env=clean_env(), cwd=ROOT, timeout=timeout)  # fmt: skip
+
+
+def _report(store: Path, *args: str) -> dict[str, Any]:
+    out = lens("goodput", str(store), "--json", *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_parallel_reads_give_identical_results(store: Path) -> None:
+    """--jobs 1 and --jobs 3 give the same JSON, byte for byte; v1 and v2 files are read together."""
+    serial = _report(store, "--jobs", "1")
+    assert serial == _report(store, "--jobs", "3")
+    assert serial["spans"] > 49_000 and serial["files"] == 21
+    assert any(r["worker_group"] == "legacy" for r in serial["ranks"])
+    assert any(p["worker_group"] == "lm_policy" and p["rank"] == 2 for p in serial["stragglers"]["persistent"])
+
+
+@pytest.mark.slow
+def test_ray_reads_give_identical_results(store: Path) -> None:
+    """--ray (a local cluster) gives the same JSON as a serial read."""
+    pytest.importorskip("ray")
+    assert _report(store, "--ray") == _report(store, "--jobs", "1")
+
+
+def test_steps_cut_the_goodput_window(store: Path) -> None:
+    """--steps A-B selects the step rows and the figures computed over steps."""
+    window = _report(store, "--steps", "5-9")
+    assert [s["step"] for s in window["steps"]] == list(range(5, 10))
+    assert window["step_time"]["max_s"] is not None
+
+
+def test_perfetto_protobuf_parses_with_perfetto_definitions(store: Path, tmp_path: Path) -> None:
+    """-o X.pftrace writes a Trace the perfetto package's protos parse: processes, named threads, balanced
+    slices, flows from the driver into workers; --steps and --group cut it."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    out = tmp_path / "t.pftrace"
+    res = lens("perfetto", str(store), "-o", str(out), "--steps", "3-4", "--jobs", "2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    trace = Trace()
+    trace.ParseFromString(out.read_bytes())
+    processes = [p.track_descriptor.process.process_name for p in trace.packet if p.track_descriptor.HasField("process")]
+    threads = [p.track_descriptor.thread.thread_name for p in trace.packet if p.track_descriptor.HasField("thread")]
+    begins = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_END]
+    assert any(name.startswith("driver rank 0") for name in processes) and "MainThread" in threads
+    assert len(begins) == len(ends) > 0
+    steps = {a.int_value for p in begins for a in p.track_event.debug_annotations if a.name == "rl.step"}
+    assert steps == {3, 4}
+    flows = {f for p in trace.packet for f in p.track_event.flow_ids}
+    terminating = {f for p in begins for f in p.track_event.terminating_flow_ids}
+    assert flows and flows <= terminating
+    group = tmp_path / "g.json"
+    res = lens("perfetto", str(store), "-o", str(group), "--group", "driver")
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(group.read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names and all(n.startswith("driver") for n in names)
+    assert all(e["ph"] != "X" or e["pid"] == 1 for e in doc["traceEvents"])
