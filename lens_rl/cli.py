@@ -3,7 +3,8 @@
     lens-rl --version
     lens-rl demo [--steps N] [--trace-dir DIR] [--otlp ENDPOINT]
     lens-rl goodput TRACE_DIR [--json] [--run RUN_ID] [--steps A-B|all] [--warmup-steps N]
-    lens-rl perfetto TRACE_DIR [-o TRACE_DIR/trace.json] [--run RUN_ID]
+    lens-rl perfetto TRACE_DIR [-o TRACE_DIR/trace.json | X.pftrace] [--steps A-B] [--group G] [--jobs N] [--ray]
+    lens-rl report TRACE_DIR [-o TRACE_DIR/report.html] [--steps A-B] [--jobs N] [--ray]
     lens-rl replay TRACE_DIR --otlp ENDPOINT [--run RUN_ID]
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
@@ -132,6 +133,24 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from lens_rl.report import write_report
+
+    paths, path = _files(args.trace_dir, args.run)
+    if not paths:
+        raise CliError(f"no lens_rl span files under {str(path)!r}")
+    output = args.output or str(Path(args.trace_dir) / "report.html")
+    try:
+        size = write_report(paths, output, steps=parse_steps(args.steps), warmup_steps=args.warmup_steps,
+                            **_parallel(args))  # fmt: skip
+    except ImportError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: open it in any browser, offline)")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from lens_rl.replay import replay
 
@@ -186,6 +205,15 @@ def _parser() -> argparse.ArgumentParser:
     _add_parallel(perf)
     perf.add_argument("--run", help="run id (default: the latest run)")
     perf.set_defaults(func=cmd_perfetto)
+    rpt = sub.add_parser("report", help="one self-contained HTML page: goodput, ranks, stragglers, a timeline")
+    rpt.add_argument("trace_dir", metavar="TRACE_DIR")
+    rpt.add_argument("-o", "--output", help="output file (default TRACE_DIR/report.html)")
+    rpt.add_argument("--run", help="run id (default: the latest run)")
+    rpt.add_argument("--steps", metavar="A-B|all", help="the timeline's window (default: the slowest step and its "
+                     "neighbours); aggregates always cover every step")  # fmt: skip
+    rpt.add_argument("--warmup-steps", type=int, default=1, metavar="N", help="steps the steady state skips (default 1)")
+    _add_parallel(rpt)
+    rpt.set_defaults(func=cmd_report)
     rep = sub.add_parser("replay", help="send a run's stored spans to an OTLP/HTTP collector")
     rep.add_argument("trace_dir", metavar="TRACE_DIR")
     rep.add_argument("--otlp", metavar="ENDPOINT", required=True, help="collector base URL (http://host:4318)")

@@ -242,5 +242,14 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
     say("")
     say(f"trace:    {run_dir}/  ({len(records)} spans; `lens-rl goodput {trace_dir} --json` for machines)")
     say(f"perfetto: {perfetto_path}  (open it at https://ui.perfetto.dev)")
+    try:
+        from lens_rl.report import write_report
+        from lens_rl.store import span_files
+
+        report_path = run_dir / "report.html"
+        write_report(span_files(run_dir), report_path, jobs=1)
+        say(f"report:   {report_path}  (one self-contained page: open it in a browser, offline)")
+    except ImportError as exc:
+        say(f"report:   not written ({exc})")
     say(f"done in {time.perf_counter() - t_start:.1f}s")
     return 0 if ok else 1

@@ -54,7 +54,7 @@ from typing import Any
 from lens_rl.buckets import Bucket, exclusive_time, goodput_of, union_length
 from lens_rl.store import Columns, ReadStats, process_of, read_columns
 
-__all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "analyze", "file_parts", "format_table", "goodput_ratio", "merge_parts",
+__all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "analyze", "analyze_parts", "file_parts", "format_table", "goodput_ratio", "merge_parts",
            "process_part", "report_from_parts", "rollup", "spans_to_records"]  # fmt: skip
 
 SCHEMA = "lens_rl.goodput/1"
@@ -565,15 +565,10 @@ def file_parts(path: str | os.PathLike[str], driver_in_run: bool = False) -> tup
             for k, c in read_columns(path, stats).items()], stats  # fmt: skip
 
 
-def analyze(
-    paths: Sequence[Path],
-    *,
-    jobs: int | None = None,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    **options: Any,
-) -> dict[str, Any]:
-    """The report for these span files, read one file per worker at a time (identical whatever ``jobs``)."""
+def analyze_parts(
+    paths: Sequence[Path], *, jobs: int | None = None, use_ray: bool = False, ray_address: str | None = None
+) -> tuple[list[ProcessPart], ReadStats]:
+    """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``)."""
     from lens_rl.analysis import map_files
 
     parts: list[ProcessPart] = []
@@ -583,6 +578,19 @@ def analyze(
                                              ray_address=ray_address, desc="goodput"):  # fmt: skip
         parts.extend(file_result)
         stats.add(file_stats)
+    return parts, stats
+
+
+def analyze(
+    paths: Sequence[Path],
+    *,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The report for these span files, read in bounded memory (see :func:`analyze_parts`)."""
+    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address)
     return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, **options)
 
 
