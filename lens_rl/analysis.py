@@ -12,13 +12,33 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_jobs", "map_files"]
+__all__ = ["default_jobs", "map_files", "no_gc"]
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic GC paused: reading builds millions of long-lived, acyclic objects, and each full
+    collection would walk all of them again (measured: 2.5x slower on a 1 M-span store without this)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _without_gc(fn: Callable[..., Any], path: Any, *args: Any) -> Any:
+    with no_gc():
+        return fn(path, *args)
 
 
 def default_jobs() -> int:
@@ -57,12 +77,12 @@ def map_files(
         return
     if jobs == 1 or len(paths) <= 1:
         for path in _progress(paths, len(paths), desc):
-            yield fn(path, *args)
+            yield _without_gc(fn, path, *args)
         return
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-        results = pool.map(fn, paths, *[[a] * len(paths) for a in args])
+        results = pool.map(_without_gc, [fn] * len(paths), paths, *[[a] * len(paths) for a in args])
         yield from _progress(results, len(paths), desc)
 
 
@@ -77,8 +97,8 @@ def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         started = True
     try:
-        remote = ray.remote(fn)
-        refs = [remote.remote(str(path), *args) for path in paths]
+        remote = ray.remote(_without_gc)
+        refs = [remote.remote(fn, str(path), *args) for path in paths]
         for ref in _progress(refs, len(refs), desc):
             yield ray.get(ref)
     finally:

@@ -46,7 +46,7 @@ import math
 import os
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,7 +155,13 @@ class ProcessPart:
     steps: dict[Any, StepPart] = field(default_factory=dict)
     phases: dict[tuple[str, str | None], PhasePart] = field(default_factory=dict)
     #: (step, phase) -> exclusive seconds of compute phases: what stragglers are judged on
-    compute: dict[tuple[Any, str], float] = field(default_factory=dict)
+    compute: dict[str, dict[Any, float]] = field(default_factory=dict)  # phase -> step -> seconds
+
+    def compute_items(self) -> Iterator[tuple[str, Any, float]]:
+        """(phase, step, exclusive seconds) of the compute phases stragglers are judged on."""
+        for phase, by_step in self.compute.items():
+            for step, value in by_step.items():
+                yield phase, step, value
 
     @property
     def is_driver(self) -> bool:
@@ -178,8 +184,10 @@ class ProcessPart:
             self.steps.setdefault(step, StepPart()).merge(part)
         for key, phase in other.phases.items():
             self.phases.setdefault(key, PhasePart()).merge(phase)
-        for key, value in other.compute.items():
-            self.compute[key] = self.compute.get(key, 0.0) + value
+        for phase, by_step in other.compute.items():
+            mine = self.compute.setdefault(phase, {})
+            for step, value in by_step.items():
+                mine[step] = mine.get(step, 0.0) + value
 
 
 def _resource_flags(part: ProcessPart, resource: Mapping[str, Any]) -> None:
@@ -325,8 +333,10 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         if step is None:
             continue
         if bucket is not None and bucket in COMPUTE_BUCKETS:
-            ckey = (step, name)
-            compute[ckey] = compute.get(ckey, 0.0) + excl_s
+            by_step = compute.get(name)
+            if by_step is None:
+                by_step = compute[name] = {}
+            by_step[step] = by_step.get(step, 0.0) + excl_s
         if not step_rows:  # a worker of a run with a driver: the steps' rows are the driver's
             continue
         sp = part_steps.get(step)
@@ -357,6 +367,8 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         part.covered_s = union_length(_clip(part.bucketed, lo, hi)) / 1e9
         if not part.is_driver:  # a worker's uncovered lifetime is measured idle
             seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
+    if not step_rows:
+        part.bucketed = []  # only the job view's are needed again (the run's driver)
     return part
 
 
@@ -422,7 +434,7 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
         if part.is_driver:
             continue
         group, rank, _ = part.key
-        for (step, phase), excl_s in part.compute.items():
+        for phase, step, excl_s in part.compute_items():
             if _in_range(step, steps):
                 by_rank = table[(group, step, phase)]
                 by_rank[rank] = by_rank.get(rank, 0.0) + excl_s
@@ -569,15 +581,16 @@ def analyze_parts(
     paths: Sequence[Path], *, jobs: int | None = None, use_ray: bool = False, ray_address: str | None = None
 ) -> tuple[list[ProcessPart], ReadStats]:
     """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``)."""
-    from lens_rl.analysis import map_files
+    from lens_rl.analysis import map_files, no_gc
 
     parts: list[ProcessPart] = []
     stats = ReadStats()
     driver_in_run = any(Path(p).name.startswith("spans-driver-") for p in paths)
-    for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
-                                             ray_address=ray_address, desc="goodput"):  # fmt: skip
-        parts.extend(file_result)
-        stats.add(file_stats)
+    with no_gc():
+        for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
+                                                 ray_address=ray_address, desc="goodput"):  # fmt: skip
+            parts.extend(file_result)
+            stats.add(file_stats)
     return parts, stats
 
 
@@ -590,8 +603,11 @@ def analyze(
     **options: Any,
 ) -> dict[str, Any]:
     """The report for these span files, read in bounded memory (see :func:`analyze_parts`)."""
+    from lens_rl.analysis import no_gc
+
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address)
-    return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, **options)
+    with no_gc():
+        return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, **options)
 
 
 def rollup(records: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]:

@@ -347,13 +347,14 @@ def write_trace(
     ray_address: str | None = None,
 ) -> int:
     """Write the trace of these span files to ``output`` (format by extension); returns the spans written."""
-    from lens_rl.analysis import map_files
+    from lens_rl.analysis import map_files, no_gc
 
     fmt = format_of(output)
     if fmt == "pftrace":
         _proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
-    opts = _options(map_files(scan_file, paths, **parallel, desc="perfetto 1/2"), fmt, steps, group)
+    with no_gc():
+        opts = _options(map_files(scan_file, paths, **parallel, desc="perfetto 1/2"), fmt, steps, group)
     spans = 0
     callees: list[tuple[int, str, int, int, int]] = []
     locations: dict[str, tuple[int, int, int, int]] = {}

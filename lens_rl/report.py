@@ -96,7 +96,7 @@ def _heatmap(parts: Sequence[Any], report: Mapping[str, Any]) -> dict[str, Any]:
         if part.is_driver:
             continue
         group, rank, _ = part.key
-        for (step, _phase), excl_s in part.compute.items():
+        for _phase, step, excl_s in part.compute_items():
             cell = groups[group][rank]
             cell[step] = cell.get(step, 0.0) + excl_s
     out = {}
