@@ -81,7 +81,7 @@ class Job:
     __slots__ = ("item",)
 
     def __init__(self, fn: Callable[[], Any]) -> None:
-        self.item = (fn, [], threading.Event(), [])
+        self.item: tuple[Any, list[Any], threading.Event, list[bool]] = (fn, [], threading.Event(), [])
 
     def finished(self) -> bool:
         return bool(self.item[2].is_set())

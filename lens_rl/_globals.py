@@ -43,23 +43,33 @@ def _live_handle() -> Any:
     return handle
 
 
-class LiveTracer(trace_api.Tracer):
+class _PerHandle:
+    """Holds the real object made for the current handle (a tracer, a meter), remade when the handle changes."""
+
+    _cached: tuple[Any, Any]
+    _args: tuple[Any, ...]
+
+    def _for_live_handle(self, provider_attr: str, getter: str, noop: Any) -> Any:
+        handle = _live_handle()
+        provider = getattr(handle, provider_attr, None)
+        if provider is None:
+            return noop
+        cached_handle, real = self._cached
+        if cached_handle is not handle:
+            real = getattr(provider, getter)(*self._args)
+            self._cached = (handle, real)
+        return real
+
+
+class LiveTracer(_PerHandle, trace_api.Tracer):
     """A tracer that forwards each span to the current handle's provider (made per handle, cached)."""
 
     def __init__(self, args: tuple[Any, ...]) -> None:
         self._args = args
-        self._cached: tuple[Any, Any] = (None, _NOOP_TRACER)
+        self._cached = (None, _NOOP_TRACER)
 
     def _real(self) -> Any:
-        handle = _live_handle()
-        provider = getattr(handle, "tracer_provider", None)
-        if provider is None:
-            return _NOOP_TRACER
-        cached_handle, tracer = self._cached
-        if cached_handle is not handle:
-            tracer = provider.get_tracer(*self._args)
-            self._cached = (handle, tracer)
-        return tracer
+        return self._for_live_handle("tracer_provider", "get_tracer", _NOOP_TRACER)
 
     def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
         if context is None:
@@ -138,24 +148,16 @@ class _LiveObservable:
             internal_error(exc, "third-party-metric")
 
 
-class LiveMeter(metrics_api.Meter):
+class LiveMeter(_PerHandle, metrics_api.Meter):
     """A meter whose instruments record on the current handle's meter."""
 
     def __init__(self, args: tuple[Any, ...]) -> None:
-        super().__init__(*args[:3])
+        metrics_api.Meter.__init__(self, *args[:3])
         self._args = args
-        self._cached: tuple[Any, Any] = (None, _NOOP_METER)
+        self._cached = (None, _NOOP_METER)
 
     def _real(self) -> Any:
-        handle = _live_handle()
-        provider = getattr(handle, "meter_provider", None)
-        if provider is None:
-            return _NOOP_METER
-        cached_handle, meter = self._cached
-        if cached_handle is not handle:
-            meter = provider.get_meter(*self._args)
-            self._cached = (handle, meter)
-        return meter
+        return self._for_live_handle("meter_provider", "get_meter", _NOOP_METER)
 
     def _sync(self, factory: str, *args: Any, **kwargs: Any) -> Any:
         return _LiveInstrument(self, factory, args, kwargs)

@@ -94,7 +94,7 @@ def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...
         raise ImportError("--ray needs Ray: pip install 'lens-rl[ray]'") from exc
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=40)  # ERROR
         started = True
     try:
         remote = ray.remote(_without_gc)

@@ -113,19 +113,26 @@ def cmd_goodput(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_perfetto(args: argparse.Namespace) -> int:
-    from lens_rl.perfetto import write_trace
-
+def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any, str, Path]:
+    """Run ``write(paths, output)`` for a command that writes one file; errors as one line."""
     paths, path = _files(args.trace_dir, args.run)
     if not paths:
         raise CliError(f"no lens_rl span files under {str(path)!r}")
-    output = args.output or str(Path(args.trace_dir) / "trace.json")
+    output = args.output or str(Path(args.trace_dir) / default_name)
     try:
-        spans = write_trace(paths, output, steps=parse_steps(args.steps), group=args.group, **_parallel(args))
-    except OSError as exc:
-        raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+        return write(paths, output), output, path
     except ImportError as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+
+
+def cmd_perfetto(args: argparse.Namespace) -> int:
+    from lens_rl.perfetto import write_trace
+
+    steps = parse_steps(args.steps)
+    spans, output, path = _write(args, "trace.json", lambda paths, output: write_trace(
+        paths, output, steps=steps, group=args.group, **_parallel(args)))  # fmt: skip
     if not spans and args.steps is None and args.group is None:
         os.unlink(output)
         raise CliError(f"no readable lens_rl spans under {str(path)!r}")
@@ -136,17 +143,9 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from lens_rl.report import write_report
 
-    paths, path = _files(args.trace_dir, args.run)
-    if not paths:
-        raise CliError(f"no lens_rl span files under {str(path)!r}")
-    output = args.output or str(Path(args.trace_dir) / "report.html")
-    try:
-        size = write_report(paths, output, steps=parse_steps(args.steps), warmup_steps=args.warmup_steps,
-                            **_parallel(args))  # fmt: skip
-    except ImportError as exc:
-        raise CliError(str(exc)) from None
-    except OSError as exc:
-        raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    steps = parse_steps(args.steps)
+    size, output, _ = _write(args, "report.html", lambda paths, output: write_report(
+        paths, output, steps=steps, warmup_steps=args.warmup_steps, **_parallel(args)))  # fmt: skip
     print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: open it in any browser, offline)")
     return 0
 

@@ -184,8 +184,8 @@ class ProcessPart:
             self.steps.setdefault(step, StepPart()).merge(part)
         for key, phase in other.phases.items():
             self.phases.setdefault(key, PhasePart()).merge(phase)
-        for phase, by_step in other.compute.items():
-            mine = self.compute.setdefault(phase, {})
+        for name, by_step in other.compute.items():
+            mine = self.compute.setdefault(name, {})
             for step, value in by_step.items():
                 mine[step] = mine.get(step, 0.0) + value
 
@@ -516,7 +516,7 @@ def report_from_parts(
             "share": None if share is None else round(share, 6),
             "tokens_per_s": round(ph.tokens / ph.token_s, 3) if ph.token_s > 0 and ph.tokens > 0 else None,
         })  # fmt: skip
-    phases.sort(key=lambda r: (-r["total_s"], r["phase"], str(r["bucket"])))
+    phases.sort(key=lambda r: (-(r["total_s"] or 0.0), str(r["phase"]), str(r["bucket"])))  # type: ignore[operator]
 
     groups: dict[str, dict[str, Any]] = {}
     ranks = []

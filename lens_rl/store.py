@@ -47,6 +47,7 @@ FORMAT_VERSION = 2
 HEADER_FORMAT = "lens_rl.spans/2"
 OWN_SCOPE = "lens_rl"
 
+loads: Any
 try:  # the analysis extra: a parser several times faster than the standard library's
     import orjson as _orjson
 
