@@ -125,13 +125,14 @@ def span_bytes(span: ReadableSpan) -> int:
     size = 400 + len(span.name)
     attrs = span.attributes
     if attrs:
-        for key, value in attrs.items():
-            size += 64 + len(key) + (len(value) if isinstance(value, str) else 16)
+        # The SDK's BoundedAttributes locks on every read; its plain dict (pinned SDK) does not.
+        for key, value in getattr(attrs, "_dict", attrs).items():
+            size += 64 + len(key) + (len(value) if value.__class__ is str else 16)
     for event in span.events:
         size += 128 + len(event.name)
         if event.attributes:
-            for key, value in event.attributes.items():
-                size += 64 + len(key) + (len(value) if isinstance(value, str) else 16)
+            for key, value in getattr(event.attributes, "_dict", event.attributes).items():
+                size += 64 + len(key) + (len(value) if value.__class__ is str else 16)
     return size
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from lens_rl._attributes import clean_attributes, clean_text
 from lens_rl._errors import internal_error
+from lens_rl._otel import OTEL
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
 from lens_rl.buckets import Bucket, exclusive_time, goodput_of
 from lens_rl.propagation import BAGGAGE_STEP, carried, keep_baggage, root_unless_current, with_baggage
@@ -264,8 +265,7 @@ def open_node(spec: Any) -> Node | None:
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
-        from opentelemetry import context, trace
-
+        context, trace = OTEL.context, OTEL.trace
         parent_ctx = spec._parent() if spec.parent is not None else None
         if parent_ctx is None:
             parent_ctx = root_unless_current()
@@ -307,9 +307,7 @@ def close_node(node: Node, exc: BaseException | None) -> None:
     end_ns = time.time_ns()
     if node.otel_token is not None:
         try:
-            from opentelemetry import context
-
-            context.detach(node.otel_token)
+            OTEL.context.detach(node.otel_token)
         except Exception as err:
             internal_error(err, "context-detach")
     if RUNTIME.open_phases.pop(node.span_id, None) is None:

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from lens_rl._errors import internal_error
+from lens_rl._otel import OTEL
 from lens_rl._runtime import AMBIENT, RUNTIME
 
 __all__ = ["attach_context", "inject_context"]
@@ -47,9 +48,7 @@ def _propagator() -> Any:
 
 def carried(ctx: Any) -> tuple[str | None, int | None]:
     """The bucket and step a context carries in its baggage (from a caller, maybe in another process)."""
-    from opentelemetry import baggage
-
-    entries = baggage.get_all(ctx)
+    entries = OTEL.baggage.get_all(ctx)
     if not entries:
         return None, None
     bucket = entries.get(BAGGAGE_BUCKET)
@@ -63,16 +62,13 @@ def carried(ctx: Any) -> tuple[str | None, int | None]:
 
 def with_baggage(ctx: Any, key: str, value: Any) -> Any:
     """``ctx`` with one lens_rl baggage entry set."""
-    from opentelemetry import baggage
-
-    return baggage.set_baggage(key, str(value), ctx)
+    return OTEL.baggage.set_baggage(key, str(value), ctx)
 
 
 def keep_baggage(ctx: Any) -> Any:
     """``ctx`` (a root context chosen for a new top-level span) with the current context's baggage on it."""
-    from opentelemetry import baggage, context
-
-    entries = baggage.get_all(context.get_current())
+    baggage = OTEL.baggage
+    entries = baggage.get_all(OTEL.context.get_current())
     for key, value in entries.items():
         ctx = baggage.set_baggage(key, value, ctx)
     return ctx
@@ -87,9 +83,7 @@ def root_unless_current() -> Any:
     root = RUNTIME.root_context
     if root is None:
         return None
-    from opentelemetry import trace
-
-    return None if trace.get_current_span().get_span_context().is_valid else root
+    return None if OTEL.trace.get_current_span().get_span_context().is_valid else root
 
 
 def _current_or_root() -> Any:
