@@ -89,7 +89,7 @@ def _window_file(path: str | os.PathLike[str], window: tuple[int, int] | None, l
 
 def _heatmap(parts: Sequence[Any], report: Mapping[str, Any]) -> dict[str, Any]:
     """Per worker group: rank x step of compute time over the group's median (downsampled to MAX_COLUMNS steps)."""
-    from lens_rl.goodput import _median, _step_key
+    from lens_rl._parts import median, step_key
 
     groups: dict[str, dict[int, dict[Any, float]]] = defaultdict(lambda: defaultdict(dict))
     for part in parts:
@@ -101,10 +101,10 @@ def _heatmap(parts: Sequence[Any], report: Mapping[str, Any]) -> dict[str, Any]:
             cell[step] = cell.get(step, 0.0) + excl_s
     out = {}
     for group, by_rank in groups.items():
-        steps = sorted({s for cells in by_rank.values() for s in cells}, key=_step_key)
+        steps = sorted({s for cells in by_rank.values() for s in cells}, key=step_key)
         if len(by_rank) < 2 or not steps:
             continue
-        medians = {s: _median([c[s] for c in by_rank.values() if s in c]) for s in steps}
+        medians = {s: median([c[s] for c in by_rank.values() if s in c]) for s in steps}
         ranks = sorted(by_rank)
         width = max(1, -(-len(steps) // MAX_COLUMNS))
         columns = [steps[i:i + width] for i in range(0, len(steps), width)]

@@ -1,0 +1,372 @@
+"""Each process's spans reduced to a compact, mergeable part: what every offline tool builds on.
+
+A :class:`ProcessPart` holds one process's exclusive bucket seconds, lifetime, steps
+(for the job view's step rows), phase numbers (count, durations for the p95, tokens)
+and compute seconds per phase and step (what stragglers are judged on). Parts merge
+exactly, so files can be reduced one at a time, in parallel or on a Ray cluster.
+:func:`part_from_columns` is the hot loop over millions of spans: flat columns, each
+span's step and nearest bucketed ancestor found once, no object per span.
+
+Example::
+
+    parts, stats = file_parts("lens_traces/run42/spans-lm_policy-0-123.jsonl")
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lens_rl.buckets import Bucket, exclusive_time, union_length
+from lens_rl.store import Columns, ReadStats, read_columns
+
+__all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "clip", "ProcessPart", "StepPart", "file_parts", "median",
+           "merge_intervals", "merge_parts", "part_from_columns", "part_from_rows", "process_part", "step_key"]  # fmt: skip
+
+BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
+#: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
+COMPUTE_BUCKETS = ("productive", "overhead", "wasted")
+
+
+def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for start, stop in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], stop)
+        else:
+            out.append([start, stop])
+    return [(a, b) for a, b in out]
+
+
+def clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    return [(max(a, lo), min(b, hi)) for a, b in intervals if min(b, hi) > max(a, lo)]
+
+
+def step_key(step: Any) -> tuple[str, Any]:
+    return (type(step).__name__, step)
+
+
+class StepPart:
+    """One process's share of one step, compact (a run has processes x steps of these).
+
+    ``seconds`` is a list in :data:`BUCKETS` order; interval lists stay None until used.
+    """
+
+    __slots__ = ("seconds", "umbrellas", "lo", "hi", "bucketed")
+
+    def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
+        self.seconds = [0.0, 0.0, 0.0, 0.0]
+        self.umbrellas: list[tuple[int, int]] | None = None
+        self.lo = lo
+        self.hi = hi
+        self.bucketed: list[tuple[int, int]] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for k, v in zip(self.__slots__, state, strict=True):
+            setattr(self, k, v)
+
+    def merge(self, other: StepPart) -> None:
+        for i in range(4):
+            self.seconds[i] += other.seconds[i]
+        if other.umbrellas:
+            self.umbrellas = (self.umbrellas or []) + other.umbrellas
+        self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
+        self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
+        if other.bucketed:
+            self.bucketed = merge_intervals((self.bucketed or []) + other.bucketed)
+
+
+@dataclass
+class PhasePart:
+    """One (phase, bucket)'s numbers in one process: durations kept compactly for the p95."""
+
+    count: int = 0
+    total_s: float = 0.0
+    durations: array = field(default_factory=lambda: array("d"))
+    tokens: float = 0.0
+    token_s: float = 0.0
+
+    def merge(self, other: PhasePart) -> None:
+        self.count += other.count
+        self.total_s += other.total_s
+        self.durations.extend(other.durations)
+        self.tokens += other.tokens
+        self.token_s += other.token_s
+
+
+@dataclass
+class ProcessPart:
+    """Everything the report needs of one process, compact and mergeable (picklable for --jobs / --ray)."""
+
+    key: tuple[str, int, int]
+    spans: int = 0
+    runs: set[str] = field(default_factory=set)
+    sampled: bool = False
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0.0))
+    lifetime: tuple[int, int] | None = None
+    covered_s: float = 0.0
+    jobs: list[tuple[int, int]] = field(default_factory=list)
+    bucketed: list[tuple[int, int]] = field(default_factory=list)
+    steps: dict[Any, StepPart] = field(default_factory=dict)
+    phases: dict[tuple[str, str | None], PhasePart] = field(default_factory=dict)
+    #: (step, phase) -> exclusive seconds of compute phases: what stragglers are judged on
+    compute: dict[str, dict[Any, float]] = field(default_factory=dict)  # phase -> step -> seconds
+
+    def compute_items(self) -> Iterator[tuple[str, Any, float]]:
+        """(phase, step, exclusive seconds) of the compute phases stragglers are judged on."""
+        for phase, by_step in self.compute.items():
+            for step, value in by_step.items():
+                yield phase, step, value
+
+    @property
+    def is_driver(self) -> bool:
+        return self.key[0] == "driver"
+
+    def merge(self, other: ProcessPart) -> None:
+        """Fold another part of the same process in (e.g. a v1 file split across reads)."""
+        self.spans += other.spans
+        self.runs |= other.runs
+        self.sampled = self.sampled or other.sampled
+        for b in BUCKETS:
+            self.seconds[b] += other.seconds[b]
+        if other.lifetime is not None:
+            self.lifetime = other.lifetime if self.lifetime is None else (
+                min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))  # fmt: skip
+        self.covered_s += other.covered_s
+        self.jobs.extend(other.jobs)
+        self.bucketed = merge_intervals(self.bucketed + other.bucketed)
+        for step, part in other.steps.items():
+            self.steps.setdefault(step, StepPart()).merge(part)
+        for key, phase in other.phases.items():
+            self.phases.setdefault(key, PhasePart()).merge(phase)
+        for name, by_step in other.compute.items():
+            mine = self.compute.setdefault(name, {})
+            for step, value in by_step.items():
+                mine[step] = mine.get(step, 0.0) + value
+
+
+def _resource_flags(part: ProcessPart, resource: Mapping[str, Any]) -> None:
+    run = resource.get("rl.run_id")
+    if run is not None:
+        part.runs.add(str(run))
+    rate = resource.get("rl.sample_rate")
+    if isinstance(rate, (int, float)) and rate < 1:
+        part.sampled = True
+
+
+def process_part(key: tuple[str, int, int], records: Iterable[Mapping[str, Any]]) -> ProcessPart:
+    """Reduce one process's span records (the reader's record shape) to its :class:`ProcessPart`."""
+    rows = []
+    resources: dict[int, Mapping[str, Any]] = {}
+    for rec in records:
+        resource = rec.get("resource") or {}
+        resources[id(resource)] = resource
+        rows.append((rec.get("name"), rec.get("span_id"), rec.get("parent_span_id"), rec.get("start_ns"),
+                     rec.get("end_ns"), rec.get("attributes")))  # fmt: skip
+    return part_from_rows(key, rows, resources.values())
+
+
+def part_from_rows(key: tuple[str, int, int], rows: Sequence[tuple[Any, ...]],
+                   resources: Iterable[Mapping[str, Any]] = ()) -> ProcessPart:  # fmt: skip
+    """Rows ``(name, span id, parent id, start ns, end ns, attributes)`` of one process to its part."""
+    cols = Columns()
+    for row in rows:
+        cols.add(*row)
+    return part_from_columns(key, cols, resources)
+
+
+def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Iterable[Mapping[str, Any]] = (),
+                      *, step_rows: bool = True) -> ProcessPart:  # fmt: skip
+    """The hot loop of the offline tools, written for speed over millions of spans: flat columns, each
+    span's step and nearest bucketed ancestor found once (memoised walks up), no object per span."""
+    part = ProcessPart(key)
+    for resource in (*resources, *cols.resources.values()):
+        _resource_flags(part, resource)
+    names, attrs_col = cols.names, cols.attrs
+    starts = [int(x or 0) for x in cols.starts]
+    ends = [e if e > s else s for s, e in zip(starts, (int(x or 0) for x in cols.ends), strict=False)]
+    n = len(names)
+    part.spans = n
+    if not n:
+        return part
+    index = {span_id: i for i, span_id in enumerate(cols.ids)}
+    index_get = index.get
+    parents = [index_get(p, -1) for p in cols.parent_ids]
+    buckets: list[Any] = [None] * n
+    own_steps: list[Any] = [None] * n
+    tokens: dict[int, float] = {}
+    bucket_set = _BUCKET_SET
+    for i in range(n):
+        attrs = attrs_col[i]
+        if attrs:
+            bucket = attrs.get("rl.bucket")
+            if bucket in bucket_set:
+                buckets[i] = bucket
+            own_steps[i] = attrs.get("rl.step")
+            tok = attrs.get("rl.num_tokens")
+            if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool):
+                tokens[i] = float(tok)
+        if parents[i] == i:
+            parents[i] = -1
+    # each span's step (its own, else its nearest ancestor's) and nearest bucketed proper ancestor
+    steps: list[Any] = [None] * n
+    outer: list[int] = [-1] * n
+    done = [False] * n
+    for i in range(n):
+        if done[i]:
+            continue
+        p = parents[i]
+        if p == -1:  # the common cases first: a root, or a parent already resolved
+            steps[i] = own_steps[i]
+            done[i] = True
+            continue
+        if done[p]:
+            step = own_steps[i]
+            steps[i] = step if step is not None else steps[p]
+            outer[i] = p if buckets[p] is not None else outer[p]
+            done[i] = True
+            continue
+        trail = []
+        on_trail = set()
+        j = i
+        while j != -1 and not done[j] and j not in on_trail:  # a malformed cycle ends the walk
+            trail.append(j)
+            on_trail.add(j)
+            j = parents[j]
+        for k in reversed(trail):  # top-down: each parent is resolved before its child
+            p = parents[k]
+            if p == -1 or not done[p]:
+                steps[k] = own_steps[k]
+            else:
+                step = own_steps[k]
+                steps[k] = step if step is not None else steps[p]
+                outer[k] = p if buckets[p] is not None else outer[p]
+            done[k] = True
+    inner: dict[int, list[tuple[int, int]]] = {}
+    for i in range(n):
+        if buckets[i] is not None and outer[i] != -1:
+            inner.setdefault(outer[i], []).append((starts[i], ends[i]))
+    seconds = part.seconds
+    part_steps = part.steps
+    compute = part.compute
+    phases = part.phases
+    top_level = []
+    lo = hi = None
+    for i in range(n):
+        name = names[i]
+        start, end = starts[i], ends[i]
+        if name == "rl.job":
+            part.jobs.append((start, end))
+            continue
+        lo = start if lo is None or start < lo else lo
+        hi = end if hi is None or end > hi else hi
+        duration_s = (end - start) / 1e9
+        bucket = buckets[i]
+        excl_s = 0.0
+        if bucket is not None:
+            kids = inner.get(i)
+            if not kids:
+                excl_s = duration_s
+            elif len(kids) == 1:
+                a, b = kids[0]
+                excl_s = max(duration_s - max(min(b, end) - max(a, start), 0) / 1e9, 0.0)
+            else:
+                excl_s = exclusive_time(start, end, kids) / 1e9
+            seconds[bucket] += excl_s
+            if outer[i] == -1:
+                top_level.append((start, end))
+        phase = phases.get((name, bucket))
+        if phase is None:
+            phase = phases[(name, bucket)] = PhasePart()
+        phase.count += 1
+        phase.total_s += duration_s
+        phase.durations.append(duration_s)
+        if i in tokens:
+            phase.tokens += tokens[i]
+            phase.token_s += duration_s
+        step = steps[i]
+        if step is None:
+            continue
+        if bucket is not None and bucket in COMPUTE_BUCKETS:
+            by_step = compute.get(name)
+            if by_step is None:
+                by_step = compute[name] = {}
+            by_step[step] = by_step.get(step, 0.0) + excl_s
+        if not step_rows:  # a worker of a run with a driver: the steps' rows are the driver's
+            continue
+        sp = part_steps.get(step)
+        if sp is None:
+            sp = part_steps[step] = StepPart(lo=start, hi=end)
+        else:
+            if start < sp.lo:  # type: ignore[operator]
+                sp.lo = start
+            if end > sp.hi:  # type: ignore[operator]
+                sp.hi = end
+        if bucket is None:
+            if own_steps[i] is not None:
+                if sp.umbrellas is None:
+                    sp.umbrellas = []
+                sp.umbrellas.append((start, end))
+            continue
+        sp.seconds[_BUCKET_INDEX[bucket]] += excl_s
+        if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
+            if sp.bucketed is None:
+                sp.bucketed = []
+            sp.bucketed.append((start, end))
+    for sp in part_steps.values():
+        if sp.bucketed is not None and len(sp.bucketed) > 1:
+            sp.bucketed = merge_intervals(sp.bucketed)
+    part.bucketed = merge_intervals(top_level)
+    if lo is not None and hi is not None:
+        part.lifetime = (lo, hi)
+        part.covered_s = union_length(clip(part.bucketed, lo, hi)) / 1e9
+        if not part.is_driver:  # a worker's uncovered lifetime is measured idle
+            seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
+    if not step_rows:
+        part.bucketed = []  # only the job view's are needed again (the run's driver)
+    return part
+
+
+_BUCKET_SET = frozenset(BUCKETS)
+_BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+
+
+def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
+    """Parts of the same process folded together, in a stable order (the merge is exact)."""
+    merged: dict[tuple[str, int, int], ProcessPart] = {}
+    for part in parts:
+        if part.key in merged:
+            merged[part.key].merge(part)
+        else:
+            merged[part.key] = part
+    return [merged[k] for k in sorted(merged)]
+
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+
+def file_parts(path: str | os.PathLike[str], driver_in_run: bool = False) -> tuple[list[ProcessPart], ReadStats]:
+    """One span file reduced to its process part(s) (a v1 file may hold several) and what its read found.
+
+    ``driver_in_run``: the run has a driver, whose view makes the step rows, so a
+    worker's part keeps only what its ranks are compared on (memory: O(steps) per driver).
+    """
+    stats = ReadStats()
+    return [part_from_columns(k, c, step_rows=not driver_in_run or k[0] == "driver")
+            for k, c in read_columns(path, stats).items()], stats  # fmt: skip
+
+
