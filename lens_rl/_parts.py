@@ -191,7 +191,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
     part = ProcessPart(key)
     for resource in (*resources, *cols.resources.values()):
         _resource_flags(part, resource)
-    names, attrs_col = cols.names, cols.attrs
+    names = cols.names
     starts = [int(x or 0) for x in cols.starts]
     ends = [e if e > s else s for s, e in zip(starts, (int(x or 0) for x in cols.ends), strict=False)]
     n = len(names)
@@ -201,20 +201,14 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
     index = {span_id: i for i, span_id in enumerate(cols.ids)}
     index_get = index.get
     parents = [index_get(p, -1) for p in cols.parent_ids]
-    buckets: list[Any] = [None] * n
-    own_steps: list[Any] = [None] * n
-    tokens: dict[int, float] = {}
     bucket_set = _BUCKET_SET
+    buckets: list[Any] = [b if b in bucket_set else None for b in cols.buckets]
+    own_steps: list[Any] = cols.steps
+    tokens: dict[int, float] = {
+        i: float(tok) for i, tok in enumerate(cols.tokens)
+        if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
+    }  # fmt: skip
     for i in range(n):
-        attrs = attrs_col[i]
-        if attrs:
-            bucket = attrs.get("rl.bucket")
-            if bucket in bucket_set:
-                buckets[i] = bucket
-            own_steps[i] = attrs.get("rl.step")
-            tok = attrs.get("rl.num_tokens")
-            if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool):
-                tokens[i] = float(tok)
         if parents[i] == i:
             parents[i] = -1
     # each span's step (its own, else its nearest ancestor's) and nearest bucketed proper ancestor

@@ -143,9 +143,13 @@ def iter_file_records(path: str | os.PathLike[str], stats: ReadStats | None = No
 
 
 class Columns:
-    """One process's spans as flat columns: what the offline tools' hot loops read (no object per span)."""
+    """One process's spans as flat columns: what the offline tools' hot loops read (no object per span).
 
-    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "attrs")
+    Of the attributes only what the analysis reads is kept (``rl.bucket``, ``rl.step``,
+    ``rl.num_tokens``): a run's attribute dicts would be most of its memory.
+    """
+
+    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens")
 
     def __init__(self) -> None:
         self.resources: dict[int, dict[str, Any]] = {}
@@ -154,7 +158,9 @@ class Columns:
         self.parent_ids: list[Any] = []
         self.starts: list[Any] = []
         self.ends: list[Any] = []
-        self.attrs: list[Any] = []
+        self.buckets: list[Any] = []
+        self.steps: list[Any] = []
+        self.tokens: list[Any] = []
 
     def add(self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any) -> None:
         self.names.append(name)
@@ -162,7 +168,14 @@ class Columns:
         self.parent_ids.append(parent_id)
         self.starts.append(start)
         self.ends.append(end)
-        self.attrs.append(attrs)
+        if attrs:
+            self.buckets.append(attrs.get("rl.bucket"))
+            self.steps.append(attrs.get("rl.step"))
+            self.tokens.append(attrs.get("rl.num_tokens"))
+        else:
+            self.buckets.append(None)
+            self.steps.append(None)
+            self.tokens.append(None)
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[tuple[str, int, int], Columns]:
@@ -175,6 +188,7 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
     out: dict[tuple[str, int, int], Columns] = {}
     seen: set[Any] = set()
     seen_add = seen.add
+    names: dict[Any, Any] = {}
     resource: dict[str, Any] = {}
     cols = None
     lines = skipped = duplicates = 0
@@ -199,12 +213,21 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
                     if cols is None:
                         cols = out[key] = Columns()
                     cols.resources[id(resource)] = resource
-                cols.names.append(row.get("n"))
+                name = row.get("n")
+                cols.names.append(names.setdefault(name, name))  # one string object per distinct name
                 cols.ids.append(span_id)
                 cols.parent_ids.append(row.get("p"))
                 cols.starts.append(row.get("b"))
                 cols.ends.append(row.get("e"))
-                cols.attrs.append(row.get("a"))
+                attrs = row.get("a")
+                if attrs:
+                    cols.buckets.append(attrs.get("rl.bucket"))
+                    cols.steps.append(attrs.get("rl.step"))
+                    cols.tokens.append(attrs.get("rl.num_tokens"))
+                else:
+                    cols.buckets.append(None)
+                    cols.steps.append(None)
+                    cols.tokens.append(None)
             elif row.get("header"):
                 resource = row.get("resource") or {}
                 cols = None
