@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import zlib
@@ -39,12 +40,29 @@ BUCKET_COLORS = {"productive": "good", "overhead": "yellow", "idle": "grey", "wa
 _EXTRA = "pip install 'lens-rl[analysis]'"
 
 
+def _dumps(value: Any) -> bytes:
+    """One compact JSON value (orjson, from the analysis extra, when installed)."""
+    if _orjson is not None:
+        return bytes(_orjson.dumps(value))
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+_orjson: Any
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - where the extra is missing
+    _orjson = None
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return str(value)
+
+
+_NO_RESOURCE: dict[str, Any] = {}
 
 
 def _flow_id(span_id: Any) -> int:
@@ -134,8 +152,12 @@ def render_records(records: Sequence[Mapping[str, Any]], opts: Options) -> Chunk
     threads: dict[tuple[int, Any], int] = {}
     names: dict[tuple[int, Any], str] = {}
     rows = []
+    pid_of: dict[int, int] = {}  # per resource object (v2: one per file)
     for rec in records:
-        pid = opts.processes[process_of(rec)]
+        resource = rec.get("resource") or _NO_RESOURCE
+        pid = pid_of.get(id(resource))
+        if pid is None:
+            pid = pid_of[id(resource)] = opts.processes[process_of(rec)]
         thread = rec.get("thread") or "main"
         if (pid, thread) not in threads:
             threads[(pid, thread)] = len([t for t in threads if t[0] == pid]) + 1
@@ -191,7 +213,7 @@ def _json_events(rows: list[Any], threads: dict[Any, int], names: dict[Any, str]
         if flow is not None:
             events.append({"ph": "f", "bp": "e", "id": flow, "name": "call", "cat": "flow", "pid": pid, "tid": tid,
                            "ts": (start - opts.origin) / 1000.0})  # fmt: skip
-    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b",\n" for e in events)
+    return b"".join(_dumps(e) + b",\n" for e in events)
 
 
 def _proto_module() -> Any:
@@ -202,12 +224,13 @@ def _proto_module() -> Any:
     return perfetto_trace_pb2
 
 
+@functools.lru_cache(maxsize=65536)
 def _uuid(*parts: Any) -> int:
     return zlib.crc32(repr(parts).encode()) | (zlib.adler32(repr(parts).encode()) << 32)
 
 
-def _annotation(pb: Any, key: str, value: Any) -> Any:
-    ann = pb.DebugAnnotation(name=key)
+def _annotate(event: Any, key: str, value: Any) -> None:
+    ann = event.debug_annotations.add(name=key)
     if isinstance(value, bool):
         ann.bool_value = value
     elif isinstance(value, int) and -(2**63) <= value < 2**63:
@@ -216,7 +239,6 @@ def _annotation(pb: Any, key: str, value: Any) -> Any:
         ann.double_value = value
     else:
         ann.string_value = str(value)
-    return ann
 
 
 def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
@@ -288,8 +310,9 @@ def _proto_events(rows: list[Any], threads: dict[Any, int], names: dict[Any, str
             event.name = str(rec.get("name"))
             event.categories.append(str(attrs.get("rl.bucket") or "phase"))
             for key, value in attrs.items():
-                event.debug_annotations.append(_annotation(pb, key, value))
-            event.debug_annotations.append(_annotation(pb, "span_id", rec.get("span_id")))
+                if key != "rl.bucket":  # it is the category
+                    _annotate(event, key, value)
+            _annotate(event, "span_id", rec.get("span_id"))
             if flow is not None:
                 event.terminating_flow_ids.append(flow)
         else:
@@ -302,9 +325,9 @@ def _flow_starts(fmt: str, callees: list[tuple[int, str, int, int, int]],
     """The caller ends of cross-process calls, once every file's locations are known."""
     found = [(flow, locations[parent], start) for flow, parent, _, _, start in callees if parent in locations]
     if fmt == "json":
-        return b"".join(json.dumps({"ph": "s", "id": flow, "name": "call", "cat": "flow", "pid": loc[0], "tid": loc[1],
-                                    "ts": (min(max(start, loc[2]), loc[3]) - origin) / 1000.0},
-                                   separators=(",", ":")).encode() + b",\n" for flow, loc, start in found)  # fmt: skip
+        return b"".join(_dumps({"ph": "s", "id": flow, "name": "call", "cat": "flow", "pid": loc[0], "tid": loc[1],
+                                "ts": (min(max(start, loc[2]), loc[3]) - origin) / 1000.0}) + b",\n"
+                        for flow, loc, start in found)  # fmt: skip
     pb = _proto_module()
     trace = pb.Trace()
     for flow, loc, start in found:
