@@ -110,36 +110,53 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[d
 
 
 def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[str, Any]:
-    table: dict[tuple[str, Any, str], dict[int, float]] = defaultdict(dict)
+    """The SPEC's straggler rule, one (group, phase) column at a time over the parts' own
+    step -> seconds maps (no run-sized table: a 1,000-rank, 100 k-step run stays in memory)."""
+    columns: dict[tuple[str, str], dict[int, list[dict[Any, float]]]] = defaultdict(dict)
     for part in parts:
         if part.is_driver:
             continue
         group, rank, _ = part.key
-        for phase, step, excl_s in part.compute_items():
-            if _in_range(step, steps):
-                by_rank = table[(group, step, phase)]
-                by_rank[rank] = by_rank.get(rank, 0.0) + excl_s
+        for phase, by_step in part.compute.items():
+            columns[(group, phase)].setdefault(rank, []).append(by_step)
     per_step = []
     flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
-    seen: dict[tuple[str, int], set[Any]] = defaultdict(set)
-    for (group, step, phase), by_rank in sorted(table.items(), key=lambda kv: (kv[0][0], step_key(kv[0][1]), kv[0][2])):
-        for rank in by_rank:
-            seen[(group, rank)].add(step_key(step))
-        if len(by_rank) < 2:
+    rank_steps: dict[tuple[str, int], list[Iterable[Any]]] = defaultdict(list)
+    for (group, phase), by_rank_maps in columns.items():
+        maps: dict[int, dict[Any, float]] = {}
+        for rank, found in by_rank_maps.items():
+            if len(found) == 1:
+                maps[rank] = found[0]
+            else:  # a rank seen under several pids (a restart): its seconds add up
+                merged: dict[Any, float] = {}
+                for by_step in found:
+                    for step, value in by_step.items():
+                        merged[step] = merged.get(step, 0.0) + value
+                maps[rank] = merged
+            rank_steps[(group, rank)].append(maps[rank].keys())
+        if len(maps) < 2:
             continue
-        values = list(by_rank.values())
-        med = median(values)
-        mad = median([abs(v - med) for v in values])
-        if med <= 0:
-            continue
-        for rank, value in sorted(by_rank.items()):
-            if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
-                per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
-                                 "over_median": round(value / med - 1.0, 6)})  # fmt: skip
-                flagged[(group, rank)].add(step_key(step))
+        for step in set().union(*(m.keys() for m in maps.values())):
+            if not _in_range(step, steps):
+                continue
+            present = [(rank, m[step]) for rank, m in maps.items() if step in m]
+            if len(present) < 2:
+                continue
+            values = [v for _, v in present]
+            med = median(values)
+            if med <= 0:
+                continue
+            mad = median([abs(v - med) for v in values])
+            for rank, value in present:
+                if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
+                    per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
+                                     "over_median": round(value / med - 1.0, 6)})  # fmt: skip
+                    flagged[(group, rank)].add(step_key(step))
+    per_step.sort(key=lambda s: (s["worker_group"], step_key(s["step"]), s["phase"], s["rank"]))
     persistent = []
     for (group, rank), steps_flagged in sorted(flagged.items()):
-        of_steps = len(seen[(group, rank)])
+        seen = {step_key(step) for keys in rank_steps[(group, rank)] for step in keys if _in_range(step, steps)}
+        of_steps = len(seen)
         if of_steps and len(steps_flagged) * 2 >= of_steps:
             persistent.append({"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged),
                                "of_steps": of_steps})  # fmt: skip
