@@ -23,7 +23,7 @@ from typing import Any
 from lens_rl.buckets import Bucket, exclusive_time, union_length
 from lens_rl.store import Columns, ReadStats, read_columns
 
-__all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "clip", "ProcessPart", "StepPart", "file_parts", "median",
+__all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "Series", "clip", "ProcessPart", "StepPart", "file_parts", "median",
            "merge_intervals", "merge_parts", "part_from_columns", "part_from_rows", "process_part", "step_key"]  # fmt: skip
 
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
@@ -47,6 +47,64 @@ def clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[i
 
 def step_key(step: Any) -> tuple[str, Any]:
     return (type(step).__name__, step)
+
+
+class Series(Mapping[Any, float]):
+    """step -> seconds for integer steps, as two arrays (16 bytes a step instead of ~100 in a dict).
+
+    A read-only mapping; ``steps`` are sorted, so two ranks with the same steps have equal
+    ``steps`` arrays and can be compared index by index (``seconds`` is the matching array).
+    """
+
+    __slots__ = ("steps", "seconds", "_index")
+
+    def __init__(self, steps: array, seconds: array) -> None:
+        self.steps = steps
+        self.seconds = seconds
+        self._index: dict[Any, int] | None = None
+
+    @staticmethod
+    def of(by_step: Mapping[Any, float]) -> Mapping[Any, float]:
+        """A Series when every step is an int (a dict otherwise, unchanged)."""
+        if isinstance(by_step, Series) or not all(type(k) is int for k in by_step):
+            return by_step
+        keys = sorted(by_step)
+        return Series(array("q", keys), array("d", (by_step[k] for k in keys)))
+
+    def _lookup(self) -> dict[Any, int]:
+        if self._index is None:
+            self._index = {step: i for i, step in enumerate(self.steps)}
+        return self._index
+
+    def __getitem__(self, step: Any) -> float:
+        return self.seconds[self._lookup()[step]]
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._lookup()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def items(self) -> Any:
+        return zip(self.steps, self.seconds, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Series):
+            return self.steps == other.steps and self.seconds == other.seconds
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __hash__(self) -> int:  # pragma: no cover - mutable-looking; never hashed
+        raise TypeError("Series is unhashable")
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.steps, self.seconds
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.steps, self.seconds = state
+        self._index = None
 
 
 class StepPart:
@@ -118,8 +176,9 @@ class ProcessPart:
     bucketed: list[tuple[int, int]] = field(default_factory=list)
     steps: dict[Any, StepPart] = field(default_factory=dict)
     phases: dict[tuple[str, str | None], PhasePart] = field(default_factory=dict)
-    #: (step, phase) -> exclusive seconds of compute phases: what stragglers are judged on
-    compute: dict[str, dict[Any, float]] = field(default_factory=dict)  # phase -> step -> seconds
+    #: phase -> step -> exclusive seconds of compute phases (what stragglers are judged on);
+    #: a :class:`Series` (two arrays) when the steps are integers, else a dict
+    compute: dict[str, Mapping[Any, float]] = field(default_factory=dict)
 
     def compute_items(self) -> Iterator[tuple[str, Any, float]]:
         """(phase, step, exclusive seconds) of the compute phases stragglers are judged on."""
@@ -149,9 +208,10 @@ class ProcessPart:
         for key, phase in other.phases.items():
             self.phases.setdefault(key, PhasePart()).merge(phase)
         for name, by_step in other.compute.items():
-            mine = self.compute.setdefault(name, {})
+            mine = dict(self.compute.get(name, {}))
             for step, value in by_step.items():
                 mine[step] = mine.get(step, 0.0) + value
+            self.compute[name] = Series.of(mine)
 
 
 def _resource_flags(part: ProcessPart, resource: Mapping[str, Any]) -> None:
@@ -251,7 +311,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             inner.setdefault(outer[i], []).append((starts[i], ends[i]))
     seconds = part.seconds
     part_steps = part.steps
-    compute = part.compute
+    compute: dict[str, dict[Any, float]] = {}  # built here, compacted into part.compute at the end
     phases = part.phases
     top_level = []
     lo = hi = None
@@ -319,6 +379,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
     for sp in part_steps.values():
         if sp.bucketed is not None and len(sp.bucketed) > 1:
             sp.bucketed = merge_intervals(sp.bucketed)
+    part.compute = {name: Series.of(by_step) for name, by_step in compute.items()}
     part.bucketed = merge_intervals(top_level)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)

@@ -52,6 +52,7 @@ from lens_rl._parts import (
     BUCKETS,
     PhasePart,
     ProcessPart,
+    Series,
     StepPart,
     clip,
     file_parts,
@@ -112,7 +113,7 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[d
 def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[str, Any]:
     """The SPEC's straggler rule, one (group, phase) column at a time over the parts' own
     step -> seconds maps (no run-sized table: a 1,000-rank, 100 k-step run stays in memory)."""
-    columns: dict[tuple[str, str], dict[int, list[dict[Any, float]]]] = defaultdict(dict)
+    columns: dict[tuple[str, str], dict[int, list[Mapping[Any, float]]]] = defaultdict(dict)
     for part in parts:
         if part.is_driver:
             continue
@@ -123,7 +124,7 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
     flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
     rank_steps: dict[tuple[str, int], list[Iterable[Any]]] = defaultdict(list)
     for (group, phase), by_rank_maps in columns.items():
-        maps: dict[int, dict[Any, float]] = {}
+        maps: dict[int, Mapping[Any, float]] = {}
         for rank, found in by_rank_maps.items():
             if len(found) == 1:
                 maps[rank] = found[0]
@@ -135,6 +136,23 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
                 maps[rank] = merged
             rank_steps[(group, rank)].append(maps[rank].keys())
         if len(maps) < 2:
+            continue
+        aligned = _aligned(maps)
+        if aligned is not None:  # every rank has the same integer steps: compare index by index
+            ranks, step_list, value_arrays = aligned
+            for i, step in enumerate(step_list):
+                if not _in_range(step, steps):
+                    continue
+                values = [arr[i] for arr in value_arrays]
+                med = median(values)
+                if med <= 0:
+                    continue
+                mad = median([abs(v - med) for v in values])
+                for rank, value in zip(ranks, values, strict=True):
+                    if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
+                        per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
+                                         "over_median": round(value / med - 1.0, 6)})  # fmt: skip
+                        flagged[(group, rank)].add(step_key(step))
             continue
         for step in set().union(*(m.keys() for m in maps.values())):
             if not _in_range(step, steps):
@@ -161,6 +179,17 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
             persistent.append({"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged),
                                "of_steps": of_steps})  # fmt: skip
     return {"per_step": per_step, "persistent": persistent}
+
+
+def _aligned(maps: Mapping[int, Mapping[Any, float]]) -> tuple[list[int], Any, list[Any]] | None:
+    """(ranks, steps, value arrays) when every map is a Series over the very same steps."""
+    series = list(maps.values())
+    if not all(isinstance(m, Series) for m in series):
+        return None
+    first = series[0].steps  # type: ignore[attr-defined]
+    if not all(m.steps == first for m in series[1:]):  # type: ignore[attr-defined]
+        return None
+    return list(maps), first, [m.seconds for m in series]  # type: ignore[attr-defined]
 
 
 def report_from_parts(
