@@ -17,6 +17,7 @@ written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path pa
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -164,11 +165,13 @@ class _AppendFile:
             raise
 
     def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
+        # Chunks end on line boundaries. A short write on a regular file means it is full:
+        # fail at once (the caller cuts the file back) rather than leave half a line on
+        # disk while trying the rest; a process that exits meanwhile keeps whole lines only.
         assert self._fd is not None
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        written = os.write(self._fd, data)
+        if written < len(data):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes): {os.strerror(errno.ENOSPC)}")
 
     def close(self) -> None:
         if self._fd is not None:
