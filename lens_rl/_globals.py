@@ -113,23 +113,20 @@ class _LiveInstrument:
             self._cached = (meter, instrument)
         return instrument
 
-    def add(self, amount: Any, attributes: Any = None, context: Any = None) -> None:
+    def _forward(self, method: str, amount: Any, attributes: Any, context: Any) -> None:
         try:
-            self._real().add(amount, attributes, context)
+            getattr(self._real(), method)(amount, attributes, context)
         except Exception as exc:
             internal_error(exc, "third-party-metric")
+
+    def add(self, amount: Any, attributes: Any = None, context: Any = None) -> None:
+        self._forward("add", amount, attributes, context)
 
     def record(self, amount: Any, attributes: Any = None, context: Any = None) -> None:
-        try:
-            self._real().record(amount, attributes, context)
-        except Exception as exc:
-            internal_error(exc, "third-party-metric")
+        self._forward("record", amount, attributes, context)
 
     def set(self, amount: Any, attributes: Any = None, context: Any = None) -> None:
-        try:
-            self._real().set(amount, attributes, context)
-        except Exception as exc:
-            internal_error(exc, "third-party-metric")
+        self._forward("set", amount, attributes, context)
 
 
 class _LiveObservable:

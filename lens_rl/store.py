@@ -214,20 +214,8 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
                         cols = out[key] = Columns()
                     cols.resources[id(resource)] = resource
                 name = row.get("n")
-                cols.names.append(names.setdefault(name, name))  # one string object per distinct name
-                cols.ids.append(span_id)
-                cols.parent_ids.append(row.get("p"))
-                cols.starts.append(row.get("b"))
-                cols.ends.append(row.get("e"))
-                attrs = row.get("a")
-                if attrs:
-                    cols.buckets.append(attrs.get("rl.bucket"))
-                    cols.steps.append(attrs.get("rl.step"))
-                    cols.tokens.append(attrs.get("rl.num_tokens"))
-                else:
-                    cols.buckets.append(None)
-                    cols.steps.append(None)
-                    cols.tokens.append(None)
+                # one string object per distinct name
+                cols.add(names.setdefault(name, name), span_id, row.get("p"), row.get("b"), row.get("e"), row.get("a"))
             elif row.get("header"):
                 resource = row.get("resource") or {}
                 cols = None
