@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "ReadStats", "iter_file_records", "iter_span_records",
+__all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "ReadStats", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
            "loads", "process_of", "read_columns", "span_files"]  # fmt: skip
 
 FORMAT_VERSION = 2
@@ -106,40 +106,71 @@ def _from_v2(row: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def iter_file_records(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
-    """The span records of one file (v1 or v2), bad lines and repeated span ids skipped and counted."""
+def to_row(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1 line (or a record of the reader's shape) in the v2 short-key row shape."""
+    row = {"n": rec.get("name"), "t": rec.get("trace_id"), "s": rec.get("span_id"), "b": rec.get("start_ns"),
+           "e": rec.get("end_ns"), "a": rec.get("attributes") or None, "th": rec.get("thread"),
+           "tn": rec.get("thread_name"), "k": rec.get("kind", "INTERNAL"), "st": rec.get("status", "UNSET"),
+           "sm": rec.get("status_message"), "sc": rec.get("scope", OWN_SCOPE)}  # fmt: skip
+    if rec.get("parent_span_id"):
+        row["p"] = rec["parent_span_id"]
+    if rec.get("events"):
+        row["ev"] = [{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in rec["events"]]
+    if rec.get("links"):
+        row["ln"] = [{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in rec["links"]]
+    return row
+
+
+def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(resource, row)`` for every span line of one file, v1 or v2, in the v2 short-key row shape.
+
+    The one loop every reader builds on: headers applied, bad lines and repeated span
+    ids skipped and counted. A v2 file's rows share one resource dict (the header's).
+    """
     stats = stats if stats is not None else ReadStats()
     stats.files += 1
-    seen: set[str] = set()
+    seen: set[Any] = set()
+    seen_add = seen.add
     resource: dict[str, Any] = {}
-    with open(path, "rb") as handle:
-        for raw in handle:
-            stats.lines += 1
-            try:
-                row = loads(raw)
-            except ValueError:
-                stats.skipped += 1
-                continue
-            if not isinstance(row, dict):
-                stats.skipped += 1
-                continue
-            if "s" in row and "v" not in row:
-                span_id = row["s"]
-                record = _from_v2(row, resource)
-            elif row.get("header"):
-                resource = row.get("resource") or {}
-                continue
-            elif row.get("v") == 1 and "span_id" in row:
-                span_id = row["span_id"]
-                record = row
-            else:
-                stats.skipped += 1
-                continue
-            if span_id in seen:
-                stats.duplicates += 1
-                continue
-            seen.add(span_id)
-            yield record
+    lines = skipped = duplicates = 0
+    parse = loads
+    try:
+        with open(path, "rb") as handle:
+            for raw in handle:
+                lines += 1
+                try:
+                    row = parse(raw)
+                    span_id = row.get("s")
+                except (ValueError, AttributeError):
+                    skipped += 1
+                    continue
+                if span_id is not None and "v" not in row:
+                    if span_id in seen:
+                        duplicates += 1
+                        continue
+                    seen_add(span_id)
+                    yield resource, row
+                elif row.get("header"):
+                    resource = row.get("resource") or {}
+                elif row.get("v") == 1 and row.get("span_id") is not None:
+                    span_id = row["span_id"]
+                    if span_id in seen:
+                        duplicates += 1
+                        continue
+                    seen_add(span_id)
+                    yield row.get("resource") or {}, to_row(row)
+                else:
+                    skipped += 1
+    finally:
+        stats.lines += lines
+        stats.skipped += skipped
+        stats.duplicates += duplicates
+
+
+def iter_file_records(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
+    """The span records of one file (v1 or v2) in the record shape, bad lines and repeated span ids skipped."""
+    for resource, row in iter_rows(path, stats):
+        yield _from_v2(row, resource)
 
 
 class Columns:
@@ -179,65 +210,23 @@ class Columns:
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[tuple[str, int, int], Columns]:
-    """One file's spans by process, as :class:`Columns` (the same lines :func:`iter_file_records` yields).
+    """One file's spans by process, as :class:`Columns` (the same lines :func:`iter_rows` yields).
 
-    The analysis fast path: one tight loop, no record dict per span.
+    The analysis fast path: no record dict per span kept.
     """
-    stats = stats if stats is not None else ReadStats()
-    stats.files += 1
     out: dict[tuple[str, int, int], Columns] = {}
-    seen: set[Any] = set()
-    seen_add = seen.add
     names: dict[Any, Any] = {}
-    resource: dict[str, Any] = {}
-    cols = None
-    lines = skipped = duplicates = 0
-    parse = loads
-    with open(path, "rb") as handle:
-        for raw in handle:
-            lines += 1
-            try:
-                row = parse(raw)
-                span_id = row.get("s")
-            except (ValueError, AttributeError):
-                skipped += 1
-                continue
-            if span_id is not None and "v" not in row:
-                if span_id in seen:
-                    duplicates += 1
-                    continue
-                seen_add(span_id)
-                if cols is None:
-                    key = process_of({"resource": resource})
-                    cols = out.get(key)
-                    if cols is None:
-                        cols = out[key] = Columns()
-                    cols.resources[id(resource)] = resource
-                name = row.get("n")
-                # one string object per distinct name
-                cols.add(names.setdefault(name, name), span_id, row.get("p"), row.get("b"), row.get("e"), row.get("a"))
-            elif row.get("header"):
-                resource = row.get("resource") or {}
-                cols = None
-            elif row.get("v") == 1 and "span_id" in row:
-                span_id = row["span_id"]
-                if span_id in seen:
-                    duplicates += 1
-                    continue
-                seen_add(span_id)
-                v1_resource = row.get("resource") or {}
-                key = process_of(row)
-                v1_cols = out.get(key)
-                if v1_cols is None:
-                    v1_cols = out[key] = Columns()
-                v1_cols.resources.setdefault(id(v1_resource), v1_resource)
-                v1_cols.add(row.get("name"), span_id, row.get("parent_span_id"), row.get("start_ns"),
-                            row.get("end_ns"), row.get("attributes"))  # fmt: skip
-            else:
-                skipped += 1
-    stats.lines += lines
-    stats.skipped += skipped
-    stats.duplicates += duplicates
+    last: Any = None
+    cols = Columns()
+    for resource, row in iter_rows(path, stats):
+        if resource is not last:
+            last = resource
+            key = process_of({"resource": resource})
+            cols = out.get(key) or out.setdefault(key, Columns())
+            cols.resources.setdefault(id(resource), resource)
+        name = row.get("n")
+        # one string object per distinct name
+        cols.add(names.setdefault(name, name), row["s"], row.get("p"), row.get("b"), row.get("e"), row.get("a"))
     return out
 
 
