@@ -24,7 +24,7 @@ from lens_rl.buckets import Bucket, exclusive_time, union_length
 from lens_rl.store import Columns, ReadStats, read_columns
 
 __all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "Series", "clip", "ProcessPart", "StepPart", "file_parts", "median",
-           "merge_intervals", "merge_parts", "part_from_columns", "part_from_rows", "process_part", "step_key"]  # fmt: skip
+           "merge_intervals", "merge_parts", "pack", "pairs", "part_from_columns", "part_from_rows", "process_part", "step_key"]  # fmt: skip
 
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
 #: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
@@ -32,13 +32,29 @@ COMPUTE_BUCKETS = ("productive", "overhead", "wasted")
 
 
 def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for start, stop in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], stop)
-        else:
-            out.append([start, stop])
-    return [(a, b) for a, b in out]
+    out: list[tuple[int, int]] = []
+    for interval in sorted(intervals):
+        if out and interval[0] <= out[-1][1]:
+            if interval[1] > out[-1][1]:
+                out[-1] = (out[-1][0], interval[1])
+        else:  # kept as it is (no copy: a run's intervals are millions)
+            out.append(interval if type(interval) is tuple else (interval[0], interval[1]))
+    return out
+
+
+def pack(intervals: Iterable[tuple[int, int]]) -> array:
+    """Intervals as one flat int64 array (start, end, start, end ...): 16 bytes an interval, not ~120."""
+    out = array("q")
+    for start, end in intervals:
+        out.append(start)
+        out.append(end)
+    return out
+
+
+def pairs(packed: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """The (start, end) intervals of a :func:`pack`-ed array."""
+    it = iter(packed)
+    return zip(it, it, strict=False)
 
 
 def clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
@@ -117,10 +133,10 @@ class StepPart:
 
     def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
         self.seconds = [0.0, 0.0, 0.0, 0.0]
-        self.umbrellas: list[tuple[int, int]] | None = None
+        self.umbrellas: Any = None  # umbrella spans' intervals: a list while built, then packed (see pack)
         self.lo = lo
         self.hi = hi
-        self.bucketed: list[tuple[int, int]] | None = None
+        self.bucketed: Any = None  # bucketed spans' merged intervals: a list while built, then packed
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
@@ -136,11 +152,11 @@ class StepPart:
         for i in range(4):
             self.seconds[i] += other.seconds[i]
         if other.umbrellas:
-            self.umbrellas = (self.umbrellas or []) + other.umbrellas
+            self.umbrellas = (self.umbrellas or array("q")) + other.umbrellas
         self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
         self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
         if other.bucketed:
-            self.bucketed = merge_intervals((self.bucketed or []) + other.bucketed)
+            self.bucketed = pack(merge_intervals(pairs((self.bucketed or array("q")) + other.bucketed)))
 
 
 @dataclass
@@ -173,7 +189,7 @@ class ProcessPart:
     lifetime: tuple[int, int] | None = None
     covered_s: float = 0.0
     jobs: list[tuple[int, int]] = field(default_factory=list)
-    bucketed: list[tuple[int, int]] = field(default_factory=list)
+    bucketed: array = field(default_factory=lambda: array("q"))  # merged top-level bucketed intervals, packed
     steps: dict[Any, StepPart] = field(default_factory=dict)
     phases: dict[tuple[str, str | None], PhasePart] = field(default_factory=dict)
     #: phase -> step -> exclusive seconds of compute phases (what stragglers are judged on);
@@ -202,7 +218,7 @@ class ProcessPart:
                 min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))  # fmt: skip
         self.covered_s += other.covered_s
         self.jobs.extend(other.jobs)
-        self.bucketed = merge_intervals(self.bucketed + other.bucketed)
+        self.bucketed = pack(merge_intervals(pairs(self.bucketed + other.bucketed)))
         for step, part in other.steps.items():
             self.steps.setdefault(step, StepPart()).merge(part)
         for key, phase in other.phases.items():
@@ -247,22 +263,31 @@ def part_from_rows(key: tuple[str, int, int], rows: Sequence[tuple[Any, ...]],
 def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Iterable[Mapping[str, Any]] = (),
                       *, step_rows: bool = True) -> ProcessPart:  # fmt: skip
     """The hot loop of the offline tools, written for speed over millions of spans: flat columns, each
-    span's step and nearest bucketed ancestor found once (memoised walks up), no object per span."""
+    span's step and nearest bucketed ancestor found once (memoised walks up), no object per span.
+
+    It consumes ``cols``: the span ids are let go once parents are found (memory on large files)."""
     part = ProcessPart(key)
     for resource in (*resources, *cols.resources.values()):
         _resource_flags(part, resource)
     names = cols.names
-    starts = [int(x or 0) for x in cols.starts]
-    ends = [e if e > s else s for s, e in zip(starts, (int(x or 0) for x in cols.ends), strict=False)]
+    starts = cols.starts
+    ends = array("q", (e if e > s else s for s, e in zip(starts, cols.ends, strict=False)))
     n = len(names)
     part.spans = n
     if not n:
         return part
+    # span ids are needed only to find each span's parent row: dropped from the columns once that is done
     index = {span_id: i for i, span_id in enumerate(cols.ids)}
+    cols.ids = []
     index_get = index.get
-    parents = [index_get(p, -1) for p in cols.parent_ids]
+    parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
+    cols.parent_ids = []
+    del index, index_get
     bucket_set = _BUCKET_SET
-    buckets: list[Any] = [b if b in bucket_set else None for b in cols.buckets]
+    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none
+    for i, b in enumerate(buckets):
+        if b is not None and b not in bucket_set:
+            buckets[i] = None
     own_steps: list[Any] = cols.steps
     tokens: dict[int, float] = {
         i: float(tok) for i, tok in enumerate(cols.tokens)
@@ -273,8 +298,8 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             parents[i] = -1
     # each span's step (its own, else its nearest ancestor's) and nearest bucketed proper ancestor
     steps: list[Any] = [None] * n
-    outer: list[int] = [-1] * n
-    done = [False] * n
+    outer = array("q", [-1]) * n
+    done = bytearray(n)
     for i in range(n):
         if done[i]:
             continue
@@ -326,6 +351,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         duration_s = (end - start) / 1e9
         bucket = buckets[i]
         excl_s = 0.0
+        interval = (start, end)  # one tuple, shared by the job's and the step's bucketed intervals
         if bucket is not None:
             kids = inner.get(i)
             if not kids:
@@ -337,7 +363,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
                 excl_s = exclusive_time(start, end, kids) / 1e9
             seconds[bucket] += excl_s
             if outer[i] == -1:
-                top_level.append((start, end))
+                top_level.append(interval)
         phase = phases.get((name, bucket))
         if phase is None:
             phase = phases[(name, bucket)] = PhasePart()
@@ -375,19 +401,24 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
             if sp.bucketed is None:
                 sp.bucketed = []
-            sp.bucketed.append((start, end))
-    for sp in part_steps.values():
-        if sp.bucketed is not None and len(sp.bucketed) > 1:
-            sp.bucketed = merge_intervals(sp.bucketed)
+            sp.bucketed.append(interval)
+    for sp in part_steps.values():  # packed: a run has steps x processes of these
+        if sp.bucketed is not None:
+            sp.bucketed = pack(merge_intervals(sp.bucketed))
+        if sp.umbrellas is not None:
+            sp.umbrellas = pack(sp.umbrellas)
     part.compute = {name: Series.of(by_step) for name, by_step in compute.items()}
-    part.bucketed = merge_intervals(top_level)
+    top_level = merge_intervals(top_level)
+    part.bucketed = pack(top_level)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
-        part.covered_s = union_length(clip(part.bucketed, lo, hi)) / 1e9
+        part.covered_s = union_length(clip(top_level, lo, hi)) / 1e9
         if not part.is_driver:  # a worker's uncovered lifetime is measured idle
             seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
-    if not step_rows:
-        part.bucketed = []  # only the job view's are needed again (the run's driver)
+    if not step_rows:  # a worker of a run with a driver: only the job view's are needed again
+        part.bucketed = array("q")
+        for phase in phases.values():  # the phase table is the job view's; a worker's counts only for its tokens
+            phase.durations = array("d")
     return part
 
 

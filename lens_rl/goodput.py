@@ -59,6 +59,7 @@ from lens_rl._parts import (
     median,
     merge_intervals,
     merge_parts,
+    pairs,
     process_part,
     step_key,
 )
@@ -93,17 +94,19 @@ def _in_range(step: Any, steps: tuple[int, int] | None) -> bool:
 
 def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[dict[str, Any]]:
     combined: dict[Any, StepPart] = {}
-    for part in view:
+    if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
+        combined = {step: sp for step, sp in view[0].steps.items() if _in_range(step, steps)}
+    for part in view if len(view) > 1 else ():
         for step, sp in part.steps.items():
             if _in_range(step, steps):
                 combined.setdefault(step, StepPart()).merge(sp)
     rows = []
     for step in sorted(combined, key=step_key):
         sp = combined[step]
-        windows = merge_intervals(sp.umbrellas) if sp.umbrellas else (
+        windows = merge_intervals(pairs(sp.umbrellas)) if sp.umbrellas else (
             [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])  # fmt: skip
         wall_s = union_length(windows) / 1e9
-        covered_s = union_length(iv for lo, hi in windows for iv in clip(sp.bucketed or [], lo, hi)) / 1e9
+        covered_s = union_length(iv for lo, hi in windows for iv in clip(pairs(sp.bucketed or ()), lo, hi)) / 1e9
         seconds = dict(zip(BUCKETS, sp.seconds, strict=True))
         rows.append({"step": step, "seconds": _bucket_dict(seconds), "wall_s": round(wall_s, 6),
                      "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": goodput_of(seconds)})  # fmt: skip
@@ -210,7 +213,7 @@ def report_from_parts(
             job_seconds[b] += part.seconds[b]
     jobs = merge_intervals(j for p in view for j in p.jobs)
     job_wall_s = union_length(jobs) / 1e9 if jobs else None
-    job_covered_s = union_length(iv for lo, hi in jobs for p in view for iv in clip(p.bucketed, lo, hi)) / 1e9
+    job_covered_s = union_length(iv for lo, hi in jobs for p in view for iv in clip(pairs(p.bucketed), lo, hi)) / 1e9
     step_rows = _step_rows(view, steps)
     steady = [r for r in step_rows[max(warmup_steps, 0):]]
     steady_seconds = dict.fromkeys(BUCKETS, 0.0)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -177,36 +178,62 @@ class Columns:
     """One process's spans as flat columns: what the offline tools' hot loops read (no object per span).
 
     Of the attributes only what the analysis reads is kept (``rl.bucket``, ``rl.step``,
-    ``rl.num_tokens``): a run's attribute dicts would be most of its memory.
+    ``rl.num_tokens``): a run's attribute dicts would be most of its memory. Times are
+    int64 arrays (a missing or bad value reads as 0); repeated values (names, parent ids, buckets, steps) share
+    one object.
     """
 
-    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens")
+    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens", "_shared")
 
     def __init__(self) -> None:
         self.resources: dict[int, dict[str, Any]] = {}
         self.names: list[Any] = []
         self.ids: list[Any] = []
         self.parent_ids: list[Any] = []
-        self.starts: list[Any] = []
-        self.ends: list[Any] = []
+        self.starts = array("q")
+        self.ends = array("q")
         self.buckets: list[Any] = []
         self.steps: list[Any] = []
         self.tokens: list[Any] = []
+        self._shared: dict[Any, Any] = {}
 
     def add(self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any) -> None:
-        self.names.append(name)
+        shared = self._shared.setdefault
+        self.names.append(shared(name, name) if type(name) is str else name)
         self.ids.append(span_id)
-        self.parent_ids.append(parent_id)
-        self.starts.append(start)
-        self.ends.append(end)
+        self.parent_ids.append(shared(parent_id, parent_id) if type(parent_id) is str else parent_id)  # siblings share
+        try:
+            self.starts.append(start)
+        except (TypeError, OverflowError):
+            self.starts.append(_ns(start))
+        try:
+            self.ends.append(end)
+        except (TypeError, OverflowError):
+            self.ends.append(_ns(end))
         if attrs:
-            self.buckets.append(attrs.get("rl.bucket"))
-            self.steps.append(attrs.get("rl.step"))
+            bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
+            self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else bucket)
+            self.steps.append(shared(step, step) if type(step) is int else step)
             self.tokens.append(attrs.get("rl.num_tokens"))
         else:
             self.buckets.append(None)
             self.steps.append(None)
             self.tokens.append(None)
+
+
+_INT64 = 2**63
+
+
+_BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
+
+
+def _ns(value: Any) -> int:
+    """A time in ns as the int64 arrays hold it: a bad or out-of-range value reads as 0."""
+    try:
+        number = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return number if -_INT64 <= number < _INT64 else 0
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[tuple[str, int, int], Columns]:
@@ -215,7 +242,6 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
     The analysis fast path: no record dict per span kept.
     """
     out: dict[tuple[str, int, int], Columns] = {}
-    names: dict[Any, Any] = {}
     last: Any = None
     cols = Columns()
     for resource, row in iter_rows(path, stats):
@@ -224,9 +250,7 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
             key = process_of({"resource": resource})
             cols = out.get(key) or out.setdefault(key, Columns())
             cols.resources.setdefault(id(resource), resource)
-        name = row.get("n")
-        # one string object per distinct name
-        cols.add(names.setdefault(name, name), row["s"], row.get("p"), row.get("b"), row.get("e"), row.get("a"))
+        cols.add(row.get("n"), row["s"], row.get("p"), row.get("b"), row.get("e"), row.get("a"))
     return out
 
 
