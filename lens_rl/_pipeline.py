@@ -66,11 +66,15 @@ _FILTERS: dict[str, _OutageFilter] = {}
 
 
 def _outage_filter(exporter: object) -> _OutageFilter:
-    name = type(exporter).__module__
-    filt = _FILTERS.get(name)
+    """The filter on the loggers ``exporter`` logs through: its class's module and, for a subclass of
+    OpenTelemetry's exporters (lens_rl's OTLP ones), theirs."""
+    modules = [c.__module__ for c in type(exporter).__mro__ if c.__module__.startswith("opentelemetry.exporter")]
+    key = type(exporter).__module__
+    filt = _FILTERS.get(key)
     if filt is None:
-        filt = _FILTERS[name] = _OutageFilter()
-        logging.getLogger(name).addFilter(filt)
+        filt = _FILTERS[key] = _OutageFilter()
+        for name in dict.fromkeys([key, *modules]):
+            logging.getLogger(name).addFilter(filt)
     return filt
 
 
@@ -123,12 +127,13 @@ def _after_fork_in_child() -> None:
 def span_bytes(span: ReadableSpan) -> int:
     """A cheap estimate of what ``span`` holds in memory while queued (strings dominate)."""
     size = 400 + len(span.name)
-    attrs = span.attributes
+    # The fields, not the properties (each read of which makes a read-only view); the SDK's
+    # BoundedAttributes locks on every read, its plain dict (pinned SDK) does not.
+    attrs = getattr(span, "_attributes", None)
     if attrs:
-        # The SDK's BoundedAttributes locks on every read; its plain dict (pinned SDK) does not.
         for key, value in getattr(attrs, "_dict", attrs).items():
             size += 64 + len(key) + (len(value) if value.__class__ is str else 16)
-    for event in span.events:
+    for event in getattr(span, "_events", None) or ():
         size += 128 + len(event.name)
         if event.attributes:
             for key, value in getattr(event.attributes, "_dict", event.attributes).items():
@@ -139,9 +144,14 @@ def span_bytes(span: ReadableSpan) -> int:
 def scrub(span: ReadableSpan) -> ReadableSpan:
     """``span`` with secrets redacted and strings repaired in its name, attributes, events and links.
 
-    The same object when nothing needed a change (the common case).
+    The same object when nothing needed a change (the common case). A lens_rl phase span
+    (:class:`lens_rl._fastspan.FastSpan`) cleaned every value as it was set: its name is all to check.
     """
     name = clean_text(span.name)
+    if getattr(span, "cleaned", False):
+        if name is not span.name:
+            span._name = name  # ended: ours to mend
+        return span
     attrs = scrub_attributes(span.attributes)
     events = list(span.events)
     changed = name is not span.name or attrs is not span.attributes

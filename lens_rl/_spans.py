@@ -22,7 +22,7 @@ from lens_rl._errors import internal_error
 from lens_rl._otel import OTEL
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
 from lens_rl.buckets import Bucket, exclusive_time, goodput_of
-from lens_rl.propagation import BAGGAGE_STEP, carried, keep_baggage, root_unless_current, with_baggage
+from lens_rl.propagation import carried_in, phase_parent, under
 
 __all__ = ["NOOP_SPAN", "Node", "NoopSpan", "PhaseSpan", "SpanLike", "close_node", "enter_with", "exit_with",
            "open_node"]  # fmt: skip
@@ -265,27 +265,25 @@ def open_node(spec: Any) -> Node | None:
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
-        context, trace = OTEL.context, OTEL.trace
-        parent_ctx = spec._parent() if spec.parent is not None else None
-        if parent_ctx is None:
-            parent_ctx = root_unless_current()
-            if parent_ctx is not None:
-                parent_ctx = keep_baggage(parent_ctx)
-        carried_bucket, carried_step = carried(parent_ctx if parent_ctx is not None else context.get_current())
+        context = OTEL.context
+        parent_ctx, parent_span, baggage = phase_parent(spec._parent() if spec.parent is not None else None)
+        carried_bucket, carried_step = carried_in(baggage)
         bucket = resolve_bucket(spec, carried_bucket)
         attributes = spec._attributes(bucket)
         own_step = attributes.get("rl.step")
         if own_step is None and carried_step is not None:
             attributes["rl.step"] = carried_step  # the caller's step, recorded unless the phase sets its own
-        parent_node = RUNTIME.open_phases.get(trace.get_current_span(parent_ctx).get_span_context().span_id)
+        parent_node = RUNTIME.open_phases.get(parent_span.span_id)
         outer = None
         if parent_node is not None:
             outer = parent_node if parent_node.bucket is not None else parent_node.outer
         start_ns = time.time_ns()
-        span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
-        new_ctx = trace.set_span_in_context(span, parent_ctx)
-        if own_step is not None:
-            new_ctx = with_baggage(new_ctx, BAGGAGE_STEP, own_step)
+        fast = handle.fast
+        if fast is not None:  # the common case: no SDK span on the phase's thread
+            span = fast.start(spec.name, parent_span, attributes, start_ns)
+        else:
+            span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
+        new_ctx = under(parent_ctx, span, own_step)
         token = context.attach(new_ctx)
         span_id = span.get_span_context().span_id
         umbrella = bucket is None and own_step is not None
@@ -339,7 +337,8 @@ def _account(node: Node, end_ns: int) -> None:
     duration_s = (end_ns - node.start_ns) / 1e9
     exclusive_s = duration_s
     if bucket is not None:
-        exclusive_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+        if node.inner:
+            exclusive_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
         if node.outer is not None:
             node.outer.inner.append((node.start_ns, end_ns))
     step_node = node.step_node

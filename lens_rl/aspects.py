@@ -111,14 +111,15 @@ class Phase(_codegen.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
     def _attributes(self, bucket: Bucket | None) -> dict[str, Any]:
         static = self._static
         if static is None:
-            static = clean_attributes(self.attributes)
-            static.update(clean_attributes(self.rl_attributes, prefix="rl."))
+            # lens_rl's own first (they win a clash, and stay within the span's attribute limit)
+            static = clean_attributes(self.rl_attributes, prefix="rl.")
+            for key, value in clean_attributes(self.attributes).items():
+                static.setdefault(key, value)
             static.pop("rl.bucket", None)  # set by lens_rl alone
             self._static = static
-        attrs = dict(static)
-        if bucket is not None:
-            attrs["rl.bucket"] = bucket.value
-        return attrs
+        if bucket is None:
+            return dict(static)
+        return {"rl.bucket": bucket.value, **static}
 
     def _parent(self) -> Any:
         if self._parent_ctx is None:
@@ -178,12 +179,29 @@ else:
         if bucket is not None and bucket.__class__ is not Bucket:
             kwargs["bucket"] = coerce_bucket(bucket)
         if _RT.on:
-            return _make_phase(name, **kwargs)
+            return _phase_on(name, kwargs)
         _check(name, kwargs.get("parent"), kwargs.get("attributes"))
         lazy = _LazyPhase()  # a type call without __init__: cheaper than object.__new__(cls)
         lazy.name = name
         lazy.kwargs = kwargs
         return lazy
+
+
+def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
+    """The phase for these arguments while on: made once per distinct arguments (a cache bounded like the
+    plain names'), so a ``with traced_phase("generation", bucket="productive", step=s)`` inside a loop
+    neither validates nor cleans its attributes again on each entry."""
+    try:
+        key = (name, *((k, tuple(v.items()) if v.__class__ is dict else v) for k, v in kwargs.items()))
+        phase = _CACHE.get(key)  # type: ignore[call-overload]
+    except TypeError:  # an unhashable value: made each time
+        return _make_phase(name, **kwargs)
+    if phase is None:
+        phase = _make_phase(name, **kwargs)
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = phase  # type: ignore[index]
+    return phase
 
 
 class _LazyPhase(_impl.LazyBase):  # type: ignore[misc, valid-type]

@@ -38,6 +38,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, Sampler, Sampl
 from lens_rl import __version__, exporters
 from lens_rl._bounded import run_bounded
 from lens_rl._errors import internal_error
+from lens_rl._fastspan import FastSpanFactory
 from lens_rl._pipeline import Outage, SpanPipeline
 from lens_rl.config import TelemetryConfig
 
@@ -267,8 +268,13 @@ class TelemetryHandle:
                 self.tracer_provider.add_span_processor(self.span_pipeline)
                 exporting = True
             self.tracer: trace_api.Tracer = self.tracer_provider.get_tracer("lens_rl", __version__)
+            #: Starts phase spans without the SDK's per-span cost (same processors, limits, sampling rule).
+            self.fast: FastSpanFactory | None = FastSpanFactory(
+                self.tracer_provider, self.resource, __version__, config.sample_rate, lambda: self.root_span_id
+            )
         else:
             self.tracer = trace_api.NoOpTracer()
+            self.fast = None
 
         if config.metrics_enabled:
             readers = list(metric_readers)

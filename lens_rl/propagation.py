@@ -48,7 +48,11 @@ def _propagator() -> Any:
 
 def carried(ctx: Any) -> tuple[str | None, int | None]:
     """The bucket and step a context carries in its baggage (from a caller, maybe in another process)."""
-    entries = OTEL.baggage.get_all(ctx)
+    return carried_in(OTEL.baggage.get_all(ctx))
+
+
+def carried_in(entries: Mapping[str, Any] | None) -> tuple[str | None, int | None]:
+    """The bucket and step in baggage ``entries``."""
     if not entries:
         return None, None
     bucket = entries.get(BAGGAGE_BUCKET)
@@ -84,6 +88,52 @@ def root_unless_current() -> Any:
     if root is None:
         return None
     return None if OTEL.trace.get_current_span().get_span_context().is_valid else root
+
+
+_KEYS: list[Any] = []
+
+
+def _keys() -> tuple[Any, Any, Any, Any]:
+    """OpenTelemetry's context keys for the current span and the baggage, its ``Context`` type, the invalid span
+    context (the API's own objects, pinned with it: reading them directly saves a function call per lookup)."""
+    if not _KEYS:
+        from opentelemetry.baggage import _BAGGAGE_KEY
+        from opentelemetry.context.context import Context
+        from opentelemetry.trace import INVALID_SPAN_CONTEXT
+        from opentelemetry.trace.propagation import _SPAN_KEY
+
+        _KEYS.extend((_SPAN_KEY, _BAGGAGE_KEY, Context, INVALID_SPAN_CONTEXT))
+    return _KEYS[0], _KEYS[1], _KEYS[2], _KEYS[3]
+
+
+def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | None]:
+    """Where a new phase goes, in one read of the current context: (the context it starts under, its parent span
+    context, the baggage it inherits).
+
+    ``explicit`` (a context from a carrier) wins; else the current span; else, outside
+    every span, the job root with the current baggage (:func:`root_unless_current`).
+    """
+    span_key, baggage_key, context_type, invalid = _keys()
+    ctx = explicit if explicit is not None else OTEL.context.get_current()
+    span = ctx.get(span_key)
+    parent = span.get_span_context() if span is not None else invalid
+    if explicit is None and not parent.is_valid and RUNTIME.root_context is not None:
+        root = RUNTIME.root_context
+        bag = ctx.get(baggage_key)
+        ctx = root if not bag else context_type({**root, baggage_key: {**(root.get(baggage_key) or {}), **bag}})
+        span = ctx.get(span_key)
+        parent = span.get_span_context() if span is not None else invalid
+    return ctx, parent, ctx.get(baggage_key)
+
+
+def under(ctx: Any, span: Any, step: Any = None) -> Any:
+    """``ctx`` with ``span`` current and, when given, ``step`` in its baggage (one copy of the context)."""
+    span_key, baggage_key, context_type, _ = _keys()
+    values = dict(ctx)
+    values[span_key] = span
+    if step is not None:
+        values[baggage_key] = {**(ctx.get(baggage_key) or {}), BAGGAGE_STEP: str(step)}
+    return context_type(values)
 
 
 def _current_or_root() -> Any:

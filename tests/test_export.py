@@ -205,7 +205,9 @@ def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
     try:
         handle = lens_rl.init_telemetry_driver(
             _otlp(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo")  # fmt: skip
-        assert type(handle.span_pipeline.exporter).__module__.startswith("opentelemetry.exporter.otlp.proto.grpc")
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        assert isinstance(handle.span_pipeline.exporter, OTLPSpanExporter)  # OpenTelemetry's, with lens_rl's encoder
         with lens_rl.traced_phase("generation"):
             pass
         assert lens_rl.shutdown_telemetry(5000) is True
@@ -222,3 +224,51 @@ def test_grpc_against_a_refused_port_is_bounded() -> None:
     t0 = time.monotonic()
     assert lens_rl.shutdown_telemetry(500) is False
     assert time.monotonic() - t0 <= 0.5 + SLACK_S
+
+
+def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> None:
+    """lens_rl's OTLP encoder and OpenTelemetry's give equal requests for spans of every shape: lens_rl phases
+    (with attributes of every type, events, links, error status, limits exceeded) and SDK spans of another
+    scope, kind, remote parent and trace state, in one batch."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+        TraceState,
+        set_span_in_context,
+    )
+
+    from lens_rl.exporters.otlp import encode_request
+
+    with lens_rl.testing.recording() as rec:
+        remote = SpanContext(0xABC, 0xDEF, True, TraceFlags(1), TraceState([("vendor", "v1")]))
+        with lens_rl.traced_phase("generation", bucket="productive", step=3,
+                                  attributes={"s": "x", "i": 7, "f": 0.5, "b": True, "l": [1, 2], "ls": ["a", "b"],
+                                              "lf": [0.5, 1.5], "lb": [True, False], "api_key": "secret"}) as span:  # fmt: skip
+            span.add_event("chunk", {"n": 1})
+            span.add_link(remote, {"why": "batch"})
+            span.set_attribute("late", "yes")
+        with pytest.raises(ValueError), lens_rl.traced_phase("reward"):
+            raise ValueError("bad reward")
+        with lens_rl.traced_phase("many", bucket="overhead", attributes={f"k{i}": i for i in range(200)}):  # > 128
+            pass
+        tracer = rec.handle.tracer_provider.get_tracer("third.party", "1.0", schema_url="https://x/s")
+        ctx = set_span_in_context(NonRecordingSpan(remote))
+        with tracer.start_as_current_span("GET", kind=SpanKind.CLIENT, context=ctx, attributes={"http.status": 200}) as sdk:
+            sdk.set_status(Status(StatusCode.OK))
+        with tracer.start_as_current_span("serve", kind=SpanKind.SERVER):
+            pass
+        spans = list(rec.spans)
+    assert {type(s).__name__ for s in spans} == {"FastSpan", "ReadableSpan"}
+    ours, theirs = encode_request(spans), encode_spans(spans)
+    assert ours == theirs
+    assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
+    phases = {s.name: s for rs in ours.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    many = {kv.key for kv in phases["many"].attributes}
+    assert phases["many"].dropped_attributes_count == 201 - 128 and "rl.bucket" in many and "k126" in many
+    assert phases["reward"].status.code == 2 and phases["GET"].flags == 0x300
+    assert {kv.key: kv.value.string_value for kv in phases["generation"].attributes}["api_key"] == "[REDACTED]"

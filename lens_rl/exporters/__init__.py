@@ -69,17 +69,17 @@ def span_exporter(config: TelemetryConfig, resource: Resource) -> SpanExporter |
 
         return ConsoleSpanExporter()
     if config.exporter == "otlp":
+        from lens_rl.exporters.otlp import HTTPSpanExporter, grpc_exporter_class
+
         if config.protocol == "grpc":
-            return _grpc_module("traces").OTLPSpanExporter(  # type: ignore[no-any-return]
+            return grpc_exporter_class(_grpc_module("traces").OTLPSpanExporter)(  # type: ignore[no-any-return]
                 endpoint=config.resolved_endpoint,
                 insecure=config.resolved_endpoint.startswith("http://"),
                 timeout=timeout_s,
                 headers=headers,
             )
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
         return _track_status(  # type: ignore[no-any-return]
-            OTLPSpanExporter(endpoint=config.resolved_endpoint + "/v1/traces", timeout=timeout_s, headers=headers)
+            HTTPSpanExporter(endpoint=config.resolved_endpoint + "/v1/traces", timeout=timeout_s, headers=headers)
         )
     return None
 

@@ -1,0 +1,242 @@
+"""Phase spans without the SDK's per-span machinery: what a phase records while telemetry is on.
+
+The OpenTelemetry SDK spends ~23 µs making, filling and ending one span (a sampler
+call, an id generator, a lock per span, a ``BoundedAttributes`` that validates and
+locks on every write, processor fan-out on start and end). A phase needs none of that
+on the thread that runs it: :class:`FastSpan` *is* a ``ReadableSpan`` (so every span
+processor, exporter and test that reads SDK spans reads it unchanged) and an
+OpenTelemetry API ``Span`` (so it can be current: child spans of any library, and
+``traceparent`` injection, see its context). It is filled in place with plain dicts,
+applies the SDK's span limits itself, and on ``end()`` hands itself to the provider's
+span processors, lens_rl's export pipeline among them. Encoding happens later, in the
+export thread (:mod:`lens_rl.exporters.otlp`, or the file store's line writer).
+
+Sampling is the same rule as :class:`lens_rl.handle.PhaseSampler`: a top-level phase
+(no parent, or the job root as parent) is kept with probability ``sample_rate``, a
+child follows its parent. A phase not kept is a non-recording span that still carries
+its context, so its children follow it.
+
+Example (what :func:`lens_rl._spans.open_node` does)::
+
+    span = factory.start(name, parent_span_context, attributes, start_ns)
+    ...
+    span.end(end_ns)      # now queued for export
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.status import Status, StatusCode
+
+from lens_rl._attributes import clean_attributes, clean_text, clean_value
+
+__all__ = ["FastSpan", "FastSpanFactory"]
+
+_log = logging.getLogger("lens_rl")
+
+SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_UNSET = Status(StatusCode.UNSET)
+_INTERNAL = SpanKind.INTERNAL
+_getrandbits = random.getrandbits
+_new_context = tuple.__new__
+_NO_STATE = trace_api.DEFAULT_TRACE_STATE
+
+
+class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
+    """A recording phase span: an API span while open, the ``ReadableSpan`` processors get once ended.
+
+    Writes after ``end()`` are ignored (as the SDK's are). Values are cleaned as lens_rl
+    cleans every attribute (strings repaired, unsupported types as text); secrets are
+    redacted in the export thread, whoever set them.
+    """
+
+    #: every attribute, event and link went through lens_rl's cleaning and redaction as it was set
+    cleaned = True
+    _kind = _INTERNAL
+    _instrumentation_info = None
+    _end_time: int | None = None
+    _events: Sequence[Event] = ()
+    _links: Sequence[Link] = ()
+    _status = _UNSET
+    _dropped = (0, 0, 0)  # attributes, events, links over the span limits (a list once one is)
+
+    def __init__(self, factory: FastSpanFactory, name: str, context: SpanContext, parent: SpanContext | None,
+                 attributes: dict[str, Any], start_ns: int) -> None:  # fmt: skip
+        # ReadableSpan's fields, set directly (its __init__ would make a Resource per span when given none);
+        # those every phase starts with alike are class attributes until written
+        self._name = name
+        self._context = context
+        self._instrumentation_scope = factory.scope
+        self._parent = parent
+        self._start_time = start_ns
+        self._attributes = self._attrs = attributes  # the same dict: ReadableSpan's field, and ours to write
+        self._resource = factory.resource
+        self._factory = factory
+        if len(attributes) > factory.max_attributes or factory.max_length is not None:
+            self._attributes = self._attrs = {}
+            self.set_attributes(attributes)
+
+    # ------------------------------------------------------------------ the API span
+
+    def get_span_context(self) -> SpanContext:
+        return self._context  # type: ignore[return-value]  # always set here
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.set_attributes({key: value})
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if self._end_time is not None or not attributes:
+            return
+        attrs = self._attrs
+        factory = self._factory
+        limit, length = factory.max_attributes, factory.max_length
+        for key, value in clean_attributes(attributes).items():
+            if key not in attrs and len(attrs) >= limit:
+                self._drop(0)
+                continue
+            if length is not None:
+                value = _truncated(value, length)
+            attrs[key] = value
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        factory = self._factory
+        if len(self._events) >= factory.max_events:
+            self._drop(1)
+            return
+        if not isinstance(self._events, list):
+            self._events = []
+        attrs = clean_attributes(attributes) if attributes else {}
+        if len(attrs) > factory.max_event_attributes:
+            attrs = dict(list(attrs.items())[: factory.max_event_attributes])
+        self._events.append(Event(clean_text(name), attrs, timestamp if timestamp is not None else time.time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        if self._end_time is not None or not isinstance(context, SpanContext) or not context.is_valid:
+            return
+        if len(self._links) >= self._factory.max_links:
+            self._drop(2)
+            return
+        if not isinstance(self._links, list):
+            self._links = []
+        self._links.append(Link(context, clean_attributes(attributes) if attributes else None))
+
+    def _drop(self, which: int) -> None:
+        dropped = list(self._dropped)
+        dropped[which] += 1
+        self._dropped = tuple(dropped)  # type: ignore[assignment]
+
+    def update_name(self, name: str) -> None:
+        if self._end_time is None:
+            self._name = clean_text(name)
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end_time is not None or self._status.status_code is StatusCode.OK:
+            return  # OK is final, as in the SDK
+        if isinstance(status, Status):
+            self._status = status
+        elif isinstance(status, StatusCode):
+            self._status = Status(status, description if status is StatusCode.ERROR else None)
+
+    def record_exception(self, exception: BaseException, attributes: Any = None, timestamp: int | None = None,
+                         escaped: bool = False) -> None:  # fmt: skip
+        attrs: dict[str, Any] = {
+            "exception.type": type(exception).__qualname__,
+            "exception.message": clean_value(str(exception)),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        self._end_time = end_time if end_time is not None else time.time_ns()
+        self._factory.on_end(self)
+
+    # ------------------------------------------------------------------ the readable span
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self._dropped[0]
+
+    @property
+    def dropped_events(self) -> int:
+        return self._dropped[1]
+
+    @property
+    def dropped_links(self) -> int:
+        return self._dropped[2]
+
+    def __repr__(self) -> str:
+        return f'FastSpan(name="{self._name}", context={self._context})'
+
+
+def _truncated(value: Any, length: int) -> Any:
+    if isinstance(value, str):
+        return value[:length]
+    if isinstance(value, tuple):
+        return tuple(v[:length] if isinstance(v, str) else v for v in value)
+    return value
+
+
+class FastSpanFactory:
+    """Starts :class:`FastSpan` s for one handle: its resource, scope, limits, sampling and processors."""
+
+    def __init__(self, provider: Any, resource: Any, version: str, sample_rate: float,
+                 root_span_id: Any) -> None:  # fmt: skip
+        self.resource = resource
+        self.scope = InstrumentationScope("lens_rl", version)
+        self._processor = provider._active_span_processor  # the provider's fan-out to its span processors
+        limits = SpanLimits()  # the SDK's defaults and OTEL_SPAN_*_LIMIT variables, as the provider applies them
+        self.max_attributes = _limit(limits.max_span_attributes)
+        self.max_length = limits.max_span_attribute_length
+        self.max_events = _limit(limits.max_events)
+        self.max_links = _limit(limits.max_links)
+        self.max_event_attributes = _limit(limits.max_event_attributes)
+        self.sample_rate = sample_rate
+        self._root_span_id = root_span_id  # () -> the job root's span id, or None
+
+    def on_end(self, span: FastSpan) -> None:
+        self._processor.on_end(span)
+
+    def start(self, name: str, parent: SpanContext, attributes: dict[str, Any], start_ns: int) -> trace_api.Span:
+        """A new span under ``parent`` (an invalid context: a new trace), recording unless sampled out."""
+        valid = parent.is_valid
+        if self.sample_rate >= 1.0:
+            sampled = True
+        elif name == "rl.job":
+            sampled = True
+        elif valid and parent.span_id != self._root_span_id():
+            sampled = parent.trace_flags.sampled  # a child follows its parent
+        else:
+            sampled = random.random() < self.sample_rate
+        span_id = _getrandbits(64) or 1
+        trace_id = parent.trace_id if valid else _getrandbits(128) or 1
+        # SpanContext's own fields (a tuple), its validation skipped: these ids are valid by construction
+        context = _new_context(SpanContext, (trace_id, span_id, False, SAMPLED if sampled else NOT_SAMPLED,
+                                             parent.trace_state if valid else _NO_STATE, True))  # fmt: skip
+        if not sampled:
+            return NonRecordingSpan(context)
+        return FastSpan(self, name, context, parent if valid else None, attributes, start_ns)
+
+
+def _limit(value: int | None) -> int:
+    return value if value is not None else 2**62
