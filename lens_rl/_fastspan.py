@@ -46,7 +46,7 @@ _log = logging.getLogger("lens_rl")
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-_UNSET = Status(StatusCode.UNSET)
+UNSET_STATUS = Status(StatusCode.UNSET)  # one object: "is UNSET_STATUS" tells an untouched status (exporters rely on it)
 _INTERNAL = SpanKind.INTERNAL
 _getrandbits = random.getrandbits
 _new_context = tuple.__new__
@@ -63,12 +63,15 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
 
     #: every attribute, event and link went through lens_rl's cleaning and redaction as it was set
     cleaned = True
+    #: what the name and attributes are a function of (hashable), while neither has changed since the start:
+    #: exporters encode those once per shape; None once the span's own name or attributes are written
+    shape: Any = None
     _kind = _INTERNAL
     _instrumentation_info = None
     _end_time: int | None = None
     _events: Sequence[Event] = ()
     _links: Sequence[Link] = ()
-    _status = _UNSET
+    _status = UNSET_STATUS
     _dropped = (0, 0, 0)  # attributes, events, links over the span limits (a list once one is)
 
     def __init__(self, factory: FastSpanFactory, name: str, context: SpanContext, parent: SpanContext | None,
@@ -101,6 +104,7 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         if self._end_time is not None or not attributes:
             return
+        self.shape = None
         attrs = self._attrs
         factory = self._factory
         limit, length = factory.max_attributes, factory.max_length
@@ -144,6 +148,7 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     def update_name(self, name: str) -> None:
         if self._end_time is None:
             self._name = clean_text(name)
+            self.shape = None
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         if self._end_time is not None or self._status.status_code is StatusCode.OK:
@@ -217,7 +222,8 @@ class FastSpanFactory:
     def on_end(self, span: FastSpan) -> None:
         self._processor.on_end(span)
 
-    def start(self, name: str, parent: SpanContext, attributes: dict[str, Any], start_ns: int) -> trace_api.Span:
+    def start(self, name: str, parent: SpanContext, attributes: dict[str, Any], start_ns: int,
+              shape: Any = None) -> trace_api.Span:  # fmt: skip
         """A new span under ``parent`` (an invalid context: a new trace), recording unless sampled out."""
         valid = parent.is_valid
         if self.sample_rate >= 1.0:
@@ -235,7 +241,10 @@ class FastSpanFactory:
                                              parent.trace_state if valid else _NO_STATE, True))  # fmt: skip
         if not sampled:
             return NonRecordingSpan(context)
-        return FastSpan(self, name, context, parent if valid else None, attributes, start_ns)
+        span = FastSpan(self, name, context, parent if valid else None, attributes, start_ns)
+        if shape is not None:
+            span.shape = shape
+        return span
 
 
 def _limit(value: int | None) -> int:

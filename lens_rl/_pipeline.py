@@ -265,7 +265,7 @@ class SpanPipeline(SpanProcessor):
             )  # fmt: skip
         if self._thread is None:
             self._start()
-        if queued >= self._max_batch:
+        if queued >= self._max_batch and not self._wake.is_set():  # once per drain, not once per span
             self._wake.set()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

@@ -19,10 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from lens_rl._attributes import clean_attributes, clean_text
 from lens_rl._errors import internal_error
-from lens_rl._otel import OTEL
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
 from lens_rl.buckets import Bucket, exclusive_time, goodput_of
-from lens_rl.propagation import carried_in, phase_parent, under
+from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 
 __all__ = ["NOOP_SPAN", "Node", "NoopSpan", "PhaseSpan", "SpanLike", "close_node", "enter_with", "exit_with",
            "open_node"]  # fmt: skip
@@ -265,7 +264,6 @@ def open_node(spec: Any) -> Node | None:
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
-        context = OTEL.context
         parent_ctx, parent_span, baggage = phase_parent(spec._parent() if spec.parent is not None else None)
         carried_bucket, carried_step = carried_in(baggage)
         bucket = resolve_bucket(spec, carried_bucket)
@@ -280,11 +278,14 @@ def open_node(spec: Any) -> Node | None:
         start_ns = time.time_ns()
         fast = handle.fast
         if fast is not None:  # the common case: no SDK span on the phase's thread
-            span = fast.start(spec.name, parent_span, attributes, start_ns)
+            # spans of one phase object, bucket and step start with equal names and attributes: exporters
+            # encode those once (a template) for as long as the span keeps them
+            shape = (spec, bucket, attributes.get("rl.step"))
+            span = fast.start(spec.name, parent_span, attributes, start_ns, shape)
         else:
             span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
         new_ctx = under(parent_ctx, span, own_step)
-        token = context.attach(new_ctx)
+        token = runtime_context().attach(new_ctx)
         span_id = span.get_span_context().span_id
         umbrella = bucket is None and own_step is not None
         node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
@@ -305,7 +306,7 @@ def close_node(node: Node, exc: BaseException | None) -> None:
     end_ns = time.time_ns()
     if node.otel_token is not None:
         try:
-            OTEL.context.detach(node.otel_token)
+            runtime_context().detach(node.otel_token)
         except Exception as err:
             internal_error(err, "context-detach")
     if RUNTIME.open_phases.pop(node.span_id, None) is None:

@@ -175,11 +175,11 @@ else:
                 return _CACHE[name]
             except (KeyError, TypeError):
                 return _make_phase(name)
+        if _RT.on:
+            return _phase_on(name, kwargs)
         bucket = kwargs.get("bucket")
         if bucket is not None and bucket.__class__ is not Bucket:
             kwargs["bucket"] = coerce_bucket(bucket)
-        if _RT.on:
-            return _phase_on(name, kwargs)
         _check(name, kwargs.get("parent"), kwargs.get("attributes"))
         lazy = _LazyPhase()  # a type call without __init__: cheaper than object.__new__(cls)
         lazy.name = name
@@ -192,15 +192,19 @@ def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
     plain names'), so a ``with traced_phase("generation", bucket="productive", step=s)`` inside a loop
     neither validates nor cleans its attributes again on each entry."""
     try:
-        key = (name, *((k, tuple(v.items()) if v.__class__ is dict else v) for k, v in kwargs.items()))
-        phase = _CACHE.get(key)  # type: ignore[call-overload]
-    except TypeError:  # an unhashable value: made each time
-        return _make_phase(name, **kwargs)
-    if phase is None:
+        key: Any = (name, *kwargs.items())
+        phase = _CACHE.get(key)
+    except TypeError:  # a dict of attributes (or another unhashable value)
+        try:
+            key = (name, *((k, (dict, *v.items()) if v.__class__ is dict else v) for k, v in kwargs.items()))
+            phase = _CACHE.get(key)
+        except TypeError:  # still unhashable: made each time
+            return _make_phase(name, **kwargs)
+    if phase is None:  # made (and the bucket checked) once per distinct arguments
         phase = _make_phase(name, **kwargs)
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        _CACHE[key] = phase  # type: ignore[index]
+        _CACHE[key] = phase
     return phase
 
 

@@ -98,12 +98,20 @@ def _keys() -> tuple[Any, Any, Any, Any]:
     context (the API's own objects, pinned with it: reading them directly saves a function call per lookup)."""
     if not _KEYS:
         from opentelemetry.baggage import _BAGGAGE_KEY
+        from opentelemetry.context import _RUNTIME_CONTEXT
         from opentelemetry.context.context import Context
         from opentelemetry.trace import INVALID_SPAN_CONTEXT
         from opentelemetry.trace.propagation import _SPAN_KEY
 
-        _KEYS.extend((_SPAN_KEY, _BAGGAGE_KEY, Context, INVALID_SPAN_CONTEXT))
+        _KEYS.extend((_SPAN_KEY, _BAGGAGE_KEY, Context, INVALID_SPAN_CONTEXT, _RUNTIME_CONTEXT))
     return _KEYS[0], _KEYS[1], _KEYS[2], _KEYS[3]
+
+
+def runtime_context() -> Any:
+    """OpenTelemetry's runtime context (``attach``/``detach``/``get_current`` without the API's wrappers)."""
+    if not _KEYS:
+        _keys()
+    return _KEYS[4]
 
 
 def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | None]:
@@ -114,7 +122,7 @@ def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | No
     every span, the job root with the current baggage (:func:`root_unless_current`).
     """
     span_key, baggage_key, context_type, invalid = _keys()
-    ctx = explicit if explicit is not None else OTEL.context.get_current()
+    ctx = explicit if explicit is not None else _KEYS[4].get_current()
     span = ctx.get(span_key)
     parent = span.get_span_context() if span is not None else invalid
     if explicit is None and not parent.is_valid and RUNTIME.root_context is not None:
@@ -129,11 +137,11 @@ def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | No
 def under(ctx: Any, span: Any, step: Any = None) -> Any:
     """``ctx`` with ``span`` current and, when given, ``step`` in its baggage (one copy of the context)."""
     span_key, baggage_key, context_type, _ = _keys()
-    values = dict(ctx)
-    values[span_key] = span
+    new = context_type(ctx)  # Context refuses item assignment; a fresh copy is ours to fill
+    dict.__setitem__(new, span_key, span)
     if step is not None:
-        values[baggage_key] = {**(ctx.get(baggage_key) or {}), BAGGAGE_STEP: str(step)}
-    return context_type(values)
+        dict.__setitem__(new, baggage_key, {**(ctx.get(baggage_key) or {}), BAGGAGE_STEP: str(step)})
+    return new
 
 
 def _current_or_root() -> Any:

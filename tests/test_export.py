@@ -254,6 +254,9 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
             span.set_attribute("late", "yes")
         with pytest.raises(ValueError), lens_rl.traced_phase("reward"):
             raise ValueError("bad reward")
+        for step in (1, 1, 2):  # one shape twice (encoded from its template), then another
+            with lens_rl.traced_phase("logprob", bucket="productive", step=step):
+                pass
         with lens_rl.traced_phase("many", bucket="overhead", attributes={f"k{i}": i for i in range(200)}):  # > 128
             pass
         tracer = rec.handle.tracer_provider.get_tracer("third.party", "1.0", schema_url="https://x/s")
@@ -272,3 +275,26 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
     assert phases["many"].dropped_attributes_count == 201 - 128 and "rl.bucket" in many and "k126" in many
     assert phases["reward"].status.code == 2 and phases["GET"].flags == 0x300
     assert {kv.key: kv.value.string_value for kv in phases["generation"].attributes}["api_key"] == "[REDACTED]"
+
+
+def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
+    """The file store writes a phase span from its shape's cached JSON only when that gives the very line
+    the general writer gives; spans that changed shape (renamed, attributes set, events, status) take the
+    general path."""
+    from lens_rl.exporters.file import json_line, span_line, span_row
+
+    with lens_rl.testing.recording() as rec:
+        for step in (1, 1, 2):
+            with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"m": "x\"y"}):
+                pass
+        with lens_rl.traced_phase("generation", bucket="productive", step=1) as span:
+            span.set_attribute("rl.num_tokens", 7)
+        with lens_rl.traced_phase("reward") as span:
+            span.update_name("reward_v2")
+        with lens_rl.traced_phase("sync", bucket="overhead") as span:
+            span.add_event("chunk")
+        spans = list(rec.spans)
+    for span in spans:
+        span._lens_thread, span._lens_thread_name = 7, "Main\"Thread"
+    assert len(spans) == 6 and sum(getattr(s, "shape", None) is not None for s in spans) == 4
+    assert [span_line(s) for s in spans] == [json_line(span_row(s)) for s in spans]

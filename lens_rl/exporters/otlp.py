@@ -38,16 +38,21 @@ from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import (
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as _HTTPExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import _is_request_too_large
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as PBSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import DEFAULT_TRACE_STATE as _NO_STATE
+from opentelemetry.trace import SpanKind
 
 from lens_rl._errors import internal_error
+from lens_rl._fastspan import UNSET_STATUS
 
 __all__ = ["HTTPSpanExporter", "encode_request", "grpc_exporter_class"]
 
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+_INTERNAL = _SPAN_KIND_MAP[SpanKind.INTERNAL]
 
 
 def _put_attributes(field: Any, attributes: Any) -> None:
@@ -78,8 +83,9 @@ def encode_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
     groups: dict[Any, tuple[Any, dict[Any, Any]]] = {}  # resource -> (ResourceSpans, scope -> ScopeSpans.spans)
     last_key: Any = None
     last_spans: Any = None
+    ids = [0, b"", 0, b""]  # the last trace id and parent id encoded (a batch shares them, mostly)
     for span in spans:
-        resource, scope = span.resource, span.instrumentation_scope or None
+        resource, scope = span._resource, span._instrumentation_scope or None
         key = (id(resource), id(scope))
         if key != last_key:
             last_key = key
@@ -100,8 +106,77 @@ def encode_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
                     if scope.schema_url:
                         scope_message.schema_url = scope.schema_url
                 last_spans = group[1][scope_key] = scope_message.spans
-        _put_span(last_spans.add(), span)
+        if getattr(span, "cleaned", False):
+            _put_phase(last_spans.add(), span, ids)
+        else:
+            _put_span(last_spans.add(), span)
     return request
+
+
+_TEMPLATES: dict[Any, Any] = {}  # a phase span's shape -> its name, kind and attributes, encoded once
+_TEMPLATES_MAX = 1024
+
+
+def _template(shape: Any, span: Any) -> Any:
+    template = _TEMPLATES.get(shape)
+    if template is None:
+        template = PBSpan(name=span._name, kind=_INTERNAL)
+        if span._attrs:
+            _put_attributes(template.attributes, span._attrs)
+        if span._dropped[0]:
+            template.dropped_attributes_count = span._dropped[0]
+        template.status.SetInParent()  # present even when unset, as OpenTelemetry encodes it
+        if len(_TEMPLATES) >= _TEMPLATES_MAX:
+            _TEMPLATES.clear()
+        _TEMPLATES[shape] = template
+    return template
+
+
+def _put_phase(out: Any, span: Any, ids: list[Any]) -> None:
+    """A lens_rl phase span (:class:`lens_rl._fastspan.FastSpan`): its fields read directly, the common
+    case first (internal kind, status unset, nothing dropped); the rest as :func:`_put_span` does. Name
+    and attributes are copied from a template when the span still has its shape's."""
+    shape = span.shape
+    if shape is not None:
+        out.CopyFrom(_template(shape, span))
+    context = span._context
+    if context[0] != ids[0]:
+        ids[0], ids[1] = context[0], context[0].to_bytes(16, "big")
+    out.trace_id = ids[1]
+    out.span_id = context[1].to_bytes(8, "big")
+    if context[4] is not _NO_STATE and context[4]:  # (a TraceState's truth is a len(): the common one first)
+        out.trace_state = _encode_trace_state(context[4])
+    parent = span._parent
+    if parent is not None:
+        if parent[1] != ids[2]:
+            ids[2], ids[3] = parent[1], parent[1].to_bytes(8, "big")
+        out.parent_span_id = ids[3]
+        out.flags = _HAS_IS_REMOTE | _IS_REMOTE if parent[2] else _HAS_IS_REMOTE
+    else:
+        out.flags = _HAS_IS_REMOTE
+    out.start_time_unix_nano = span._start_time
+    out.end_time_unix_nano = span._end_time
+    if shape is None:
+        out.name = span._name
+        out.kind = _INTERNAL
+        if span._attrs:
+            _put_attributes(out.attributes, span._attrs)
+        if span._dropped[0]:
+            out.dropped_attributes_count = span._dropped[0]
+        out.status.SetInParent()
+    if span._events:
+        out.events.extend(_encode_events(span._events))
+    if span._links:
+        out.links.extend(_encode_links(span._links))
+    if span._status is not UNSET_STATUS:
+        if span._status.status_code.value:
+            out.status.code = span._status.status_code.value
+        if span._status.description:
+            out.status.message = span._status.description
+    if span._dropped[1]:
+        out.dropped_events_count = span._dropped[1]
+    if span._dropped[2]:
+        out.dropped_links_count = span._dropped[2]
 
 
 def _put_span(out: Any, span: ReadableSpan) -> None:
