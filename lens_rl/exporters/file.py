@@ -154,7 +154,8 @@ def span_line(span: ReadableSpan) -> str:
             _SHAPES.clear()
         attrs = span._attributes
         known = _SHAPES[shape] = (json_line(span.name), f',"a":{json_line(dict(attrs))}' if attrs else "")
-    context, parent = span._context, span._parent
+    context: Any = span._context
+    parent = span._parent
     parent_part = f',"p":"{parent[1]:016x}"' if parent is not None else ""
     thread = getattr(span, "_lens_thread", None)
     thread_part = ""
