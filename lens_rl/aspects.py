@@ -135,7 +135,8 @@ def _rebuild(name: str, bucket: str | None, parent: Any, attributes: Any, rl_att
 
 # ---------------------------------------------------------------------- public API
 
-_CACHE: dict[str, Phase] = RUNTIME.phase_cache
+_CACHE: dict[Any, Phase] = RUNTIME.phase_cache
+_BUCKET_VALUES = {b.value: b for b in Bucket}
 _CACHE_MAX = 4096
 
 
@@ -178,9 +179,18 @@ else:
         if _RT.on:
             return _phase_on(name, kwargs)
         bucket = kwargs.get("bucket")
-        if bucket is not None and bucket.__class__ is not Bucket:
-            kwargs["bucket"] = coerce_bucket(bucket)
-        _check(name, kwargs.get("parent"), kwargs.get("attributes"))
+        if (bucket is not None and bucket.__class__ is not Bucket
+                and (bucket.__class__ is not str or bucket not in _BUCKET_VALUES)):  # fmt: skip
+            coerce_bucket(bucket)  # raises, naming what is allowed; a valid spelling is coerced when the phase is made
+        # the checks _check makes, with the common shapes (a str name, dicts) answered first
+        if name.__class__ is not str or not name or name.isspace():
+            _check(name)
+        if "parent" in kwargs or "attributes" in kwargs:
+            parent, attributes = kwargs.get("parent"), kwargs.get("attributes")
+            if (parent is not None and parent.__class__ is not dict) or (
+                attributes is not None and attributes.__class__ is not dict
+            ):
+                _check(name, parent, attributes)
         lazy = _LazyPhase()  # a type call without __init__: cheaper than object.__new__(cls)
         lazy.name = name
         lazy.kwargs = kwargs
@@ -191,15 +201,15 @@ def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
     """The phase for these arguments while on: made once per distinct arguments (a cache bounded like the
     plain names'), so a ``with traced_phase("generation", bucket="productive", step=s)`` inside a loop
     neither validates nor cleans its attributes again on each entry."""
+    attributes = kwargs.get("attributes")
     try:
-        key: Any = (name, *kwargs.items())
+        if attributes is None:
+            key: Any = (name, *kwargs.items())
+        else:  # a dict: keyed by its items
+            key = (name, tuple(attributes.items()), *[kv for kv in kwargs.items() if kv[0] != "attributes"])
         phase = _CACHE.get(key)
-    except TypeError:  # a dict of attributes (or another unhashable value)
-        try:
-            key = (name, *((k, (dict, *v.items()) if v.__class__ is dict else v) for k, v in kwargs.items()))
-            phase = _CACHE.get(key)
-        except TypeError:  # still unhashable: made each time
-            return _make_phase(name, **kwargs)
+    except (TypeError, AttributeError):  # an unhashable value: made each time
+        return _make_phase(name, **kwargs)
     if phase is None:  # made (and the bucket checked) once per distinct arguments
         phase = _make_phase(name, **kwargs)
         if len(_CACHE) >= _CACHE_MAX:
