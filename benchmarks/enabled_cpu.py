@@ -29,11 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from typing import Any
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import clean_environment
 
 SINK = """
 import sys
@@ -96,9 +92,14 @@ print(json.dumps(out))
 """
 
 
+def _environment() -> dict[str, str]:
+    """This environment without LENS_RL_* and OTEL_* variables: both sides measured at their defaults."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LENS_RL_", "OTEL_", "TRACEPARENT"))}
+
+
 def measure(exporter: str, nattrs: int, phases: int, rounds: int, endpoint: str) -> dict[str, Any]:
     res = subprocess.run([sys.executable, "-c", CASE, exporter, str(nattrs), str(phases), str(rounds), endpoint],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+                         capture_output=True, text=True, check=False, env=_environment())  # fmt: skip
     if res.returncode != 0:
         raise SystemExit(res.stderr[-3000:])
     data = json.loads(res.stdout.strip().splitlines()[-1])
@@ -107,24 +108,32 @@ def measure(exporter: str, nattrs: int, phases: int, rounds: int, endpoint: str)
             "lens_us": statistics.median(data["lens"]), "ratio": statistics.median(ratios)}  # fmt: skip
 
 
+def run(phases: int = 5000, rounds: int = 7, cases: Any = None) -> list[dict[str, Any]]:
+    """Every case (default: otlp and file, 1 and 32 attributes) against one sink."""
+    sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True, env=_environment())
+    try:
+        endpoint = f"http://127.0.0.1:{sink.stdout.readline().strip()}"  # type: ignore[union-attr]
+        cases = cases or [(exporter, nattrs) for nattrs in (1, 32) for exporter in ("otlp", "file")]
+        return [measure(exporter, nattrs, phases, rounds, endpoint) for exporter, nattrs in cases]
+    finally:
+        sink.kill()
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'lens_rl exporter':17s} {'attrs':>5s} {'raw OTel us':>12s} {'lens_rl us':>11s} {'ratio':>6s}  goal <= 0.25")
+    for r in rows:
+        verdict = "ok" if r["ratio"] <= 0.25 else "over goal"
+        print(f"{r['exporter']:17s} {r['attributes']:5d} {r['raw_us']:12.1f} {r['lens_us']:11.1f} {r['ratio']:6.3f}  {verdict}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", type=int, default=5000, help="phases per block")
     parser.add_argument("--rounds", type=int, default=7, help="blocks per side")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    clean_environment()
-    sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
-    try:
-        endpoint = f"http://127.0.0.1:{sink.stdout.readline().strip()}"  # type: ignore[union-attr]
-        rows = [measure(exporter, nattrs, args.phases, args.rounds, endpoint)
-                for nattrs in (1, 32) for exporter in ("otlp", "file")]  # fmt: skip
-    finally:
-        sink.kill()
-    print(f"{'lens_rl exporter':17s} {'attrs':>5s} {'raw OTel us':>12s} {'lens_rl us':>11s} {'ratio':>6s}  goal <= 0.25")
-    for r in rows:
-        verdict = "ok" if r["ratio"] <= 0.25 else "over goal"
-        print(f"{r['exporter']:17s} {r['attributes']:5d} {r['raw_us']:12.1f} {r['lens_us']:11.1f} {r['ratio']:6.3f}  {verdict}")
+    rows = run(args.phases, args.rounds)
+    print_table(rows)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"rows": rows}, handle, indent=2)
@@ -132,5 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    tempfile.tempdir = None
     sys.exit(main())

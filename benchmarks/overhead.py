@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--number", type=int, default=50_000)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--pure-python", action="store_true", help="without the C accelerator (goals x2)")
+    parser.add_argument("--no-enabled-cpu", action="store_true",
+                        help="skip the enabled CPU-per-phase table (benchmarks/enabled_cpu.py, ~30 s)")  # fmt: skip
     args = parser.parse_args(argv)
 
     testing.reset()
@@ -206,6 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     rows.append({"case": "import lens_rl vs import wrapt", "lens_ms": import_lens, "wrapt_ms": import_wrapt,
                  "extra_ms": extra_ms, "goal_ms": 10, "verdict": verdict})  # fmt: skip
     print(f"\nimport lens_rl {import_lens:.1f} ms vs import wrapt {import_wrapt:.1f} ms: {extra_ms:+.1f} ms (goal <= +10)  {verdict}")
+    if not args.no_enabled_cpu:
+        import enabled_cpu
+
+        print("\nenabled, total CPU per phase (every thread, until exported) vs raw OpenTelemetry + its OTLP exporter:")
+        cpu_rows = enabled_cpu.run(phases=5000, rounds=5)
+        enabled_cpu.print_table(cpu_rows)
+        rows.extend({"case": f"enabled CPU per phase, {r['exporter']}, {r['attributes']} attributes", **r}
+                    for r in cpu_rows)  # fmt: skip
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"bare_call_ns": bare_ns, "rows": rows}, handle, indent=2)
