@@ -143,16 +143,18 @@ def _steps_of(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]]) -> dict[
 
 def render_rows(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options) -> Chunk:
     """Events of one file's rows in ``opts.fmt``."""
-    chunk = Chunk()
     if opts.steps is not None:
         steps = _steps_of(rows)
         lo, hi = opts.steps
         rows = [r for r in rows if isinstance(steps.get(r[1]["s"]), int) and lo <= steps[r[1]["s"]] <= hi]
+    return _render(rows, opts)
+
+
+def _render(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options) -> Chunk:
+    chunk = Chunk()
     if opts.group is not None:
-        rows = [r for r in rows if process_of({"resource": r[0]})[0] == opts.group]
-    if not rows:
-        return chunk
-    chunk.spans = len(rows)
+        group = opts.group
+        rows = (r for r in rows if process_of({"resource": r[0]})[0] == group)
     render = _json_events if opts.fmt == "json" else _proto_events
     if opts.spill is None:
         sink: Any = io.BytesIO()
@@ -165,19 +167,33 @@ def render_rows(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts: 
     return chunk
 
 
+def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
+    """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf and a
+    ``steps`` window need the whole file (nested lanes, time order, each span's step from its ancestors)."""
+    if opts.fmt == "json" and opts.steps is None:
+        return _render(iter_rows(path), opts)
+    return render_rows(list(iter_rows(path)), opts)
+
+
 class _Places:
     """Where each row goes: its process (pid) and thread (tid, named), and the ends of calls across files.
 
-    ``place(resource, row)`` -> (pid, tid, start, end, flow id | None), recording in the
-    chunk the locations other files' spans call into and this file's callees.
+    ``place(resource, row)`` -> (pid, tid, start, end), recording the locations other
+    files' spans call into. A span whose parent is not in its file is called from another
+    process: rows are read once, in file order, so that is known at the end
+    (:meth:`callees`), not when the child is met (a file's spans are written as they end,
+    children before their parents).
     """
 
-    def __init__(self, rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk) -> None:
+    def __init__(self, opts: Options, chunk: Chunk) -> None:
         self.opts, self.chunk = opts, chunk
-        self.ids = {row["s"] for _, row in rows}
         self.pid_of: dict[int, int] = {}  # per resource object (v2: one per file)
         self.threads: dict[tuple[int, Any], int] = {}
         self.names: dict[tuple[int, Any], str] = {}
+        self.seen: set[Any] = set()
+        #: parent id not met yet -> the children waiting for it: (child span id, pid, tid, start)
+        self.waiting: dict[Any, list[tuple[Any, int, int, int]]] = {}
+        self.count = 0
 
     def pid(self, resource: Mapping[str, Any]) -> int:
         pid = self.pid_of.get(id(resource))
@@ -193,12 +209,13 @@ class _Places:
             self.names[(pid, thread)] = row.get("tn") or f"thread {thread}"
         return tid
 
-    def placer(self) -> Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[int, int, int, int, int | None]]:
-        """``place(resource, row)`` -> (pid, tid, start, end, flow id | None): a closure, the hot loop's call."""
-        wanted, ids, locations, callees = self.opts.wanted, self.ids, self.chunk.locations, self.chunk.callees
+    def placer(self) -> Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[int, int, int, int]]:
+        """``place(resource, row)`` -> (pid, tid, start, end): a closure, the hot loop's call."""
+        wanted, locations, seen, waiting = self.opts.wanted, self.chunk.locations, self.seen, self.waiting
         last: list[Any] = [None, 0, None, 0]  # resource, pid, thread, tid: rows come in runs of one process and thread
 
-        def place(resource: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[int, int, int, int, int | None]:
+        def place(resource: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[int, int, int, int]:
+            self.count += 1
             if resource is last[0]:
                 pid = last[1]
             else:
@@ -217,16 +234,32 @@ class _Places:
             if end < start:
                 end = start
             span_id = row["s"]
+            seen.add(span_id)
+            waiting.pop(span_id, None)  # its children, met before it, were called in-process
             if span_id in wanted:
                 locations[str(span_id)] = (pid, tid, start, end)
             parent_id = row.get("p")
-            if parent_id and parent_id not in ids:
-                flow = _flow_id(span_id)
-                callees.append((flow, str(parent_id), pid, tid, start))
-                return pid, tid, start, end, flow
-            return pid, tid, start, end, None
+            if parent_id and parent_id not in seen:
+                kids = waiting.get(parent_id)
+                if kids is None:
+                    waiting[parent_id] = [(span_id, pid, tid, start)]
+                else:
+                    kids.append((span_id, pid, tid, start))
+            return pid, tid, start, end
 
         return place
+
+    def callees(self) -> dict[Any, tuple[int, int, int, int]]:
+        """Once every row is placed: child span id -> (flow id, pid, tid, start) for each span called from
+        another process (also recorded in the chunk, for the caller's end of the arrow)."""
+        out = {}
+        for parent_id, kids in self.waiting.items():
+            for span_id, pid, tid, start in kids:
+                flow = _flow_id(span_id)
+                out[span_id] = (flow, pid, tid, start)
+                self.chunk.callees.append((flow, str(parent_id), pid, tid, start))
+        self.chunk.spans = self.count
+        return out
 
 
 def _ns(value: Any) -> int:
@@ -234,10 +267,6 @@ def _ns(value: Any) -> int:
         return int(value or 0)
     except (TypeError, ValueError):
         return 0
-
-
-def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
-    return render_rows(list(iter_rows(path)), opts)
 
 
 def _process_name(opts: Options, pid: int) -> str:
@@ -248,16 +277,16 @@ def _process_name(opts: Options, pid: int) -> str:
 _SLICE = 20_000  # events (or packets) encoded at a time: memory stays flat however large the file
 
 
-def _json_events(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk,
+def _json_events(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk,
                  write: Callable[[bytes], Any]) -> None:  # fmt: skip
-    places = _Places(rows, opts, chunk)
+    places = _Places(opts, chunk)
     place = places.placer()
     events: list[dict[str, Any]] = []
     append = events.append
     origin = opts.origin
     colors = BUCKET_COLORS
     for resource, row in rows:
-        pid, tid, start, end, flow = place(resource, row)
+        pid, tid, start, end = place(resource, row)
         args = row.get("a")
         if args is None:
             args = {}
@@ -269,11 +298,12 @@ def _json_events(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts:
         ts = (start - origin) / 1000.0
         append({"ph": "X", "name": str(row.get("n")), "cat": bucket or "phase", "pid": pid, "tid": tid, "ts": ts,
                 "dur": (end - start) / 1000.0, "cname": colors.get(bucket, "generic_work"), "args": args})  # fmt: skip
-        if flow is not None:
-            append({"ph": "f", "bp": "e", "id": flow, "name": "call", "cat": "flow", "pid": pid, "tid": tid, "ts": ts})
         if len(events) >= _SLICE:
             write(_event_lines(events))
             events.clear()
+    for flow, pid, tid, start in places.callees().values():  # the callee ends of calls from other processes
+        append({"ph": "f", "bp": "e", "id": flow, "name": "call", "cat": "flow", "pid": pid, "tid": tid,
+                "ts": (start - origin) / 1000.0})  # fmt: skip
     for pid in sorted(set(places.pid_of.values())):
         append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": _process_name(opts, pid)}})
         append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
@@ -335,12 +365,15 @@ def _descriptor(pb: Any, **fields: Any) -> Any:
     return pb.TracePacket(track_descriptor=pb.TrackDescriptor(**fields))
 
 
-def _proto_events(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk,
+def _proto_events(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk,
                   write: Callable[[bytes], Any]) -> None:  # fmt: skip
     pb = _proto_module()
-    places = _Places(rows, opts, chunk)
+    places = _Places(opts, chunk)
     place = places.placer()
-    placed = [(row, *place(resource, row)) for resource, row in rows]  # (row, pid, tid, start, end, flow)
+    placed = [(row, *place(resource, row)) for resource, row in rows]  # (row, pid, tid, start, end)
+    if not placed:
+        return
+    called = places.callees()
     threads, names, pids = places.threads, places.names, sorted(set(places.pid_of.values()))
     packets = [_descriptor(pb, uuid=_uuid("p", pid), process=pb.ProcessDescriptor(pid=pid, process_name=_process_name(opts, pid)))
                for pid in pids]  # fmt: skip
@@ -382,7 +415,8 @@ def _proto_events(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts
         if not is_begin:
             event.type = end
             continue
-        row, flow = placed[i][0], placed[i][5]
+        row = placed[i][0]
+        flow = called[row["s"]][0] if row["s"] in called else None
         attrs = row.get("a") or _NO_ATTRS
         event.type = begin
         event.name = str(row.get("n"))
