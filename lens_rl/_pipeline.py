@@ -209,6 +209,7 @@ class SpanPipeline(SpanProcessor):
         self._stop = threading.Event()
         self._queue: deque[tuple[ReadableSpan, int]] = deque()
         self._queued_bytes = 0
+        self._sizes: dict[Any, int] = {}  # a phase span's shape -> its estimated size
         self._inflight = 0
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -239,7 +240,13 @@ class SpanPipeline(SpanProcessor):
         # records it so Perfetto can draw one track per thread.
         span._lens_thread = get_ident()  # type: ignore[attr-defined]
         span._lens_thread_name = current_thread().name  # type: ignore[attr-defined]
-        size = span_bytes(span)
+        # a phase span still as its shape made it (events aside, which the size counts): sized once per shape
+        shape = getattr(span, "shape", None) if not getattr(span, "_events", None) else None
+        size = self._sizes.get(shape) if shape is not None else None
+        if size is None:
+            size = span_bytes(span)
+            if shape is not None and len(self._sizes) < 1024:
+                self._sizes[shape] = size
         with self._lock:
             if (
                 self._closed

@@ -1,7 +1,7 @@
 """A real OTLP/HTTP receiver on loopback that decodes what exporters send.
 
 For tests (lens_rl's and its users'): it listens on ``127.0.0.1``, accepts
-``POST /v1/traces`` and ``/v1/metrics`` (protobuf), decodes them with
+``POST /v1/traces`` and ``/v1/metrics`` (protobuf, plain or gzip), decodes them with
 ``opentelemetry-proto`` and keeps the spans as plain dicts. It can also answer
 slowly (``delay_s``) or with an error status (``fail_status``) to play a sick collector.
 
@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -82,6 +83,8 @@ class OTLPReceiver:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding", "").lower() == "gzip":  # what collectors send by default
+                    body = gzip.decompress(body)
                 status = receiver._status_for(self.path, body)
                 if status == 200:
                     receiver._handle(self.path, body, dict(self.headers))

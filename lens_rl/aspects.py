@@ -119,7 +119,7 @@ class Phase(_codegen.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
             self._static = static
         if bucket is None:
             return dict(static)
-        return {"rl.bucket": bucket.value, **static}
+        return {"rl.bucket": bucket._value_, **static}  # (_value_: .value is a slow enum descriptor)
 
     def _parent(self) -> Any:
         if self._parent_ctx is None:

@@ -298,3 +298,45 @@ def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
         span._lens_thread, span._lens_thread_name = 7, "Main\"Thread"
     assert len(spans) == 6 and sum(getattr(s, "shape", None) is not None for s in spans) == 4
     assert [span_line(s) for s in spans] == [json_line(span_row(s)) for s in spans]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_a_real_collector_accepts_the_otlp_lens_rl_writes(protocol: str) -> None:
+    """rotel (a real OTLP collector) takes lens_rl's spans over HTTP and gRPC and forwards them intact."""
+    rotel = pytest.importorskip("rotel")
+    import socket
+    import subprocess
+
+    agent = Path(rotel.__file__).parent / "rotel-agent"
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    with OTLPReceiver() as rx:
+        proc = subprocess.Popen([str(agent), "start", "--otlp-grpc-endpoint", f"127.0.0.1:{ports[0]}",
+                                 "--otlp-http-endpoint", f"127.0.0.1:{ports[1]}", "--exporter", "otlp",
+                                 "--otlp-exporter-endpoint", rx.endpoint, "--otlp-exporter-protocol", "http"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        try:
+            port = ports[0] if protocol == "grpc" else ports[1]
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # until the collector listens
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.05)
+            lens_rl.init_telemetry_driver(_otlp(f"http://127.0.0.1:{port}", protocol=protocol, metrics_enabled=False),
+                                          "grpo")  # fmt: skip
+            for step in (1, 2):
+                with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"k": [1, 2]}):
+                    pass
+            assert lens_rl.shutdown_telemetry(5000) is True
+            assert rx.wait_for_spans(3, 10), proc.stdout
+            phases = sorted((s["attributes"]["rl.step"], s["attributes"]) for s in rx.spans if s["name"] == "generation")
+            assert [p[0] for p in phases] == [1, 2]
+            assert phases[0][1] == {"rl.bucket": "productive", "rl.step": 1, "k": [1, 2]}
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=10)
