@@ -31,7 +31,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from threading import current_thread, get_ident
+from threading import current_thread
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -238,8 +238,9 @@ class SpanPipeline(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         # The ending thread (the starting one for with-blocks and calls): the file store
         # records it so Perfetto can draw one track per thread.
-        span._lens_thread = get_ident()  # type: ignore[attr-defined]
-        span._lens_thread_name = current_thread().name  # type: ignore[attr-defined]
+        thread = current_thread()
+        span._lens_thread = thread.ident  # type: ignore[attr-defined]
+        span._lens_thread_name = thread._name  # type: ignore[attr-defined]  # (the field: .name is a property)
         # a phase span still as its shape made it (events aside, which the size counts): sized once per shape
         shape = getattr(span, "shape", None) if not getattr(span, "_events", None) else None
         size = self._sizes.get(shape) if shape is not None else None
