@@ -93,8 +93,10 @@ print(json.dumps(out))
 
 
 def _environment() -> dict[str, str]:
-    """This environment without LENS_RL_* and OTEL_* variables: both sides measured at their defaults."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("LENS_RL_", "OTEL_", "TRACEPARENT"))}
+    """This environment without LENS_RL_* and OTEL_* variables (both sides measured at their defaults) and
+    without COVERAGE_* (a coverage run traces lens_rl's lines, not OpenTelemetry's: the ratio would lie)."""
+    drop = ("LENS_RL_", "OTEL_", "TRACEPARENT", "COVERAGE_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
 
 
 def measure(exporter: str, nattrs: int, phases: int, rounds: int, endpoint: str) -> dict[str, Any]:
