@@ -202,11 +202,12 @@ def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
     plain names'), so a ``with traced_phase("generation", bucket="productive", step=s)`` inside a loop
     neither validates nor cleans its attributes again on each entry."""
     attributes = kwargs.get("attributes")
-    try:
+    try:  # the values' types are part of the key: 1, 1.0 and True are equal, and hash alike, but record apart
         if attributes is None:
-            key: Any = (name, *kwargs.items())
+            key: Any = (name, *kwargs.items(), *map(type, kwargs.values()))
         else:  # a dict: keyed by its items
-            key = (name, tuple(attributes.items()), *[kv for kv in kwargs.items() if kv[0] != "attributes"])
+            key = (name, tuple(attributes.items()), tuple(map(type, attributes.values())),
+                   *[kv for kv in kwargs.items() if kv[0] != "attributes"], *map(type, kwargs.values()))  # fmt: skip
         phase = _CACHE.get(key)
     except (TypeError, AttributeError):  # an unhashable value: made each time
         return _make_phase(name, **kwargs)

@@ -447,3 +447,18 @@ def test_yielded_span_exposes_the_otel_span_api(lens_spans: SpanRecorder) -> Non
     lens_rl.testing.reset()
     with traced_phase("generation") as off:
         assert not off.get_span_context().is_valid and not off.is_recording()
+
+
+def test_phases_made_while_on_keep_each_calls_own_values() -> None:
+    """Keyword phases are cached while on, but a value that is equal and of another type (1, 1.0, True), or
+    an attributes dict changed in place, still records what this call passed."""
+    with lens_rl.testing.recording() as rec:
+        attrs = {"k": 1}
+        for value in (1, 1.0, True):
+            with lens_rl.traced_phase("p", loss=value, attributes=attrs):
+                pass
+        attrs["k"] = 2
+        with lens_rl.traced_phase("p", loss=1, attributes=attrs):
+            pass
+        recorded = [(s.attributes["rl.loss"], s.attributes["k"]) for s in rec.spans if s.name == "p"]
+    assert [(type(v), v, k) for v, k in recorded] == [(int, 1, 1), (float, 1.0, 1), (bool, True, 1), (int, 1, 2)]
