@@ -39,6 +39,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, T
 from opentelemetry.trace.status import Status, StatusCode
 
 from lens_rl._attributes import clean_attributes, clean_text, clean_value
+from lens_rl._errors import internal_error
 
 __all__ = ["FastSpan", "FastSpanFactory"]
 
@@ -161,12 +162,14 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
 
     def record_exception(self, exception: BaseException, attributes: Any = None, timestamp: int | None = None,
                          escaped: bool = False) -> None:  # fmt: skip
-        attrs: dict[str, Any] = {
-            "exception.type": type(exception).__qualname__,
-            "exception.message": clean_value(str(exception)),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
-            "exception.escaped": str(escaped),
-        }
+        try:  # an exception whose __str__ (or traceback) raises is still recorded, by its type
+            message: Any = clean_value(str(exception))
+            stacktrace = "".join(traceback.format_exception(exception))
+        except Exception as err:
+            internal_error(err, "unprintable-exception")
+            message, stacktrace = f"<{type(exception).__name__}: unprintable>", ""
+        attrs: dict[str, Any] = {"exception.type": type(exception).__qualname__, "exception.message": message,
+                                 "exception.stacktrace": stacktrace, "exception.escaped": str(escaped)}  # fmt: skip
         if attributes:
             attrs.update(attributes)
         self.add_event("exception", attrs, timestamp)
