@@ -145,13 +145,12 @@ def scrub(span: ReadableSpan) -> ReadableSpan:
     """``span`` with secrets redacted and strings repaired in its name, attributes, events and links.
 
     The same object when nothing needed a change (the common case). A lens_rl phase span
-    (:class:`lens_rl._fastspan.FastSpan`) cleaned every value as it was set: its name is all to check.
+    (:class:`lens_rl._fastspan.FastSpan`) was cleaned as it was made and written (its name
+    too: a phase's name is cleaned once, ``update_name`` cleans): nothing to do.
     """
-    name = clean_text(span.name)
     if getattr(span, "cleaned", False):
-        if name is not span.name:
-            span._name = name  # ended: ours to mend
         return span
+    name = clean_text(span.name)
     attrs = scrub_attributes(span.attributes)
     events = list(span.events)
     changed = name is not span.name or attrs is not span.attributes

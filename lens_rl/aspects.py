@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from lens_rl import _codegen, _impl
-from lens_rl._attributes import clean_attributes
+from lens_rl._attributes import clean_attributes, clean_text
 from lens_rl._errors import internal_error
 from lens_rl._runtime import AMBIENT, RUNTIME
 from lens_rl._spans import NOOP_SPAN, Node, PhaseSpan, close_node, enter_with, exit_with, open_node
@@ -61,7 +61,7 @@ class Phase(_codegen.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
         rl_attributes: Mapping[str, Any] | None = None,
     ) -> None:
         _check(name, parent, attributes)
-        self.name = name
+        self.name = clean_text(name)  # what every span of it is named (repaired, bounded, credentials masked)
         self.bucket = bucket
         self.parent = dict(parent) if parent else None
         self.attributes = dict(attributes) if attributes else None
