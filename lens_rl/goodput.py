@@ -93,13 +93,14 @@ def _in_range(step: Any, steps: tuple[int, int] | None) -> bool:
 
 
 def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[dict[str, Any]]:
-    combined: dict[Any, StepPart] = {}
     if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
         combined = {step: sp for step, sp in view[0].steps.items() if _in_range(step, steps)}
-    for part in view if len(view) > 1 else ():
-        for step, sp in part.steps.items():
-            if _in_range(step, steps):
-                combined.setdefault(step, StepPart()).merge(sp)
+    else:
+        combined = {}
+        for part in view:
+            for step, sp in part.steps.items():
+                if _in_range(step, steps):
+                    combined.setdefault(step, StepPart()).merge(sp)
     rows = []
     for step in sorted(combined, key=step_key):
         sp = combined[step]

@@ -460,8 +460,8 @@ def _flow_starts(fmt: str, found: list[tuple[int, tuple[int, int, int, int], int
 class _Flows:
     """Joins callees to their callers' locations as files arrive; writes the caller ends in slices.
 
-    Files with callers come first (the driver's), so nearly every callee resolves at once
-    and nothing run-sized is kept.
+    Files with callers come first (the driver's), so nearly every callee resolves at once:
+    what is kept is the callers' locations (spans other files call into), not every callee.
     """
 
     def __init__(self, fmt: str, origin: int, write: Callable[[bytes], Any]) -> None:

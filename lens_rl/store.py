@@ -145,23 +145,21 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> I
                 except (ValueError, AttributeError):
                     skipped += 1
                     continue
-                if span_id is not None and "v" not in row:
-                    if span_id in seen:
-                        duplicates += 1
-                        continue
-                    seen_add(span_id)
-                    yield resource, row
+                if span_id is not None and "v" not in row:  # v2: the header's resource
+                    line_resource = resource
                 elif row.get("header"):
                     resource = row.get("resource") or {}
-                elif row.get("v") == 1 and row.get("span_id") is not None:
-                    span_id = row["span_id"]
-                    if span_id in seen:
-                        duplicates += 1
-                        continue
-                    seen_add(span_id)
-                    yield row.get("resource") or {}, to_row(row)
+                    continue
+                elif row.get("v") == 1 and row.get("span_id") is not None:  # v1: its own resource, long keys
+                    span_id, line_resource, row = row["span_id"], row.get("resource") or {}, to_row(row)
                 else:
                     skipped += 1
+                    continue
+                if span_id in seen:
+                    duplicates += 1
+                    continue
+                seen_add(span_id)
+                yield line_resource, row
     finally:
         stats.lines += lines
         stats.skipped += skipped
