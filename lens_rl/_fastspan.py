@@ -41,7 +41,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from lens_rl._attributes import clean_attributes, clean_text, clean_value
 from lens_rl._errors import internal_error
 
-__all__ = ["FastSpan", "FastSpanFactory"]
+__all__ = ["FastSpan", "FastSpanFactory", "remember"]
 
 _log = logging.getLogger("lens_rl")
 
@@ -249,6 +249,19 @@ class FastSpanFactory:
         if shape is not None:
             span.shape = shape
         return span
+
+
+#: How many shapes the exporters' per-shape caches hold (a run has a few dozen phases x buckets x steps in flight).
+SHAPE_CACHE_MAX = 1024
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    """``value``, stored under ``key`` in one of the exporters' per-shape caches. A full cache is emptied
+    (what is still in use is made again once), so memory stays bounded however many shapes a run makes."""
+    if len(cache) >= SHAPE_CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _limit(value: int | None) -> int:

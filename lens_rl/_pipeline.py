@@ -40,6 +40,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from lens_rl._attributes import clean_text, scrub_attributes
 from lens_rl._bounded import run_bounded
 from lens_rl._errors import internal_error, warn_once
+from lens_rl._fastspan import remember
 
 _log = logging.getLogger("lens_rl")
 
@@ -239,14 +240,12 @@ class SpanPipeline(SpanProcessor):
         # records it so Perfetto can draw one track per thread.
         thread = current_thread()
         span._lens_thread = thread.ident  # type: ignore[attr-defined]
-        span._lens_thread_name = thread._name  # type: ignore[attr-defined]  # (the field: .name is a property)
+        span._lens_thread_name = thread.name  # type: ignore[attr-defined]
         # a phase span still as its shape made it (events aside, which the size counts): sized once per shape
         shape = getattr(span, "shape", None) if not getattr(span, "_events", None) else None
         size = self._sizes.get(shape) if shape is not None else None
         if size is None:
-            size = span_bytes(span)
-            if shape is not None and len(self._sizes) < 1024:
-                self._sizes[shape] = size
+            size = span_bytes(span) if shape is None else remember(self._sizes, shape, span_bytes(span))
         with self._lock:
             if (
                 self._closed

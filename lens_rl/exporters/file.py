@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from lens_rl._errors import internal_error, warn_once
-from lens_rl._fastspan import UNSET_STATUS
+from lens_rl._fastspan import UNSET_STATUS, remember
 from lens_rl.store import FORMAT_VERSION, HEADER_FORMAT, OWN_SCOPE
 
 _CHUNK_BYTES = 1 << 16
@@ -134,8 +134,7 @@ def span_row(span: ReadableSpan) -> dict[str, Any]:
 
 
 _SHAPES: dict[Any, tuple[str, str]] = {}  # a phase span's shape -> its name and attributes, as JSON
-_SHAPES_MAX = 1024
-_THREAD_NAMES: dict[Any, str] = {}
+_THREAD_NAMES: dict[Any, str] = {}  # a thread's name -> as JSON
 
 
 def span_line(span: ReadableSpan) -> str:
@@ -150,10 +149,8 @@ def span_line(span: ReadableSpan) -> str:
         return json_line(span_row(span))
     known = _SHAPES.get(shape)
     if known is None:
-        if len(_SHAPES) >= _SHAPES_MAX:
-            _SHAPES.clear()
         attrs = span._attributes
-        known = _SHAPES[shape] = (json_line(span.name), f',"a":{json_line(dict(attrs))}' if attrs else "")
+        known = remember(_SHAPES, shape, (json_line(span.name), f',"a":{json_line(dict(attrs))}' if attrs else ""))
     context: Any = span._context
     parent = span._parent
     parent_part = f',"p":"{parent[1]:016x}"' if parent is not None else ""
@@ -163,9 +160,7 @@ def span_line(span: ReadableSpan) -> str:
         name = getattr(span, "_lens_thread_name", None)
         name_json = _THREAD_NAMES.get(name)
         if name_json is None:
-            name_json = json_line(name)
-            if len(_THREAD_NAMES) < _SHAPES_MAX:
-                _THREAD_NAMES[name] = name_json
+            name_json = remember(_THREAD_NAMES, name, json_line(name))
         thread_part = f',"th":{thread},"tn":{name_json}'
     return (f'{{"n":{known[0]},"t":"{context[0]:032x}","s":"{context[1]:016x}"{parent_part},'
             f'"b":{span._start_time},"e":{span._end_time}{known[1]}{thread_part}}}')  # fmt: skip

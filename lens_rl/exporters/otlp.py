@@ -46,7 +46,7 @@ from opentelemetry.trace import DEFAULT_TRACE_STATE as _NO_STATE
 from opentelemetry.trace import SpanKind
 
 from lens_rl._errors import internal_error
-from lens_rl._fastspan import UNSET_STATUS
+from lens_rl._fastspan import UNSET_STATUS, remember
 
 __all__ = ["HTTPSpanExporter", "encode_request", "grpc_exporter_class"]
 
@@ -114,7 +114,6 @@ def encode_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
 
 
 _TEMPLATES: dict[Any, Any] = {}  # a phase span's shape -> its name, kind and attributes, encoded once
-_TEMPLATES_MAX = 1024
 
 
 def _template(shape: Any, span: Any) -> Any:
@@ -126,9 +125,7 @@ def _template(shape: Any, span: Any) -> Any:
         if span._dropped[0]:
             template.dropped_attributes_count = span._dropped[0]
         template.status.SetInParent()  # present even when unset, as OpenTelemetry encodes it
-        if len(_TEMPLATES) >= _TEMPLATES_MAX:
-            _TEMPLATES.clear()
-        _TEMPLATES[shape] = template
+        remember(_TEMPLATES, shape, template)
     return template
 
 
