@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -55,3 +56,12 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 60
         timeout=timeout,
         cwd=cwd,
     )
+
+
+def run_in_threads(target: Callable[[], object], count: int) -> None:
+    """``target`` run on ``count`` threads at once; returns when all have finished."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

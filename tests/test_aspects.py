@@ -12,7 +12,7 @@ import pytest
 import lens_rl
 from lens_rl import Bucket, traced_phase, traced_worker_init, with_bucket
 from lens_rl.testing import SpanRecorder
-from tests.conftest import run_python
+from tests.conftest import run_in_threads, run_python
 
 
 def _attrs(span: object) -> dict:
@@ -426,11 +426,7 @@ def test_phase_made_while_off_and_stored_traces_from_threads_once_on() -> None:
                 with stored_plain:
                     time.sleep(0.005)
 
-        threads = [threading.Thread(target=work) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_in_threads(work, 8)
         rewards, rollouts = rec.find_all("reward"), rec.find_all("rollout")
         assert len(rewards) == len(rollouts) == 8
         assert all(dict(r.attributes) == {"rl.step": 4, "rl.bucket": "productive"} for r in rewards)

@@ -13,7 +13,7 @@ import lens_rl
 from lens_rl._runtime import RUNTIME
 from lens_rl.identity import decode_attributes
 from lens_rl.store import iter_span_records
-from tests.conftest import run_python
+from tests.conftest import run_in_threads, run_python
 
 
 def _master(tmp_path: Path, **telemetry: object) -> dict:
@@ -92,11 +92,7 @@ def test_fifty_threads_racing_get_one_handle(monkeypatch: pytest.MonkeyPatch, tm
         barrier.wait()
         results.append(lens_rl.init_telemetry_worker())
 
-    threads = [threading.Thread(target=race) for _ in range(50)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(race, 50)
     assert len(results) == 50 and results[0] is not None
     assert all(r is results[0] for r in results)
 

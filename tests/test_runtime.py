@@ -22,7 +22,7 @@ from lens_rl import _impl, aspects, testing, traced_phase
 from lens_rl._spans import NoopSpan, PhaseSpan, SpanLike
 from lens_rl.goodput import rollup, spans_to_records
 from lens_rl.testing import OTLPReceiver
-from tests.conftest import run_python
+from tests.conftest import run_in_threads, run_python
 
 PKG = Path(lens_rl.__file__).parent
 
@@ -445,11 +445,7 @@ def test_live_metric_and_offline_rollup_agree_on_concurrent_children() -> None:
                 with lens_rl.attach_context(carrier), traced_phase("reward"):
                     time.sleep(0.1)
 
-            threads = [threading.Thread(target=reward) for _ in range(3)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_in_threads(reward, 3)
             time.sleep(0.05)
         live = {p.attributes["rl.bucket"]: p.value for p in rec.metrics()["rl.goodput.bucket_seconds"]}
         offline = rollup(spans_to_records(rec.spans))["job"]["seconds"]
