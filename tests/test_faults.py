@@ -450,6 +450,36 @@ def test_a_full_disk_leaves_no_duplicate_and_no_garbage_line(tmp_path: Path, cap
             os.system(f"umount {trace_dir}")
 
 
+def test_a_process_exiting_during_a_failed_write_leaves_whole_lines(tmp_path: Path) -> None:
+    """The disk fills and the cut-back is slow (a busy machine) while the job exits: the exit waits for it.
+
+    Without that wait the export thread stops between its failed write and the cut-back,
+    and half a line stays on disk (what a loaded machine showed one run in five).
+    """
+    trace_dir = tmp_path / "store"
+    out = run_python(f"""
+        import os, resource, signal, time, lens_rl
+        real_ftruncate = os.ftruncate
+        def slow_ftruncate(fd, length):
+            time.sleep(0.5)
+            real_ftruncate(fd, length)
+        os.ftruncate = slow_ftruncate
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(trace_dir)!r},
+                                       "run_id": "r", "metrics_enabled": False}}}}, "grpo")
+        for i in range(40):
+            with lens_rl.traced_phase("generation", step=i) as span:
+                span.set_attribute("rl.pad", "p" * 300)
+        print("SHUTDOWN", lens_rl.shutdown_telemetry(100), flush=True)  # returns before the cut-back ends
+    """, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "SHUTDOWN False" in out.stdout
+    data = b"".join(p.read_bytes() for p in trace_dir.rglob("spans-*.jsonl"))
+    assert data.endswith(b"\n") or not data, data[-80:]
+    assert all(json.loads(line) for line in data.splitlines())
+
+
 def test_every_line_is_strict_json(tmp_path: Path) -> None:
     """NaN and infinities are written as strings: every line parses with a strict JSON parser."""
     lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "metrics_enabled": False}},

@@ -8,8 +8,9 @@ metric line: ``{"time_ns": int, "metrics": <OTel MetricsData JSON>}`` after the 
 Each batch is appended with ``os.write`` on an ``O_APPEND`` descriptor, whole lines
 only, so a killed process can at worst leave one unfinished last line; readers skip it
 and count it. A write that fails part-way (a full disk) is cut back to where the batch
-began, so its retry leaves no duplicate and no garbage line; readers also drop a span
-id seen twice in one file. Every line is strict JSON (a NaN or infinite number is
+began, so its retry leaves no duplicate and no garbage line, also when the process
+exits meanwhile (closing waits for a write in progress); readers also drop a span id
+seen twice in one file. Every line is strict JSON (a NaN or infinite number is
 written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path part
 (group, rank, run id) is sanitised and shortened: no value writes outside
 ``trace_dir``. A forked child never writes into its parent's files.
@@ -17,11 +18,14 @@ written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path pa
 
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import os
 import re
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from lens_rl.store import FORMAT_VERSION, HEADER_FORMAT, OWN_SCOPE
 _CHUNK_BYTES = 1 << 16
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_PART = 64  # characters per path part; a file name stays far below 255 bytes
+_CLOSE_WAIT_S = 2.0  # how long closing waits for a write in progress (a local write takes milliseconds)
 
 
 def safe_part(value: object, default: str) -> str:
@@ -167,52 +172,98 @@ def span_line(span: ReadableSpan) -> str:
 
 
 class _AppendFile:
-    """An ``O_APPEND`` file written in whole lines, created on first write."""
+    """An ``O_APPEND`` file written in whole lines, created on first write.
+
+    A write and its cut-back run under one lock; :meth:`close` (also run at interpreter
+    exit for every open file) takes that lock, so a process that exits while its export
+    thread is writing waits for the write to end whole or be cut back, and no write
+    starts after it.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+        _OPEN_FILES.add(self)
 
     def write_lines(self, lines: Sequence[str]) -> None:
-        """Append ``lines`` whole, or not at all: a failed write is cut back to where it began."""
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        start = os.fstat(self._fd).st_size  # one writer per file (one process): this is where the batch begins
-        try:
-            chunk: list[bytes] = []
-            size = 0
-            for line in lines:
-                data = line.encode("utf-8") + b"\n"
-                if size + len(data) > _CHUNK_BYTES and chunk:
-                    self._write_all(b"".join(chunk))
-                    chunk, size = [], 0
-                chunk.append(data)
-                size += len(data)
-            if chunk:
-                self._write_all(b"".join(chunk))
-        except OSError:
+        """Append ``lines`` whole, or not at all: a failed write is cut back to where it began.
+
+        Raises :class:`FileClosedError` once the file is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise FileClosedError(errno.EBADF, f"{self.path} is closed")
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            start = os.fstat(self._fd).st_size  # one writer per file (one process): this is where the batch begins
             try:
-                os.ftruncate(self._fd, start)
+                chunk: list[bytes] = []
+                size = 0
+                for line in lines:
+                    data = line.encode("utf-8") + b"\n"
+                    if size + len(data) > _CHUNK_BYTES and chunk:
+                        self._write_all(b"".join(chunk))
+                        chunk, size = [], 0
+                    chunk.append(data)
+                    size += len(data)
+                if chunk:
+                    self._write_all(b"".join(chunk))
             except OSError:
-                pass  # the retry may still leave a partial line; readers skip and count it
-            raise
+                try:
+                    os.ftruncate(self._fd, start)
+                except OSError:
+                    pass  # the retry may still leave a partial line; readers skip and count it
+                raise
+            finally:
+                if self._closed:  # closed while this write was stuck: the close left the descriptor to us
+                    self._close_fd()
 
     def _write_all(self, data: bytes) -> None:
         # Chunks end on line boundaries. A short write on a regular file means it is full:
         # fail at once (the caller cuts the file back) rather than leave half a line on
-        # disk while trying the rest; a process that exits meanwhile keeps whole lines only.
+        # disk while trying the rest.
         assert self._fd is not None
         written = os.write(self._fd, data)
         if written < len(data):
             raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes): {os.strerror(errno.ENOSPC)}")
 
-    def close(self) -> None:
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            finally:
-                self._fd = None
+    def close(self, wait_s: float = _CLOSE_WAIT_S) -> None:
+        """Refuse further writes, wait for one in progress (at most ``wait_s``), close the descriptor."""
+        self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: the parent's writer thread is not here, its lock may be held forever
+        if not self._lock.acquire(timeout=wait_s):
+            return  # a write stuck past the wait (a hung file system): it closes the descriptor when done
+        try:
+            self._close_fd()
+        finally:
+            self._lock.release()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class FileClosedError(OSError):
+    """A write to a store file after it was closed (telemetry shut down): nothing was written."""
+
+
+_OPEN_FILES: weakref.WeakSet[_AppendFile] = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    # Daemon threads stop wherever they are once the interpreter finalizes: an export
+    # thread between a failed write and its cut-back would leave half a line on disk.
+    for file in list(_OPEN_FILES):
+        file.close()
+
+
+atexit.register(_close_all_at_exit)  # registered on import, before lifecycle's: runs after its shutdown
 
 
 def _json_default(value: Any) -> Any:
@@ -265,6 +316,8 @@ class _StoreWriter:
             # write leaves neither, and its retry writes both.
             self._file.write_lines([header, *lines] if header is not None else lines)
             self._header = None
+        except FileClosedError:
+            return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
         except OSError as exc:
             warn_once(f"file-store-{self._file.path}", "lens_rl: cannot write telemetry to %s: %s (retrying)",
                       self._file.path, exc)  # fmt: skip
