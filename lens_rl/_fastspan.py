@@ -64,8 +64,9 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
 
     #: every attribute, event and link went through lens_rl's cleaning and redaction as it was set
     cleaned = True
-    #: what the name and attributes are a function of (hashable), while neither has changed since the start:
-    #: exporters encode those once per shape; None once the span's own name or attributes are written
+    #: what the span is a function of but for its ids and times (hashable), while nothing else was written
+    #: since the start: exporters encode a shape once; None once the span's name, attributes, events, links
+    #: or status are written
     shape: Any = None
     _kind = _INTERNAL
     _instrumentation_info = None
@@ -120,6 +121,7 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
         if self._end_time is not None:
             return
+        self.shape = None
         factory = self._factory
         if len(self._events) >= factory.max_events:
             self._drop(1)
@@ -134,6 +136,7 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     def add_link(self, context: SpanContext, attributes: Any = None) -> None:
         if self._end_time is not None or not isinstance(context, SpanContext) or not context.is_valid:
             return
+        self.shape = None
         if len(self._links) >= self._factory.max_links:
             self._drop(2)
             return
@@ -154,6 +157,7 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         if self._end_time is not None or self._status.status_code is StatusCode.OK:
             return  # OK is final, as in the SDK
+        self.shape = None
         if isinstance(status, Status):
             self._status = status
         elif isinstance(status, StatusCode):

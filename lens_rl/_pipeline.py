@@ -241,8 +241,7 @@ class SpanPipeline(SpanProcessor):
         thread = current_thread()
         span._lens_thread = thread.ident  # type: ignore[attr-defined]
         span._lens_thread_name = thread.name  # type: ignore[attr-defined]
-        # a phase span still as its shape made it (events aside, which the size counts): sized once per shape
-        shape = getattr(span, "shape", None) if not getattr(span, "_events", None) else None
+        shape = getattr(span, "shape", None)  # a phase span still as its shape made it: sized once per shape
         size = self._sizes.get(shape) if shape is not None else None
         if size is None:
             size = span_bytes(span) if shape is None else remember(self._sizes, shape, span_bytes(span))

@@ -95,6 +95,29 @@ def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
     assert span["trace_id"] == job["trace_id"] and span["parent_span_id"] == job["span_id"]
 
 
+def test_otlp_goes_through_the_proxy_the_environment_names(receiver: OTLPReceiver) -> None:
+    """HTTP_PROXY set when telemetry starts is honoured for spans and metrics (read once, not per batch),
+    and NO_PROXY still exempts a host."""
+    code = """
+        import lens_rl
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "exporter": "otlp",
+                                                     "endpoint": "http://collector.invalid:4318"}}}}, "grpo")
+        with lens_rl.traced_phase("through_proxy"):
+            pass
+        print("FLUSH", lens_rl.flush_telemetry({budget_ms}), flush=True)
+        lens_rl.shutdown_telemetry({budget_ms})
+    """
+    proxy = {"HTTP_PROXY": receiver.endpoint, "http_proxy": receiver.endpoint, "NO_PROXY": "", "no_proxy": ""}
+    out = run_python(code.format(budget_ms=10_000), env=proxy)
+    assert "FLUSH True" in out.stdout, out.stderr[-2000:]
+    assert any(s["name"] == "through_proxy" for s in receiver.spans)  # the receiver stood in for the proxy
+    assert "rl.phase.duration" in receiver.metric_names()
+    exempt = run_python(code.format(budget_ms=1000), env={**proxy, "NO_PROXY": "collector.invalid",
+                                                           "no_proxy": "collector.invalid"})  # fmt: skip
+    assert "FLUSH False" in exempt.stdout  # straight to a host that does not resolve
+    assert sum(s["name"] == "through_proxy" for s in receiver.spans) == 1
+
+
 def test_burst_of_20000_spans_all_arrive(receiver: OTLPReceiver) -> None:
     """20,000 spans ended in about a second all reach the collector; nothing dropped."""
     handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
@@ -256,7 +279,13 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
             raise ValueError("bad reward")
         for step in (1, 1, 2):  # one shape twice (encoded from its template), then another
             with lens_rl.traced_phase("logprob", bucket="productive", step=step):
-                pass
+                with lens_rl.traced_phase("inner"):  # a record with a parent in this process
+                    pass
+        traceparent = "00-0000000000000000000000000000abcd-0000000000000def-01"
+        with lens_rl.traced_phase("remote_child", parent={"traceparent": traceparent}):  # a remote parent
+            pass
+        with lens_rl.traced_phase("remote_child", parent={"traceparent": traceparent, "tracestate": "vendor=v1"}):
+            pass
         with lens_rl.traced_phase("many", bucket="overhead", attributes={f"k{i}": i for i in range(200)}):  # > 128
             pass
         tracer = rec.handle.tracer_provider.get_tracer("third.party", "1.0", schema_url="https://x/s")
@@ -273,7 +302,9 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
     phases = {s.name: s for rs in ours.resource_spans for ss in rs.scope_spans for s in ss.spans}
     many = {kv.key for kv in phases["many"].attributes}
     assert phases["many"].dropped_attributes_count == 201 - 128 and "rl.bucket" in many and "k126" in many
-    assert phases["reward"].status.code == 2 and phases["GET"].flags == 0x300
+    assert phases["reward"].status.code == 2 and phases["GET"].flags == 0x300 and phases["inner"].parent_span_id
+    remote = [s for rs in ours.resource_spans for ss in rs.scope_spans for s in ss.spans if s.name == "remote_child"]
+    assert [(s.flags, s.trace_state) for s in remote] == [(0x300, ""), (0x300, "vendor=v1")]
     assert {kv.key: kv.value.string_value for kv in phases["generation"].attributes}["api_key"] == "[REDACTED]"
 
 
@@ -281,7 +312,7 @@ def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
     """The file store writes a phase span from its shape's cached JSON only when that gives the very line
     the general writer gives; spans that changed shape (renamed, attributes set, events, status) take the
     general path."""
-    from lens_rl.exporters.file import json_line, span_line, span_row
+    from lens_rl.exporters.file import json_line, span_line, span_lines, span_row
 
     with lens_rl.testing.recording() as rec:
         for step in (1, 1, 2):
@@ -293,11 +324,17 @@ def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
             span.update_name("reward_v2")
         with lens_rl.traced_phase("sync", bucket="overhead") as span:
             span.add_event("chunk")
+        with lens_rl.traced_phase("step", step=4):  # children sharing a parent, then the parent
+            for _ in range(2):
+                with lens_rl.traced_phase("inner"):
+                    pass
         spans = list(rec.spans)
-    for span in spans:
-        span._lens_thread, span._lens_thread_name = 7, "Main\"Thread"
-    assert len(spans) == 6 and sum(getattr(s, "shape", None) is not None for s in spans) == 4
-    assert [span_line(s) for s in spans] == [json_line(span_row(s)) for s in spans]
+    for i, span in enumerate(spans):  # neighbours that share a thread, and ones that do not
+        span._lens_thread, span._lens_thread_name = (7, "Main\"Thread") if i % 3 else (8, "worker")
+    assert len(spans) == 9 and sum(getattr(s, "shape", None) is not None for s in spans) == 6
+    expected = [json_line(span_row(s)) for s in spans]
+    assert [span_line(s) for s in spans] == expected
+    assert span_lines(spans) == expected and span_lines(spans[::-1]) == expected[::-1]  # formats shared in a batch
 
 
 @pytest.mark.slow

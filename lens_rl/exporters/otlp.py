@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ from opentelemetry.trace import SpanKind
 from lens_rl._errors import internal_error
 from lens_rl._fastspan import UNSET_STATUS, remember
 
-__all__ = ["HTTPSpanExporter", "encode_request", "grpc_exporter_class"]
+__all__ = ["HTTPSpanExporter", "encode_request", "encode_request_bytes", "grpc_exporter_class"]
 
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
@@ -77,13 +78,25 @@ def _put_attributes(field: Any, attributes: Any) -> None:
 
 
 def encode_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
-    """The OTLP request for ``spans``: grouped by resource, then instrumentation scope, in first-seen order."""
-    request = ExportTraceServiceRequest()
+    """The OTLP request for ``spans`` as a message (what the gRPC exporter sends): :func:`encode_request_bytes`, parsed."""
+    return ExportTraceServiceRequest.FromString(encode_request_bytes(spans))
+
+
+def encode_request_bytes(spans: Sequence[ReadableSpan]) -> bytes:
+    """The serialized OTLP request for ``spans``: grouped by resource, then instrumentation scope, in first-seen order.
+
+    Each span is one length-delimited ``Span`` record: a lens_rl phase still as its shape
+    made it is written by :func:`_phase_record` (its ids and times packed in front of its
+    shape's encoded name, kind, attributes and status); any other span is filled into an
+    official ``Span`` message and serialized. Resources and scopes are encoded once per
+    batch by OpenTelemetry's own helpers.
+    """
     canonical: dict[int, Any] = {}  # id(resource or scope) -> the object that stands for it (equal ones merge)
-    groups: dict[Any, tuple[Any, dict[Any, Any]]] = {}  # resource -> (ResourceSpans, scope -> ScopeSpans.spans)
+    groups: dict[Any, dict[Any, list[bytes]]] = {}  # resource -> scope -> its spans' records
     last_key: Any = None
-    last_spans: Any = None
+    records: list[bytes] = []
     ids = [0, b"", 0, b""]  # the last trace id and parent id encoded (a batch shares them, mostly)
+    scratch = PBSpan()
     for span in spans:
         resource, scope = span._resource, span._instrumentation_scope or None
         key = (id(resource), id(scope))
@@ -91,51 +104,83 @@ def encode_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
             last_key = key
             res = canonical.setdefault(id(resource), resource)
             scope_key = canonical.setdefault(id(scope), scope)
-            group = groups.get(res)
-            if group is None:
-                message = request.resource_spans.add()
-                message.resource.CopyFrom(_encode_resource(res))
-                if res.schema_url:
-                    message.schema_url = res.schema_url
-                group = groups[res] = (message, {})
-            last_spans = group[1].get(scope_key)
-            if last_spans is None:
-                scope_message = group[0].scope_spans.add()
-                if scope is not None:
-                    scope_message.scope.CopyFrom(_encode_instrumentation_scope(scope))
-                    if scope.schema_url:
-                        scope_message.schema_url = scope.schema_url
-                last_spans = group[1][scope_key] = scope_message.spans
-        if getattr(span, "cleaned", False):
-            _put_phase(last_spans.add(), span, ids)
-        else:
-            _put_span(last_spans.add(), span)
-    return request
+            records = groups.setdefault(res, {}).setdefault(scope_key, [])
+        record = _phase_record(span, ids) if getattr(span, "shape", None) is not None else None
+        if record is None:
+            scratch.Clear()
+            if getattr(span, "cleaned", False):
+                _put_phase(scratch, span, ids)
+            else:
+                _put_span(scratch, span)
+            record = _field(b"\x12", scratch.SerializePartialToString())  # ScopeSpans.spans
+        records.append(record)
+    out = []
+    for res, scopes in groups.items():
+        parts = [_field(b"\x0a", _encode_resource(res).SerializePartialToString())]  # ResourceSpans.resource
+        for scope, scope_records in scopes.items():
+            head = _field(b"\x0a", _encode_instrumentation_scope(scope).SerializePartialToString()) if scope is not None else b""
+            tail = _field(b"\x1a", scope.schema_url.encode()) if scope is not None and scope.schema_url else b""
+            parts.append(_field(b"\x12", b"".join([head, *scope_records, tail])))  # ResourceSpans.scope_spans
+        if res.schema_url:
+            parts.append(_field(b"\x1a", res.schema_url.encode()))
+        out.append(_field(b"\x0a", b"".join(parts)))  # ExportTraceServiceRequest.resource_spans
+    return b"".join(out)
 
 
-_TEMPLATES: dict[Any, Any] = {}  # a phase span's shape -> its name, kind and attributes, encoded once
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
-def _template(shape: Any, span: Any) -> Any:
-    template = _TEMPLATES.get(shape)
-    if template is None:
-        template = PBSpan(name=span._name, kind=_INTERNAL)
-        if span._attrs:
-            _put_attributes(template.attributes, span._attrs)
-        if span._dropped[0]:
-            template.dropped_attributes_count = span._dropped[0]
-        template.status.SetInParent()  # present even when unset, as OpenTelemetry encodes it
-        remember(_TEMPLATES, shape, template)
-    return template
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited protobuf field: its one-byte tag, the payload's length, the payload."""
+    return tag + _varint(len(payload)) + payload
+
+
+# A phase span's own fields, in front of its shape's: trace_id (1), span_id (2), [parent_span_id (4)],
+# flags (16, fixed32), start (7, fixed64), end (8, fixed64); tags written out, integers little-endian.
+_WITH_PARENT = struct.Struct("<2s16s2s8s2s8s2sIBQBQ")
+_ROOT = struct.Struct("<2s16s2s8s2sIBQBQ")
+
+
+def _phase_record(span: Any, ids: list[Any]) -> bytes | None:
+    """The ``Span`` record of a lens_rl phase still as its shape made it, else None (encoded as a message)."""
+    context = span._context
+    if context[4] is not _NO_STATE and context[4]:
+        return None  # a trace state: rare, left to the message path
+    shape = span.shape
+    known = _RECORDS.get(shape)
+    if known is None:
+        template = PBSpan()
+        _put_fixed(template, span)
+        fixed = template.SerializePartialToString()
+        known = remember(_RECORDS, shape, (fixed, b"\x12" + _varint(_WITH_PARENT.size + len(fixed)),
+                                           b"\x12" + _varint(_ROOT.size + len(fixed))))  # fmt: skip
+    if context[0] != ids[0]:
+        ids[0], ids[1] = context[0], context[0].to_bytes(16, "big")
+    parent = span._parent
+    if parent is None:
+        return b"".join((known[2], _ROOT.pack(b"\x0a\x10", ids[1], b"\x12\x08", context[1].to_bytes(8, "big"),
+                                              b"\x85\x01", _HAS_IS_REMOTE, 0x39, span._start_time, 0x41,
+                                              span._end_time), known[0]))  # fmt: skip
+    if parent[1] != ids[2]:
+        ids[2], ids[3] = parent[1], parent[1].to_bytes(8, "big")
+    flags = _HAS_IS_REMOTE | _IS_REMOTE if parent[2] else _HAS_IS_REMOTE
+    return b"".join((known[1], _WITH_PARENT.pack(b"\x0a\x10", ids[1], b"\x12\x08", context[1].to_bytes(8, "big"),
+                                                 b"\x22\x08", ids[3], b"\x85\x01", flags, 0x39, span._start_time,
+                                                 0x41, span._end_time), known[0]))  # fmt: skip
+
+
+_RECORDS: dict[Any, tuple[bytes, bytes, bytes]] = {}  # a phase span's shape -> its fixed fields encoded; record heads
 
 
 def _put_phase(out: Any, span: Any, ids: list[Any]) -> None:
-    """A lens_rl phase span (:class:`lens_rl._fastspan.FastSpan`): its fields read directly, the common
-    case first (internal kind, status unset, nothing dropped); the rest as :func:`_put_span` does. Name
-    and attributes are copied from a template when the span still has its shape's."""
-    shape = span.shape
-    if shape is not None:
-        out.CopyFrom(_template(shape, span))
+    """A lens_rl phase span (:class:`lens_rl._fastspan.FastSpan`) not written as a record: its fields
+    read directly; events, links and a status as :func:`_put_span` does."""
     context = span._context
     if context[0] != ids[0]:
         ids[0], ids[1] = context[0], context[0].to_bytes(16, "big")
@@ -153,14 +198,7 @@ def _put_phase(out: Any, span: Any, ids: list[Any]) -> None:
         out.flags = _HAS_IS_REMOTE
     out.start_time_unix_nano = span._start_time
     out.end_time_unix_nano = span._end_time
-    if shape is None:
-        out.name = span._name
-        out.kind = _INTERNAL
-        if span._attrs:
-            _put_attributes(out.attributes, span._attrs)
-        if span._dropped[0]:
-            out.dropped_attributes_count = span._dropped[0]
-        out.status.SetInParent()
+    _put_fixed(out, span)
     if span._events:
         out.events.extend(_encode_events(span._events))
     if span._links:
@@ -174,6 +212,17 @@ def _put_phase(out: Any, span: Any, ids: list[Any]) -> None:
         out.dropped_events_count = span._dropped[1]
     if span._dropped[2]:
         out.dropped_links_count = span._dropped[2]
+
+
+def _put_fixed(out: Any, span: Any) -> None:
+    """A phase span's fields its shape fixes: name, kind, attributes (and how many were dropped), status."""
+    out.name = span._name
+    out.kind = _INTERNAL
+    if span._attrs:
+        _put_attributes(out.attributes, span._attrs)
+    if span._dropped[0]:
+        out.dropped_attributes_count = span._dropped[0]
+    out.status.SetInParent()  # present even when unset, as OpenTelemetry encodes it
 
 
 def _put_span(out: Any, span: ReadableSpan) -> None:
@@ -226,7 +275,7 @@ class HTTPSpanExporter(_HTTPExporter):
         if self._shutdown:
             return SpanExportResult.FAILURE
         try:
-            data = encode_request(spans).SerializePartialToString()
+            data = encode_request_bytes(spans)
         except Exception as exc:  # an unencodable batch: nothing sent (the pipeline splits it)
             internal_error(exc, "span-encode")
             return SpanExportResult.FAILURE
