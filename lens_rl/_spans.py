@@ -359,12 +359,13 @@ def _account(node: Node, end_ns: int) -> None:
         handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
 
 
-def enter_with(spec: Any, owner: Any) -> Any:
-    """``owner.__enter__`` while on: open ``spec``, push the token on this context's stack, yield the span."""
+def enter_with(spec: Any, owner: Any = None) -> Any:
+    """``owner.__enter__`` while on (``spec``'s own by default): open ``spec``, push the token on this
+    context's stack, yield the span."""
     node = open_node(spec)
     if node is None:
         return NOOP_SPAN
-    node.owner = owner
+    node.owner = spec if owner is None else owner
     node.prev = ACTIVE.get()
     ACTIVE.set(node)
     RUNTIME.stacked = True

@@ -7,13 +7,15 @@
  * pure-Python implementation, which stays the one source of the semantics:
  *
  *   traced_phase(name)              -> the cached Phase for name (a dict lookup)
- *   traced_phase(name, **kwargs)    -> while off, a lazy record of (name, kwargs);
+ *   traced_phase(name, **kwargs)    -> while on, the Phase kept for these arguments
+ *                                      (made by the Python implementation on a miss);
+ *                                      while off, a lazy record of (name, kwargs);
  *                                      the name a str not starting with white space,
  *                                      the bucket a Bucket member, a canonical bucket
  *                                      string (replaced by its member) or None,
  *                                      `parent` / `attributes` a dict or None
  *                                      (anything else: the Python path validates)
- *   anything else, or telemetry on  -> the Python implementation
+ *   anything else                   -> the Python implementation
  *
  * The on/off flag is read from the one runtime object (`lens_rl._runtime.RUNTIME.on`).
  */
@@ -206,6 +208,8 @@ static PyObject *bucket_by_value = NULL;
 static PyObject *str_bucket = NULL;
 static PyObject *str_parent = NULL;
 static PyObject *str_attributes = NULL;
+static PyObject *key_marker = NULL; /* starts a keyword phase's key in the cache (see keyword_phase_on) */
+#define PHASE_CACHE_MAX 4096        /* as lens_rl.aspects._CACHE_MAX: the cache is emptied when full */
 
 /* The offset of a slot of `obj`'s type named `name`, or -1 (then it is read by attribute). */
 static Py_ssize_t
@@ -258,6 +262,85 @@ configure(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Put `value` at `*at` of `key` as three items: `name`, `value`, its type (1, 1.0 and True are equal and hash
+ * alike, but record apart). */
+static void
+put_triple(PyObject *key, Py_ssize_t *at, PyObject *name, PyObject *value)
+{
+    Py_INCREF(name);
+    PyTuple_SET_ITEM(key, (*at)++, name);
+    Py_INCREF(value);
+    PyTuple_SET_ITEM(key, (*at)++, value);
+    Py_INCREF((PyObject *)Py_TYPE(value));
+    PyTuple_SET_ITEM(key, (*at)++, (PyObject *)Py_TYPE(value));
+}
+
+/* traced_phase(name, **kwargs) while on: the Phase made once per distinct arguments, kept in the phase cache
+ * under a flat key (marker, name, then name / value / type of each keyword, an `attributes` dict's items the
+ * same way after the marker again). The Python implementation makes it on a miss and decides every case
+ * this does not answer: an unhashable value, an `attributes` that is not a dict, a keyword built at run time. */
+static PyObject *
+keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t nkw)
+{
+    PyObject *attributes = NULL;
+    Py_ssize_t size = 2 + 3 * nkw;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(args[nargs + i])) {
+            attributes = args[nargs + i];
+            size += 1 + 3 * PyDict_GET_SIZE(attributes) - 3;
+        }
+    }
+    PyObject *key = PyTuple_New(size);
+    if (key == NULL) {
+        return NULL;
+    }
+    Py_ssize_t at = 0;
+    Py_INCREF(key_marker);
+    PyTuple_SET_ITEM(key, at++, key_marker);
+    Py_INCREF(args[0]);
+    PyTuple_SET_ITEM(key, at++, args[0]);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (args[nargs + i] != attributes) {
+            put_triple(key, &at, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]);
+        }
+    }
+    if (attributes != NULL) {
+        Py_INCREF(key_marker);
+        PyTuple_SET_ITEM(key, at++, key_marker);
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(attributes, &pos, &k, &v) && at + 3 <= size) {
+            put_triple(key, &at, k, v);
+        }
+    }
+    if (at != size) { /* (cannot happen: filled from what was counted) */
+        Py_DECREF(key);
+        return PyObject_Vectorcall(slow, args, nargs, kwnames);
+    }
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    if (hit != NULL) {
+        Py_DECREF(key);
+        Py_INCREF(hit);
+        return hit;
+    }
+    if (PyErr_Occurred()) { /* an unhashable value: made each time, by the Python path */
+        PyErr_Clear();
+        Py_DECREF(key);
+        return PyObject_Vectorcall(slow, args, nargs, kwnames);
+    }
+    PyObject *phase = PyObject_Vectorcall(slow, args, nargs, kwnames);
+    if (phase != NULL && !PyObject_TypeCheck(phase, (PyTypeObject *)lazy_type)) { /* (off meanwhile: not kept) */
+        if (PyDict_GET_SIZE(cache) >= PHASE_CACHE_MAX) {
+            PyDict_Clear(cache);
+        }
+        if (PyDict_SetItem(cache, key, phase) < 0) {
+            PyErr_Clear();
+        }
+    }
+    Py_DECREF(key);
+    return phase;
+}
+
 static PyObject *
 traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -279,6 +362,9 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
         return PyObject_Vectorcall(slow, args, nargs, NULL);
     }
     PyObject *on = runtime_flag(runtime_on_offset, str_on);
+    if (on == Py_True) {
+        return keyword_phase_on(args, nargs, kwnames, nkw);
+    }
     if (on != Py_False) {
         return PyObject_Vectorcall(slow, args, nargs, kwnames);
     }
@@ -364,7 +450,8 @@ PyInit__speedups(void)
     str_stacked = PyUnicode_InternFromString("stacked");
     str_enter_on = PyUnicode_InternFromString("_enter_on");
     str_exit_on = PyUnicode_InternFromString("_exit_on");
-    if (str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
+    key_marker = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    if (key_marker == NULL || str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
         str_enter_on == NULL || str_exit_on == NULL) {
         return NULL;
     }

@@ -80,12 +80,10 @@ class Phase(_codegen.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
 
     # ------------------------------------------------------------ context manager
 
-    # ``__enter__`` / ``__exit__`` come from ScopeBase (lens_rl._impl): free while off.
-    def _enter_on(self) -> Any:
-        return enter_with(self, self)
-
-    def _exit_on(self, exc: BaseException | None) -> None:
-        exit_with(self, exc)
+    # ``__enter__`` / ``__exit__`` come from ScopeBase (lens_rl._impl): free while off. While on they call
+    # these, the engine's functions themselves (the phase is its own owner): no call in between.
+    _enter_on = enter_with
+    _exit_on = exit_with
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -197,6 +195,9 @@ else:
         return lazy
 
 
+_ATTRIBUTES_FOLLOW = object()  # in a keyword phase's cache key: what follows are the attributes= dict's items
+
+
 def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
     """The phase for these arguments while on: made once per distinct arguments (a cache bounded like the
     plain names'), so a ``with traced_phase("generation", bucket="productive", step=s)`` inside a loop
@@ -205,9 +206,11 @@ def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
     try:  # the values' types are part of the key: 1, 1.0 and True are equal, and hash alike, but record apart
         if attributes is None:
             key: Any = (name, *kwargs.items(), *map(type, kwargs.values()))
-        else:  # a dict: keyed by its items
-            key = (name, tuple(attributes.items()), tuple(map(type, attributes.values())),
-                   *[kv for kv in kwargs.items() if kv[0] != "attributes"], *map(type, kwargs.values()))  # fmt: skip
+        else:  # a dict: keyed by its items, after the other arguments' (a marker between: no two read alike)
+            rest = kwargs.copy()
+            del rest["attributes"]
+            key = (name, *rest.items(), *map(type, rest.values()), _ATTRIBUTES_FOLLOW, *attributes.items(),
+                   *map(type, attributes.values()))  # fmt: skip
         phase = _CACHE.get(key)
     except (TypeError, AttributeError):  # an unhashable value: made each time
         return _make_phase(name, **kwargs)

@@ -143,3 +143,19 @@ def test_no_reference_or_memory_leak_on_the_hot_paths(tp: Callable[..., Any]) ->
     tracemalloc.stop()
     assert (sys.getrefcount(name), sys.getrefcount(value), sys.getrefcount(bucket)) == before
     assert grown < 64 * 1024
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_keyword_phases_while_on_are_kept_per_distinct_arguments(tp: Callable[..., Any]) -> None:
+    """While on, equal keyword arguments give the one kept Phase; arguments that record differently never
+    share one: a value of another type, a keyword versus the same key in attributes=, an unhashable value."""
+    with testing.recording():
+        first = tp("p", bucket="productive", step=1, attributes={"k": "v"})
+        assert isinstance(first, aspects.Phase)
+        assert tp("p", bucket="productive", step=1, attributes={"k": "v"}) is first
+        assert tp("p", step=1.0, bucket="productive", attributes={"k": "v"}).rl_attributes == {"step": 1.0}
+        as_keyword, as_attribute = tp("p", step=1), tp("p", attributes={"step": 1})
+        assert as_keyword.rl_attributes == {"step": 1} and as_attribute.attributes == {"step": 1}
+        assert as_keyword is not as_attribute and as_keyword is not tp("p", step=True)
+        assert tp("p", attributes={"k": [1]}) is not tp("p", attributes={"k": [1]})  # unhashable: made each time
+        assert tp("p", attributes={"k": [1]}).attributes == {"k": [1]}

@@ -79,7 +79,7 @@ def _environment_read_once(exporter: Any, url: str) -> Any:
             session.proxies.setdefault(scheme, proxy)
         if session.auth is None:
             session.auth = get_netrc_auth(url)
-        if session.verify is True:
+        if session.verify is True and url.startswith("https:"):  # (for plain HTTP a bundle is unused, but stat-ed per request)
             session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
         session.trust_env = False
     except Exception as exc:  # the environment is still read per request, as before
