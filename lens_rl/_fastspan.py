@@ -233,20 +233,20 @@ class FastSpanFactory:
     def start(self, name: str, parent: SpanContext, attributes: dict[str, Any], start_ns: int,
               shape: Any = None) -> trace_api.Span:  # fmt: skip
         """A new span under ``parent`` (an invalid context: a new trace), recording unless sampled out."""
-        valid = parent.is_valid
+        valid = parent[0] and parent[1]  # is_valid (a SpanContext is a tuple; its properties are Python calls)
         if self.sample_rate >= 1.0:
             sampled = True
         elif name == "rl.job":
             sampled = True
-        elif valid and parent.span_id != self._root_span_id():
+        elif valid and parent[1] != self._root_span_id():
             sampled = parent.trace_flags.sampled  # a child follows its parent
         else:
             sampled = random.random() < self.sample_rate
         span_id = _getrandbits(64) or 1
-        trace_id = parent.trace_id if valid else _getrandbits(128) or 1
+        trace_id = parent[0] if valid else _getrandbits(128) or 1
         # SpanContext's own fields (a tuple), its validation skipped: these ids are valid by construction
         context = _new_context(SpanContext, (trace_id, span_id, False, SAMPLED if sampled else NOT_SAMPLED,
-                                             parent.trace_state if valid else _NO_STATE, True))  # fmt: skip
+                                             parent[4] if valid else _NO_STATE, True))  # fmt: skip
         if not sampled:
             return NonRecordingSpan(context)
         span = FastSpan(self, name, context, parent if valid else None, attributes, start_ns)

@@ -271,7 +271,7 @@ def open_node(spec: Any) -> Node | None:
         own_step = attributes.get("rl.step")
         if own_step is None and carried_step is not None:
             attributes["rl.step"] = carried_step  # the caller's step, recorded unless the phase sets its own
-        parent_node = RUNTIME.open_phases.get(parent_span.span_id)
+        parent_node = RUNTIME.open_phases.get(parent_span[1])  # (a SpanContext is a tuple: [1] is its span id)
         outer = None
         if parent_node is not None:
             outer = parent_node if parent_node.bucket is not None else parent_node.outer
@@ -286,7 +286,7 @@ def open_node(spec: Any) -> Node | None:
             span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
         new_ctx = under(parent_ctx, span, own_step)
         token = runtime_context().attach(new_ctx)
-        span_id = span.get_span_context().span_id
+        span_id = span.get_span_context()[1]
         umbrella = bucket is None and own_step is not None
         node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
         node.step = own_step if own_step is not None else carried_step
@@ -324,7 +324,7 @@ def close_node(node: Node, exc: BaseException | None) -> None:
         except Exception as err:
             internal_error(err, "phase-exception")
     try:
-        span.end(end_time=end_ns)
+        span.end(end_ns)
     except Exception as err:
         internal_error(err, "phase-end")
     try:

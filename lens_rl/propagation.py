@@ -125,7 +125,7 @@ def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | No
     ctx = explicit if explicit is not None else _KEYS[4].get_current()
     span = ctx.get(span_key)
     parent = span.get_span_context() if span is not None else invalid
-    if explicit is None and not parent.is_valid and RUNTIME.root_context is not None:
+    if explicit is None and not (parent[0] and parent[1]) and RUNTIME.root_context is not None:  # (is_valid)
         root = RUNTIME.root_context
         bag = ctx.get(baggage_key)
         ctx = root if not bag else context_type({**root, baggage_key: {**(root.get(baggage_key) or {}), **bag}})
