@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import heapq
 import os
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -23,8 +24,9 @@ from typing import Any
 from lens_rl.buckets import Bucket, exclusive_time, union_length
 from lens_rl.store import Columns, ReadStats, read_columns
 
-__all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "Series", "clip", "ProcessPart", "StepPart", "file_parts", "median",
-           "merge_intervals", "merge_parts", "pack", "pairs", "part_from_columns", "part_from_rows", "process_part", "step_key"]  # fmt: skip
+__all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "Series", "ProcessPart", "StepPart", "clipped", "covered", "file_parts",
+           "median", "merge_indexed", "merge_intervals", "merge_parts", "pack", "pairs", "part_from_columns",
+           "part_from_rows", "process_part", "share_steps", "step_key"]  # fmt: skip
 
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
 #: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
@@ -57,8 +59,40 @@ def pairs(packed: Iterable[int]) -> Iterator[tuple[int, int]]:
     return zip(it, it, strict=False)
 
 
-def clip(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    return [(max(a, lo), min(b, hi)) for a, b in intervals if min(b, hi) > max(a, lo)]
+def clipped(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """``intervals`` cut to ``[lo, hi]`` (those outside left out), lazily, in their order."""
+    return ((max(a, lo), min(b, hi)) for a, b in intervals if min(b, hi) > max(a, lo))
+
+
+def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> float:
+    """The length the union of ``packed`` interval arrays (each merged, so sorted) covers inside ``windows``
+    (merged too), streamed: no list of a run's intervals is ever built."""
+    packed = list(packed)
+    streams = [clipped(pairs(p), lo, hi) for lo, hi in windows for p in packed]
+    return union_length(heapq.merge(*streams), ordered=True)
+
+
+def merge_indexed(indexes: Iterable[int], starts: Sequence[int], ends: Sequence[int]) -> array:
+    """The merged union of the intervals ``(starts[i], ends[i])`` for ``i`` in ``indexes``, packed
+    (as ``pack(merge_intervals(...))`` gives it, without a tuple per interval)."""
+    out = array("q")
+    for i in sorted(indexes, key=starts.__getitem__):
+        start, end = starts[i], ends[i]
+        if out and start <= out[-1]:
+            if end > out[-1]:
+                out[-1] = end
+        else:
+            out.append(start)
+            out.append(end)
+    return out
+
+
+def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
+    """Make ``part``'s :class:`Series` use one ``steps`` array per distinct set of steps seen (``seen``):
+    ranks of a run mostly share their steps, so a 1,000-rank, 100 k-step run keeps one copy, not 1,000."""
+    for series in part.compute.values():
+        if isinstance(series, Series):
+            series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
 
 
 def step_key(step: Any) -> tuple[str, Any]:
@@ -336,9 +370,9 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             inner.setdefault(outer[i], []).append((starts[i], ends[i]))
     seconds = part.seconds
     part_steps = part.steps
-    compute: dict[str, dict[Any, float]] = {}  # built here, compacted into part.compute at the end
+    compute: dict[str, Any] = {}  # phase -> [steps, seconds] arrays (or a dict), made a Series at the end
     phases = part.phases
-    top_level = []
+    top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     lo = hi = None
     for i in range(n):
         name = names[i]
@@ -351,7 +385,6 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         duration_s = (end - start) / 1e9
         bucket = buckets[i]
         excl_s = 0.0
-        interval = (start, end)  # one tuple, shared by the job's and the step's bucketed intervals
         if bucket is not None:
             kids = inner.get(i)
             if not kids:
@@ -363,7 +396,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
                 excl_s = exclusive_time(start, end, kids) / 1e9
             seconds[bucket] += excl_s
             if outer[i] == -1:
-                top_level.append(interval)
+                top_level.append(i)
         phase = phases.get((name, bucket))
         if phase is None:
             phase = phases[(name, bucket)] = PhasePart()
@@ -377,10 +410,16 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         if step is None:
             continue
         if bucket is not None and bucket in COMPUTE_BUCKETS:
-            by_step = compute.get(name)
+            by_step: Any = compute.get(name)
             if by_step is None:
-                by_step = compute[name] = {}
-            by_step[step] = by_step.get(step, 0.0) + excl_s
+                by_step = compute[name] = [array("q"), array("d")]
+            if type(by_step) is list and type(step) is int and _INT64_MIN <= step <= _INT64_MAX:
+                by_step[0].append(step)  # (16 bytes a span; summed per step at the end)
+                by_step[1].append(excl_s)
+            else:  # a step that is not an int: this phase's steps stay a dict
+                if type(by_step) is list:
+                    by_step = compute[name] = _step_dict(by_step)
+                by_step[step] = by_step.get(step, 0.0) + excl_s
         if not step_rows:  # a worker of a run with a driver: the steps' rows are the driver's
             continue
         sp = part_steps.get(step)
@@ -395,24 +434,25 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             if own_steps[i] is not None:
                 if sp.umbrellas is None:
                     sp.umbrellas = []
-                sp.umbrellas.append((start, end))
+                sp.umbrellas.append(i)
             continue
         sp.seconds[_BUCKET_INDEX[bucket]] += excl_s
         if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
             if sp.bucketed is None:
                 sp.bucketed = []
-            sp.bucketed.append(interval)
-    for sp in part_steps.values():  # packed: a run has steps x processes of these
+            sp.bucketed.append(i)
+    for sp in part_steps.values():  # packed: a run has steps x processes of these (rows until here)
         if sp.bucketed is not None:
-            sp.bucketed = pack(merge_intervals(sp.bucketed))
+            sp.bucketed = merge_indexed(sp.bucketed, starts, ends)
         if sp.umbrellas is not None:
-            sp.umbrellas = pack(sp.umbrellas)
-    part.compute = {name: Series.of(by_step) for name, by_step in compute.items()}
-    top_level = merge_intervals(top_level)
-    part.bucketed = pack(top_level)
+            sp.umbrellas = pack((starts[i], ends[i]) for i in sp.umbrellas)
+    part.compute = {name: _summed(by_step) if type(by_step) is list else Series.of(by_step)
+                    for name, by_step in compute.items()}  # fmt: skip
+    part.bucketed = merge_indexed(top_level, starts, ends)
+    del top_level
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
-        part.covered_s = union_length(clip(top_level, lo, hi)) / 1e9
+        part.covered_s = covered([part.bucketed], [(lo, hi)]) / 1e9
         if not part.is_driver:  # a worker's uncovered lifetime is measured idle
             seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
     if not step_rows:  # a worker of a run with a driver: only the job view's are needed again
@@ -423,6 +463,30 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
 
 
 _BUCKET_SET = frozenset(BUCKETS)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _step_dict(pairs_: list[array]) -> dict[Any, float]:
+    """``[steps, seconds]`` arrays as the step -> summed seconds dict, in the order they came."""
+    out: dict[Any, float] = {}
+    for step, value in zip(pairs_[0], pairs_[1], strict=True):
+        out[step] = out.get(step, 0.0) + value
+    return out
+
+
+def _summed(pairs_: list[array]) -> Series:
+    """``[steps, seconds]`` arrays (int steps, in span order) as a :class:`Series`: each step's seconds
+    summed in span order from 0.0, exactly as a dict accumulating them would have."""
+    steps, values = pairs_
+    keys, sums = array("q"), array("d")
+    for i in sorted(range(len(steps)), key=steps.__getitem__):  # stable: a step's spans keep their order
+        step = steps[i]
+        if keys and keys[-1] == step:
+            sums[-1] += values[i]
+        else:
+            keys.append(step)
+            sums.append(0.0 + values[i])
+    return Series(keys, sums)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
 
 

@@ -91,12 +91,16 @@ def goodput_of(seconds: Mapping[str, float]) -> float | None:
     return seconds.get("productive", 0.0) / total if total > 0 else None
 
 
-def union_length(intervals: Iterable[tuple[float, float]]) -> float:
-    """The length covered by the union of ``(start, end)`` intervals (any one unit)."""
+def union_length(intervals: Iterable[tuple[float, float]], *, ordered: bool = False) -> float:
+    """The length covered by the union of ``(start, end)`` intervals (any one unit).
+
+    ``ordered``: they come sorted already (e.g. a ``heapq.merge`` of sorted streams): read
+    as they come, never held in memory at once.
+    """
     total = 0.0
     lo: float | None = None
     hi = 0.0
-    for start, stop in sorted(intervals):
+    for start, stop in intervals if ordered else sorted(intervals):
         if lo is None or start > hi:
             if lo is not None:
                 total += hi - lo

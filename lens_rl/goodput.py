@@ -54,13 +54,14 @@ from lens_rl._parts import (
     ProcessPart,
     Series,
     StepPart,
-    clip,
+    covered,
     file_parts,
     median,
     merge_intervals,
     merge_parts,
     pairs,
     process_part,
+    share_steps,
     step_key,
 )
 from lens_rl.buckets import goodput_of, union_length
@@ -107,7 +108,7 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[d
         windows = merge_intervals(pairs(sp.umbrellas)) if sp.umbrellas else (
             [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])  # fmt: skip
         wall_s = union_length(windows) / 1e9
-        covered_s = union_length(iv for lo, hi in windows for iv in clip(pairs(sp.bucketed or ()), lo, hi)) / 1e9
+        covered_s = covered([sp.bucketed], windows) / 1e9 if sp.bucketed else 0.0
         seconds = dict(zip(BUCKETS, sp.seconds, strict=True))
         rows.append({"step": step, "seconds": _bucket_dict(seconds), "wall_s": round(wall_s, 6),
                      "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": goodput_of(seconds)})  # fmt: skip
@@ -214,7 +215,7 @@ def report_from_parts(
             job_seconds[b] += part.seconds[b]
     jobs = merge_intervals(j for p in view for j in p.jobs)
     job_wall_s = union_length(jobs) / 1e9 if jobs else None
-    job_covered_s = union_length(iv for lo, hi in jobs for p in view for iv in clip(pairs(p.bucketed), lo, hi)) / 1e9
+    job_covered_s = covered((p.bucketed for p in view), jobs) / 1e9
     step_rows = _step_rows(view, steps)
     steady = [r for r in step_rows[max(warmup_steps, 0):]]
     steady_seconds = dict.fromkeys(BUCKETS, 0.0)
@@ -306,9 +307,12 @@ def analyze_parts(
     parts: list[ProcessPart] = []
     stats = ReadStats()
     driver_in_run = any(Path(p).name.startswith("spans-driver-") for p in paths)
+    steps_seen: dict[bytes, Any] = {}
     with no_gc():
         for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
                                                  ray_address=ray_address, desc="goodput"):  # fmt: skip
+            for part in file_result:
+                share_steps(part, steps_seen)
             parts.extend(file_result)
             stats.add(file_stats)
     return parts, stats

@@ -99,3 +99,29 @@ def test_perfetto_protobuf_parses_with_perfetto_definitions(store: Path, tmp_pat
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert names and all(n.startswith("driver") for n in names)
     assert all(e["ph"] != "X" or e["pid"] == 1 for e in doc["traceEvents"])
+
+
+def test_compact_reductions_equal_the_plain_ones() -> None:
+    """The memory-lean reductions give what the plain ones give: merged intervals from row indexes, a
+    phase's per-step compute seconds from arrays (a step that is not an int keeps the dict, in order)."""
+    import random
+    from array import array
+
+    from lens_rl._parts import merge_indexed, merge_intervals, pack, part_from_rows
+
+    rng = random.Random(7)
+    starts = array("q", (rng.randrange(0, 1000) for _ in range(500)))
+    ends = array("q", (s + rng.randrange(0, 40) for s in starts))
+    rows = rng.sample(range(500), 300)
+    assert merge_indexed(rows, starts, ends) == pack(merge_intervals((starts[i], ends[i]) for i in rows))
+
+    def span(i: int, step: Any) -> tuple[Any, ...]:
+        return ("train", f"{i:016x}", None, i * 10, i * 10 + 3 + i % 5, {"rl.bucket": "productive", "rl.step": step})
+
+    steps = [2, 1, 2, 1, 3]
+    part = part_from_rows(("lm", 0, 1), [span(i, s) for i, s in enumerate(steps)])
+    assert dict(part.compute["train"]) == {1: (0.0 + 4e-9) + 6e-9, 2: (0.0 + 3e-9) + 5e-9, 3: 7e-9}
+    assert list(part.compute["train"]) == [1, 2, 3]
+    mixed = part_from_rows(("lm", 0, 1), [span(i, s) for i, s in enumerate([2, "warmup", 1, 2])])
+    assert mixed.compute["train"] == {2: (0.0 + 3e-9) + 6e-9, "warmup": 4e-9, 1: 5e-9}
+    assert list(mixed.compute["train"]) == [2, "warmup", 1]  # the order the steps came in
