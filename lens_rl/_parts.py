@@ -72,11 +72,23 @@ def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> floa
     return union_length(heapq.merge(*streams), ordered=True)
 
 
+def _by(indexes: Iterable[int], key: Any) -> Iterable[int]:
+    """``indexes`` stably sorted by ``key``: as they are when already in order (the common case: spans
+    written as they end, one after another), so no list of a run's indexes is made."""
+    last = None
+    for i in indexes:
+        value = key(i)
+        if last is not None and value < last:
+            return sorted(indexes, key=key)
+        last = value
+    return indexes
+
+
 def merge_indexed(indexes: Iterable[int], starts: Sequence[int], ends: Sequence[int]) -> array:
     """The merged union of the intervals ``(starts[i], ends[i])`` for ``i`` in ``indexes``, packed
     (as ``pack(merge_intervals(...))`` gives it, without a tuple per interval)."""
     out = array("q")
-    for i in sorted(indexes, key=starts.__getitem__):
+    for i in _by(indexes, starts.__getitem__):
         start, end = starts[i], ends[i]
         if out and start <= out[-1]:
             if end > out[-1]:
@@ -230,6 +242,18 @@ class ProcessPart:
     #: a :class:`Series` (two arrays) when the steps are integers, else a dict
     compute: dict[str, Mapping[Any, float]] = field(default_factory=dict)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler
+        # keeps a memo entry per object it writes: per step object, that memo was the worker's peak)
+        state = dict(self.__dict__)
+        state["steps"] = _step_columns(self.steps)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["steps"] = _steps_from_columns(state["steps"])
+        self.__dict__.update(state)
+
     def compute_items(self) -> Iterator[tuple[str, Any, float]]:
         """(phase, step, exclusive seconds) of the compute phases stragglers are judged on."""
         for phase, by_step in self.compute.items():
@@ -262,6 +286,55 @@ class ProcessPart:
             for step, value in by_step.items():
                 mine[step] = mine.get(step, 0.0) + value
             self.compute[name] = Series.of(mine)
+
+
+def _intervals_column(values: Iterable[array | None]) -> tuple[array, array]:
+    """Optional packed interval arrays as (lengths, -1 for None; their items, concatenated)."""
+    lengths, items = array("q"), array("q")
+    for value in values:
+        if value is None:
+            lengths.append(-1)
+        else:
+            lengths.append(len(value))
+            items.extend(value)
+    return lengths, items
+
+
+def _intervals_from_column(lengths: array, items: array) -> Iterator[array | None]:
+    at = 0
+    for length in lengths:
+        if length < 0:
+            yield None
+        else:
+            yield items[at:at + length]
+            at += length
+
+
+def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
+    """``steps`` as a few flat columns (see :meth:`ProcessPart.__getstate__`); exact."""
+    parts = steps.values()
+    seconds = array("d")
+    for sp in parts:
+        seconds.extend(sp.seconds)
+    ends = [(sp.lo, sp.hi) for sp in parts]
+    none = bytes(2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
+    lows = array("q", (lo or 0 for lo, _ in ends))
+    highs = array("q", (hi or 0 for _, hi in ends))
+    umbrellas = _intervals_column(sp.umbrellas for sp in parts)
+    bucketed = _intervals_column(sp.bucketed for sp in parts)
+    return list(steps), seconds, none, lows, highs, umbrellas, bucketed
+
+
+def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
+    keys, seconds, none, lows, highs, umbrellas, bucketed = columns
+    out = {}
+    for n, (key, umbrella, spans) in enumerate(zip(keys, _intervals_from_column(*umbrellas),
+                                                    _intervals_from_column(*bucketed), strict=True)):  # fmt: skip
+        sp = StepPart(None if none[n] & 2 else lows[n], None if none[n] & 1 else highs[n])
+        sp.seconds = list(seconds[4 * n:4 * n + 4])
+        sp.umbrellas, sp.bucketed = umbrella, spans
+        out[key] = sp
+    return out
 
 
 def _resource_flags(part: ProcessPart, resource: Mapping[str, Any]) -> None:
@@ -311,8 +384,10 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
     if not n:
         return part
     # span ids are needed only to find each span's parent row: dropped from the columns once that is done
-    index = {span_id: i for i, span_id in enumerate(cols.ids)}
+    referenced = set(cols.parent_ids)  # (only the spans something points to: a fraction of them)
+    index = {span_id: i for i, span_id in enumerate(cols.ids) if span_id in referenced}
     cols.ids = []
+    del referenced
     index_get = index.get
     parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
     cols.parent_ids = []
@@ -479,7 +554,7 @@ def _summed(pairs_: list[array]) -> Series:
     summed in span order from 0.0, exactly as a dict accumulating them would have."""
     steps, values = pairs_
     keys, sums = array("q"), array("d")
-    for i in sorted(range(len(steps)), key=steps.__getitem__):  # stable: a step's spans keep their order
+    for i in _by(range(len(steps)), steps.__getitem__):  # stable: a step's spans keep their order
         step = steps[i]
         if keys and keys[-1] == step:
             sums[-1] += values[i]

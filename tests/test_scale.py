@@ -125,3 +125,42 @@ def test_compact_reductions_equal_the_plain_ones() -> None:
     mixed = part_from_rows(("lm", 0, 1), [span(i, s) for i, s in enumerate([2, "warmup", 1, 2])])
     assert mixed.compute["train"] == {2: (0.0 + 3e-9) + 6e-9, "warmup": 4e-9, 1: 5e-9}
     assert list(mixed.compute["train"]) == [2, "warmup", 1]  # the order the steps came in
+
+
+def test_span_ids_of_any_form_still_find_their_parents() -> None:
+    """Ids as lens_rl writes them (16 hex digits) are kept as numbers; an id of another form switches the
+    columns to text without losing the parents found so far: exclusive time comes out the same."""
+    from lens_rl._parts import part_from_rows
+
+    def rows(child_ids: list[str]) -> list[tuple[Any, ...]]:
+        parent = ("generation", "00000000000000aa", None, 0, 100, {"rl.bucket": "productive"})
+        kids = [("reward", kid, "00000000000000aa", 10 + 20 * n, 20 + 20 * n, {"rl.bucket": "overhead"})
+                for n, kid in enumerate(child_ids)]  # fmt: skip
+        return [*kids, parent]
+
+    hex_only = part_from_rows(("lm", 0, 1), rows(["00000000000000b1", "00000000000000b2"]))
+    mixed = part_from_rows(("lm", 0, 1), rows(["00000000000000b1", "kid-2"]))
+    text = part_from_rows(("lm", 0, 1), rows(["kid-1", "kid-2"]))
+    for part in (hex_only, mixed, text):
+        assert part.seconds["productive"] == 80e-9 and part.seconds["overhead"] == 20e-9
+
+
+def test_a_process_part_pickles_exactly() -> None:
+    """What --jobs and --ray send back (a part with its steps as columns) is the part that was made:
+    steps of any key, missing ends, no / empty / several intervals."""
+    import pickle
+    from array import array
+
+    from lens_rl._parts import ProcessPart, StepPart
+
+    part = ProcessPart(("driver", 0, 1))
+    part.steps[1] = StepPart(0, 10)
+    part.steps[1].seconds = [1.5, 0.0, 2.25, 0.0]
+    part.steps[1].bucketed = array("q", [0, 4, 6, 10])
+    part.steps["warmup"] = StepPart(None, 7)
+    part.steps["warmup"].umbrellas = array("q")
+    part.steps[3] = StepPart(0, None)
+    part.steps[3].umbrellas = array("q", [0, 9])
+    back = pickle.loads(pickle.dumps(part))
+    assert back == part and list(back.steps) == [1, "warmup", 3]
+    assert back.steps["warmup"].umbrellas == array("q") and back.steps[3].bucketed is None
