@@ -72,8 +72,8 @@ def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> floa
     return union_length(heapq.merge(*streams), ordered=True)
 
 
-def _by(indexes: Iterable[int], key: Any) -> Iterable[int]:
-    """``indexes`` stably sorted by ``key``: as they are when already in order (the common case: spans
+def _by(indexes: Sequence[int], key: Any) -> Sequence[int]:
+    """``indexes`` (read twice at most) stably sorted by ``key``: as they are when already in order (the common case: spans
     written as they end, one after another), so no list of a run's indexes is made."""
     last = None
     for i in indexes:
@@ -84,7 +84,7 @@ def _by(indexes: Iterable[int], key: Any) -> Iterable[int]:
     return indexes
 
 
-def merge_indexed(indexes: Iterable[int], starts: Sequence[int], ends: Sequence[int]) -> array:
+def merge_indexed(indexes: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> array:
     """The merged union of the intervals ``(starts[i], ends[i])`` for ``i`` in ``indexes``, packed
     (as ``pack(merge_intervals(...))`` gives it, without a tuple per interval)."""
     out = array("q")
@@ -316,10 +316,9 @@ def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
     seconds = array("d")
     for sp in parts:
         seconds.extend(sp.seconds)
-    ends = [(sp.lo, sp.hi) for sp in parts]
     none = bytes(2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
-    lows = array("q", (lo or 0 for lo, _ in ends))
-    highs = array("q", (hi or 0 for _, hi in ends))
+    lows = array("q", (sp.lo or 0 for sp in parts))
+    highs = array("q", (sp.hi or 0 for sp in parts))
     umbrellas = _intervals_column(sp.umbrellas for sp in parts)
     bucketed = _intervals_column(sp.bucketed for sp in parts)
     return list(steps), seconds, none, lows, highs, umbrellas, bucketed
@@ -538,6 +537,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
 
 
 _BUCKET_SET = frozenset(BUCKETS)
+_BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -562,7 +562,6 @@ def _summed(pairs_: list[array]) -> Series:
             keys.append(step)
             sums.append(0.0 + values[i])
     return Series(keys, sums)
-_BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
 
 
 def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
