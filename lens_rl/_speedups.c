@@ -283,10 +283,12 @@ static PyObject *
 keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t nkw)
 {
     PyObject *attributes = NULL;
+    Py_ssize_t attributes_at = -1;
     Py_ssize_t size = 2 + 3 * nkw;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(args[nargs + i])) {
             attributes = args[nargs + i];
+            attributes_at = i;
             size += 1 + 3 * PyDict_GET_SIZE(attributes) - 3;
         }
     }
@@ -300,7 +302,7 @@ keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_
     Py_INCREF(args[0]);
     PyTuple_SET_ITEM(key, at++, args[0]);
     for (Py_ssize_t i = 0; i < nkw; i++) {
-        if (args[nargs + i] != attributes) {
+        if (i != attributes_at) {
             put_triple(key, &at, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]);
         }
     }

@@ -65,9 +65,10 @@ def _environment_read_once(exporter: Any, url: str) -> Any:
     ``requests`` merges them from the environment on every request (``trust_env``): with
     a training job's environment (hundreds of variables) that is ~1 ms of CPU per batch,
     as much as encoding it. Here they are read when the exporter is made, with the same
-    precedence (settings on the session win), and the session stops reading them; a
-    proxy variable changed later in the run is not seen. Untouched without the
-    exporter's pinned client internals.
+    precedence (settings on the session win; so does an explicit certificate file over
+    the environment's CA bundle, which requests would let the bundle override), and the
+    session stops reading them; a proxy variable changed later in the run is not seen.
+    Untouched without the exporter's pinned client internals.
     """
     session: Any = getattr(getattr(getattr(exporter, "_client", None), "_transport", None), "_session", None)
     if session is None or not getattr(session, "trust_env", False):
