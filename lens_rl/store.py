@@ -206,6 +206,8 @@ class Columns:
                 if len(span_id) != 16 or (parent_id is not None and len(parent_id) != 16):
                     raise ValueError(span_id)
                 number, parent = int(span_id, 16), int(parent_id, 16) if parent_id is not None else 0
+                if number <= 0 or parent < 0 or (parent_id is not None and not parent):
+                    raise ValueError(span_id)  # (0 stands for "no parent"; a sign is not lens_rl's form)
             except (TypeError, ValueError):
                 self._ids_as_given()
             else:

@@ -141,7 +141,8 @@ def test_span_ids_of_any_form_still_find_their_parents() -> None:
     hex_only = part_from_rows(("lm", 0, 1), rows(["00000000000000b1", "00000000000000b2"]))
     mixed = part_from_rows(("lm", 0, 1), rows(["00000000000000b1", "kid-2"]))
     text = part_from_rows(("lm", 0, 1), rows(["kid-1", "kid-2"]))
-    for part in (hex_only, mixed, text):
+    odd = part_from_rows(("lm", 0, 1), rows(["0000000000000000", "-00000000000000b"]))  # 16 characters, not ids
+    for part in (hex_only, mixed, text, odd):
         assert part.seconds["productive"] == 80e-9 and part.seconds["overhead"] == 20e-9
 
 
