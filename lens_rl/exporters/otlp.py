@@ -44,16 +44,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import DEFAULT_TRACE_STATE as _NO_STATE
-from opentelemetry.trace import SpanKind
 
 from lens_rl._errors import internal_error
-from lens_rl._fastspan import UNSET_STATUS, remember
+from lens_rl._fastspan import remember
 
 __all__ = ["HTTPSpanExporter", "encode_request", "encode_request_bytes", "grpc_exporter_class"]
 
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-_INTERNAL = _SPAN_KIND_MAP[SpanKind.INTERNAL]
 
 
 def _put_attributes(field: Any, attributes: Any) -> None:
@@ -85,10 +83,10 @@ def encode_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
 def encode_request_bytes(spans: Sequence[ReadableSpan]) -> bytes:
     """The serialized OTLP request for ``spans``: grouped by resource, then instrumentation scope, in first-seen order.
 
-    Each span is one length-delimited ``Span`` record: a lens_rl phase still as its shape
-    made it is written by :func:`_phase_record` (its ids and times packed in front of its
-    shape's encoded name, kind, attributes and status); any other span is filled into an
-    official ``Span`` message and serialized. Resources and scopes are encoded once per
+    Each span is one length-delimited ``Span`` record: a lens_rl phase is written by
+    :func:`_phase_record` (its ids, flags and times packed in front of the rest of it, which
+    the official message encodes, once per shape while the span keeps its shape); any
+    other span is filled into an official ``Span`` message and serialized. Resources and scopes are encoded once per
     batch by OpenTelemetry's own helpers.
     """
     canonical: dict[int, Any] = {}  # id(resource or scope) -> the object that stands for it (equal ones merge)
@@ -105,15 +103,14 @@ def encode_request_bytes(spans: Sequence[ReadableSpan]) -> bytes:
             res = canonical.setdefault(id(resource), resource)
             scope_key = canonical.setdefault(id(scope), scope)
             records = groups.setdefault(res, {}).setdefault(scope_key, [])
-        record = _phase_record(span, ids) if getattr(span, "shape", None) is not None else None
-        if record is None:
+        # a lens_rl phase without a trace state (a TraceState's truth is a len(): the common one first)
+        state = span._context[4] if getattr(span, "cleaned", False) else None  # type: ignore[index]
+        if state is _NO_STATE or (state is not None and not state):
+            records.append(_phase_record(span, ids, scratch))
+        else:
             scratch.Clear()
-            if getattr(span, "cleaned", False):
-                _put_phase(scratch, span, ids)
-            else:
-                _put_span(scratch, span)
-            record = _field(b"\x12", scratch.SerializePartialToString())  # ScopeSpans.spans
-        records.append(record)
+            _put_span(scratch, span)
+            records.append(_field(b"\x12", scratch.SerializePartialToString()))  # ScopeSpans.spans
     out = []
     for res, scopes in groups.items():
         parts = [_field(b"\x0a", _encode_resource(res).SerializePartialToString())]  # ResourceSpans.resource
@@ -147,19 +144,20 @@ _WITH_PARENT = struct.Struct("<2s16s2s8s2s8s2sIBQBQ")
 _ROOT = struct.Struct("<2s16s2s8s2sIBQBQ")
 
 
-def _phase_record(span: Any, ids: list[Any]) -> bytes | None:
-    """The ``Span`` record of a lens_rl phase still as its shape made it, else None (encoded as a message)."""
+def _phase_record(span: Any, ids: list[Any], scratch: Any) -> bytes:
+    """The ``Span`` record of a lens_rl phase span without a trace state: its ids, flags and times packed
+    in front of the rest of it, encoded by the official message (:func:`_put_rest`), once per shape while
+    the span is as its shape made it."""
     context = span._context
-    if context[4] is not _NO_STATE and context[4]:
-        return None  # a trace state: rare, left to the message path
     shape = span.shape
-    known = _RECORDS.get(shape)
+    known = _RECORDS.get(shape) if shape is not None else None
     if known is None:
-        template = PBSpan()
-        _put_fixed(template, span)
-        fixed = template.SerializePartialToString()
-        known = remember(_RECORDS, shape, (fixed, b"\x12" + _varint(_WITH_PARENT.size + len(fixed)),
-                                           b"\x12" + _varint(_ROOT.size + len(fixed))))  # fmt: skip
+        scratch.Clear()
+        _put_rest(scratch, span)
+        rest = scratch.SerializePartialToString()
+        known = (rest, b"\x12" + _varint(_WITH_PARENT.size + len(rest)), b"\x12" + _varint(_ROOT.size + len(rest)))
+        if shape is not None:
+            remember(_RECORDS, shape, known)
     if context[0] != ids[0]:
         ids[0], ids[1] = context[0], context[0].to_bytes(16, "big")
     parent = span._parent
@@ -175,57 +173,11 @@ def _phase_record(span: Any, ids: list[Any]) -> bytes | None:
                                                  0x41, span._end_time), known[0]))  # fmt: skip
 
 
-_RECORDS: dict[Any, tuple[bytes, bytes, bytes]] = {}  # a phase span's shape -> its fixed fields encoded; record heads
-
-
-def _put_phase(out: Any, span: Any, ids: list[Any]) -> None:
-    """A lens_rl phase span (:class:`lens_rl._fastspan.FastSpan`) not written as a record: its fields
-    read directly; events, links and a status as :func:`_put_span` does."""
-    context = span._context
-    if context[0] != ids[0]:
-        ids[0], ids[1] = context[0], context[0].to_bytes(16, "big")
-    out.trace_id = ids[1]
-    out.span_id = context[1].to_bytes(8, "big")
-    if context[4] is not _NO_STATE and context[4]:  # (a TraceState's truth is a len(): the common one first)
-        out.trace_state = _encode_trace_state(context[4])
-    parent = span._parent
-    if parent is not None:
-        if parent[1] != ids[2]:
-            ids[2], ids[3] = parent[1], parent[1].to_bytes(8, "big")
-        out.parent_span_id = ids[3]
-        out.flags = _HAS_IS_REMOTE | _IS_REMOTE if parent[2] else _HAS_IS_REMOTE
-    else:
-        out.flags = _HAS_IS_REMOTE
-    out.start_time_unix_nano = span._start_time
-    out.end_time_unix_nano = span._end_time
-    _put_fixed(out, span)
-    if span._events:
-        out.events.extend(_encode_events(span._events))
-    if span._links:
-        out.links.extend(_encode_links(span._links))
-    if span._status is not UNSET_STATUS:
-        if span._status.status_code.value:
-            out.status.code = span._status.status_code.value
-        if span._status.description:
-            out.status.message = span._status.description
-    if span._dropped[1]:
-        out.dropped_events_count = span._dropped[1]
-    if span._dropped[2]:
-        out.dropped_links_count = span._dropped[2]
-
-
-def _put_fixed(out: Any, span: Any) -> None:
-    """A phase span's fields its shape fixes: name, kind, attributes (and how many were dropped), status."""
-    out.name = span._name
-    out.kind = _INTERNAL
-    if span._attrs:
-        _put_attributes(out.attributes, span._attrs)
-    if span._dropped[0]:
-        out.dropped_attributes_count = span._dropped[0]
-    out.status.SetInParent()  # present even when unset, as OpenTelemetry encodes it
+_RECORDS: dict[Any, tuple[bytes, bytes, bytes]] = {}  # a phase span's shape -> the rest of it encoded; record heads
 
 
 def _put_span(out: Any, span: ReadableSpan) -> None:
+    """Any finished span into the official ``Span`` message, as OpenTelemetry's encoder fills it."""
     context: Any = span.get_span_context()
     out.trace_id = context.trace_id.to_bytes(16, "big")
     out.span_id = context.span_id.to_bytes(8, "big")
@@ -238,10 +190,15 @@ def _put_span(out: Any, span: ReadableSpan) -> None:
         out.flags = _HAS_IS_REMOTE | _IS_REMOTE if parent.is_remote else _HAS_IS_REMOTE
     else:
         out.flags = _HAS_IS_REMOTE
-    out.name = span.name
-    out.kind = _SPAN_KIND_MAP[span.kind]
     out.start_time_unix_nano = span.start_time or 0
     out.end_time_unix_nano = span.end_time or 0
+    _put_rest(out, span)
+
+
+def _put_rest(out: Any, span: ReadableSpan) -> None:
+    """A span's fields but its ids, flags and times: name, kind, attributes, events, links, status, drops."""
+    out.name = span.name
+    out.kind = _SPAN_KIND_MAP[span.kind]
     attributes = span._attributes  # the field: the property makes a read-only view per read
     if attributes:  # the SDK's BoundedAttributes locks on every read; its plain dict (pinned SDK) does not
         _put_attributes(out.attributes, getattr(attributes, "_dict", attributes))
