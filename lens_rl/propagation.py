@@ -69,15 +69,6 @@ def with_baggage(ctx: Any, key: str, value: Any) -> Any:
     return OTEL.baggage.set_baggage(key, str(value), ctx)
 
 
-def keep_baggage(ctx: Any) -> Any:
-    """``ctx`` (a root context chosen for a new top-level span) with the current context's baggage on it."""
-    baggage = OTEL.baggage
-    entries = baggage.get_all(OTEL.context.get_current())
-    for key, value in entries.items():
-        ctx = baggage.set_baggage(key, value, ctx)
-    return ctx
-
-
 def root_unless_current() -> Any:
     """The job root's context when no span is current here, else None (the current one serves).
 
@@ -144,16 +135,6 @@ def under(ctx: Any, span: Any, step: Any = None) -> Any:
     return new
 
 
-def _current_or_root() -> Any:
-    """The current context when a span is active in it, else the job root's context (with the current baggage)."""
-    root = root_unless_current()
-    if root is not None:
-        return keep_baggage(root)
-    from opentelemetry import context
-
-    return context.get_current()
-
-
 def inject_context() -> dict[str, str]:
     """A carrier (``{"traceparent": ..., "baggage": ...}``) for the active span, else the job root.
 
@@ -165,7 +146,7 @@ def inject_context() -> dict[str, str]:
     if not RUNTIME.on or RUNTIME.resolve() is None:
         return {}
     try:
-        ctx = _current_or_root()
+        ctx = phase_parent()[0]  # the current context with a span, else the job root's with the baggage
         ambient = AMBIENT.get()
         if ambient is not None:  # the innermost local with_bucket wins over what this caller was handed
             ctx = with_baggage(ctx, BAGGAGE_BUCKET, ambient[0].value)
