@@ -69,7 +69,8 @@ def map_files(
 
     ``fn`` must be a module-level function (it is pickled by reference to other
     processes or Ray workers, which need lens_rl installed and the files readable:
-    shared storage next to the cluster that ran the job).
+    shared storage next to the cluster that ran the job). ``args`` travel once per
+    worker process (once to Ray's object store), not once per file.
     """
     jobs = default_jobs() if jobs is None else max(1, int(jobs))
     if use_ray:
@@ -81,9 +82,25 @@ def map_files(
         return
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-        results = pool.map(_without_gc, [fn] * len(paths), paths, *[[a] * len(paths) for a in args])
+    with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), initializer=_keep_args, initargs=(args,)) as pool:
+        results = pool.map(_with_kept_args, [fn] * len(paths), paths)
         yield from _progress(results, len(paths), desc)
+
+
+_KEPT_ARGS: tuple[Any, ...] = ()  # in a --jobs worker process: the arguments every file's call shares
+
+
+def _keep_args(args: tuple[Any, ...]) -> None:
+    global _KEPT_ARGS
+    _KEPT_ARGS = args
+
+
+def _with_kept_args(fn: Callable[..., Any], path: Any) -> Any:
+    return _without_gc(fn, path, *_KEPT_ARGS)
+
+
+def _with_stored_args(fn: Callable[..., Any], path: Any, args: tuple[Any, ...]) -> Any:
+    return _without_gc(fn, path, *args)
 
 
 def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...], address: str | None,
@@ -97,8 +114,9 @@ def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=40)  # ERROR
         started = True
     try:
-        remote = ray.remote(_without_gc)
-        refs = [remote.remote(fn, str(path), *args) for path in paths]
+        remote = ray.remote(_with_stored_args)
+        stored = ray.put(args)  # once in the object store; each task reads it from there
+        refs = [remote.remote(fn, str(path), stored) for path in paths]
         for ref in _progress(refs, len(refs), desc):
             yield ray.get(ref)
     finally:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.store import iter_rows, process_of, to_row
+from lens_rl.store import Row, iter_rows, process_of, to_row
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
 
@@ -94,10 +94,10 @@ class Chunk:
     path: str | None = None
     spans: int = 0
     locations: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # span id -> pid, tid, start, end
-    callees: list[tuple[int, str, int, int, int]] = field(default_factory=list)  # flow id, parent id, pid, tid, start
+    callees: list[tuple[int, str, int]] = field(default_factory=list)  # flow id, parent id, the callee's start
 
 
-Rows = Iterable[tuple[Mapping[str, Any], dict[str, Any]]]  # (resource, v2 row), as store.iter_rows yields
+Rows = Iterable[tuple[Mapping[str, Any], Row]]  # (resource, row), as store.iter_rows yields
 
 
 def scan_rows(rows: Rows) -> Scan:
@@ -110,9 +110,9 @@ def scan_rows(rows: Rows) -> Scan:
         if resource is not last:
             last = resource
             scan.keys.add(process_of({"resource": resource}))
-        ids.add(row["s"])
-        starts.append(row.get("b") or 0)
-        parent = row.get("p")
+        ids.add(row.s)
+        starts.append(row.b or 0)
+        parent = row.p
         if parent:
             parents.add(parent)
     scan.origin = min(starts) if starts else None
@@ -124,10 +124,10 @@ def scan_file(path: str | os.PathLike[str]) -> Scan:
     return scan_rows(iter_rows(path))
 
 
-def _steps_of(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]]) -> dict[Any, Any]:
+def _steps_of(rows: Sequence[tuple[Mapping[str, Any], Row]]) -> dict[Any, Any]:
     """span id -> its step (own rl.step, else the nearest ancestor's in the same file)."""
-    own = {row["s"]: (row.get("a") or _NO_ATTRS).get("rl.step") for _, row in rows}
-    parent = {row["s"]: row.get("p") for _, row in rows}
+    own = {row.s: (row.a or _NO_ATTRS).get("rl.step") for _, row in rows}
+    parent = {row.s: row.p for _, row in rows}
     out: dict[Any, Any] = {}
     for span_id in own:
         node, trail = span_id, []
@@ -141,16 +141,16 @@ def _steps_of(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]]) -> dict[
     return out
 
 
-def render_rows(rows: Sequence[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options) -> Chunk:
+def render_rows(rows: Sequence[tuple[Mapping[str, Any], Row]], opts: Options) -> Chunk:
     """Events of one file's rows in ``opts.fmt``."""
     if opts.steps is not None:
         steps = _steps_of(rows)
         lo, hi = opts.steps
-        rows = [r for r in rows if isinstance(steps.get(r[1]["s"]), int) and lo <= steps[r[1]["s"]] <= hi]
+        rows = [r for r in rows if isinstance(steps.get(r[1].s), int) and lo <= steps[r[1].s] <= hi]
     return _render(rows, opts)
 
 
-def _render(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options) -> Chunk:
+def _render(rows: Rows, opts: Options) -> Chunk:
     chunk = Chunk()
     if opts.group is not None:
         group = opts.group
@@ -201,44 +201,44 @@ class _Places:
             pid = self.pid_of[id(resource)] = self.opts.processes[process_of({"resource": resource})]
         return pid
 
-    def tid(self, pid: int, row: Mapping[str, Any]) -> int:
-        thread = row.get("th") or "main"
+    def tid(self, pid: int, row: Row) -> int:
+        thread = row.th or "main"
         tid = self.threads.get((pid, thread))
         if tid is None:
             tid = self.threads[(pid, thread)] = sum(1 for t in self.threads if t[0] == pid) + 1
-            self.names[(pid, thread)] = row.get("tn") or f"thread {thread}"
+            self.names[(pid, thread)] = row.tn or f"thread {thread}"
         return tid
 
-    def placer(self) -> Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[int, int, int, int]]:
+    def placer(self) -> Callable[[Mapping[str, Any], Row], tuple[int, int, int, int]]:
         """``place(resource, row)`` -> (pid, tid, start, end): a closure, the hot loop's call."""
         wanted, locations, seen, waiting = self.opts.wanted, self.chunk.locations, self.seen, self.waiting
         last: list[Any] = [None, 0, None, 0]  # resource, pid, thread, tid: rows come in runs of one process and thread
 
-        def place(resource: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        def place(resource: Mapping[str, Any], row: Row) -> tuple[int, int, int, int]:
             self.count += 1
             if resource is last[0]:
                 pid = last[1]
             else:
                 pid = last[1] = self.pid(resource)
                 last[0], last[2] = resource, None
-            thread = row.get("th")
+            thread = row.th
             if thread == last[2] and thread is not None:
                 tid = last[3]
             else:
                 tid = last[3] = self.tid(pid, row)
                 last[2] = thread
-            start = row.get("b") or 0
-            end = row.get("e") or start
+            start = row.b or 0
+            end = row.e or start
             if type(start) is not int or type(end) is not int:
                 start, end = _ns(start), _ns(end)
             if end < start:
                 end = start
-            span_id = row["s"]
+            span_id = row.s
             seen.add(span_id)
             waiting.pop(span_id, None)  # its children, met before it, were called in-process
             if span_id in wanted:
                 locations[str(span_id)] = (pid, tid, start, end)
-            parent_id = row.get("p")
+            parent_id = row.p
             if parent_id and parent_id not in seen:
                 kids = waiting.get(parent_id)
                 if kids is None:
@@ -257,7 +257,7 @@ class _Places:
             for span_id, pid, tid, start in kids:
                 flow = _flow_id(span_id)
                 out[span_id] = (flow, pid, tid, start)
-                self.chunk.callees.append((flow, str(parent_id), pid, tid, start))
+                self.chunk.callees.append((flow, str(parent_id), start))
         self.chunk.spans = self.count
         return out
 
@@ -277,7 +277,7 @@ def _process_name(opts: Options, pid: int) -> str:
 _SLICE = 20_000  # events (or packets) encoded at a time: memory stays flat however large the file
 
 
-def _json_events(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk,
+def _json_events(rows: Rows, opts: Options, chunk: Chunk,
                  write: Callable[[bytes], Any]) -> None:  # fmt: skip
     places = _Places(opts, chunk)
     place = places.placer()
@@ -287,16 +287,16 @@ def _json_events(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts:
     colors = BUCKET_COLORS
     for resource, row in rows:
         pid, tid, start, end = place(resource, row)
-        args = row.get("a")
+        args = row.a
         if args is None:
             args = {}
         bucket = args.get("rl.bucket")
-        args["trace_id"] = row.get("t")
-        args["span_id"] = row["s"]
-        args["parent_span_id"] = row.get("p")
-        args["status"] = row.get("st", "UNSET")
+        args["trace_id"] = row.t
+        args["span_id"] = row.s
+        args["parent_span_id"] = row.p
+        args["status"] = "UNSET" if row.st is None else row.st
         ts = (start - origin) / 1000.0
-        append({"ph": "X", "name": str(row.get("n")), "cat": bucket or "phase", "pid": pid, "tid": tid, "ts": ts,
+        append({"ph": "X", "name": str(row.n), "cat": bucket or "phase", "pid": pid, "tid": tid, "ts": ts,
                 "dur": (end - start) / 1000.0, "cname": colors.get(bucket, "generic_work"), "args": args})  # fmt: skip
         if len(events) >= _SLICE:
             write(_event_lines(events))
@@ -344,10 +344,15 @@ def _annotate(note: Any, value: Any) -> None:
 
 
 def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
-    """Row index -> lane, so that slices on one lane nest properly (concurrent tasks on one thread overlap)."""
+    """Row index -> lane, so that slices on one lane nest properly (concurrent tasks on one thread overlap).
+
+    ``spans`` are (start, -end, row index): in that order, a parent comes before its children.
+    """
     lanes: list[list[int]] = []  # per lane, a stack of open end times
     out: dict[int, int] = {}
-    for start, end, index in sorted(spans, key=lambda s: (s[0], -s[1])):
+    spans.sort()
+    for start, neg_end, index in spans:
+        end = -neg_end
         for number, stack in enumerate(lanes):
             while stack and stack[-1] <= start:
                 stack.pop()
@@ -365,7 +370,7 @@ def _descriptor(pb: Any, **fields: Any) -> Any:
     return pb.TracePacket(track_descriptor=pb.TrackDescriptor(**fields))
 
 
-def _proto_events(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts: Options, chunk: Chunk,
+def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                   write: Callable[[bytes], Any]) -> None:  # fmt: skip
     pb = _proto_module()
     places = _Places(opts, chunk)
@@ -381,60 +386,85 @@ def _proto_events(rows: Iterable[tuple[Mapping[str, Any], dict[str, Any]]], opts
     for (pid, tid), name in thread_names.items():
         packets.append(_descriptor(pb, uuid=_uuid("t", pid, tid), parent_uuid=_uuid("p", pid),
                                    thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name)))  # fmt: skip
-    by_thread: dict[tuple[int, int], list[int]] = defaultdict(list)
+    by_thread: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
     for index, item in enumerate(placed):
-        by_thread[(item[1], item[2])].append(index)
+        by_thread[(item[1], item[2])].append((item[3], -item[4], index))
     track_of = [0] * len(placed)
-    for (pid, tid), indexes in by_thread.items():
-        lanes = _lanes([(placed[i][3], placed[i][4], i) for i in indexes])
+    for (pid, tid), spans in by_thread.items():
+        lanes = _lanes(spans)
         tracks = {0: _uuid("t", pid, tid)}
-        for i in indexes:
-            lane = lanes[i]
-            if lane not in tracks:
-                tracks[lane] = _uuid("l", pid, tid, lane)
-                packets.append(_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
-                                           name=f"{thread_names[(pid, tid)]} (concurrent {lane})"))  # fmt: skip
+        for lane in sorted(set(lanes.values()) - {0}):
+            tracks[lane] = _uuid("l", pid, tid, lane)
+            packets.append(_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
+                                       name=f"{thread_names[(pid, tid)]} (concurrent {lane})"))  # fmt: skip
+        for i, lane in lanes.items():
             track_of[i] = tracks[lane]
-    # slices: a begin and an end packet each, ordered by time (an end before a begin at the same time);
-    # filled in place (upb: several times faster than building messages from keyword arguments)
     write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
+    # Slices: a begin and an end packet each, in time order (an end before a begin at the same time), as
+    # one int per packet, (time, is begin, row index) packed, which sorts several times faster than tuples.
+    base = min(item[3] for item in placed)
+    index_bits = len(placed).bit_length()
+    begin_flag, index_mask, shift = 1 << index_bits, (1 << index_bits) - 1, index_bits + 1
+    order = [(item[4] - base) << shift | i for i, item in enumerate(placed)]
+    order += [(item[3] - base) << shift | begin_flag | i for i, item in enumerate(placed)]
+    order.sort()
+    # Each packet starts as a copy of its kind's template (the fields its track, name and category fix),
+    # serialized once by the protos and merged in: one call, where setting them is five.
+    ends: dict[int, bytes] = {}
+    begins: dict[tuple[int, str, str], bytes] = {}
     trace = pb.Trace()
-    order = sorted([(item[4], 0, i) for i, item in enumerate(placed)] + [(item[3], 1, i) for i, item in enumerate(placed)])
-    begin, end = pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END
     add = trace.packet.add
-    for number, (ts, is_begin, i) in enumerate(order, 1):
+    for number, key in enumerate(order, 1):
         if number % _SLICE == 0:
             write(trace.SerializeToString())
             trace = pb.Trace()
             add = trace.packet.add
+        i = key & index_mask
+        track = track_of[i]
         packet = add()
-        packet.timestamp = ts
-        packet.trusted_packet_sequence_id = 1
-        event = packet.track_event
-        event.track_uuid = track_of[i]
-        if not is_begin:
-            event.type = end
+        if not key & begin_flag:
+            template = ends.get(track)
+            if template is None:
+                template = ends[track] = _template(pb, track, pb.TrackEvent.TYPE_SLICE_END)
+            packet.MergeFromString(template)
+            packet.timestamp = (key >> shift) + base
             continue
         row = placed[i][0]
-        flow = called[row["s"]][0] if row["s"] in called else None
-        attrs = row.get("a") or _NO_ATTRS
-        event.type = begin
-        event.name = str(row.get("n"))
-        event.categories.append(str(attrs.get("rl.bucket") or "phase"))
+        attrs = row.a or _NO_ATTRS
+        slice_key = (track, str(row.n), str(attrs.get("rl.bucket") or "phase"))
+        template = begins.get(slice_key)
+        if template is None:
+            template = begins[slice_key] = _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, *slice_key[1:])
+        packet.MergeFromString(template)
+        packet.timestamp = (key >> shift) + base
+        event = packet.track_event
         notes = event.debug_annotations
-        for key, value in attrs.items():
-            if key == "rl.bucket":  # it is the category
+        for name, value in attrs.items():
+            if name == "rl.bucket":  # it is the category
                 continue
             if type(value) is int and -(2**63) <= value < 2**63:
-                notes.add(name=key, int_value=value)
+                notes.add(name=name, int_value=value)
             elif type(value) is str:
-                notes.add(name=key, string_value=value)
+                notes.add(name=name, string_value=value)
             else:
-                _annotate(notes.add(name=key), value)
-        notes.add(name="span_id", string_value=str(row["s"]))
-        if flow is not None:
-            event.terminating_flow_ids.append(flow)
+                _annotate(notes.add(name=name), value)
+        notes.add(name="span_id", string_value=str(row.s))
+        if row.s in called:
+            event.terminating_flow_ids.append(called[row.s][0])
     write(trace.SerializeToString())
+
+
+def _template(pb: Any, track: int, kind: int, name: str | None = None, category: str | None = None) -> bytes:
+    """A slice packet's fixed fields, serialized: its sequence, track and type (a begin's name and category)."""
+    packet = pb.TracePacket(trusted_packet_sequence_id=1)
+    event = packet.track_event
+    event.track_uuid = track
+    event.type = kind
+    if name is not None:
+        event.name = name
+    if category is not None:
+        event.categories.append(category)
+    return bytes(packet.SerializeToString())
 
 
 def _flow_starts(fmt: str, found: list[tuple[int, tuple[int, int, int, int], int]], origin: int) -> bytes:
@@ -444,16 +474,16 @@ def _flow_starts(fmt: str, found: list[tuple[int, tuple[int, int, int, int], int
                               "ts": (min(max(start, loc[2]), loc[3]) - origin) / 1000.0} for flow, loc, start in found])  # fmt: skip
     pb = _proto_module()
     trace = pb.Trace()
-    instant = pb.TrackEvent.TYPE_INSTANT
+    add = trace.packet.add
+    templates: dict[tuple[int, int], bytes] = {}  # per caller thread: the instant's fixed fields (see _template)
     for flow, loc, start in found:
-        packet = trace.packet.add()
+        template = templates.get(loc[:2])
+        if template is None:
+            template = templates[loc[:2]] = _template(pb, _uuid("t", loc[0], loc[1]), pb.TrackEvent.TYPE_INSTANT, "call")
+        packet = add()
+        packet.MergeFromString(template)
         packet.timestamp = min(max(start, loc[2]), loc[3])
-        packet.trusted_packet_sequence_id = 1
-        event = packet.track_event
-        event.type = instant
-        event.track_uuid = _uuid("t", loc[0], loc[1])
-        event.name = "call"
-        event.flow_ids.append(flow)
+        packet.track_event.flow_ids.append(flow)
     return bytes(trace.SerializeToString())
 
 
@@ -467,27 +497,23 @@ class _Flows:
     def __init__(self, fmt: str, origin: int, write: Callable[[bytes], Any]) -> None:
         self.fmt, self.origin, self.write = fmt, origin, write
         self.locations: dict[str, tuple[int, int, int, int]] = {}
-        self.pending: list[tuple[int, str, int]] = []  # flow id, parent id, start
+        self.pending: list[tuple[int, str, int]] = []  # flow id, parent id, start: callers not met yet
         self.found: list[tuple[int, tuple[int, int, int, int], int]] = []
 
     def add(self, chunk: Chunk) -> None:
-        retry: list[tuple[int, str, int]] = []
+        callees: Iterable[tuple[int, str, int]] = chunk.callees
         if chunk.locations:
             self.locations.update(chunk.locations)
-            retry, self.pending = self.pending, []
-        for flow, parent, _, _, start in chunk.callees:
-            self._join(flow, parent, start)
-        for flow, parent, start in retry:
-            self._join(flow, parent, start)
+            callees, self.pending = [*chunk.callees, *self.pending], []
+        locate, found, pending = self.locations.get, self.found.append, self.pending.append
+        for callee in callees:
+            loc = locate(callee[1])
+            if loc is None:
+                pending(callee)
+            else:
+                found((callee[0], loc, callee[2]))
         if len(self.found) >= _SLICE:
             self.flush()
-
-    def _join(self, flow: int, parent: str, start: int) -> None:
-        loc = self.locations.get(parent)
-        if loc is None:
-            self.pending.append((flow, parent, start))
-        else:
-            self.found.append((flow, loc, start))
 
     def flush(self) -> None:
         if self.found:
@@ -557,7 +583,7 @@ def write_trace(
 
 def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``{"traceEvents": [...]}`` document for these span records, in memory (small runs, tests)."""
-    by_process: dict[tuple[str, int, int], list[tuple[Mapping[str, Any], dict[str, Any]]]] = defaultdict(list)
+    by_process: dict[tuple[str, int, int], list[tuple[Mapping[str, Any], Row]]] = defaultdict(list)
     for rec in records:
         by_process[process_of(rec)].append((rec.get("resource") or {}, to_row(rec)))
     groups = [by_process[k] for k in sorted(by_process)]

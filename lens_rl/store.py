@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "ReadStats", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
+__all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "ROW_KEYS", "ReadStats", "Row", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
            "loads", "process_of", "read_columns", "span_files"]  # fmt: skip
 
 FORMAT_VERSION = 2
@@ -55,6 +55,67 @@ try:  # the analysis extra: a parser several times faster than the standard libr
     loads = _orjson.loads
 except ImportError:  # pragma: no cover - exercised where the extra is missing
     loads = json.loads
+
+#: The keys a line may carry: a v2 span line's, and what tells a header or a v1 line apart.
+ROW_KEYS = ("n", "t", "s", "p", "b", "e", "a", "th", "tn", "k", "st", "sm", "ev", "ln", "sc", "v", "header", "resource")
+
+_msgspec: Any
+try:  # the analysis extra: msgspec decodes a line straight into a Row, skipping what no reader needs
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - exercised where the extra is missing
+    _msgspec = None
+
+if _msgspec is not None:
+
+    class Row(_msgspec.Struct, gc=False):  # type: ignore[call-arg]  # gc=False: rows form no cycle
+        """One line of a span file, by its v2 short keys (a key the line lacks is None)."""
+
+        n: Any = None
+        t: Any = None
+        s: Any = None
+        p: Any = None
+        b: Any = None
+        e: Any = None
+        a: Any = None
+        th: Any = None
+        tn: Any = None
+        k: Any = None
+        st: Any = None
+        sm: Any = None
+        ev: Any = None
+        ln: Any = None
+        sc: Any = None
+        v: Any = None
+        header: Any = None
+        resource: Any = None
+
+    decode_row: Any = _msgspec.json.Decoder(Row).decode
+    _BAD_LINE: tuple[type[Exception], ...] = (ValueError, _msgspec.DecodeError)
+else:  # pragma: no cover - exercised where the extra is missing
+
+    class Row:  # type: ignore[no-redef]
+        """One line of a span file, by its v2 short keys (a key the line lacks is None)."""
+
+        __slots__ = ROW_KEYS
+
+        def __init__(self, **fields: Any) -> None:
+            for key in ROW_KEYS:
+                setattr(self, key, fields.get(key))
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is Row and all(getattr(self, k) == getattr(other, k) for k in ROW_KEYS)
+
+        def __repr__(self) -> str:
+            return "Row(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in ROW_KEYS if getattr(self, k) is not None) + ")"
+
+    def decode_row(raw: bytes) -> Row:
+        fields = loads(raw)
+        if type(fields) is not dict:
+            raise ValueError("a span line is a JSON object")
+        return Row(**{k: v for k, v in fields.items() if k in _KEY_SET})
+
+    _KEY_SET = frozenset(ROW_KEYS)
+    _BAD_LINE = (ValueError,)
 
 
 @dataclasses.dataclass
@@ -93,37 +154,39 @@ def span_files(trace_dir: str | os.PathLike[str]) -> list[Path]:
 _EMPTY: dict[str, Any] = {}
 
 
-def _from_v2(row: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+def _from_v2(row: Row, resource: dict[str, Any]) -> dict[str, Any]:
     return {
-        "name": row.get("n"), "trace_id": row.get("t"), "span_id": row["s"], "parent_span_id": row.get("p"),
-        "start_ns": row.get("b"), "end_ns": row.get("e"), "attributes": row.get("a") or _EMPTY,
-        "thread": row.get("th"), "thread_name": row.get("tn"), "kind": row.get("k", "INTERNAL"),
-        "status": row.get("st", "UNSET"), "status_message": row.get("sm"),
+        "name": row.n, "trace_id": row.t, "span_id": row.s, "parent_span_id": row.p,
+        "start_ns": row.b, "end_ns": row.e, "attributes": row.a or _EMPTY,
+        "thread": row.th, "thread_name": row.tn, "kind": _or(row.k, "INTERNAL"),
+        "status": _or(row.st, "UNSET"), "status_message": row.sm,
         "events": [{"name": e.get("n"), "time_ns": e.get("ts"), "attributes": e.get("a") or _EMPTY}
-                   for e in row["ev"]] if "ev" in row else [],
+                   for e in row.ev] if row.ev else [],
         "links": [{"trace_id": link.get("t"), "span_id": link.get("s"), "attributes": link.get("a") or _EMPTY}
-                  for link in row["ln"]] if "ln" in row else [],
-        "scope": row.get("sc", OWN_SCOPE), "resource": resource,
+                  for link in row.ln] if row.ln else [],
+        "scope": _or(row.sc, OWN_SCOPE), "resource": resource,
     }  # fmt: skip
 
 
-def to_row(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """A v1 line (or a record of the reader's shape) in the v2 short-key row shape."""
-    row = {"n": rec.get("name"), "t": rec.get("trace_id"), "s": rec.get("span_id"), "b": rec.get("start_ns"),
-           "e": rec.get("end_ns"), "a": rec.get("attributes") or None, "th": rec.get("thread"),
-           "tn": rec.get("thread_name"), "k": rec.get("kind", "INTERNAL"), "st": rec.get("status", "UNSET"),
-           "sm": rec.get("status_message"), "sc": rec.get("scope", OWN_SCOPE)}  # fmt: skip
-    if rec.get("parent_span_id"):
-        row["p"] = rec["parent_span_id"]
-    if rec.get("events"):
-        row["ev"] = [{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in rec["events"]]
-    if rec.get("links"):
-        row["ln"] = [{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in rec["links"]]
-    return row
+def _or(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` where the line lacked the key (a row holds None for a missing key)."""
+    return default if value is None else value
 
 
-def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """``(resource, row)`` for every span line of one file, v1 or v2, in the v2 short-key row shape.
+def to_row(rec: Mapping[str, Any]) -> Row:
+    """A v1 line (or a record of the reader's shape) as a v2 :class:`Row`."""
+    return Row(n=rec.get("name"), t=rec.get("trace_id"), s=rec.get("span_id"), p=rec.get("parent_span_id") or None,
+               b=rec.get("start_ns"), e=rec.get("end_ns"), a=rec.get("attributes") or None, th=rec.get("thread"),
+               tn=rec.get("thread_name"), k=rec.get("kind"), st=rec.get("status"), sm=rec.get("status_message"),
+               ev=[{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in rec["events"]]
+               if rec.get("events") else None,
+               ln=[{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in rec["links"]]
+               if rec.get("links") else None,
+               sc=rec.get("scope"))  # fmt: skip
+
+
+def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[tuple[dict[str, Any], Row]]:
+    """``(resource, row)`` for every span line of one file, v1 or v2, as a v2 :class:`Row`.
 
     The one loop every reader builds on: headers applied, bad lines and repeated span
     ids skipped and counted. A v2 file's rows share one resource dict (the header's).
@@ -134,24 +197,24 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> I
     seen_add = seen.add
     resource: dict[str, Any] = {}
     lines = skipped = duplicates = 0
-    parse = loads
+    decode, bad = decode_row, _BAD_LINE
     try:
         with open(path, "rb") as handle:
             for raw in handle:
                 lines += 1
                 try:
-                    row = parse(raw)
-                    span_id = row.get("s")
-                except (ValueError, AttributeError):
+                    row = decode(raw)
+                except bad:
                     skipped += 1
                     continue
-                if span_id is not None and "v" not in row:  # v2: the header's resource
+                span_id = row.s
+                if span_id is not None and row.v is None:  # v2: the header's resource
                     line_resource = resource
-                elif row.get("header"):
-                    resource = row.get("resource") or {}
+                elif row.header:
+                    resource = row.resource if type(row.resource) is dict else {}
                     continue
-                elif row.get("v") == 1 and row.get("span_id") is not None:  # v1: its own resource, long keys
-                    span_id, line_resource, row = row["span_id"], row.get("resource") or {}, to_row(row)
+                elif row.v == 1 and type(record := loads(raw)) is dict and record.get("span_id") is not None:
+                    span_id, line_resource, row = record["span_id"], record.get("resource") or {}, to_row(record)  # v1
                 else:
                     skipped += 1
                     continue
@@ -269,7 +332,7 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
             key = process_of({"resource": resource})
             cols = out.get(key) or out.setdefault(key, Columns())
             cols.resources.setdefault(id(resource), resource)
-        cols.add(row.get("n"), row["s"], row.get("p"), row.get("b"), row.get("e"), row.get("a"))
+        cols.add(row.n, row.s, row.p, row.b, row.e, row.a)
     return out
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 import lens_rl
 from lens_rl.store import FORMAT_VERSION, ReadStats, iter_span_records
 from lens_rl.testing import OTLPReceiver, hung_endpoint, refused_endpoint
-from tests.conftest import run_python
+from tests.conftest import clean_env, run_python
 
 # Scheduling slack on a shared, busy 2-core machine. An unbounded call would take the
 # 30 s export timeout (or forever), so this still fails on a real bound violation.
@@ -76,6 +78,44 @@ def test_reader_skips_truncated_and_garbage_lines(tmp_path: Path) -> None:
     stats = ReadStats()
     assert [r["name"] for r in iter_span_records(tmp_path, stats)] == ["a"]
     assert (stats.files, stats.lines, stats.skipped) == (1, 4, 3)
+
+
+def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> None:
+    """Without the analysis extra (no msgspec, no orjson) a store reads as the same records and counts:
+    v1 and v2 lines, a header later in the file, garbage, a repeated span id, a line that is not an object."""
+    run = tmp_path / "r"
+    run.mkdir()
+    resource = {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}
+    v1 = {"v": 1, "name": "old", "span_id": "1" * 16, "trace_id": "2" * 32, "parent_span_id": None, "start_ns": 1,
+          "end_ns": 2, "attributes": {"rl.bucket": "productive"}, "status": "OK", "resource": resource}  # fmt: skip
+    v2 = {"n": "new", "s": "3" * 16, "p": "1" * 16, "t": "2" * 32, "b": 3, "e": 4, "a": {"rl.bucket": "idle"},
+          "th": 7, "tn": "MainThread", "st": "ERROR", "sm": "boom", "ev": [{"n": "e", "ts": 3, "a": {"x": 1}}],
+          "ln": [{"t": "2" * 32, "s": "4" * 16}], "sc": "aiohttp", "k": "CLIENT", "extra": [1]}  # fmt: skip
+    lines = [json.dumps(v1), json.dumps({"v": 2, "header": True, "resource": {**resource, "process.pid": 2}}),
+             json.dumps(v2), json.dumps(v2), "[1, 2]", "garbage", json.dumps({**v2, "s": "5" * 16, "b": "x"})[:-1],
+             json.dumps({"v": 2, "header": True, "resource": {**resource, "process.pid": 3}}),
+             json.dumps({**v2, "s": "6" * 16, "p": None, "a": None})]  # fmt: skip
+    (run / "spans-driver-0-1.jsonl").write_text("\n".join(lines) + "\n")
+    script = (
+        "import json, sys\n"
+        "if sys.argv[2] == 'plain': sys.modules['msgspec'] = sys.modules['orjson'] = None\n"
+        "from lens_rl.store import ReadStats, iter_span_records\n"
+        "stats = ReadStats()\n"
+        "records = [{k: v for k, v in r.items()} for r in iter_span_records(sys.argv[1], stats)]\n"
+        "print(json.dumps({'records': records, 'stats': vars(stats)}, sort_keys=True))\n"
+    )
+    outs = [subprocess.run([sys.executable, "-c", script, str(tmp_path), how], capture_output=True, text=True,
+                           check=True, env=clean_env()).stdout for how in ("fast", "plain")]  # fmt: skip
+    assert outs[0] == outs[1]
+    read = json.loads(outs[0])
+    assert read["stats"] == {"files": 1, "lines": 9, "skipped": 3, "duplicates": 1}
+    by_name = {(r["name"], r["span_id"]): r for r in read["records"]}
+    new = by_name[("new", "3" * 16)]
+    assert new["resource"]["process.pid"] == 2 and new["status"] == "ERROR" and new["kind"] == "CLIENT"
+    assert new["events"] == [{"name": "e", "time_ns": 3, "attributes": {"x": 1}}] and new["scope"] == "aiohttp"
+    assert by_name[("old", "1" * 16)]["status"] == "OK" and by_name[("old", "1" * 16)]["kind"] == "INTERNAL"
+    last = by_name[("new", "6" * 16)]
+    assert last["resource"]["process.pid"] == 3 and last["parent_span_id"] is None and last["attributes"] == {}
 
 
 def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
