@@ -193,7 +193,6 @@ class _Places:
         self.seen: set[Any] = set()
         #: parent id not met yet -> the children waiting for it: (child span id, pid, tid, start)
         self.waiting: dict[Any, list[tuple[Any, int, int, int]]] = {}
-        self.count = 0
 
     def pid(self, resource: Mapping[str, Any]) -> int:
         pid = self.pid_of.get(id(resource))
@@ -215,7 +214,6 @@ class _Places:
         last: list[Any] = [None, 0, None, 0]  # resource, pid, thread, tid: rows come in runs of one process and thread
 
         def place(resource: Mapping[str, Any], row: Row) -> tuple[int, int, int, int]:
-            self.count += 1
             if resource is last[0]:
                 pid = last[1]
             else:
@@ -235,7 +233,8 @@ class _Places:
                 end = start
             span_id = row.s
             seen.add(span_id)
-            waiting.pop(span_id, None)  # its children, met before it, were called in-process
+            if span_id in waiting:
+                del waiting[span_id]  # its children, met before it, were called in-process
             if span_id in wanted:
                 locations[str(span_id)] = (pid, tid, start, end)
             parent_id = row.p
@@ -258,7 +257,7 @@ class _Places:
                 flow = _flow_id(span_id)
                 out[span_id] = (flow, pid, tid, start)
                 self.chunk.callees.append((flow, str(parent_id), start))
-        self.chunk.spans = self.count
+        self.chunk.spans = len(self.seen)  # the reader yields each span id once
         return out
 
 
@@ -469,9 +468,16 @@ def _template(pb: Any, track: int, kind: int, name: str | None = None, category:
 
 def _flow_starts(fmt: str, found: list[tuple[int, tuple[int, int, int, int], int]], origin: int) -> bytes:
     """The caller ends of cross-process calls: (flow id, the caller's location, the callee's start)."""
-    if fmt == "json":
-        return _event_lines([{"ph": "s", "id": flow, "name": "call", "cat": "flow", "pid": loc[0], "tid": loc[1],
-                              "ts": (min(max(start, loc[2]), loc[3]) - origin) / 1000.0} for flow, loc, start in found])  # fmt: skip
+    if fmt == "json":  # formatted directly: several times cheaper than a dict per event, in the parent's one thread
+        heads: dict[tuple[int, int, int, int], str] = {}
+        lines = []
+        for flow, loc, start in found:
+            head = heads.get(loc)
+            if head is None:
+                head = heads[loc] = f'{{"ph":"s","name":"call","cat":"flow","pid":{loc[0]},"tid":{loc[1]},"id":'
+            at = loc[2] if start < loc[2] else loc[3] if start > loc[3] else start  # within the caller's slice
+            lines.append(f'{head}{flow},"ts":{(at - origin) / 1000.0!r}}}')
+        return (",\n".join(lines) + ",\n").encode() if lines else b""
     pb = _proto_module()
     trace = pb.Trace()
     add = trace.packet.add
