@@ -466,65 +466,68 @@ def _template(pb: Any, track: int, kind: int, name: str | None = None, category:
     return bytes(packet.SerializeToString())
 
 
-def _flow_starts(fmt: str, found: list[tuple[int, tuple[int, int, int, int], int]], origin: int) -> bytes:
-    """The caller ends of cross-process calls: (flow id, the caller's location, the callee's start)."""
-    if fmt == "json":  # formatted directly: several times cheaper than a dict per event, in the parent's one thread
-        heads: dict[tuple[int, int, int, int], str] = {}
-        lines = []
-        for flow, loc, start in found:
-            head = heads.get(loc)
-            if head is None:
-                head = heads[loc] = f'{{"ph":"s","name":"call","cat":"flow","pid":{loc[0]},"tid":{loc[1]},"id":'
-            at = loc[2] if start < loc[2] else loc[3] if start > loc[3] else start  # within the caller's slice
-            lines.append(f'{head}{flow},"ts":{(at - origin) / 1000.0!r}}}')
-        return (",\n".join(lines) + ",\n").encode() if lines else b""
-    pb = _proto_module()
-    trace = pb.Trace()
-    add = trace.packet.add
-    templates: dict[tuple[int, int], bytes] = {}  # per caller thread: the instant's fixed fields (see _template)
-    for flow, loc, start in found:
-        template = templates.get(loc[:2])
-        if template is None:
-            template = templates[loc[:2]] = _template(pb, _uuid("t", loc[0], loc[1]), pb.TrackEvent.TYPE_INSTANT, "call")
-        packet = add()
-        packet.MergeFromString(template)
-        packet.timestamp = min(max(start, loc[2]), loc[3])
-        packet.track_event.flow_ids.append(flow)
-    return bytes(trace.SerializeToString())
-
-
 class _Flows:
     """Joins callees to their callers' locations as files arrive; writes the caller ends in slices.
 
     Files with callers come first (the driver's), so nearly every callee resolves at once:
-    what is kept is the callers' locations (spans other files call into), not every callee.
+    what is kept is the callers' locations (spans other files call into), not every callee,
+    each made ready to write when it arrives (a JSON event's fixed text, a protobuf
+    packet's template), so the parent's one thread does little per call.
     """
 
     def __init__(self, fmt: str, origin: int, write: Callable[[bytes], Any]) -> None:
         self.fmt, self.origin, self.write = fmt, origin, write
-        self.locations: dict[str, tuple[int, int, int, int]] = {}
+        self.callers: dict[str, tuple[Any, int, int]] = {}  # span id -> (what its events start with, start, end)
         self.pending: list[tuple[int, str, int]] = []  # flow id, parent id, start: callers not met yet
-        self.found: list[tuple[int, tuple[int, int, int, int], int]] = []
+        self.found: list[tuple[int, Any, int]] = []  # flow id, the caller's prefix, the moment (within its slice)
+        self._prefixes: dict[tuple[int, int], Any] = {}  # per caller thread
+
+    def _prefix(self, pid: int, tid: int) -> Any:
+        prefix = self._prefixes.get((pid, tid))
+        if prefix is None:
+            if self.fmt == "json":
+                prefix = f'{{"ph":"s","name":"call","cat":"flow","pid":{pid},"tid":{tid},"id":'
+            else:  # the instant's fixed fields (see _template)
+                pb = _proto_module()
+                prefix = _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call")
+            self._prefixes[(pid, tid)] = prefix
+        return prefix
 
     def add(self, chunk: Chunk) -> None:
         callees: Iterable[tuple[int, str, int]] = chunk.callees
         if chunk.locations:
-            self.locations.update(chunk.locations)
+            prefix = self._prefix
+            self.callers.update((span, (prefix(pid, tid), lo, hi)) for span, (pid, tid, lo, hi) in chunk.locations.items())
             callees, self.pending = [*chunk.callees, *self.pending], []
-        locate, found, pending = self.locations.get, self.found.append, self.pending.append
+        locate, found, pending = self.callers.get, self.found.append, self.pending.append
         for callee in callees:
-            loc = locate(callee[1])
-            if loc is None:
+            caller = locate(callee[1])
+            if caller is None:
                 pending(callee)
             else:
-                found((callee[0], loc, callee[2]))
+                start, lo, hi = callee[2], caller[1], caller[2]
+                found((callee[0], caller[0], lo if start < lo else hi if start > hi else start))
         if len(self.found) >= _SLICE:
             self.flush()
 
     def flush(self) -> None:
-        if self.found:
-            self.write(_flow_starts(self.fmt, self.found, self.origin))
-            self.found = []
+        """Write the caller ends found so far: (flow id, prefix, moment)."""
+        if not self.found:
+            return
+        if self.fmt == "json":
+            origin = self.origin
+            text = ",\n".join([f'{head}{flow},"ts":{(at - origin) / 1000.0!r}}}' for flow, head, at in self.found])
+            self.write(text.encode() + b",\n")
+        else:
+            trace = _proto_module().Trace()
+            add = trace.packet.add
+            for flow, template, at in self.found:
+                packet = add()
+                packet.MergeFromString(template)
+                packet.timestamp = at
+                packet.track_event.flow_ids.append(flow)
+            self.write(trace.SerializeToString())
+        self.found = []
 
 
 def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None) -> Options:
