@@ -67,17 +67,17 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
         handles.append(handle)
     for step in range(steps):
         base = t0 + step * 10_000_000_000
-        umbrella = f"{step:08x}00000000"
+        umbrella = f"d{step:07x}ffffffff"  # driver ids start with "d", workers' with "00": never the same
         handles[0].write(line("step", umbrella, None, base, base + 9_000_000_000, {"rl.step": step}) + "\n")
         written += 1
         for k, (name, bucket) in enumerate(PHASES):
-            span = f"{step:08x}{k + 1:08x}"
+            span = f"d{step:07x}{k + 1:08x}"
             start = base + k * 1_800_000_000
             handles[0].write(line(name, span, umbrella, start, start + 1_700_000_000,
                                   {"rl.bucket": bucket, "rl.step": step}) + "\n")  # fmt: skip
             written += 1
         for w in range(1, files):
-            parent = f"{step:08x}{(w % len(PHASES)) + 1:08x}"
+            parent = f"d{step:07x}{(w % len(PHASES)) + 1:08x}"
             start = base + rng.randrange(0, 1_000_000_000)
             dur = int((1.5 if w == 3 and step % 2 else 1.0) * 1_000_000_000)
             span = f"{w:04x}{step:08x}0001"
