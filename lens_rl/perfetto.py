@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.store import Row, iter_rows, process_of, to_row
+from lens_rl.store import Row, iter_rows, process_of, time_ns, to_row
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
 
@@ -111,7 +111,8 @@ def scan_rows(rows: Rows) -> Scan:
             last = resource
             scan.keys.add(process_of({"resource": resource}))
         ids.add(row.s)
-        starts.append(row.b or 0)
+        start = row.b
+        starts.append(start if type(start) is int and 0 <= start < _INT64 else _ns(start))
         parent = row.p
         if parent:
             parents.add(parent)
@@ -227,7 +228,7 @@ class _Places:
                 last[2] = thread
             start = row.b or 0
             end = row.e or start
-            if type(start) is not int or type(end) is not int:
+            if type(start) is not int or type(end) is not int or not (0 <= start < _INT64 and 0 <= end < _INT64):
                 start, end = _ns(start), _ns(end)
             if end < start:
                 end = start
@@ -261,11 +262,12 @@ class _Places:
         return out
 
 
+_INT64 = 2**63
+
+
 def _ns(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
+    """A time as a trace holds it (ns, 0 <= t < 2**63): a bad, negative or out-of-range value reads as 0."""
+    return max(time_ns(value), 0)
 
 
 def _process_name(opts: Options, pid: int) -> str:

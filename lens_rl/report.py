@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.goodput import BUCKETS, analyze_parts, report_from_parts
-from lens_rl.store import iter_file_records, process_of
+from lens_rl.store import iter_file_records, process_of, time_ns
 
 __all__ = ["build_report", "write_report"]
 
@@ -79,7 +79,7 @@ def _window_file(path: str | os.PathLike[str], window: tuple[int, int] | None, l
         group, rank, pid = process_of(rec)
         attrs = rec.get("attributes") or {}
         out.append({"process": f"{group} rank {rank} (pid {pid})", "group": group, "name": str(rec.get("name")),
-                    "start": int(rec.get("start_ns") or 0), "end": int(rec.get("end_ns") or 0),
+                    "start": time_ns(rec.get("start_ns")), "end": time_ns(rec.get("end_ns")),
                     "bucket": attrs.get("rl.bucket"),
                     "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"}})  # fmt: skip
         if len(out) >= limit:

@@ -20,9 +20,10 @@ yield one record shape: the v1 keys (``name``, ``span_id``, ``start_ns`` ...) wi
 ``resource`` pointing at the file's one resource dict (shared, never copied).
 
 Every line is strict JSON. Readers skip and count a truncated or garbage line and a
-span id seen twice in one file (a batch retried after a partial write). The fastest
-JSON parser at hand reads (``orjson``, from the ``analysis`` extra), else the
-standard library's.
+span id seen twice in one file (a batch retried after a partial write). A line is
+decoded straight into a :class:`Row` (its short keys as attributes, None where absent)
+by ``msgspec`` (the ``analysis`` extra; it builds nothing for keys no reader uses), else
+into the same shape from ``orjson`` or the standard library's parser.
 
 Example::
 
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "ROW_KEYS", "ReadStats", "Row", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
-           "loads", "process_of", "read_columns", "span_files"]  # fmt: skip
+           "loads", "process_of", "read_columns", "span_files", "time_ns"]  # fmt: skip
 
 FORMAT_VERSION = 2
 HEADER_FORMAT = "lens_rl.spans/2"
@@ -282,11 +283,11 @@ class Columns:
         try:
             self.starts.append(start)
         except (TypeError, OverflowError):
-            self.starts.append(_ns(start))
+            self.starts.append(time_ns(start))
         try:
             self.ends.append(end)
         except (TypeError, OverflowError):
-            self.ends.append(_ns(end))
+            self.ends.append(time_ns(end))
         if attrs:
             bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
             self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else bucket)
@@ -309,7 +310,7 @@ _INT64 = 2**63
 _BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
 
 
-def _ns(value: Any) -> int:
+def time_ns(value: Any) -> int:
     """A time in ns as the int64 arrays hold it: a bad or out-of-range value reads as 0."""
     try:
         number = int(value or 0)

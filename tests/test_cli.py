@@ -101,6 +101,28 @@ def test_perfetto_is_valid_chrome_trace(traced_run: Path, tmp_path: Path) -> Non
     assert all(e["ts"] >= 0 for e in spans)
 
 
+def test_times_out_of_range_read_as_zero_in_every_tool(tmp_path: Path) -> None:
+    """A line whose times are valid JSON but no time (negative, past 64 bits, text) breaks no tool:
+    goodput, both Perfetto formats and the report read it with its times as 0."""
+    run = tmp_path / "store" / "run"
+    run.mkdir(parents=True)
+    header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
+    odd = [{**good, "s": "2" * 16, "b": -5, "e": 10}, {**good, "s": "3" * 16, "b": 10**30, "e": 10**30 + 1},
+           {**good, "s": "4" * 16, "b": "soon", "e": None}]  # fmt: skip
+    (run / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, good, *odd]) + "\n")
+    for command in (["goodput", "--json"], ["report", "-o", str(tmp_path / "r.html")]):
+        out = lens(command[0], str(tmp_path / "store"), *command[1:])
+        assert out.returncode == 0, out.stderr
+    for target in (tmp_path / "t.json", tmp_path / "t.pftrace"):
+        out = lens("perfetto", str(tmp_path / "store"), "-o", str(target))
+        assert out.returncode == 0, out.stderr
+        assert "4 spans" in out.stdout
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert sorted(e["args"]["span_id"] for e in events if e["ph"] == "X") == ["1" * 16, "2" * 16, "3" * 16, "4" * 16]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events if e["ph"] == "X")
+
+
 def test_replay_sends_the_stored_trace(traced_run: Path) -> None:
     """replay re-exports stored spans with their ids to a collector."""
     with OTLPReceiver() as rx:
