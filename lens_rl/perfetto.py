@@ -550,6 +550,20 @@ def format_of(output: str | os.PathLike[str]) -> str:
     return "pftrace" if str(output).endswith((".pftrace", ".perfetto-trace", ".pb")) else "json"
 
 
+def _append_file(path: str, out: Any) -> None:
+    """Append the file at ``path`` to ``out``: copied inside the kernel where it can be
+    (``copy_file_range``: no pass through this process's memory), else read and written."""
+    with open(path, "rb") as part:
+        out.flush()
+        try:
+            while os.copy_file_range(part.fileno(), out.fileno(), 1 << 30):
+                pass
+            return
+        except (AttributeError, OSError):  # no such call here, or not between these files: copy the rest ourselves
+            pass  # (the kernel moved both files' offsets past what it copied)
+        shutil.copyfileobj(part, out, 1 << 20)
+
+
 def write_trace(
     paths: Sequence[Path],
     output: str | os.PathLike[str],
@@ -580,8 +594,7 @@ def write_trace(
         flows = _Flows(fmt, opts.origin, out.write)
         for chunk in map_files(render_file, ordered, opts, **parallel, desc="perfetto 2/2"):
             if chunk.path is not None:
-                with open(chunk.path, "rb") as part:
-                    shutil.copyfileobj(part, out, 1 << 20)
+                _append_file(chunk.path, out)
                 os.unlink(chunk.path)
             out.write(chunk.data)
             spans += chunk.spans

@@ -165,3 +165,35 @@ def test_a_process_part_pickles_exactly() -> None:
     back = pickle.loads(pickle.dumps(part))
     assert back == part and list(back.steps) == [1, "warmup", 3]
     assert back.steps["warmup"].umbrellas == array("q") and back.steps[3].bucketed is None
+
+
+def test_a_spilled_part_is_appended_whole_however_the_kernel_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Perfetto appends each worker's spilled events to the output: in-kernel where it can, by reading and
+    writing where it cannot (another platform, a call refused part way), never twice and never short."""
+    import errno
+    import os
+
+    from lens_rl.perfetto import _append_file
+
+    part = tmp_path / "part"
+    part.write_bytes(bytes(range(256)) * 40_000)
+    real = getattr(os, "copy_file_range", None)
+    calls = {"n": 0}
+
+    def refused_after_one_piece(src: int, dst: int, count: int) -> int:
+        calls["n"] += 1
+        if calls["n"] > 1 or real is None:
+            raise OSError(errno.EXDEV, "cross-device")
+        return real(src, dst, 1000)  # type: ignore[no-any-return]
+
+    for how in ("kernel", "refused part way", "missing"):
+        if how == "refused part way":
+            monkeypatch.setattr(os, "copy_file_range", refused_after_one_piece, raising=False)
+        elif how == "missing":
+            monkeypatch.delattr(os, "copy_file_range", raising=False)
+        out_path = tmp_path / f"out-{how}"
+        with open(out_path, "wb") as out:
+            out.write(b"head")
+            _append_file(str(part), out)
+            out.write(b"tail")
+        assert out_path.read_bytes() == b"head" + part.read_bytes() + b"tail", how
