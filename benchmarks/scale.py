@@ -10,9 +10,10 @@ called from the driver plus a nested child), then times, each in a fresh process
 * ``lens-rl goodput --json`` (default ``--jobs``: the cores, at most 4);
 * ``lens-rl perfetto -o X.pftrace`` and ``-o X.json``.
 
-It prints spans/s, peak RSS (the largest of the command and its worker processes) and
-each command's wall time as a ratio to the baseline run in the same round (``--rounds K``:
-K rounds of every case, medians reported; the machine's speed drifts between rounds).
+It prints spans/s, peak RSS (the largest of the command and its worker processes), the
+CPU time of all its processes (the work done, whatever the cores), and each command's
+wall time as a ratio to the baseline run in the same round (``--rounds K``: K rounds of
+every case, medians reported; the machine's speed drifts between rounds).
 Goals on 1 M spans / 50 files: peak RSS <= 300 MB, and no slower than the baseline.
 """
 
@@ -99,8 +100,9 @@ for path in sorted(Path(sys.argv[1]).rglob("spans-*.jsonl")):
     with open(path, "rb") as handle:
         for line in handle:
             json.loads(line); n += 1
-print(json.dumps({"s": time.perf_counter() - t, "lines": n,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"s": time.perf_counter() - t, "lines": n, "rss_mb": use.ru_maxrss / 1024,
+                  "cpu_s": use.ru_utime + use.ru_stime}))
 """
 
 MEASURE = """
@@ -110,8 +112,9 @@ t = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(sys.argv[1:])
 s = time.perf_counter() - t
-rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(json.dumps({"s": s, "code": code, "rss_mb": rss / 1024}))
+own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"s": s, "code": code, "rss_mb": max(own.ru_maxrss, workers.ru_maxrss) / 1024,
+                  "cpu_s": own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime}))
 """
 
 
@@ -155,17 +158,18 @@ def main(argv: list[str] | None = None) -> int:
             for name, command in cases.items():
                 runs[name].append(_run(*command))
         base_runs = runs["plain json.loads pass (stdlib)"]
-        print(f"\n{'case':34s} {'wall s':>8s} {'spans/s':>10s} {'peak RSS':>9s} {'vs plain parse':>15s}"
+        print(f"\n{'case':34s} {'wall s':>8s} {'spans/s':>10s} {'peak RSS':>9s} {'CPU s':>7s} {'vs plain parse':>15s}"
               f"{'  (each round)' if args.rounds > 1 else ''}")
         results = []
         for name, measured in runs.items():
             wall = statistics.median(r["s"] for r in measured)
             ratios = [r["s"] / b["s"] for r, b in zip(measured, base_runs, strict=True)]
             ratio, rss = statistics.median(ratios), max(r["rss_mb"] for r in measured)
+            cpu = statistics.median(r["cpu_s"] for r in measured)  # every process's CPU: the work, whatever the cores
             each = "  " + " ".join(f"{x:.2f}" for x in ratios) if args.rounds > 1 else ""
-            print(f"{name:34s} {wall:8.1f} {spans / wall:10,.0f} {rss:7.0f}MB {ratio:14.2f}x{each}")
+            print(f"{name:34s} {wall:8.1f} {spans / wall:10,.0f} {rss:7.0f}MB {cpu:7.1f} {ratio:14.2f}x{each}")
             results.append({"case": name, "wall_s": wall, "spans_per_s": spans / wall, "peak_rss_mb": rss,
-                            "ratio_to_plain_parse": ratio, "ratio_each_round": ratios})  # fmt: skip
+                            "cpu_s": cpu, "ratio_to_plain_parse": ratio, "ratio_each_round": ratios})  # fmt: skip
         if args.json:
             Path(args.json).write_text(json.dumps({"spans": spans, "files": args.files, "rows": results}, indent=2))
     finally:
