@@ -401,8 +401,8 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
         for i, lane in lanes.items():
             track_of[i] = tracks[lane]
     write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
-    # Slices: a begin and an end packet each, in time order (an end before a begin at the same time), as
-    # one int per packet, (time, is begin, row index) packed, which sorts several times faster than tuples.
+    # Slices: a begin and an end packet each, in time order (an end before a begin at the same time);
+    # each packet's place is one int, (time, is begin, row index) packed, so the sort compares ints.
     base = min(item[3] for item in placed)
     index_bits = len(placed).bit_length()
     begin_flag, index_mask, shift = 1 << index_bits, (1 << index_bits) - 1, index_bits + 1
@@ -609,7 +609,9 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The ``{"traceEvents": [...]}`` document for these span records, in memory (small runs, tests)."""
     by_process: dict[tuple[str, int, int], list[tuple[Mapping[str, Any], Row]]] = defaultdict(list)
     for rec in records:
-        by_process[process_of(rec)].append((rec.get("resource") or {}, to_row(rec)))
+        row = to_row(rec)
+        row.a = dict(row.a) if row.a else None  # the events' args are made from it: the caller's records stay as given
+        by_process[process_of(rec)].append((rec.get("resource") or {}, row))
     groups = [by_process[k] for k in sorted(by_process)]
     opts = _options((scan_rows(g) for g in groups), "json", None, None)
     chunks = [render_rows(g, opts) for g in groups]
