@@ -219,8 +219,12 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> I
                 else:
                     skipped += 1
                     continue
-                if span_id in seen:
-                    duplicates += 1
+                try:
+                    if span_id in seen:
+                        duplicates += 1
+                        continue
+                except TypeError:  # an id that is no JSON scalar ([...], {...}): garbage
+                    skipped += 1
                     continue
                 seen_add(span_id)
                 yield line_resource, row

@@ -82,7 +82,8 @@ def test_reader_skips_truncated_and_garbage_lines(tmp_path: Path) -> None:
 
 def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> None:
     """Without the analysis extra (no msgspec, no orjson) a store reads as the same records and counts:
-    v1 and v2 lines, a header later in the file, garbage, a repeated span id, a line that is not an object."""
+    v1 and v2 lines, a header later in the file, garbage, a repeated span id, a line that is not an object,
+    ids of another form (a number is an id; a list is garbage, skipped, where it used to stop the reader)."""
     run = tmp_path / "r"
     run.mkdir()
     resource = {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}
@@ -96,6 +97,13 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
              json.dumps({"v": 2, "header": True, "resource": {**resource, "process.pid": 3}}),
              json.dumps({**v2, "s": "6" * 16, "p": None, "a": None})]  # fmt: skip
     (run / "spans-driver-0-1.jsonl").write_text("\n".join(lines) + "\n")
+    # every line a JSON object, so a block decodes at once: what needs a look of its own is mid-block
+    tricky = [json.dumps({**v2, "s": "7" * 16}), json.dumps({"v": 2, "header": True, "resource": {**resource, "process.pid": 4}}),
+              json.dumps({**v2, "s": "8" * 16}), json.dumps({**v2, "s": 9}), json.dumps({**v2, "s": [9]}),
+              json.dumps({**v1, "span_id": "a" * 16}), json.dumps({**v2, "s": "8" * 16}), json.dumps({"n": "no id"}),
+              json.dumps({**v1, "span_id": "a" * 16}), json.dumps({**v2, "s": "b" * 16, "v": 3}),
+              json.dumps({**v2, "s": "c" * 16})]  # fmt: skip
+    (run / "spans-worker-0-4.jsonl").write_text("\n".join(tricky) + "\n")
     script = (
         "import json, sys\n"
         "if sys.argv[2] == 'plain': sys.modules['msgspec'] = sys.modules['orjson'] = None\n"
@@ -108,7 +116,10 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
                            check=True, env=clean_env()).stdout for how in ("fast", "plain")]  # fmt: skip
     assert outs[0] == outs[1]
     read = json.loads(outs[0])
-    assert read["stats"] == {"files": 1, "lines": 9, "skipped": 3, "duplicates": 1}
+    assert read["stats"] == {"files": 2, "lines": 9 + 11, "skipped": 3 + 3, "duplicates": 1 + 2}
+    worker = [(r["span_id"], r["resource"].get("process.pid")) for r in read["records"] if r["span_id"] in
+              ("7" * 16, "8" * 16, 9, "a" * 16, "c" * 16)]  # fmt: skip
+    assert worker == [("7" * 16, None), ("8" * 16, 4), (9, 4), ("a" * 16, 1), ("c" * 16, 4)]
     by_name = {(r["name"], r["span_id"]): r for r in read["records"]}
     new = by_name[("new", "3" * 16)]
     assert new["resource"]["process.pid"] == 2 and new["status"] == "ERROR" and new["kind"] == "CLIENT"
