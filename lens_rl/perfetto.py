@@ -169,9 +169,10 @@ def _render(rows: Rows, opts: Options) -> Chunk:
 
 
 def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
-    """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf and a
-    ``steps`` window need the whole file (nested lanes, time order, each span's step from its ancestors)."""
-    if opts.fmt == "json" and opts.steps is None:
+    """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf keeps
+    what its packets need of each span (nested lanes, time order), a ``steps`` window the whole rows (each
+    span's step from its ancestors)."""
+    if opts.steps is None:
         return _render(iter_rows(path), opts)
     return render_rows(list(iter_rows(path)), opts)
 
@@ -345,9 +346,9 @@ def _annotate(note: Any, value: Any) -> None:
 
 
 def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
-    """Row index -> lane, so that slices on one lane nest properly (concurrent tasks on one thread overlap).
-
-    ``spans`` are (start, -end, row index): in that order, a parent comes before its children.
+    """Row index -> lane for the rows not on lane 0, so that slices on one lane nest properly (concurrent
+    tasks on one thread overlap). ``spans`` are (start, -end, row index): in that order, a parent comes
+    before its children.
     """
     lanes: list[list[int]] = []  # per lane, a stack of open end times
     out: dict[int, int] = {}
@@ -359,11 +360,13 @@ def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
                 stack.pop()
             if not stack or stack[-1] >= end:
                 stack.append(end)
-                out[index] = number
+                if number:
+                    out[index] = number
                 break
         else:
             lanes.append([end])
-            out[index] = len(lanes) - 1
+            if len(lanes) > 1:
+                out[index] = len(lanes) - 1
     return out
 
 
@@ -376,7 +379,8 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     pb = _proto_module()
     places = _Places(opts, chunk)
     place = places.placer()
-    placed = [(row, *place(resource, row)) for resource, row in rows]  # (row, pid, tid, start, end)
+    # (pid, tid, start, end, name, attributes, span id): what the packets need, not the whole row
+    placed = [(*place(resource, row), row.n, row.a, row.s) for resource, row in rows]
     if not placed:
         return
     called = places.callees()
@@ -389,25 +393,27 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                                    thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name)))  # fmt: skip
     by_thread: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
     for index, item in enumerate(placed):
-        by_thread[(item[1], item[2])].append((item[3], -item[4], index))
+        by_thread[(item[0], item[1])].append((item[2], -item[3], index))
     track_of = [0] * len(placed)
-    for (pid, tid), spans in by_thread.items():
+    while by_thread:  # (emptied as it goes: its lists are a tuple per span)
+        (pid, tid), spans = by_thread.popitem()
         lanes = _lanes(spans)
         tracks = {0: _uuid("t", pid, tid)}
-        for lane in sorted(set(lanes.values()) - {0}):
+        for lane in sorted(set(lanes.values())):
             tracks[lane] = _uuid("l", pid, tid, lane)
             packets.append(_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
                                        name=f"{thread_names[(pid, tid)]} (concurrent {lane})"))  # fmt: skip
-        for i, lane in lanes.items():
-            track_of[i] = tracks[lane]
+        for _, _, i in spans:
+            track_of[i] = tracks[lanes.get(i, 0)]
+        del spans
     write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
     # Slices: a begin and an end packet each, in time order (an end before a begin at the same time);
     # each packet's place is one int, (time, is begin, row index) packed, so the sort compares ints.
-    base = min(item[3] for item in placed)
+    base = min(item[2] for item in placed)
     index_bits = len(placed).bit_length()
     begin_flag, index_mask, shift = 1 << index_bits, (1 << index_bits) - 1, index_bits + 1
-    order = [(item[4] - base) << shift | i for i, item in enumerate(placed)]
-    order += [(item[3] - base) << shift | begin_flag | i for i, item in enumerate(placed)]
+    order = [(item[3] - base) << shift | i for i, item in enumerate(placed)]
+    order += [(item[2] - base) << shift | begin_flag | i for i, item in enumerate(placed)]
     order.sort()
     # Each packet starts as a copy of its kind's template (the fields its track, name and category fix),
     # serialized once by the protos and merged in: one call, where setting them is five.
@@ -430,9 +436,9 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             packet.MergeFromString(template)
             packet.timestamp = (key >> shift) + base
             continue
-        row = placed[i][0]
-        attrs = row.a or _NO_ATTRS
-        slice_key = (track, str(row.n), str(attrs.get("rl.bucket") or "phase"))
+        _, _, _, _, name, attrs, span_id = placed[i]
+        attrs = attrs or _NO_ATTRS
+        slice_key = (track, str(name), str(attrs.get("rl.bucket") or "phase"))
         template = begins.get(slice_key)
         if template is None:
             template = begins[slice_key] = _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, *slice_key[1:])
@@ -440,18 +446,18 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
         packet.timestamp = (key >> shift) + base
         event = packet.track_event
         notes = event.debug_annotations
-        for name, value in attrs.items():
-            if name == "rl.bucket":  # it is the category
+        for key, value in attrs.items():
+            if key == "rl.bucket":  # it is the category
                 continue
             if type(value) is int and -(2**63) <= value < 2**63:
-                notes.add(name=name, int_value=value)
+                notes.add(name=key, int_value=value)
             elif type(value) is str:
-                notes.add(name=name, string_value=value)
+                notes.add(name=key, string_value=value)
             else:
-                _annotate(notes.add(name=name), value)
-        notes.add(name="span_id", string_value=str(row.s))
-        if row.s in called:
-            event.terminating_flow_ids.append(called[row.s][0])
+                _annotate(notes.add(name=key), value)
+        notes.add(name="span_id", string_value=str(span_id))
+        if span_id in called:
+            event.terminating_flow_ids.append(called[span_id][0])
     write(trace.SerializeToString())
 
 
