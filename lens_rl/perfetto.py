@@ -446,15 +446,15 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
         packet.timestamp = (key >> shift) + base
         event = packet.track_event
         notes = event.debug_annotations
-        for key, value in attrs.items():
-            if key == "rl.bucket":  # it is the category
+        for attr, value in attrs.items():
+            if attr == "rl.bucket":  # it is the category
                 continue
             if type(value) is int and -(2**63) <= value < 2**63:
-                notes.add(name=key, int_value=value)
+                notes.add(name=attr, int_value=value)
             elif type(value) is str:
-                notes.add(name=key, string_value=value)
+                notes.add(name=attr, string_value=value)
             else:
-                _annotate(notes.add(name=key), value)
+                _annotate(notes.add(name=attr), value)
         notes.add(name="span_id", string_value=str(span_id))
         if span_id in called:
             event.terminating_flow_ids.append(called[span_id][0])
