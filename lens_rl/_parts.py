@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket, exclusive_time, union_length
-from lens_rl.store import Columns, ReadStats, read_columns
+from lens_rl.store import INT64_END, Columns, ReadStats, read_columns
 
 __all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "Series", "ProcessPart", "StepPart", "clipped", "covered", "file_parts",
            "median", "merge_indexed", "merge_intervals", "merge_parts", "pack", "pairs", "part_from_columns",
@@ -487,7 +487,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             by_step: Any = compute.get(name)
             if by_step is None:
                 by_step = compute[name] = [array("q"), array("d")]
-            if type(by_step) is list and type(step) is int and _INT64_MIN <= step <= _INT64_MAX:
+            if type(by_step) is list and type(step) is int and -INT64_END <= step < INT64_END:
                 by_step[0].append(step)  # (16 bytes a span; summed per step at the end)
                 by_step[1].append(excl_s)
             else:  # a step that is not an int: this phase's steps stay a dict
@@ -538,7 +538,6 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
 
 _BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _step_dict(pairs_: list[array]) -> dict[Any, float]:

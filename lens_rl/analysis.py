@@ -99,10 +99,6 @@ def _with_kept_args(fn: Callable[..., Any], path: Any) -> Any:
     return _without_gc(fn, path, *_KEPT_ARGS)
 
 
-def _with_stored_args(fn: Callable[..., Any], path: Any, args: tuple[Any, ...]) -> Any:
-    return _without_gc(fn, path, *args)
-
-
 def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...], address: str | None,
              desc: str) -> Iterator[Any]:  # fmt: skip
     try:
@@ -114,9 +110,9 @@ def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=40)  # ERROR
         started = True
     try:
-        remote = ray.remote(_with_stored_args)
-        stored = ray.put(args)  # once in the object store; each task reads it from there
-        refs = [remote.remote(fn, str(path), stored) for path in paths]
+        remote = ray.remote(_without_gc)
+        stored = [ray.put(arg) for arg in args]  # once in the object store; each task reads them from there
+        refs = [remote.remote(fn, str(path), *stored) for path in paths]
         for ref in _progress(refs, len(refs), desc):
             yield ray.get(ref)
     finally:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.store import Row, iter_rows, process_of, time_ns, to_row
+from lens_rl.store import INT64_END, Row, iter_rows, process_of, time_ns, to_row
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
 
@@ -112,7 +112,7 @@ def scan_rows(rows: Rows) -> Scan:
             scan.keys.add(process_of({"resource": resource}))
         ids.add(row.s)
         start = row.b
-        starts.append(start if type(start) is int and 0 <= start < _INT64 else _ns(start))
+        starts.append(start if type(start) is int and 0 <= start < INT64_END else _ns(start))
         parent = row.p
         if parent:
             parents.add(parent)
@@ -229,7 +229,7 @@ class _Places:
                 last[2] = thread
             start = row.b or 0
             end = row.e or start
-            if type(start) is not int or type(end) is not int or not (0 <= start < _INT64 and 0 <= end < _INT64):
+            if type(start) is not int or type(end) is not int or not (0 <= start < INT64_END and 0 <= end < INT64_END):
                 start, end = _ns(start), _ns(end)
             if end < start:
                 end = start
@@ -261,9 +261,6 @@ class _Places:
                 self.chunk.callees.append((flow, str(parent_id), start))
         self.chunk.spans = len(self.seen)  # the reader yields each span id once
         return out
-
-
-_INT64 = 2**63
 
 
 def _ns(value: Any) -> int:

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "ROW_KEYS", "ReadStats", "Row", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
+__all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "INT64_END", "ROW_KEYS", "ReadStats", "Row", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
            "loads", "process_of", "read_columns", "span_files", "time_ns"]  # fmt: skip
 
 FORMAT_VERSION = 2
@@ -308,7 +308,8 @@ class Columns:
         self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
 
 
-_INT64 = 2**63
+#: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
+INT64_END = 2**63
 
 
 _BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
@@ -320,7 +321,7 @@ def time_ns(value: Any) -> int:
         number = int(value or 0)
     except (TypeError, ValueError, OverflowError):
         return 0
-    return number if -_INT64 <= number < _INT64 else 0
+    return number if -INT64_END <= number < INT64_END else 0
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[tuple[str, int, int], Columns]:
