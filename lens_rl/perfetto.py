@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.store import INT64_END, Row, iter_rows, process_of, time_ns, to_row
+from lens_rl.store import INT64_END, Row, decode_skim, iter_rows, process_of, time_ns, to_row
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
 
@@ -104,25 +104,28 @@ def scan_rows(rows: Rows) -> Scan:
     scan = Scan()
     ids: set[Any] = set()
     parents: set[Any] = set()
-    starts = []
+    add_id, add_parent = ids.add, parents.add
+    origin = INT64_END
     last: Any = None
     for resource, row in rows:
         if resource is not last:
             last = resource
             scan.keys.add(process_of({"resource": resource}))
-        ids.add(row.s)
+        add_id(row.s)
         start = row.b
-        starts.append(start if type(start) is int and 0 <= start < INT64_END else _ns(start))
-        parent = row.p
-        if parent:
-            parents.add(parent)
-    scan.origin = min(starts) if starts else None
+        if type(start) is not int or not 0 <= start < INT64_END:
+            start = _ns(start)
+        if start < origin:
+            origin = start
+        if row.p:
+            add_parent(row.p)
+    scan.origin = origin if ids else None
     scan.external = {str(p) for p in parents - ids}
     return scan
 
 
 def scan_file(path: str | os.PathLike[str]) -> Scan:
-    return scan_rows(iter_rows(path))
+    return scan_rows(iter_rows(path, decode=decode_skim))
 
 
 def _steps_of(rows: Sequence[tuple[Mapping[str, Any], Row]]) -> dict[Any, Any]:

@@ -107,16 +107,20 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
     script = (
         "import json, sys\n"
         "if sys.argv[2] == 'plain': sys.modules['msgspec'] = sys.modules['orjson'] = None\n"
-        "from lens_rl.store import ReadStats, iter_span_records\n"
+        "from lens_rl.store import ReadStats, decode_skim, iter_rows, iter_span_records, span_files\n"
         "stats = ReadStats()\n"
         "records = [{k: v for k, v in r.items()} for r in iter_span_records(sys.argv[1], stats)]\n"
-        "print(json.dumps({'records': records, 'stats': vars(stats)}, sort_keys=True))\n"
+        "skimmed = ReadStats()\n"
+        "links, skims = ([[r, row.s, row.p, row.b] for f in span_files(sys.argv[1]) for r, row in iter_rows(f, s, **how)]\n"
+        "                for s, how in ((ReadStats(), {}), (skimmed, {'decode': decode_skim})))\n"
+        "print(json.dumps({'records': records, 'stats': vars(stats), 'skim': [skims == links, vars(skimmed)]}, sort_keys=True))\n"
     )
     outs = [subprocess.run([sys.executable, "-c", script, str(tmp_path), how], capture_output=True, text=True,
                            check=True, env=clean_env()).stdout for how in ("fast", "plain")]  # fmt: skip
     assert outs[0] == outs[1]
     read = json.loads(outs[0])
     assert read["stats"] == {"files": 2, "lines": 9 + 11, "skipped": 3 + 3, "duplicates": 1 + 2}
+    assert read["skim"] == [True, read["stats"]]  # a first pass's skim reads the same lines, ids, parents, starts
     worker = [(r["span_id"], r["resource"].get("process.pid")) for r in read["records"] if r["span_id"] in
               ("7" * 16, "8" * 16, 9, "a" * 16, "c" * 16)]  # fmt: skip
     assert worker == [("7" * 16, None), ("8" * 16, 4), (9, 4), ("a" * 16, 1), ("c" * 16, 4)]
