@@ -415,50 +415,78 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     order = [(item[3] - base) << shift | i for i, item in enumerate(placed)]
     order += [(item[2] - base) << shift | begin_flag | i for i, item in enumerate(placed)]
     order.sort()
-    # Each packet starts as a copy of its kind's template (the fields its track, name and category fix),
-    # serialized once by the protos and merged in: one call, where setting them is five.
-    ends: dict[int, bytes] = {}
-    begins: dict[tuple[int, str, str], bytes] = {}
-    trace = pb.Trace()
-    add = trace.packet.add
-    for number, key in enumerate(order, 1):
-        if number % _SLICE == 0:
-            write(trace.SerializeToString())
-            trace = pb.Trace()
-            add = trace.packet.add
+    # Each packet is serialized on its own, as a Trace of one packet (Traces concatenated are one Trace):
+    # a slot per track (ends) or per track, name, category and attribute keys (begins) holds the packet,
+    # its fixed fields set once; a packet's own values are set in place and the slot serialized.
+    ends: dict[int, tuple[Callable[[], bytes], Any]] = {}
+    begins: dict[tuple[Any, ...], _BeginSlot] = {}
+    out: list[bytes] = []
+    keep = out.append
+    for key in order:
+        if len(out) >= _SLICE:
+            write(b"".join(out))
+            out.clear()
         i = key & index_mask
         track = track_of[i]
-        packet = add()
         if not key & begin_flag:
-            template = ends.get(track)
-            if template is None:
-                template = ends[track] = _template(pb, track, pb.TrackEvent.TYPE_SLICE_END)
-            packet.MergeFromString(template)
-            packet.timestamp = (key >> shift) + base
+            end_slot = ends.get(track)
+            if end_slot is None:
+                end_slot = ends[track] = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
+            end_slot[1].timestamp = (key >> shift) + base
+            keep(end_slot[0]())
             continue
         _, _, _, _, name, attrs, span_id = placed[i]
         attrs = attrs or _NO_ATTRS
-        slice_key = (track, str(name), str(attrs.get("rl.bucket") or "phase"))
-        template = begins.get(slice_key)
-        if template is None:
-            template = begins[slice_key] = _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, *slice_key[1:])
-        packet.MergeFromString(template)
-        packet.timestamp = (key >> shift) + base
-        event = packet.track_event
-        notes = event.debug_annotations
-        for attr, value in attrs.items():
-            if attr == "rl.bucket":  # it is the category
+        shape = (track, str(name), str(attrs.get("rl.bucket") or "phase"), *attrs)
+        slot = begins.get(shape)
+        if slot is None:
+            if len(begins) >= _SLOTS_MAX:
+                begins.clear()
+            slot = begins[shape] = _BeginSlot(pb, track, shape[1], shape[2], attrs)
+        slot.packet.timestamp = (key >> shift) + base
+        for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
+            if note is None:  # rl.bucket: the category
                 continue
             if type(value) is int and -(2**63) <= value < 2**63:
-                notes.add(name=attr, int_value=value)
+                note.int_value = value
             elif type(value) is str:
-                notes.add(name=attr, string_value=value)
+                note.string_value = value
             else:
-                _annotate(notes.add(name=attr), value)
-        notes.add(name="span_id", string_value=str(span_id))
+                _annotate(note, value)
+        slot.span_id.string_value = str(span_id)
         if span_id in called:
-            event.terminating_flow_ids.append(called[span_id][0])
-    write(trace.SerializeToString())
+            flows = slot.event.terminating_flow_ids
+            flows.append(called[span_id][0])
+            keep(slot.serialize())
+            del flows[:]
+        else:
+            keep(slot.serialize())
+    write(b"".join(out))
+
+
+_SLOTS_MAX = 4096  # begin slots kept per file (a slot per span would be a message per span)
+
+
+def _slot(pb: Any, template: bytes) -> tuple[Callable[[], bytes], Any]:
+    """A Trace of one packet made from ``template``: (its serializer, the packet)."""
+    trace = pb.Trace()
+    packet = trace.packet.add()
+    packet.MergeFromString(template)
+    return trace.SerializeToString, packet
+
+
+class _BeginSlot:
+    """The begin packet of one shape of slice (track, name, category, attribute keys), filled per span."""
+
+    __slots__ = ("serialize", "packet", "event", "notes", "span_id")
+
+    def __init__(self, pb: Any, track: int, name: str, category: str, attrs: Mapping[str, Any]) -> None:
+        self.serialize, self.packet = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category))
+        self.event = self.packet.track_event
+        notes = self.event.debug_annotations
+        # one annotation per attribute, in the span's order (none for rl.bucket), then the span id
+        self.notes = [None if key == "rl.bucket" else notes.add(name=key) for key in attrs]
+        self.span_id = notes.add(name="span_id")
 
 
 def _template(pb: Any, track: int, kind: int, name: str | None = None, category: str | None = None) -> bytes:
