@@ -400,7 +400,7 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
                      f"{'share':>8s}{'tokens/s':>11s}")  # fmt: skip
         for ph in report["phases"]:
             tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
-            lines.append(f"{ph['phase'][:29]:30s}{str(ph['bucket'] or '-'):>12s}{ph['count']:8d}{ph['total_s']:10.2f}s"
+            lines.append(f"{str(ph['phase'])[:29]:30s}{str(ph['bucket'] or '-'):>12s}{ph['count']:8d}{ph['total_s']:10.2f}s"
                          f"{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s{_pct(ph['share']):>8s}{tps:>11s}")  # fmt: skip
     lines.append("")
     lines.append("per worker group and rank: resource-seconds (a worker's uncovered lifetime is idle"

@@ -46,7 +46,10 @@ _EXTRA = "pip install 'lens-rl[analysis]'"
 def _dumps(value: Any) -> bytes:
     """One compact JSON value (orjson, from the analysis extra, when installed); what JSON lacks as text."""
     if _orjson is not None:
-        return bytes(_orjson.dumps(value, default=str))
+        try:
+            return bytes(_orjson.dumps(value, default=str))
+        except TypeError:  # an integer past 64 bits, which orjson does not write: the standard library does
+            pass
     return json.dumps(value, separators=(",", ":"), default=str).encode()
 
 
@@ -266,6 +269,12 @@ class _Places:
         return out
 
 
+def _category(attrs: Mapping[str, Any]) -> str:
+    """A slice's category: its bucket (any text), else ``phase``."""
+    bucket = attrs.get("rl.bucket")
+    return bucket if type(bucket) is str and bucket else "phase"
+
+
 def _ns(value: Any) -> int:
     """A time as a trace holds it (ns, 0 <= t < 2**63): a bad, negative or out-of-range value reads as 0."""
     return max(time_ns(value), 0)
@@ -292,14 +301,14 @@ def _json_events(rows: Rows, opts: Options, chunk: Chunk,
         args = row.a
         if args is None:
             args = {}
-        bucket = args.get("rl.bucket")
+        category = _category(args)
         args["trace_id"] = row.t
         args["span_id"] = row.s
         args["parent_span_id"] = row.p
         args["status"] = "UNSET" if row.st is None else row.st
         ts = (start - origin) / 1000.0
-        append({"ph": "X", "name": str(row.n), "cat": bucket or "phase", "pid": pid, "tid": tid, "ts": ts,
-                "dur": (end - start) / 1000.0, "cname": colors.get(bucket, "generic_work"), "args": args})  # fmt: skip
+        append({"ph": "X", "name": str(row.n), "cat": category, "pid": pid, "tid": tid, "ts": ts,
+                "dur": (end - start) / 1000.0, "cname": colors.get(category, "generic_work"), "args": args})  # fmt: skip
         if len(events) >= _SLICE:
             write(_event_lines(events))
             events.clear()
@@ -435,14 +444,15 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             end_slot[1].timestamp = (key >> shift) + base
             keep(end_slot[0]())
             continue
-        _, _, _, _, name, attrs, span_id = placed[i]
+        _, _, _, _, span_name, attrs, span_id = placed[i]
         attrs = attrs or _NO_ATTRS
-        shape = (track, str(name), str(attrs.get("rl.bucket") or "phase"), *attrs)
+        span_name, category = str(span_name), _category(attrs)
+        shape = (track, span_name, category, *attrs)
         slot = begins.get(shape)
         if slot is None:
             if len(begins) >= _SLOTS_MAX:
                 begins.clear()
-            slot = begins[shape] = _BeginSlot(pb, track, shape[1], shape[2], attrs)
+            slot = begins[shape] = _BeginSlot(pb, track, span_name, category, attrs)
         slot.packet.timestamp = (key >> shift) + base
         for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
             if note is None:  # rl.bucket: the category

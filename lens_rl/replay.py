@@ -12,29 +12,39 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lens_rl._attributes import clean_attributes
+from lens_rl.store import time_ns
+
 __all__ = ["record_to_span", "replay"]
 
 
 def record_to_span(rec: Mapping[str, Any], resources: dict[Any, Any]) -> Any:
-    """An OpenTelemetry ``ReadableSpan`` rebuilt from one file-store record."""
+    """An OpenTelemetry ``ReadableSpan`` rebuilt from one file-store record.
+
+    ``ValueError`` (or ``KeyError`` for an unknown kind or status) where the record holds
+    no span OTLP can carry: ids that are not hex of their width. Attribute values are made
+    OTLP-legal as when recorded (an integer past 64 bits as text); bad times read as 0.
+    """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    trace_id = int(rec["trace_id"], 16)
+    trace_id = _hex_id(rec["trace_id"], 128)
     sampled = TraceFlags(TraceFlags.SAMPLED)
-    context = SpanContext(trace_id, int(rec["span_id"], 16), is_remote=False, trace_flags=sampled)
+    context = SpanContext(trace_id, _hex_id(rec["span_id"], 64), is_remote=False, trace_flags=sampled)
     parent = rec.get("parent_span_id")
-    parent_ctx = SpanContext(trace_id, int(parent, 16), is_remote=False, trace_flags=sampled) if parent else None
+    parent_ctx = SpanContext(trace_id, _hex_id(parent, 64), is_remote=False, trace_flags=sampled) if parent else None
     res_attrs = rec.get("resource") or {}
     key = tuple(sorted((k, str(v)) for k, v in res_attrs.items()))
     resource = resources.get(key)
     if resource is None:
-        resource = resources[key] = Resource(dict(res_attrs))
-    events = [Event(e.get("name", ""), e.get("attributes") or {}, e.get("time_ns")) for e in rec.get("events") or []]
+        resource = resources[key] = Resource(clean_attributes(res_attrs))
+    events = [Event(str(e.get("name") or ""), _attributes(e.get("attributes")), _time(e.get("time_ns")))
+              for e in rec.get("events") or []]  # fmt: skip
     links = [
-        Link(SpanContext(int(link["trace_id"], 16), int(link["span_id"], 16), is_remote=True), link.get("attributes"))
+        Link(SpanContext(_hex_id(link["trace_id"], 128), _hex_id(link["span_id"], 64), is_remote=True),
+             _attributes(link.get("attributes")))  # fmt: skip
         for link in rec.get("links") or []
     ]
     return ReadableSpan(
@@ -42,15 +52,31 @@ def record_to_span(rec: Mapping[str, Any], resources: dict[Any, Any]) -> Any:
         context=context,
         parent=parent_ctx,
         resource=resource,
-        attributes=rec.get("attributes") or {},
+        attributes=_attributes(rec.get("attributes")),
         events=events,
         links=links,
         kind=SpanKind[rec.get("kind") or "INTERNAL"],
         status=Status(StatusCode[rec.get("status") or "UNSET"], rec.get("status_message")),
-        start_time=rec.get("start_ns"),
-        end_time=rec.get("end_ns"),
+        start_time=_time(rec.get("start_ns")),
+        end_time=_time(rec.get("end_ns")),
         instrumentation_scope=InstrumentationScope(rec.get("scope") or "lens_rl"),
     )
+
+
+def _hex_id(value: Any, bits: int) -> int:
+    """A trace (128 bits) or span (64) id from its hex text; ``ValueError`` for anything else, or zero."""
+    number = int(value, 16) if type(value) is str else -1
+    if not 0 < number < 1 << bits:
+        raise ValueError(f"no {bits}-bit hex id: {value!r}")
+    return number
+
+
+def _attributes(value: Any) -> dict[str, Any]:
+    return clean_attributes(value) if type(value) is dict else {}
+
+
+def _time(value: Any) -> int:
+    return max(time_ns(value), 0)
 
 
 def replay(path: str | Path, endpoint: str, *, timeout_ms: int = 30_000, batch: int = 512) -> tuple[int, int]:
@@ -70,7 +96,12 @@ def replay(path: str | Path, endpoint: str, *, timeout_ms: int = 30_000, batch: 
     pending: list[Any] = []
     try:
         for rec in iter_span_records(path, stats):
-            pending.append(record_to_span(rec, resources))
+            try:
+                span = record_to_span(rec, resources)
+            except (TypeError, ValueError, KeyError):  # ids that are no hex, an unknown kind or status: no span
+                stats.skipped += 1
+                continue
+            pending.append(span)
             if len(pending) >= batch:
                 if exporter.export(pending) is not SpanExportResult.SUCCESS:
                     raise RuntimeError(f"the collector at {endpoint} did not accept the spans")

@@ -20,7 +20,9 @@ yield one record shape: the v1 keys (``name``, ``span_id``, ``start_ns`` ...) wi
 ``resource`` pointing at the file's one resource dict (shared, never copied).
 
 Every line is strict JSON. Readers skip and count a truncated or garbage line and a
-span id seen twice in one file (a batch retried after a partial write). A line is
+span id seen twice in one file (a batch retried after a partial write); a span line
+with no name, or with a key of another JSON type than the above (:data:`FIELD_TYPES`:
+a list for a name, text for the attributes), is garbage. A line is
 decoded straight into a :class:`Row` (its short keys as attributes, None where absent)
 by ``msgspec`` (the ``analysis`` extra; it builds nothing for keys no reader uses), else
 into the same shape from ``orjson`` or the standard library's parser.
@@ -59,6 +61,12 @@ except ImportError:  # pragma: no cover - exercised where the extra is missing
 
 #: The keys a line may carry: a v2 span line's, and what tells a header or a v1 line apart.
 ROW_KEYS = ("n", "t", "s", "p", "b", "e", "a", "th", "tn", "k", "st", "sm", "ev", "ln", "sc", "v", "header", "resource")
+#: The JSON types a span line's keys may have (besides null; times are any, read by time_ns): a line with
+#: another is garbage, skipped and counted, so no reader meets a list for a name or text for attributes.
+FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
+    "n": (str,), "t": (str,), "s": (str, int), "p": (str, int), "a": (dict,), "th": (int, str), "tn": (str,),
+    "k": (str,), "st": (str,), "sm": (str,), "ev": (list,), "ln": (list,), "sc": (str,),
+}  # fmt: skip
 
 _msgspec: Any
 try:  # the analysis extra: msgspec decodes a line straight into a Row, skipping what no reader needs
@@ -69,36 +77,54 @@ except ImportError:  # pragma: no cover - exercised where the extra is missing
 if _msgspec is not None:
 
     class Row(_msgspec.Struct, gc=False):  # type: ignore[call-arg]  # gc=False: rows form no cycle
-        """One line of a span file, by its v2 short keys (a key the line lacks is None)."""
+        """One line of a span file, by its v2 short keys (a key the line lacks is None).
 
-        n: Any = None
-        t: Any = None
-        s: Any = None
-        p: Any = None
+        A key of another JSON type than these makes the line garbage (:data:`FIELD_TYPES`);
+        times are read by :func:`time_ns`.
+        """
+
+        n: str | None = None
+        t: str | None = None
+        s: str | int | None = None
+        p: str | int | None = None
         b: Any = None
         e: Any = None
-        a: Any = None
-        th: Any = None
-        tn: Any = None
-        k: Any = None
-        st: Any = None
-        sm: Any = None
-        ev: Any = None
-        ln: Any = None
-        sc: Any = None
+        a: dict[str, Any] | None = None
+        th: int | str | None = None
+        tn: str | None = None
+        k: str | None = None
+        st: str | None = None
+        sm: str | None = None
+        ev: list[dict[str, Any]] | None = None
+        ln: list[dict[str, Any]] | None = None
+        sc: str | None = None
         v: Any = None
         header: Any = None
         resource: Any = None
 
     decode_row: Any = _msgspec.json.Decoder(Row).decode
 
-    class Skim(_msgspec.Struct, gc=False):  # type: ignore[call-arg]
-        """Of a span line, what tells lines apart and links spans (id, parent, start): a first pass's read,
-        the rest of the line skipped unbuilt."""
+    class _Object(_msgspec.Struct, gc=False):  # type: ignore[call-arg]
+        """A JSON object, its members skipped unbuilt."""
 
-        s: Any = None
-        p: Any = None
+    class Skim(_msgspec.Struct, gc=False):  # type: ignore[call-arg]
+        """Of a span line, what links spans (id, parent, start) and tells lines apart, the line's types
+        checked as :class:`Row` checks them but nothing else built: a first pass's read of the same lines."""
+
+        n: str | None = None
+        t: str | None = None
+        s: str | int | None = None
+        p: str | int | None = None
         b: Any = None
+        a: _Object | None = None
+        th: int | str | None = None
+        tn: str | None = None
+        k: str | None = None
+        st: str | None = None
+        sm: str | None = None
+        ev: list[_Object] | None = None
+        ln: list[_Object] | None = None
+        sc: str | None = None
         v: Any = None
         header: Any = None
         resource: Any = None
@@ -126,7 +152,7 @@ else:  # pragma: no cover - exercised where the extra is missing
         fields = loads(raw)
         if type(fields) is not dict:
             raise ValueError("a span line is a JSON object")
-        return Row(**{k: v for k, v in fields.items() if k in _KEY_SET})
+        return _checked(Row(**{k: v for k, v in fields.items() if k in _KEY_SET}))
 
     _KEY_SET = frozenset(ROW_KEYS)
     _BAD_LINE = (ValueError,)
@@ -188,16 +214,38 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+def _checked(row: Row) -> Row:
+    """``row``, or ``ValueError`` when a key has another JSON type than :data:`FIELD_TYPES` allows (what
+    ``msgspec`` checks as it decodes: the rule of the lines it does not decode)."""
+    for key, types in FIELD_TYPES.items():
+        value = getattr(row, key)
+        if value is not None and type(value) not in types:
+            raise ValueError(f"a span line's {key!r} is no {' or '.join(t.__name__ for t in types)}")
+    if any(type(item) is not dict for key in ("ev", "ln") for item in getattr(row, key) or ()):
+        raise ValueError("a span line's events and links are objects")
+    return row
+
+
 def to_row(rec: Mapping[str, Any]) -> Row:
-    """A v1 line (or a record of the reader's shape) as a v2 :class:`Row`."""
-    return Row(n=rec.get("name"), t=rec.get("trace_id"), s=rec.get("span_id"), p=rec.get("parent_span_id") or None,
-               b=rec.get("start_ns"), e=rec.get("end_ns"), a=rec.get("attributes") or None, th=rec.get("thread"),
-               tn=rec.get("thread_name"), k=rec.get("kind"), st=rec.get("status"), sm=rec.get("status_message"),
-               ev=[{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in rec["events"]]
-               if rec.get("events") else None,
-               ln=[{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in rec["links"]]
-               if rec.get("links") else None,
-               sc=rec.get("scope"))  # fmt: skip
+    """A v1 line (or a record of the reader's shape) as a v2 :class:`Row`; ``ValueError`` for a span with
+    no name or a key of another JSON type than :data:`FIELD_TYPES` allows."""
+    attributes = rec.get("attributes") or None
+    if attributes is not None and type(attributes) is not dict and isinstance(attributes, Mapping):
+        attributes = dict(attributes)  # a record in memory (to_chrome_trace) may hold any mapping
+    events, links = rec.get("events") or None, rec.get("links") or None
+    for items in (events, links):
+        if items is not None and (type(items) is not list or any(type(item) is not dict for item in items)):
+            raise ValueError("a span's events and links are lists of objects")
+    row = _checked(Row(
+        n=rec.get("name"), t=rec.get("trace_id"), s=rec.get("span_id"), p=rec.get("parent_span_id") or None,
+        b=rec.get("start_ns"), e=rec.get("end_ns"), a=attributes, th=rec.get("thread"), tn=rec.get("thread_name"),
+        k=rec.get("kind"), st=rec.get("status"), sm=rec.get("status_message"), sc=rec.get("scope"),
+        ev=[{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in events] if events else None,
+        ln=[{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in links] if links else None,
+    ))  # fmt: skip
+    if row.n is None:
+        raise ValueError("a span has a name")
+    return row
 
 
 def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None, *,
@@ -226,13 +274,19 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None, *,
                     skipped += 1
                     continue
                 span_id = row.s
-                if span_id is not None and row.v is None:  # v2: the header's resource
+                if span_id is not None and row.v is None and row.n is not None:  # v2: the header's resource
                     line_resource = resource
                 elif row.header:
                     resource = row.resource if type(row.resource) is dict else {}
                     continue
                 elif row.v == 1 and type(record := loads(raw)) is dict and record.get("span_id") is not None:
-                    span_id, line_resource, row = record["span_id"], record.get("resource") or {}, to_row(record)  # v1
+                    try:
+                        row = to_row(record)  # v1
+                    except ValueError:
+                        skipped += 1
+                        continue
+                    given = record.get("resource")
+                    span_id, line_resource = record["span_id"], given if type(given) is dict else {}
                 else:
                     skipped += 1
                     continue
@@ -311,9 +365,15 @@ class Columns:
             self.ends.append(time_ns(end))
         if attrs:
             bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
-            self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else bucket)
-            self.steps.append(shared(step, step) if type(step) is int else step)
-            self.tokens.append(attrs.get("rl.num_tokens"))
+            self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
+            if type(step) is int:
+                step = shared(step, step) if -INT64_END <= step < INT64_END else None  # past int64: no step
+            elif type(step) in _NO_KEY:
+                step = None
+            self.steps.append(step)
+            tokens = attrs.get("rl.num_tokens")  # a number (an int within int64), else none
+            self.tokens.append(tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END)
+                               else None)  # fmt: skip
         else:
             self.buckets.append(None)
             self.steps.append(None)
@@ -330,6 +390,7 @@ INT64_END = 2**63
 
 
 _BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
+_NO_KEY = (list, dict)  # JSON values that key nothing (a step of these reads as none)
 
 
 def time_ns(value: Any) -> int:

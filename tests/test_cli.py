@@ -123,6 +123,50 @@ def test_times_out_of_range_read_as_zero_in_every_tool(tmp_path: Path) -> None:
     assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events if e["ph"] == "X")
 
 
+def test_lines_of_other_json_types_are_skipped_and_odd_values_read_as_none_in_every_tool(tmp_path: Path) -> None:
+    """A span line whose keys have other JSON types than the store's (a list for a name, text for the
+    attributes, ...) or that has no name is skipped and counted; attribute values no tool can use (a
+    list bucket, a step past 64 bits, a token count past any float) read as none; ids no OTLP span can
+    carry are skipped by replay. Goodput, the report, both Perfetto formats and replay all finish."""
+    run = tmp_path / "store" / "run"
+    run.mkdir(parents=True)
+    header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
+    bad_types = [{"n": [1]}, {"n": None}, {"t": 5}, {"p": [1]}, {"p": {"x": 1}}, {"a": [1, 2]}, {"a": "text"},
+                 {"th": 1.5}, {"tn": {"x": 1}}, {"k": [2]}, {"st": 3}, {"sm": []}, {"ev": "x"}, {"ev": [1]},
+                 {"ln": {"a": 1}}, {"sc": True}]  # fmt: skip
+    odd_values = [{"rl.bucket": ["productive"], "rl.step": [1]}, {"rl.bucket": {"a": 1}, "rl.step": 2**70},
+                  {"rl.num_tokens": 10**400, "rl.step": -(2**70)}, {"rl.num_tokens": "many", "x": 2**70}]  # fmt: skip
+    lines = [header, good]
+    lines += [{**good, "s": f"{i + 2:016x}", **bad} for i, bad in enumerate(bad_types)]
+    lines += [{**good, "s": f"{i + 100:016x}", "a": a} for i, a in enumerate(odd_values)]
+    lines += [{**good, "s": "f" * 20}, {**good, "s": "e" * 16, "t": "not hex"}]  # the reader keeps them; OTLP cannot
+    v1 = {"v": 1, "name": "old", "span_id": "d" * 16, "trace_id": "a" * 32, "start_ns": 1, "end_ns": 2, "resource": {}}
+    lines += [{**v1, "events": [1]}, {**v1, "span_id": "c" * 16, "name": None}, {**v1, "span_id": "b" * 16, "kind": 3}]
+    (run / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    skipped = len(bad_types) + 3
+    kept = 1 + len(odd_values) + 2
+    out = lens("goodput", "--json", str(tmp_path / "store"))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["skipped_lines"] == skipped and report["spans"] == kept
+    assert lens("goodput", str(tmp_path / "store")).returncode == 0
+    out = lens("report", str(tmp_path / "store"), "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
+    for target in (tmp_path / "t.json", tmp_path / "t.pftrace"):
+        out = lens("perfetto", str(tmp_path / "store"), "-o", str(target))
+        assert out.returncode == 0, out.stderr
+        assert f"{kept} spans" in out.stdout
+    events = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    assert {e["cat"] for e in events} == {"productive", "phase"}  # a bucket that is no text: no category
+    with OTLPReceiver() as rx:
+        out = lens("replay", str(tmp_path / "store"), "--otlp", rx.endpoint)
+        assert out.returncode == 0, out.stderr
+        assert f"replayed {kept - 2} spans" in out.stdout and f"({skipped + 2} bad lines skipped)" in out.stdout
+        assert rx.wait_for_spans(kept - 2, 5)
+        assert {s["attributes"].get("x") for s in rx.spans} == {None, str(2**70)}  # made OTLP-legal, as when recorded
+
+
 def test_replay_sends_the_stored_trace(traced_run: Path) -> None:
     """replay re-exports stored spans with their ids to a collector."""
     with OTLPReceiver() as rx:

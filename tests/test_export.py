@@ -83,7 +83,8 @@ def test_reader_skips_truncated_and_garbage_lines(tmp_path: Path) -> None:
 def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> None:
     """Without the analysis extra (no msgspec, no orjson) a store reads as the same records and counts:
     v1 and v2 lines, a header later in the file, garbage, a repeated span id, a line that is not an object,
-    ids of another form (a number is an id; a list is garbage, skipped, where it used to stop the reader)."""
+    ids of another form (a number is an id; a list is garbage, skipped, where it used to stop the reader), keys
+    of other JSON types (a list for a name, text for the attributes) and lines with no name (garbage)."""
     run = tmp_path / "r"
     run.mkdir()
     resource = {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}
@@ -102,7 +103,11 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
               json.dumps({**v2, "s": "8" * 16}), json.dumps({**v2, "s": 9}), json.dumps({**v2, "s": [9]}),
               json.dumps({**v1, "span_id": "a" * 16}), json.dumps({**v2, "s": "8" * 16}), json.dumps({"n": "no id"}),
               json.dumps({**v1, "span_id": "a" * 16}), json.dumps({**v2, "s": "b" * 16, "v": 3}),
-              json.dumps({**v2, "s": "c" * 16})]  # fmt: skip
+              json.dumps({**v2, "s": "c" * 16}),
+              # keys of other JSON types than the store's, no name: garbage
+              json.dumps({**v2, "s": "d" * 16, "n": [1]}), json.dumps({**v2, "s": "e" * 16, "a": "x"}),
+              json.dumps({**v2, "s": "f" * 16, "ev": [1]}), json.dumps({**v2, "s": "d" * 15 + "e", "n": None}),
+              json.dumps({**v1, "span_id": "d" * 15 + "f", "links": "x"}), json.dumps({**v2, "s": "e" * 15 + "f", "th": True})]  # fmt: skip
     (run / "spans-worker-0-4.jsonl").write_text("\n".join(tricky) + "\n")
     script = (
         "import json, sys\n"
@@ -119,7 +124,7 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
                            check=True, env=clean_env()).stdout for how in ("fast", "plain")]  # fmt: skip
     assert outs[0] == outs[1]
     read = json.loads(outs[0])
-    assert read["stats"] == {"files": 2, "lines": 9 + 11, "skipped": 3 + 3, "duplicates": 1 + 2}
+    assert read["stats"] == {"files": 2, "lines": 9 + 17, "skipped": 3 + 9, "duplicates": 1 + 2}
     assert read["skim"] == [True, read["stats"]]  # a first pass's skim reads the same lines, ids, parents, starts
     worker = [(r["span_id"], r["resource"].get("process.pid")) for r in read["records"] if r["span_id"] in
               ("7" * 16, "8" * 16, 9, "a" * 16, "c" * 16)]  # fmt: skip
