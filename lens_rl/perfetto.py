@@ -431,47 +431,46 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     begins: dict[tuple[Any, ...], _BeginSlot] = {}
     out: list[bytes] = []
     keep = out.append
-    for key in order:
-        if len(out) >= _SLICE:
-            write(b"".join(out))
-            out.clear()
-        i = key & index_mask
-        track = track_of[i]
-        if not key & begin_flag:
-            end_slot = ends.get(track)
-            if end_slot is None:
-                end_slot = ends[track] = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
-            end_slot[1].timestamp = (key >> shift) + base
-            keep(end_slot[0]())
-            continue
-        _, _, _, _, span_name, attrs, span_id = placed[i]
-        attrs = attrs or _NO_ATTRS
-        span_name, category = str(span_name), _category(attrs)
-        shape = (track, span_name, category, *attrs)
-        slot = begins.get(shape)
-        if slot is None:
-            if len(begins) >= _SLOTS_MAX:
-                begins.clear()
-            slot = begins[shape] = _BeginSlot(pb, track, span_name, category, attrs)
-        slot.packet.timestamp = (key >> shift) + base
-        for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
-            if note is None:  # rl.bucket: the category
+    for first in range(0, len(order), _SLICE):
+        for key in order[first:first + _SLICE]:
+            i = key & index_mask
+            track = track_of[i]
+            if not key & begin_flag:
+                end_slot = ends.get(track)
+                if end_slot is None:
+                    end_slot = ends[track] = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
+                end_slot[1].timestamp = (key >> shift) + base
+                keep(end_slot[0]())
                 continue
-            if type(value) is int and -(2**63) <= value < 2**63:
-                note.int_value = value
-            elif type(value) is str:
-                note.string_value = value
+            _, _, _, _, span_name, attrs, span_id = placed[i]  # (the reader's names are text)
+            attrs = attrs or _NO_ATTRS
+            category = _category(attrs)
+            shape = (track, span_name, category, *attrs)
+            slot = begins.get(shape)
+            if slot is None:
+                if len(begins) >= _SLOTS_MAX:
+                    begins.clear()
+                slot = begins[shape] = _BeginSlot(pb, track, span_name, category, attrs)
+            slot.packet.timestamp = (key >> shift) + base
+            for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
+                if note is None:  # rl.bucket: the category
+                    continue
+                if type(value) is int and -(2**63) <= value < 2**63:
+                    note.int_value = value
+                elif type(value) is str:
+                    note.string_value = value
+                else:
+                    _annotate(note, value)
+            slot.span_id.string_value = str(span_id)
+            if span_id in called:
+                flows = slot.event.terminating_flow_ids
+                flows.append(called[span_id][0])
+                keep(slot.serialize())
+                del flows[:]
             else:
-                _annotate(note, value)
-        slot.span_id.string_value = str(span_id)
-        if span_id in called:
-            flows = slot.event.terminating_flow_ids
-            flows.append(called[span_id][0])
-            keep(slot.serialize())
-            del flows[:]
-        else:
-            keep(slot.serialize())
-    write(b"".join(out))
+                keep(slot.serialize())
+        write(b"".join(out))
+        out.clear()
 
 
 _SLOTS_MAX = 4096  # begin slots kept per file (a slot per span would be a message per span)
@@ -490,7 +489,7 @@ class _BeginSlot:
 
     __slots__ = ("serialize", "packet", "event", "notes", "span_id")
 
-    def __init__(self, pb: Any, track: int, name: str, category: str, attrs: Mapping[str, Any]) -> None:
+    def __init__(self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any]) -> None:
         self.serialize, self.packet = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category))
         self.event = self.packet.track_event
         notes = self.event.debug_annotations
