@@ -532,9 +532,10 @@ class _Flows:
         if prefix is None:
             if self.fmt == "json":
                 prefix = f'{{"ph":"s","name":"call","cat":"flow","pid":{pid},"tid":{tid},"id":'
-            else:  # the instant's fixed fields (see _template)
+            else:  # a slot for the instant (see _proto_events): its serializer, packet and flow ids
                 pb = _proto_module()
-                prefix = _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call")
+                serialize, packet = _slot(pb, _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"))
+                prefix = (serialize, packet, packet.track_event.flow_ids)
             self._prefixes[(pid, tid)] = prefix
         return prefix
 
@@ -564,14 +565,14 @@ class _Flows:
             text = ",\n".join([f'{head}{flow},"ts":{(at - origin) / 1000.0!r}}}' for flow, head, at in self.found])
             self.write(text.encode() + b",\n")
         else:
-            trace = _proto_module().Trace()
-            add = trace.packet.add
-            for flow, template, at in self.found:
-                packet = add()
-                packet.MergeFromString(template)
+            out: list[bytes] = []
+            keep = out.append
+            for flow, (serialize, packet, ids), at in self.found:
                 packet.timestamp = at
-                packet.track_event.flow_ids.append(flow)
-            self.write(trace.SerializeToString())
+                ids.append(flow)
+                keep(serialize())
+                del ids[0]
+            self.write(b"".join(out))
         self.found = []
 
 
