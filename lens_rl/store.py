@@ -290,12 +290,8 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None, *,
                 else:
                     skipped += 1
                     continue
-                try:
-                    if span_id in seen:
-                        duplicates += 1
-                        continue
-                except TypeError:  # an id that is no JSON scalar ([...], {...}): garbage
-                    skipped += 1
+                if span_id in seen:  # (an id is text or a number: a list or object made the line garbage)
+                    duplicates += 1
                     continue
                 seen_add(span_id)
                 yield line_resource, row

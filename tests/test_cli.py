@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -259,3 +260,6 @@ def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: 
     given = {**caller, "attributes": {"rl.bucket": "idle"}}
     to_chrome_trace([given])
     assert given["attributes"] == {"rl.bucket": "idle"}  # the caller's records are read, not changed
+    # attributes as a span keeps them (any mapping) are read alike
+    events = to_chrome_trace([{**caller, "attributes": MappingProxyType({"rl.bucket": "idle"})}])["traceEvents"]
+    assert [e["cat"] for e in events if e["ph"] == "X"] == ["idle"]
