@@ -517,7 +517,7 @@ class _Flows:
     Files with callers come first (the driver's), so nearly every callee resolves at once:
     what is kept is the callers' locations (spans other files call into), not every callee,
     each made ready to write when it arrives (a JSON event's fixed text, a protobuf
-    packet's template), so the parent's one thread does little per call.
+    packet's slot), so the parent's one thread does little per call.
     """
 
     def __init__(self, fmt: str, origin: int, write: Callable[[bytes], Any]) -> None:
