@@ -346,7 +346,7 @@ def _uuid(*parts: Any) -> int:
 def _annotate(note: Any, value: Any) -> None:
     if isinstance(value, bool):
         note.bool_value = value
-    elif isinstance(value, int) and -(2**63) <= value < 2**63:
+    elif isinstance(value, int) and -INT64_END <= value < INT64_END:
         note.int_value = value
     elif isinstance(value, float):
         note.double_value = value
@@ -427,7 +427,7 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     # Each packet is serialized on its own, as a Trace of one packet (Traces concatenated are one Trace):
     # a slot per track (ends) or per track, name, category and attribute keys (begins) holds the packet,
     # its fixed fields set once; a packet's own values are set in place and the slot serialized.
-    ends: dict[int, tuple[Callable[[], bytes], Any]] = {}
+    ends: dict[int, _Slot] = {}
     begins: dict[tuple[Any, ...], _BeginSlot] = {}
     out: list[bytes] = []
     keep = out.append
@@ -436,11 +436,11 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             i = key & index_mask
             track = track_of[i]
             if not key & begin_flag:
-                end_slot = ends.get(track)
-                if end_slot is None:
-                    end_slot = ends[track] = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
-                end_slot[1].timestamp = (key >> shift) + base
-                keep(end_slot[0]())
+                end = ends.get(track)
+                if end is None:
+                    end = ends[track] = _Slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
+                end.packet.timestamp = (key >> shift) + base
+                keep(end.serialize())
                 continue
             _, _, _, _, span_name, attrs, span_id = placed[i]  # (the reader's names are text)
             attrs = attrs or _NO_ATTRS
@@ -455,18 +455,17 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
                 if note is None:  # rl.bucket: the category
                     continue
-                if type(value) is int and -(2**63) <= value < 2**63:
+                if type(value) is int and -INT64_END <= value < INT64_END:
                     note.int_value = value
                 elif type(value) is str:
                     note.string_value = value
                 else:
                     _annotate(note, value)
             slot.span_id.string_value = str(span_id)
-            if span_id in called:
-                flows = slot.event.terminating_flow_ids
-                flows.append(called[span_id][0])
+            if span_id in called:  # the callee end of a call from another process
+                slot.flows.append(called[span_id][0])
                 keep(slot.serialize())
-                del flows[:]
+                del slot.flows[0]
             else:
                 keep(slot.serialize())
         write(b"".join(out))
@@ -476,23 +475,29 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
 _SLOTS_MAX = 4096  # begin slots kept per file (a slot per span would be a message per span)
 
 
-def _slot(pb: Any, template: bytes) -> tuple[Callable[[], bytes], Any]:
-    """A Trace of one packet made from ``template``: (its serializer, the packet)."""
-    trace = pb.Trace()
-    packet = trace.packet.add()
-    packet.MergeFromString(template)
-    return trace.SerializeToString, packet
+class _Slot:
+    """A Trace of one packet, its fixed fields from ``template`` (set once): a packet's own values are set
+    in ``packet`` and ``serialize()`` gives the Trace's bytes. ``flows``: the packet's flow ids, begun
+    (an instant's) or ended (a slice's)."""
+
+    __slots__ = ("serialize", "packet", "flows")
+
+    def __init__(self, pb: Any, template: bytes, flows: str = "flow_ids") -> None:
+        trace = pb.Trace()
+        self.packet = trace.packet.add()
+        self.packet.MergeFromString(template)
+        self.serialize: Callable[[], bytes] = trace.SerializeToString
+        self.flows = getattr(self.packet.track_event, flows)
 
 
-class _BeginSlot:
+class _BeginSlot(_Slot):
     """The begin packet of one shape of slice (track, name, category, attribute keys), filled per span."""
 
-    __slots__ = ("serialize", "packet", "event", "notes", "span_id")
+    __slots__ = ("notes", "span_id")
 
     def __init__(self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any]) -> None:
-        self.serialize, self.packet = _slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category))
-        self.event = self.packet.track_event
-        notes = self.event.debug_annotations
+        super().__init__(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category), "terminating_flow_ids")
+        notes = self.packet.track_event.debug_annotations
         # one annotation per attribute, in the span's order (none for rl.bucket), then the span id
         self.notes = [None if key == "rl.bucket" else notes.add(name=key) for key in attrs]
         self.span_id = notes.add(name="span_id")
@@ -532,10 +537,9 @@ class _Flows:
         if prefix is None:
             if self.fmt == "json":
                 prefix = f'{{"ph":"s","name":"call","cat":"flow","pid":{pid},"tid":{tid},"id":'
-            else:  # a slot for the instant (see _proto_events): its serializer, packet and flow ids
+            else:  # a slot for the instant (see _proto_events)
                 pb = _proto_module()
-                serialize, packet = _slot(pb, _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"))
-                prefix = (serialize, packet, packet.track_event.flow_ids)
+                prefix = _Slot(pb, _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"))
             self._prefixes[(pid, tid)] = prefix
         return prefix
 
@@ -567,11 +571,11 @@ class _Flows:
         else:
             out: list[bytes] = []
             keep = out.append
-            for flow, (serialize, packet, ids), at in self.found:
-                packet.timestamp = at
-                ids.append(flow)
-                keep(serialize())
-                del ids[0]
+            for flow, slot, at in self.found:
+                slot.packet.timestamp = at
+                slot.flows.append(flow)
+                keep(slot.serialize())
+                del slot.flows[0]
             self.write(b"".join(out))
         self.found = []
 

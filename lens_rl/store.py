@@ -107,28 +107,14 @@ if _msgspec is not None:
     class _Object(_msgspec.Struct, gc=False):  # type: ignore[call-arg]
         """A JSON object, its members skipped unbuilt."""
 
-    class Skim(_msgspec.Struct, gc=False):  # type: ignore[call-arg]
-        """Of a span line, what links spans (id, parent, start) and tells lines apart, the line's types
-        checked as :class:`Row` checks them but nothing else built: a first pass's read of the same lines."""
-
-        n: str | None = None
-        t: str | None = None
-        s: str | int | None = None
-        p: str | int | None = None
-        b: Any = None
-        a: _Object | None = None
-        th: int | str | None = None
-        tn: str | None = None
-        k: str | None = None
-        st: str | None = None
-        sm: str | None = None
-        ev: list[_Object] | None = None
-        ln: list[_Object] | None = None
-        sc: str | None = None
-        v: Any = None
-        header: Any = None
-        resource: Any = None
-
+    # Of a span line, what links spans (id, parent, start) and tells lines apart, its types checked as a
+    # Row checks them and nothing else built (objects checked as objects): a first pass's read of the same
+    # lines. Row's fields, bar the end time, with objects as _Object.
+    _AS_OBJECT = {dict[str, Any] | None: _Object | None, list[dict[str, Any]] | None: list[_Object] | None}
+    Skim: Any = _msgspec.defstruct(
+        "Skim", [(f.name, _AS_OBJECT.get(f.type, f.type), None) for f in _msgspec.structs.fields(Row) if f.name != "e"],
+        gc=False, module=__name__,
+    )  # fmt: skip
     decode_skim: Any = _msgspec.json.Decoder(Skim).decode
     _BAD_LINE: tuple[type[Exception], ...] = (ValueError, _msgspec.DecodeError)
 else:  # pragma: no cover - exercised where the extra is missing
@@ -233,16 +219,16 @@ def to_row(rec: Mapping[str, Any]) -> Row:
     if attributes is not None and type(attributes) is not dict and isinstance(attributes, Mapping):
         attributes = dict(attributes)  # a record in memory (to_chrome_trace) may hold any mapping
     events, links = rec.get("events") or None, rec.get("links") or None
-    for items in (events, links):
-        if items is not None and (type(items) is not list or any(type(item) is not dict for item in items)):
-            raise ValueError("a span's events and links are lists of objects")
-    row = _checked(Row(
+    row = _checked(Row(  # (the events and links as given: checked as lists of objects, then given short keys)
         n=rec.get("name"), t=rec.get("trace_id"), s=rec.get("span_id"), p=rec.get("parent_span_id") or None,
         b=rec.get("start_ns"), e=rec.get("end_ns"), a=attributes, th=rec.get("thread"), tn=rec.get("thread_name"),
         k=rec.get("kind"), st=rec.get("status"), sm=rec.get("status_message"), sc=rec.get("scope"),
-        ev=[{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in events] if events else None,
-        ln=[{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in links] if links else None,
+        ev=events, ln=links,
     ))  # fmt: skip
+    if events:
+        row.ev = [{"n": e.get("name"), "ts": e.get("time_ns"), "a": e.get("attributes")} for e in events]
+    if links:
+        row.ln = [{"t": x.get("trace_id"), "s": x.get("span_id"), "a": x.get("attributes")} for x in links]
     if row.n is None:
         raise ValueError("a span has a name")
     return row

@@ -138,6 +138,22 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
     assert last["resource"]["process.pid"] == 3 and last["parent_span_id"] is None and last["attributes"] == {}
 
 
+def test_the_fast_and_the_plain_reader_allow_the_same_json_types() -> None:
+    """msgspec's typed Row and the rule the plain reader applies (store.FIELD_TYPES) allow the same JSON
+    types for every key, so a line is garbage for both or for neither."""
+    import typing
+
+    msgspec = pytest.importorskip("msgspec")
+    from lens_rl.store import FIELD_TYPES, Row
+
+    typed = {}
+    for field in msgspec.structs.fields(Row):
+        if field.type is not typing.Any:
+            allowed = [typing.get_origin(t) or t for t in typing.get_args(field.type) if t is not type(None)]
+            typed[field.name] = set(allowed)
+    assert typed == {key: set(types) for key, types in FIELD_TYPES.items()}
+
+
 def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
     """Spans and metrics arrive over OTLP/HTTP protobuf with the process identity as resource."""
     lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
