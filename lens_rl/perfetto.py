@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,7 @@ class Scan:
 
     keys: set[tuple[str, int, int]] = field(default_factory=set)
     origin: int | None = None
-    external: set[str] = field(default_factory=set)  # parent ids this file's spans point to, outside it
+    external: set[Any] = field(default_factory=set)  # parent ids this file's spans point to, outside it
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Options:
     fmt: str  # "json" or "pftrace"
     processes: dict[tuple[str, int, int], int]
     origin: int
-    wanted: frozenset[str]  # span ids some other file's span calls into
+    wanted: frozenset[Any]  # span ids some file's span points to from outside their file (as read)
     steps: tuple[int, int] | None = None
     group: str | None = None
     spill: str | None = None  # a directory: a file's events go to a file there, not back through a pipe
@@ -123,7 +123,7 @@ def scan_rows(rows: Rows) -> Scan:
         if row.p:
             add_parent(row.p)
     scan.origin = origin if ids else None
-    scan.external = {str(p) for p in parents - ids}
+    scan.external = parents - ids
     return scan
 
 
@@ -186,11 +186,11 @@ def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
 class _Places:
     """Where each row goes: its process (pid) and thread (tid, named), and the ends of calls across files.
 
-    ``place(resource, row)`` -> (pid, tid, start, end), recording the locations other
-    files' spans call into. A span whose parent is not in its file is called from another
-    process: rows are read once, in file order, so that is known at the end
-    (:meth:`callees`), not when the child is met (a file's spans are written as they end,
-    children before their parents).
+    :meth:`walk` yields ``(pid, tid, start, end, row)`` per row, recording the locations of
+    the spans other files call into (``opts.wanted``) and, as candidates, the spans whose
+    parent is one of those. A candidate whose parent is not located in this file is called
+    from another process: that is known at the end (:meth:`callees`), as rows are read once
+    in file order (a file's spans are written as they end, children before their parents).
     """
 
     def __init__(self, opts: Options, chunk: Chunk) -> None:
@@ -198,9 +198,8 @@ class _Places:
         self.pid_of: dict[int, int] = {}  # per resource object (v2: one per file)
         self.threads: dict[tuple[int, Any], int] = {}
         self.names: dict[tuple[int, Any], str] = {}
-        self.seen: set[Any] = set()
-        #: parent id not met yet -> the children waiting for it: (child span id, pid, tid, start)
-        self.waiting: dict[Any, list[tuple[Any, int, int, int]]] = {}
+        #: (span id, parent id, pid, tid, start) of each span whose parent some file's span points to
+        self.calls: list[tuple[Any, Any, int, int, int]] = []
 
     def pid(self, resource: Mapping[str, Any]) -> int:
         pid = self.pid_of.get(id(resource))
@@ -216,23 +215,18 @@ class _Places:
             self.names[(pid, thread)] = row.tn or f"thread {thread}"
         return tid
 
-    def placer(self) -> Callable[[Mapping[str, Any], Row], tuple[int, int, int, int]]:
-        """``place(resource, row)`` -> (pid, tid, start, end): a closure, the hot loop's call."""
-        wanted, locations, seen, waiting = self.opts.wanted, self.chunk.locations, self.seen, self.waiting
-        last: list[Any] = [None, 0, None, 0]  # resource, pid, thread, tid: rows come in runs of one process and thread
-
-        def place(resource: Mapping[str, Any], row: Row) -> tuple[int, int, int, int]:
-            if resource is last[0]:
-                pid = last[1]
-            else:
-                pid = last[1] = self.pid(resource)
-                last[0], last[2] = resource, None
+    def walk(self, rows: Rows) -> Iterator[tuple[int, int, int, int, Row]]:
+        """``(pid, tid, start, end, row)`` for each row (the hot loops' source); counts the chunk's spans."""
+        wanted, locations, call = self.opts.wanted, self.chunk.locations, self.calls.append
+        resource_now: Any = None
+        thread_now: Any = None
+        pid = tid = spans = 0
+        for resource, row in rows:  # rows come in runs of one process and thread
+            if resource is not resource_now:
+                pid, resource_now, thread_now = self.pid(resource), resource, None
             thread = row.th
-            if thread == last[2] and thread is not None:
-                tid = last[3]
-            else:
-                tid = last[3] = self.tid(pid, row)
-                last[2] = thread
+            if thread != thread_now or thread is None:
+                tid, thread_now = self.tid(pid, row), thread
             start = row.b or 0
             end = row.e or start
             if type(start) is not int or type(end) is not int or not (0 <= start < INT64_END and 0 <= end < INT64_END):
@@ -240,32 +234,25 @@ class _Places:
             if end < start:
                 end = start
             span_id = row.s
-            seen.add(span_id)
-            if span_id in waiting:
-                del waiting[span_id]  # its children, met before it, were called in-process
             if span_id in wanted:
                 locations[str(span_id)] = (pid, tid, start, end)
-            parent_id = row.p
-            if parent_id and parent_id not in seen:
-                kids = waiting.get(parent_id)
-                if kids is None:
-                    waiting[parent_id] = [(span_id, pid, tid, start)]
-                else:
-                    kids.append((span_id, pid, tid, start))
-            return pid, tid, start, end
-
-        return place
+            if row.p in wanted:
+                call((span_id, row.p, pid, tid, start))
+            spans += 1
+            yield pid, tid, start, end, row
+        self.chunk.spans = spans  # the reader yields each span id once
 
     def callees(self) -> dict[Any, tuple[int, int, int, int]]:
-        """Once every row is placed: child span id -> (flow id, pid, tid, start) for each span called from
+        """Once every row is walked: child span id -> (flow id, pid, tid, start) for each span called from
         another process (also recorded in the chunk, for the caller's end of the arrow)."""
         out = {}
-        for parent_id, kids in self.waiting.items():
-            for span_id, pid, tid, start in kids:
+        here, callees = self.chunk.locations, self.chunk.callees
+        for span_id, parent_id, pid, tid, start in self.calls:
+            parent = str(parent_id)
+            if parent not in here:  # (a caller in this file was located: it is wanted too)
                 flow = _flow_id(span_id)
                 out[span_id] = (flow, pid, tid, start)
-                self.chunk.callees.append((flow, str(parent_id), start))
-        self.chunk.spans = len(self.seen)  # the reader yields each span id once
+                callees.append((flow, parent, start))
         return out
 
 
@@ -291,13 +278,11 @@ _SLICE = 20_000  # events (or packets) encoded at a time: memory stays flat howe
 def _json_events(rows: Rows, opts: Options, chunk: Chunk,
                  write: Callable[[bytes], Any]) -> None:  # fmt: skip
     places = _Places(opts, chunk)
-    place = places.placer()
     events: list[dict[str, Any]] = []
     append = events.append
     origin = opts.origin
     colors = BUCKET_COLORS
-    for resource, row in rows:
-        pid, tid, start, end = place(resource, row)
+    for pid, tid, start, end, row in places.walk(rows):
         args = row.a
         if args is None:
             args = {}
@@ -387,9 +372,8 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                   write: Callable[[bytes], Any]) -> None:  # fmt: skip
     pb = _proto_module()
     places = _Places(opts, chunk)
-    place = places.placer()
     # (pid, tid, start, end, name, attributes, span id): what the packets need, not the whole row
-    placed = [(*place(resource, row), row.n, row.a, row.s) for resource, row in rows]
+    placed = [(pid, tid, start, end, row.n, row.a, row.s) for pid, tid, start, end, row in places.walk(rows)]
     if not placed:
         return
     called = places.callees()
@@ -583,7 +567,7 @@ class _Flows:
 def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None) -> Options:
     keys: set[tuple[str, int, int]] = set()
     origins = []
-    wanted: set[str] = set()
+    wanted: set[Any] = set()
     for scan in scans:
         keys |= scan.keys
         wanted |= scan.external
