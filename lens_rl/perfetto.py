@@ -339,28 +339,27 @@ def _annotate(note: Any, value: Any) -> None:
         note.string_value = value if isinstance(value, str) else _dumps(value).decode()
 
 
-def _lanes(spans: list[tuple[int, int, int]]) -> dict[int, int]:
-    """Row index -> lane for the rows not on lane 0, so that slices on one lane nest properly (concurrent
-    tasks on one thread overlap). ``spans`` are (start, -end, row index): in that order, a parent comes
-    before its children.
+def _lanes(spans: list[tuple[int, int, int]]) -> list[int]:
+    """Sorts ``spans``, (start, -end, index) of one thread's slices, and returns each one's lane in that
+    order, so that slices on one lane nest properly (concurrent tasks on one thread overlap). In that
+    order a parent comes before its children.
     """
     lanes: list[list[int]] = []  # per lane, a stack of open end times
-    out: dict[int, int] = {}
+    out: list[int] = []
+    keep = out.append
     spans.sort()
-    for start, neg_end, index in spans:
+    for start, neg_end, _ in spans:
         end = -neg_end
         for number, stack in enumerate(lanes):
             while stack and stack[-1] <= start:
                 stack.pop()
             if not stack or stack[-1] >= end:
                 stack.append(end)
-                if number:
-                    out[index] = number
+                keep(number)
                 break
         else:
+            keep(len(lanes))
             lanes.append([end])
-            if len(lanes) > 1:
-                out[index] = len(lanes) - 1
     return out
 
 
@@ -372,9 +371,13 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                   write: Callable[[bytes], Any]) -> None:  # fmt: skip
     pb = _proto_module()
     places = _Places(opts, chunk)
-    # (pid, tid, start, end, name, attributes, span id): what the packets need, not the whole row
-    placed = [(pid, tid, start, end, row.n, row.a, row.s) for pid, tid, start, end, row in places.walk(rows)]
-    if not placed:
+    by_thread: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)  # (start, -end, index)
+    spans: list[tuple[Any, Any, Any]] = []  # (name, attributes, span id): what a begin packet needs, not the row
+    keep_span = spans.append
+    for pid, tid, start, end, row in places.walk(rows):
+        by_thread[(pid, tid)].append((start, -end, len(spans)))
+        keep_span((row.n, row.a, row.s))
+    if not spans:
         return
     called = places.callees()
     threads, names, pids = places.threads, places.names, sorted(set(places.pid_of.values()))
@@ -384,30 +387,10 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     for (pid, tid), name in thread_names.items():
         packets.append(_descriptor(pb, uuid=_uuid("t", pid, tid), parent_uuid=_uuid("p", pid),
                                    thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name)))  # fmt: skip
-    by_thread: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for index, item in enumerate(placed):
-        by_thread[(item[0], item[1])].append((item[2], -item[3], index))
-    track_of = [0] * len(placed)
-    while by_thread:  # (emptied as it goes: its lists are a tuple per span)
-        (pid, tid), spans = by_thread.popitem()
-        lanes = _lanes(spans)
-        tracks = {0: _uuid("t", pid, tid)}
-        for lane in sorted(set(lanes.values())):
-            tracks[lane] = _uuid("l", pid, tid, lane)
-            packets.append(_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
-                                       name=f"{thread_names[(pid, tid)]} (concurrent {lane})"))  # fmt: skip
-        for _, _, i in spans:
-            track_of[i] = tracks[lanes.get(i, 0)]
-        del spans
     write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
-    # Slices: a begin and an end packet each, in time order (an end before a begin at the same time);
-    # each packet's place is one int, (time, is begin, row index) packed, so the sort compares ints.
-    base = min(item[2] for item in placed)
-    index_bits = len(placed).bit_length()
-    begin_flag, index_mask, shift = 1 << index_bits, (1 << index_bits) - 1, index_bits + 1
-    order = [(item[3] - base) << shift | i for i, item in enumerate(placed)]
-    order += [(item[2] - base) << shift | begin_flag | i for i, item in enumerate(placed)]
-    order.sort()
+    # Slices: a begin and an end packet each, a thread's slices in (start, -end) order, each on its lane:
+    # Perfetto sorts a trace's packets by time, keeping the file's order at equal times, and an end closes
+    # its track's innermost open slice, so parents open before their children and close after them.
     # Each packet is serialized on its own, as a Trace of one packet (Traces concatenated are one Trace):
     # a slot per track (ends) or per track, name, category and attribute keys (begins) holds the packet,
     # its fixed fields set once; a packet's own values are set in place and the slot serialized.
@@ -415,18 +398,17 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     begins: dict[tuple[Any, ...], _BeginSlot] = {}
     out: list[bytes] = []
     keep = out.append
-    for first in range(0, len(order), _SLICE):
-        for key in order[first:first + _SLICE]:
-            i = key & index_mask
-            track = track_of[i]
-            if not key & begin_flag:
-                end = ends.get(track)
-                if end is None:
-                    end = ends[track] = _Slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
-                end.packet.timestamp = (key >> shift) + base
-                keep(end.serialize())
-                continue
-            _, _, _, _, span_name, attrs, span_id = placed[i]  # (the reader's names are text)
+    while by_thread:  # (emptied as it goes: its lists are a tuple per span)
+        (pid, tid), order = by_thread.popitem()
+        lanes = _lanes(order)
+        tracks = [_uuid("t", pid, tid)]
+        for lane in range(1, max(lanes) + 1):
+            tracks.append(_uuid("l", pid, tid, lane))
+            keep(pb.Trace(packet=[_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
+                                              name=f"{thread_names[(pid, tid)]} (concurrent {lane})")]).SerializeToString())  # fmt: skip
+        for (start, neg_end, i), lane in zip(order, lanes, strict=True):
+            track = tracks[lane]
+            span_name, attrs, span_id = spans[i]  # (the reader's names are text)
             attrs = attrs or _NO_ATTRS
             category = _category(attrs)
             shape = (track, span_name, category, *attrs)
@@ -435,7 +417,7 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                 if len(begins) >= _SLOTS_MAX:
                     begins.clear()
                 slot = begins[shape] = _BeginSlot(pb, track, span_name, category, attrs)
-            slot.packet.timestamp = (key >> shift) + base
+            slot.packet.timestamp = start
             for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
                 if note is None:  # rl.bucket: the category
                     continue
@@ -452,8 +434,16 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                 del slot.flows[0]
             else:
                 keep(slot.serialize())
-        write(b"".join(out))
-        out.clear()
+            closing = ends.get(track)
+            if closing is None:
+                closing = ends[track] = _Slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
+            closing.packet.timestamp = -neg_end
+            keep(closing.serialize())
+            if len(out) >= _SLICE:
+                write(b"".join(out))
+                out.clear()
+        del order, lanes
+    write(b"".join(out))
 
 
 _SLOTS_MAX = 4096  # begin slots kept per file (a slot per span would be a message per span)

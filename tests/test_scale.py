@@ -101,6 +101,55 @@ def test_perfetto_protobuf_parses_with_perfetto_definitions(store: Path, tmp_pat
     assert all(e["ph"] != "X" or e["pid"] == 1 for e in doc["traceEvents"])
 
 
+def _slices_as_perfetto_builds_them(data: bytes) -> dict[str, tuple[str, int, int, int]]:
+    """span id -> (name, start, end, track) of a .pftrace's slices as Perfetto's trace processor builds them:
+    packets stably sorted by time, a begin opening a slice on its track, an end closing the track's
+    innermost open one."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    packets = sorted((p for p in Trace.FromString(data).packet if p.HasField("track_event")), key=lambda p: p.timestamp)
+    open_slices: dict[int, list[tuple[Any, ...]]] = {}
+    out = {}
+    for packet in packets:
+        event = packet.track_event
+        if event.type == TrackEvent.TYPE_SLICE_BEGIN:
+            span_id = next(a.string_value for a in event.debug_annotations if a.name == "span_id")
+            open_slices.setdefault(event.track_uuid, []).append((span_id, event.name, packet.timestamp))
+        elif event.type == TrackEvent.TYPE_SLICE_END:
+            span_id, name, start = open_slices[event.track_uuid].pop()
+            out[span_id] = (name, start, packet.timestamp, event.track_uuid)
+    assert not any(open_slices.values())
+    return out
+
+
+def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(store: Path, tmp_path: Path) -> None:
+    """Rebuilt as Perfetto does, every slice of the .pftrace is its span: name, start and end, on its
+    thread's track unless it overlaps a sibling without nesting. Ties included: a child that starts or
+    ends with its parent, spans that meet end to start, zero-length spans, equal twins."""
+    from lens_rl.perfetto import write_trace
+    from lens_rl.store import iter_file_records, span_files
+
+    tricky = tmp_path / "tricky" / "run"
+    tricky.mkdir(parents=True)
+    header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    times = {"parent": (100, 200), "first": (100, 150), "meets": (150, 200), "inner": (150, 150), "at_end": (200, 200),
+             "twin_a": (300, 400), "twin_b": (300, 400), "overlap": (350, 450), "after": (400, 400)}  # fmt: skip
+    parents = {"first": "parent", "meets": "parent", "inner": "meets"}
+    ids = {name: f"{n + 1:016x}" for n, name in enumerate(times)}
+    lines = [{"n": name, "t": "a" * 32, "s": ids[name], "p": ids.get(parents.get(name, ""), None), "b": b, "e": e}
+             for name, (b, e) in reversed(list(times.items()))]  # fmt: skip
+    (tricky / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, *lines]) + "\n")
+    for root in (store, tricky.parent):
+        files = span_files(root / "run")
+        out = tmp_path / "t.pftrace"
+        write_trace(files, out, jobs=2)
+        slices = _slices_as_perfetto_builds_them(out.read_bytes())
+        spans = {str(r["span_id"]): (r["name"], r["start_ns"], r["end_ns"]) for f in files for r in iter_file_records(f)}
+        assert {span_id: s[:3] for span_id, s in slices.items()} == spans
+    tracks = {name: slices[ids[name]][3] for name in times}  # the tricky file's: one thread, one overlap
+    assert len({tracks[n] for n in times if n != "overlap"}) == 1 and tracks["overlap"] != tracks["parent"]
+
+
 def test_compact_reductions_equal_the_plain_ones() -> None:
     """The memory-lean reductions give what the plain ones give: merged intervals from row indexes, a
     phase's per-step compute seconds from arrays (a step that is not an int keeps the dict, in order)."""
