@@ -339,17 +339,17 @@ def _annotate(note: Any, value: Any) -> None:
         note.string_value = value if isinstance(value, str) else _dumps(value).decode()
 
 
-def _lanes(spans: list[tuple[int, int, int]]) -> list[int]:
-    """Sorts ``spans``, (start, -end, index) of one thread's slices, and returns each one's lane in that
-    order, so that slices on one lane nest properly (concurrent tasks on one thread overlap). In that
-    order a parent comes before its children.
+def _lanes(spans: list[tuple[Any, ...]]) -> list[int]:
+    """Sorts ``spans``, (start, -end, index, ...) of one thread's slices (the index unique), and returns
+    each one's lane in that order, so that slices on one lane nest properly (concurrent tasks on one
+    thread overlap). In that order a parent comes before its children.
     """
     lanes: list[list[int]] = []  # per lane, a stack of open end times
     out: list[int] = []
     keep = out.append
     spans.sort()
-    for start, neg_end, _ in spans:
-        end = -neg_end
+    for span in spans:
+        start, end = span[0], -span[1]
         for number, stack in enumerate(lanes):
             while stack and stack[-1] <= start:
                 stack.pop()
@@ -371,13 +371,11 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                   write: Callable[[bytes], Any]) -> None:  # fmt: skip
     pb = _proto_module()
     places = _Places(opts, chunk)
-    by_thread: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)  # (start, -end, index)
-    spans: list[tuple[Any, Any, Any]] = []  # (name, attributes, span id): what a begin packet needs, not the row
-    keep_span = spans.append
-    for pid, tid, start, end, row in places.walk(rows):
-        by_thread[(pid, tid)].append((start, -end, len(spans)))
-        keep_span((row.n, row.a, row.s))
-    if not spans:
+    # per thread, (start, -end, index, name, attributes, span id): what the packets need, not the rows
+    by_thread: dict[tuple[int, int], list[tuple[int, int, int, Any, Any, Any]]] = defaultdict(list)
+    for i, (pid, tid, start, end, row) in enumerate(places.walk(rows)):
+        by_thread[(pid, tid)].append((start, -end, i, row.n, row.a, row.s))
+    if not by_thread:
         return
     called = places.callees()
     threads, names, pids = places.threads, places.names, sorted(set(places.pid_of.values()))
@@ -406,9 +404,8 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             tracks.append(_uuid("l", pid, tid, lane))
             keep(pb.Trace(packet=[_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
                                               name=f"{thread_names[(pid, tid)]} (concurrent {lane})")]).SerializeToString())  # fmt: skip
-        for (start, neg_end, i), lane in zip(order, lanes, strict=True):
-            track = tracks[lane]
-            span_name, attrs, span_id = spans[i]  # (the reader's names are text)
+        for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):
+            track = tracks[lane]  # (the reader's names are text)
             attrs = attrs or _NO_ATTRS
             category = _category(attrs)
             shape = (track, span_name, category, *attrs)
