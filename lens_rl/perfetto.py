@@ -292,7 +292,7 @@ def _json_events(rows: Rows, opts: Options, chunk: Chunk,
         args["parent_span_id"] = row.p
         args["status"] = "UNSET" if row.st is None else row.st
         ts = (start - origin) / 1000.0
-        append({"ph": "X", "name": str(row.n), "cat": category, "pid": pid, "tid": tid, "ts": ts,
+        append({"ph": "X", "name": row.n, "cat": category, "pid": pid, "tid": tid, "ts": ts,
                 "dur": (end - start) / 1000.0, "cname": colors.get(category, "generic_work"), "args": args})  # fmt: skip
         if len(events) >= _SLICE:
             write(_event_lines(events))
