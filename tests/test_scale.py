@@ -122,10 +122,14 @@ def _slices_as_perfetto_builds_them(data: bytes) -> dict[str, tuple[str, int, in
     return out
 
 
-def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(store: Path, tmp_path: Path) -> None:
+def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Rebuilt as Perfetto does, every slice of the .pftrace is its span: name, start and end, on its
     thread's track unless it overlaps a sibling without nesting. Ties included: a child that starts or
-    ends with its parent, spans that meet end to start, zero-length spans, equal twins."""
+    ends with its parent, spans that meet end to start, zero-length spans, equal twins. Packets written
+    a few at a time give the same slices."""
+    from lens_rl import perfetto
     from lens_rl.perfetto import write_trace
     from lens_rl.store import iter_file_records, span_files
 
@@ -148,6 +152,9 @@ def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(store: Path,
         assert {span_id: s[:3] for span_id, s in slices.items()} == spans
     tracks = {name: slices[ids[name]][3] for name in times}  # the tricky file's: one thread, one overlap
     assert len({tracks[n] for n in times if n != "overlap"}) == 1 and tracks["overlap"] != tracks["parent"]
+    monkeypatch.setattr(perfetto, "_SLICE", 3)  # (in this process: --jobs 1)
+    write_trace(span_files(tricky), tmp_path / "small.pftrace", jobs=1)
+    assert _slices_as_perfetto_builds_them((tmp_path / "small.pftrace").read_bytes()) == slices
 
 
 def test_compact_reductions_equal_the_plain_ones() -> None:
