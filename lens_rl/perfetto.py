@@ -389,10 +389,9 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     # Slices: a begin and an end packet each, a thread's slices in (start, -end) order, each on its lane:
     # Perfetto sorts a trace's packets by time, keeping the file's order at equal times, and an end closes
     # its track's innermost open slice, so parents open before their children and close after them.
-    # Each packet is serialized on its own, as a Trace of one packet (Traces concatenated are one Trace):
-    # a slot per track (ends) or per track, name, category and attribute keys (begins) holds the packet,
-    # its fixed fields set once; a packet's own values are set in place and the slot serialized.
-    ends: dict[int, _Slot] = {}
+    # Each slice is serialized on its own, as a Trace of its two packets (Traces concatenated are one
+    # Trace): a slot per track, name, category and attribute keys holds them, their fixed fields set
+    # once; a span's own values are set in place and the slot serialized.
     begins: dict[tuple[Any, ...], _BeginSlot] = {}
     out: list[bytes] = []
     keep = out.append
@@ -415,6 +414,7 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                     begins.clear()
                 slot = begins[shape] = _BeginSlot(pb, track, span_name, category, attrs)
             slot.packet.timestamp = start
+            slot.closing.timestamp = -neg_end
             for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
                 if note is None:  # rl.bucket: the category
                     continue
@@ -431,11 +431,6 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                 del slot.flows[0]
             else:
                 keep(slot.serialize())
-            closing = ends.get(track)
-            if closing is None:
-                closing = ends[track] = _Slot(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
-            closing.packet.timestamp = -neg_end
-            keep(closing.serialize())
             if len(out) >= _SLICE:
                 write(b"".join(out))
                 out.clear()
@@ -451,23 +446,26 @@ class _Slot:
     in ``packet`` and ``serialize()`` gives the Trace's bytes. ``flows``: the packet's flow ids, begun
     (an instant's) or ended (a slice's)."""
 
-    __slots__ = ("serialize", "packet", "flows")
+    __slots__ = ("serialize", "packet", "flows", "trace")
 
     def __init__(self, pb: Any, template: bytes, flows: str = "flow_ids") -> None:
-        trace = pb.Trace()
-        self.packet = trace.packet.add()
+        self.trace = pb.Trace()
+        self.packet = self.trace.packet.add()
         self.packet.MergeFromString(template)
-        self.serialize: Callable[[], bytes] = trace.SerializeToString
+        self.serialize: Callable[[], bytes] = self.trace.SerializeToString
         self.flows = getattr(self.packet.track_event, flows)
 
 
 class _BeginSlot(_Slot):
-    """The begin packet of one shape of slice (track, name, category, attribute keys), filled per span."""
+    """A slice of one shape (track, name, category, attribute keys), filled per span: its begin packet,
+    then its end packet (``closing``), serialized together."""
 
-    __slots__ = ("notes", "span_id")
+    __slots__ = ("notes", "span_id", "closing")
 
     def __init__(self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any]) -> None:
         super().__init__(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category), "terminating_flow_ids")
+        self.closing = self.trace.packet.add()
+        self.closing.MergeFromString(_template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
         notes = self.packet.track_event.debug_annotations
         # one annotation per attribute, in the span's order (none for rl.bucket), then the span id
         self.notes = [None if key == "rl.bucket" else notes.add(name=key) for key in attrs]
