@@ -392,7 +392,7 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     # Each slice is serialized on its own, as a Trace of its two packets (Traces concatenated are one
     # Trace): a slot per track, name, category and attribute keys holds them, their fixed fields set
     # once; a span's own values are set in place and the slot serialized.
-    begins: dict[tuple[Any, ...], _BeginSlot] = {}
+    shapes: dict[tuple[Any, ...], _SliceSlot] = {}
     out: list[bytes] = []
     keep = out.append
     while by_thread:  # (emptied as it goes: its lists are a tuple per span)
@@ -403,16 +403,16 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             tracks.append(_uuid("l", pid, tid, lane))
             keep(pb.Trace(packet=[_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
                                               name=f"{thread_names[(pid, tid)]} (concurrent {lane})")]).SerializeToString())  # fmt: skip
-        for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):
-            track = tracks[lane]  # (the reader's names are text)
+        for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):  # (names are text)
+            track = tracks[lane]
             attrs = attrs or _NO_ATTRS
             category = _category(attrs)
             shape = (track, span_name, category, *attrs)
-            slot = begins.get(shape)
+            slot = shapes.get(shape)
             if slot is None:
-                if len(begins) >= _SLOTS_MAX:
-                    begins.clear()
-                slot = begins[shape] = _BeginSlot(pb, track, span_name, category, attrs)
+                if len(shapes) >= _SLOTS_MAX:
+                    shapes.clear()
+                slot = shapes[shape] = _SliceSlot(pb, track, span_name, category, attrs)
             slot.packet.timestamp = start
             slot.closing.timestamp = -neg_end
             for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
@@ -438,7 +438,7 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     write(b"".join(out))
 
 
-_SLOTS_MAX = 4096  # begin slots kept per file (a slot per span would be a message per span)
+_SLOTS_MAX = 4096  # slice slots kept per file (a slot per span would be a message per span)
 
 
 class _Slot:
@@ -456,7 +456,7 @@ class _Slot:
         self.flows = getattr(self.packet.track_event, flows)
 
 
-class _BeginSlot(_Slot):
+class _SliceSlot(_Slot):
     """A slice of one shape (track, name, category, attribute keys), filled per span: its begin packet,
     then its end packet (``closing``), serialized together."""
 
