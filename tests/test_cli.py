@@ -257,6 +257,8 @@ def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: 
     flows = [e for e in to_chrome_trace([caller, {**worker, "parent_span_id": "d1"}])["traceEvents"] if e["ph"] in "sf"]
     assert sorted(e["ph"] for e in flows) == ["f", "s"] and flows[0]["pid"] != flows[1]["pid"]
     assert {e["id"] for e in flows} == {flows[0]["id"]}
+    numeric = [{**caller, "span_id": 7}, {**worker, "span_id": 8, "parent_span_id": 7}]  # ids as numbers join alike
+    assert sorted(e["ph"] for e in to_chrome_trace(numeric)["traceEvents"] if e["ph"] in "sf") == ["f", "s"]
     given = {**caller, "attributes": {"rl.bucket": "idle"}}
     to_chrome_trace([given])
     assert given["attributes"] == {"rl.bucket": "idle"}  # the caller's records are read, not changed
