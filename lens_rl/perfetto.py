@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.store import INT64_END, Row, decode_skim, iter_rows, process_of, time_ns, to_row
+from lens_rl.store import INT64_END, Row, decode_skim, iter_rows, process_of, to_row, trace_time_ns
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
 
@@ -117,7 +117,7 @@ def scan_rows(rows: Rows) -> Scan:
         add_id(row.s)
         start = row.b
         if type(start) is not int or not 0 <= start < INT64_END:
-            start = _ns(start)
+            start = trace_time_ns(start)
         if start < origin:
             origin = start
         if row.p:
@@ -176,7 +176,7 @@ def _render(rows: Rows, opts: Options) -> Chunk:
 
 def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf keeps
-    what its packets need of each span (nested lanes, time order), a ``steps`` window the whole rows (each
+    what its packets need of each span (nested lanes), a ``steps`` window the whole rows (each
     span's step from its ancestors)."""
     if opts.steps is None:
         return _render(iter_rows(path), opts)
@@ -230,7 +230,7 @@ class _Places:
             start = row.b or 0
             end = row.e or start
             if type(start) is not int or type(end) is not int or not (0 <= start < INT64_END and 0 <= end < INT64_END):
-                start, end = _ns(start), _ns(end)
+                start, end = trace_time_ns(start), trace_time_ns(end)
             if end < start:
                 end = start
             span_id = row.s
@@ -260,11 +260,6 @@ def _category(attrs: Mapping[str, Any]) -> str:
     """A slice's category: its bucket (any text), else ``phase``."""
     bucket = attrs.get("rl.bucket")
     return bucket if type(bucket) is str and bucket else "phase"
-
-
-def _ns(value: Any) -> int:
-    """A time as a trace holds it (ns, 0 <= t < 2**63): a bad, negative or out-of-range value reads as 0."""
-    return max(time_ns(value), 0)
 
 
 def _process_name(opts: Options, pid: int) -> str:
@@ -426,9 +421,7 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                     _annotate(note, value)
             slot.span_id.string_value = str(span_id)
             if span_id in called:  # the callee end of a call from another process
-                slot.flows.append(called[span_id][0])
-                keep(slot.serialize())
-                del slot.flows[0]
+                keep(slot.serialize_with_flow(called[span_id][0]))
             else:
                 keep(slot.serialize())
             if len(out) >= _SLICE:
@@ -454,6 +447,13 @@ class _Slot:
         self.packet.MergeFromString(template)
         self.serialize: Callable[[], bytes] = self.trace.SerializeToString
         self.flows = getattr(self.packet.track_event, flows)
+
+    def serialize_with_flow(self, flow: int) -> bytes:
+        """The Trace's bytes with ``flow`` among the packet's flow ids (for this packet only)."""
+        self.flows.append(flow)
+        data: bytes = self.serialize()
+        del self.flows[0]
+        return data
 
 
 class _SliceSlot(_Slot):
@@ -542,9 +542,7 @@ class _Flows:
             keep = out.append
             for flow, slot, at in self.found:
                 slot.packet.timestamp = at
-                slot.flows.append(flow)
-                keep(slot.serialize())
-                del slot.flows[0]
+                keep(slot.serialize_with_flow(flow))
             self.write(b"".join(out))
         self.found = []
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._attributes import clean_attributes
-from lens_rl.store import time_ns
+from lens_rl.store import trace_time_ns
 
 __all__ = ["record_to_span", "replay"]
 
@@ -40,7 +40,7 @@ def record_to_span(rec: Mapping[str, Any], resources: dict[Any, Any]) -> Any:
     resource = resources.get(key)
     if resource is None:
         resource = resources[key] = Resource(clean_attributes(res_attrs))
-    events = [Event(str(e.get("name") or ""), _attributes(e.get("attributes")), _time(e.get("time_ns")))
+    events = [Event(str(e.get("name") or ""), _attributes(e.get("attributes")), trace_time_ns(e.get("time_ns")))
               for e in rec.get("events") or []]  # fmt: skip
     links = [
         Link(SpanContext(_hex_id(link["trace_id"], 128), _hex_id(link["span_id"], 64), is_remote=True),
@@ -57,8 +57,8 @@ def record_to_span(rec: Mapping[str, Any], resources: dict[Any, Any]) -> Any:
         links=links,
         kind=SpanKind[rec.get("kind") or "INTERNAL"],
         status=Status(StatusCode[rec.get("status") or "UNSET"], rec.get("status_message")),
-        start_time=_time(rec.get("start_ns")),
-        end_time=_time(rec.get("end_ns")),
+        start_time=trace_time_ns(rec.get("start_ns")),
+        end_time=trace_time_ns(rec.get("end_ns")),
         instrumentation_scope=InstrumentationScope(rec.get("scope") or "lens_rl"),
     )
 
@@ -73,10 +73,6 @@ def _hex_id(value: Any, bits: int) -> int:
 
 def _attributes(value: Any) -> dict[str, Any]:
     return clean_attributes(value) if type(value) is dict else {}
-
-
-def _time(value: Any) -> int:
-    return max(time_ns(value), 0)
 
 
 def replay(path: str | Path, endpoint: str, *, timeout_ms: int = 30_000, batch: int = 512) -> tuple[int, int]:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["FORMAT_VERSION", "HEADER_FORMAT", "Columns", "INT64_END", "ROW_KEYS", "ReadStats", "Row", "iter_file_records", "iter_rows", "iter_span_records", "to_row",
-           "decode_skim", "loads", "process_of", "read_columns", "span_files", "time_ns"]  # fmt: skip
+           "decode_skim", "loads", "process_of", "read_columns", "span_files", "time_ns", "trace_time_ns"]  # fmt: skip
 
 FORMAT_VERSION = 2
 HEADER_FORMAT = "lens_rl.spans/2"
@@ -272,7 +272,7 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None, *,
                         skipped += 1
                         continue
                     given = record.get("resource")
-                    span_id, line_resource = record["span_id"], given if type(given) is dict else {}
+                    span_id, line_resource = row.s, given if type(given) is dict else {}
                 else:
                     skipped += 1
                     continue
@@ -382,6 +382,11 @@ def time_ns(value: Any) -> int:
     except (TypeError, ValueError, OverflowError):
         return 0
     return number if -INT64_END <= number < INT64_END else 0
+
+
+def trace_time_ns(value: Any) -> int:
+    """A time as a trace holds it (ns, 0 <= t < 2**63): a bad, negative or out-of-range value reads as 0."""
+    return max(time_ns(value), 0)
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[tuple[str, int, int], Columns]:
