@@ -44,7 +44,7 @@ class Runtime:
     __slots__ = (
         "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
         "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks", "projected",
-        "shutdown_hooks", "driver_hooks", "last_step",
+        "shutdown_hooks", "driver_hooks", "last_step", "flag_hooks",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -85,6 +85,8 @@ class Runtime:
         self.driver_hooks: list[Callable[[], None]] = []
         #: The last completed step's goodput (``lens_rl.step_goodput()``), or None.
         self.last_step: dict[str, Any] | None = None
+        #: Called after ``on`` changed (the pure-Python ``with`` protocol follows the flag). Never undone.
+        self.flag_hooks: list[Callable[[], None]] = []
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())
@@ -117,12 +119,18 @@ class Runtime:
         self.handle = handle
         self.resolved = True
         self.last_shutdown = None
-        self.on = True
+        self.set_on(True)
 
     def mark_off(self) -> None:
         """Telemetry is off in this process until an explicit init or a reset."""
         self.resolved = True
-        self.on = False
+        self.set_on(False)
+
+    def set_on(self, on: bool) -> None:
+        """Set the hot-path flag and tell whoever follows it."""
+        self.on = on
+        for hook in self.flag_hooks:
+            hook()
 
     def end_open_phases(self) -> None:
         """End every open lens_rl span (shutdown, a replaced handle): exported with their time so far.
@@ -159,7 +167,7 @@ class Runtime:
         _errors.forget()
         ACTIVE.set(None)
         AMBIENT.set(None)
-        self.on = True
+        self.set_on(True)
         for hook in list(self.reset_hooks):
             try:
                 hook()

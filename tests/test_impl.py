@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -10,8 +14,9 @@ import pytest
 
 import lens_rl
 from lens_rl import Bucket, _impl, aspects, testing
-from lens_rl._runtime import RUNTIME
-from tests.conftest import run_python
+from lens_rl._runtime import ACTIVE, RUNTIME
+from lens_rl._spans import NOOP_SPAN
+from tests.conftest import clean_env, run_python
 
 IMPLS: list[Any] = [pytest.param(aspects._traced_phase_py, id="python")]
 if _impl.ACCELERATED:
@@ -28,6 +33,8 @@ def test_the_accelerator_is_built_where_a_compiler_is() -> None:
     """With a C compiler present, the install built lens_rl._speedups and traced_phase uses it."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the pure-Python path serves")
+    if "lens_rl._speedups" in sys.modules and sys.modules["lens_rl._speedups"] is None:
+        pytest.skip("this run blocks the accelerator (the pure-Python run)")
     assert _impl.ACCELERATED and lens_rl.traced_phase is not aspects._traced_phase_py
 
 
@@ -118,6 +125,69 @@ def test_pure_python_path_runs_without_the_extension(tmp_path: Any) -> None:
     assert list(tmp_path.rglob("spans-*.jsonl"))
 
 
+@pytest.mark.slow
+def test_the_phase_tests_pass_without_the_extension() -> None:
+    """The phase, runtime, pickling and lifecycle tests pass as well on the pure-Python path (an install
+    without a compiler), where ``with`` while off runs builtins swapped in by the flag."""
+    if not _impl.ACCELERATED:
+        pytest.skip("this run is the pure-Python one")
+    tests = ["test_aspects.py", "test_impl.py", "test_runtime.py", "test_pickling.py", "test_lifecycle.py"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = (  # before pytest loads lens_rl (its plugin): as if no compiler was there at install time
+        "import sys; sys.modules['lens_rl._speedups'] = None; import pytest; "
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *{[f'tests/{t}' for t in tests]!r}]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", run],
+        env=clean_env(),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_with_phase_while_off_yields_the_noop_span_and_passes_exceptions(tp: Callable[..., Any]) -> None:
+    """Off, every ``with`` form (plain, keywords, sync and async) yields the no-op span and lets the body's
+    exception through unchanged, then a phase entered on and left after shutdown is still closed."""
+    _off()
+    from opentelemetry import trace
+
+    error = KeyError("k")
+    for phase in (tp("x"), tp("x", step=1), tp("x", bucket="idle", attributes={"a": 1})):
+        with pytest.raises(KeyError) as raised, phase as span:
+            raise error
+        assert raised.value is error and span is NOOP_SPAN
+
+        async def body(phase: Any = phase) -> Any:
+            async with phase as span:
+                raise LookupError(span)
+
+        with pytest.raises(LookupError) as raised:
+            asyncio.run(body())
+        assert raised.value.args == (NOOP_SPAN,)
+
+    async def shut_down_inside(phase: Any) -> None:
+        async with phase:  # __aexit__ looks __exit__ up when it runs, after the flag changed
+            lens_rl.shutdown_telemetry(1000)
+        assert ACTIVE.get() is None and not trace.get_current_span().get_span_context().is_valid  # left
+
+    for enter in ("with", "async with"):
+        with testing.recording() as rec:
+            if enter == "with":
+                with tp("outer", step=2):
+                    lens_rl.shutdown_telemetry(1000)  # off from here: the exit must still close the span
+                assert ACTIVE.get() is None and not trace.get_current_span().get_span_context().is_valid
+            else:
+                asyncio.run(shut_down_inside(tp("outer", step=2)))
+            with tp("after", step=3):
+                pass
+            assert [s.name for s in rec.spans] == ["outer"]
+
+
 @pytest.mark.parametrize("tp", IMPLS)
 def test_no_reference_or_memory_leak_on_the_hot_paths(tp: Callable[..., Any]) -> None:
     """100,000 calls on each hot shape leave reference counts and traced memory where they were."""
@@ -127,7 +197,8 @@ def test_no_reference_or_memory_leak_on_the_hot_paths(tp: Callable[..., Any]) ->
 
     _off()
     name, value, bucket = "leak-check", object(), Bucket.OVERHEAD
-    tp(name)
+    tp(name)  # the name is kept once: by the phase cache, and as a name checked valid
+    tp(name, step=1)
     gc.collect()  # earlier tests' cyclic garbage may still hold references: counted before, not after
     before = (sys.getrefcount(name), sys.getrefcount(value), sys.getrefcount(bucket))
     tracemalloc.start()
