@@ -134,7 +134,10 @@ def _rebuild(name: str, bucket: str | None, parent: Any, attributes: Any, rl_att
 # ---------------------------------------------------------------------- public API
 
 _CACHE: dict[Any, Phase] = RUNTIME.phase_cache
-_BUCKET_VALUES = {b.value: b for b in Bucket}
+# a member equals (and hashes as) its value, so one entry serves both; the strings' lookups hit by identity
+_VALID_BUCKETS: frozenset[Any] = frozenset([None, *(member.value for member in Bucket)])
+_PLAIN = frozenset([type(None), dict])  # the classes of a parent or attributes argument that need no check
+_VALID_NAMES: set[str] = set()  # names checked valid by a phase made while off (bounded like the cache)
 _CACHE_MAX = 4096
 
 
@@ -176,23 +179,35 @@ else:
                 return _make_phase(name)
         if _RT.on:
             return _phase_on(name, kwargs)
-        bucket = kwargs.get("bucket")
-        if (bucket is not None and bucket.__class__ is not Bucket
-                and (bucket.__class__ is not str or bucket not in _BUCKET_VALUES)):  # fmt: skip
-            coerce_bucket(bucket)  # raises, naming what is allowed; a valid spelling is coerced when the phase is made
-        # the checks _check makes, with the common shapes (a str name, dicts) answered first
-        if name.__class__ is not str or not name or name.isspace():
-            _check(name)
-        if "parent" in kwargs or "attributes" in kwargs:
-            parent, attributes = kwargs.get("parent"), kwargs.get("attributes")
-            if (parent is not None and parent.__class__ is not dict) or (
-                attributes is not None and attributes.__class__ is not dict
+        # the checks _check and coerce_bucket make, with the common shapes (a name or bucket seen valid before,
+        # dicts) answered by a lookup each
+        try:
+            if name not in _VALID_NAMES or ("bucket" in kwargs and kwargs["bucket"] not in _VALID_BUCKETS):
+                _check_off(name, kwargs.get("bucket"))
+        except TypeError:  # unhashable: not valid
+            _check_off(name, kwargs.get("bucket"))
+        if "attributes" in kwargs:
+            if kwargs["attributes"].__class__ not in _PLAIN or (
+                "parent" in kwargs and kwargs["parent"].__class__ not in _PLAIN
             ):
-                _check(name, parent, attributes)
+                _check(name, kwargs.get("parent"), kwargs["attributes"])
+        elif "parent" in kwargs and kwargs["parent"].__class__ not in _PLAIN:
+            _check(name, kwargs["parent"])
         lazy = _LazyPhase()  # a type call without __init__: cheaper than object.__new__(cls)
         lazy.name = name
         lazy.kwargs = kwargs
         return lazy
+
+
+def _check_off(name: Any, bucket: Any) -> None:
+    """The name and bucket checks of a phase made while off: raises, naming what is allowed, or
+    remembers the name as valid (a valid bucket spelling is coerced when the phase is made)."""
+    coerce_bucket(bucket)
+    _check(name)
+    if name.__class__ is str:
+        if len(_VALID_NAMES) >= _CACHE_MAX:
+            _VALID_NAMES.clear()
+        _VALID_NAMES.add(name)
 
 
 _ATTRIBUTES_FOLLOW = object()  # in a keyword phase's cache key: what follows are the attributes= dict's items
