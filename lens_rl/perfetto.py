@@ -506,9 +506,10 @@ class _Flows:
         if prefix is None:
             if self.fmt == "json":
                 prefix = f'{{"ph":"s","name":"call","cat":"flow","pid":{pid},"tid":{tid},"id":'
-            else:  # a slot for the instant (see _proto_events)
+            else:  # a slot for the instant (see _proto_events), holding one flow id: each call's is set in place
                 pb = _proto_module()
                 prefix = _Slot(pb, _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"))
+                prefix.flows.append(0)
             self._prefixes[(pid, tid)] = prefix
         return prefix
 
@@ -542,7 +543,8 @@ class _Flows:
             keep = out.append
             for flow, slot, at in self.found:
                 slot.packet.timestamp = at
-                keep(slot.serialize_with_flow(flow))
+                slot.flows[0] = flow
+                keep(slot.serialize())
             self.write(b"".join(out))
         self.found = []
 
