@@ -429,7 +429,68 @@ PyDoc_STRVAR(traced_phase_doc,
              "invalid bucket raises ValueError here, enabled or not. Disabled, it yields a no-op span and\n"
              "touches no OpenTelemetry. (C entry point of lens_rl.aspects.traced_phase.)");
 
+/* keep_arenas(max_bytes): Python's small-object allocator returns an arena to the system as soon as
+   it empties (munmap) and maps a fresh one when it needs one again; every page of a fresh arena is
+   then faulted in again (~3 us a page on a VM). The offline tools free a whole file's objects and
+   allocate the next file's the same way, so a worker pays a fault per 4 KB of every file. Kept
+   arenas (up to max_bytes of them) are handed out again instead, their pages still mapped. Called
+   under the GIL (as the allocator itself is); the first call installs it, later ones set the cap. */
+#define KEPT_MAX 4096
+static PyObjectArenaAllocator system_arenas;
+static void *kept_arena[KEPT_MAX];
+static size_t kept_size[KEPT_MAX];
+static Py_ssize_t kept_count, kept_cap;
+
+static void *
+arena_alloc(void *ctx, size_t size)
+{
+    for (Py_ssize_t i = kept_count - 1; i >= 0; i--) {
+        if (kept_size[i] == size) {
+            void *arena = kept_arena[i];
+            kept_count--;
+            kept_arena[i] = kept_arena[kept_count];
+            kept_size[i] = kept_size[kept_count];
+            return arena;
+        }
+    }
+    return system_arenas.alloc(system_arenas.ctx, size);
+}
+
+static void
+arena_free(void *ctx, void *ptr, size_t size)
+{
+    if (kept_count < kept_cap) {
+        kept_arena[kept_count] = ptr;
+        kept_size[kept_count] = size;
+        kept_count++;
+        return;
+    }
+    system_arenas.free(system_arenas.ctx, ptr, size);
+}
+
+static PyObject *
+keep_arenas(PyObject *self, PyObject *arg)
+{
+    Py_ssize_t max_bytes = PyLong_AsSsize_t(arg);
+    if (max_bytes == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (system_arenas.alloc == NULL) {
+        PyObjectArenaAllocator mine = {NULL, arena_alloc, arena_free};
+        PyObject_GetArenaAllocator(&system_arenas);
+        PyObject_SetArenaAllocator(&mine);
+    }
+    Py_ssize_t cap = max_bytes / (1 << 20); /* counted as 1 MiB arenas (their size since Python 3.10) */
+    kept_cap = cap < 0 ? 0 : cap > KEPT_MAX ? KEPT_MAX : cap;
+    while (kept_count > kept_cap) {
+        kept_count--;
+        system_arenas.free(system_arenas.ctx, kept_arena[kept_count], kept_size[kept_count]);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef speedups_methods[] = {
+    {"keep_arenas", keep_arenas, METH_O, "Keep up to max_bytes of emptied allocator arenas for reuse (no page faults)."},
     {"traced_phase", (PyCFunction)(void (*)(void))traced_phase, METH_FASTCALL | METH_KEYWORDS, traced_phase_doc},
     {"configure", configure, METH_VARARGS, "Set the cache, fallback, lazy type, Bucket type, runtime, bucket-by-value dict and no-op span."},
     {NULL, NULL, 0, NULL},

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,36 @@ def test_a_spilled_part_is_appended_whole_however_the_kernel_copies(tmp_path: Pa
             _append_file(str(part), out)
             out.write(b"tail")
         assert out_path.read_bytes() == b"head" + part.read_bytes() + b"tail", how
+
+
+def test_a_jobs_worker_keeps_emptied_arenas_so_the_next_file_faults_no_new_pages() -> None:
+    """A --jobs worker frees a file's objects and allocates the next file's alike: with the arenas kept
+    (the C accelerator's keep_arenas, installed by the worker's start) the second round reuses the first
+    round's pages, where the system allocator would fault every page in again (~3 us each on a VM)."""
+    from lens_rl import _impl
+
+    if not _impl.ACCELERATED:
+        pytest.skip("no C accelerator: arenas go back to the system")
+    code = """
+        import resource, sys
+        from lens_rl import analysis
+        if sys.argv[1] == "keep":
+            analysis._keep_args(())
+        def faults_making(n):
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            objects = [(i, str(i)) for i in range(n)]
+            made = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            del objects
+            return made
+        first, second = faults_making(400_000), faults_making(400_000)
+        print(first, second)
+    """
+    counts = {}
+    for mode in ("keep", "system"):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), mode], env=clean_env(),
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        counts[mode] = tuple(map(int, out.stdout.split()))
+    (kept_first, kept_second), (system_first, system_second) = counts["keep"], counts["system"]
+    assert system_second > system_first / 2 > 1000  # the system allocator faults the pages in again
+    assert kept_second < kept_first / 10  # kept: the same pages serve again
