@@ -58,7 +58,7 @@ def test_keyword_calls_while_off_are_lazy_and_complete(tp: Callable[..., Any]) -
 
 
 @pytest.mark.parametrize("tp", IMPLS)
-@pytest.mark.parametrize("bad", ["useful", 3, object()])
+@pytest.mark.parametrize("bad", ["useful", 3, object(), ["productive"]])
 def test_invalid_buckets_raise_on_and_off(tp: Callable[..., Any], bad: object) -> None:
     """An invalid bucket is a ValueError naming what is allowed, whatever the state."""
     _off()
@@ -78,6 +78,20 @@ def test_bad_calls_fail_like_a_python_function(tp: Callable[..., Any]) -> None:
         tp("a", "b")
     with pytest.raises(ValueError, match="non-empty string"):
         tp(["unhashable"])
+    for name in (["unhashable"], "", "  ", None):
+        with pytest.raises(ValueError, match="non-empty string"):
+            tp(name, step=1)
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_names_remembered_as_valid_stay_bounded(tp: Callable[..., Any]) -> None:
+    """While off, names checked valid are remembered (one lookup next time) up to the cache's bound."""
+    _off()
+    for i in range(aspects._CACHE_MAX + 10):
+        tp(f"phase-{i}", step=1)
+    assert len(aspects._VALID_NAMES) <= aspects._CACHE_MAX
+    with pytest.raises(ValueError, match="non-empty string"):
+        tp(" ", step=1)  # never remembered
 
 
 @pytest.mark.parametrize("tp", IMPLS)
