@@ -69,7 +69,7 @@ def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> floa
     (merged too), streamed: no list of a run's intervals is ever built."""
     packed = list(packed)
     streams = [clipped(pairs(p), lo, hi) for lo, hi in windows for p in packed]
-    return union_length(heapq.merge(*streams), ordered=True)
+    return union_length(streams[0] if len(streams) == 1 else heapq.merge(*streams), ordered=True)  # (a step: one)
 
 
 def _by(indexes: Sequence[int], key: Any) -> Sequence[int]:

@@ -50,6 +50,7 @@ def coerce_bucket(value: object, *, field: str = "bucket") -> Bucket | None:
     raise ValueError(f"{field}: invalid bucket {value!r}; allowed: {_ALLOWED}")
 
 
+_VALUES = tuple(member.value for member in Bucket)  # (iterating the enum and .value are Python calls)
 _P, _O, _I, _W = Bucket.PRODUCTIVE, Bucket.OVERHEAD, Bucket.IDLE, Bucket.WASTED
 
 #: Known RL phase names and their default bucket. Lookups normalise the name: lower
@@ -87,7 +88,7 @@ def default_bucket(name: str) -> Bucket | None:
 
 def goodput_of(seconds: Mapping[str, float]) -> float | None:
     """productive / (productive + overhead + idle + wasted); None when nothing is bucketed."""
-    total = sum(seconds.get(b.value, 0.0) for b in Bucket)
+    total = sum([seconds.get(value, 0.0) for value in _VALUES])  # (added in the buckets' order, as always)
     return seconds.get("productive", 0.0) / total if total > 0 else None
 
 
