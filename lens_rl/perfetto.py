@@ -385,8 +385,8 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
     # Perfetto sorts a trace's packets by time, keeping the file's order at equal times, and an end closes
     # its track's innermost open slice, so parents open before their children and close after them.
     # Each slice is serialized on its own, as a Trace of its two packets (Traces concatenated are one
-    # Trace): a slot per track, name, category and attribute keys holds them, their fixed fields set
-    # once; a span's own values are set in place and the slot serialized.
+    # Trace): a slot per track, name, category, flow end and attribute keys holds them, their fixed
+    # fields set once; a span's own values (and the flow it ends) are set in place and the slot serialized.
     shapes: dict[tuple[Any, ...], _SliceSlot] = {}
     out: list[bytes] = []
     keep = out.append
@@ -402,12 +402,13 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
             track = tracks[lane]
             attrs = attrs or _NO_ATTRS
             category = _category(attrs)
-            shape = (track, span_name, category, *attrs)
+            call = called.get(span_id)  # a call from another process: the slice ends its flow
+            shape = (track, span_name, category, call is None, *attrs)
             slot = shapes.get(shape)
             if slot is None:
                 if len(shapes) >= _SLOTS_MAX:
                     shapes.clear()
-                slot = shapes[shape] = _SliceSlot(pb, track, span_name, category, attrs)
+                slot = shapes[shape] = _SliceSlot(pb, track, span_name, category, attrs, call is not None)
             slot.packet.timestamp = start
             slot.closing.timestamp = -neg_end
             for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
@@ -420,10 +421,9 @@ def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
                 else:
                     _annotate(note, value)
             slot.span_id.string_value = str(span_id)
-            if span_id in called:  # the callee end of a call from another process
-                keep(slot.serialize_with_flow(called[span_id][0]))
-            else:
-                keep(slot.serialize())
+            if call is not None:
+                slot.flows[0] = call[0]
+            keep(slot.serialize())
             if len(out) >= _SLICE:
                 write(b"".join(out))
                 out.clear()
@@ -437,33 +437,31 @@ _SLOTS_MAX = 4096  # slice slots kept per file (a slot per span would be a messa
 class _Slot:
     """A Trace of one packet, its fixed fields from ``template`` (set once): a packet's own values are set
     in ``packet`` and ``serialize()`` gives the Trace's bytes. ``flows``: the packet's flow ids, begun
-    (an instant's) or ended (a slice's)."""
+    (an instant's) or ended (a slice's); a slot made ``with_flow`` holds one, set per packet in
+    ``flows[0]``."""
 
     __slots__ = ("serialize", "packet", "flows", "trace")
 
-    def __init__(self, pb: Any, template: bytes, flows: str = "flow_ids") -> None:
+    def __init__(self, pb: Any, template: bytes, flows: str, with_flow: bool) -> None:
         self.trace = pb.Trace()
         self.packet = self.trace.packet.add()
         self.packet.MergeFromString(template)
         self.serialize: Callable[[], bytes] = self.trace.SerializeToString
         self.flows = getattr(self.packet.track_event, flows)
-
-    def serialize_with_flow(self, flow: int) -> bytes:
-        """The Trace's bytes with ``flow`` among the packet's flow ids (for this packet only)."""
-        self.flows.append(flow)
-        data: bytes = self.serialize()
-        del self.flows[0]
-        return data
+        if with_flow:
+            self.flows.append(0)
 
 
 class _SliceSlot(_Slot):
-    """A slice of one shape (track, name, category, attribute keys), filled per span: its begin packet,
-    then its end packet (``closing``), serialized together."""
+    """A slice of one shape (track, name, category, whether it ends a flow, attribute keys), filled per
+    span: its begin packet, then its end packet (``closing``), serialized together."""
 
     __slots__ = ("notes", "span_id", "closing")
 
-    def __init__(self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any]) -> None:
-        super().__init__(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category), "terminating_flow_ids")
+    def __init__(self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any],
+                 with_flow: bool) -> None:  # fmt: skip
+        super().__init__(pb, _template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category),
+                         "terminating_flow_ids", with_flow)  # fmt: skip
         self.closing = self.trace.packet.add()
         self.closing.MergeFromString(_template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
         notes = self.packet.track_event.debug_annotations
@@ -506,10 +504,9 @@ class _Flows:
         if prefix is None:
             if self.fmt == "json":
                 prefix = f'{{"ph":"s","name":"call","cat":"flow","pid":{pid},"tid":{tid},"id":'
-            else:  # a slot for the instant (see _proto_events), holding one flow id: each call's is set in place
+            else:  # a slot for the instant (see _proto_events): each call's flow id is set in place
                 pb = _proto_module()
-                prefix = _Slot(pb, _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"))
-                prefix.flows.append(0)
+                prefix = _Slot(pb, _template(pb, _uuid("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"), "flow_ids", True)
             self._prefixes[(pid, tid)] = prefix
         return prefix
 
