@@ -9,10 +9,14 @@ flow arrow from a span to each child that ran in another process (a driver's cal
 a worker). ``steps=(A, B)`` and ``group=G`` cut a window, so a month-long run opens
 as a readable slice.
 
-It streams: a first pass over the files collects each process's identity, the time
-origin and the spans called from another process; a second pass writes each file's
-events as it is read (files in parallel with ``jobs``), so memory is O(jobs x the
-largest file). The protobuf is built with the ``perfetto`` package's trace protos
+It streams: each file's events are written as it is read (files in parallel with
+``jobs``), so memory is O(jobs x the largest file). The processes are named from each
+file's first line; the Chrome JSON's times count from the run's first start, which a
+first pass over the lines finds (the protobuf's are absolute: one pass). The caller
+end of a call from another process is joined in the parent from the callers'
+locations: every span of a driver's file and every client or producer span; a call
+whose caller is none of those (a worker calling another) is located by one more pass
+over the other files, for those spans only. The protobuf is built with the ``perfetto`` package's trace protos
 (the ``analysis`` extra); no hand-written wire encoder.
 
 Example::
@@ -22,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -69,24 +74,23 @@ def _flow_id(span_id: Any) -> int:
 
 @dataclass
 class Scan:
-    """What the first pass learns of one file."""
+    """What a first look learns of one file: its processes and, read whole, its first start."""
 
     keys: set[tuple[str, int, int]] = field(default_factory=set)
     origin: int | None = None
-    external: set[Any] = field(default_factory=set)  # parent ids this file's spans point to, outside it
 
 
 @dataclass
 class Options:
-    """What the second pass needs to write one file's events."""
+    """What writing one file's events needs."""
 
     fmt: str  # "json" or "pftrace"
     processes: dict[tuple[str, int, int], int]
     origin: int
-    wanted: frozenset[Any]  # span ids some file's span points to from outside their file (as read)
     steps: tuple[int, int] | None = None
     group: str | None = None
     spill: str | None = None  # a directory: a file's events go to a file there, not back through a pipe
+    wanted: frozenset[str] = frozenset()  # locating: the span ids (as text) whose locations are sought
 
 
 @dataclass
@@ -98,6 +102,7 @@ class Chunk:
     spans: int = 0
     locations: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # span id -> pid, tid, start, end
     callees: list[tuple[int, str, int]] = field(default_factory=list)  # flow id, parent id, the callee's start
+    unknown: bool = False  # a process not in ``Options.processes`` was met: its events are not numbered right
 
 
 Rows = Iterable[tuple[Mapping[str, Any], Row]]  # (resource, row), as store.iter_rows yields
@@ -105,30 +110,30 @@ Rows = Iterable[tuple[Mapping[str, Any], Row]]  # (resource, row), as store.iter
 
 def scan_rows(rows: Rows) -> Scan:
     scan = Scan()
-    ids: set[Any] = set()
-    parents: set[Any] = set()
-    add_id, add_parent = ids.add, parents.add
     origin = INT64_END
     last: Any = None
     for resource, row in rows:
         if resource is not last:
             last = resource
             scan.keys.add(process_of({"resource": resource}))
-        add_id(row.s)
         start = row.b
         if type(start) is not int or not 0 <= start < INT64_END:
             start = trace_time_ns(start)
         if start < origin:
             origin = start
-        if row.p:
-            add_parent(row.p)
-    scan.origin = origin if ids else None
-    scan.external = parents - ids
+    scan.origin = origin if origin < INT64_END else None
     return scan
 
 
 def scan_file(path: str | os.PathLike[str]) -> Scan:
     return scan_rows(iter_rows(path, decode=decode_skim))
+
+
+def head_file(path: str | os.PathLike[str]) -> Scan:
+    """The process of a file's first span (a v2 header's), read from its first lines only."""
+    for resource, _ in iter_rows(path, decode=decode_skim):
+        return Scan({process_of({"resource": resource})})
+    return Scan()
 
 
 def _steps_of(rows: Sequence[tuple[Mapping[str, Any], Row]]) -> dict[Any, Any]:
@@ -148,30 +153,36 @@ def _steps_of(rows: Sequence[tuple[Mapping[str, Any], Row]]) -> dict[Any, Any]:
     return out
 
 
-def render_rows(rows: Sequence[tuple[Mapping[str, Any], Row]], opts: Options) -> Chunk:
-    """Events of one file's rows in ``opts.fmt``."""
+def render_rows(rows: Sequence[tuple[Mapping[str, Any], Row]], opts: Options, callers: bool = True) -> Chunk:
+    """Events of one file's rows in ``opts.fmt`` (``callers``: locate all its spans, see :class:`_Places`)."""
     if opts.steps is not None:
         steps = _steps_of(rows)
         lo, hi = opts.steps
         rows = [r for r in rows if isinstance(steps.get(r[1].s), int) and lo <= steps[r[1].s] <= hi]
-    return _render(rows, opts)
+    return _render(rows, opts, callers)
 
 
-def _render(rows: Rows, opts: Options) -> Chunk:
+def _render(rows: Rows, opts: Options, callers: bool) -> Chunk:
     chunk = Chunk()
     if opts.group is not None:
         group = opts.group
         rows = (r for r in rows if process_of({"resource": r[0]})[0] == group)
     render = _json_events if opts.fmt == "json" else _proto_events
+    places = _Places(opts, chunk, callers)
     if opts.spill is None:
         sink: Any = io.BytesIO()
-        render(rows, opts, chunk, sink.write)
+        render(rows, places, sink.write)
         chunk.data = sink.getvalue()
     else:
         with tempfile.NamedTemporaryFile("wb", dir=opts.spill, suffix=".part", delete=False) as sink:
             chunk.path = sink.name
-            render(rows, opts, chunk, sink.write)
+            render(rows, places, sink.write)
     return chunk
+
+
+def _calls_out(path: str | os.PathLike[str]) -> bool:
+    """Whether a file is a caller's: a driver's (it calls into the workers), located whole."""
+    return Path(path).name.startswith("spans-driver-")
 
 
 def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
@@ -179,32 +190,50 @@ def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     what its packets need of each span (nested lanes), a ``steps`` window the whole rows (each
     span's step from its ancestors)."""
     if opts.steps is None:
-        return _render(iter_rows(path), opts)
-    return render_rows(list(iter_rows(path)), opts)
+        return _render(iter_rows(path), opts, _calls_out(path))
+    return render_rows(list(iter_rows(path)), opts, _calls_out(path))
+
+
+def locate_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
+    """The locations of the spans ``opts.wanted`` names in one file (no events)."""
+    chunk = Chunk()
+    for _ in _Places(opts, chunk, False).walk(iter_rows(path)):
+        pass
+    chunk.spans, chunk.callees = 0, []
+    return chunk
+
+
+#: Span kinds whose spans call out (OpenTelemetry's): located wherever they are.
+_CALLER_KINDS = frozenset({"CLIENT", "PRODUCER"})
 
 
 class _Places:
     """Where each row goes: its process (pid) and thread (tid, named), and the ends of calls across files.
 
     :meth:`walk` yields ``(pid, tid, start, end, row)`` per row, recording the locations of
-    the spans other files call into (``opts.wanted``) and, as candidates, the spans whose
-    parent is one of those. A candidate whose parent is not located in this file is called
-    from another process: that is known at the end (:meth:`callees`), as rows are read once
-    in file order (a file's spans are written as they end, children before their parents).
+    the spans that may be called from another file (every span with ``callers``, else the
+    client and producer spans and those ``opts.wanted`` names) and, as candidates, the
+    spans with a parent. A candidate whose parent is not in this file is called from
+    another process: that is known at the end (:meth:`callees`), as rows are read once in
+    file order (a file's spans are written as they end, children before their parents).
     """
 
-    def __init__(self, opts: Options, chunk: Chunk) -> None:
-        self.opts, self.chunk = opts, chunk
+    def __init__(self, opts: Options, chunk: Chunk, callers: bool) -> None:
+        self.opts, self.chunk, self.callers = opts, chunk, callers
         self.pid_of: dict[int, int] = {}  # per resource object (v2: one per file)
         self.threads: dict[tuple[int, Any], int] = {}
         self.names: dict[tuple[int, Any], str] = {}
-        #: (span id, parent id, pid, tid, start) of each span whose parent some file's span points to
+        self.ids: set[Any] = set()
+        #: (span id, parent id, pid, tid, start) of each span with a parent
         self.calls: list[tuple[Any, Any, int, int, int]] = []
 
     def pid(self, resource: Mapping[str, Any]) -> int:
         pid = self.pid_of.get(id(resource))
         if pid is None:
-            pid = self.pid_of[id(resource)] = self.opts.processes[process_of({"resource": resource})]
+            pid = self.opts.processes.get(process_of({"resource": resource}))
+            if pid is None:  # (a re-init under another identity, past the file's first line)
+                self.chunk.unknown, pid = True, len(self.opts.processes) + 1
+            self.pid_of[id(resource)] = pid
         return pid
 
     def tid(self, pid: int, row: Row) -> int:
@@ -217,7 +246,8 @@ class _Places:
 
     def walk(self, rows: Rows) -> Iterator[tuple[int, int, int, int, Row]]:
         """``(pid, tid, start, end, row)`` for each row (the hot loops' source); counts the chunk's spans."""
-        wanted, locations, call = self.opts.wanted, self.chunk.locations, self.calls.append
+        wanted, kinds, everyone = self.opts.wanted, _CALLER_KINDS, self.callers
+        locations, call, add_id = self.chunk.locations, self.calls.append, self.ids.add
         resource_now: Any = None
         thread_now: Any = None
         pid = tid = spans = 0
@@ -234,9 +264,10 @@ class _Places:
             if end < start:
                 end = start
             span_id = row.s
-            if span_id in wanted:
+            add_id(span_id)
+            if everyone or row.k in kinds or (wanted and str(span_id) in wanted):
                 locations[str(span_id)] = (pid, tid, start, end)
-            if row.p in wanted:
+            if row.p is not None:
                 call((span_id, row.p, pid, tid, start))
             spans += 1
             yield pid, tid, start, end, row
@@ -246,13 +277,12 @@ class _Places:
         """Once every row is walked: child span id -> (flow id, pid, tid, start) for each span called from
         another process (also recorded in the chunk, for the caller's end of the arrow)."""
         out = {}
-        here, callees = self.chunk.locations, self.chunk.callees
+        ids, callees = self.ids, self.chunk.callees
         for span_id, parent_id, pid, tid, start in self.calls:
-            parent = str(parent_id)
-            if parent not in here:  # (a caller in this file was located: it is wanted too)
+            if parent_id not in ids:
                 flow = _flow_id(span_id)
                 out[span_id] = (flow, pid, tid, start)
-                callees.append((flow, parent, start))
+                callees.append((flow, str(parent_id), start))
         return out
 
 
@@ -263,16 +293,15 @@ def _category(attrs: Mapping[str, Any]) -> str:
 
 
 def _process_name(opts: Options, pid: int) -> str:
-    group, rank, os_pid = next(k for k, v in opts.processes.items() if v == pid)
+    group, rank, os_pid = next((k for k, v in opts.processes.items() if v == pid), ("?", 0, 0))  # (?: see Chunk.unknown)
     return f"{group} rank {rank} (pid {os_pid})"
 
 
 _SLICE = 20_000  # events (or packets) encoded at a time: memory stays flat however large the file
 
 
-def _json_events(rows: Rows, opts: Options, chunk: Chunk,
-                 write: Callable[[bytes], Any]) -> None:  # fmt: skip
-    places = _Places(opts, chunk)
+def _json_events(rows: Rows, places: _Places, write: Callable[[bytes], Any]) -> None:
+    opts = places.opts
     events: list[dict[str, Any]] = []
     append = events.append
     origin = opts.origin
@@ -362,10 +391,9 @@ def _descriptor(pb: Any, **fields: Any) -> Any:
     return pb.TracePacket(track_descriptor=pb.TrackDescriptor(**fields))
 
 
-def _proto_events(rows: Rows, opts: Options, chunk: Chunk,
-                  write: Callable[[bytes], Any]) -> None:  # fmt: skip
+def _proto_events(rows: Rows, places: _Places, write: Callable[[bytes], Any]) -> None:
     pb = _proto_module()
-    places = _Places(opts, chunk)
+    opts = places.opts
     # per thread, (start, -end, index, name, attributes, span id): what the packets need, not the rows
     by_thread: dict[tuple[int, int], list[tuple[int, int, int, Any, Any, Any]]] = defaultdict(list)
     for i, (pid, tid, start, end, row) in enumerate(places.walk(rows)):
@@ -549,14 +577,12 @@ class _Flows:
 def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None) -> Options:
     keys: set[tuple[str, int, int]] = set()
     origins = []
-    wanted: set[Any] = set()
     for scan in scans:
         keys |= scan.keys
-        wanted |= scan.external
         if scan.origin is not None:
             origins.append(scan.origin)
     processes = {key: i + 1 for i, key in enumerate(sorted(keys, key=lambda k: (k[0] != "driver", k)))}
-    return Options(fmt, processes, min(origins, default=0), frozenset(wanted), steps, group)
+    return Options(fmt, processes, min(origins, default=0), steps, group)
 
 
 def format_of(output: str | os.PathLike[str]) -> str:
@@ -596,25 +622,50 @@ def write_trace(
         _proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
     with no_gc():
-        opts = _options(map_files(scan_file, paths, **parallel, desc="perfetto 1/2"), fmt, steps, group)
+        if fmt == "json":  # times from the run's first start: every line's start read first
+            scans: Iterable[Scan] = map_files(scan_file, paths, **parallel, desc="perfetto: first starts")
+        else:  # absolute times: the processes from the files' first lines
+            scans = [head_file(path) for path in paths]
+        opts = _options(scans, fmt, steps, group)
+    spans = _write(paths, output, opts, parallel)
+    if spans < 0:  # a process past a file's first line (a re-init under another identity): numbered from every line
+        with no_gc():
+            opts = _options(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"), fmt, steps, group)
+        spans = _write(paths, output, opts, parallel)
+    return spans
+
+
+def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any]) -> int:
+    """The events of every file, then the caller ends of calls across processes; the spans written, or
+    -1 when a file met a process ``opts`` does not number (the output is then incomplete)."""
+    from lens_rl.analysis import map_files
+
     spans = 0
     # callers first (the driver's files), so callees resolve as they arrive
-    ordered = sorted(paths, key=lambda p: not Path(p).name.startswith("spans-driver-"))
+    ordered = sorted(paths, key=lambda p: not _calls_out(p))
     with open(output, "wb") as out, tempfile.TemporaryDirectory(dir=Path(output).parent, prefix=".lens-parts-") as spill:
-        if not use_ray:  # local workers write their events next to the output; a Ray task sends them back
+        if not parallel["use_ray"]:  # local workers write their events next to the output; a Ray task sends them back
             opts.spill = spill
-        if fmt == "json":
+        if opts.fmt == "json":
             out.write(b'{"displayTimeUnit":"ms","otherData":{"source":"lens_rl"},"traceEvents":[\n')
-        flows = _Flows(fmt, opts.origin, out.write)
-        for chunk in map_files(render_file, ordered, opts, **parallel, desc="perfetto 2/2"):
+        flows = _Flows(opts.fmt, opts.origin, out.write)
+        for chunk in map_files(render_file, ordered, opts, **parallel, desc="perfetto"):
             if chunk.path is not None:
                 _append_file(chunk.path, out)
                 os.unlink(chunk.path)
             out.write(chunk.data)
+            if chunk.unknown:
+                return -1
             spans += chunk.spans
             flows.add(chunk)
+        wanted = frozenset(parent for _, parent, _ in flows.pending)
+        others = [path for path in ordered if not _calls_out(path)]
+        if wanted and others:  # calls whose caller is neither a driver's span nor a client: one pass locates them
+            located = dataclasses.replace(opts, wanted=wanted, spill=None)
+            for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
+                flows.add(chunk)
         flows.flush()
-        if fmt == "json":
+        if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans
 
@@ -628,7 +679,7 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         by_process[process_of(rec)].append((rec.get("resource") or {}, row))
     groups = [by_process[k] for k in sorted(by_process)]
     opts = _options((scan_rows(g) for g in groups), "json", None, None)
-    chunks = [render_rows(g, opts) for g in groups]
+    chunks = [render_rows(g, opts) for g in groups]  # (each group's spans all located: callers wherever they are)
     out = io.BytesIO()
     flows = _Flows("json", opts.origin, out.write)
     for chunk in chunks:

@@ -287,3 +287,62 @@ def test_a_jobs_worker_keeps_emptied_arenas_so_the_next_file_faults_no_new_pages
     (kept_first, kept_second), (system_first, system_second) = counts["keep"], counts["system"]
     assert system_second > system_first / 2 > 1000  # the system allocator faults the pages in again
     assert kept_second < kept_first / 10  # kept: the same pages serve again
+
+
+def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path) -> None:
+    """A flow arrow from each caller to each callee in another process: the driver's calls, a worker's
+    call into another worker (found by locating that caller afterwards), a client span's; none from
+    anywhere to a span whose parent was never written. A process met past a file's first line (a re-init under another
+    identity) is named like the others. Every way of running gives the same bytes."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    from lens_rl.perfetto import write_trace
+    from lens_rl.store import span_files
+
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def header(group: str, pid: int) -> dict[str, Any]:
+        return {"v": 2, "header": True, "resource": {"rl.worker_group": group, "nv.dl.rank": 0, "process.pid": pid}}
+
+    def span(name: str, span_id: int, start: int, end: int, parent: int | None = None, **more: Any) -> dict[str, Any]:
+        return {"n": name, "t": "a" * 32, "s": f"{span_id:016x}", "p": None if parent is None else f"{parent:016x}",
+                "b": start, "e": end, **more}  # fmt: skip
+
+    files = {
+        "spans-driver-0-1.jsonl": [header("driver", 1), span("step", 1, 100, 900)],
+        "spans-gen-0-2.jsonl": [header("gen", 2), span("generate", 2, 200, 500, parent=1),
+                                span("fetch", 3, 300, 400, parent=2, k="CLIENT"),
+                                header("gen_again", 2), span("orphan", 4, 600, 700, parent=99)],
+        "spans-rollout-0-3.jsonl": [header("rollout", 3), span("score", 5, 250, 260, parent=2),
+                                    span("serve", 6, 310, 390, parent=3, k="SERVER")],
+    }  # fmt: skip
+    for name, lines in files.items():
+        (run / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    paths = span_files(run)
+    for fmt in ("json", "pftrace"):
+        outputs = []
+        for jobs in (1, 2):
+            out = tmp_path / f"t{jobs}.{fmt}"
+            assert write_trace(paths, out, jobs=jobs) == 6
+            outputs.append(out.read_bytes())
+        assert outputs[0] == outputs[1]
+    events = json.loads((tmp_path / "t1.json").read_text())["traceEvents"]
+    pid_of = {e["args"]["name"].split(" rank")[0]: e["pid"] for e in events if e.get("name") == "process_name"}
+    assert set(pid_of) == {"driver", "gen", "gen_again", "rollout"}
+    slices = {e["name"]: e for e in events if e["ph"] == "X"}
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    arrows = set()
+    for end in (e for e in events if e["ph"] == "f" and e["id"] in starts):  # (the orphan's end has no begin)
+        begin = starts[end["id"]]
+        caller = min((s for s in slices.values() if (s["pid"], s["tid"]) == (begin["pid"], begin["tid"])
+                      and s["ts"] <= begin["ts"] <= s["ts"] + s["dur"] and s["pid"] != end["pid"]),
+                     key=lambda s: s["dur"])  # the innermost slice there  # fmt: skip
+        callee = next(s for s in slices.values() if (s["pid"], s["tid"], s["ts"]) == (end["pid"], end["tid"], end["ts"]))
+        arrows.add((caller["name"], callee["name"]))
+    assert arrows == {("step", "generate"), ("generate", "score"), ("fetch", "serve")}
+    trace = Trace()
+    trace.ParseFromString(outputs[1])
+    begun = [f for p in trace.packet for f in p.track_event.flow_ids]
+    ended = [f for p in trace.packet for f in p.track_event.terminating_flow_ids]
+    assert len(begun) == 3 and set(begun) <= set(ended)
