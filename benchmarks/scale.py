@@ -62,7 +62,7 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
     for i in range(files):
         group = "driver" if i == 0 else "lm_policy"
         header = {"v": 2, "header": True, "format": "lens_rl.spans/2", "resource": resource(group, max(i - 1, 0), 1000 + i),
-                  "pid": 1000 + i}  # fmt: skip
+                  "pid": 1000 + i, "since": t0}  # fmt: skip
         handle = open(run / f"spans-{group}-{max(i - 1, 0)}-{1000 + i}.jsonl", "w")
         handle.write(json.dumps(header) + "\n")
         handles.append(handle)

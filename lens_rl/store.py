@@ -7,7 +7,8 @@ Layout: ``trace_dir/<run_id>/spans-<group>-<rank>-<pid>.jsonl`` and
 process's resource; span lines carry none, and use short keys (a typical phase
 span is ~250 bytes)::
 
-    {"v": 2, "header": true, "format": "lens_rl.spans/2", "resource": {...}, "pid": int}
+    {"v": 2, "header": true, "format": "lens_rl.spans/2", "resource": {...}, "pid": int,
+     "since": ns (no span in the file starts before it; absent from earlier writers' files)}
     {"n": name, "t": trace id (32 hex), "s": span id (16 hex), "p": parent span id | absent,
      "b": start ns, "e": end ns, "a": {attributes} | absent, "th": thread id, "tn": thread name,
      "k": kind (absent: INTERNAL), "st": status (absent: UNSET), "sm": status message,

@@ -34,7 +34,9 @@ def _burst(handle: object, n: int) -> float:
 
 
 def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
-    """A v2 file: a header with the resource, then whole short-key span lines, under trace_dir/<run_id>/."""
+    """A v2 file: a header with the resource and when telemetry started (before any span), then whole short-key
+    span lines, under trace_dir/<run_id>/."""
+    before = time.time_ns()
     lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}}, "grpo")
     with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
         pass
@@ -46,6 +48,7 @@ def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     spans_file = next((tmp_path / "r1").glob("spans-*.jsonl"))
     lines = [json.loads(line) for line in spans_file.read_text().splitlines()]
     assert lines[0]["header"] and lines[0]["v"] == FORMAT_VERSION and lines[0]["resource"]["rl.run_id"] == "r1"
+    assert before <= lines[0]["since"] <= min(line["b"] for line in lines[1:])
     raw = next(line for line in lines[1:] if line["n"] == "generation")
     assert "resource" not in raw and len(json.dumps(raw, separators=(",", ":"))) <= 350
     assert gen["attributes"] == {"custom.key": "v", "rl.step": 2, "rl.bucket": "productive"}

@@ -346,3 +346,34 @@ def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path
     begun = [f for p in trace.packet for f in p.track_event.flow_ids]
     ended = [f for p in trace.packet for f in p.track_event.terminating_flow_ids]
     assert len(begun) == 3 and set(begun) <= set(ended)
+
+
+def test_json_times_count_from_the_earliest_header_else_from_the_first_start(tmp_path: Path) -> None:
+    """The Chrome JSON's times count from the earliest header's ``since`` (read from the files' first lines);
+    a file without one has its starts read, and a span starting before its header's bound (a clock set
+    back) makes every start read: no time is ever negative."""
+    from lens_rl.perfetto import write_trace
+    from lens_rl.store import span_files
+
+    def store(name: str, since: int | None, first: int) -> list[Path]:
+        run = tmp_path / name
+        run.mkdir()
+        header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+        if since is not None:
+            header["since"] = since
+        late = {"n": "late", "t": "a" * 32, "s": "2" * 16, "b": 5_000, "e": 6_000}
+        early = {**late, "n": "early", "s": "1" * 16, "b": first, "e": first + 10}
+        (run / "spans-driver-0-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (header, late, early)))
+        legacy = {"v": 1, "name": "old", "span_id": "3" * 16, "trace_id": "a" * 32, "start_ns": 4_000, "end_ns": 4_500,
+                  "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9}}  # fmt: skip
+        (run / "spans-legacy-0-9.jsonl").write_text(json.dumps(legacy) + "\n")
+        return span_files(run)
+
+    def times(paths: list[Path]) -> dict[str, float]:
+        write_trace(paths, tmp_path / "t.json", jobs=1)
+        events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+        return {e["name"]: e["ts"] for e in events if e["ph"] == "X"}
+
+    assert times(store("bounded", 1_000, 3_000)) == {"late": 4.0, "early": 2.0, "old": 3.0}
+    assert times(store("unbounded", None, 3_000)) == {"late": 2.0, "early": 0.0, "old": 1.0}
+    assert times(store("set_back", 1_000, 500)) == {"late": 4.5, "early": 0.0, "old": 3.5}

@@ -314,8 +314,10 @@ class _StoreWriter:
         self._file = _AppendFile(store_path(trace_dir, run_id, kind, resource))
         self._resource = dict(resource.attributes)
         self._pid = os.getpid()
+        # since: made as telemetry starts, before any span of this process can start (readers' time origin)
         self._header: str | None = json_line({"v": FORMAT_VERSION, "header": True, "format": HEADER_FORMAT,
-                                              "kind": kind, "resource": self._resource, "pid": self._pid})  # fmt: skip
+                                              "kind": kind, "resource": self._resource, "pid": self._pid,
+                                              "since": time.time_ns()})  # fmt: skip
 
     @property
     def path(self) -> Path:
