@@ -30,11 +30,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import itertools
 import json
 import os
 import shutil
 import tempfile
 import zlib
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,13 +103,27 @@ class Chunk:
     data: bytes = b""
     path: str | None = None
     spans: int = 0
-    locations: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # span id -> pid, tid, start, end
-    callees: list[tuple[int, str, int]] = field(default_factory=list)  # flow id, parent id, the callee's start
+    #: spans other files may call into, per thread (pid, tid): their ids (as text), starts and ends
+    locations: dict[tuple[int, int], tuple[list[str], array[int], array[int]]] = field(default_factory=dict)
+    callees: Calls = field(default_factory=lambda: Calls())  # the spans called from another file
     unknown: bool = False  # a process not in ``Options.processes`` was met: its events are not numbered right
     first: int = INT64_END  # the first start met (a JSON time before ``Options.origin`` would be negative)
 
 
 Rows = Iterable[tuple[Mapping[str, Any], Row]]  # (resource, row), as store.iter_rows yields
+
+
+@dataclass
+class Calls:
+    """Calls from another process, as columns (no object per call to send and receive): each callee's
+    flow id, its caller's span id (as text) and its start."""
+
+    flows: array[int] = field(default_factory=lambda: array("Q"))
+    callers: list[str] = field(default_factory=list)
+    starts: array[int] = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.callers)
 
 
 def scan_rows(rows: Rows) -> Scan:
@@ -212,7 +228,7 @@ def locate_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     chunk = Chunk()
     for _ in _Places(opts, chunk, False).walk(iter_rows(path)):
         pass
-    chunk.spans, chunk.callees = 0, []
+    chunk.spans, chunk.callees = 0, Calls()
     return chunk
 
 
@@ -261,6 +277,7 @@ class _Places:
         """``(pid, tid, start, end, row)`` for each row (the hot loops' source); counts the chunk's spans."""
         wanted, kinds, everyone = self.opts.wanted, _CALLER_KINDS, self.callers
         locations, call, add_id = self.chunk.locations, self.calls.append, self.ids.add
+        here: Any = None  # the current thread's locations: ids, starts, ends
         resource_now: Any = None
         thread_now: Any = None
         pid = tid = spans = 0
@@ -271,6 +288,7 @@ class _Places:
             thread = row.th
             if thread != thread_now or thread is None:
                 tid, thread_now = self.tid(pid, row), thread
+                here = locations.get((pid, tid))
             start = row.b or 0
             end = row.e or start
             if type(start) is not int or type(end) is not int or not (0 <= start < INT64_END and 0 <= end < INT64_END):
@@ -282,7 +300,11 @@ class _Places:
             span_id = row.s
             add_id(span_id)
             if everyone or row.k in kinds or (wanted and str(span_id) in wanted):
-                locations[str(span_id)] = (pid, tid, start, end)
+                if here is None:
+                    here = locations[(pid, tid)] = ([], array("q"), array("q"))
+                here[0].append(str(span_id))
+                here[1].append(start)
+                here[2].append(end)
             if row.p is not None:
                 call((span_id, row.p, pid, tid, start))
             spans += 1
@@ -293,12 +315,15 @@ class _Places:
         """Once every row is walked: child span id -> (flow id, pid, tid, start) for each span called from
         another process (also recorded in the chunk, for the caller's end of the arrow)."""
         out = {}
-        ids, callees = self.ids, self.chunk.callees
+        ids, calls = self.ids, self.chunk.callees
+        flows, callers, starts = calls.flows.append, calls.callers.append, calls.starts.append
         for span_id, parent_id, pid, tid, start in self.calls:
             if parent_id not in ids:
                 flow = _flow_id(span_id)
                 out[span_id] = (flow, pid, tid, start)
-                callees.append((flow, str(parent_id), start))
+                flows(flow)
+                callers(str(parent_id))
+                starts(start)
         return out
 
 
@@ -532,7 +557,7 @@ def _template(pb: Any, track: int, kind: int, name: str | None = None, category:
 
 
 class _Flows:
-    """Joins callees to their callers' locations as files arrive; writes the caller ends in slices.
+    """Joins callees to their callers' locations as files arrive, writing the caller ends as they are met.
 
     Files with callers come first (the driver's), so nearly every callee resolves at once:
     what is kept is the callers' locations (spans other files call into), not every callee,
@@ -543,8 +568,7 @@ class _Flows:
     def __init__(self, fmt: str, origin: int, write: Callable[[bytes], Any]) -> None:
         self.fmt, self.origin, self.write = fmt, origin, write
         self.callers: dict[str, tuple[Any, int, int]] = {}  # span id -> (what its events start with, start, end)
-        self.pending: list[tuple[int, str, int]] = []  # flow id, parent id, start: callers not met yet
-        self.found: list[tuple[int, Any, int]] = []  # flow id, the caller's prefix, the moment (within its slice)
+        self.pending = Calls()  # callees whose caller was not met yet
         self._prefixes: dict[tuple[int, int], Any] = {}  # per caller thread
 
     def _prefix(self, pid: int, tid: int) -> Any:
@@ -559,39 +583,43 @@ class _Flows:
         return prefix
 
     def add(self, chunk: Chunk) -> None:
-        callees: Iterable[tuple[int, str, int]] = chunk.callees
-        if chunk.locations:
-            prefix = self._prefix
-            self.callers.update((span, (prefix(pid, tid), lo, hi)) for span, (pid, tid, lo, hi) in chunk.locations.items())
-            callees, self.pending = [*chunk.callees, *self.pending], []
-        locate, found, pending = self.callers.get, self.found.append, self.pending.append
-        for callee in callees:
-            caller = locate(callee[1])
-            if caller is None:
-                pending(callee)
-            else:
-                start, lo, hi = callee[2], caller[1], caller[2]
-                found((callee[0], caller[0], lo if start < lo else hi if start > hi else start))
-        if len(self.found) >= _SLICE:
-            self.flush()
+        """Record a chunk's callers, and write the caller end of each call whose caller is known by now."""
+        for (pid, tid), (ids, starts, ends) in chunk.locations.items():
+            located = zip(itertools.repeat(self._prefix(pid, tid)), starts, ends)  # (ends with the starts)
+            self.callers.update(zip(ids, located, strict=True))
+        waiting = self.pending
+        if chunk.locations and waiting:  # (the newly known callers may be theirs)
+            self.pending = Calls()
+        self._join(chunk.callees, self.pending)
+        if waiting is not self.pending:
+            self._join(waiting, self.pending)
 
-    def flush(self) -> None:
-        """Write the caller ends found so far: (flow id, prefix, moment)."""
-        if not self.found:
-            return
-        if self.fmt == "json":
-            origin = self.origin
-            text = ",\n".join([f'{head}{flow},"ts":{(at - origin) / 1000.0!r}}}' for flow, head, at in self.found])
-            self.write(text.encode() + b",\n")
-        else:
-            out: list[bytes] = []
-            keep = out.append
-            for flow, slot, at in self.found:
-                slot.packet.timestamp = at
-                slot.flows[0] = flow
-                keep(slot.serialize())
-            self.write(b"".join(out))
-        self.found = []
+    def _join(self, calls: Calls, pending: Calls) -> None:
+        out: list[Any] = []  # JSON: text; the protobuf: bytes
+        keep = out.append
+        json_out = self.fmt == "json"
+        write = (lambda: self.write("".join(out).encode())) if json_out else (lambda: self.write(b"".join(out)))
+        origin = self.origin
+        for flow, caller, start, span_id in zip(calls.flows, map(self.callers.get, calls.callers), calls.starts,
+                                                calls.callers, strict=True):  # fmt: skip
+            if caller is None:
+                pending.flows.append(flow)
+                pending.callers.append(span_id)
+                pending.starts.append(start)
+                continue
+            prefix, lo, hi = caller
+            at = lo if start < lo else hi if start > hi else start  # the moment, within the caller's slice
+            if json_out:
+                keep(f'{prefix}{flow},"ts":{(at - origin) / 1000.0!r}}},\n')
+            else:
+                prefix.packet.timestamp = at
+                prefix.flows[0] = flow
+                keep(prefix.serialize())
+            if len(out) >= _SLICE:
+                write()
+                out.clear()
+        if out:
+            write()
 
 
 def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None) -> Options:
@@ -641,18 +669,16 @@ def write_trace(
     if fmt == "pftrace":
         _proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
-    with no_gc():
+    with no_gc():  # (the parent too builds millions of acyclic objects: the callers' locations, the calls)
         scans = [head_file(path) for path in paths]  # the processes, and when each file's spans may start
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, scan in zip(paths, scans, strict=True) if scan.origin is None]
             scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        opts = _options(scans, fmt, steps, group)
-    spans = _write(paths, output, opts, parallel)
-    if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
-        # starting before its header's bound (the clock set back): the processes and the origin from every line
-        with no_gc():
-            opts = _options(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"), fmt, steps, group)
-        spans = _write(paths, output, opts, parallel)
+        spans = _write(paths, output, _options(scans, fmt, steps, group), parallel)
+        if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
+            # starting before its header's bound (the clock set back): the processes and the origin from every line
+            scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
+            spans = _write(paths, output, _options(scans, fmt, steps, group), parallel)
     return spans
 
 
@@ -680,13 +706,12 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
                 return -1
             spans += chunk.spans
             flows.add(chunk)
-        wanted = frozenset(parent for _, parent, _ in flows.pending)
+        wanted = frozenset(flows.pending.callers)
         others = [path for path in ordered if not _calls_out(path)]
         if wanted and others:  # calls whose caller is neither a driver's span nor a client: one pass locates them
             located = dataclasses.replace(opts, wanted=wanted, spill=None)
             for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
                 flows.add(chunk)
-        flows.flush()
         if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans
@@ -707,7 +732,6 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     for chunk in chunks:
         out.write(chunk.data)
         flows.add(chunk)
-    flows.flush()
     data = out.getvalue()
     return {"traceEvents": json.loads(b"[" + data.rstrip().rstrip(b",") + b"]"), "displayTimeUnit": "ms",
             "otherData": {"source": "lens_rl"}}  # fmt: skip
