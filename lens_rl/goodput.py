@@ -146,35 +146,15 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
         if aligned is not None:  # every rank has the same integer steps: compare index by index
             ranks, step_list, value_arrays = aligned
             for i, step in enumerate(step_list):
-                if not _in_range(step, steps):
-                    continue
-                values = [arr[i] for arr in value_arrays]
-                med = median(values)
-                if med <= 0:
-                    continue
-                mad = median([abs(v - med) for v in values])
-                for rank, value in zip(ranks, values, strict=True):
-                    if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
-                        per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
-                                         "over_median": round(value / med - 1.0, 6)})  # fmt: skip
-                        flagged[(group, rank)].add(step_key(step))
+                if _in_range(step, steps):
+                    _flag(step, group, phase, ranks, [arr[i] for arr in value_arrays], per_step, flagged)
             continue
         for step in set().union(*(m.keys() for m in maps.values())):
             if not _in_range(step, steps):
                 continue
-            present = [(rank, m[step]) for rank, m in maps.items() if step in m]
-            if len(present) < 2:
-                continue
-            values = [v for _, v in present]
-            med = median(values)
-            if med <= 0:
-                continue
-            mad = median([abs(v - med) for v in values])
-            for rank, value in present:
-                if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
-                    per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
-                                     "over_median": round(value / med - 1.0, 6)})  # fmt: skip
-                    flagged[(group, rank)].add(step_key(step))
+            present = [rank for rank, m in maps.items() if step in m]
+            if len(present) >= 2:
+                _flag(step, group, phase, present, [maps[rank][step] for rank in present], per_step, flagged)
     per_step.sort(key=lambda s: (s["worker_group"], step_key(s["step"]), s["phase"], s["rank"]))
     persistent = []
     for (group, rank), steps_flagged in sorted(flagged.items()):
@@ -184,6 +164,21 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
             persistent.append({"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged),
                                "of_steps": of_steps})  # fmt: skip
     return {"per_step": per_step, "persistent": persistent}
+
+
+def _flag(step: Any, group: str, phase: str, ranks: Sequence[int], values: list[float],
+          per_step: list[dict[str, Any]], flagged: dict[tuple[str, int], set[Any]]) -> None:  # fmt: skip
+    """The SPEC's straggler rule at one step of one (group, phase): each rank over 1.2x the median
+    and more than 3 MADs above it is flagged."""
+    med = median(values)
+    if med <= 0 or max(values) <= STRAGGLER_RATIO * med:  # no rank over the ratio: no MAD needed
+        return
+    mad = median([abs(v - med) for v in values])
+    for rank, value in zip(ranks, values, strict=True):
+        if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
+            per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
+                             "over_median": round(value / med - 1.0, 6)})  # fmt: skip
+            flagged[(group, rank)].add(step_key(step))
 
 
 def _aligned(maps: Mapping[int, Mapping[Any, float]]) -> tuple[list[int], Any, list[Any]] | None:
