@@ -147,11 +147,14 @@ def scan_file(path: str | os.PathLike[str]) -> Scan:
     return scan_rows(iter_rows(path, decode=decode_skim))
 
 
+_HEAD_MAX = 1 << 24  # bytes of a file's first line read for its header (~1 KB typically)
+
+
 def head_file(path: str | os.PathLike[str]) -> Scan:
     """What a file's first lines tell: its process (a v2 header's, else the first span's) and, as ``origin``,
     the header's ``since`` (no span of the file starts before it), None where the header has none."""
     with open(path, "rb") as handle:
-        first = handle.readline()
+        first = handle.readline(_HEAD_MAX)  # (a longer line, no header, is left to the reader below)
     try:
         header = loads(first)
     except ValueError:
