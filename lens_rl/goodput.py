@@ -125,7 +125,7 @@ def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict
         group, rank, _ = part.key
         for phase, by_step in part.compute.items():
             columns[(group, phase)].setdefault(rank, []).append(by_step)
-    per_step = []
+    per_step: list[dict[str, Any]] = []
     flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
     rank_steps: dict[tuple[str, int], list[Iterable[Any]]] = defaultdict(list)
     for (group, phase), by_rank_maps in columns.items():
