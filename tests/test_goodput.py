@@ -204,6 +204,21 @@ def test_a_rank_slow_once_is_not_persistent() -> None:
     assert report["stragglers"]["persistent"] == []
 
 
+def test_stragglers_over_ragged_steps_and_a_restarted_rank() -> None:
+    """Ranks that did not all run the same steps (one joined late) are compared step by step among those
+    present; a rank seen under two pids (a restart) is one rank, its steps counted once."""
+    recs = [r for r in _straggler_store(2, set(range(2, 10)))
+            if not (r["resource"]["nv.dl.rank"] == 7 and r["attributes"]["rl.step"] < 2)]  # fmt: skip
+    for r in recs:
+        if r["resource"]["nv.dl.rank"] == 2 and r["attributes"]["rl.step"] >= 5:
+            r["resource"] = {**r["resource"], "process.pid": 900}
+    report = rollup(recs)
+    flagged = report["stragglers"]["per_step"]
+    assert {(s["rank"], s["step"]) for s in flagged} == {(2, s) for s in range(2, 10)}  # under both pids
+    assert report["stragglers"]["persistent"] == [{"worker_group": "lm_policy", "rank": 2, "steps_flagged": 8,
+                                                   "of_steps": 10}]  # fmt: skip
+
+
 def test_parts_merge_exactly_whatever_the_split() -> None:
     """A process's records reduced in two halves and merged give the same report as all at once."""
     from lens_rl.goodput import process_part, report_from_parts
