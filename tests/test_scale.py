@@ -377,3 +377,28 @@ def test_json_times_count_from_the_earliest_header_else_from_the_first_start(tmp
     assert times(store("bounded", 1_000, 3_000)) == {"late": 4.0, "early": 2.0, "old": 3.0}
     assert times(store("unbounded", None, 3_000)) == {"late": 2.0, "early": 0.0, "old": 1.0}
     assert times(store("set_back", 1_000, 500)) == {"late": 4.5, "early": 0.0, "old": 3.5}
+
+
+def test_protobuf_annotations_keep_each_attribute_type(tmp_path: Path) -> None:
+    """A slice's debug annotations keep its attributes' types (bool, int, float, text; past 64 bits or a
+    list as text); the bucket is the category; an end before the start is a zero-length slice."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    from lens_rl.perfetto import write_trace
+    from lens_rl.store import span_files
+
+    run = tmp_path / "run"
+    run.mkdir()
+    header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    attrs = {"rl.bucket": "idle", "flag": True, "n": 3, "x": 1.5, "big": 2**70, "l": [1, 2], "s": "text"}
+    line = {"n": "odd", "t": "a" * 32, "s": "1" * 16, "b": 500, "e": 400, "a": attrs}
+    (run / "spans-driver-0-1.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(line) + "\n")
+    write_trace(span_files(run), tmp_path / "t.pftrace", jobs=1)
+    trace = Trace()
+    trace.ParseFromString((tmp_path / "t.pftrace").read_bytes())
+    events = [p for p in trace.packet if p.HasField("track_event")]
+    begin = next(p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)
+    end = next(p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_END)
+    assert begin.timestamp == end.timestamp == 500 and list(begin.track_event.categories) == ["idle"]
+    notes = {a.name: getattr(a, a.WhichOneof("value")) for a in begin.track_event.debug_annotations}
+    assert notes == {"flag": True, "n": 3, "x": 1.5, "big": str(2**70), "l": "[1,2]", "s": "text", "span_id": "1" * 16}
