@@ -71,10 +71,6 @@ except ImportError:  # pragma: no cover - where the extra is missing
 _NO_ATTRS: dict[str, Any] = {}
 
 
-def _flow_id(span_id: Any) -> int:
-    return zlib.crc32(str(span_id).encode()) + 1
-
-
 @dataclass
 class Scan:
     """What a first look learns of one file: its processes and, read whole, its first start."""
@@ -94,6 +90,7 @@ class Options:
     group: str | None = None
     spill: str | None = None  # a directory: a file's events go to a file there, not back through a pipe
     wanted: frozenset[str] = frozenset()  # locating: the span ids (as text) whose locations are sought
+    numbers: dict[str, int] = field(default_factory=dict)  # each file's number (its path as given), for flow ids
 
 
 @dataclass
@@ -185,22 +182,24 @@ def _steps_of(rows: Sequence[tuple[Mapping[str, Any], Row]]) -> dict[Any, Any]:
     return out
 
 
-def render_rows(rows: Sequence[tuple[Mapping[str, Any], Row]], opts: Options, callers: bool = True) -> Chunk:
-    """Events of one file's rows in ``opts.fmt`` (``callers``: locate all its spans, see :class:`_Places`)."""
+def render_rows(rows: Sequence[tuple[Mapping[str, Any], Row]], opts: Options, callers: bool = True,
+                number: int = 0) -> Chunk:  # fmt: skip
+    """Events of one file's rows in ``opts.fmt`` (``callers``: locate all its spans, see :class:`_Places`;
+    ``number``: the file's, unique in the run, which numbers its flows)."""
     if opts.steps is not None:
         steps = _steps_of(rows)
         lo, hi = opts.steps
         rows = [r for r in rows if isinstance(steps.get(r[1].s), int) and lo <= steps[r[1].s] <= hi]
-    return _render(rows, opts, callers)
+    return _render(rows, opts, callers, number)
 
 
-def _render(rows: Rows, opts: Options, callers: bool) -> Chunk:
+def _render(rows: Rows, opts: Options, callers: bool, number: int) -> Chunk:
     chunk = Chunk()
     if opts.group is not None:
         group = opts.group
         rows = (r for r in rows if process_of({"resource": r[0]})[0] == group)
     render = _json_events if opts.fmt == "json" else _proto_events
-    places = _Places(opts, chunk, callers)
+    places = _Places(opts, chunk, callers, number)
     if opts.spill is None:
         sink: Any = io.BytesIO()
         render(rows, places, sink.write)
@@ -221,15 +220,16 @@ def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf keeps
     what its packets need of each span (nested lanes), a ``steps`` window the whole rows (each
     span's step from its ancestors)."""
+    number = opts.numbers.get(str(path), 0)
     if opts.steps is None:
-        return _render(iter_rows(path), opts, _calls_out(path))
-    return render_rows(list(iter_rows(path)), opts, _calls_out(path))
+        return _render(iter_rows(path), opts, _calls_out(path), number)
+    return render_rows(list(iter_rows(path)), opts, _calls_out(path), number)
 
 
 def locate_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """The locations of the spans ``opts.wanted`` names in one file (no events)."""
     chunk = Chunk()
-    for _ in _Places(opts, chunk, False).walk(iter_rows(path)):
+    for _ in _Places(opts, chunk, False, 0).walk(iter_rows(path)):
         pass
     chunk.spans, chunk.callees = 0, Calls()
     return chunk
@@ -250,8 +250,9 @@ class _Places:
     file order (a file's spans are written as they end, children before their parents).
     """
 
-    def __init__(self, opts: Options, chunk: Chunk, callers: bool) -> None:
+    def __init__(self, opts: Options, chunk: Chunk, callers: bool, number: int) -> None:
         self.opts, self.chunk, self.callers = opts, chunk, callers
+        self.flows = number << 32  # a call's flow id: its file's number, then its own in the file
         self.pid_of: dict[int, int] = {}  # per resource object (v2: one per file)
         self.threads: dict[tuple[int, Any], int] = {}
         self.names: dict[tuple[int, Any], str] = {}
@@ -320,9 +321,10 @@ class _Places:
         out = {}
         ids, calls = self.ids, self.chunk.callees
         flows, callers, starts = calls.flows.append, calls.callers.append, calls.starts.append
+        flow = self.flows
         for span_id, parent_id, pid, tid, start in self.calls:
             if parent_id not in ids:
-                flow = _flow_id(span_id)
+                flow += 1  # (unique in the run, and under 2**53: exact as a JSON number)
                 out[span_id] = (flow, pid, tid, start)
                 flows(flow)
                 callers(str(parent_id))
@@ -625,7 +627,8 @@ class _Flows:
             write()
 
 
-def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None) -> Options:
+def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None,
+             paths: Sequence[Path] = ()) -> Options:  # fmt: skip
     keys: set[tuple[str, int, int]] = set()
     origins = []
     for scan in scans:
@@ -633,7 +636,8 @@ def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, gro
         if scan.origin is not None:
             origins.append(scan.origin)
     processes = {key: i + 1 for i, key in enumerate(sorted(keys, key=lambda k: (k[0] != "driver", k)))}
-    return Options(fmt, processes, min(origins, default=0), steps, group)
+    numbers = {str(path): i + 1 for i, path in enumerate(paths)}
+    return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers)
 
 
 def format_of(output: str | os.PathLike[str]) -> str:
@@ -677,11 +681,11 @@ def write_trace(
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, scan in zip(paths, scans, strict=True) if scan.origin is None]
             scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, _options(scans, fmt, steps, group), parallel)
+        spans = _write(paths, output, _options(scans, fmt, steps, group, paths), parallel)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
             scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, _options(scans, fmt, steps, group), parallel)
+            spans = _write(paths, output, _options(scans, fmt, steps, group, paths), parallel)
     return spans
 
 
@@ -729,7 +733,7 @@ def to_chrome_trace(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         by_process[process_of(rec)].append((rec.get("resource") or {}, row))
     groups = [by_process[k] for k in sorted(by_process)]
     opts = _options((scan_rows(g) for g in groups), "json", None, None)
-    chunks = [render_rows(g, opts) for g in groups]  # (each group's spans all located: callers wherever they are)
+    chunks = [render_rows(g, opts, True, i + 1) for i, g in enumerate(groups)]  # (callers located wherever they are)
     out = io.BytesIO()
     flows = _Flows("json", opts.origin, out.write)
     for chunk in chunks:

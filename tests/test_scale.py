@@ -345,7 +345,31 @@ def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path
     trace.ParseFromString(outputs[1])
     begun = [f for p in trace.packet for f in p.track_event.flow_ids]
     ended = [f for p in trace.packet for f in p.track_event.terminating_flow_ids]
-    assert len(begun) == 3 and set(begun) <= set(ended)
+    assert len(begun) == 3 and set(begun) <= set(ended) and len(set(ended)) == len(ended) == 4  # (the orphan's too)
+
+
+def test_flow_ids_are_unique_whatever_the_span_ids(tmp_path: Path) -> None:
+    """Each call has its own flow id, even for span ids a 32-bit hash maps alike (these two do, under
+    CRC-32): in a run of millions of calls, a hash of the span id would link some callers to the wrong
+    callee."""
+    from lens_rl.perfetto import write_trace
+    from lens_rl.store import span_files
+
+    run = tmp_path / "run"
+    run.mkdir()
+    calls = {"spans-gen-0-2.jsonl": ("gen", 2, "000000000008ddf9"), "spans-gen-1-3.jsonl": ("gen", 3, "0000000002008894")}
+    driver = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    step = {"n": "step", "t": "a" * 32, "s": "d" * 16, "b": 100, "e": 900}
+    (run / "spans-driver-0-1.jsonl").write_text(json.dumps(driver) + "\n" + json.dumps(step) + "\n")
+    for name, (group, pid, span_id) in calls.items():
+        header = {"v": 2, "header": True, "resource": {"rl.worker_group": group, "nv.dl.rank": pid - 2, "process.pid": pid}}
+        callee = {"n": f"work{pid}", "t": "a" * 32, "s": span_id, "p": "d" * 16, "b": 100 * pid, "e": 100 * pid + 50}
+        (run / name).write_text(json.dumps(header) + "\n" + json.dumps(callee) + "\n")
+    write_trace(span_files(run), tmp_path / "t.json", jobs=1)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    starts = {e["id"]: e["ts"] for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e["ts"] for e in events if e["ph"] == "f"}
+    assert len(starts) == len(ends) == 2 and starts == ends  # each caller end at its own callee's start
 
 
 def test_json_times_count_from_the_earliest_header_else_from_the_first_start(tmp_path: Path) -> None:
