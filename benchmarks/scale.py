@@ -51,18 +51,20 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
                 "process.pid": pid, "host.name": "node-0", "rl.run_id": "run", "rl.algorithm": "grpo",
                 "nv.dl.campaign.stage": "RL", "rl.model.name": "tiny-policy", "rl.precision": "bfloat16"}  # fmt: skip
 
-    def line(name: str, span: str, parent: str | None, start: int, end: int, attrs: dict) -> str:
+    def line(name: str, span: str, parent: str | None, start: int, end: int, attrs: dict, remote: bool = False) -> str:
         row = {"n": name, "t": trace, "s": span, "b": start, "e": end, "a": attrs, "th": 140000000000000,
                "tn": "MainThread"}  # fmt: skip
         if parent:
             row["p"] = parent
+            if remote:  # (a parent in another process: the driver's)
+                row["pr"] = True
         return json.dumps(row, separators=(",", ":"))
 
     handles = []
     for i in range(files):
         group = "driver" if i == 0 else "lm_policy"
         header = {"v": 2, "header": True, "format": "lens_rl.spans/2", "resource": resource(group, max(i - 1, 0), 1000 + i),
-                  "pid": 1000 + i, "since": t0}  # fmt: skip
+                  "pid": 1000 + i, "since": t0, "remote_parents": True}  # fmt: skip
         handle = open(run / f"spans-{group}-{max(i - 1, 0)}-{1000 + i}.jsonl", "w")
         handle.write(json.dumps(header) + "\n")
         handles.append(handle)
@@ -83,7 +85,7 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
             dur = int((1.5 if w == 3 and step % 2 else 1.0) * 1_000_000_000)
             span = f"{w:04x}{step:08x}0001"
             handles[w].write(line("policy_training", span, parent, start, start + dur,
-                                  {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096}) + "\n")  # fmt: skip
+                                  {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096}, True) + "\n")  # fmt: skip
             handles[w].write(line("barrier", f"{w:04x}{step:08x}0002", span, start + dur - 100_000_000, start + dur,
                                   {"rl.bucket": "idle", "rl.step": step}) + "\n")  # fmt: skip
             written += 2

@@ -77,6 +77,7 @@ class Scan:
 
     keys: set[tuple[str, int, int]] = field(default_factory=set)
     origin: int | None = None
+    marked: bool = False  # its header says its lines mark a parent from another process ("pr")
 
 
 @dataclass
@@ -148,8 +149,9 @@ _HEAD_MAX = 1 << 24  # bytes of a file's first line read for its header (~1 KB t
 
 
 def head_file(path: str | os.PathLike[str]) -> Scan:
-    """What a file's first lines tell: its process (a v2 header's, else the first span's) and, as ``origin``,
-    the header's ``since`` (no span of the file starts before it), None where the header has none."""
+    """What a file's first lines tell: its process (a v2 header's, else the first span's), as ``origin``
+    the header's ``since`` (no span of the file starts before it; None where the header has none), and
+    whether its lines mark remote parents."""
     with open(path, "rb") as handle:
         first = handle.readline(_HEAD_MAX)  # (a longer line, no header, is left to the reader below)
     try:
@@ -159,7 +161,8 @@ def head_file(path: str | os.PathLike[str]) -> Scan:
     if type(header) is dict and header.get("header") is True:
         resource, since = header.get("resource"), header.get("since")
         bound = since if type(since) is int and 0 <= since < INT64_END else None
-        return Scan({process_of({"resource": resource if type(resource) is dict else {}})}, bound)
+        marked = header.get("remote_parents") is True
+        return Scan({process_of({"resource": resource if type(resource) is dict else {}})}, bound, marked)
     for resource, _ in iter_rows(path, decode=decode_skim):  # a v1 file (or a header-less one)
         return Scan({process_of({"resource": resource})})
     return Scan()
@@ -183,23 +186,23 @@ def _steps_of(rows: Sequence[tuple[Mapping[str, Any], Row]]) -> dict[Any, Any]:
 
 
 def render_rows(rows: Sequence[tuple[Mapping[str, Any], Row]], opts: Options, callers: bool = True,
-                number: int = 0) -> Chunk:  # fmt: skip
-    """Events of one file's rows in ``opts.fmt`` (``callers``: locate all its spans, see :class:`_Places`;
-    ``number``: the file's, unique in the run, which numbers its flows)."""
+                number: int = 0, marked: bool = False) -> Chunk:  # fmt: skip
+    """Events of one file's rows in ``opts.fmt`` (``callers``: locate all its spans; ``marked``: its lines
+    mark remote parents, see :class:`_Places`; ``number``: the file's, unique in the run, for flow ids)."""
     if opts.steps is not None:
         steps = _steps_of(rows)
         lo, hi = opts.steps
         rows = [r for r in rows if isinstance(steps.get(r[1].s), int) and lo <= steps[r[1].s] <= hi]
-    return _render(rows, opts, callers, number)
+    return _render(rows, opts, callers, number, marked)
 
 
-def _render(rows: Rows, opts: Options, callers: bool, number: int) -> Chunk:
+def _render(rows: Rows, opts: Options, callers: bool, number: int, marked: bool) -> Chunk:
     chunk = Chunk()
     if opts.group is not None:
         group = opts.group
         rows = (r for r in rows if process_of({"resource": r[0]})[0] == group)
     render = _json_events if opts.fmt == "json" else _proto_events
-    places = _Places(opts, chunk, callers, number)
+    places = _Places(opts, chunk, callers, number, marked)
     if opts.spill is None:
         sink: Any = io.BytesIO()
         render(rows, places, sink.write)
@@ -220,16 +223,16 @@ def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf keeps
     what its packets need of each span (nested lanes), a ``steps`` window the whole rows (each
     span's step from its ancestors)."""
-    number = opts.numbers.get(str(path), 0)
+    number, marked = opts.numbers.get(str(path), 0), head_file(path).marked
     if opts.steps is None:
-        return _render(iter_rows(path), opts, _calls_out(path), number)
-    return render_rows(list(iter_rows(path)), opts, _calls_out(path), number)
+        return _render(iter_rows(path), opts, _calls_out(path), number, marked)
+    return render_rows(list(iter_rows(path)), opts, _calls_out(path), number, marked)
 
 
 def locate_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """The locations of the spans ``opts.wanted`` names in one file (no events)."""
     chunk = Chunk()
-    for _ in _Places(opts, chunk, False, 0).walk(iter_rows(path)):
+    for _ in _Places(opts, chunk, False, 0, head_file(path).marked).walk(iter_rows(path)):
         pass
     chunk.spans, chunk.callees = 0, Calls()
     return chunk
@@ -245,13 +248,16 @@ class _Places:
     :meth:`walk` yields ``(pid, tid, start, end, row)`` per row, recording the locations of
     the spans that may be called from another file (every span with ``callers``, else the
     client and producer spans and those ``opts.wanted`` names) and, as candidates, the
-    spans with a parent. A candidate whose parent is not in this file is called from
-    another process: that is known at the end (:meth:`callees`), as rows are read once in
-    file order (a file's spans are written as they end, children before their parents).
+    spans with a parent from another process: in a ``marked`` file those whose line says
+    so ("pr"); in an earlier writer's file every span with a parent, the call known at
+    the end (:meth:`callees`) when the parent is not in the file (rows are read once, in
+    file order: a file's spans are written as they end, children before their parents).
+    A span whose parent was never written (a process killed mid-span) then passes for a
+    call, whose caller the parent seeks in every other file.
     """
 
-    def __init__(self, opts: Options, chunk: Chunk, callers: bool, number: int) -> None:
-        self.opts, self.chunk, self.callers = opts, chunk, callers
+    def __init__(self, opts: Options, chunk: Chunk, callers: bool, number: int, marked: bool) -> None:
+        self.opts, self.chunk, self.callers, self.marked = opts, chunk, callers, marked
         self.flows = number << 32  # a call's flow id: its file's number, then its own in the file
         self.pid_of: dict[int, int] = {}  # per resource object (v2: one per file)
         self.threads: dict[tuple[int, Any], int] = {}
@@ -279,7 +285,7 @@ class _Places:
 
     def walk(self, rows: Rows) -> Iterator[tuple[int, int, int, int, Row]]:
         """``(pid, tid, start, end, row)`` for each row (the hot loops' source); counts the chunk's spans."""
-        wanted, kinds, everyone = self.opts.wanted, _CALLER_KINDS, self.callers
+        wanted, kinds, everyone, unmarked = self.opts.wanted, _CALLER_KINDS, self.callers, not self.marked
         locations, call, add_id = self.chunk.locations, self.calls.append, self.ids.add
         here: Any = None  # the current thread's locations: ids, starts, ends
         resource_now: Any = None
@@ -302,14 +308,15 @@ class _Places:
             if start < first:
                 first = start
             span_id = row.s
-            add_id(span_id)
+            if unmarked:  # (its parents are told apart at the end, by the file's ids)
+                add_id(span_id)
             if everyone or row.k in kinds or (wanted and str(span_id) in wanted):
                 if here is None:
                     here = locations[(pid, tid)] = ([], array("q"), array("q"))
                 here[0].append(str(span_id))
                 here[1].append(start)
                 here[2].append(end)
-            if row.p is not None:
+            if row.p is not None and (row.pr or unmarked):
                 call((span_id, row.p, pid, tid, start))
             spans += 1
             yield pid, tid, start, end, row
@@ -321,9 +328,9 @@ class _Places:
         out = {}
         ids, calls = self.ids, self.chunk.callees
         flows, callers, starts = calls.flows.append, calls.callers.append, calls.starts.append
-        flow = self.flows
+        flow, marked = self.flows, self.marked
         for span_id, parent_id, pid, tid, start in self.calls:
-            if parent_id not in ids:
+            if marked or parent_id not in ids:
                 flow += 1  # (unique in the run, and under 2**53: exact as a JSON number)
                 out[span_id] = (flow, pid, tid, start)
                 flows(flow)

@@ -8,8 +8,10 @@ process's resource; span lines carry none, and use short keys (a typical phase
 span is ~250 bytes)::
 
     {"v": 2, "header": true, "format": "lens_rl.spans/2", "resource": {...}, "pid": int,
-     "since": ns (no span in the file starts before it; absent from earlier writers' files)}
+     "since": ns (no span in the file starts before it), "remote_parents": true (the lines mark
+     a parent from another process with "pr"; both absent from earlier writers' files)}
     {"n": name, "t": trace id (32 hex), "s": span id (16 hex), "p": parent span id | absent,
+     "pr": true when that parent was carried in from another process (absent: local),
      "b": start ns, "e": end ns, "a": {attributes} | absent, "th": thread id, "tn": thread name,
      "k": kind (absent: INTERNAL), "st": status (absent: UNSET), "sm": status message,
      "ev": [{"n", "ts", "a"}], "ln": [{"t", "s", "a"}], "sc": scope (absent: "lens_rl")}
@@ -61,11 +63,12 @@ except ImportError:  # pragma: no cover - exercised where the extra is missing
     loads = json.loads
 
 #: The keys a line may carry: a v2 span line's, and what tells a header or a v1 line apart.
-ROW_KEYS = ("n", "t", "s", "p", "b", "e", "a", "th", "tn", "k", "st", "sm", "ev", "ln", "sc", "v", "header", "resource")
+ROW_KEYS = ("n", "t", "s", "p", "pr", "b", "e", "a", "th", "tn", "k", "st", "sm", "ev", "ln", "sc", "v", "header",
+            "resource")  # fmt: skip
 #: The JSON types a span line's keys may have (besides null; times are any, read by time_ns): a line with
 #: another is garbage, skipped and counted, so no reader meets a list for a name or text for attributes.
 FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
-    "n": (str,), "t": (str,), "s": (str, int), "p": (str, int), "a": (dict,), "th": (int, str), "tn": (str,),
+    "n": (str,), "t": (str,), "s": (str, int), "p": (str, int), "pr": (bool,), "a": (dict,), "th": (int, str), "tn": (str,),
     "k": (str,), "st": (str,), "sm": (str,), "ev": (list,), "ln": (list,), "sc": (str,),
 }  # fmt: skip
 
@@ -88,6 +91,7 @@ if _msgspec is not None:
         t: str | None = None
         s: str | int | None = None
         p: str | int | None = None
+        pr: bool | None = None
         b: Any = None
         e: Any = None
         a: dict[str, Any] | None = None

@@ -35,11 +35,14 @@ def _burst(handle: object, n: int) -> float:
 
 def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     """A v2 file: a header with the resource and when telemetry started (before any span), then whole short-key
-    span lines, under trace_dir/<run_id>/."""
+    span lines, under trace_dir/<run_id>/; a parent carried in from another process is marked as such."""
     before = time.time_ns()
     lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}}, "grpo")
     with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
         pass
+    with lens_rl.traced_phase("called", parent={"traceparent": "00-0000000000000000000000000000abcd-0000000000000def-01"}):
+        with lens_rl.traced_phase("local"):
+            pass
     assert lens_rl.shutdown_telemetry(3000)
     files = sorted(p.name for p in (tmp_path / "r1").iterdir())
     assert any(f.startswith("spans-driver-0-") for f in files) and any(f.startswith("metrics-driver-0-") for f in files)
@@ -48,8 +51,11 @@ def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     spans_file = next((tmp_path / "r1").glob("spans-*.jsonl"))
     lines = [json.loads(line) for line in spans_file.read_text().splitlines()]
     assert lines[0]["header"] and lines[0]["v"] == FORMAT_VERSION and lines[0]["resource"]["rl.run_id"] == "r1"
-    assert before <= lines[0]["since"] <= min(line["b"] for line in lines[1:])
+    assert before <= lines[0]["since"] <= min(line["b"] for line in lines[1:]) and lines[0]["remote_parents"] is True
     raw = next(line for line in lines[1:] if line["n"] == "generation")
+    by_name = {line["n"]: line for line in lines[1:]}
+    assert by_name["called"]["p"] == "0000000000000def" and by_name["called"]["pr"] is True
+    assert by_name["local"]["p"] == by_name["called"]["s"] and "pr" not in by_name["local"] and "pr" not in raw
     assert "resource" not in raw and len(json.dumps(raw, separators=(",", ":"))) <= 350
     assert gen["attributes"] == {"custom.key": "v", "rl.step": 2, "rl.bucket": "productive"}
     assert gen["resource"]["rl.worker_group"] == "driver" and gen["resource"]["rl.run_id"] == "r1"

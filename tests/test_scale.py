@@ -426,3 +426,40 @@ def test_protobuf_annotations_keep_each_attribute_type(tmp_path: Path) -> None:
     assert begin.timestamp == end.timestamp == 500 and list(begin.track_event.categories) == ["idle"]
     notes = {a.name: getattr(a, a.WhichOneof("value")) for a in begin.track_event.debug_annotations}
     assert notes == {"flag": True, "n": 3, "x": 1.5, "big": str(2**70), "l": "[1,2]", "s": "text", "span_id": "1" * 16}
+
+
+def test_marked_files_tell_calls_from_orphans_without_another_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the header says lines mark remote parents ("pr"), a call is a span so marked: a span whose
+    local parent was never written (its process killed mid-span) is no call and sends nobody looking
+    for its parent in the other files; a marked call from another worker still gets its arrow."""
+    from lens_rl import perfetto
+    from lens_rl.perfetto import write_trace
+    from lens_rl.store import span_files
+
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def header(group: str, pid: int) -> str:
+        resource = {"rl.worker_group": group, "nv.dl.rank": 0, "process.pid": pid}
+        return json.dumps({"v": 2, "header": True, "resource": resource, "since": 0, "remote_parents": True})
+
+    def span(name: str, span_id: int, start: int, parent: int | None = None, remote: bool = False) -> str:
+        line = {"n": name, "t": "a" * 32, "s": f"{span_id:016x}", "b": start, "e": start + 50}
+        if parent is not None:
+            line.update({"p": f"{parent:016x}", **({"pr": True} if remote else {})})
+        return json.dumps(line)
+
+    files = {"spans-driver-0-1.jsonl": [header("driver", 1), span("step", 1, 100)],
+             "spans-gen-0-2.jsonl": [header("gen", 2), span("generate", 2, 120, 1, True), span("orphan", 3, 300, 99)],
+             "spans-rollout-0-3.jsonl": [header("rollout", 3), span("score", 4, 130, 2, True)]}  # fmt: skip
+    for name, lines in files.items():
+        (run / name).write_text("\n".join(lines) + "\n")
+    searched: list[frozenset[str]] = []
+    real_locate = perfetto.locate_file
+    monkeypatch.setattr(perfetto, "locate_file", lambda path, opts: searched.append(opts.wanted) or real_locate(path, opts))
+    write_trace(span_files(run), tmp_path / "t.json", jobs=1)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {(e["pid"], e["ts"]): e["name"] for e in events if e["ph"] == "X"}
+    ends = sorted(names[(e["pid"], e["ts"])] for e in events if e["ph"] == "f")
+    assert ends == ["generate", "score"] and len([e for e in events if e["ph"] == "s"]) == 2
+    assert searched and all(wanted == {f"{2:016x}"} for wanted in searched)  # the worker's caller alone, not 99

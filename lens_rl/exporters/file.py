@@ -111,6 +111,8 @@ def span_row(span: ReadableSpan) -> dict[str, Any]:
     parent = span.parent
     if parent is not None:
         row["p"] = _hex(parent.span_id, 16)
+        if parent.is_remote:
+            row["pr"] = True
     row["b"] = span.start_time
     row["e"] = span.end_time
     if span.attributes:
@@ -174,8 +176,8 @@ def span_lines(spans: Sequence[ReadableSpan]) -> list[str]:
         if parent is None:
             parent_id, parent_part = None, ""
         elif parent[1] != parent_id:
-            parent_id = parent[1]
-            parent_part = f',"p":"{parent_id:016x}"'
+            parent_id = parent[1]  # (a SpanContext is a tuple: trace id, span id, is_remote, ...)
+            parent_part = f',"p":"{parent_id:016x}","pr":true' if parent[2] else f',"p":"{parent_id:016x}"'
         span_thread, span_name = getattr(span, "_lens_thread", None), getattr(span, "_lens_thread_name", None)
         if span_thread != thread or span_name != name:
             thread, name = span_thread, span_name
@@ -314,10 +316,11 @@ class _StoreWriter:
         self._file = _AppendFile(store_path(trace_dir, run_id, kind, resource))
         self._resource = dict(resource.attributes)
         self._pid = os.getpid()
-        # since: made as telemetry starts, before any span of this process can start (readers' time origin)
+        # since: made as telemetry starts, before any span of this process can start (readers' time origin);
+        # remote_parents: a span line marks a parent from another process ("pr"), so readers need not guess
         self._header: str | None = json_line({"v": FORMAT_VERSION, "header": True, "format": HEADER_FORMAT,
                                               "kind": kind, "resource": self._resource, "pid": self._pid,
-                                              "since": time.time_ns()})  # fmt: skip
+                                              "since": time.time_ns(), "remote_parents": True})  # fmt: skip
 
     @property
     def path(self) -> Path:
