@@ -318,9 +318,11 @@ class _StoreWriter:
         self._pid = os.getpid()
         # since: made as telemetry starts, before any span of this process can start (readers' time origin);
         # remote_parents: a span line marks a parent from another process ("pr"), so readers need not guess
-        self._header: str | None = json_line({"v": FORMAT_VERSION, "header": True, "format": HEADER_FORMAT,
-                                              "kind": kind, "resource": self._resource, "pid": self._pid,
-                                              "since": time.time_ns(), "remote_parents": True})  # fmt: skip
+        header = {"v": FORMAT_VERSION, "header": True, "format": HEADER_FORMAT, "kind": kind,
+                  "resource": self._resource, "pid": self._pid, "since": time.time_ns()}  # fmt: skip
+        if kind == "spans":
+            header["remote_parents"] = True
+        self._header: str | None = json_line(header)
 
     @property
     def path(self) -> Path:
