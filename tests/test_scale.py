@@ -60,9 +60,16 @@ def test_parallel_reads_give_identical_results(store: Path) -> None:
 
 @pytest.mark.slow
 def test_ray_reads_give_identical_results(store: Path) -> None:
-    """--ray (a local cluster) gives the same JSON as a serial read."""
+    """--ray (a local cluster) gives the same goodput JSON, and the same Perfetto protobuf, as a serial read."""
     pytest.importorskip("ray")
     assert _report(store, "--ray") == _report(store, "--jobs", "1")
+    outputs = []
+    for args in (["--ray"], ["--jobs", "1"]):
+        out = store / f"ray{len(args)}.pftrace"
+        res = lens("perfetto", str(store), "-o", str(out), *args)
+        assert res.returncode == 0, res.stderr[-2000:]
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] and len(outputs[0]) > 1_000_000
 
 
 def test_steps_cut_the_goodput_window(store: Path) -> None:
