@@ -36,13 +36,19 @@ def _burst(handle: object, n: int) -> float:
 def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     """A v2 file: a header with the resource and when telemetry started (before any span), then whole short-key
     span lines, under trace_dir/<run_id>/; a parent carried in from another process is marked as such."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, set_span_in_context
+
     before = time.time_ns()
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}}, "grpo")
+    handle = lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}},
+                                           "grpo")  # fmt: skip
     with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
         pass
     with lens_rl.traced_phase("called", parent={"traceparent": "00-0000000000000000000000000000abcd-0000000000000def-01"}):
         with lens_rl.traced_phase("local"):
             pass
+    remote = set_span_in_context(NonRecordingSpan(SpanContext(0xABCD, 0xDEF, is_remote=True)))
+    with handle.tracer_provider.get_tracer("third.party").start_as_current_span("serve", remote, SpanKind.SERVER):
+        pass  # (an SDK span, written by the generic encoder)
     assert lens_rl.shutdown_telemetry(3000)
     files = sorted(p.name for p in (tmp_path / "r1").iterdir())
     assert any(f.startswith("spans-driver-0-") for f in files) and any(f.startswith("metrics-driver-0-") for f in files)
@@ -54,7 +60,8 @@ def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     assert before <= lines[0]["since"] <= min(line["b"] for line in lines[1:]) and lines[0]["remote_parents"] is True
     raw = next(line for line in lines[1:] if line["n"] == "generation")
     by_name = {line["n"]: line for line in lines[1:]}
-    assert by_name["called"]["p"] == "0000000000000def" and by_name["called"]["pr"] is True
+    assert by_name["called"]["p"] == by_name["serve"]["p"] == "0000000000000def"
+    assert by_name["called"]["pr"] is by_name["serve"]["pr"] is True
     assert by_name["local"]["p"] == by_name["called"]["s"] and "pr" not in by_name["local"] and "pr" not in raw
     assert "resource" not in raw and len(json.dumps(raw, separators=(",", ":"))) <= 350
     assert gen["attributes"] == {"custom.key": "v", "rl.step": 2, "rl.bucket": "productive"}
