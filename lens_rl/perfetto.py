@@ -13,12 +13,13 @@ It streams: each file's events are written as it is read (files in parallel with
 ``jobs``), so memory is O(jobs x the largest file), in one pass over the lines: the
 processes are named from each file's first line, and the Chrome JSON's times count from
 the earliest header's ``since`` (when that process's telemetry started; a file without
-one has its starts read first; the protobuf's times are absolute). The caller
-end of a call from another process is joined in the parent from the callers'
-locations: every span of a driver's file and every client or producer span; a call
-whose caller is none of those (a worker calling another) is located by one more pass
-over the other files, for those spans only. The protobuf is built with the ``perfetto`` package's trace protos
-(the ``analysis`` extra); no hand-written wire encoder.
+one has its starts read first; the protobuf's times are absolute). A call from another
+process is a span whose line marks its parent as remote (``"pr"``; in an earlier writer's
+file, a span whose parent is not in the file). Its caller end is joined in the parent
+from the callers' locations: every span of a driver's file and every client or producer
+span; a call whose caller is none of those (a worker calling another) is located by one
+more pass over the other files, for those spans only. The protobuf is built with the
+``perfetto`` package's trace protos (the ``analysis`` extra); no hand-written wire encoder.
 
 Example::
 
