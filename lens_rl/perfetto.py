@@ -93,6 +93,7 @@ class Options:
     spill: str | None = None  # a directory: a file's events go to a file there, not back through a pipe
     wanted: frozenset[str] = frozenset()  # locating: the span ids (as text) whose locations are sought
     numbers: dict[str, int] = field(default_factory=dict)  # each file's number (its path as given), for flow ids
+    marked: frozenset[str] = frozenset()  # the files (paths as given) whose lines mark remote parents ("pr")
 
 
 @dataclass
@@ -224,7 +225,7 @@ def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf keeps
     what its packets need of each span (nested lanes), a ``steps`` window the whole rows (each
     span's step from its ancestors)."""
-    number, marked = opts.numbers.get(str(path), 0), head_file(path).marked
+    number, marked = opts.numbers.get(str(path), 0), str(path) in opts.marked
     if opts.steps is None:
         return _render(iter_rows(path), opts, _calls_out(path), number, marked)
     return render_rows(list(iter_rows(path)), opts, _calls_out(path), number, marked)
@@ -233,7 +234,7 @@ def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
 def locate_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """The locations of the spans ``opts.wanted`` names in one file (no events)."""
     chunk = Chunk()
-    for _ in _Places(opts, chunk, False, 0, head_file(path).marked).walk(iter_rows(path)):
+    for _ in _Places(opts, chunk, False, 0, str(path) in opts.marked).walk(iter_rows(path)):
         pass
     chunk.spans, chunk.callees = 0, Calls()
     return chunk
@@ -483,9 +484,7 @@ def _proto_events(rows: Rows, places: _Places, write: Callable[[bytes], Any]) ->
         for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):  # (names are text)
             track = tracks[lane]
             attrs = attrs or _NO_ATTRS
-            category = attrs.get("rl.bucket")  # (_category, inline)
-            if type(category) is not str or not category:
-                category = "phase"
+            category = _category(attrs)
             call = called.get(span_id)  # a call from another process: the slice ends its flow
             shape = (track, span_name, category, call is None, *attrs)
             slot = shapes.get(shape)
@@ -636,7 +635,7 @@ class _Flows:
 
 
 def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None,
-             paths: Sequence[Path] = ()) -> Options:  # fmt: skip
+             paths: Sequence[Path] = (), marked: frozenset[str] = frozenset()) -> Options:  # fmt: skip
     keys: set[tuple[str, int, int]] = set()
     origins = []
     for scan in scans:
@@ -645,7 +644,7 @@ def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, gro
             origins.append(scan.origin)
     processes = {key: i + 1 for i, key in enumerate(sorted(keys, key=lambda k: (k[0] != "driver", k)))}
     numbers = {str(path): i + 1 for i, path in enumerate(paths)}
-    return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers)
+    return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers, marked=marked)
 
 
 def format_of(output: str | os.PathLike[str]) -> str:
@@ -685,15 +684,17 @@ def write_trace(
         _proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
     with no_gc():  # (the parent too builds millions of acyclic objects: the callers' locations, the calls)
-        scans = [head_file(path) for path in paths]  # the processes, and when each file's spans may start
+        heads = [head_file(path) for path in paths]  # the processes, when each file's spans may start, its marks
+        marked = frozenset(str(path) for path, head in zip(paths, heads, strict=True) if head.marked)
+        scans = list(heads)
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
-            unbounded = [path for path, scan in zip(paths, scans, strict=True) if scan.origin is None]
+            unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
             scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, _options(scans, fmt, steps, group, paths), parallel)
+        spans = _write(paths, output, _options(scans, fmt, steps, group, paths, marked), parallel)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
             scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, _options(scans, fmt, steps, group, paths), parallel)
+            spans = _write(paths, output, _options(scans, fmt, steps, group, paths, marked), parallel)
     return spans
 
 
