@@ -30,6 +30,7 @@ from lens_rl.lifecycle import (
     init_telemetry_worker,
     shutdown_telemetry,
     step_goodput,
+    step_metrics,
     telemetry_enabled_in_env,
     vllm_native_tracing_requested,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "instrument_aiohttp_client",
     "shutdown_telemetry",
     "step_goodput",
+    "step_metrics",
     "telemetry_enabled_in_env",
     "traced_phase",
     "traced_worker_init",

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket, exclusive_time, union_length
-from lens_rl.store import INT64_END, Columns, ReadStats, read_columns
+from lens_rl.store import ENDED_BY_SHUTDOWN, INT64_END, REMOTE_PARENT, Columns, ReadStats, read_columns
 
 __all__ = ["BUCKETS", "COMPUTE_BUCKETS", "PhasePart", "Series", "ProcessPart", "StepPart", "clipped", "covered", "file_parts",
            "median", "merge_indexed", "merge_intervals", "merge_parts", "pack", "pairs", "part_from_columns",
@@ -175,7 +176,7 @@ class StepPart:
     ``seconds`` is a list in :data:`BUCKETS` order; interval lists stay None until used.
     """
 
-    __slots__ = ("seconds", "umbrellas", "lo", "hi", "bucketed")
+    __slots__ = ("seconds", "umbrellas", "lo", "hi", "bucketed", "incomplete")
 
     def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
         self.seconds = [0.0, 0.0, 0.0, 0.0]
@@ -183,6 +184,8 @@ class StepPart:
         self.lo = lo
         self.hi = hi
         self.bucketed: Any = None  # bucketed spans' merged intervals: a list while built, then packed
+        #: its umbrella never ended (a span of it lost its parent) or was cut short by a shutdown
+        self.incomplete = False
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
@@ -203,17 +206,56 @@ class StepPart:
         self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
         if other.bucketed:
             self.bucketed = pack(merge_intervals(pairs((self.bucketed or array("q")) + other.bucketed)))
+        self.incomplete = self.incomplete or other.incomplete
+
+
+#: Durations a phase keeps exactly (per process, and merged per group); past it, a log-scale sketch.
+EXACT_DURATIONS = 65_536
+#: The sketch's bucket ratio: a quantile read from it is within 0.5 % of the exact one.
+_GAMMA = 1.01
+_LOG_GAMMA = math.log(_GAMMA)
 
 
 @dataclass
 class PhasePart:
-    """One (phase, bucket)'s numbers in one process: durations kept compactly for the p95."""
+    """One (phase, bucket)'s numbers in one process (or merged, in a worker group): count, totals, tokens,
+    and its durations for the p95: exactly while at most :data:`EXACT_DURATIONS`, else as a sketch
+    (log-scale buckets, 0.5 % relative accuracy) so memory stays bounded however long the run.
+
+    ``leaf_s``: seconds of its spans that were unbucketed leaves inside a step (time no bucket covers)."""
 
     count: int = 0
     total_s: float = 0.0
     durations: array = field(default_factory=lambda: array("d"))
     tokens: float = 0.0
     token_s: float = 0.0
+    leaf_s: float = 0.0
+    sketch: dict[int, int] | None = None
+
+    def bound(self) -> None:
+        """Past :data:`EXACT_DURATIONS`, fold the durations into the sketch."""
+        if len(self.durations) > EXACT_DURATIONS or (self.sketch is not None and self.durations):
+            sketch = self.sketch if self.sketch is not None else {}
+            for value in self.durations:
+                k = math.ceil(math.log(value) / _LOG_GAMMA) if value > 0 else _ZERO
+                sketch[k] = sketch.get(k, 0) + 1
+            self.sketch, self.durations = sketch, array("d")
+
+    def quantile(self, q: float) -> float | None:
+        """Nearest-rank quantile of the durations (exact, or within 0.5 % from the sketch)."""
+        if self.sketch is None:
+            if not self.durations:
+                return None
+            ordered = sorted(self.durations)
+            return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+        total = sum(self.sketch.values())
+        rank = max(math.ceil(q * total), 1)
+        seen = 0
+        for k in sorted(self.sketch):
+            seen += self.sketch[k]
+            if seen >= rank:
+                return 0.0 if k == _ZERO else 2 * _GAMMA**k / (_GAMMA + 1)
+        return None  # pragma: no cover - rank <= total
 
     def merge(self, other: PhasePart) -> None:
         self.count += other.count
@@ -221,6 +263,15 @@ class PhasePart:
         self.durations.extend(other.durations)
         self.tokens += other.tokens
         self.token_s += other.token_s
+        self.leaf_s += other.leaf_s
+        if other.sketch is not None:
+            self.sketch = dict(self.sketch or {})
+            for k, c in other.sketch.items():
+                self.sketch[k] = self.sketch.get(k, 0) + c
+        self.bound()
+
+
+_ZERO = -(2**31)  # the sketch's bucket for durations of 0
 
 
 @dataclass
@@ -316,7 +367,7 @@ def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
     seconds = array("d")
     for sp in parts:
         seconds.extend(sp.seconds)
-    none = bytes(2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
+    none = bytes(4 * sp.incomplete + 2 * (sp.lo is None) + (sp.hi is None) for sp in parts)  # (flags per step)
     lows = array("q", (sp.lo or 0 for sp in parts))
     highs = array("q", (sp.hi or 0 for sp in parts))
     umbrellas = _intervals_column(sp.umbrellas for sp in parts)
@@ -330,6 +381,7 @@ def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
     for n, (key, umbrella, spans) in enumerate(zip(keys, _intervals_from_column(*umbrellas),
                                                     _intervals_from_column(*bucketed), strict=True)):  # fmt: skip
         sp = StepPart(None if none[n] & 2 else lows[n], None if none[n] & 1 else highs[n])
+        sp.incomplete = bool(none[n] & 4)
         sp.seconds = list(seconds[4 * n:4 * n + 4])
         sp.umbrellas, sp.bucketed = umbrella, spans
         out[key] = sp
@@ -366,45 +418,55 @@ def part_from_rows(key: tuple[str, int, int], rows: Sequence[tuple[Any, ...]],
     return part_from_columns(key, cols, resources)
 
 
-def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Iterable[Mapping[str, Any]] = (),
-                      *, step_rows: bool = True) -> ProcessPart:  # fmt: skip
-    """The hot loop of the offline tools, written for speed over millions of spans: flat columns, each
-    span's step and nearest bucketed ancestor found once (memoised walks up), no object per span.
+class _Tree:
+    """One process's spans linked: what the reduction's passes share (rows are indexes into the columns)."""
 
-    It consumes ``cols``: the span ids are let go once parents are found (memory on large files)."""
-    part = ProcessPart(key)
-    for resource in (*resources, *cols.resources.values()):
-        _resource_flags(part, resource)
-    names = cols.names
-    starts = cols.starts
-    ends = array("q", (e if e > s else s for s, e in zip(starts, cols.ends, strict=False)))
-    n = len(names)
-    part.spans = n
-    if not n:
-        return part
-    # span ids are needed only to find each span's parent row: dropped from the columns once that is done
+    __slots__ = ("n", "names", "starts", "ends", "parents", "buckets", "own_steps", "tokens", "has_child", "orphan",
+                 "flags", "steps", "outer")  # fmt: skip
+
+
+def _link(cols: Columns) -> _Tree:
+    """Pass 1: each span's parent row (-1: none in the file), whether it has a child here, whether its parent
+    is an orphan's (a local parent that was never written: it was still open when the file ended), its bucket
+    (an unknown one counts as none) and its tokens. Consumes the columns' ids (memory on large files)."""
+    tree = _Tree()
+    n = tree.n = len(cols.names)
+    tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
+    tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
     referenced = set(cols.parent_ids)  # (only the spans something points to: a fraction of them)
     index = {span_id: i for i, span_id in enumerate(cols.ids) if span_id in referenced}
     cols.ids = []
     del referenced
     index_get = index.get
-    parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
+    parents = tree.parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
+    has_child = tree.has_child = bytearray(n)
+    orphan = tree.orphan = bytearray(n)
+    none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
+    for i, p in enumerate(parents):
+        if p == i:
+            parents[i] = -1
+        elif p != -1:
+            has_child[p] = 1
+        else:
+            parent_id = cols.parent_ids[i]
+            if parent_id != none and parent_id != root and not flags[i] & REMOTE_PARENT:
+                orphan[i] = 1
     cols.parent_ids = []
     del index, index_get
-    bucket_set = _BUCKET_SET
     buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none
     for i, b in enumerate(buckets):
-        if b is not None and b not in bucket_set:
+        if b is not None and b not in _BUCKET_SET:
             buckets[i] = None
-    own_steps: list[Any] = cols.steps
-    tokens: dict[int, float] = {
-        i: float(tok) for i, tok in enumerate(cols.tokens)
-        if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
-    }  # fmt: skip
-    for i in range(n):
-        if parents[i] == i:
-            parents[i] = -1
-    # each span's step (its own, else its nearest ancestor's) and nearest bucketed proper ancestor
+    tree.buckets, tree.own_steps = buckets, cols.steps
+    tree.tokens = {i: float(tok) for i, tok in enumerate(cols.tokens)
+                   if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)}  # fmt: skip
+    return tree
+
+
+def _resolve(tree: _Tree) -> None:
+    """Pass 2: each span's step (its own, else its nearest ancestor's) and nearest bucketed proper ancestor
+    (memoised walks up: each span resolved once, top-down)."""
+    n, parents, buckets, own_steps = tree.n, tree.parents, tree.buckets, tree.own_steps
     steps: list[Any] = [None] * n
     outer = array("q", [-1]) * n
     done = bytearray(n)
@@ -438,17 +500,50 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
                 steps[k] = step if step is not None else steps[p]
                 outer[k] = p if buckets[p] is not None else outer[p]
             done[k] = True
+    tree.steps, tree.outer = steps, outer
+
+
+def _inner(tree: _Tree) -> dict[int, list[tuple[int, int]]]:
+    """Pass 3: each bucketed span's nearest bucketed descendants' intervals (its time is taken from it)."""
     inner: dict[int, list[tuple[int, int]]] = {}
-    for i in range(n):
+    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
+    for i in range(tree.n):
         if buckets[i] is not None and outer[i] != -1:
             inner.setdefault(outer[i], []).append((starts[i], ends[i]))
+    return inner
+
+
+def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Iterable[Mapping[str, Any]] = (),
+                      *, step_rows: bool = True) -> ProcessPart:  # fmt: skip
+    """One process's columns reduced to its part, in four passes (link, resolve, inner, reduce): the hot path
+    of the offline tools over millions of spans, no object per span. It consumes ``cols``.
+
+    ``step_rows`` False (a worker of a run with a driver, whose view makes the step rows): no step rows
+    and no job-view intervals are kept (memory: O(steps) per driver, not per process)."""
+    part = ProcessPart(key)
+    for resource in (*resources, *cols.resources.values()):
+        _resource_flags(part, resource)
+    part.spans = len(cols.names)
+    if not part.spans:
+        return part
+    tree = _link(cols)
+    _resolve(tree)
+    _reduce(part, tree, _inner(tree), step_rows)
+    return part
+
+
+def _reduce(part: ProcessPart, tree: _Tree, inner: dict[int, list[tuple[int, int]]], step_rows: bool) -> None:
+    """Pass 4: every span's exclusive seconds into the part's buckets, phases, compute series and steps."""
+    names, starts, ends, buckets, steps, outer = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps, tree.outer
+    own_steps, parents, has_child, orphan, flags, tokens = (tree.own_steps, tree.parents, tree.has_child, tree.orphan,
+                                                            tree.flags, tree.tokens)  # fmt: skip
     seconds = part.seconds
     part_steps = part.steps
     compute: dict[str, Any] = {}  # phase -> [steps, seconds] arrays (or a dict), made a Series at the end
     phases = part.phases
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     lo = hi = None
-    for i in range(n):
+    for i in range(tree.n):
         name = names[i]
         start, end = starts[i], ends[i]
         if name == "rl.job":
@@ -483,6 +578,11 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
         step = steps[i]
         if step is None:
             continue
+        own = own_steps[i]
+        if bucket is None and not has_child[i]:  # an unbucketed leaf in a step (not the step's own umbrella)
+            p = parents[i]
+            if own is None or (p != -1 and steps[p] == own):
+                phase.leaf_s += duration_s
         if bucket is not None and bucket in COMPUTE_BUCKETS:
             by_step: Any = compute.get(name)
             if by_step is None:
@@ -494,7 +594,7 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
                 if type(by_step) is list:
                     by_step = compute[name] = _step_dict(by_step)
                 by_step[step] = by_step.get(step, 0.0) + excl_s
-        if not step_rows:  # a worker of a run with a driver: the steps' rows are the driver's
+        if not step_rows:
             continue
         sp = part_steps.get(step)
         if sp is None:
@@ -504,11 +604,15 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
                 sp.lo = start
             if end > sp.hi:  # type: ignore[operator]
                 sp.hi = end
+        if orphan[i]:  # its parent never ended (a killed process): the step it belongs to never did either
+            sp.incomplete = True
         if bucket is None:
-            if own_steps[i] is not None:
+            if own is not None:
                 if sp.umbrellas is None:
                     sp.umbrellas = []
                 sp.umbrellas.append(i)
+                if flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
+                    sp.incomplete = True
             continue
         sp.seconds[_BUCKET_INDEX[bucket]] += excl_s
         if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
@@ -522,6 +626,8 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             sp.umbrellas = pack((starts[i], ends[i]) for i in sp.umbrellas)
     part.compute = {name: _summed(by_step) if type(by_step) is list else Series.of(by_step)
                     for name, by_step in compute.items()}  # fmt: skip
+    for phase in phases.values():
+        phase.bound()
     part.bucketed = merge_indexed(top_level, starts, ends)
     del top_level
     if lo is not None and hi is not None:
@@ -531,9 +637,6 @@ def part_from_columns(key: tuple[str, int, int], cols: Columns, resources: Itera
             seconds["idle"] += max((hi - lo) / 1e9 - part.covered_s, 0.0)
     if not step_rows:  # a worker of a run with a driver: only the job view's are needed again
         part.bucketed = array("q")
-        for phase in phases.values():  # the phase table is the job view's; a worker's counts only for its tokens
-            phase.durations = array("d")
-    return part
 
 
 _BUCKET_SET = frozenset(BUCKETS)

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from lens_rl._attributes import clean_attributes, clean_text
 from lens_rl._errors import internal_error
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
-from lens_rl.buckets import Bucket, exclusive_time, goodput_of
+from lens_rl.buckets import Bucket, exclusive_time
 from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 
 __all__ = ["NOOP_SPAN", "Node", "NoopSpan", "PhaseSpan", "SpanLike", "close_node", "enter_with", "exit_with",
@@ -347,16 +347,32 @@ def _account(node: Node, end_ns: int) -> None:
         seconds = step_node.step_seconds
         value = bucket._value_  # (.value is an enum descriptor: several times slower on this path)
         seconds[value] = seconds.get(value, 0.0) + exclusive_s
-    if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
-        RUNTIME.last_step = {"step": node.step, "seconds": dict(node.step_seconds), "wall_s": duration_s,
-                             "goodput": goodput_of(node.step_seconds)}  # fmt: skip
+        if node.outer is None or node.outer.step_node is not step_node:  # the umbrella's nearest bucketed phases
+            step_node.inner.append((node.start_ns, end_ns))
     handle = RUNTIME.handle
+    if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
+        _end_step(node, end_ns, duration_s, handle)
     if handle is None:
         return
     if handle.phase_metrics is not None:
         handle.phase_metrics.record(node.name, bucket._value_ if bucket else None, duration_s, exclusive_s)
     if node.step_flush and handle.config.flush_on_step:
         handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
+
+
+def _end_step(node: Node, end_ns: int, wall_s: float, handle: Any) -> None:
+    """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
+    (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
+    and goodput = productive / wall."""
+    seconds = dict.fromkeys(_BUCKET_VALUES, 0.0)
+    seconds.update(node.step_seconds or {})
+    unattributed_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+    attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
+    RUNTIME.last_step = {"step": node.step, "attempt": attempt, "seconds": seconds, "unattributed_s": unattributed_s,
+                         "wall_s": wall_s, "goodput": seconds["productive"] / wall_s if wall_s > 0 else None}
+
+
+_BUCKET_VALUES = tuple(b.value for b in Bucket)
 
 
 def enter_with(spec: Any, owner: Any = None) -> Any:

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-__all__ = ["DEFAULT_PHASE_BUCKETS", "Bucket", "coerce_bucket", "default_bucket", "exclusive_time", "goodput_of",
-           "union_length"]
+__all__ = ["DEFAULT_PHASE_BUCKETS", "PHASE_SOURCES", "Bucket", "closest_phase_name", "coerce_bucket", "default_bucket",
+           "exclusive_time", "goodput_of", "normalized", "union_length"]
 
 
 class Bucket(str, enum.Enum):
@@ -53,37 +53,119 @@ def coerce_bucket(value: object, *, field: str = "bucket") -> Bucket | None:
 _VALUES = tuple(member.value for member in Bucket)  # (iterating the enum and .value are Python calls)
 _P, _O, _I, _W = Bucket.PRODUCTIVE, Bucket.OVERHEAD, Bucket.IDLE, Bucket.WASTED
 
-#: Known RL phase names and their default bucket. Lookups normalise the name: lower
-#: case, the last ``.``/``/``-separated part, ``-`` and spaces as ``_``.
-DEFAULT_PHASE_BUCKETS: Mapping[str, Bucket] = MappingProxyType({
-    # productive: the work an RL step exists to do
-    "generation": _P, "generate": _P, "rollout": _P, "rollouts": _P,
-    "reward": _P, "rewards": _P, "reward_computation": _P, "reward_model": _P,
-    "policy_training": _P, "train": _P, "training": _P, "train_step": _P, "optimizer_step": _P,
-    "value_training": _P, "critic_training": _P, "loss": _P, "backward": _P,
-    "logprob": _P, "logprobs": _P, "policy_logprob": _P, "ref_logprob": _P, "reference_logprob": _P,
-    "advantage": _P, "advantages": _P, "advantage_computation": _P,
-    # overhead: necessary, but not the step's work
-    "checkpointing": _O, "checkpoint": _O, "save_checkpoint": _O,
-    "weight_sync": _O, "refit": _O, "weight_update": _O, "broadcast_weights": _O,
-    "data_processing": _O, "data_loading": _O, "dataloader": _O, "tokenization": _O,
-    "validation": _O, "evaluation": _O, "eval": _O,
-    "logging": _O, "metrics_logging": _O,
-    "offload": _O, "onload": _O, "prepare_for_generation": _O, "prepare_for_training": _O,
-    "setup": _O, "cluster_setup": _O, "model_load": _O, "load_model": _O,
-    # idle: waiting
-    "wait": _I, "waiting": _I, "idle": _I, "barrier": _I, "queue_wait": _I, "sync_wait": _I,
-    # wasted: work thrown away
-    "wasted": _W, "discarded": _W, "retry": _W, "failed_rollout": _W,
+#: Known RL phase names and their default bucket, by where each name comes from (the frameworks' own
+#: timer names, read from their sources; listed in docs/phase-names.md). Lookups normalise a name (see
+#: :func:`default_bucket`). Umbrella names (``step``, NeMo-RL's ``total_step_time``) are deliberately absent:
+#: a step's own time is its phases'.
+PHASE_SOURCES: Mapping[str, Mapping[str, Bucket]] = MappingProxyType({
+    "lens_rl": {
+        "generation": _P, "generate": _P, "rollout": _P, "rollouts": _P,
+        "reward": _P, "rewards": _P, "reward_computation": _P, "reward_model": _P,
+        "policy_training": _P, "train": _P, "training": _P, "train_step": _P, "optimizer_step": _P,
+        "value_training": _P, "critic_training": _P, "loss": _P, "forward": _P, "backward": _P,
+        "logprob": _P, "logprobs": _P, "policy_logprob": _P, "ref_logprob": _P, "reference_logprob": _P,
+        "advantage": _P, "advantages": _P, "advantage_computation": _P,
+        "checkpointing": _O, "checkpoint": _O, "save_checkpoint": _O,
+        "weight_sync": _O, "refit": _O, "weight_update": _O, "broadcast_weights": _O,
+        "data_processing": _O, "data_loading": _O, "dataloader": _O, "tokenization": _O,
+        "validation": _O, "evaluation": _O, "eval": _O, "logging": _O, "metrics_logging": _O,
+        "offload": _O, "onload": _O, "prepare_for_generation": _O, "prepare_for_training": _O,
+        "setup": _O, "cluster_setup": _O, "model_load": _O, "load_model": _O, "init": _O, "launch": _O,
+        "wait": _I, "waiting": _I, "idle": _I, "barrier": _I, "queue_wait": _I, "sync_wait": _I,
+        "wasted": _W, "discarded": _W, "retry": _W, "failed_rollout": _W,
+    },
+    # nemo_rl/algorithms/grpo.py (sync and async GRPO), grpo_sync.py, async_utils/, models/policy/
+    "NeMo-RL": {
+        "reward_calculation": _P, "policy_and_reference_logprobs": _P, "advantage_calculation": _P,
+        "get_logprobs": _P, "get_reference_policy_logprobs": _P, "get_values": _P, "get_topk_logits": _P,
+        "get_full_logits_ipc": _P, "value_inference": _P, "model_forward": _P, "model_forward_multiple": _P,
+        "teacher_forward": _P, "teacher_logprob_inference": _P, "_run_rollouts_total": _P,
+        "prepare_for_generation/total": _O, "transfer_and_update_weights": _O, "logprob_inference_prep": _O,
+        "training_prep": _O, "value_training_prep": _O, "teacher_logprob_inference_prep": _O,
+        "dynamic_sampling": _O, "overlong_filter": _O, "mask_sample_filter": _O, "recompute_kv_scales": _O,
+        "offload_before_refit": _O, "offload_after_refit": _O, "policy_offload_after_refit": _O,
+        "total_validation_time": _O, "validation_total": _O, "load_data": _O, "sharding_data": _O,
+        "shard_data": _O, "shard_meta": _O,
+        "exposed_generation": _I, "buffer_starvation": _I, "refit_bubble": _I, "refit_event_wait": _I,
+        "generation_limit_pause": _I,
+    },
+    # verl/trainer/ppo/ray_trainer.py and the fully async trainer (marked_timer names)
+    "veRL": {
+        "gen": _P, "gen_max": _P, "generate_sequences": _P, "generate_async": _P, "old_log_prob": _P,
+        "ref": _P, "values": _P, "adv": _P, "update_critic": _P, "update_actor": _P, "tool_calls": _P,
+        "update_weights": _O, "sync_rollout_weights": _O, "param_sync": _O, "testing": _O, "validate_time": _O,
+        "merge_val": _O, "dump_rollout_generations": _O, "start_profile": _O, "stop_profile": _O,
+        "wait_last_valid": _I,
+    },
+    # openrlhf/trainer/ppo_trainer.py, ppo_trainer_async.py ("timing/..." keys)
+    "OpenRLHF": {"make_experience": _P, "ppo_train": _P, "broadcast": _O},
+    # skyrl/train/ (Timer names, and the async trainer's macro-phases)
+    "SkyRL": {
+        "generate_with_vllm": _P, "generate_responses": _P, "generate_with_router_replay": _P,
+        "fwd_logprobs_values_reward": _P, "calc_values_logprobs_rewards_kl": _P, "compute_rewards": _P,
+        "apply_reward_kl_penalty": _P, "compute_advantages_and_returns": _P, "calc_advantages_and_returns": _P,
+        "train_critic_and_policy": _P, "run_training": _P, "policy_train": _P, "critic_train": _P,
+        "forward_backward": _P, "optim_step": _P,
+        "sync_weights": _O, "sync_weights_to_inference_engines": _O, "init_weight_sync_state": _O,
+        "save_checkpoints": _O, "save_hf_model": _O, "load_checkpoints": _O, "cleanup_old_checkpoints": _O,
+        "convert_to_training_input": _O, "convert_to_batch_regular": _O, "postprocess_generator_output": _O,
+        "dump_data_batch": _O, "dump_eval_results": _O, "log_train_results": _O, "log_eval_results": _O,
+        "update_ref_with_policy": _O,
+        "wait_for_generation_buffer": _I,
+    },
 })  # fmt: skip
 
-_SEP = re.compile(r"[.\/]")
+#: Every known phase name and its default bucket (the union of :data:`PHASE_SOURCES`).
+DEFAULT_PHASE_BUCKETS: Mapping[str, Bucket] = MappingProxyType(
+    {name: bucket for names in PHASE_SOURCES.values() for name, bucket in names.items()}
+)
+
+_SEP = re.compile(r"[./]")
+
+
+def normalized(name: str) -> str:
+    """A phase name as the table keys it: stripped, lower case, ``-`` and spaces as ``_``, ``.`` as ``/``."""
+    return name.strip().lower().replace("-", "_").replace(" ", "_").replace(".", "/")
 
 
 def default_bucket(name: str) -> Bucket | None:
-    """The default bucket for a phase name (``"policy.generation"`` -> productive), else None."""
-    key = _SEP.split(name.strip().lower())[-1].replace("-", "_").replace(" ", "_")
-    return DEFAULT_PHASE_BUCKETS.get(key)
+    """The default bucket for a phase name, else None.
+
+    Tried in order on the normalised name: the whole name; then each shorter suffix of its ``/`` or ``.``
+    parts (``timing/train/exposed_generation`` -> ``exposed_generation``), where a part that is a bucket's
+    own name says the bucket (NeMo-RL's ``idle/refit_bubble``); then each shorter ``/`` prefix, a timer
+    and its sub-timers (``policy_training/submit_training_futures`` -> ``policy_training``).
+    """
+    if not isinstance(name, str):
+        return None
+    key = normalized(name)
+    parts = key.split("/")
+    for i in range(len(parts)):
+        suffix = "/".join(parts[i:])
+        bucket = DEFAULT_PHASE_BUCKETS.get(suffix)
+        if bucket is None and len(parts) - i > 1:
+            bucket = _BY_VALUE.get(parts[i])
+        if bucket is not None:
+            return bucket
+    for i in range(len(parts) - 1, 0, -1):
+        bucket = DEFAULT_PHASE_BUCKETS.get("/".join(parts[:i]))
+        if bucket is not None:
+            return bucket
+    return None
+
+
+def closest_phase_name(name: str) -> str | None:
+    """The known phase name closest to ``name`` (a did-you-mean for an unbucketed phase), or None."""
+    import difflib
+
+    key = normalized(name).split("/")[-1]
+    if not key:
+        return None
+    close = difflib.get_close_matches(key, list(DEFAULT_PHASE_BUCKETS), n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    within = [known for known in DEFAULT_PHASE_BUCKETS if len(known) >= 3 and (known in key or key in known)]
+    return max(within, key=lambda known: (difflib.SequenceMatcher(None, key, known).ratio(), known)) if within else None
 
 
 def goodput_of(seconds: Mapping[str, float]) -> float | None:

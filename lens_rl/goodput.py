@@ -64,8 +64,8 @@ from lens_rl._parts import (
     share_steps,
     step_key,
 )
-from lens_rl.buckets import goodput_of, union_length
-from lens_rl.store import ReadStats, process_of
+from lens_rl.buckets import closest_phase_name, goodput_of, union_length
+from lens_rl.store import ReadStats, process_of, read_head
 
 __all__ = ["BUCKETS", "SCHEMA", "ProcessPart", "analyze", "analyze_parts", "file_parts", "format_table", "goodput_ratio", "merge_parts",
            "process_part", "report_from_parts", "rollup", "spans_to_records"]  # fmt: skip
@@ -94,6 +94,9 @@ def _in_range(step: Any, steps: tuple[int, int] | None) -> bool:
 
 
 def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """One row per step of the view: exclusive bucket seconds, its wall (its umbrellas' union, else first
+    start to last end), what no bucketed span covers, and goodput = productive / wall. A step whose
+    umbrella never ended, or was cut short by a shutdown (while other steps have theirs), is incomplete."""
     if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
         combined = {step: sp for step, sp in view[0].steps.items() if _in_range(step, steps)}
     else:
@@ -102,6 +105,7 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[d
             for step, sp in part.steps.items():
                 if _in_range(step, steps):
                     combined.setdefault(step, StepPart()).merge(sp)
+    with_umbrellas = any(sp.umbrellas for sp in combined.values())
     rows = []
     for step in sorted(combined, key=step_key):
         sp = combined[step]
@@ -111,8 +115,14 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> list[d
         covered_s = covered([sp.bucketed], windows) / 1e9 if sp.bucketed else 0.0
         seconds = dict(zip(BUCKETS, sp.seconds, strict=True))
         rows.append({"step": step, "seconds": _bucket_dict(seconds), "wall_s": round(wall_s, 6),
-                     "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": goodput_of(seconds)})  # fmt: skip
+                     "unattributed_s": round(max(wall_s - covered_s, 0.0), 6), "goodput": _of_wall(seconds, wall_s),
+                     "incomplete": sp.incomplete or (with_umbrellas and not sp.umbrellas)})  # fmt: skip
     return rows
+
+
+def _of_wall(seconds: Mapping[str, float], wall_s: float | None) -> float | None:
+    """productive / wall-clock seconds (None without a wall): time no bucketed span covers is never productive."""
+    return seconds.get("productive", 0.0) / wall_s if wall_s else None
 
 
 def _stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[str, Any]:
@@ -199,52 +209,149 @@ def report_from_parts(
     steps: tuple[int, int] | None = None,
     files: int | None = None,
     skipped_lines: int = 0,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The goodput report (the module docstring's schema) from process parts; ``steps`` (A, B) selects steps."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes
-    job_seconds = dict.fromkeys(BUCKETS, 0.0)
-    for part in view:
-        for b in BUCKETS:
-            job_seconds[b] += part.seconds[b]
-    jobs = merge_intervals(j for p in view for j in p.jobs)
-    job_wall_s = union_length(jobs) / 1e9 if jobs else None
-    job_covered_s = covered((p.bucketed for p in view), jobs) / 1e9
+    job = _job_row(view, bool(driver))
     step_rows = _step_rows(view, steps)
-    steady = [r for r in step_rows[max(warmup_steps, 0):]]
-    steady_seconds = dict.fromkeys(BUCKETS, 0.0)
-    for row in steady:
-        for b in BUCKETS:
-            steady_seconds[b] += row["seconds"][b]
-    walls = [r["wall_s"] for r in step_rows]
-    ratio = goodput_of(job_seconds)
+    complete = [r for r in step_rows if not r["incomplete"]]
+    steady = [r for r in step_rows[max(warmup_steps, 0):] if not r["incomplete"]]
+    walls = [r["wall_s"] for r in complete]
+    runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
+    notes = list(notes)
+    if driver and not any(p.jobs for p in driver):
+        notes.append("no rl.job span (the driver was killed, or has not shut down yet): the job's wall runs from "
+                     "the driver's first span to its last")  # fmt: skip
+    incomplete = [r["step"] for r in step_rows if r["incomplete"]]
+    if incomplete:
+        notes.append(f"{len(incomplete)} incomplete step(s) ({', '.join(map(str, incomplete[:5]))}"
+                     f"{', ...' if len(incomplete) > 5 else ''}): their umbrella never ended; left out of the step "
+                     "figures")  # fmt: skip
+    if len(runs) > 1:
+        notes.append(f"spans of {len(runs)} runs in one folder ({', '.join(runs)}): their figures are mixed; "
+                     "keep one run per folder (trace_dir/<run_id>/)")  # fmt: skip
+    groups, ranks, concurrent = _group_and_rank_rows(processes)
+    steps_wall_s = sum(walls)
+    return {
+        "schema": SCHEMA,
+        "goodput": job["goodput"],
+        "steady_state_goodput": _of_wall(_summed_seconds(steady), sum(r["wall_s"] for r in steady)) if steady else None,
+        "warmup_steps": warmup_steps,
+        "job": job,
+        "steps": step_rows,
+        "step_time": {"p50_s": _percentile(walls, 0.5), "p95_s": _percentile(walls, 0.95),
+                      "max_s": max(walls) if walls else None},  # fmt: skip
+        "slowest_steps": [{"step": r["step"], "wall_s": r["wall_s"]}
+                          for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]],  # fmt: skip
+        "phases": _phase_rows(processes, job["wall_s"] if driver else None),
+        "unbucketed_phases": _unbucketed(processes, steps_wall_s),
+        "worker_groups": groups,
+        "ranks": ranks,
+        "stragglers": _stragglers(processes, steps),
+        "sampled": any(p.sampled for p in processes),
+        "concurrent": concurrent,
+        "runs": runs,
+        "notes": notes,
+        "spans": sum(p.spans for p in processes),
+        "files": files,
+        "skipped_lines": skipped_lines,
+    }
 
-    # Phases as the job view saw them (the driver's loop: how long did generation take?); tokens
-    # recorded anywhere (a vLLM worker's generation under the same phase and bucket) count for it.
-    phases = []
-    merged_phases: dict[tuple[str, str | None], PhasePart] = {}
-    holders: dict[tuple[str, str | None], int] = defaultdict(int)
+
+def _summed_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    total = dict.fromkeys(BUCKETS, 0.0)
+    for row in rows:
+        for b in BUCKETS:
+            total[b] += row["seconds"][b]
+    return total
+
+
+def _job_row(view: list[ProcessPart], is_driver: bool) -> dict[str, Any]:
+    """The job's figures. The driver's view: its exclusive bucket seconds over the wall (its ``rl.job``, else
+    its first to last span), what no bucketed span covers unattributed. Without a driver, every process is
+    summed as resource-seconds: lifetimes, a worker's uncovered lifetime idle."""
+    seconds = dict.fromkeys(BUCKETS, 0.0)
     for part in view:
-        for key, phase in part.phases.items():
-            merged_phases.setdefault(key, PhasePart()).merge(phase)
-            holders[key] += 1
-    tokens: dict[tuple[str, str | None], float] = defaultdict(float)
+        for b in BUCKETS:
+            seconds[b] += part.seconds[b]
+    if is_driver:
+        windows = merge_intervals(j for p in view for j in p.jobs) or merge_intervals(
+            p.lifetime for p in view if p.lifetime is not None)  # fmt: skip
+        wall_s = union_length(windows) / 1e9 if windows else None
+        covered_s = covered((p.bucketed for p in view), windows) / 1e9
+        unattributed = None if wall_s is None else max(wall_s - covered_s, 0.0)
+        ratio = _of_wall(seconds, wall_s)
+    else:
+        wall_s = sum((p.lifetime[1] - p.lifetime[0]) / 1e9 for p in view if p.lifetime is not None) or None
+        unattributed, ratio = 0.0, goodput_of(seconds)
+    return {
+        "view": "driver" if is_driver else "all processes",
+        "seconds": _bucket_dict(seconds),
+        "wall_s": None if wall_s is None else round(wall_s, 6),
+        "unattributed_s": None if unattributed is None else round(unattributed, 6),
+        "goodput": ratio,
+    }
+
+
+def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[dict[str, Any]]:
+    """Every process's phases, by worker group: count, total, mean, p95, tokens/s, and the share of the
+    group's seconds (the driver's: the job's wall; a worker group's: its processes' lifetimes)."""
+    merged: dict[tuple[str, str, str | None], PhasePart] = {}
+    lifetimes: dict[str, float] = defaultdict(float)
     for part in processes:
-        for key, phase in part.phases.items():
-            tokens[key] += phase.tokens
-    for (name, bucket), ph in merged_phases.items():
-        share = ph.total_s / (job_wall_s * holders[(name, bucket)]) if job_wall_s else None
-        ph.tokens, ph.token_s = tokens[(name, bucket)], ph.total_s
-        phases.append({
-            "phase": name, "bucket": bucket, "count": ph.count, "total_s": round(ph.total_s, 6),
+        group = part.key[0]
+        if part.lifetime is not None:
+            lifetimes[group] += (part.lifetime[1] - part.lifetime[0]) / 1e9
+        for (name, bucket), phase in part.phases.items():
+            merged.setdefault((group, name, bucket), PhasePart()).merge(phase)
+    rows = []
+    for (group, name, bucket), ph in merged.items():
+        is_driver = group == "driver"
+        of_s = job_wall_s if is_driver else lifetimes.get(group)
+        rows.append({
+            "phase": name, "worker_group": group, "bucket": bucket, "count": ph.count, "total_s": round(ph.total_s, 6),
             "mean_s": round(ph.total_s / ph.count, 6) if ph.count else None,
-            "p95_s": None if not ph.count else round(_percentile(ph.durations, 0.95) or 0.0, 6),
-            "share": None if share is None else round(share, 6),
+            "p95_s": None if not ph.count else round(ph.quantile(0.95) or 0.0, 6),
+            "share": round(ph.total_s / of_s, 6) if of_s else None,
+            "share_of": "job wall" if is_driver else "group lifetime",
             "tokens_per_s": round(ph.tokens / ph.token_s, 3) if ph.token_s > 0 and ph.tokens > 0 else None,
         })  # fmt: skip
-    phases.sort(key=lambda r: (-(r["total_s"] or 0.0), str(r["phase"]), str(r["bucket"])))  # type: ignore[operator]
+    rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], -(r["total_s"] or 0.0),
+                             str(r["phase"]), str(r["bucket"])))  # fmt: skip
+    return rows
 
+
+#: An unbucketed leaf phase covering more of the steps' wall than this is named, with a did-you-mean.
+UNBUCKETED_SHARE = 0.05
+
+
+def _unbucketed(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[str, Any]]:
+    """Leaf phases with no bucket inside the steps covering more than 5 % of the steps' wall (per process of
+    their group): time no bucket counts, most likely a name lens_rl does not know."""
+    if steps_wall_s <= 0:
+        return []
+    leaf: dict[tuple[str, str], float] = defaultdict(float)
+    members: dict[str, int] = defaultdict(int)
+    for part in processes:
+        members[part.key[0]] += 1
+        for (name, bucket), phase in part.phases.items():
+            if bucket is None and phase.leaf_s > 0:
+                leaf[(part.key[0], name)] += phase.leaf_s
+    rows = []
+    for (group, name), seconds in leaf.items():
+        share = seconds / (steps_wall_s * members[group])
+        if share > UNBUCKETED_SHARE:
+            rows.append({"phase": name, "worker_group": group, "total_s": round(seconds, 6), "share": round(share, 6),
+                         "did_you_mean": closest_phase_name(str(name))})  # fmt: skip
+    return sorted(rows, key=lambda r: (-r["share"], r["worker_group"], str(r["phase"])))
+
+
+def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """Resource-seconds per worker group and per rank (a worker's uncovered lifetime is idle), and whether any
+    process's bucket seconds sum past its lifetime (concurrent phases)."""
     groups: dict[str, dict[str, Any]] = {}
     ranks = []
     concurrent = False
@@ -263,34 +370,9 @@ def report_from_parts(
                       "goodput": goodput_of(part.seconds), "wall_s": round(wall_s, 6)})  # fmt: skip
     group_rows = [{**e, "seconds": _bucket_dict(e["seconds"]), "goodput": goodput_of(e["seconds"]),
                    "wall_s": round(e["wall_s"], 6)} for e in groups.values()]  # fmt: skip
-    return {
-        "schema": SCHEMA,
-        "goodput": ratio,
-        "steady_state_goodput": goodput_of(steady_seconds) if steady else None,
-        "warmup_steps": warmup_steps,
-        "job": {
-            "view": "driver" if driver else "all processes",
-            "seconds": _bucket_dict(job_seconds),
-            "wall_s": None if job_wall_s is None else round(job_wall_s, 6),
-            "unattributed_s": None if job_wall_s is None else round(max(job_wall_s - job_covered_s, 0.0), 6),
-            "goodput": ratio,
-        },
-        "steps": step_rows,
-        "step_time": {"p50_s": _percentile(walls, 0.5), "p95_s": _percentile(walls, 0.95),
-                      "max_s": max(walls) if walls else None},  # fmt: skip
-        "slowest_steps": [{"step": r["step"], "wall_s": r["wall_s"]}
-                          for r in sorted(step_rows, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]],  # fmt: skip
-        "phases": phases,
-        "worker_groups": sorted(group_rows, key=lambda r: (r["worker_group"] != "driver", r["worker_group"])),
-        "ranks": sorted(ranks, key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"])),
-        "stragglers": _stragglers(processes, steps),
-        "sampled": any(p.sampled for p in processes),
-        "concurrent": concurrent,
-        "runs": sorted(set().union(*(p.runs for p in processes))) if processes else [],
-        "spans": sum(p.spans for p in processes),
-        "files": files,
-        "skipped_lines": skipped_lines,
-    }
+    group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
+    ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"]))
+    return group_rows, ranks, concurrent
 
 
 def analyze_parts(
@@ -301,7 +383,16 @@ def analyze_parts(
 
     parts: list[ProcessPart] = []
     stats = ReadStats()
-    driver_in_run = any(Path(p).name.startswith("spans-driver-") for p in paths)
+    driver_in_run = False
+    for path in paths:  # a process's identity is its header's; a driver's file with no span line is none
+        header, has_spans = read_head(path)
+        resource = header.get("resource") if header is not None else None
+        if type(resource) is dict and process_of({"resource": resource})[0] == "driver":
+            if has_spans:
+                driver_in_run = True
+            else:
+                stats.notes.append(f"{Path(path).name}: a driver file with no spans (the driver was killed before "
+                                   "its first export?); read as no driver file: the job view sums every process")  # fmt: skip
     steps_seen: dict[bytes, Any] = {}
     with no_gc():
         for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
@@ -326,7 +417,7 @@ def analyze(
 
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address)
     with no_gc():
-        return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, **options)
+        return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, **options)
 
 
 def rollup(records: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]:
@@ -357,56 +448,85 @@ def _secs(value: float | None) -> str:
 
 def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
     """The report as a human-readable table: at most 20 step rows unless ``all_steps``."""
-    lines = []
-    head = f"{'':30s}" + "".join(f"{b:>12s}" for b in BUCKETS) + f"{'goodput':>10s}"
+    lines = _headline(report)
+    lines += ["", _HEAD, _row("job", report["job"]["seconds"], report["job"]["goodput"], _wall(report["job"]))]
+    steps = report["steps"]
+    if steps:
+        lines.append("")
+        many = not all_steps and len(steps) > MAX_STEP_ROWS
+        shown = steps[: MAX_STEP_ROWS // 2] + [None] + steps[-(MAX_STEP_ROWS // 2):] if many else steps
+        for step in shown:
+            if step is None:
+                lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
+                continue
+            mark = " (incomplete: its umbrella never ended)" if step.get("incomplete") else ""
+            lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
+    lines += _phase_table(report)
+    lines += _group_lines(report)
+    lines += _straggler_lines(report)
+    return "\n".join(lines)
 
-    def row(label: str, seconds: Mapping[str, float], ratio: float | None, extra: str = "") -> str:
-        return f"{label:30s}" + "".join(f"{seconds.get(b, 0.0):11.2f}s" for b in BUCKETS) + f"{_pct(ratio):>10s}{extra}"
 
+_HEAD = f"{'':30s}" + "".join(f"{b:>12s}" for b in BUCKETS) + f"{'goodput':>10s}"
+
+
+def _row(label: str, seconds: Mapping[str, float], ratio: float | None, extra: str = "") -> str:
+    return f"{label:30s}" + "".join(f"{seconds.get(b, 0.0):11.2f}s" for b in BUCKETS) + f"{_pct(ratio):>10s}{extra}"
+
+
+def _wall(row: Mapping[str, Any]) -> str:
+    if row.get("wall_s") is None:
+        return ""
+    unattributed = row.get("unattributed_s")
+    return f"   wall {row['wall_s']:.2f}s" + ("" if unattributed is None else f", unattributed {unattributed:.2f}s")
+
+
+def _headline(report: Mapping[str, Any]) -> list[str]:
     job = report["job"]
-    lines.append(f"goodput {_pct(report['goodput']).strip()} (whole job, start-up included)   "
-                 f"steady state {_pct(report['steady_state_goodput']).strip()} "
-                 f"(steps after the first {report['warmup_steps']})")  # fmt: skip
-    lines.append(f"job view: {job['view']}; runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']}"
-                 + ("; SAMPLED run: seconds are those of the sampled phases, ratios are estimates"
-                    if report.get("sampled") else ""))  # fmt: skip
+    lines = [f"goodput {_pct(report['goodput']).strip()} (productive over the whole job's wall, start-up included)   "
+             f"steady state {_pct(report['steady_state_goodput']).strip()} "
+             f"(steps after the first {report['warmup_steps']})",
+             f"job view: {job['view']}; runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']}"
+             + ("; SAMPLED run: seconds are those of the sampled phases, ratios are estimates"
+                if report.get("sampled") else "")]  # fmt: skip
     st = report["step_time"]
     if st["max_s"] is not None:
         slow = ", ".join(f"{s['step']} ({s['wall_s']:.2f}s)" for s in report["slowest_steps"])
         lines.append(f"step time p50 {_secs(st['p50_s'])}  p95 {_secs(st['p95_s'])}  max {_secs(st['max_s'])};"
                      f"  slowest steps: {slow}")  # fmt: skip
-    lines.append("")
-    lines.append(head)
-    wall = "" if job["wall_s"] is None else f"   wall {job['wall_s']:.2f}s, unattributed {job['unattributed_s']:.2f}s"
-    lines.append(row("job", job["seconds"], job["goodput"], wall))
-    steps = report["steps"]
-    if steps:
-        lines.append("")
-        shown = steps if all_steps or len(steps) <= MAX_STEP_ROWS else steps[: MAX_STEP_ROWS // 2] + [None] + steps[-(MAX_STEP_ROWS // 2):]
-        for step in shown:
-            if step is None:
-                lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
-                continue
-            extra = f"   wall {step['wall_s']:.2f}s, unattributed {step['unattributed_s']:.2f}s"
-            lines.append(row(f"step {step['step']}", step["seconds"], step["goodput"], extra))
-    if report["phases"]:
-        lines.append("")
-        lines.append(f"{'phase':30s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'mean':>10s}{'p95':>10s}"
-                     f"{'share':>8s}{'tokens/s':>11s}")  # fmt: skip
-        for ph in report["phases"]:
-            tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
-            lines.append(f"{str(ph['phase'])[:29]:30s}{str(ph['bucket'] or '-'):>12s}{ph['count']:8d}{ph['total_s']:10.2f}s"
-                         f"{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s{_pct(ph['share']):>8s}{tps:>11s}")  # fmt: skip
-    lines.append("")
-    lines.append("per worker group and rank: resource-seconds (a worker's uncovered lifetime is idle"
-                 + ("; concurrent phases overlap, so seconds can sum to more than wall time" if report.get("concurrent")
-                    else "") + ")")  # fmt: skip
+    lines += [f"note: {note}" for note in report.get("notes", ())]
+    return lines
+
+
+def _phase_table(report: Mapping[str, Any]) -> list[str]:
+    if not report["phases"]:
+        return []
+    lines = ["", f"{'phase':30s}{'group':>16s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'mean':>10s}{'p95':>10s}"
+                 f"{'share':>8s}{'tokens/s':>11s}",
+             "  (share: of the job's wall for the driver's phases, of the group's lifetimes for a worker group's)"]  # fmt: skip
+    for ph in report["phases"]:
+        tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
+        lines.append(f"{str(ph['phase'])[:29]:30s}{str(ph['worker_group'])[:15]:>16s}{str(ph['bucket'] or '-'):>12s}"
+                     f"{ph['count']:8d}{ph['total_s']:10.2f}s{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s"
+                     f"{_pct(ph['share']):>8s}{tps:>11s}")  # fmt: skip
+    for un in report.get("unbucketed_phases", ()):
+        hint = f"; did you mean {un['did_you_mean']!r}?" if un["did_you_mean"] else ""
+        lines.append(f"  unbucketed: {un['phase']!r} ({un['worker_group']}) covers {un['share'] * 100:.0f}% of the "
+                     f"steps' wall and counts in no bucket (pass bucket=, or name it as the table does{hint})")  # fmt: skip
+    return lines
+
+
+def _group_lines(report: Mapping[str, Any]) -> list[str]:
+    job = report["job"]
+    lines = ["", "per worker group and rank: resource-seconds (a worker's uncovered lifetime is idle"
+             + ("; concurrent phases overlap, so seconds can sum to more than wall time" if report.get("concurrent")
+                else "") + ")"]  # fmt: skip
     for group in report["worker_groups"]:
         label = f"group {group['worker_group']} (x{group['processes']})"
         if group["worker_group"] == "driver" and job["view"] == "driver":
             lines.append(f"{label:30s}the job row above is its wall-clock view; lifetime {group['wall_s']:.2f}s")
             continue
-        lines.append(row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
+        lines.append(_row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
     ranks = report["ranks"]
     shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: (r["goodput"] or 0.0))[:16]
     if len(ranks) > 32:
@@ -414,15 +534,19 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
     for rank in shown_ranks:
         if rank["worker_group"] == "driver" and job["view"] == "driver":
             continue
-        lines.append(row(f"  {rank['worker_group']} rank {rank['rank']}", rank["seconds"], rank["goodput"]))
+        lines.append(_row(f"  {rank['worker_group']} rank {rank['rank']}", rank["seconds"], rank["goodput"]))
+    return lines
+
+
+def _straggler_lines(report: Mapping[str, Any]) -> list[str]:
     strag = report["stragglers"]
-    if strag["per_step"]:
-        lines.append("")
-        persistent = ", ".join(f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
-                               for p in strag["persistent"]) or "none"  # fmt: skip
-        lines.append(f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; "
-                     f"persistent: {persistent}")  # fmt: skip
-        for s in sorted(strag["per_step"], key=lambda s: -s["over_median"])[:5]:
-            lines.append(f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
-                         f"+{s['over_median'] * 100:.0f}% over the median")  # fmt: skip
-    return "\n".join(lines)
+    if not strag["per_step"]:
+        return []
+    persistent = ", ".join(f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
+                           for p in strag["persistent"]) or "none"  # fmt: skip
+    lines = ["", f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; "
+                 f"persistent: {persistent}"]  # fmt: skip
+    for s in sorted(strag["per_step"], key=lambda s: -s["over_median"])[:5]:
+        lines.append(f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
+                     f"+{s['over_median'] * 100:.0f}% over the median")  # fmt: skip
+    return lines

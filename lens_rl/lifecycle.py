@@ -60,6 +60,7 @@ __all__ = [
     "init_telemetry_worker",
     "shutdown_telemetry",
     "step_goodput",
+    "step_metrics",
     "telemetry_enabled_in_env",
     "vllm_native_tracing_requested",
 ]
@@ -74,21 +75,50 @@ _warn_once = warn_once
 
 
 def step_goodput() -> dict[str, Any] | None:
-    """The last completed step's goodput on this process, or None: ``{"step", "seconds", "wall_s", "goodput"}``.
+    """The last completed step's goodput on this process, or None.
 
-    A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one
-    training step); its ``seconds`` are the exclusive seconds of the bucketed phases
-    inside it, by bucket, computed live with the rule the offline rollup uses. Log it
-    beside your loss curves. A plain read; None while off or before the first step.
+    ``{"step", "attempt", "seconds": {bucket: s} (all four, zeros included), "unattributed_s", "wall_s",
+    "goodput"}``. A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
+    step); ``seconds`` are the exclusive seconds of the bucketed phases inside it, ``unattributed_s`` the
+    time none of them covers, and goodput = productive / wall: computed live with the rules the offline
+    rollup uses. A plain read; None while off or before the first step.
 
     Example::
 
         with lens_rl.traced_phase("step", step=step):
             ...
-        wandb.log({"goodput": (lens_rl.step_goodput() or {}).get("goodput")})
+        print(lens_rl.step_goodput()["goodput"])
     """
     last = RUNTIME.last_step
     return None if last is None else {**last, "seconds": dict(last["seconds"])}
+
+
+def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
+    """:func:`step_goodput` as flat floats, keys under ``prefix``: what ``wandb.log``,
+    ``SummaryWriter.add_scalar`` and ``mlflow.log_metrics`` take. Empty before the first step (or off).
+
+    Keys: ``step``, ``attempt``, ``goodput`` (absent for a zero-length step), ``wall_s``,
+    ``unattributed_s``, and ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``.
+
+    Example::
+
+        wandb.log({"loss": loss, **lens_rl.step_metrics()}, step=step)
+        for key, value in lens_rl.step_metrics().items():
+            writer.add_scalar(key, value, step)               # TensorBoard
+        mlflow.log_metrics(lens_rl.step_metrics(prefix="goodput."), step=step)
+    """
+    last = RUNTIME.last_step
+    if last is None:
+        return {}
+    out = {f"{prefix}step": float(last["step"]) if isinstance(last["step"], (int, float)) else float("nan"),
+           f"{prefix}attempt": float(last["attempt"])}  # fmt: skip
+    if last["goodput"] is not None:
+        out[f"{prefix}goodput"] = float(last["goodput"])
+    out[f"{prefix}wall_s"] = float(last["wall_s"])
+    out[f"{prefix}unattributed_s"] = float(last["unattributed_s"])
+    for bucket, seconds in last["seconds"].items():
+        out[f"{prefix}{bucket}_s"] = float(seconds)
+    return out
 
 
 def get_telemetry_handle() -> Any:
@@ -202,7 +232,7 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         )
         RUNTIME.root_span = root_span
         RUNTIME.root_context = trace.set_span_in_context(root_span)
-        handle.root_span_id = root_span.get_span_context().span_id
+        handle.set_root(root_span.get_span_context().span_id)
         for name, value in propagation.carrier_for(RUNTIME.root_context, env_names=True).items():
             _project(name, value, overwrite=True)
         _activate(handle, "driver")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.store import INT64_END, Row, decode_skim, iter_rows, loads, process_of, to_row, trace_time_ns
+from lens_rl.store import INT64_END, Row, decode_skim, iter_rows, process_of, read_head, to_row, trace_time_ns
 
 __all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
 
@@ -147,20 +147,12 @@ def scan_file(path: str | os.PathLike[str]) -> Scan:
     return scan_rows(iter_rows(path, decode=decode_skim))
 
 
-_HEAD_MAX = 1 << 24  # bytes of a file's first line read for its header (~1 KB typically)
-
-
 def head_file(path: str | os.PathLike[str]) -> Scan:
     """What a file's first lines tell: its process (a v2 header's, else the first span's), as ``origin``
     the header's ``since`` (no span of the file starts before it; None where the header has none), and
     whether its lines mark remote parents."""
-    with open(path, "rb") as handle:
-        first = handle.readline(_HEAD_MAX)  # (a longer line, no header, is left to the reader below)
-    try:
-        header = loads(first)
-    except ValueError:
-        header = None
-    if type(header) is dict and header.get("header") is True:
+    header, _ = read_head(path)
+    if header is not None:
         resource, since = header.get("resource"), header.get("since")
         bound = since if type(since) is int and 0 <= since < INT64_END else None
         marked = header.get("remote_parents") is True

@@ -64,7 +64,7 @@ except ImportError:  # pragma: no cover - exercised where the extra is missing
 
 #: The keys a line may carry: a v2 span line's, and what tells a header or a v1 line apart.
 ROW_KEYS = ("n", "t", "s", "p", "pr", "b", "e", "a", "th", "tn", "k", "st", "sm", "ev", "ln", "sc", "v", "header",
-            "resource")  # fmt: skip
+            "resource", "root")  # fmt: skip
 #: The JSON types a span line's keys may have (besides null; times are any, read by time_ns): a line with
 #: another is garbage, skipped and counted, so no reader meets a list for a name or text for attributes.
 FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
@@ -106,6 +106,7 @@ if _msgspec is not None:
         v: Any = None
         header: Any = None
         resource: Any = None
+        root: Any = None  # a header's: the job root's span id (the driver's top-level spans' parent)
 
     decode_row: Any = _msgspec.json.Decoder(Row).decode
 
@@ -158,12 +159,14 @@ class ReadStats:
     lines: int = 0
     skipped: int = 0
     duplicates: int = 0
+    notes: list[str] = dataclasses.field(default_factory=list)  # what a reader should be told (one line each)
 
     def add(self, other: ReadStats) -> None:
         self.files += other.files
         self.lines += other.lines
         self.skipped += other.skipped
         self.duplicates += other.duplicates
+        self.notes.extend(other.notes)
 
 
 def process_of(record: Mapping[str, Any]) -> tuple[str, int, int]:
@@ -176,6 +179,21 @@ def process_of(record: Mapping[str, Any]) -> tuple[str, int, int]:
         except (TypeError, ValueError):
             values.append(0)
     return str(res.get("rl.worker_group", "worker")), values[0], values[1]
+
+
+_HEAD_MAX = 1 << 24  # bytes of a file's first line read for its header (~1 KB typically)
+
+
+def read_head(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, bool]:
+    """A file's header (its first line, when it is one) and whether any line follows it (its spans)."""
+    with open(path, "rb") as handle:
+        first = handle.readline(_HEAD_MAX)
+        more = bool(handle.readline(1))
+    try:
+        header = loads(first)
+    except ValueError:
+        return None, more
+    return (header if type(header) is dict and header.get("header") is True else None), more
 
 
 def span_files(trace_dir: str | os.PathLike[str]) -> list[Path]:
@@ -240,13 +258,14 @@ def to_row(rec: Mapping[str, Any]) -> Row:
 
 
 def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None, *,
-              decode: Callable[[bytes], Any] | None = None) -> Iterator[tuple[dict[str, Any], Row]]:  # fmt: skip
+              decode: Callable[[bytes], Any] | None = None,
+              headers: list[Row] | None = None) -> Iterator[tuple[dict[str, Any], Row]]:  # fmt: skip
     """``(resource, row)`` for every span line of one file, v1 or v2, as a v2 :class:`Row`.
 
     The one loop every reader builds on: headers applied, bad lines and repeated span
     ids skipped and counted. A v2 file's rows share one resource dict (the header's).
     ``decode=decode_skim`` reads only ids, parents and starts of v2 lines (the same lines
-    are yielded).
+    are yielded). ``headers``: each header line met is appended to it, as read.
     """
     stats = stats if stats is not None else ReadStats()
     stats.files += 1
@@ -269,6 +288,8 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None, *,
                     line_resource = resource
                 elif row.header:
                     resource = row.resource if type(row.resource) is dict else {}
+                    if headers is not None:
+                        headers.append(row)
                     continue
                 elif row.v == 1 and type(record := loads(raw)) is dict and record.get("span_id") is not None:
                     try:
@@ -309,7 +330,8 @@ class Columns:
     first id of another form the columns switch to keeping them as they came.
     """
 
-    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens", "_shared")
+    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens", "flags", "root",
+                 "_shared")  # fmt: skip
 
     def __init__(self) -> None:
         self.resources: dict[int, dict[str, Any]] = {}
@@ -321,9 +343,14 @@ class Columns:
         self.buckets: list[Any] = []
         self.steps: list[Any] = []
         self.tokens: list[Any] = []
+        #: per span: REMOTE_PARENT (its parent was carried in from another process), ENDED_BY_SHUTDOWN
+        self.flags = bytearray()
+        #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
+        self.root: Any = None
         self._shared: dict[Any, Any] = {}
 
-    def add(self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any) -> None:
+    def add(self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any,
+            remote: Any = None) -> None:  # fmt: skip
         shared = self._shared.setdefault
         self.names.append(shared(name, name) if type(name) is str else name)
         ids = self.ids
@@ -350,7 +377,10 @@ class Columns:
             self.ends.append(end)
         except (TypeError, OverflowError):
             self.ends.append(time_ns(end))
+        flag = REMOTE_PARENT if remote is True else 0
         if attrs:
+            if attrs.get("rl.ended_by_shutdown") is True:
+                flag |= ENDED_BY_SHUTDOWN
             bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
             self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
             if type(step) is int:
@@ -365,11 +395,31 @@ class Columns:
             self.buckets.append(None)
             self.steps.append(None)
             self.tokens.append(None)
+        self.flags.append(flag)
+
+    def set_root(self, root: Any) -> None:
+        """The job root's span id, as the header gives it (16 hex digits), kept as the ids are."""
+        if type(root) is not str:
+            return
+        if type(self.ids) is array:
+            try:
+                self.root = int(root, 16) if len(root) == 16 else None
+            except ValueError:
+                self.root = None
+        else:
+            self.root = root
 
     def _ids_as_given(self) -> None:
         """Keep ids as they come from now on (those so far back in lens_rl's 16-hex-digit form)."""
         self.ids = [f"{number:016x}" for number in self.ids]
         self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
+        if self.root is not None:
+            self.root = f"{self.root:016x}"
+
+
+#: :attr:`Columns.flags` bits.
+REMOTE_PARENT = 1
+ENDED_BY_SHUTDOWN = 2
 
 
 #: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
@@ -402,13 +452,16 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
     out: dict[tuple[str, int, int], Columns] = {}
     last: Any = None
     cols = Columns()
-    for resource, row in iter_rows(path, stats):
+    headers: list[Row] = []
+    for resource, row in iter_rows(path, stats, headers=headers):
         if resource is not last:
             last = resource
             key = process_of({"resource": resource})
             cols = out.get(key) or out.setdefault(key, Columns())
             cols.resources.setdefault(id(resource), resource)
-        cols.add(row.n, row.s, row.p, row.b, row.e, row.a)
+            if headers and headers[-1].resource is resource:
+                cols.set_root(headers[-1].root)
+        cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr)
     return out
 
 

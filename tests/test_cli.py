@@ -60,7 +60,9 @@ def test_goodput_json_schema(traced_run: Path) -> None:
     out = lens("goodput", str(traced_run), "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["schema"] == "lens_rl.goodput/1" and 0.5 < report["goodput"] < 1.0
+    job = report["job"]
+    assert report["schema"] == "lens_rl.goodput/1" and 0.0 < report["goodput"] < 1.0
+    assert report["goodput"] == pytest.approx(job["seconds"]["productive"] / job["wall_s"], rel=1e-4)  # over the wall
     assert set(report) >= {"job", "steps", "worker_groups", "ranks", "runs", "spans", "files", "skipped_lines"}
     assert [s["step"] for s in report["steps"]] == [1, 2] and report["skipped_lines"] == 1
     assert set(report["job"]["seconds"]) == {"productive", "overhead", "idle", "wasted"}

@@ -140,7 +140,7 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
                            check=True, env=clean_env()).stdout for how in ("fast", "plain")]  # fmt: skip
     assert outs[0] == outs[1]
     read = json.loads(outs[0])
-    assert read["stats"] == {"files": 2, "lines": 9 + 17, "skipped": 3 + 9, "duplicates": 1 + 2}
+    assert read["stats"] == {"files": 2, "lines": 9 + 17, "skipped": 3 + 9, "duplicates": 1 + 2, "notes": []}
     assert read["skim"] == [True, read["stats"]]  # a first pass's skim reads the same lines, ids, parents, starts
     worker = [(r["span_id"], r["resource"].get("process.pid")) for r in read["records"] if r["span_id"] in
               ("7" * 16, "8" * 16, 9, "a" * 16, "c" * 16)]  # fmt: skip

@@ -39,7 +39,8 @@ def test_nested_bucketed_span_takes_its_time_from_the_outer_one() -> None:
     assert report["job"]["seconds"] == {"productive": 4.0, "overhead": 2.0, "idle": 3.0, "wasted": 0.0}
     step = report["steps"][0]
     assert step["step"] == 1 and step["wall_s"] == 10.0 and step["unattributed_s"] == 2.0
-    assert report["goodput"] == pytest.approx(4 / 9)
+    assert report["goodput"] == pytest.approx(4 / 10)  # productive over the wall: the 2 s no bucket covers count too
+    assert step["goodput"] == pytest.approx(4 / 10)
 
 
 def test_driver_view_for_the_job_and_resource_seconds_for_groups() -> None:
@@ -127,11 +128,11 @@ def test_worker_idle_is_measured_over_its_lifetime() -> None:
 
 
 def test_two_headline_figures_start_up_and_steady_state() -> None:
-    """goodput counts start-up; steady_state_goodput covers the steps after the first."""
+    """goodput counts start-up; steady_state_goodput covers the steps after the first; both over the wall."""
     report = rollup(_job_with_workers(3))
-    assert report["goodput"] == pytest.approx(24 / (24 + 10 + 3))
-    assert report["steady_state_goodput"] == pytest.approx(16 / 18)  # steps 1 and 2: 8 productive, 1 overhead each
-    assert rollup(_job_with_workers(3), warmup_steps=0)["steady_state_goodput"] == pytest.approx(24 / 27)
+    assert report["goodput"] == pytest.approx(24 / 40)  # rl.job's 40 s: 10 start-up, 3 x (8 + 1 + 1 unattributed)
+    assert report["steady_state_goodput"] == pytest.approx(16 / 20)  # steps 1 and 2: 8 productive of 10 s each
+    assert rollup(_job_with_workers(3), warmup_steps=0)["steady_state_goodput"] == pytest.approx(24 / 30)
 
 
 def test_a_long_run_reads_in_a_summary() -> None:

@@ -254,7 +254,8 @@ for batch in batches(5):
     load_s = sum(s["end_ns"] - s["start_ns"] for s in loads) / 1e9
     assert report["job"]["seconds"]["productive"] == pytest.approx(train_s, abs=1e-5)
     assert report["job"]["seconds"]["overhead"] == pytest.approx(load_s, abs=1e-5)
-    assert report["goodput"] == pytest.approx(train_s / (train_s + load_s), abs=1e-4) and report["goodput"] > 0.6
+    wall_s = (root["end_ns"] - root["start_ns"]) / 1e9  # goodput is productive over the job's wall
+    assert report["goodput"] == pytest.approx(train_s / wall_s, abs=1e-4) and report["goodput"] > 0.5
 
 
 def test_with_bucket_on_a_partly_consumed_generator_never_leaks(receiver: OTLPReceiver) -> None:

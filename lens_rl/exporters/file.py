@@ -322,11 +322,16 @@ class _StoreWriter:
                   "resource": self._resource, "pid": self._pid, "since": time.time_ns()}  # fmt: skip
         if kind == "spans":
             header["remote_parents"] = True
-        self._header: str | None = json_line(header)
+        self._header: dict[str, Any] | None = header  # written with the first batch
 
     @property
     def path(self) -> Path:
         return self._file.path
+
+    def set_root(self, span_id: int) -> None:
+        """Name the job root's span id in the header (the driver's: its top-level spans' parent)."""
+        if self._header is not None:
+            self._header["root"] = _hex(span_id, 16)
 
     def write(self, lines: Sequence[str]) -> bool:
         if os.getpid() != self._pid:
@@ -335,7 +340,7 @@ class _StoreWriter:
         try:
             # The header goes out with the first batch, in the same write: a failed first
             # write leaves neither, and its retry writes both.
-            self._file.write_lines([header, *lines] if header is not None else lines)
+            self._file.write_lines([json_line(header), *lines] if header is not None else lines)
             self._header = None
         except FileClosedError:
             return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
