@@ -30,6 +30,8 @@ class CliError(Exception):
 
 def _run_dir(trace_dir: str, run: str | None) -> Path:
     root = Path(trace_dir)
+    if not root.exists():
+        raise CliError(f"{trace_dir!r} does not exist (give the telemetry trace_dir, or one run's folder in it)")
     if not root.is_dir():
         raise CliError(f"{trace_dir!r} is not a directory")
     if run is not None:
@@ -79,10 +81,28 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
 
 
 def _files(trace_dir: str, run: str | None) -> tuple[list[Path], Path]:
-    from lens_rl.store import span_files
+    """The run's span files; a warning on stderr when they are of several runs (files copied together)."""
+    from lens_rl.store import read_head, span_files
 
     path = _run_dir(trace_dir, run)
-    return span_files(path), path
+    paths = span_files(path)
+    runs = set()
+    for file in paths:
+        header, _ = read_head(file)
+        resource = header.get("resource") if header is not None else None
+        if type(resource) is dict and resource.get("rl.run_id") is not None:
+            runs.add(str(resource["rl.run_id"]))
+    if len(runs) > 1:
+        print(f"lens-rl: warning: {str(path)!r} holds spans of {len(runs)} runs ({', '.join(sorted(runs))}); their "
+              "figures are mixed (keep one run per folder)", file=sys.stderr)  # fmt: skip
+    return paths, path
+
+
+def _check_steps(steps: tuple[int, int] | None, step_range: Any) -> None:
+    """``--steps`` that select no step of the run: say which the run has."""
+    if steps is not None and step_range is not None and (steps[1] < step_range[0] or steps[0] > step_range[1]):
+        raise CliError(f"--steps {steps[0]}-{steps[1]} selects no step: the run's steps are "
+                       f"{step_range[0]}-{step_range[1]}")  # fmt: skip
 
 
 def _parallel(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,6 +119,7 @@ def cmd_goodput(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     paths, path = _files(args.trace_dir, args.run)
     report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, **_parallel(args))
+    _check_steps(steps, report["step_range"])
     if not report["spans"]:
         raise CliError(f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
                        f"{report['skipped_lines']} bad lines)")  # fmt: skip
@@ -121,22 +142,30 @@ def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any
     output = args.output or str(Path(args.trace_dir) / default_name)
     try:
         return write(paths, output), output, path
-    except ImportError as exc:
+    except (ImportError, ValueError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
 
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
-    from lens_rl.perfetto import write_trace
+    from lens_rl.perfetto import FORMATS, format_of, write_trace
 
     steps = parse_steps(args.steps)
+    if args.output is not None and format_of(args.output) is None:
+        raise CliError(f"-o {args.output!r}: no trace format has that extension; allowed: "
+                       + ", ".join(f"{ext} ({name})" for ext, name in FORMATS.items()))  # fmt: skip
     spans, output, path = _write(args, "trace.json", lambda paths, output: write_trace(
         paths, output, steps=steps, group=args.group, **_parallel(args)))  # fmt: skip
     if not spans and args.steps is None and args.group is None:
         os.unlink(output)
         raise CliError(f"no readable lens_rl spans under {str(path)!r}")
-    print(f"wrote {output}: {spans} spans; open it at https://ui.perfetto.dev (or any Perfetto build, offline)")
+    if not spans:
+        os.unlink(output)
+        where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (args.group is not None)
+        raise CliError(f"{' and '.join(where)} select no span of {str(path)!r}")
+    print(f"wrote {output} ({FORMATS[Path(output).suffix.lower()]}): {spans} spans; open it at https://ui.perfetto.dev "
+          "(or any Perfetto build, offline)")  # fmt: skip
     return 0
 
 

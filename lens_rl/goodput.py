@@ -235,6 +235,7 @@ def report_from_parts(
                      "keep one run per folder (trace_dir/<run_id>/)")  # fmt: skip
     groups, ranks, concurrent = _group_and_rank_rows(processes)
     steps_wall_s = sum(walls)
+    run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
@@ -242,6 +243,7 @@ def report_from_parts(
         "warmup_steps": warmup_steps,
         "job": job,
         "steps": step_rows,
+        "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
         "step_time": {"p50_s": _percentile(walls, 0.5), "p95_s": _percentile(walls, 0.95),
                       "max_s": max(walls) if walls else None},  # fmt: skip
         "slowest_steps": [{"step": r["step"], "wall_s": r["wall_s"]}

@@ -131,10 +131,17 @@ def decode_attributes(text: str | None) -> dict[str, Any]:
     return out
 
 
-def _int_from(value: object) -> int | None:
+def _int_from(value: object, field: str, problems: list[str]) -> int | None:
+    """``value`` as an int (None when absent); a value that is no integer is a problem, named, and None."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        problems.append(f"{field}={value!r} is not an integer")
+        return None
     try:
-        return int(str(value).strip()) if value is not None and str(value).strip() != "" else None
+        return int(str(value).strip()) if not isinstance(value, float) else int(value)
     except ValueError:
+        problems.append(f"{field}={value!r} is not an integer")
         return None
 
 
@@ -146,18 +153,29 @@ def worker_attributes(
     worker_group: str | None,
     explicit: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    problems: list[str] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """A process's resource attributes and whether a rank was found.
 
     ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``, ``worker_group`` to
-    ``LENS_RL_WORKER_GROUP``, else ``worker``.
+    ``LENS_RL_WORKER_GROUP``, else ``worker``. What is odd about them (a rank that is no integer, below 0
+    or not below the world size; a world size below 1) is appended to ``problems``, one line each; an
+    integer is kept as given, anything else reads as absent.
     """
     env = os.environ if environ is None else environ
+    problems = [] if problems is None else problems
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))
     attrs.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))
-    rank_value = _int_from(rank) if rank is not None else _int_from(env.get("RANK"))
-    size_value = _int_from(world_size) if world_size is not None else _int_from(env.get("WORLD_SIZE"))
+    rank_value = _int_from(rank, "rank", problems) if rank is not None else _int_from(env.get("RANK"), "RANK", problems)
+    size_value = (_int_from(world_size, "world_size", problems) if world_size is not None
+                  else _int_from(env.get("WORLD_SIZE"), "WORLD_SIZE", problems))  # fmt: skip
+    if size_value is not None and size_value < 1:
+        problems.append(f"world_size={size_value} is below 1")
+    if rank_value is not None and rank_value < 0:
+        problems.append(f"rank={rank_value} is below 0")
+    elif rank_value is not None and size_value is not None and size_value >= 1 and rank_value >= size_value:
+        problems.append(f"rank={rank_value} is not below world_size={size_value}")
     group = worker_group or env.get("LENS_RL_WORKER_GROUP", "").strip() or attrs.get(WORKER_GROUP) or "worker"
     attrs[RANK] = rank_value if rank_value is not None else attrs.get(RANK, 0)
     attrs[WORLD_SIZE] = size_value if size_value is not None else attrs.get(WORLD_SIZE, 1)

@@ -311,14 +311,19 @@ def _init_worker(
         RUNTIME.mark_off()
         return None
     config = config.with_run_id()
+    problems: list[str] = []
     attrs, has_rank = worker_attributes(
         service_name=config.service_name,
         rank=rank,
         world_size=world_size,
         worker_group=worker_group,
         explicit=explicit,
+        problems=problems,
     )
-    if not has_rank and not (explicit and "nv.dl.rank" in explicit):
+    for problem in problems:
+        _warn_once(f"rank-{problem}", "lens_rl: %s (%s rank %s); check the rank and world size passed to this "
+                   "worker", problem, attrs["rl.worker_group"], attrs["nv.dl.rank"])  # fmt: skip
+    if not has_rank and not problems and not (explicit and "nv.dl.rank" in explicit):
         _warn_once(
             "no-rank",
             "lens_rl: no rank for this worker (pass rank= or set RANK); reporting rank %s",

@@ -46,7 +46,7 @@ from typing import Any
 
 from lens_rl.store import INT64_END, Row, decode_skim, iter_rows, process_of, read_head, to_row, trace_time_ns
 
-__all__ = ["BUCKET_COLORS", "to_chrome_trace", "write_trace"]
+__all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "to_chrome_trace", "write_trace"]
 
 BUCKET_COLORS = {"productive": "good", "overhead": "yellow", "idle": "grey", "wasted": "terrible", None: "generic_work"}
 _EXTRA = "pip install 'lens-rl[analysis]'"
@@ -639,9 +639,17 @@ def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, gro
     return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers, marked=marked)
 
 
-def format_of(output: str | os.PathLike[str]) -> str:
-    """``pftrace`` for ``.pftrace`` / ``.perfetto-trace`` / ``.pb``, else ``json``."""
-    return "pftrace" if str(output).endswith((".pftrace", ".perfetto-trace", ".pb")) else "json"
+#: Output extensions and the format each writes.
+FORMATS = {".json": "Chrome trace-event JSON", ".pftrace": "Perfetto protobuf", ".perfetto-trace": "Perfetto protobuf",
+           ".pb": "Perfetto protobuf"}  # fmt: skip
+
+
+def format_of(output: str | os.PathLike[str]) -> str | None:
+    """``json`` or ``pftrace`` by the output's extension (:data:`FORMATS`); None for any other."""
+    name = str(output).lower()
+    if name.endswith(".json"):
+        return "json"
+    return "pftrace" if name.endswith((".pftrace", ".perfetto-trace", ".pb")) else None
 
 
 def _append_file(path: str, out: Any) -> None:
@@ -672,6 +680,8 @@ def write_trace(
     from lens_rl.analysis import map_files, no_gc
 
     fmt = format_of(output)
+    if fmt is None:
+        raise ValueError(f"{str(output)!r}: no trace format has that extension; allowed: {', '.join(FORMATS)}")
     if fmt == "pftrace":
         _proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
