@@ -267,3 +267,33 @@ def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: 
     # attributes as a span keeps them (any mapping) are read alike
     events = to_chrome_trace([{**caller, "attributes": MappingProxyType({"rl.bucket": "idle"})}])["traceEvents"]
     assert [e["cat"] for e in events if e["ph"] == "X"] == ["idle"]
+
+
+def test_odd_input_gets_clear_words(traced_run: Path, tmp_path: Path) -> None:
+    """A missing path says it does not exist; --steps outside the run names the run's steps; an output of
+    no trace format is refused, naming the allowed ones; the format written is named."""
+    out = lens("goodput", str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and "does not exist" in out.stderr and "Traceback" not in out.stderr
+    out = lens("goodput", str(traced_run), "--steps", "50-60")
+    assert out.returncode == 2 and "--steps 50-60 selects no step: the run's steps are 1-2" in out.stderr
+    out = lens("report", str(traced_run), "--steps", "50-60", "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 2 and "selects no step" in out.stderr
+    out = lens("perfetto", str(traced_run), "-o", str(tmp_path / "x.txt"))
+    assert out.returncode == 2 and ".json (Chrome trace-event JSON)" in out.stderr and not (tmp_path / "x.txt").exists()
+    out = lens("perfetto", str(traced_run), "-o", str(tmp_path / "x.pftrace"))
+    assert out.returncode == 0 and "(Perfetto protobuf)" in out.stdout
+
+
+def test_files_of_several_runs_in_one_folder_are_named(traced_run: Path, tmp_path: Path) -> None:
+    """Files of two runs copied into one folder: a warning names both runs, and the table's note too."""
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(traced_run / "run1", mixed)
+    from tests.stores import span, write_process
+
+    write_process(mixed, "lm_policy", 0, 99, [span("train", 0, 1, "x", bucket="productive")], run="other")
+    out = lens("goodput", str(mixed))
+    assert out.returncode == 0 and "holds spans of 2 runs (other, run1)" in out.stderr
+    assert "2 runs in one folder" in out.stdout
+

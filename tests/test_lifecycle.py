@@ -145,6 +145,26 @@ def test_worker_without_rank_warns_once(monkeypatch: pytest.MonkeyPatch, caplog:
     assert sum("no rank" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"rank": -1, "world_size": 2}, "rank=-1 is below 0"),
+    ({"rank": 2, "world_size": 2}, "rank=2 is not below world_size=2"),
+    ({"rank": 0, "world_size": 0}, "world_size=0 is below 1"),
+    ({"rank": 1.5, "world_size": 4}, "rank=1.5 is not an integer"),
+    ({"rank": "one", "world_size": 4}, "rank='one' is not an integer"),
+])  # fmt: skip
+def test_odd_ranks_and_world_sizes_are_named_in_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, kwargs: dict, says: str
+) -> None:
+    """A rank below 0 or not below the world size, a world size below 1, a rank that is no integer: one
+    warning naming the value (not "no rank passed"); telemetry stays on."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
+    handle = lens_rl.init_telemetry_worker(**kwargs)
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert handle is not None and sum(says in m for m in messages) == 1, messages
+    assert not any("no rank" in m for m in messages)
+
+
 def test_worker_disabled_env_returns_none() -> None:
     """Without LENS_RL_OTEL_ENABLED a worker gets None and phases stay free."""
     assert lens_rl.init_telemetry_worker(rank=0) is None
