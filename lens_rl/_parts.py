@@ -423,6 +423,19 @@ class _Tree:
 
     __slots__ = ("n", "names", "starts", "ends", "parents", "buckets", "own_steps", "tokens", "has_child", "orphan",
                  "flags", "steps", "outer")  # fmt: skip
+    n: int
+    names: list[Any]
+    starts: array
+    ends: array
+    parents: array
+    buckets: list[Any]
+    own_steps: list[Any]
+    tokens: dict[int, float]
+    has_child: bytearray
+    orphan: bytearray
+    flags: bytearray
+    steps: list[Any]
+    outer: array
 
 
 def _link(cols: Columns) -> _Tree:

@@ -51,8 +51,9 @@ def test_demo_runs_traces_and_prints_goodput(demo: dict[str, Any]) -> None:
     assert 0 < report["goodput"] < report["steady_state_goodput"] < 1  # start-up weighs on the headline only
     vllm = next(g for g in report["worker_groups"] if g["worker_group"] == "vllm_policy")
     assert vllm["seconds"]["wasted"] > 0 and vllm["seconds"]["overhead"] > 0  # carried from the driver's scopes
-    gen = next(p for p in report["phases"] if p["phase"] == "generation" and p["bucket"] == "productive")
-    assert gen["tokens_per_s"] and gen["tokens_per_s"] > 0
+    gens = {p["worker_group"]: p for p in report["phases"] if p["phase"] == "generation" and p["bucket"] == "productive"}
+    assert set(gens) == {"driver", "vllm_policy"}  # every group's phases: the worker's, with the tokens it recorded
+    assert gens["vllm_policy"]["tokens_per_s"] > 0 and gens["driver"]["tokens_per_s"] is None
 
 
 def _external_references(html: str) -> list[str]:
