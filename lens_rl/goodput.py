@@ -309,7 +309,7 @@ def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[
             lifetimes[group] += (part.lifetime[1] - part.lifetime[0]) / 1e9
         for (name, bucket), phase in part.phases.items():
             merged.setdefault((group, name, bucket), PhasePart()).merge(phase)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (group, name, bucket), ph in merged.items():
         is_driver = group == "driver"
         of_s = job_wall_s if is_driver else lifetimes.get(group)

@@ -299,7 +299,7 @@ class TelemetryHandle:
         """The job root's span id: its children are top-level phases (sampling), and the file store's header
         names it (a reader then knows that parent is the job, not a span a killed process never wrote)."""
         self.root_span_id = span_id
-        exporter = self.span_pipeline.exporter if self.span_pipeline is not None else None
+        exporter: Any = self.span_pipeline.exporter if self.span_pipeline is not None else None
         if hasattr(exporter, "set_root"):
             exporter.set_root(span_id)
 
