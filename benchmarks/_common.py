@@ -23,7 +23,7 @@ def null_pipeline(**config: Any) -> Iterator[Any]:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     from lens_rl import testing
-    from lens_rl._pipeline import SpanPipeline
+    from lens_rl.export.pipeline import SpanPipeline
 
     class NullExporter(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

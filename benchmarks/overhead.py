@@ -35,10 +35,11 @@ from _common import clean_environment, null_pipeline
 clean_environment()
 PURE_PYTHON = "--pure-python" in sys.argv
 if PURE_PYTHON:
-    sys.modules["lens_rl._speedups"] = None  # type: ignore[assignment]
+    sys.modules["lens_rl.record._speedups"] = None  # type: ignore[assignment]
 
 import lens_rl
 from lens_rl import Bucket, testing, traced_phase
+from lens_rl.record._impl import ACCELERATED as _ACCELERATED
 
 
 class _Noop:
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     failed = False
     print(f"bare call here: {bare_ns:.1f} ns (reference {REFERENCE_BARE_NS:.0f} ns); "
-          f"C accelerator: {'off (goals x2)' if PURE_PYTHON else 'on' if lens_rl._impl.ACCELERATED else 'not built'}\n")
+          f"C accelerator: {'off (goals x2)' if PURE_PYTHON else 'on' if _ACCELERATED else 'not built'}\n")
     print(f"{'disabled path':40s} {'base ns':>8s} {'lens ns':>8s} {'over':>7s} {'over@ref':>8s} {'goal':>5s}  verdict")
     for name, (b, c) in disabled.items():
         over = c - b

@@ -63,31 +63,34 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
     handles = []
     for i in range(files):
         group = "driver" if i == 0 else "lm_policy"
-        header = {"v": 2, "header": True, "format": "lens_rl.spans/2", "resource": resource(group, max(i - 1, 0), 1000 + i),
+        header = {"v": 2, "header": True, "format": "lens_rl.spans/2", "kind": "spans",
+                  "role": "driver" if i == 0 else "worker", "resource": resource(group, max(i - 1, 0), 1000 + i),
                   "pid": 1000 + i, "since": t0, "remote_parents": True}  # fmt: skip
+        if i == 0:
+            header["root"] = "e" * 16  # the job root (never written: the run is still going)
         handle = open(run / f"spans-{group}-{max(i - 1, 0)}-{1000 + i}.jsonl", "w")
         handle.write(json.dumps(header) + "\n")
         handles.append(handle)
-    for step in range(steps):
+    for step in range(steps):  # (lines in the order a process writes them: a span when it ends, children first)
         base = t0 + step * 10_000_000_000
         umbrella = f"d{step:07x}ffffffff"  # driver ids start with "d", workers' with "00": never the same
-        handles[0].write(line("step", umbrella, None, base, base + 9_000_000_000, {"rl.step": step}) + "\n")
-        written += 1
         for k, (name, bucket) in enumerate(PHASES):
             span = f"d{step:07x}{k + 1:08x}"
             start = base + k * 1_800_000_000
             handles[0].write(line(name, span, umbrella, start, start + 1_700_000_000,
                                   {"rl.bucket": bucket, "rl.step": step}) + "\n")  # fmt: skip
             written += 1
+        handles[0].write(line("step", umbrella, "e" * 16, base, base + 9_000_000_000, {"rl.step": step}) + "\n")
+        written += 1
         for w in range(1, files):
             parent = f"d{step:07x}{(w % len(PHASES)) + 1:08x}"
             start = base + rng.randrange(0, 1_000_000_000)
             dur = int((1.5 if w == 3 and step % 2 else 1.0) * 1_000_000_000)
             span = f"{w:04x}{step:08x}0001"
-            handles[w].write(line("policy_training", span, parent, start, start + dur,
-                                  {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096}, True) + "\n")  # fmt: skip
             handles[w].write(line("barrier", f"{w:04x}{step:08x}0002", span, start + dur - 100_000_000, start + dur,
                                   {"rl.bucket": "idle", "rl.step": step}) + "\n")  # fmt: skip
+            handles[w].write(line("policy_training", span, parent, start, start + dur,
+                                  {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096}, True) + "\n")  # fmt: skip
             written += 2
     for handle in handles:
         handle.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lens_rl._runtime import RUNTIME as _RUNTIME
-from lens_rl.aspects import Phase, current_span, traced_phase, traced_worker_init, with_bucket
+from lens_rl._version import __version__
 from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket
 from lens_rl.config import TelemetryConfig
 from lens_rl.integrations import install_driver_hooks as _install_driver_hooks
@@ -35,11 +35,13 @@ from lens_rl.lifecycle import (
     vllm_native_tracing_requested,
 )
 from lens_rl.propagation import attach_context, inject_context
+from lens_rl.record.phases import Phase, traced_phase
+from lens_rl.record.scopes import with_bucket
+from lens_rl.record.spans import current_span
+from lens_rl.record.worker_init import traced_worker_init
 
 if TYPE_CHECKING:
-    from lens_rl.handle import TelemetryHandle
-
-__version__ = "0.1.0"
+    from lens_rl.export.handle import TelemetryHandle
 
 # Integrations sit above lifecycle: the driver's start is handed what they need (no upward import).
 if _install_driver_hooks not in _RUNTIME.driver_hooks:
@@ -74,7 +76,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # TelemetryHandle lives over the OpenTelemetry SDK: import it only when asked for.
     if name == "TelemetryHandle":
-        from lens_rl.handle import TelemetryHandle
+        from lens_rl.export.handle import TelemetryHandle
 
         return TelemetryHandle
     raise AttributeError(f"module 'lens_rl' has no attribute {name!r}")

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lens_rl import _errors
+import lens_rl._errors as _errors
 
 __all__ = ["ACTIVE", "AMBIENT", "RUNTIME", "Runtime"]
 
@@ -44,7 +44,7 @@ class Runtime:
     __slots__ = (
         "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
         "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks", "projected",
-        "shutdown_hooks", "driver_hooks", "last_step", "flag_hooks",
+        "shutdown_hooks", "driver_hooks", "last_step", "worker_init", "otel_keys",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -85,8 +85,12 @@ class Runtime:
         self.driver_hooks: list[Callable[[], None]] = []
         #: The last completed step's goodput (``lens_rl.step_goodput()``), or None.
         self.last_step: dict[str, Any] | None = None
-        #: Called after ``on`` changed (the pure-Python ``with`` protocol follows the flag). Never undone.
-        self.flag_hooks: list[Callable[[], None]] = []
+        #: ``(rank, world_size, worker_group) -> handle | None``: starts worker telemetry from a decorated
+        #: constructor's arguments (set by lifecycle: the hot path never imports upward).
+        self.worker_init: Callable[[Any, Any, Any], Any] | None = None
+        #: OpenTelemetry's context keys and runtime context (set by the export side with its first handle),
+        #: read directly on the hot path: see :func:`lens_rl.propagation.keys`.
+        self.otel_keys: tuple[Any, ...] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())
@@ -119,18 +123,12 @@ class Runtime:
         self.handle = handle
         self.resolved = True
         self.last_shutdown = None
-        self.set_on(True)
+        self.on = True
 
     def mark_off(self) -> None:
         """Telemetry is off in this process until an explicit init or a reset."""
         self.resolved = True
-        self.set_on(False)
-
-    def set_on(self, on: bool) -> None:
-        """Set the hot-path flag and tell whoever follows it."""
-        self.on = on
-        for hook in self.flag_hooks:
-            hook()
+        self.on = False
 
     def end_open_phases(self) -> None:
         """End every open lens_rl span (shutdown, a replaced handle): exported with their time so far.
@@ -167,7 +165,7 @@ class Runtime:
         _errors.forget()
         ACTIVE.set(None)
         AMBIENT.set(None)
-        self.set_on(True)
+        self.on = True
         for hook in list(self.reset_hooks):
             try:
                 hook()

@@ -18,8 +18,9 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+from typing import Any
 
-__all__ = ["DEFAULT_PHASE_BUCKETS", "PHASE_SOURCES", "Bucket", "closest_phase_name", "coerce_bucket", "default_bucket",
+__all__ = ["ALLOWED_BUCKETS", "DEFAULT_PHASE_BUCKETS", "PHASE_SOURCES", "Bucket", "closest_phase_name", "coerce_bucket", "default_bucket",
            "exclusive_time", "goodput_of", "normalized", "union_length"]
 
 
@@ -36,7 +37,7 @@ class Bucket(str, enum.Enum):
 
 
 _BY_VALUE = {b.value: b for b in Bucket}
-_ALLOWED = ", ".join(_BY_VALUE)
+ALLOWED_BUCKETS = ", ".join(_BY_VALUE)  # for error messages: what a bucket may be
 
 
 def coerce_bucket(value: object, *, field: str = "bucket") -> Bucket | None:
@@ -47,7 +48,7 @@ def coerce_bucket(value: object, *, field: str = "bucket") -> Bucket | None:
         bucket = _BY_VALUE.get(value.strip().lower())
         if bucket is not None:
             return bucket
-    raise ValueError(f"{field}: invalid bucket {value!r}; allowed: {_ALLOWED}")
+    raise ValueError(f"{field}: invalid bucket {value!r}; allowed: {ALLOWED_BUCKETS}")
 
 
 _VALUES = tuple(member.value for member in Bucket)  # (iterating the enum and .value are Python calls)
@@ -174,15 +175,15 @@ def goodput_of(seconds: Mapping[str, float]) -> float | None:
     return seconds.get("productive", 0.0) / total if total > 0 else None
 
 
-def union_length(intervals: Iterable[tuple[float, float]], *, ordered: bool = False) -> float:
+def union_length(intervals: Iterable[tuple[Any, Any]], *, ordered: bool = False) -> Any:
     """The length covered by the union of ``(start, end)`` intervals (any one unit).
 
     ``ordered``: they come sorted already (e.g. a ``heapq.merge`` of sorted streams): read
     as they come, never held in memory at once.
     """
-    total = 0.0
-    lo: float | None = None
-    hi = 0.0
+    total: Any = 0  # (an int for int inputs: nanoseconds add exactly, in any order)
+    lo: Any = None
+    hi: Any = 0
     for start, stop in intervals if ordered else sorted(intervals):
         if lo is None or start > hi:
             if lo is not None:
@@ -195,7 +196,7 @@ def union_length(intervals: Iterable[tuple[float, float]], *, ordered: bool = Fa
     return total
 
 
-def exclusive_time(start: float, end: float, inner: Iterable[tuple[float, float]]) -> float:
+def exclusive_time(start: Any, end: Any, inner: Iterable[tuple[Any, Any]]) -> Any:
     """The one exclusive-time rule, live and offline: a bucketed span's own time.
 
     ``inner`` are the intervals of its nearest bucketed descendants; their union,
@@ -203,4 +204,4 @@ def exclusive_time(start: float, end: float, inner: Iterable[tuple[float, float]
     Concurrent children (threads, async tasks) therefore count once. Any one unit.
     """
     clipped = [(max(a, start), min(b, end)) for a, b in inner if min(b, end) > max(a, start)]
-    return max((end - start) - union_length(clipped), 0.0)
+    return max((end - start) - union_length(clipped), 0)

@@ -52,19 +52,6 @@ def _run_dir(trace_dir: str, run: str | None) -> Path:
     return latest
 
 
-def _load(trace_dir: str, run: str | None) -> tuple[list[dict[str, Any]], Any, Path]:
-    from lens_rl.store import ReadStats, iter_span_records
-
-    path = _run_dir(trace_dir, run)
-    stats = ReadStats()
-    records = list(iter_span_records(path, stats))
-    if not records:
-        raise CliError(f"no readable lens_rl spans under {str(path)!r} ({stats.files} files, {stats.skipped} bad lines)")
-    if stats.skipped:
-        print(f"lens-rl: skipped {stats.skipped} unreadable line(s) (e.g. a killed process's last line)", file=sys.stderr)
-    return records, stats, path
-
-
 def parse_steps(text: str | None) -> tuple[int, int] | None:
     """``--steps``: ``A-B`` (inclusive) or ``all`` (None); the same everywhere."""
     if text is None or text.strip().lower() == "all":
@@ -88,10 +75,9 @@ def _files(trace_dir: str, run: str | None) -> tuple[list[Path], Path]:
     paths = span_files(path)
     runs = set()
     for file in paths:
-        header, _ = read_head(file)
-        resource = header.get("resource") if header is not None else None
-        if type(resource) is dict and resource.get("rl.run_id") is not None:
-            runs.add(str(resource["rl.run_id"]))
+        head, _ = read_head(file)
+        if head is not None and head.resource.get("rl.run_id") is not None:
+            runs.add(str(head.resource["rl.run_id"]))
     if len(runs) > 1:
         print(f"lens-rl: warning: {str(path)!r} holds spans of {len(runs)} runs ({', '.join(sorted(runs))}); their "
               "figures are mixed (keep one run per folder)", file=sys.stderr)  # fmt: skip
@@ -112,7 +98,8 @@ def _parallel(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_goodput(args: argparse.Namespace) -> int:
-    from lens_rl.goodput import analyze, format_table
+    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.table import format_table
 
     if args.warmup_steps < 0:
         raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
@@ -149,7 +136,7 @@ def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any
 
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
-    from lens_rl.perfetto import FORMATS, format_of, write_trace
+    from lens_rl.offline.perfetto import FORMATS, format_of, write_trace
 
     steps = parse_steps(args.steps)
     if args.output is not None and format_of(args.output) is None:
@@ -170,7 +157,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lens_rl.report import write_report
+    from lens_rl.offline.report import write_report
 
     steps = parse_steps(args.steps)
     size, output, _ = _write(args, "report.html", lambda paths, output: write_report(
@@ -180,7 +167,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from lens_rl.replay import replay
+    from lens_rl.offline.replay import replay
 
     path = _run_dir(args.trace_dir, args.run)
     try:
@@ -204,7 +191,7 @@ def _add_parallel(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from lens_rl import __version__
+    from lens_rl._version import __version__
 
     parser = argparse.ArgumentParser(prog="lens-rl", description="lens_rl: goodput and traces for RL jobs")
     parser.add_argument("--version", action="version", version=f"lens-rl {__version__}")

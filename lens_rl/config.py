@@ -413,20 +413,3 @@ def _as_mapping(obj: object, where: str) -> Mapping[str, Any]:
     if hasattr(obj, "__dict__"):
         return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
     raise ValueError(f"{where}: expected a mapping or an object with attributes, got {type(obj).__name__}")
-
-
-def lookup(master_config: object, path: str) -> Any:
-    """Best-effort ``a.b.c`` lookup through dicts, attribute objects and models; None when missing."""
-    node: Any = master_config
-    for part in path.split("."):
-        if node is None:
-            return None
-        if isinstance(node, Mapping):
-            node = node.get(part)
-        else:
-            try:
-                node = getattr(node, part, None)
-            except Exception as exc:  # a hostile __getattr__ must not break identity
-                internal_error(exc, "config-lookup")
-                return None
-    return node

@@ -20,19 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lens_rl import (
-    Bucket,
-    current_span,
-    flush_telemetry,
-    init_telemetry_driver,
-    instrument_aiohttp_client,
-    shutdown_telemetry,
-    step_goodput,
-    traced_phase,
-    traced_worker_init,
-    with_bucket,
-)
+from lens_rl.buckets import Bucket
+from lens_rl.integrations.aiohttp import instrument_aiohttp_client
 from lens_rl.integrations.ray import accepts_context, actor_options, flush_actors, traced_actor
+from lens_rl.lifecycle import flush_telemetry, init_telemetry_driver, shutdown_telemetry, step_goodput
+from lens_rl.record.phases import traced_phase
+from lens_rl.record.scopes import with_bucket
+from lens_rl.record.spans import current_span
+from lens_rl.record.worker_init import traced_worker_init
 
 __all__ = ["GenerationWorker", "PolicyWorker", "RolloutServer", "run_demo"]
 
@@ -227,27 +222,26 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         say(f"spans and metrics sent to {otlp}; the goodput table reads the file store (run without --otlp)")
         return 0 if ok else 1
 
-    from lens_rl.goodput import format_table, rollup
-    from lens_rl.perfetto import to_chrome_trace
-    from lens_rl.store import iter_span_records
+    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.table import format_table
+    from lens_rl.store import span_files
 
     run_dir = Path(trace_dir) / run_id
-    records = list(iter_span_records(run_dir))
+    paths = span_files(run_dir)
+    report = analyze(paths, jobs=1)
     say("")
-    say(format_table(rollup(records)))
+    say(format_table(report))
     perfetto_path = run_dir / "trace.perfetto.json"
-    import json
-
-    perfetto_path.write_text(json.dumps(to_chrome_trace(records)))
+    write_trace(paths, perfetto_path, jobs=1)
     say("")
-    say(f"trace:    {run_dir}/  ({len(records)} spans; `lens-rl goodput {trace_dir} --json` for machines)")
+    say(f"trace:    {run_dir}/  ({report['spans']} spans; `lens-rl goodput {trace_dir} --json` for machines)")
     say(f"perfetto: {perfetto_path}  (open it at https://ui.perfetto.dev)")
     try:
-        from lens_rl.report import write_report
-        from lens_rl.store import span_files
+        from lens_rl.offline.report import write_report
 
         report_path = run_dir / "report.html"
-        write_report(span_files(run_dir), report_path, jobs=1)
+        write_report(paths, report_path, jobs=1)
         say(f"report:   {report_path}  (one self-contained page: open it in a browser, offline)")
     except ImportError as exc:
         say(f"report:   not written ({exc})")

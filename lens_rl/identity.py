@@ -21,10 +21,14 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from lens_rl._attributes import clean_attributes
-from lens_rl.config import CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, lookup
+from lens_rl._errors import internal_error
+from lens_rl.config import CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, TelemetryConfig
 
 __all__ = [
     "MASTER_CONFIG_PATHS",
+    "DriverIdentity",
+    "for_driver",
+    "lookup",
     "campaign_stage",
     "decode_attributes",
     "encode_attributes",
@@ -145,6 +149,13 @@ def _int_from(value: object, field: str, problems: list[str]) -> int | None:
         return None
 
 
+def _detected(env: Mapping[str, str]) -> dict[str, Any]:
+    """What the process detects (host, pid), under ``OTEL_RESOURCE_ATTRIBUTES``."""
+    attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
+    attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))
+    return attrs
+
+
 def worker_attributes(
     *,
     service_name: str,
@@ -164,8 +175,7 @@ def worker_attributes(
     """
     env = os.environ if environ is None else environ
     problems = [] if problems is None else problems
-    attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
-    attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))
+    attrs = _detected(env)
     attrs.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))
     rank_value = _int_from(rank, "rank", problems) if rank is not None else _int_from(env.get("RANK"), "RANK", problems)
     size_value = (_int_from(world_size, "world_size", problems) if world_size is not None
@@ -183,3 +193,56 @@ def worker_attributes(
     attrs["service.name"] = service_name
     attrs.update(clean_attributes(explicit))
     return attrs, rank_value is not None
+
+
+class DriverIdentity:
+    """The driver's identity, computed once: its resource attributes, and the environment it hands to
+    workers (``projection``; the names in ``overwrite`` replace a value already set, the others are
+    ``setdefault``: a variable the user set wins)."""
+
+    __slots__ = ("config", "resource", "projection", "overwrite")
+
+    def __init__(self, config: TelemetryConfig, resource: dict[str, Any], projection: dict[str, str],
+                 overwrite: frozenset[str]) -> None:  # fmt: skip
+        self.config = config
+        self.resource = resource
+        self.projection = projection
+        self.overwrite = overwrite
+
+
+def for_driver(master_config: object, algorithm: str | None, config: TelemetryConfig,
+               environ: Mapping[str, str] | None = None) -> DriverIdentity:  # fmt: skip
+    """The driver's resource and the workers' environment, from the master config, ``algorithm`` and the
+    resolved ``config`` (its run id filled). Nothing is written: lifecycle writes the projection once, at
+    the end of a successful start. Values keep their types (a float stays a float)."""
+    env = os.environ if environ is None else environ
+    algorithm = (algorithm or "").strip() or infer_algorithm(master_config)
+    run_id = str(config.run_id)
+    stage = env.get(CAMPAIGN_STAGE_ENV, "").strip() or campaign_stage(algorithm, {})
+    job = job_identity(master_config, algorithm, run_id)
+    job["nv.dl.campaign.stage"] = stage
+    job.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))  # what the user set wins
+    resource = _detected(env)
+    resource.update(job)
+    resource.update({RANK: 0, WORLD_SIZE: 1, WORKER_GROUP: "driver", "service.name": config.service_name})
+    projection = dict(config.to_env())
+    projection[CAMPAIGN_STAGE_ENV] = stage
+    projection[RESOURCE_ATTRIBUTES_ENV] = encode_attributes(job)
+    return DriverIdentity(config, resource, projection, frozenset({RESOURCE_ATTRIBUTES_ENV}))
+
+
+def lookup(master_config: object, path: str) -> Any:
+    """Best-effort ``a.b.c`` lookup through dicts, attribute objects and models; None when missing."""
+    node: Any = master_config
+    for part in path.split("."):
+        if node is None:
+            return None
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        else:
+            try:
+                node = getattr(node, part, None)
+            except Exception as exc:  # a hostile __getattr__ must not break identity
+                internal_error(exc, "config-lookup")
+                return None
+    return node

@@ -30,13 +30,11 @@ import threading
 import time
 from typing import Any
 
-from lens_rl._bounded import Job, start_helpers, submit
+import lens_rl.propagation as propagation
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
 from lens_rl.config import (
-    CAMPAIGN_STAGE_ENV,
     ENV,
-    RESOURCE_ATTRIBUTES_ENV,
     TelemetryConfig,
     mask_url,
     near_telemetry_key,
@@ -44,14 +42,8 @@ from lens_rl.config import (
     strip_userinfo,
     unknown_env_names,
 )
-from lens_rl.identity import (
-    campaign_stage,
-    decode_attributes,
-    encode_attributes,
-    infer_algorithm,
-    job_identity,
-    worker_attributes,
-)
+from lens_rl.export.bounded import Job, start_helpers, submit
+from lens_rl.identity import for_driver, worker_attributes
 
 __all__ = [
     "flush_telemetry",
@@ -122,7 +114,7 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
 
 
 def get_telemetry_handle() -> Any:
-    """The process's :class:`~lens_rl.handle.TelemetryHandle`, or None. A plain global read."""
+    """The process's :class:`~lens_rl.export.handle.TelemetryHandle`, or None. A plain global read."""
     return RUNTIME.handle
 
 
@@ -186,7 +178,13 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
 
     Call once before ``ray.init()``. Raises ``ValueError`` on a bad config (field, value,
     what is allowed). Returns None when telemetry is disabled. Idempotent. Touches
-    ``os.environ`` (``LENS_RL_OTEL_*``, ``TRACEPARENT``) and the process-global handle.
+    ``os.environ`` (``LENS_RL_OTEL_*``, ``TRACEPARENT``: written once, at the end of a
+    successful start) and the process-global handle.
+
+    Example::
+
+        handle = lens_rl.init_telemetry_driver(master_config, algorithm="grpo")
+        ray.init()                                  # workers inherit the environment
     """
     with RUNTIME.lock:
         if RUNTIME.handle is not None and RUNTIME.handle.role != "lazy":
@@ -199,55 +197,49 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
             RUNTIME.mark_off()
             return None
         config = config.with_run_id()
-        run_id = str(config.run_id)
         if config.endpoint and strip_userinfo(config.endpoint) != config.endpoint:
             warn_once("endpoint-credentials", "lens_rl: the endpoint's credentials are not passed to workers; "
                       "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes")  # fmt: skip
-        for name, value in config.to_env().items():
-            _project(name, value)
-        algorithm = (algorithm or "").strip() or infer_algorithm(master_config)
-        _project(CAMPAIGN_STAGE_ENV, campaign_stage(algorithm))
-        identity = job_identity(master_config, algorithm, run_id)
-        identity["nv.dl.campaign.stage"] = os.environ[CAMPAIGN_STAGE_ENV]
-        identity.update(decode_attributes(os.environ.get(RESOURCE_ATTRIBUTES_ENV)))  # raw env wins
-        _project(RESOURCE_ATTRIBUTES_ENV, encode_attributes(identity), overwrite=True)
+        driver = for_driver(master_config, algorithm, config)
+        from lens_rl.export.exporters import MissingExtraError  # (the SDK side: imported once telemetry is on)
+        from lens_rl.export.handle import TelemetryHandle
 
-        from lens_rl.exporters import MissingExtraError
-        from lens_rl.handle import TelemetryHandle
-
-        attrs, _ = worker_attributes(service_name=config.service_name, rank=0, world_size=1, worker_group="driver")
         try:
-            handle = TelemetryHandle(config, attrs)
+            handle = TelemetryHandle(config, driver.resource, role="driver")
         except MissingExtraError as exc:
             raise ValueError(str(exc)) from exc
-        from opentelemetry import trace
-
-        from lens_rl import propagation
-
-        parent = propagation.context_from_env()
-        root_span = handle.tracer.start_span(
-            "rl.job",
-            context=parent,
-            attributes={"rl.run_id": run_id, "rl.algorithm": identity.get("rl.algorithm", "unknown")},
-        )
-        RUNTIME.root_span = root_span
-        RUNTIME.root_context = trace.set_span_in_context(root_span)
-        handle.set_root(root_span.get_span_context().span_id)
-        for name, value in propagation.carrier_for(RUNTIME.root_context, env_names=True).items():
-            _project(name, value, overwrite=True)
+        _open_job(handle, driver)
+        for name, value in driver.projection.items():
+            _project(name, value, overwrite=name in driver.overwrite)
         _activate(handle, "driver")
         for hook in RUNTIME.driver_hooks:
             try:
                 hook()
             except Exception as exc:
                 internal_error(exc, "driver-hook")
-        _log.info(
-            "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
-            config.exporter,
-            run_id,
-            f"trace_dir={config.trace_dir}" if config.exporter == "file" else f"endpoint={mask_url(config.resolved_endpoint)}",
-        )
+        _log.info("lens_rl: telemetry on (exporter=%s, run_id=%s, %s)", config.exporter, config.run_id,
+                  f"trace_dir={config.trace_dir}" if config.exporter == "file"
+                  else f"endpoint={mask_url(config.resolved_endpoint)}")  # fmt: skip
         return handle
+
+
+def _open_job(handle: Any, driver: Any) -> None:
+    """Open the job root ``rl.job`` (it ends at shutdown: its duration is the job's) and add its context to
+    the workers' environment (``TRACEPARENT``), so every worker joins the job's trace."""
+    from opentelemetry import trace
+
+    resource = driver.resource
+    root_span = handle.tracer.start_span(
+        "rl.job",
+        context=propagation.context_from_env(),
+        attributes={"rl.run_id": resource["rl.run_id"], "rl.algorithm": resource.get("rl.algorithm", "unknown")},
+    )
+    RUNTIME.root_span = root_span
+    RUNTIME.root_context = trace.set_span_in_context(root_span)
+    handle.set_root(root_span.get_span_context().span_id)
+    carrier = propagation.carrier_for(RUNTIME.root_context, env_names=True)
+    driver.projection.update(carrier)
+    driver.overwrite = driver.overwrite | frozenset(carrier)
 
 
 # ---------------------------------------------------------------------- worker
@@ -329,10 +321,9 @@ def _init_worker(
             "lens_rl: no rank for this worker (pass rank= or set RANK); reporting rank %s",
             attrs["nv.dl.rank"],
         )
-    from lens_rl import propagation
-    from lens_rl.handle import TelemetryHandle
+    from lens_rl.export.handle import TelemetryHandle
 
-    handle = TelemetryHandle(config, attrs)
+    handle = TelemetryHandle(config, attrs, role=role)
     RUNTIME.root_context = propagation.context_from_env()
     if RUNTIME.root_context is not None:
         from opentelemetry import trace
@@ -371,13 +362,13 @@ def activate(handle: Any, role: str = "worker") -> None:
 
 
 def _activate(handle: Any, role: str) -> None:
-    from lens_rl import _globals
+    from lens_rl.export import providers
 
     handle.role = role
     RUNTIME.install(handle)
     start_helpers()  # the flush/shutdown helpers, started here: never from a signal handler
-    _globals.register_once()
-    _globals.rebind()
+    providers.register_once()
+    providers.rebind()
     registered = RUNTIME.registered
     if "atexit" not in registered:
         registered.add("atexit")
@@ -508,10 +499,8 @@ _MP_TOKEN = _Token()
 def _after_fork_in_child() -> None:
     old = RUNTIME.handle
     RUNTIME.reset(after_fork=True)
-    reader = getattr(old, "_metric_reader", None)
-    stop = getattr(reader, "_shutdown_event", None)
-    if stop is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
-        stop.set()
+    if old is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
+        old.after_fork()
 
 
 def _after_mp_fork(_token: object) -> None:
@@ -521,4 +510,14 @@ def _after_mp_fork(_token: object) -> None:
 
 
 
+def _init_from_decorator(rank: Any, world_size: Any, worker_group: Any) -> Any:
+    """``RUNTIME.worker_init``: what ``traced_worker_init`` calls before a constructor's body runs."""
+    if not telemetry_enabled_in_env():
+        if RUNTIME.handle is None:
+            RUNTIME.resolve()
+        return None
+    return init_telemetry_worker(rank=rank, world_size=world_size, worker_group=worker_group)
+
+
 RUNTIME.resolver = _lazy_init
+RUNTIME.worker_init = _init_from_decorator

@@ -16,15 +16,28 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from lens_rl._errors import internal_error
-from lens_rl._otel import OTEL
 from lens_rl._runtime import AMBIENT, RUNTIME
 
 __all__ = ["attach_context", "inject_context"]
+
+class _LazyModules:
+    """OpenTelemetry's API modules, imported on first use and then read as plain attributes: ``import
+    lens_rl`` imports no OpenTelemetry, and a ``from opentelemetry import x`` inside a hot function costs
+    about a microsecond per call (the import machinery runs each time)."""
+
+    def __getattr__(self, name: str) -> Any:
+        module = importlib.import_module(f"opentelemetry.{name}")
+        setattr(self, name, module)  # later reads find it in the instance dict: no __getattr__
+        return module
+
+
+OTEL: Any = _LazyModules()
 
 _TRACEPARENT = "traceparent"
 _TRACESTATE = "tracestate"
@@ -44,11 +57,6 @@ def _propagator() -> Any:
 
         _PROPAGATOR.append(CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()]))
     return _PROPAGATOR[0]
-
-
-def carried(ctx: Any) -> tuple[str | None, int | None]:
-    """The bucket and step a context carries in its baggage (from a caller, maybe in another process)."""
-    return carried_in(OTEL.baggage.get_all(ctx))
 
 
 def carried_in(entries: Mapping[str, Any] | None) -> tuple[str | None, int | None]:
@@ -81,28 +89,38 @@ def root_unless_current() -> Any:
     return None if OTEL.trace.get_current_span().get_span_context().is_valid else root
 
 
-_KEYS: list[Any] = []
+def keys() -> tuple[Any, Any, Any, Any, Any]:
+    """OpenTelemetry's context key for the current span and for the baggage, its ``Context`` type, the
+    invalid span context and its runtime context (``attach`` / ``detach`` / ``get_current`` without the API's
+    wrappers): read directly, they save a function call per lookup on the hot path. The export side hands
+    them in with its first handle (:mod:`lens_rl.export._sdk` keeps OpenTelemetry's private names); until
+    then, they are found through the public API."""
+    found = RUNTIME.otel_keys
+    if found is None:
+        found = RUNTIME.otel_keys = public_keys()
+    return found  # type: ignore[return-value]
 
 
-def _keys() -> tuple[Any, Any, Any, Any]:
-    """OpenTelemetry's context keys for the current span and the baggage, its ``Context`` type, the invalid span
-    context (the API's own objects, pinned with it: reading them directly saves a function call per lookup)."""
-    if not _KEYS:
-        from opentelemetry.baggage import _BAGGAGE_KEY
-        from opentelemetry.context import _RUNTIME_CONTEXT
-        from opentelemetry.context.context import Context
-        from opentelemetry.trace import INVALID_SPAN_CONTEXT
-        from opentelemetry.trace.propagation import _SPAN_KEY
+def public_keys() -> tuple[Any, Any, Any, Any, Any]:
+    """:func:`keys` through OpenTelemetry's public API alone (the keys are what its setters write)."""
+    from opentelemetry import baggage, context, trace
+    from opentelemetry.context.context import Context
 
-        _KEYS.extend((_SPAN_KEY, _BAGGAGE_KEY, Context, INVALID_SPAN_CONTEXT, _RUNTIME_CONTEXT))
-    return _KEYS[0], _KEYS[1], _KEYS[2], _KEYS[3]
+    span_key = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
+    baggage_key = next(iter(baggage.set_baggage("k", "v", Context())))
+    return span_key, baggage_key, Context, trace.INVALID_SPAN_CONTEXT, _PublicRuntimeContext(context)
+
+
+class _PublicRuntimeContext:
+    """The runtime context through the public functions (``opentelemetry.context.attach`` ...)."""
+
+    def __init__(self, context: Any) -> None:
+        self.attach, self.detach, self.get_current = context.attach, context.detach, context.get_current
 
 
 def runtime_context() -> Any:
-    """OpenTelemetry's runtime context (``attach``/``detach``/``get_current`` without the API's wrappers)."""
-    if not _KEYS:
-        _keys()
-    return _KEYS[4]
+    """OpenTelemetry's runtime context (``attach``/``detach``/``get_current``): see :func:`keys`."""
+    return keys()[4]
 
 
 def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | None]:
@@ -112,8 +130,8 @@ def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | No
     ``explicit`` (a context from a carrier) wins; else the current span; else, outside
     every span, the job root with the current baggage (:func:`root_unless_current`).
     """
-    span_key, baggage_key, context_type, invalid = _keys()
-    ctx = explicit if explicit is not None else _KEYS[4].get_current()
+    span_key, baggage_key, context_type, invalid, runtime = keys()
+    ctx = explicit if explicit is not None else runtime.get_current()
     span = ctx.get(span_key)
     parent = span.get_span_context() if span is not None else invalid
     if explicit is None and not (parent[0] and parent[1]) and RUNTIME.root_context is not None:  # (is_valid)
@@ -127,7 +145,7 @@ def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | No
 
 def under(ctx: Any, span: Any, step: Any = None) -> Any:
     """``ctx`` with ``span`` current and, when given, ``step`` in its baggage (one copy of the context)."""
-    span_key, baggage_key, context_type, _ = _keys()
+    span_key, baggage_key, context_type, _, _ = keys()
     new = context_type(ctx)  # Context refuses item assignment; a fresh copy is ours to fill
     dict.__setitem__(new, span_key, span)
     if step is not None:

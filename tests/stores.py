@@ -65,3 +65,87 @@ def write_process(run_dir: Path, group: str, rank: int, pid: int, spans: Iterabl
     lines = [json.dumps(header(group, rank, pid, **head)), *(json.dumps(dict(s)) for s in spans)]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+# ---------------------------------------------------------------------- spans as dicts (a receiver's shape)
+
+
+def write_received(spans: Iterable[Mapping[str, Any]], run_dir: Path) -> Path:
+    """Write spans of the receiver's dict shape (``name``, ``span_id``, ``parent_span_id``, ``start_ns``,
+    ``end_ns``, ``attributes``, ``resource`` ...) as a store: a file per process (resource), a parent in
+    another process marked remote, the driver's file (its ``rl.worker_group``) with the driver's role."""
+    by_process: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for s in spans:
+        res = s.get("resource") or {}
+        by_process.setdefault(tuple(sorted((k, str(v)) for k, v in res.items())), []).append(s)
+    ids = {key: {s.get("span_id") for s in group} for key, group in by_process.items()}
+    everyone = set().union(*ids.values()) if ids else set()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for n, (key, group) in enumerate(by_process.items()):
+        res = dict(group[0].get("resource") or {})
+        pid = int(res.get("process.pid", 1000 + n) or 0)
+        head = header(str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), pid,
+                      since_s=min(s["start_ns"] for s in group) / 1e9)  # fmt: skip
+        head["resource"] = res
+        head["role"] = "driver" if res.get("rl.worker_group") == "driver" else "worker"
+        lines = [json.dumps(head)]
+        for s in group:
+            row: dict[str, Any] = {"n": s["name"], "t": s.get("trace_id") or "0" * 32, "s": s["span_id"]}
+            parent = s.get("parent_span_id")
+            if parent:
+                row["p"] = parent
+                if parent not in ids[key] and parent in everyone:
+                    row["pr"] = True
+            row["b"], row["e"] = s["start_ns"], s["end_ns"]
+            if s.get("attributes"):
+                row["a"] = dict(s["attributes"])
+            if s.get("status") not in (None, "UNSET"):
+                row["st"] = s["status"]
+            lines.append(json.dumps(row))
+        (run_dir / f"spans-{n}.jsonl").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def rollup(spans: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]:
+    """``lens-rl goodput --json`` of these receiver-shaped spans, written as a store in a scratch folder."""
+    import shutil
+    import tempfile
+
+    from lens_rl.offline.goodput import analyze
+    from lens_rl.store import span_files
+
+    scratch = Path(tempfile.mkdtemp(prefix="lens-rl-test-"))
+    try:
+        return analyze(span_files(write_received(spans, scratch)), jobs=1, **options)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def rollup_recorded(spans: Iterable[Any], **options: Any) -> dict[str, Any]:
+    """``lens-rl goodput --json`` of spans a recorder kept (``lens_rl.testing``), written as the file exporter writes."""
+    import shutil
+    import tempfile
+
+    from lens_rl.offline.goodput import analyze
+    from lens_rl.store import span_files
+    from lens_rl.testing import write_spans
+
+    scratch = Path(tempfile.mkdtemp(prefix="lens-rl-test-"))
+    try:
+        return analyze(span_files(write_spans(spans, scratch)), jobs=1, **options)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def read_spans(where: Path) -> list[dict[str, Any]]:
+    """Every span of a store (a run folder, or one file) in the receiver's dict shape."""
+    from lens_rl.store import iter_rows, span_files
+
+    out = []
+    for path in [where] if where.is_file() else span_files(where):
+        for head, row in iter_rows(path):
+            out.append({"name": row.n, "trace_id": row.t, "span_id": row.s, "parent_span_id": row.p,
+                        "start_ns": row.b, "end_ns": row.e, "attributes": row.a or {}, "status": row.st or "UNSET",
+                        "events": [{"name": e.get("n"), "attributes": e.get("a") or {}} for e in row.ev or ()],
+                        "resource": head.resource, "path": path})  # fmt: skip
+    return out

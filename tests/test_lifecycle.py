@@ -12,8 +12,8 @@ import pytest
 import lens_rl
 from lens_rl._runtime import RUNTIME
 from lens_rl.identity import decode_attributes
-from lens_rl.store import iter_span_records
 from tests.conftest import run_in_threads, run_python
+from tests.stores import read_spans
 
 
 def _master(tmp_path: Path, **telemetry: object) -> dict:
@@ -190,7 +190,7 @@ def test_shutdown_is_idempotent_and_ends_the_job_span(tmp_path: Path) -> None:
     assert lens_rl.shutdown_telemetry(2000) is True
     assert lens_rl.shutdown_telemetry(2000) is True
     assert lens_rl.get_telemetry_handle() is None
-    lines = list(iter_span_records(tmp_path / "traces"))
+    lines = read_spans(tmp_path / "traces")
     job = [x for x in lines if x["name"] == "rl.job"]
     assert len(job) == 1 and job[0]["parent_span_id"] is None
     assert job[0]["end_ns"] - job[0]["start_ns"] >= 50_000_000
@@ -207,7 +207,7 @@ def test_process_that_forgets_shutdown_exports_at_exit(tmp_path: Path) -> None:
         """
     )
     assert out.returncode == 0, out.stderr
-    names = [r["name"] for r in iter_span_records(tmp_path)]
+    names = [r["name"] for r in read_spans(tmp_path)]
     assert sorted(names) == ["generation", "rl.job"]
 
 

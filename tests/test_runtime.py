@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 import lens_rl
-from lens_rl import _impl, aspects, testing, traced_phase
-from lens_rl._spans import NoopSpan, PhaseSpan, SpanLike
-from lens_rl.goodput import rollup, spans_to_records
+from lens_rl import testing, traced_phase
+from lens_rl.record import _impl
+from lens_rl.record import phases as aspects
+from lens_rl.record.spans import NoopSpan, PhaseSpan, SpanLike
 from lens_rl.testing import OTLPReceiver
 from tests.conftest import run_in_threads, run_python
+from tests.stores import rollup, rollup_recorded
 
 PKG = Path(lens_rl.__file__).parent
 
@@ -53,38 +55,6 @@ def _root(spans: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- structure
-
-
-def test_the_import_graph_has_no_cycle() -> None:
-    """No module of lens_rl imports another that (transitively) imports it back, lazy imports included."""
-    modules = {".".join(p.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in PKG.rglob("*.py")}  # fmt: skip
-    edges: dict[str, set[str]] = {m: set() for m in modules}
-    for mod, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            for name in names:
-                while name and name not in modules:
-                    name = name.rpartition(".")[0]
-                if name and name not in (mod, "lens_rl"):
-                    edges[mod].add(name)
-    seen: dict[str, int] = {}
-
-    def visit(mod: str, trail: list[str]) -> None:
-        seen[mod] = 1
-        for dep in edges[mod]:
-            assert seen.get(dep) != 1, "import cycle: " + " -> ".join(trail + [mod, dep])
-            if dep not in seen:
-                visit(dep, trail + [mod])
-        seen[mod] = 2
-
-    for mod in sorted(modules):
-        if mod not in seen:
-            visit(mod, [])
 
 
 def test_reset_touches_no_other_modules_private_names() -> None:
@@ -450,7 +420,7 @@ def test_live_metric_and_offline_rollup_agree_on_concurrent_children() -> None:
             run_in_threads(reward, 3)
             time.sleep(0.05)
         live = {p.attributes["rl.bucket"]: p.value for p in rec.metrics()["rl.goodput.bucket_seconds"]}
-        offline = rollup(spans_to_records(rec.spans))["job"]["seconds"]
+        offline = rollup_recorded(rec.spans)["job"]["seconds"]
     assert live["overhead"] == pytest.approx(offline["overhead"], abs=1e-6) and live["overhead"] > 0.04
     assert live["productive"] == pytest.approx(offline["productive"], abs=1e-6) and live["productive"] > 0.29
 
@@ -479,9 +449,9 @@ def test_runtime_reset_serves_tests_and_forked_children(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     parent_pid = json.loads(out.stdout)
-    from lens_rl.store import iter_file_records
+    from tests.stores import read_spans
 
-    files = {p.name: [r["name"] for r in iter_file_records(p)] for p in tmp_path.rglob("spans-*.jsonl")}
+    files = {p.name: [r["name"] for r in read_spans(p)] for p in tmp_path.rglob("spans-*.jsonl")}
     parent = next(names for name, names in files.items() if name.endswith(f"-{parent_pid}.jsonl"))
     child = next(names for name, names in files.items() if not name.endswith(f"-{parent_pid}.jsonl"))
     assert "child_phase" not in parent and child == ["child_phase"]

@@ -61,11 +61,11 @@ def instrument_aiohttp_client() -> bool:
                     "lens_rl: an aiohttp ClientSession already exists; sessions built before "
                     "instrument_aiohttp_client() send no traceparent"
                 )
-            from lens_rl import _globals
+            from lens_rl.export import providers
 
             # The live providers: a replaced handle keeps receiving the client spans, and a
             # request made outside every phase joins the job root.
-            instrumentor.instrument(tracer_provider=_globals.TRACER_PROVIDER, meter_provider=_globals.METER_PROVIDER)
+            instrumentor.instrument(tracer_provider=providers.TRACER_PROVIDER, meter_provider=providers.METER_PROVIDER)
         return True
     except Exception as exc:
         internal_error(exc, "aiohttp-instrument")

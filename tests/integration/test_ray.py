@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from lens_rl.integrations.ray import actor_options, telemetry_runtime_env, worker_env
-from lens_rl.store import iter_file_records
 from lens_rl.testing import OTLPReceiver
 from tests.conftest import clean_env
+from tests.stores import read_spans
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -102,7 +102,7 @@ def test_the_ordinary_end_of_a_ray_job_loses_no_worker_span(tmp_path: Path, mode
     names: dict[str, list[str]] = {}
     for path in tmp_path.rglob("spans-*.jsonl"):
         group = path.name.split("-")[1]
-        names.setdefault(group, []).extend(r["name"] for r in iter_file_records(path))
+        names.setdefault(group, []).extend(r["name"] for r in read_spans(path))
     assert sorted(names.get("lm_policy", [])) == ["policy.init"] + ["policy_training"] * 3
     assert names.get("vllm_policy", []).count("generation") == 3
     assert names["driver"].count("step") == 3

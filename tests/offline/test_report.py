@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.report import HEAT_LIMIT, build_report
+from lens_rl.offline.report import HEAT_LIMIT, build_report
 from lens_rl.store import span_files
 from tests.stores import span, write_process
 

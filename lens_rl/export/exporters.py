@@ -1,0 +1,96 @@
+"""The choice of exporter: ``file`` (embedded), ``otlp`` (HTTP or gRPC), ``console``, ``none``.
+
+Spans and metrics always go to the same kind of destination, made together (OTLP headers, which a
+``headers_file`` may hold, are read once for both). Exporter modules are imported inside the functions,
+so ``import lens_rl`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from lens_rl.export._sdk import read_environment_once, track_http_status
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricExporter
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from lens_rl.config import TelemetryConfig
+
+__all__ = ["MissingExtraError", "make_exporters"]
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+def _grpc_module(signal: str) -> Any:
+    try:
+        name = "trace_exporter" if signal == "traces" else "metric_exporter"
+        return importlib.import_module(f"opentelemetry.exporter.otlp.proto.grpc.{name}")
+    except ImportError as exc:
+        raise MissingExtraError(
+            "telemetry.protocol 'grpc' needs the OTLP gRPC exporter: pip install 'lens-rl[grpc]'"
+        ) from exc
+
+
+def make_exporters(config: TelemetryConfig, attributes: dict[str, Any], role: str = "worker") -> tuple[
+        SpanExporter | None, MetricExporter | None]:  # fmt: skip
+    """The span and metric exporters ``config`` asks for (None for ``none``, or a signal turned off)."""
+    timeout_s = config.export_timeout_ms / 1000.0
+    headers = config.headers() if config.exporter == "otlp" else None
+    spans = _span_exporter(config, attributes, role, timeout_s, headers) if config.traces_enabled else None
+    metrics = _metric_exporter(config, attributes, role, timeout_s, headers) if config.metrics_enabled else None
+    return spans, metrics
+
+
+def _span_exporter(config: TelemetryConfig, attributes: dict[str, Any], role: str, timeout_s: float,
+                   headers: dict[str, str] | None) -> SpanExporter | None:  # fmt: skip
+    if config.exporter == "file":
+        from lens_rl.export.file import FileSpanExporter
+
+        return FileSpanExporter(config.trace_dir, config.run_id or "run", attributes, role)
+    if config.exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if config.exporter == "otlp":
+        from lens_rl.export.otlp import HTTPSpanExporter, grpc_exporter_class
+
+        if config.protocol == "grpc":
+            return grpc_exporter_class(_grpc_module("traces").OTLPSpanExporter)(  # type: ignore[no-any-return]
+                endpoint=config.resolved_endpoint,
+                insecure=config.resolved_endpoint.startswith("http://"),
+                timeout=timeout_s,
+                headers=headers,
+            )
+        url = config.resolved_endpoint + "/v1/traces"
+        exporter = HTTPSpanExporter(endpoint=url, timeout=timeout_s, headers=headers)
+        return track_http_status(read_environment_once(exporter, url))  # type: ignore[no-any-return]
+    return None
+
+
+def _metric_exporter(config: TelemetryConfig, attributes: dict[str, Any], role: str, timeout_s: float,
+                     headers: dict[str, str] | None) -> MetricExporter | None:  # fmt: skip
+    if config.exporter == "file":
+        from lens_rl.export.file import FileMetricExporter
+
+        return FileMetricExporter(config.trace_dir, config.run_id or "run", attributes, role)
+    if config.exporter == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    if config.exporter == "otlp":
+        if config.protocol == "grpc":
+            return _grpc_module("metrics").OTLPMetricExporter(  # type: ignore[no-any-return]
+                endpoint=config.resolved_endpoint,
+                insecure=config.resolved_endpoint.startswith("http://"),
+                timeout=timeout_s,
+                headers=headers,
+            )
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        url = config.resolved_endpoint + "/v1/metrics"
+        return read_environment_once(OTLPMetricExporter(endpoint=url, timeout=timeout_s, headers=headers), url)  # type: ignore[no-any-return]
+    return None

@@ -1,0 +1,326 @@
+"""The embedded file store's writer: JSON lines under ``trace_dir/<run_id>/``, no collector needed.
+
+The format (a header line with the process's resource, then short-key span lines), the file names and
+the reader live in :mod:`lens_rl.store`: the writer follows the format, the reader never looks at
+anything but the files. One file per process and signal.
+
+Each batch is appended with ``os.write`` on an ``O_APPEND`` descriptor, whole lines
+only, so a killed process can at worst leave one unfinished last line; readers skip it
+and count it. A write that fails part-way (a full disk) is cut back to where the batch
+began, so its retry leaves no duplicate and no garbage line, also when the process
+exits meanwhile (closing waits for a write in progress); readers also drop a span id
+seen twice in one file. Every line is strict JSON (a NaN or infinite number is
+written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path part
+(group, rank, run id) is sanitised and shortened: no value writes outside
+``trace_dir``. A forked child never writes into its parent's files.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from lens_rl._errors import internal_error, warn_once
+from lens_rl.export.fastspan import remember
+from lens_rl.store import OWN_SCOPE, header, store_path
+
+_CHUNK_BYTES = 1 << 16
+_CLOSE_WAIT_S = 2.0  # how long closing waits for a write in progress (a local write takes milliseconds)
+
+
+def _hex(value: int, width: int) -> str:
+    return format(value, f"0{width}x")
+
+
+def span_row(span: ReadableSpan) -> dict[str, Any]:
+    """The v2 line of one finished span: short keys, defaults left out, no resource."""
+    ctx = span.context
+    row: dict[str, Any] = {"n": span.name, "t": _hex(ctx.trace_id, 32), "s": _hex(ctx.span_id, 16)}
+    parent = span.parent
+    if parent is not None:
+        row["p"] = _hex(parent.span_id, 16)
+        if parent.is_remote:
+            row["pr"] = True
+    row["b"] = span.start_time
+    row["e"] = span.end_time
+    if span.attributes:
+        row["a"] = dict(span.attributes)
+    thread = getattr(span, "_lens_thread", None)
+    if thread is not None:
+        row["th"] = thread
+        row["tn"] = getattr(span, "_lens_thread_name", None)
+    kind = span.kind.name
+    if kind != "INTERNAL":
+        row["k"] = kind
+    status = span.status
+    if status.status_code.name != "UNSET":
+        row["st"] = status.status_code.name
+        if status.description:
+            row["sm"] = status.description
+    if span.events:
+        row["ev"] = [{"n": e.name, "ts": e.timestamp, "a": dict(e.attributes or {})} for e in span.events]
+    if span.links:
+        row["ln"] = [{"t": _hex(link.context.trace_id, 32), "s": _hex(link.context.span_id, 16),
+                      "a": dict(link.attributes or {})} for link in span.links]  # fmt: skip
+    scope = span.instrumentation_scope.name if span.instrumentation_scope else None
+    if scope != OWN_SCOPE:
+        row["sc"] = scope
+    return row
+
+
+_SHAPES: dict[Any, tuple[str, str]] = {}  # a phase span's shape -> its name and attributes, as JSON
+
+
+def span_line(span: ReadableSpan) -> str:
+    """The v2 line of one finished span: :func:`span_row` as strict JSON."""
+    return span_lines((span,))[0]
+
+
+def span_lines(spans: Sequence[ReadableSpan]) -> list[str]:
+    """The v2 lines of ``spans``, in order: :func:`span_row` as strict JSON.
+
+    A lens_rl phase span still as its shape made it (the common case) is written from
+    its shape's name and attributes as JSON, encoded once, and the trace id, parent id
+    and thread its neighbours in the batch share, formatted once: the same line
+    (``tests/test_export.py`` compares them), several times cheaper.
+    """
+    out = []
+    trace_id = parent_id = thread = name = None
+    trace_part = parent_part = thread_part = ""
+    for span in spans:
+        shape = getattr(span, "shape", None)
+        if shape is None:
+            out.append(json_line(span_row(span)))
+            continue
+        known = _SHAPES.get(shape)
+        if known is None:
+            attrs = span._attributes
+            known = remember(_SHAPES, shape, (json_line(span.name), f',"a":{json_line(dict(attrs))}' if attrs else ""))
+        context: Any = span._context
+        if context[0] != trace_id:
+            trace_id = context[0]
+            trace_part = f',"t":"{trace_id:032x}","s":"'
+        parent = span._parent
+        if parent is None:
+            parent_id, parent_part = None, ""
+        elif parent[1] != parent_id:
+            parent_id = parent[1]  # (a SpanContext is a tuple: trace id, span id, is_remote, ...)
+            parent_part = f',"p":"{parent_id:016x}","pr":true' if parent[2] else f',"p":"{parent_id:016x}"'
+        span_thread, span_name = getattr(span, "_lens_thread", None), getattr(span, "_lens_thread_name", None)
+        if span_thread != thread or span_name != name:
+            thread, name = span_thread, span_name
+            thread_part = f',"th":{thread},"tn":{json_line(name)}' if thread is not None else ""
+        out.append(f'{{"n":{known[0]}{trace_part}{context[1]:016x}"{parent_part},'
+                   f'"b":{span._start_time},"e":{span._end_time}{known[1]}{thread_part}}}')  # fmt: skip
+    return out
+
+
+class _AppendFile:
+    """An ``O_APPEND`` file written in whole lines, created on first write.
+
+    A write and its cut-back run under one lock; :meth:`close` (also run at interpreter
+    exit for every open file) takes that lock, so a process that exits while its export
+    thread is writing waits for the write to end whole or be cut back, and no write
+    starts after it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+        _OPEN_FILES.add(self)
+
+    def write_lines(self, lines: Sequence[str]) -> None:
+        """Append ``lines`` whole, or not at all: a failed write is cut back to where it began.
+
+        Raises :class:`FileClosedError` once the file is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise FileClosedError(errno.EBADF, f"{self.path} is closed")
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            start = os.fstat(self._fd).st_size  # one writer per file (one process): this is where the batch begins
+            try:
+                chunk: list[bytes] = []
+                size = 0
+                for line in lines:
+                    data = line.encode("utf-8") + b"\n"
+                    if size + len(data) > _CHUNK_BYTES and chunk:
+                        self._write_all(b"".join(chunk))
+                        chunk, size = [], 0
+                    chunk.append(data)
+                    size += len(data)
+                if chunk:
+                    self._write_all(b"".join(chunk))
+            except OSError:
+                try:
+                    os.ftruncate(self._fd, start)
+                except OSError:
+                    pass  # the retry may still leave a partial line; readers skip and count it
+                raise
+            finally:
+                if self._closed:  # closed while this write was stuck: the close left the descriptor to us
+                    self._close_fd()
+
+    def _write_all(self, data: bytes) -> None:
+        # Chunks end on line boundaries. A short write on a regular file means it is full:
+        # fail at once (the caller cuts the file back) rather than leave half a line on
+        # disk while trying the rest.
+        assert self._fd is not None
+        written = os.write(self._fd, data)
+        if written < len(data):
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes): {os.strerror(errno.ENOSPC)}")
+
+    def close(self, wait_s: float = _CLOSE_WAIT_S) -> None:
+        """Refuse further writes, wait for one in progress (at most ``wait_s``), close the descriptor."""
+        self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: the parent's writer thread is not here, its lock may be held forever
+        if not self._lock.acquire(timeout=wait_s):
+            return  # a write stuck past the wait (a hung file system): it closes the descriptor when done
+        try:
+            self._close_fd()
+        finally:
+            self._lock.release()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class FileClosedError(OSError):
+    """A write to a store file after it was closed (telemetry shut down): nothing was written."""
+
+
+_OPEN_FILES: weakref.WeakSet[_AppendFile] = weakref.WeakSet()
+
+
+def _close_all_at_exit() -> None:
+    # Daemon threads stop wherever they are once the interpreter finalizes: an export
+    # thread between a failed write and its cut-back would leave half a line on disk.
+    for file in list(_OPEN_FILES):
+        file.close()
+
+
+atexit.register(_close_all_at_exit)  # registered on import, before lifecycle's: runs after its shutdown
+
+
+def _json_default(value: Any) -> Any:
+    return list(value) if isinstance(value, (tuple, set, frozenset)) else str(value)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as strings, at any depth (strict JSON has neither)."""
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_line(record: Any) -> str:
+    """One strict-JSON line for ``record``."""
+    try:
+        return json.dumps(record, separators=(",", ":"), default=_json_default, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(record), separators=(",", ":"), default=_json_default, allow_nan=False)
+
+
+class _StoreWriter:
+    """What both file exporters share: the file and its header, the fork guard, one warning per write error."""
+
+    def __init__(self, trace_dir: str, run_id: str, kind: str, attributes: dict[str, Any], role: str) -> None:
+        self._pid = os.getpid()
+        self._file = _AppendFile(store_path(trace_dir, run_id, kind, attributes, self._pid))
+        # since: made as telemetry starts, before any span of this process can start (readers' time origin)
+        self._header: dict[str, Any] | None = header(kind, attributes, self._pid, time.time_ns(), role=role)
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def set_root(self, span_id: int) -> None:
+        """Name the job root's span id in the header (the driver's: its top-level spans' parent)."""
+        if self._header is not None:
+            self._header["root"] = _hex(span_id, 16)
+
+    def write(self, lines: Sequence[str]) -> bool:
+        if os.getpid() != self._pid:
+            return True  # a forked child: the parent's file is not ours (the child has its own handle)
+        header = self._header
+        try:
+            # The header goes out with the first batch, in the same write: a failed first
+            # write leaves neither, and its retry writes both.
+            self._file.write_lines([json_line(header), *lines] if header is not None else lines)
+            self._header = None
+        except FileClosedError:
+            return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
+        except OSError as exc:
+            warn_once(f"file-store-{self._file.path}", "lens_rl: cannot write telemetry to %s: %s (retrying)",
+                      self._file.path, exc)  # fmt: skip
+            return False
+        return True
+
+
+class FileSpanExporter(_StoreWriter, SpanExporter):
+    """Appends spans to ``spans-<group>-<rank>-<pid>.jsonl`` under ``trace_dir/<run_id>/``."""
+
+    def __init__(self, trace_dir: str, run_id: str, attributes: dict[str, Any], role: str = "worker") -> None:
+        _StoreWriter.__init__(self, trace_dir, run_id, "spans", attributes, role)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        ok = self.write(span_lines(spans))
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self._file.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class FileMetricExporter(_StoreWriter, MetricExporter):
+    """Appends each metric export as one line to ``metrics-<group>-<rank>-<pid>.jsonl``."""
+
+    def __init__(self, trace_dir: str, run_id: str, attributes: dict[str, Any], role: str = "worker",
+                 **kwargs: Any) -> None:  # fmt: skip
+        MetricExporter.__init__(self, **kwargs)
+        _StoreWriter.__init__(self, trace_dir, run_id, "metrics", attributes, role)
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        try:
+            record = {"time_ns": time.time_ns(), "metrics": json.loads(metrics_data.to_json(indent=None))}
+        except (ValueError, TypeError) as exc:
+            internal_error(exc, "metric-encode")
+            return MetricExportResult.FAILURE
+        return MetricExportResult.SUCCESS if self.write([json_line(record)]) else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._file.close()
+

@@ -1,0 +1,135 @@
+"""One process's spans as flat columns: what the offline reductions read (no object per span).
+
+Of the attributes only what the analysis reads is kept (``rl.bucket``, ``rl.step``, ``rl.num_tokens``,
+``rl.ended_by_shutdown``): a run's attribute dicts would be most of its memory. Times are int64 arrays of
+ns (a missing or bad value reads as 0); repeated values (names, parent ids, buckets, steps) share one
+object. Span and parent ids, 16 hex digits as lens_rl writes them, are kept as numbers in uint64 arrays
+(8 bytes a span, not ~70; a missing parent is 0); at the first id of another form the columns switch to
+keeping them as they came.
+
+Example::
+
+    for process, cols in read_columns(path).items():
+        print(process.group, len(cols.names))
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from typing import Any
+
+from lens_rl.store import INT64_END, Process, ReadStats, iter_rows, time_ns
+
+__all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "Columns", "read_columns"]
+
+#: :attr:`Columns.flags` bits: the span's parent was carried in from another process; it was ended by a shutdown.
+REMOTE_PARENT = 1
+ENDED_BY_SHUTDOWN = 2
+
+_BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
+_NO_KEY = (list, dict)  # JSON values that key nothing (a step of these reads as none)
+
+
+class Columns:
+    """One process's spans, column by column (see the module docstring)."""
+
+    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens", "flags",
+                 "root", "_shared")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.resources: list[dict[str, Any]] = []
+        self.names: list[Any] = []
+        self.ids: Any = array("Q")  # a list once an id is not 16 hex digits
+        self.parent_ids: Any = array("Q")
+        self.starts = array("q")
+        self.ends = array("q")
+        self.buckets: list[Any] = []
+        self.steps: list[Any] = []
+        self.tokens: list[Any] = []
+        self.flags = bytearray()
+        #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
+        self.root: Any = None
+        self._shared: dict[Any, Any] = {}
+
+    def add(self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any,
+            remote: Any = None) -> None:  # fmt: skip
+        shared = self._shared.setdefault
+        self.names.append(shared(name, name) if type(name) is str else name)
+        ids = self.ids
+        if type(ids) is array:
+            try:
+                if len(span_id) != 16 or (parent_id is not None and len(parent_id) != 16):
+                    raise ValueError(span_id)
+                number, parent = int(span_id, 16), int(parent_id, 16) if parent_id is not None else 0
+                if number <= 0 or parent < 0 or (parent_id is not None and not parent):
+                    raise ValueError(span_id)  # (0 stands for "no parent"; a sign is not lens_rl's form)
+            except (TypeError, ValueError):
+                self._ids_as_given()
+            else:
+                ids.append(number)
+                self.parent_ids.append(parent)
+        if type(self.ids) is list:
+            self.ids.append(span_id)
+            self.parent_ids.append(shared(parent_id, parent_id) if type(parent_id) is str else parent_id)  # siblings share
+        try:
+            self.starts.append(start)
+        except (TypeError, OverflowError):
+            self.starts.append(time_ns(start))
+        try:
+            self.ends.append(end)
+        except (TypeError, OverflowError):
+            self.ends.append(time_ns(end))
+        flag = REMOTE_PARENT if remote is True else 0
+        if attrs:
+            if attrs.get("rl.ended_by_shutdown") is True:
+                flag |= ENDED_BY_SHUTDOWN
+            bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
+            self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
+            if type(step) is int:
+                step = shared(step, step) if -INT64_END <= step < INT64_END else None  # past int64: no step
+            elif type(step) in _NO_KEY:
+                step = None
+            self.steps.append(step)
+            tokens = attrs.get("rl.num_tokens")  # a number (an int within int64), else none
+            self.tokens.append(tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END)
+                               else None)  # fmt: skip
+        else:
+            self.buckets.append(None)
+            self.steps.append(None)
+            self.tokens.append(None)
+        self.flags.append(flag)
+
+    def set_root(self, root: Any) -> None:
+        """The job root's span id, as the header gives it (16 hex digits), kept as the ids are."""
+        if type(root) is not str:
+            return
+        if type(self.ids) is array:
+            try:
+                self.root = int(root, 16) if len(root) == 16 else None
+            except ValueError:
+                self.root = None
+        else:
+            self.root = root
+
+    def _ids_as_given(self) -> None:
+        """Keep ids as they come from now on (those so far back in lens_rl's 16-hex-digit form)."""
+        self.ids = [f"{number:016x}" for number in self.ids]
+        self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
+        if self.root is not None:
+            self.root = f"{self.root:016x}"
+
+
+def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[Process, Columns]:
+    """One file's spans by process (a re-init under another identity is another), as :class:`Columns`."""
+    out: dict[Process, Columns] = {}
+    last: Any = None
+    cols = Columns()
+    for head, row in iter_rows(path, stats):
+        if head is not last:
+            last = head
+            cols = out.get(head.process) or out.setdefault(head.process, Columns())
+            cols.resources.append(head.resource)
+            cols.set_root(head.root)
+        cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr)
+    return out

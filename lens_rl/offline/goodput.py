@@ -1,0 +1,323 @@
+"""Goodput rollup: exclusive bucket time per job, step, phase, worker group and rank; stragglers.
+
+Goodput = productive seconds / wall-clock seconds of the view.
+
+* **Exclusive time.** Within one process, a bucketed span's time is its duration minus the union of its
+  nearest bucketed descendants, clipped to it (:func:`lens_rl.buckets.exclusive_time`, the rule the live
+  metric uses too).
+* **Views.** ``goodput`` is the job's wall-clock view: the driver's own spans (the loop as it waited on
+  workers), start-up included, over its wall (``rl.job``, else its first to last span); time no bucketed
+  span covers is unattributed, never productive. With no driver spans, all processes are summed.
+  ``steady_state_goodput`` covers the complete steps only, skipping the first ``warmup_steps``. Worker
+  groups and ranks get a resource-seconds view: a worker's lifetime not covered by a bucketed span is idle.
+* **Steps.** A span belongs to the step of its own ``rl.step`` (a carried step is recorded as its own),
+  else its nearest ancestor's. A step's wall is its umbrellas' (unbucketed spans carrying ``rl.step``),
+  else first start to last end; one whose umbrella never ended is incomplete, out of the step figures.
+* **Streaming.** Each process is reduced to a compact part as soon as its spans are read
+  (:mod:`lens_rl.offline.reduce`); parts merge exactly, so files can be read one at a time, in parallel,
+  or on a Ray cluster, with identical results.
+
+JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"`` (extended compatibly):
+``goodput``, ``steady_state_goodput``, ``warmup_steps``, ``job`` {``view``, ``seconds``, ``wall_s``,
+``unattributed_s``, ``goodput``}, ``steps`` [{``step``, ``seconds``, ``wall_s``, ``unattributed_s``,
+``goodput``, ``incomplete``}], ``step_range``, ``step_time`` {``p50_s``, ``p95_s``, ``max_s``},
+``slowest_steps`` [{``step``, ``wall_s``}], ``phases`` [{``phase``, ``worker_group``, ``bucket``,
+``count``, ``total_s``, ``mean_s``, ``p95_s``, ``share``, ``share_of``, ``tokens_per_s``}],
+``unbucketed_phases`` [{``phase``, ``worker_group``, ``total_s``, ``share``, ``did_you_mean``}],
+``worker_groups`` [{``worker_group``, ``processes``, ``seconds``, ``goodput``, ``wall_s``}], ``ranks``
+[{``worker_group``, ``rank``, ``pid``, ``seconds``, ``goodput``, ``wall_s``}], ``stragglers``
+{``per_step``, ``persistent``}, ``sampled``, ``concurrent``, ``runs``, ``notes``, ``spans``, ``files``,
+``skipped_lines``.
+
+Example::
+
+    report = analyze(span_files("lens_traces/run42"))
+    print(report["goodput"], report["steady_state_goodput"])
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lens_rl.buckets import closest_phase_name
+from lens_rl.offline.intervals import covered, merge_intervals, pairs
+from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart, StepPart, merge_parts, share_steps, step_key
+from lens_rl.offline.reduce import file_parts
+from lens_rl.offline.stragglers import in_range, stragglers
+from lens_rl.store import ReadStats, read_head
+
+__all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts"]
+
+SCHEMA = "lens_rl.goodput/1"
+#: An unbucketed leaf phase covering more of the steps' wall than this is named, with a did-you-mean.
+UNBUCKETED_SHARE = 0.05
+
+
+def _seconds(ns: Mapping[str, float]) -> dict[str, float]:
+    return {b: round(ns.get(b, 0) / 1e9, 6) for b in BUCKETS}
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (exact, deterministic)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def _of_wall(productive_ns: float, wall_ns: float | None) -> float | None:
+    """productive / wall (None without a wall): time no bucketed span covers is never productive."""
+    return productive_ns / wall_ns if wall_ns else None
+
+
+def report_from_parts(
+    parts: Iterable[ProcessPart],
+    *,
+    warmup_steps: int = 1,
+    steps: tuple[int, int] | None = None,
+    files: int | None = None,
+    skipped_lines: int = 0,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The goodput report (the module docstring's schema) from process parts; ``steps`` (A, B) selects steps."""
+    processes = merge_parts(parts)
+    driver = [p for p in processes if p.is_driver]
+    view = driver or processes
+    job = _job_row(view, bool(driver))
+    step_rows, walls_ns = _step_rows(view, steps)
+    complete = [r for r in step_rows if not r["incomplete"]]
+    steady = [(r, walls_ns[i]) for i, r in enumerate(step_rows) if i >= max(warmup_steps, 0) and not r["incomplete"]]
+    walls = [r["wall_s"] for r in complete]
+    runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
+    groups, ranks, concurrent = _group_and_rank_rows(processes)
+    run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
+    return {
+        "schema": SCHEMA,
+        "goodput": job["goodput"],
+        "steady_state_goodput": _of_wall(sum(r["ns"][0] for r, _ in steady), sum(w for _, w in steady)) if steady else None,
+        "warmup_steps": warmup_steps,
+        "job": {k: v for k, v in job.items() if k != "ns"},
+        "steps": [{k: v for k, v in r.items() if k != "ns"} for r in step_rows],
+        "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
+        "step_time": {"p50_s": _percentile(walls, 0.5), "p95_s": _percentile(walls, 0.95),
+                      "max_s": max(walls) if walls else None},  # fmt: skip
+        "slowest_steps": [{"step": r["step"], "wall_s": r["wall_s"]}
+                          for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]],  # fmt: skip
+        "phases": _phase_rows(processes, job["wall_s"] if driver else None),
+        "unbucketed_phases": _unbucketed(processes, sum(walls_ns[i] for i, r in enumerate(step_rows)
+                                                        if not r["incomplete"]) / 1e9),  # fmt: skip
+        "worker_groups": groups,
+        "ranks": ranks,
+        "stragglers": stragglers(processes, steps),
+        "sampled": any(p.sampled for p in processes),
+        "concurrent": concurrent,
+        "runs": runs,
+        "notes": _notes(notes, driver, step_rows, runs),
+        "spans": sum(p.spans for p in processes),
+        "files": files,
+        "skipped_lines": skipped_lines,
+    }
+
+
+def _notes(given: Sequence[str], driver: list[ProcessPart], step_rows: list[dict[str, Any]], runs: list[str]) -> list[str]:
+    """What a reader should be told about the store: the readers' notes, then the rollup's own."""
+    notes = list(given)
+    if driver and not any(p.jobs for p in driver):
+        notes.append("no rl.job span (the driver was killed, or has not shut down yet): the job's wall runs from "
+                     "the driver's first span to its last")  # fmt: skip
+    incomplete = [r["step"] for r in step_rows if r["incomplete"]]
+    if incomplete:
+        notes.append(f"{len(incomplete)} incomplete step(s) ({', '.join(map(str, incomplete[:5]))}"
+                     f"{', ...' if len(incomplete) > 5 else ''}): their umbrella never ended; left out of the step "
+                     "figures")  # fmt: skip
+    if len(runs) > 1:
+        notes.append(f"spans of {len(runs)} runs in one folder ({', '.join(runs)}): their figures are mixed; "
+                     "keep one run per folder (trace_dir/<run_id>/)")  # fmt: skip
+    return notes
+
+
+def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[list[dict[str, Any]], list[int]]:
+    """One row per step of the view (and each one's wall in ns): exclusive bucket seconds, its wall (its
+    umbrellas' union, else first start to last end), what no bucketed span covers, goodput = productive /
+    wall. A step whose umbrella never ended, or was cut short by a shutdown (while others have theirs), is
+    incomplete."""
+    if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
+        combined = {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}
+    else:
+        combined = {}
+        for part in view:
+            for step, sp in part.steps.items():
+                if in_range(step, steps):
+                    combined.setdefault(step, StepPart()).merge(sp)
+    with_umbrellas = any(sp.umbrellas for sp in combined.values())
+    rows, walls = [], []
+    for step in sorted(combined, key=step_key):
+        sp = combined[step]
+        windows = merge_intervals(pairs(sp.umbrellas)) if sp.umbrellas else (
+            [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])  # fmt: skip
+        wall = sum(hi - lo for lo, hi in windows)
+        unattributed = max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
+        rows.append({"step": step, "seconds": _seconds(dict(zip(BUCKETS, sp.ns, strict=True))), "wall_s": round(wall / 1e9, 6),
+                     "unattributed_s": round(unattributed / 1e9, 6), "goodput": _of_wall(sp.ns[0], wall),
+                     "incomplete": sp.incomplete or (with_umbrellas and not sp.umbrellas), "ns": sp.ns})  # fmt: skip
+        walls.append(wall)
+    return rows, walls
+
+
+def _job_row(view: list[ProcessPart], is_driver: bool) -> dict[str, Any]:
+    """The job's figures. The driver's view: its exclusive bucket time over the wall (its ``rl.job``, else its
+    first to last span), what no bucketed span covers unattributed. Without a driver, every process is
+    summed as resource-seconds: lifetimes, a worker's uncovered lifetime idle."""
+    if is_driver:
+        ns = {b: sum(p.bucket_ns[b] for p in view) for b in BUCKETS}
+        windows = merge_intervals(j for p in view for j in p.jobs) or merge_intervals(
+            p.lifetime for p in view if p.lifetime is not None)  # fmt: skip
+        wall = sum(hi - lo for lo, hi in windows) if windows else None
+        unattributed = None if wall is None else max(wall - covered((p.bucketed for p in view), windows), 0)
+        seconds = _seconds(ns)
+        ratio = _of_wall(ns["productive"], wall)
+    else:
+        per = [p.seconds() for p in view]
+        seconds = {b: round(sum(s[b] for s in per), 6) for b in BUCKETS}
+        wall = sum(p.lifetime_ns for p in view) or None
+        total = sum(sum(s.values()) for s in per)
+        unattributed, ratio = 0, (sum(s["productive"] for s in per) / total if total > 0 else None)
+    return {
+        "view": "driver" if is_driver else "all processes",
+        "seconds": seconds,
+        "wall_s": None if wall is None else round(wall / 1e9, 6),
+        "unattributed_s": None if unattributed is None else round(unattributed / 1e9, 6),
+        "goodput": ratio,
+    }
+
+
+def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[dict[str, Any]]:
+    """Every process's phases, by worker group: count, total, mean, p95, tokens/s, and the share of the group's
+    time (the driver's: the job's wall; a worker group's: its processes' lifetimes)."""
+    merged: dict[tuple[str, str, str | None], PhasePart] = {}
+    lifetimes: dict[str, int] = defaultdict(int)
+    for part in processes:
+        group = part.key.group
+        lifetimes[group] += part.lifetime_ns
+        for (name, bucket), phase in part.phases.items():
+            merged.setdefault((group, name, bucket), PhasePart()).merge(phase)
+    rows: list[dict[str, Any]] = []
+    for (group, name, bucket), ph in merged.items():
+        is_driver = group == "driver"
+        of_s = job_wall_s if is_driver else lifetimes.get(group, 0) / 1e9
+        total_s = ph.total_ns / 1e9
+        rows.append({
+            "phase": name, "worker_group": group, "bucket": bucket, "count": ph.count, "total_s": round(total_s, 6),
+            "mean_s": round(total_s / ph.count, 6) if ph.count else None,
+            "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
+            "share": round(total_s / of_s, 6) if of_s else None,
+            "share_of": "job wall" if is_driver else "group lifetime",
+            "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3) if ph.token_ns > 0 and ph.tokens > 0 else None,
+        })  # fmt: skip
+    rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], -r["total_s"], str(r["phase"]),
+                             str(r["bucket"])))  # fmt: skip
+    return rows
+
+
+def _unbucketed(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[str, Any]]:
+    """Leaf phases with no bucket inside the steps covering more than 5 % of the steps' wall (per process of
+    their group): time no bucket counts, most likely a name lens_rl does not know."""
+    if steps_wall_s <= 0:
+        return []
+    leaf: dict[tuple[str, str], int] = defaultdict(int)
+    members: dict[str, int] = defaultdict(int)
+    for part in processes:
+        members[part.key.group] += 1
+        for (name, bucket), phase in part.phases.items():
+            if bucket is None and phase.leaf_ns > 0:
+                leaf[(part.key.group, name)] += phase.leaf_ns
+    rows = []
+    for (group, name), ns in leaf.items():
+        share = ns / 1e9 / (steps_wall_s * members[group])
+        if share > UNBUCKETED_SHARE:
+            rows.append({"phase": name, "worker_group": group, "total_s": round(ns / 1e9, 6), "share": round(share, 6),
+                         "did_you_mean": closest_phase_name(str(name))})  # fmt: skip
+    return sorted(rows, key=lambda r: (-r["share"], r["worker_group"], str(r["phase"])))
+
+
+def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """Resource-seconds per worker group and per rank (a worker's uncovered lifetime is idle), and whether any
+    process's bucket seconds sum past its lifetime (concurrent phases)."""
+    groups: dict[str, dict[str, Any]] = {}
+    ranks = []
+    concurrent = False
+    for part in processes:
+        group, rank, pid = part.key.group, part.key.rank, part.key.pid
+        seconds = part.seconds()
+        wall_s = part.lifetime_ns / 1e9
+        concurrent = concurrent or (wall_s > 0 and sum(seconds.values()) > wall_s * 1.001)
+        entry = groups.setdefault(group, {"worker_group": group, "processes": 0,
+                                          "seconds": dict.fromkeys(BUCKETS, 0.0), "wall_s": 0.0})  # fmt: skip
+        entry["processes"] += 1
+        entry["wall_s"] += wall_s
+        for b in BUCKETS:
+            entry["seconds"][b] += seconds[b]
+        ranks.append({"worker_group": group, "rank": rank, "pid": pid, "seconds": {b: round(s, 6) for b, s in seconds.items()},
+                      "goodput": _goodput_of(seconds), "wall_s": round(wall_s, 6)})  # fmt: skip
+    group_rows = [{**e, "seconds": {b: round(s, 6) for b, s in e["seconds"].items()}, "goodput": _goodput_of(e["seconds"]),
+                   "wall_s": round(e["wall_s"], 6)} for e in groups.values()]  # fmt: skip
+    group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
+    ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"]))
+    return group_rows, ranks, concurrent
+
+
+def _goodput_of(seconds: Mapping[str, float]) -> float | None:
+    """The resource view's goodput: productive over the process's time (its buckets with measured idle)."""
+    total = sum(seconds[b] for b in BUCKETS)
+    return seconds["productive"] / total if total > 0 else None
+
+
+def analyze_parts(
+    paths: Sequence[Path], *, jobs: int | None = None, use_ray: bool = False, ray_address: str | None = None
+) -> tuple[list[ProcessPart], ReadStats]:
+    """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``).
+
+    Whether the run has a driver is read from the files' headers (a driver's file with no span line is none,
+    and said so); which file is whose is never read from its name."""
+    from lens_rl.offline.parallel import map_files, no_gc
+
+    parts: list[ProcessPart] = []
+    stats = ReadStats()
+    driver_in_run = False
+    for path in paths:
+        head, has_spans = read_head(path)
+        if head is not None and head.process.driver:
+            if has_spans:
+                driver_in_run = True
+            else:
+                stats.notes.append(f"{Path(path).name}: a driver file with no spans (the driver was killed before "
+                                   "its first export?); read as no driver file: the job view sums every process")  # fmt: skip
+    steps_seen: dict[bytes, Any] = {}
+    with no_gc():
+        for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
+                                                 ray_address=ray_address, desc="goodput"):  # fmt: skip
+            for part in file_result:
+                share_steps(part, steps_seen)
+            parts.extend(file_result)
+            stats.add(file_stats)
+    return parts, stats
+
+
+def analyze(
+    paths: Sequence[Path],
+    *,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The report for these span files, read in bounded memory (see :func:`analyze_parts`)."""
+    from lens_rl.offline.parallel import no_gc
+
+    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address)
+    with no_gc():
+        return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, **options)

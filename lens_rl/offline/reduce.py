@@ -1,0 +1,288 @@
+"""One process's columns reduced to its :class:`~lens_rl.offline.parts.ProcessPart`: the hot path of the
+offline tools over millions of spans, in four passes and no object per span.
+
+1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
+   child (its local parent was never written: still open when the file ended, a killed process).
+2. :func:`resolve`: each span's step (its own ``rl.step``, else its nearest ancestor's) and its nearest
+   bucketed ancestor (memoised walks up: each span resolved once).
+3. :func:`inner`: each bucketed span's nearest bucketed descendants (their time is taken from it:
+   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too).
+4. :func:`accumulate`: every span's exclusive ns into the part's buckets, phases, compute series, steps.
+
+Example::
+
+    parts, stats = file_parts("lens_traces/run42/spans-lm_policy-0-123.jsonl")
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from typing import Any
+
+from lens_rl.buckets import exclusive_time
+from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
+from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
+from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.store import INT64_END, Process, ReadStats
+
+__all__ = ["file_parts", "part_from_columns"]
+
+_BUCKET_SET = frozenset(BUCKETS)
+_BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+
+
+class Tree:
+    """One process's spans linked: what the passes share (rows are indexes into the columns)."""
+
+    __slots__ = ("n", "names", "starts", "ends", "parents", "buckets", "own_steps", "tokens", "has_child", "orphan",
+                 "flags", "steps", "outer")  # fmt: skip
+    n: int
+    names: list[Any]
+    starts: array
+    ends: array
+    parents: array
+    buckets: list[Any]
+    own_steps: list[Any]
+    tokens: dict[int, float]
+    has_child: bytearray
+    orphan: bytearray
+    flags: bytearray
+    steps: list[Any]
+    outer: array
+
+
+def link(cols: Columns) -> Tree:
+    """Pass 1 (see the module docstring). Consumes the columns' ids (memory on large files)."""
+    tree = Tree()
+    n = tree.n = len(cols.names)
+    tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
+    tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
+    referenced = set(cols.parent_ids)  # (only the spans something points to: a fraction of them)
+    index = {span_id: i for i, span_id in enumerate(cols.ids) if span_id in referenced}
+    cols.ids = []
+    del referenced
+    index_get = index.get
+    parents = tree.parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
+    has_child = tree.has_child = bytearray(n)
+    orphan = tree.orphan = bytearray(n)
+    none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
+    for i, p in enumerate(parents):
+        if p == i:
+            parents[i] = -1
+        elif p != -1:
+            has_child[p] = 1
+        else:
+            parent_id = cols.parent_ids[i]
+            if parent_id != none and parent_id != root and not flags[i] & REMOTE_PARENT:
+                orphan[i] = 1
+    cols.parent_ids = []
+    del index, index_get
+    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none
+    for i, b in enumerate(buckets):
+        if b is not None and b not in _BUCKET_SET:
+            buckets[i] = None
+    tree.buckets, tree.own_steps = buckets, cols.steps
+    tree.tokens = {i: tok for i, tok in enumerate(cols.tokens)
+                   if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)}  # fmt: skip
+    return tree
+
+
+def resolve(tree: Tree) -> None:
+    """Pass 2 (see the module docstring)."""
+    n, parents, buckets, own_steps = tree.n, tree.parents, tree.buckets, tree.own_steps
+    steps: list[Any] = [None] * n
+    outer = array("q", [-1]) * n
+    done = bytearray(n)
+    for i in range(n):
+        if done[i]:
+            continue
+        p = parents[i]
+        if p == -1:  # the common cases first: a root, or a parent already resolved
+            steps[i] = own_steps[i]
+            done[i] = True
+            continue
+        if done[p]:
+            step = own_steps[i]
+            steps[i] = step if step is not None else steps[p]
+            outer[i] = p if buckets[p] is not None else outer[p]
+            done[i] = True
+            continue
+        trail = []
+        on_trail = set()
+        j = i
+        while j != -1 and not done[j] and j not in on_trail:  # a malformed cycle ends the walk
+            trail.append(j)
+            on_trail.add(j)
+            j = parents[j]
+        for k in reversed(trail):  # top-down: each parent is resolved before its child
+            p = parents[k]
+            if p == -1 or not done[p]:
+                steps[k] = own_steps[k]
+            else:
+                step = own_steps[k]
+                steps[k] = step if step is not None else steps[p]
+                outer[k] = p if buckets[p] is not None else outer[p]
+            done[k] = True
+    tree.steps, tree.outer = steps, outer
+
+
+def inner(tree: Tree) -> dict[int, list[tuple[int, int]]]:
+    """Pass 3 (see the module docstring)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
+    for i in range(tree.n):
+        if buckets[i] is not None and outer[i] != -1:
+            out.setdefault(outer[i], []).append((starts[i], ends[i]))
+    return out
+
+
+def part_from_columns(key: Process, cols: Columns, *, step_rows: bool = True) -> ProcessPart:
+    """One process's columns reduced to its part (it consumes ``cols``).
+
+    ``step_rows`` False (a worker of a run with a driver, whose view makes the step rows): no step rows are
+    kept (memory: O(steps) for the driver, not for every process)."""
+    part = ProcessPart(key)
+    for resource in cols.resources:
+        run = resource.get("rl.run_id")
+        if run is not None:
+            part.runs.add(str(run))
+        rate = resource.get("rl.sample_rate")
+        if isinstance(rate, (int, float)) and rate < 1:
+            part.sampled = True
+    part.spans = len(cols.names)
+    if part.spans:
+        tree = link(cols)
+        resolve(tree)
+        accumulate(part, tree, inner(tree), step_rows)
+    return part
+
+
+def accumulate(part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int, int]]], step_rows: bool) -> None:
+    """Pass 4 (see the module docstring)."""
+    names, starts, ends, buckets, steps, outer = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps, tree.outer
+    own_steps, parents, has_child, orphan, flags, tokens = (tree.own_steps, tree.parents, tree.has_child, tree.orphan,
+                                                            tree.flags, tree.tokens)  # fmt: skip
+    bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
+    compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
+    top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
+    lo = hi = None
+    for i in range(tree.n):
+        name = names[i]
+        start, end = starts[i], ends[i]
+        if name == "rl.job":
+            part.jobs.append((start, end))
+            continue
+        lo = start if lo is None or start < lo else lo
+        hi = end if hi is None or end > hi else hi
+        duration = end - start
+        bucket = buckets[i]
+        excl = 0
+        if bucket is not None:
+            kids = kids_of.get(i)
+            if not kids:
+                excl = duration
+            elif len(kids) == 1:
+                a, b = kids[0]
+                excl = max(duration - max(min(b, end) - max(a, start), 0), 0)
+            else:
+                excl = exclusive_time(start, end, kids)
+            bucket_ns[bucket] += excl
+            if outer[i] == -1:
+                top_level.append(i)
+        phase = phases.get((name, bucket))
+        if phase is None:
+            phase = phases[(name, bucket)] = PhasePart()
+        phase.count += 1
+        phase.total_ns += duration
+        phase.durations.append(duration)
+        if i in tokens:
+            phase.tokens += tokens[i]
+            phase.token_ns += duration
+        step = steps[i]
+        if step is None:
+            continue
+        own = own_steps[i]
+        if bucket is None and not has_child[i]:  # an unbucketed leaf in a step (not the step's own umbrella)
+            p = parents[i]
+            if own is None or (p != -1 and steps[p] == own):
+                phase.leaf_ns += duration
+        if bucket is not None and bucket in COMPUTE_BUCKETS:
+            by_step: Any = compute.get(name)
+            if by_step is None:
+                by_step = compute[name] = [array("q"), array("q")]
+            if type(by_step) is list and type(step) is int and -INT64_END <= step < INT64_END:
+                by_step[0].append(step)  # (16 bytes a span; summed per step at the end)
+                by_step[1].append(excl)
+            else:  # a step that is not an int: this phase's steps stay a dict
+                if type(by_step) is list:
+                    by_step = compute[name] = _step_dict(by_step)
+                by_step[step] = by_step.get(step, 0) + excl
+        if not step_rows:
+            continue
+        sp = part_steps.get(step)
+        if sp is None:
+            sp = part_steps[step] = StepPart(lo=start, hi=end)
+        else:
+            if start < sp.lo:  # type: ignore[operator]
+                sp.lo = start
+            if end > sp.hi:  # type: ignore[operator]
+                sp.hi = end
+        if orphan[i]:  # its parent never ended (a killed process): the step it belongs to never did either
+            sp.incomplete = True
+        if bucket is None:
+            if own is not None:
+                if sp.umbrellas is None:
+                    sp.umbrellas = []
+                sp.umbrellas.append(i)
+                if flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
+                    sp.incomplete = True
+            continue
+        sp.ns[_BUCKET_INDEX[bucket]] += excl
+        if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
+            if sp.bucketed is None:
+                sp.bucketed = []
+            sp.bucketed.append(i)
+    for sp in part_steps.values():  # packed: a run has steps x processes of these (rows until here)
+        if sp.bucketed is not None:
+            sp.bucketed = merge_indexed(sp.bucketed, starts, ends)
+        if sp.umbrellas is not None:
+            sp.umbrellas = pack((starts[i], ends[i]) for i in sp.umbrellas)
+    part.compute = {name: _summed(by_step) if type(by_step) is list else Series.of(by_step)
+                    for name, by_step in compute.items()}  # fmt: skip
+    for phase in phases.values():
+        phase.bound()
+    part.bucketed = merge_indexed(top_level, starts, ends)
+    if lo is not None and hi is not None:
+        part.lifetime = (lo, hi)
+
+
+def _step_dict(pairs_: list[array]) -> dict[Any, int]:
+    """``[steps, ns]`` arrays as the step -> summed ns dict, in the order they came."""
+    out: dict[Any, int] = {}
+    for step, value in zip(pairs_[0], pairs_[1], strict=True):
+        out[step] = out.get(step, 0) + value
+    return out
+
+
+def _summed(pairs_: list[array]) -> Series:
+    """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed."""
+    steps, values = pairs_
+    keys, sums = array("q"), array("q")
+    for i in sorted_by(range(len(steps)), steps.__getitem__):
+        step = steps[i]
+        if keys and keys[-1] == step:
+            sums[-1] += values[i]
+        else:
+            keys.append(step)
+            sums.append(values[i])
+    return Series(keys, sums)
+
+
+def file_parts(path: str | os.PathLike[str], driver_in_run: bool = False) -> tuple[list[ProcessPart], ReadStats]:
+    """One span file reduced to its process part(s) (a re-init under another identity is another) and what
+    its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows."""
+    stats = ReadStats()
+    return [part_from_columns(k, c, step_rows=not driver_in_run or k.driver)
+            for k, c in read_columns(path, stats).items()], stats  # fmt: skip
+

@@ -1,0 +1,104 @@
+"""Stragglers: per worker group, step and phase, a rank whose exclusive time in a compute phase exceeds the
+group's median by more than 20 % and by more than 3 median absolute deviations; persistent when flagged in
+at least half of its steps. Idle phases (collective waits: ``wait``, ``barrier``) are not compared: in a
+synchronous collective the ranks even out there, so compute is what tells them apart.
+
+Example::
+
+    stragglers(parts, steps=None)["persistent"]    # [{"worker_group", "rank", "steps_flagged", "of_steps"}]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from lens_rl.offline.parts import ProcessPart, Series, median, step_key
+
+__all__ = ["STRAGGLER_MADS", "STRAGGLER_RATIO", "in_range", "stragglers"]
+
+STRAGGLER_RATIO = 1.2
+STRAGGLER_MADS = 3.0
+
+
+def in_range(step: Any, steps: tuple[int, int] | None) -> bool:
+    """Whether ``step`` is in the selection ``steps`` (A, B inclusive; None: every step)."""
+    return steps is None or (isinstance(step, int) and steps[0] <= step <= steps[1])
+
+
+def stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[str, Any]:
+    """The SPEC's straggler rule, one (group, phase) column at a time over the parts' own
+    step -> ns maps (no run-sized table: a 1,000-rank, 100 k-step run stays in memory)."""
+    columns: dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]] = defaultdict(dict)
+    for part in parts:
+        if part.is_driver:
+            continue
+        group, rank = part.key.group, part.key.rank
+        for phase, by_step in part.compute.items():
+            columns[(group, phase)].setdefault(rank, []).append(by_step)
+    per_step: list[dict[str, Any]] = []
+    flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
+    rank_steps: dict[tuple[str, int], list[Iterable[Any]]] = defaultdict(list)
+    for (group, phase), by_rank_maps in columns.items():
+        maps: dict[int, Mapping[Any, int]] = {}
+        for rank, found in by_rank_maps.items():
+            if len(found) == 1:
+                maps[rank] = found[0]
+            else:  # a rank seen under several pids (a restart): its time adds up
+                merged: dict[Any, int] = {}
+                for by_step in found:
+                    for step, value in by_step.items():
+                        merged[step] = merged.get(step, 0) + value
+                maps[rank] = merged
+            rank_steps[(group, rank)].append(maps[rank].keys())
+        if len(maps) < 2:
+            continue
+        aligned = _aligned(maps)
+        if aligned is not None:  # every rank has the same integer steps: compare index by index
+            ranks, step_list, value_arrays = aligned
+            for i, step in enumerate(step_list):
+                if in_range(step, steps):
+                    _flag(step, group, phase, ranks, [arr[i] for arr in value_arrays], per_step, flagged)
+            continue
+        for step in set().union(*(m.keys() for m in maps.values())):
+            if not in_range(step, steps):
+                continue
+            present = [rank for rank, m in maps.items() if step in m]
+            if len(present) >= 2:
+                _flag(step, group, phase, present, [maps[rank][step] for rank in present], per_step, flagged)
+    per_step.sort(key=lambda s: (s["worker_group"], step_key(s["step"]), s["phase"], s["rank"]))
+    persistent = []
+    for (group, rank), steps_flagged in sorted(flagged.items()):
+        seen = {step_key(step) for keys in rank_steps[(group, rank)] for step in keys if in_range(step, steps)}
+        of_steps = len(seen)
+        if of_steps and len(steps_flagged) * 2 >= of_steps:
+            persistent.append({"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged),
+                               "of_steps": of_steps})  # fmt: skip
+    return {"per_step": per_step, "persistent": persistent}
+
+
+def _flag(step: Any, group: str, phase: str, ranks: Sequence[int], values: list[float],
+          per_step: list[dict[str, Any]], flagged: dict[tuple[str, int], set[Any]]) -> None:  # fmt: skip
+    """The SPEC's straggler rule at one step of one (group, phase): each rank over 1.2x the median
+    and more than 3 MADs above it is flagged."""
+    med = median(values)
+    if med <= 0 or max(values) <= STRAGGLER_RATIO * med:  # no rank over the ratio: no MAD needed
+        return
+    mad = median([abs(v - med) for v in values])
+    for rank, value in zip(ranks, values, strict=True):
+        if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
+            per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
+                             "over_median": round(value / med - 1.0, 6)})  # fmt: skip
+            flagged[(group, rank)].add(step_key(step))
+
+
+def _aligned(maps: Mapping[int, Mapping[Any, int]]) -> tuple[list[int], Any, list[Any]] | None:
+    """(ranks, steps, value arrays) when every map is a Series over the very same steps."""
+    series = list(maps.values())
+    if not all(isinstance(m, Series) for m in series):
+        return None
+    first = series[0].steps  # type: ignore[attr-defined]
+    if not all(m.steps == first for m in series[1:]):  # type: ignore[attr-defined]
+        return None
+    return list(maps), first, [m.ns for m in series]  # type: ignore[attr-defined]

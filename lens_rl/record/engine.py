@@ -1,0 +1,219 @@
+"""The phase engine: opening and closing phase spans by token, and crediting their time.
+
+Opening a phase returns a :class:`Node`, the token that closing needs; nothing is
+looked up to close it. A ``with`` block keeps its token on a per-context stack
+(:data:`lens_rl._runtime.ACTIVE`: threads and asyncio tasks never see each other's),
+owned by the object whose ``__enter__`` made it. Every open node is also in the
+runtime's table by span id, so shutdown can end it, and so a phase finds its
+in-process parent (across threads too, through the OpenTelemetry context) to credit
+its time exclusively with :func:`lens_rl.buckets.exclusive_time`, the rule the
+offline rollup uses. Closing restores the context first, whatever else fails.
+This module imports OpenTelemetry only inside the functions that run while on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from lens_rl._errors import internal_error
+from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
+from lens_rl.buckets import Bucket, exclusive_time
+from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
+from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_str
+
+__all__ = ["Node", "close_node", "enter_with", "exit_with", "open_node"]
+
+#: How long a step boundary may wait for ``flush_on_step`` (a hung collector costs a step at most this).
+FLUSH_ON_STEP_MAX_MS = 1000
+
+
+class Node:
+    """One open phase: the token that closing it needs."""
+
+    __slots__ = ("name", "span", "span_id", "otel_token", "bucket", "start_ns", "inner", "outer", "step_flush",
+                 "owner", "prev", "step", "step_node", "step_seconds")  # fmt: skip
+
+    def __init__(self, name: str, span: Any, span_id: int, otel_token: Any, bucket: Bucket | None,
+                 start_ns: int, outer: Node | None, step_flush: bool) -> None:  # fmt: skip
+        self.name = name
+        self.span = span
+        self.span_id = span_id
+        self.otel_token = otel_token
+        self.bucket = bucket
+        self.start_ns = start_ns
+        #: Intervals of the nearest bucketed descendants, appended as they end (any thread).
+        self.inner: list[tuple[int, int]] = []
+        #: The nearest bucketed ancestor open in this process, which this phase's time is taken from.
+        self.outer = outer
+        self.step_flush = step_flush
+        self.owner: Any = None
+        self.prev: Node | None = None
+        #: The step this phase belongs to, and the open step umbrella (a phase with its own rl.step
+        #: and no bucket) whose per-bucket seconds it adds to: what ``step_goodput()`` reports.
+        self.step: Any = None
+        self.step_node: Node | None = None
+        self.step_seconds: dict[str, float] | None = None
+
+
+def resolve_bucket(spec: Any, carried_bucket: str | None = None) -> Bucket | None:
+    """Explicit > innermost local ``with_bucket`` > the bucket the caller's context carried > default for the name."""
+    bucket = spec.bucket
+    if bucket is None:
+        ambient = AMBIENT.get()
+        if ambient is not None:
+            return ambient[0]  # type: ignore[no-any-return]
+        if carried_bucket is not None:
+            bucket = _BUCKETS.get(carried_bucket)
+        if bucket is None:
+            bucket = spec._default
+    return bucket  # type: ignore[no-any-return]
+
+
+_BUCKETS = {b.value: b for b in Bucket}
+
+
+def open_node(spec: Any) -> Node | None:
+    """Open ``spec``'s span and make it current; None when telemetry turns out to be off. Never raises."""
+    try:
+        handle = RUNTIME.handle or RUNTIME.resolve()
+        if handle is None:
+            return None
+        parent_ctx, parent_span, baggage = phase_parent(spec._parent() if spec.parent is not None else None)
+        carried_bucket, carried_step = carried_in(baggage)
+        bucket = resolve_bucket(spec, carried_bucket)
+        attributes = spec._attributes(bucket)
+        own_step = attributes.get("rl.step")
+        if own_step is None and carried_step is not None:
+            attributes["rl.step"] = carried_step  # the caller's step, recorded unless the phase sets its own
+        parent_node = RUNTIME.open_phases.get(parent_span[1])  # (a SpanContext is a tuple: [1] is its span id)
+        outer = None
+        if parent_node is not None:
+            outer = parent_node if parent_node.bucket is not None else parent_node.outer
+        start_ns = time.time_ns()
+        fast = handle.fast
+        if fast is not None:  # the common case: no SDK span on the phase's thread
+            # spans of one phase object, bucket and step start with equal names and attributes: exporters
+            # encode those once (a template) for as long as the span keeps them
+            shape = (spec, bucket, attributes.get("rl.step"))
+            span = fast.start(spec.name, parent_span, attributes, start_ns, shape, parent_ctx)
+        else:
+            span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
+        new_ctx = under(parent_ctx, span, own_step)
+        token = runtime_context().attach(new_ctx)
+        span_id = span.get_span_context()[1]
+        umbrella = bucket is None and own_step is not None
+        node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
+        node.step = own_step if own_step is not None else carried_step
+        if umbrella:
+            node.step_node, node.step_seconds = node, {}
+        elif parent_node is not None:
+            node.step_node = parent_node.step_node
+        RUNTIME.open_phases[span_id] = node
+        return node
+    except Exception as exc:
+        internal_error(exc, "phase-start")
+        return None
+
+
+def close_node(node: Node, exc: BaseException | None) -> None:
+    """Close ``node``: restore the context, record the exception, end the span, credit its time. Never raises."""
+    end_ns = time.time_ns()
+    if node.otel_token is not None:
+        try:
+            runtime_context().detach(node.otel_token)
+        except Exception as err:
+            internal_error(err, "context-detach")
+    if RUNTIME.open_phases.pop(node.span_id, None) is None:
+        return  # already ended (shutdown or a replaced handle got there first)
+    span = node.span
+    if exc is not None:
+        try:
+            if isinstance(exc, Exception):
+                from opentelemetry.trace import Status, StatusCode
+
+                record_exception(span, exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {safe_str(exc)}"[:1024]))
+            else:
+                span.add_event("rl.interrupted", {"exception.type": type(exc).__name__})
+        except Exception as err:
+            internal_error(err, "phase-exception")
+    try:
+        span.end(end_ns)
+    except Exception as err:
+        internal_error(err, "phase-end")
+    try:
+        _account(node, end_ns)
+    except Exception as err:
+        internal_error(err, "phase-metrics")
+
+
+def _account(node: Node, end_ns: int) -> None:
+    bucket = node.bucket
+    duration_s = (end_ns - node.start_ns) / 1e9
+    exclusive_s = duration_s
+    if bucket is not None:
+        if node.inner:
+            exclusive_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+        if node.outer is not None:
+            node.outer.inner.append((node.start_ns, end_ns))
+    step_node = node.step_node
+    if bucket is not None and step_node is not None and step_node.step_seconds is not None:
+        seconds = step_node.step_seconds
+        value = bucket._value_  # (.value is an enum descriptor: several times slower on this path)
+        seconds[value] = seconds.get(value, 0.0) + exclusive_s
+        if node.outer is None or node.outer.step_node is not step_node:  # the umbrella's nearest bucketed phases
+            step_node.inner.append((node.start_ns, end_ns))
+    handle = RUNTIME.handle
+    if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
+        _end_step(node, end_ns, duration_s, handle)
+    if handle is None:
+        return
+    if handle.phase_metrics is not None:
+        handle.phase_metrics.record(node.name, bucket._value_ if bucket else None, duration_s, exclusive_s)
+    if node.step_flush and handle.config.flush_on_step:
+        handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
+
+
+def _end_step(node: Node, end_ns: int, wall_s: float, handle: Any) -> None:
+    """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
+    (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
+    and goodput = productive / wall."""
+    seconds = dict.fromkeys(_BUCKET_VALUES, 0.0)
+    seconds.update(node.step_seconds or {})
+    unattributed_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+    attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
+    RUNTIME.last_step = {"step": node.step, "attempt": attempt, "seconds": seconds, "unattributed_s": unattributed_s,
+                         "wall_s": wall_s, "goodput": seconds["productive"] / wall_s if wall_s > 0 else None}
+
+
+_BUCKET_VALUES = tuple(b.value for b in Bucket)
+
+
+def enter_with(spec: Any, owner: Any = None) -> Any:
+    """``owner.__enter__`` while on (``spec``'s own by default): open ``spec``, push the token on this
+    context's stack, yield the span."""
+    node = open_node(spec)
+    if node is None:
+        return NOOP_SPAN
+    node.owner = spec if owner is None else owner
+    node.prev = ACTIVE.get()
+    ACTIVE.set(node)
+    RUNTIME.stacked = True
+    return PhaseSpan(node.span)
+
+
+def exit_with(owner: Any, exc: BaseException | None) -> None:
+    """``owner.__exit__``: close the token ``owner`` pushed in this context (the top one, unless a
+    generator interleaved its own ``with`` blocks with ours). Nothing to do if ``owner`` pushed none."""
+    node = ACTIVE.get()
+    after: Node | None = None
+    while node is not None and node.owner is not owner:
+        after, node = node, node.prev
+    if node is None:
+        return
+    if after is None:
+        ACTIVE.set(node.prev)
+    else:
+        after.prev = node.prev
+    close_node(node, exc)

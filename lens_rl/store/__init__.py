@@ -1,0 +1,67 @@
+"""The embedded file store: its format (:mod:`lens_rl.store.format`) and its reader (:mod:`lens_rl.store.reader`).
+
+The store is the only contract between recording (``lens_rl.export`` writes it) and reading (the offline
+tools read it); this package imports nothing else of lens_rl and no OpenTelemetry. The format is
+documented in ``docs/store-format.md``.
+
+Example::
+
+    from lens_rl.store import iter_rows, span_files
+    for path in span_files("lens_traces/run42"):
+        for head, row in iter_rows(path):
+            print(head.process, row.n)
+"""
+
+from __future__ import annotations
+
+from lens_rl.store.format import (
+    FIELD_TYPES,
+    FORMAT_VERSION,
+    HEADER_FORMAT,
+    OWN_SCOPE,
+    ROW_KEYS,
+    Process,
+    file_name,
+    header,
+    process_of,
+    safe_part,
+    store_path,
+)
+from lens_rl.store.reader import (
+    INT64_END,
+    Head,
+    ReadStats,
+    Row,
+    decode_row,
+    iter_rows,
+    loads,
+    read_head,
+    span_files,
+    time_ns,
+    trace_time_ns,
+)
+
+__all__ = [
+    "FIELD_TYPES",
+    "FORMAT_VERSION",
+    "HEADER_FORMAT",
+    "INT64_END",
+    "OWN_SCOPE",
+    "ROW_KEYS",
+    "Head",
+    "Process",
+    "ReadStats",
+    "Row",
+    "decode_row",
+    "file_name",
+    "header",
+    "iter_rows",
+    "loads",
+    "process_of",
+    "read_head",
+    "safe_part",
+    "span_files",
+    "store_path",
+    "time_ns",
+    "trace_time_ns",
+]

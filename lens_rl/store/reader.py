@@ -1,0 +1,244 @@
+"""The file store's reader: a file's lines decoded into :class:`Row` s under their header's :class:`Head`.
+
+Readers skip and count a truncated or garbage line (a killed process leaves at most one unfinished last
+line) and a span id seen twice in one file (a batch retried after a partial write); a span line with no
+name, or with a key of another JSON type than the format's (:data:`lens_rl.store.format.FIELD_TYPES`), is
+garbage. A line is decoded straight into a Row (its short keys as attributes, None where absent) by
+``msgspec`` (the ``analysis`` extra; it builds nothing for keys no reader uses), else into the same shape
+from ``orjson`` or the standard library's parser. A file that does not start with a v2 header is skipped
+whole, with one note naming it.
+
+Example::
+
+    stats = ReadStats()
+    for head, row in iter_rows("lens_traces/run42/spans-driver-0-123.jsonl", stats):
+        print(head.process.group, row.n, row.e - row.b)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, Process, process_of
+
+__all__ = ["INT64_END", "Head", "ReadStats", "Row", "decode_row", "iter_rows", "loads", "read_head", "span_files",
+           "time_ns", "trace_time_ns"]  # fmt: skip
+
+#: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
+INT64_END = 2**63
+
+loads: Any
+try:  # the analysis extra: a parser several times faster than the standard library's
+    import orjson as _orjson
+
+    loads = _orjson.loads
+except ImportError:  # pragma: no cover - exercised where the extra is missing
+    loads = json.loads
+
+_msgspec: Any
+try:  # the analysis extra: msgspec decodes a line straight into a Row, skipping what no reader needs
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - exercised where the extra is missing
+    _msgspec = None
+
+if _msgspec is not None:
+
+    class Row(_msgspec.Struct, gc=False):  # type: ignore[call-arg]  # gc=False: rows form no cycle
+        """One line of a span file, by its short keys (a key the line lacks is None); times are read as ns."""
+
+        n: str | None = None
+        t: str | None = None
+        s: str | int | None = None
+        p: str | int | None = None
+        pr: bool | None = None
+        b: Any = None
+        e: Any = None
+        a: dict[str, Any] | None = None
+        th: int | str | None = None
+        tn: str | None = None
+        k: str | None = None
+        st: str | None = None
+        sm: str | None = None
+        ev: list[dict[str, Any]] | None = None
+        ln: list[dict[str, Any]] | None = None
+        sc: str | None = None
+        v: Any = None
+        header: Any = None
+        resource: Any = None
+        root: Any = None
+
+    decode_row: Any = _msgspec.json.Decoder(Row).decode
+    _BAD_LINE: tuple[type[Exception], ...] = (ValueError, _msgspec.DecodeError)
+else:  # pragma: no cover - exercised where the extra is missing
+
+    class Row:  # type: ignore[no-redef]
+        """One line of a span file, by its short keys (a key the line lacks is None)."""
+
+        __slots__ = ROW_KEYS
+
+        def __init__(self, **fields: Any) -> None:
+            for key in ROW_KEYS:
+                setattr(self, key, fields.get(key))
+
+        def __eq__(self, other: object) -> bool:
+            return type(other) is Row and all(getattr(self, k) == getattr(other, k) for k in ROW_KEYS)
+
+        def __repr__(self) -> str:
+            return "Row(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in ROW_KEYS if getattr(self, k) is not None) + ")"
+
+    def decode_row(raw: bytes) -> Row:
+        fields = loads(raw)
+        if type(fields) is not dict:
+            raise ValueError("a span line is a JSON object")
+        return _checked(Row(**{k: v for k, v in fields.items() if k in _KEY_SET}))
+
+    def _checked(row: Row) -> Row:
+        """``row``, or ``ValueError`` when a key has another JSON type than the format allows (what msgspec
+        checks as it decodes)."""
+        for key, types in FIELD_TYPES.items():
+            value = getattr(row, key)
+            if value is not None and type(value) not in types:
+                raise ValueError(f"a span line's {key!r} is no {' or '.join(t.__name__ for t in types)}")
+        if any(type(item) is not dict for key in ("ev", "ln") for item in getattr(row, key) or ()):
+            raise ValueError("a span line's events and links are objects")
+        return row
+
+    _KEY_SET = frozenset(ROW_KEYS)
+    _BAD_LINE = (ValueError,)
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What a read of the store found: files and lines read, lines skipped (truncated or garbage), duplicates,
+    and notes for a reader (a file that is no store file, a driver file with no spans), one line each."""
+
+    files: int = 0
+    lines: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, other: ReadStats) -> None:
+        self.files += other.files
+        self.lines += other.lines
+        self.skipped += other.skipped
+        self.duplicates += other.duplicates
+        self.notes.extend(other.notes)
+
+
+class Head:
+    """A header as read: the header itself, the process's resource and :class:`~lens_rl.store.Process`,
+    and the job root's span id (the driver's; None elsewhere). Every row under it shares this object."""
+
+    __slots__ = ("header", "resource", "process", "root")
+
+    def __init__(self, header: Mapping[str, Any]) -> None:
+        self.header = header
+        resource = header.get("resource")
+        self.resource: dict[str, Any] = resource if type(resource) is dict else {}
+        self.process: Process = process_of(self.resource, header)
+        root = header.get("root")
+        self.root: str | None = root if type(root) is str else None
+
+    def __repr__(self) -> str:
+        return f"Head({self.process})"
+
+
+_HEAD_MAX = 1 << 24  # bytes of a file's first line read for its header (~1 KB typically)
+
+
+def read_head(path: str | os.PathLike[str]) -> tuple[Head | None, bool]:
+    """A file's first header (None when its first line is no v2 header) and whether any line follows it."""
+    with open(path, "rb") as handle:
+        first = handle.readline(_HEAD_MAX)
+        more = bool(handle.readline(1))
+    return _head(first), more
+
+
+def _head(raw: bytes) -> Head | None:
+    try:
+        header = loads(raw)
+    except ValueError:
+        return None
+    if type(header) is dict and header.get("header") is True and header.get("v") == 2:
+        return Head(header)
+    return None
+
+
+def span_files(trace_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every span file under ``trace_dir`` (any depth), in a stable order."""
+    return sorted(Path(trace_dir).rglob("spans-*.jsonl"))
+
+
+def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[tuple[Head, Row]]:
+    """``(head, row)`` for every span line of one file: the one loop every reader builds on.
+
+    Bad lines and repeated span ids are skipped and counted in ``stats``; a later header applies to the
+    lines after it. A file that does not start with a v2 header yields nothing, with a note in ``stats``.
+    """
+    stats = stats if stats is not None else ReadStats()
+    stats.files += 1
+    seen: set[Any] = set()
+    seen_add = seen.add
+    lines = skipped = duplicates = 0
+    decode, bad = decode_row, _BAD_LINE
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline()
+            head = _head(first)
+            if head is None:
+                if first:
+                    stats.notes.append(f"{Path(path).name}: not a lens_rl store file (its first line is no v2 "
+                                       "header); skipped")  # fmt: skip
+                    lines += 1 + sum(1 for _ in handle)
+                    skipped += lines
+                return
+            lines += 1
+            for raw in handle:
+                lines += 1
+                try:
+                    row = decode(raw)
+                except bad:
+                    skipped += 1
+                    continue
+                span_id = row.s
+                if span_id is None or row.n is None or row.v is not None:
+                    if row.header is True and row.v == 2:  # a re-init in the same process: applies from here
+                        head = Head(_header_of(raw))
+                    else:
+                        skipped += 1
+                    continue
+                if span_id in seen:  # (an id is text or a number: a list or object made the line garbage)
+                    duplicates += 1
+                    continue
+                seen_add(span_id)
+                yield head, row
+    finally:
+        stats.lines += lines
+        stats.skipped += skipped
+        stats.duplicates += duplicates
+
+
+def _header_of(raw: bytes) -> dict[str, Any]:
+    """A later header line, whole (a Row keeps only a header's resource and root)."""
+    header = loads(raw)
+    return header if type(header) is dict else {}
+
+
+def time_ns(value: Any) -> int:
+    """A time in ns as the int64 arrays hold it: a bad or out-of-range value reads as 0."""
+    try:
+        number = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return number if -INT64_END <= number < INT64_END else 0
+
+
+def trace_time_ns(value: Any) -> int:
+    """A time as a trace holds it (ns, 0 <= t < 2**63): a bad, negative or out-of-range value reads as 0."""
+    return max(time_ns(value), 0)

@@ -1,0 +1,297 @@
+"""The lens-rl command, run as a user runs it: exit codes, JSON schema, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lens_rl.testing import OTLPReceiver
+from tests.conftest import clean_env, run_python
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True,
+                          env=clean_env(), cwd=cwd or ROOT, timeout=120)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real traced run in the file store, with a truncated last line appended."""
+    trace_dir = tmp_path_factory.mktemp("store")
+    out = run_python(
+        f"""
+        import time, lens_rl
+        from lens_rl import traced_phase
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(trace_dir)!r},
+                                       "run_id": "run1"}}}}, "grpo")
+        for step in (1, 2):
+            with traced_phase("step", step=step):
+                with traced_phase("generation"):
+                    time.sleep(0.03)
+                with traced_phase("weight_sync"):
+                    time.sleep(0.01)
+        lens_rl.shutdown_telemetry(3000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    spans = next((trace_dir / "run1").glob("spans-*.jsonl"))
+    with open(spans, "a") as handle:
+        handle.write('{"v": 1, "name": "cut-off by SIG')
+    return trace_dir
+
+
+def test_goodput_table(traced_run: Path) -> None:
+    """The table names the goodput, the steps and the driver."""
+    out = lens("goodput", str(traced_run))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("goodput ") and "step 2" in out.stdout and "group driver" in out.stdout
+    assert "skipped 1 unreadable line" in out.stderr
+
+
+def test_goodput_json_schema(traced_run: Path) -> None:
+    """--json gives the documented schema with the job ratio under 'goodput'."""
+    out = lens("goodput", str(traced_run), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    job = report["job"]
+    assert report["schema"] == "lens_rl.goodput/1" and 0.0 < report["goodput"] < 1.0
+    assert report["goodput"] == pytest.approx(job["seconds"]["productive"] / job["wall_s"], rel=1e-4)  # over the wall
+    assert set(report) >= {"job", "steps", "worker_groups", "ranks", "runs", "spans", "files", "skipped_lines"}
+    assert [s["step"] for s in report["steps"]] == [1, 2] and report["skipped_lines"] == 1
+    assert set(report["job"]["seconds"]) == {"productive", "overhead", "idle", "wasted"}
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "garbage", "file"])
+def test_bad_trace_dir_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    """A missing, empty or garbage directory is one error line naming the path, status 2."""
+    path = tmp_path / "nope"
+    if case == "empty":
+        path.mkdir()
+    elif case == "garbage":
+        (path / "run").mkdir(parents=True)
+        (path / "run" / "spans-x-0-1.jsonl").write_bytes(b"\x00\xffnot json\n[1,2]\n")
+    elif case == "file":
+        path.write_text("x")
+    for command in (["goodput", str(path)], ["perfetto", str(path), "-o", str(tmp_path / "t.json")]):
+        out = lens(*command)
+        assert out.returncode == 2
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+        assert str(path) in out.stderr
+
+
+def test_perfetto_is_valid_chrome_trace(traced_run: Path, tmp_path: Path) -> None:
+    """One process per group and rank, threads named, spans as X events coloured by bucket."""
+    target = tmp_path / "trace.json"
+    out = lens("perfetto", str(traced_run), "-o", str(target))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(target.read_text())
+    events = doc["traceEvents"]
+    names = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert len(names) == 1 and names[0]["args"]["name"].startswith("driver rank 0")
+    assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in events)
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {"pid", "tid", "ts", "dur", "name", "args", "cname", "cat"} <= set(spans[0])
+    gen = next(e for e in spans if e["name"] == "generation")
+    assert gen["cname"] == "good" and gen["cat"] == "productive" and gen["dur"] >= 25_000
+    assert next(e for e in spans if e["name"] == "weight_sync")["cname"] == "yellow"
+    assert all(e["ts"] >= 0 for e in spans)
+
+
+def test_times_out_of_range_read_as_zero_in_every_tool(tmp_path: Path) -> None:
+    """A line whose times are valid JSON but no time (negative, past 64 bits, text) breaks no tool:
+    goodput, both Perfetto formats and the report read it with its times as 0."""
+    run = tmp_path / "store" / "run"
+    run.mkdir(parents=True)
+    header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
+    odd = [{**good, "s": "2" * 16, "b": -5, "e": 10}, {**good, "s": "3" * 16, "b": 10**30, "e": 10**30 + 1},
+           {**good, "s": "4" * 16, "b": "soon", "e": None}]  # fmt: skip
+    (run / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, good, *odd]) + "\n")
+    for command in (["goodput", "--json"], ["report", "-o", str(tmp_path / "r.html")]):
+        out = lens(command[0], str(tmp_path / "store"), *command[1:])
+        assert out.returncode == 0, out.stderr
+    for target in (tmp_path / "t.json", tmp_path / "t.pftrace"):
+        out = lens("perfetto", str(tmp_path / "store"), "-o", str(target))
+        assert out.returncode == 0, out.stderr
+        assert "4 spans" in out.stdout
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert sorted(e["args"]["span_id"] for e in events if e["ph"] == "X") == ["1" * 16, "2" * 16, "3" * 16, "4" * 16]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events if e["ph"] == "X")
+
+
+def test_lines_of_other_json_types_are_skipped_and_odd_values_read_as_none_in_every_tool(tmp_path: Path) -> None:
+    """A span line whose keys have other JSON types than the store's (a list for a name, text for the
+    attributes, ...) or that has no name is skipped and counted; attribute values no tool can use (a
+    list bucket, a step past 64 bits, a token count past any float) read as none; ids no OTLP span can
+    carry are skipped by replay. Goodput, the report, both Perfetto formats and replay all finish."""
+    run = tmp_path / "store" / "run"
+    run.mkdir(parents=True)
+    header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
+    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
+    bad_types = [{"n": [1]}, {"n": None}, {"t": 5}, {"p": [1]}, {"p": {"x": 1}}, {"a": [1, 2]}, {"a": "text"},
+                 {"th": 1.5}, {"tn": {"x": 1}}, {"k": [2]}, {"st": 3}, {"sm": []}, {"ev": "x"}, {"ev": [1]},
+                 {"ln": {"a": 1}}, {"sc": True}]  # fmt: skip
+    odd_values = [{"rl.bucket": ["productive"], "rl.step": [1]}, {"rl.bucket": {"a": 1}, "rl.step": 2**70},
+                  {"rl.num_tokens": 10**400, "rl.step": -(2**70)}, {"rl.num_tokens": "many", "x": 2**70}]  # fmt: skip
+    lines = [header, good]
+    lines += [{**good, "s": f"{i + 2:016x}", **bad} for i, bad in enumerate(bad_types)]
+    lines += [{**good, "s": f"{i + 100:016x}", "a": a} for i, a in enumerate(odd_values)]
+    lines += [{**good, "s": "f" * 20}, {**good, "s": "e" * 16, "t": "not hex"}]  # the reader keeps them; OTLP cannot
+    v1 = {"v": 1, "name": "old", "span_id": "d" * 16, "trace_id": "a" * 32, "start_ns": 1, "end_ns": 2, "resource": {}}
+    lines += [{**v1, "events": [1]}, {**v1, "span_id": "c" * 16, "name": None}, {**v1, "span_id": "b" * 16, "kind": 3}]
+    (run / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    skipped = len(bad_types) + 3
+    kept = 1 + len(odd_values) + 2
+    out = lens("goodput", "--json", str(tmp_path / "store"))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["skipped_lines"] == skipped and report["spans"] == kept
+    assert lens("goodput", str(tmp_path / "store")).returncode == 0
+    out = lens("report", str(tmp_path / "store"), "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
+    for target in (tmp_path / "t.json", tmp_path / "t.pftrace"):
+        out = lens("perfetto", str(tmp_path / "store"), "-o", str(target))
+        assert out.returncode == 0, out.stderr
+        assert f"{kept} spans" in out.stdout
+    events = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    assert {e["cat"] for e in events} == {"productive", "phase"}  # a bucket that is no text: no category
+    with OTLPReceiver() as rx:
+        out = lens("replay", str(tmp_path / "store"), "--otlp", rx.endpoint)
+        assert out.returncode == 0, out.stderr
+        assert f"replayed {kept - 2} spans" in out.stdout and f"({skipped + 2} bad lines skipped)" in out.stdout
+        assert rx.wait_for_spans(kept - 2, 5)
+        assert {s["attributes"].get("x") for s in rx.spans} == {None, str(2**70)}  # made OTLP-legal, as when recorded
+
+
+def test_replay_sends_the_stored_trace(traced_run: Path) -> None:
+    """replay re-exports stored spans with their ids to a collector."""
+    with OTLPReceiver() as rx:
+        out = lens("replay", str(traced_run), "--otlp", rx.endpoint)
+        assert out.returncode == 0, out.stderr
+        assert rx.wait_for_spans(7, 5)
+        names = sorted(s["name"] for s in rx.spans)
+    assert names.count("generation") == 2 and "rl.job" in names
+    assert len({s["trace_id"] for s in rx.spans}) == 1
+
+
+def test_python_dash_m_works_like_the_command() -> None:
+    """`python -m lens_rl --help` lists the subcommands."""
+    out = lens("--help")
+    assert out.returncode == 0 and all(c in out.stdout for c in ("demo", "goodput", "perfetto", "replay"))
+
+
+def test_users_can_assert_their_spans_with_the_plugin_fixture(tmp_path: Path) -> None:
+    """A user's own test file gets the lens_spans fixture from the installed pytest plugin."""
+    (tmp_path / "test_user.py").write_text(
+        "from lens_rl import traced_phase\n"
+        "def test_mine(lens_spans):\n"
+        "    with traced_phase('generation', step=2):\n"
+        "        pass\n"
+        "    span = lens_spans.find('generation')\n"
+        "    assert span.attributes['rl.bucket'] == 'productive' and span.attributes['rl.step'] == 2\n"
+        "def test_reset_after(lens_spans):\n"
+        "    assert lens_spans.spans == []\n"
+    )
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 passed" in out.stdout
+
+
+def test_version_and_help_without_a_command() -> None:
+    """--version prints the version; no command prints help and exits 2."""
+    import lens_rl
+
+    out = lens("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"lens-rl {lens_rl.__version__}"
+    out = lens()
+    assert out.returncode == 2 and "usage: lens-rl" in out.stderr and "goodput" in out.stderr
+
+
+def test_goodput_json_has_the_readable_fields(traced_run: Path) -> None:
+    """--json carries both headline figures, step time, phases and stragglers; --steps cuts a window."""
+    report = json.loads(lens("goodput", str(traced_run), "--json").stdout)
+    for key in ("steady_state_goodput", "step_time", "slowest_steps", "phases", "stragglers", "files",
+                "skipped_lines"):  # fmt: skip
+        assert key in report
+    assert report["files"] >= 1 and report["skipped_lines"] == 1
+    window = json.loads(lens("goodput", str(traced_run), "--json", "--steps", "2-2").stdout)
+    assert [s["step"] for s in window["steps"]] == [2]
+    bad = lens("goodput", str(traced_run), "--steps", "3-1")
+    assert bad.returncode == 2 and "--steps" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: Path) -> None:
+    """Without -o the Chrome JSON lands in TRACE_DIR/trace.json; threads are named; a span whose parent ran in
+    another process gets a flow arrow, whatever the form of the ids."""
+    from tests.stores import write_received
+
+    out = run_python(
+        f"""
+        import lens_rl, threading
+        from concurrent.futures import ThreadPoolExecutor
+        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r},
+                                       "run_id": "r"}}}}, "grpo")
+        with lens_rl.traced_phase("step", step=1):
+            carrier = lens_rl.inject_context()
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(lambda: lens_rl.traced_phase("reward")(lambda: None)()).result()
+        lens_rl.shutdown_telemetry(3000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    res = lens("perfetto", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "r" / "trace.json").read_text())
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert "MainThread" in names and any(n.startswith("ThreadPoolExecutor-") for n in names)
+    worker = {"name": "generation", "span_id": "w1", "parent_span_id": "d1", "trace_id": "t" * 32, "start_ns": 5,
+              "end_ns": 9, "attributes": {}, "resource": {"rl.worker_group": "vllm", "nv.dl.rank": 0, "process.pid": 2}}
+    caller = {**worker, "name": "step", "span_id": "d1", "parent_span_id": None, "start_ns": 0, "end_ns": 20,
+              "attributes": {"rl.bucket": "idle"}, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0,
+                                                                "process.pid": 1}}  # fmt: skip
+    for name, spans in (("text", [caller, worker]), ("numbers", [{**caller, "span_id": 7},
+                                                                 {**worker, "span_id": 8, "parent_span_id": 7}])):  # fmt: skip
+        run = write_received(spans, tmp_path / name)
+        assert lens("perfetto", str(run), "-o", str(run / "t.json")).returncode == 0
+        events = json.loads((run / "t.json").read_text())["traceEvents"]
+        flows = [e for e in events if e["ph"] in "sf"]
+        assert sorted(e["ph"] for e in flows) == ["f", "s"] and flows[0]["pid"] != flows[1]["pid"]
+        assert {e["id"] for e in flows} == {flows[0]["id"]}
+        assert [e["cat"] for e in events if e["ph"] == "X" and e["name"] == "step"] == ["idle"]
+
+
+def test_odd_input_gets_clear_words(traced_run: Path, tmp_path: Path) -> None:
+    """A missing path says it does not exist; --steps outside the run names the run's steps; an output of
+    no trace format is refused, naming the allowed ones; the format written is named."""
+    out = lens("goodput", str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and "does not exist" in out.stderr and "Traceback" not in out.stderr
+    out = lens("goodput", str(traced_run), "--steps", "50-60")
+    assert out.returncode == 2 and "--steps 50-60 selects no step: the run's steps are 1-2" in out.stderr
+    out = lens("report", str(traced_run), "--steps", "50-60", "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 2 and "selects no step" in out.stderr
+    out = lens("perfetto", str(traced_run), "-o", str(tmp_path / "x.txt"))
+    assert out.returncode == 2 and ".json (Chrome trace-event JSON)" in out.stderr and not (tmp_path / "x.txt").exists()
+    out = lens("perfetto", str(traced_run), "-o", str(tmp_path / "x.pftrace"))
+    assert out.returncode == 0 and "(Perfetto protobuf)" in out.stdout
+
+
+def test_files_of_several_runs_in_one_folder_are_named(traced_run: Path, tmp_path: Path) -> None:
+    """Files of two runs copied into one folder: a warning names both runs, and the table's note too."""
+    import shutil
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(traced_run / "run1", mixed)
+    from tests.stores import span, write_process
+
+    write_process(mixed, "lm_policy", 0, 99, [span("train", 0, 1, "x", bucket="productive")], run="other")
+    out = lens("goodput", str(mixed))
+    assert out.returncode == 0 and "holds spans of 2 runs (other, run1)" in out.stderr
+    assert "2 runs in one folder" in out.stdout
+
