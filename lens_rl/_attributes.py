@@ -82,11 +82,6 @@ def _classify(key: str) -> int:
     return kind
 
 
-def is_secret_key(key: str) -> bool:
-    """True when ``key`` names a credential whatever its value (``api_key``, ``db.password``, ``jwt``)."""
-    return _classify(str(key)) == _SECRET
-
-
 def redacts(key: str, value: Any) -> bool:
     """True when ``value`` under ``key`` must not be exported (the SPEC's rule, token counts kept)."""
     kind = _classify(key)

@@ -170,7 +170,8 @@ def closest_phase_name(name: str) -> str | None:
 
 
 def goodput_of(seconds: Mapping[str, float]) -> float | None:
-    """productive / (productive + overhead + idle + wasted); None when nothing is bucketed."""
+    """productive / (productive + overhead + idle + wasted): the resource view's goodput (a process's bucket
+    seconds with its measured idle add up to its lifetime); None when nothing is bucketed."""
     total = sum([seconds.get(value, 0.0) for value in _VALUES])  # (added in the buckets' order, as always)
     return seconds.get("productive", 0.0) / total if total > 0 else None
 

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.buckets import closest_phase_name
+from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart, StepPart, merge_parts, share_steps, step_key
 from lens_rl.offline.reduce import file_parts
@@ -182,10 +182,10 @@ def _job_row(view: list[ProcessPart], is_driver: bool) -> dict[str, Any]:
         ratio = _of_wall(ns["productive"], wall)
     else:
         per = [p.seconds() for p in view]
-        seconds = {b: round(sum(s[b] for s in per), 6) for b in BUCKETS}
+        summed = {b: sum(s[b] for s in per) for b in BUCKETS}
+        seconds = {b: round(value, 6) for b, value in summed.items()}
         wall = sum(p.lifetime_ns for p in view) or None
-        total = sum(sum(s.values()) for s in per)
-        unattributed, ratio = 0, (sum(s["productive"] for s in per) / total if total > 0 else None)
+        unattributed, ratio = 0, goodput_of(summed)
     return {
         "view": "driver" if is_driver else "all processes",
         "seconds": seconds,
@@ -262,18 +262,12 @@ def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, A
         for b in BUCKETS:
             entry["seconds"][b] += seconds[b]
         ranks.append({"worker_group": group, "rank": rank, "pid": pid, "seconds": {b: round(s, 6) for b, s in seconds.items()},
-                      "goodput": _goodput_of(seconds), "wall_s": round(wall_s, 6)})  # fmt: skip
-    group_rows = [{**e, "seconds": {b: round(s, 6) for b, s in e["seconds"].items()}, "goodput": _goodput_of(e["seconds"]),
+                      "goodput": goodput_of(seconds), "wall_s": round(wall_s, 6)})  # fmt: skip
+    group_rows = [{**e, "seconds": {b: round(s, 6) for b, s in e["seconds"].items()}, "goodput": goodput_of(e["seconds"]),
                    "wall_s": round(e["wall_s"], 6)} for e in groups.values()]  # fmt: skip
     group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
     ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"]))
     return group_rows, ranks, concurrent
-
-
-def _goodput_of(seconds: Mapping[str, float]) -> float | None:
-    """The resource view's goodput: productive over the process's time (its buckets with measured idle)."""
-    total = sum(seconds[b] for b in BUCKETS)
-    return seconds["productive"] / total if total > 0 else None
 
 
 def analyze_parts(
