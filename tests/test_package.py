@@ -51,3 +51,12 @@ def test_all_matches_public_exports() -> None:
 def test_package_is_typed() -> None:
     """py.typed ships with the package."""
     assert (Path(lens_rl.__file__).parent / "py.typed").exists()
+
+
+def test_the_version_is_one_constant_everywhere() -> None:
+    """lens_rl.__version__ is _version's (which imports nothing), and the command says the same."""
+    from lens_rl._version import __version__
+
+    assert lens_rl.__version__ == __version__
+    out = run_python("import runpy, sys; sys.argv = ['lens-rl', '--version']; runpy.run_module('lens_rl', run_name='__main__')")
+    assert out.stdout.strip() == f"lens-rl {__version__}"

@@ -41,18 +41,43 @@ PINNED = {
 READABLE_SPAN_FIELDS = ("_name", "_context", "_kind", "_instrumentation_info", "_instrumentation_scope", "_parent",
                         "_start_time", "_end_time", "_attributes", "_events", "_links", "_resource", "_status")  # fmt: skip
 
-_MISSING: list[str] = []  # private names that were not found: their public fallback serves
-
-
 def missing() -> list[str]:
-    """The private names not found in the installed OpenTelemetry (their fallbacks serve); [] when pinned."""
-    context_keys()
-    encoders()
-    return list(dict.fromkeys(_MISSING))
+    """The private names this module reads that the installed OpenTelemetry lacks (their fallbacks then
+    serve); [] with the pinned versions. Probed on OpenTelemetry's own objects, not on what a run met."""
+    import inspect
 
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
 
-def _gone(name: str) -> None:
-    _MISSING.append(name)
+    gone = []
+    try:
+        from opentelemetry.baggage import _BAGGAGE_KEY  # noqa: F401
+        from opentelemetry.context import _RUNTIME_CONTEXT  # noqa: F401
+        from opentelemetry.metrics._internal import _ProxyMeterProvider  # noqa: F401
+        from opentelemetry.trace.propagation import _SPAN_KEY  # noqa: F401
+    except ImportError as exc:
+        gone.append(str(exc))
+    try:
+        encoders()
+    except ImportError as exc:
+        gone.append(str(exc))
+    exporter = OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces")
+    client = getattr(exporter, "_client", None)
+    probes = {
+        "TracerProvider._active_span_processor": span_fan_out(TracerProvider()) is not None,
+        "BoundedAttributes._dict": hasattr(BoundedAttributes(), "_dict"),
+        "MetricExporter._preferred_temporality": hasattr(ConsoleMetricExporter(), "_preferred_temporality"),
+        "PeriodicExportingMetricReader._shutdown_event": "_shutdown_event" in inspect.getsource(
+            PeriodicExportingMetricReader.__init__),
+        "OTLPSpanExporter._client.export": hasattr(client, "export"),
+        "OTLPSpanExporter._client._transport._session": hasattr(getattr(client, "_transport", None), "_session"),
+        "OTLPSpanExporter._shutdown, _max_request_size, _endpoint": all(
+            hasattr(exporter, name) for name in ("_shutdown", "_max_request_size", "_endpoint")),
+    }  # fmt: skip
+    exporter.shutdown()
+    return gone + [name for name, found in probes.items() if not found]
 
 
 # ---------------------------------------------------------------------- the API: context keys
@@ -76,7 +101,6 @@ def context_keys() -> tuple[Any, Any, Any, Any, Any]:
         except ImportError:
             from lens_rl.propagation import public_keys
 
-            _gone("opentelemetry context keys (_SPAN_KEY, _BAGGAGE_KEY, _RUNTIME_CONTEXT)")
             _KEYS.extend(public_keys())
     return _KEYS[0], _KEYS[1], _KEYS[2], _KEYS[3], _KEYS[4]
 
@@ -88,10 +112,7 @@ def span_fan_out(provider: Any) -> Any:
     """The tracer provider's fan-out to its span processors (its ``on_start`` / ``on_end`` call every one,
     those added later too), or None: then phases are recorded as SDK spans."""
     fan_out = getattr(provider, "_active_span_processor", None)
-    if fan_out is None or not hasattr(fan_out, "on_end"):
-        _gone("TracerProvider._active_span_processor")
-        return None
-    return fan_out
+    return fan_out if fan_out is not None and hasattr(fan_out, "on_end") else None
 
 
 def attributes_dict(attributes: Any) -> Any:
@@ -101,11 +122,8 @@ def attributes_dict(attributes: Any) -> Any:
 
 def metric_preferences(exporter: Any) -> dict[str, Any]:
     """A metric exporter's preferred temporality and aggregation (to wrap it faithfully); fallback: the defaults."""
-    temporality = getattr(exporter, "_preferred_temporality", None)
-    aggregation = getattr(exporter, "_preferred_aggregation", None)
-    if temporality is None and aggregation is None:
-        _gone("MetricExporter._preferred_temporality")
-    return {"preferred_temporality": temporality, "preferred_aggregation": aggregation}
+    return {"preferred_temporality": getattr(exporter, "_preferred_temporality", None),
+            "preferred_aggregation": getattr(exporter, "_preferred_aggregation", None)}
 
 
 def is_proxy_meter_provider(provider: Any) -> bool:
@@ -113,7 +131,6 @@ def is_proxy_meter_provider(provider: Any) -> bool:
     try:
         from opentelemetry.metrics._internal import _ProxyMeterProvider
     except ImportError:
-        _gone("opentelemetry.metrics._internal._ProxyMeterProvider")
         return type(provider).__name__ == "_ProxyMeterProvider"
     return isinstance(provider, _ProxyMeterProvider)
 
@@ -203,7 +220,6 @@ def track_http_status(exporter: Any) -> Any:
     client: Any = getattr(exporter, "_client", None)
     send = getattr(client, "export", None)
     if send is None:
-        _gone("OTLPSpanExporter._client")
         return exporter
     exporter._lens_status = None
 

@@ -6,22 +6,18 @@ size, lone surrogates, a full file system, a hung collector), mostly in a subpro
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import lens_rl
 from lens_rl import testing, traced_phase
-from lens_rl._attributes import REDACTED, clean_attributes, clean_value
+from lens_rl._attributes import REDACTED
 from lens_rl.config import TelemetryConfig
 from lens_rl.integrations.ray import telemetry_runtime_env
 from lens_rl.testing import OTLPReceiver, hung_endpoint
@@ -40,63 +36,18 @@ def _exported(value: Any) -> str:
 
 # ---------------------------------------------------------------------- 1. redaction, both ways
 
-TOKEN_COUNT_KEYS = ["rl.num_tokens", "rl.max_tokens", "rl.tokens_per_s", "gen_ai.usage.input_tokens",
-                    "pad_token_id", "access_token_ttl", "eos_token_id"]  # fmt: skip
-SECRET_KEYS = ["api_key", "apiKey", "OPENAI_API_KEY", "db.password", "pwd", "passphrase", "client_secret",
-               "auth", "Authorization", "jwt", "ssh_key", "private_key", "dsn", "hmac", "cookie",
-               "aws.credentials", "signature", "x-bearer"]  # fmt: skip
 
 
-@given(key=st.sampled_from(TOKEN_COUNT_KEYS), value=st.one_of(st.integers(-(2**62), 2**62), st.floats(), st.booleans()))
-@settings(max_examples=200, deadline=None)
-def test_numbers_under_token_count_keys_are_never_redacted(key: str, value: Any) -> None:
-    """Token counts are the central numbers of an RL job: never "[REDACTED]"."""
-    out = clean_attributes({key: value})
-    assert out[key] == value or (value != value and out[key] != out[key])
 
 
-@given(key=st.sampled_from(SECRET_KEYS), value=st.one_of(st.text(min_size=1), st.integers(), st.floats(allow_nan=False)))
-@settings(max_examples=200, deadline=None)
-def test_any_value_under_a_secret_key_is_redacted(key: str, value: Any) -> None:
-    """Under password/secret/apikey/... keys every value is redacted, numbers included."""
-    assert clean_attributes({key: value})[key] == REDACTED
 
 
-def _nest(depth: int, kind: str, secret: str) -> Any:
-    inner: Any = {"token": secret}
-    for i in range(depth):
-        if kind == "mapping":
-            inner = {"level": i, "child": inner}
-        elif kind == "pairs":
-            inner = [("level", i), ("child", inner)]
-        elif kind == "dataclass":
-            inner = _Box(i, inner)
-        else:
-            inner = types.SimpleNamespace(level=i, child=inner)
-    return inner
 
 
-@dataclasses.dataclass
-class _Box:
-    level: int
-    child: Any
 
 
-@given(depth=st.integers(0, 4), kind=st.sampled_from(["mapping", "pairs", "dataclass", "namespace"]),
-       secret=st.text(alphabet="abcdefghijklmnop0123456789", min_size=8, max_size=20))  # fmt: skip
-@settings(max_examples=100, deadline=None)
-def test_secret_strings_are_never_exported_at_any_depth(depth: int, kind: str, secret: str) -> None:
-    """A secret nested in mappings, lists of pairs, dataclasses or namespaces never reaches the export."""
-    out = clean_attributes({"rl.config": _nest(depth, kind, secret)})
-    assert secret not in _exported(out) and REDACTED in _exported(out)
 
 
-@pytest.mark.parametrize("value", [f"https://user:{SECRET}@host/path", f"Bearer {SECRET}", f"Basic {SECRET}",
-                                   f"curl -H 'Authorization: Bearer {SECRET}' http://x"])  # fmt: skip
-def test_credentials_in_values_are_masked_whatever_the_key(value: str) -> None:
-    """URL userinfo passwords and Bearer / Basic credentials are masked under harmless keys too."""
-    out = clean_attributes({"rl.note": value, "rl.list": [value, "x"]})
-    assert SECRET not in _exported(out)
 
 
 def test_third_party_spans_through_lens_rl_are_redacted(receiver: OTLPReceiver) -> None:
@@ -202,137 +153,22 @@ def test_flush_and_shutdown_from_a_signal_storm_never_hang(receiver: OTLPReceive
     assert receiver.wait_for_spans(10, 10) and any(s["name"] == "checkpointing" for s in receiver.spans)
 
 
-def test_coercion_of_hostile_values_is_bounded() -> None:
-    """Self-referencing and deeply nested containers coerce in bounded time (the SPEC says ~10 ms)."""
-    loop: list[Any] = [1]
-    loop.append(loop)
-    loop.append(loop)
-    deep: list[Any] = []
-    node = deep
-    for _ in range(10_000):
-        node.append([])
-        node = node[0]
-    wide = {f"k{i}": list(range(100)) for i in range(100_000)}
-    for value in (loop, deep, wide):
-        t0 = time.perf_counter()
-        out = clean_value(value)
-        elapsed_s = time.perf_counter() - t0
-        assert isinstance(out, str) and len(out) <= 4096
-        assert elapsed_s < 0.25, elapsed_s  # ~ms here; wide headroom for a busy machine
 
 
 # ---------------------------------------------------------------------- 3. poison batches
 
 
-def test_a_batch_rejected_as_too_large_is_split_and_later_spans_arrive() -> None:
-    """A collector answering 413 above 64 KB: batches are split and resent; a span too big alone is
-    dropped and counted; everything else arrives."""
-    with OTLPReceiver(max_body_bytes=64 * 1024) as rx:
-        handle = lens_rl.init_telemetry_driver(_otlp(rx.endpoint), "grpo")
-        for i in range(200):
-            with traced_phase("generation", step=i) as span:
-                span.set_attribute("rl.prompt", "x" * 2000)  # ~2 KB each: a 1024-span batch is ~2 MB
-        with traced_phase("reward") as span:
-            for k in range(40):
-                span.set_attribute(f"rl.blob{k}", "y" * 4000)  # ~160 KB alone: never accepted
-        for i in range(10):
-            with traced_phase("after", step=i):
-                pass
-        assert lens_rl.flush_telemetry(20_000) is False  # one span was lost, and says so
-        stats = handle.stats()
-        names = [s["name"] for s in rx.spans]
-        assert names.count("generation") == 200 and names.count("after") == 10 and "reward" not in names
-        assert stats["failed"] == 1 and 413 in rx.statuses
 
 
-def test_a_permanent_rejection_is_dropped_and_counted_not_retried() -> None:
-    """HTTP 400 for one batch: dropped and counted at once; the next batch goes through."""
-    state = {"first": True}
-
-    def reject_first(body: bytes) -> int | None:
-        if state["first"]:
-            state["first"] = False
-            return 400
-        return None
-
-    with OTLPReceiver(reject=reject_first) as rx:
-        handle = lens_rl.init_telemetry_driver(_otlp(rx.endpoint), "grpo")
-        with traced_phase("poison"):
-            pass
-        t0 = time.monotonic()
-        assert lens_rl.flush_telemetry(10_000) is False
-        assert time.monotonic() - t0 < 5  # not the 5-minute retry window
-        with traced_phase("later"):
-            pass
-        lens_rl.flush_telemetry(10_000)
-        assert [s["name"] for s in rx.spans] == ["later"] and handle.stats()["failed"] == 1
 
 
-def test_lone_surrogates_are_repaired_when_recorded(receiver: OTLPReceiver) -> None:
-    """A lone surrogate in a span name, an exception message or an attribute never makes a batch unencodable."""
-    code = f"""
-        import lens_rl
-        lens_rl.init_telemetry_driver({_otlp(receiver.endpoint)!r}, "grpo")
-        bad = "bad\\udc80text"
-        with lens_rl.traced_phase("name " + bad) as span:
-            span.set_attribute("rl.note", bad)
-        try:
-            with lens_rl.traced_phase("reward"):
-                raise ValueError(bad)
-        except ValueError:
-            pass
-        with lens_rl.traced_phase("after"):
-            pass
-        assert lens_rl.shutdown_telemetry(5000)
-    """
-    out = run_python(code)
-    assert out.returncode == 0, out.stderr
-    assert receiver.wait_for_spans(4, 10)
-    names = {s["name"] for s in receiver.spans}
-    assert {"reward", "after"} <= names and any(n.startswith("name bad") for n in names)
 
 
 # ---------------------------------------------------------------------- 4 and 5. memory bound, loss accounting
 
 
-def test_the_queue_is_bounded_in_bytes_against_a_hung_collector() -> None:
-    """4 KB attributes against a collector that never answers: RSS stays near the byte bound, drops are counted."""
-    endpoint, sock = hung_endpoint()
-    try:
-        out = run_python(f"""
-            import resource, lens_rl
-            h = lens_rl.init_telemetry_driver({_otlp(endpoint, max_queue_bytes=32 * 1024 * 1024, export_timeout_ms=60000)!r}, "grpo")
-            blob = "z" * 4096
-            for i in range(60000):
-                with lens_rl.traced_phase("generation") as span:
-                    span.set_attribute("rl.prompt", blob + str(i))
-            s = h.stats()
-            print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, s["dropped"], s["queued_bytes"])
-            print("SHUTDOWN", lens_rl.shutdown_telemetry(500), h.stats()["lost_at_shutdown"])
-        """, timeout=120)  # fmt: skip
-    finally:
-        sock.close()
-    assert out.returncode == 0, out.stderr[-2000:]
-    rss_mb, dropped, queued_bytes = (int(x) for x in out.stdout.split()[:3])
-    assert queued_bytes <= 32 * 1024 * 1024 and dropped > 30_000
-    assert rss_mb < 400, rss_mb  # ~900 MB without the byte bound (60,000 x ~5 KB queued and more)
-    shutdown = out.stdout.split("SHUTDOWN")[1].split()
-    assert shutdown[0] == "False" and int(shutdown[1]) > 0  # what was still queued is counted, not silently lost
 
 
-def test_metric_export_errors_are_muted_during_an_outage(caplog: pytest.LogCaptureFixture) -> None:
-    """A collector that is down: one lens_rl warning for metrics, then quiet, like spans."""
-    from lens_rl.testing import refused_endpoint
-
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": refused_endpoint(),
-                                                 "metrics_interval_ms": 100, "export_timeout_ms": 200}}, "grpo")  # fmt: skip
-    for _ in range(3):
-        lens_rl.flush_telemetry(300)
-    time.sleep(0.5)
-    ours = [r.getMessage() for r in caplog.records if r.name == "lens_rl" and "metric export" in r.getMessage()]
-    theirs = [r for r in caplog.records if "metric_exporter" in r.name]
-    assert sum("failing" in m for m in ours) == 1
-    assert len(theirs) <= 3
 
 
 # ---------------------------------------------------------------------- 6. re-init
@@ -407,137 +243,16 @@ def test_a_handle_replaced_inside_a_phase_restores_the_context(monkeypatch: pyte
 # ---------------------------------------------------------------------- 9. the file store
 
 
-FULL_DISK = """
-    import os, resource, signal, sys, lens_rl
-    trace_dir = sys.argv[1] if len(sys.argv) > 1 else {trace_dir!r}
-    if {limit!r}:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)             # writes past the limit fail with EFBIG
-        resource.setrlimit(resource.RLIMIT_FSIZE, ({limit!r}, {limit!r}))
-    h = lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": trace_dir, "run_id": "r",
-                                        "metrics_enabled": False}}}}, "grpo")
-    results = []
-    for i in range(100):
-        with lens_rl.traced_phase("generation", step=i) as span:
-            span.set_attribute("rl.pad", "p" * 300)
-        if i % 10 == 9:
-            results.append(lens_rl.flush_telemetry(300))   # batches of ten: the disk fills part-way
-    print("FLUSH", results[0], results[-1], h.stats()["exported"], flush=True)
-    lens_rl.shutdown_telemetry(1000)
-"""
 
 
-def test_a_full_disk_leaves_no_duplicate_and_no_garbage_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The file system fills mid-batch: what is on disk is whole lines, each span at most once, and the
-    error is logged once with its message."""
-    trace_dir = tmp_path / "store"
-    mounted = False
-    if os.geteuid() == 0 and os.system(f"mkdir -p {trace_dir} && mount -t tmpfs -o size=20k tmpfs {trace_dir} 2>/dev/null") == 0:
-        mounted, limit = True, 0
-    else:
-        limit = 20_000  # no mount here: the same ENOSPC-like fault through RLIMIT_FSIZE (EFBIG)
-    try:
-        out = run_python(FULL_DISK.format(trace_dir=str(trace_dir), limit=limit), timeout=60)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert "FLUSH True False" in out.stdout  # the first batches fit, the last ones do not
-        assert sum("cannot write telemetry" in line for line in out.stderr.splitlines()) == 1
-        assert "No space left" in out.stderr or "too large" in out.stderr
-        lines = [line for p in trace_dir.rglob("spans-*.jsonl") for line in p.read_text().splitlines()]
-        records = [json.loads(line) for line in lines]  # every line is whole, strict JSON
-        ids = [r["s"] for r in records if not r.get("header")]
-        assert len(ids) == len(set(ids)) and 0 < len(ids) < 100
-    finally:
-        if mounted:
-            os.system(f"umount {trace_dir}")
 
 
-def test_a_process_exiting_during_a_failed_write_leaves_whole_lines(tmp_path: Path) -> None:
-    """The disk fills and the cut-back is slow (a busy machine) while the job exits: the exit waits for it.
-
-    Without that wait the export thread stops between its failed write and the cut-back,
-    and half a line stays on disk (what a loaded machine showed one run in five).
-    """
-    trace_dir = tmp_path / "store"
-    out = run_python(f"""
-        import os, resource, signal, time, lens_rl
-        real_ftruncate = os.ftruncate
-        def slow_ftruncate(fd, length):
-            time.sleep(0.5)
-            real_ftruncate(fd, length)
-        os.ftruncate = slow_ftruncate
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
-        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(trace_dir)!r},
-                                       "run_id": "r", "metrics_enabled": False}}}}, "grpo")
-        for i in range(40):
-            with lens_rl.traced_phase("generation", step=i) as span:
-                span.set_attribute("rl.pad", "p" * 300)
-        print("SHUTDOWN", lens_rl.shutdown_telemetry(100), flush=True)  # returns before the cut-back ends
-    """, timeout=60)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "SHUTDOWN False" in out.stdout
-    data = b"".join(p.read_bytes() for p in trace_dir.rglob("spans-*.jsonl"))
-    assert data.endswith(b"\n") or not data, data[-80:]
-    assert all(json.loads(line) for line in data.splitlines())
 
 
-def test_every_line_is_strict_json(tmp_path: Path) -> None:
-    """NaN and infinities are written as strings: every line parses with a strict JSON parser."""
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "metrics_enabled": False}},
-                                  "grpo")  # fmt: skip
-    with traced_phase("generation") as span:
-        span.set_attribute("rl.loss", float("nan"))
-        span.set_attribute("rl.grad_norm", float("inf"))
-    lens_rl.shutdown_telemetry(2000)
-
-    def strict(text: str) -> Any:
-        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
-
-    lines = [line for p in tmp_path.rglob("*.jsonl") for line in p.read_text().splitlines()]
-    gen = next(strict(line) for line in lines if '"generation"' in line)
-    assert gen["a"]["rl.loss"] == "NaN" and gen["a"]["rl.grad_norm"] == "Infinity"
 
 
-def test_no_identity_value_writes_outside_trace_dir(tmp_path: Path) -> None:
-    """Rank, group and run id from the environment cannot climb out of trace_dir; long names are shortened."""
-    trace_dir = tmp_path / "store"
-    env = {"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_TRACE_DIR": str(trace_dir), "LENS_RL_OTEL_RUN_ID": "..",
-           "OTEL_RESOURCE_ATTRIBUTES": "nv.dl.rank=%2F..%2F..%2Fescaped", "LENS_RL_WORKER_GROUP": "g" * 400}  # fmt: skip
-    out = run_python("""
-        import lens_rl
-        lens_rl.init_telemetry_worker()
-        with lens_rl.traced_phase("generation"):
-            pass
-        assert lens_rl.shutdown_telemetry(3000)
-    """, env=env)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert written and all(trace_dir in p.parents for p in written)
-    assert all(len(p.name) < 255 for p in written)
 
 
-def test_a_forked_child_never_writes_into_its_parents_files(tmp_path: Path) -> None:
-    """The SDK restarts the metric thread in a forked child: the child still never writes the parent's file."""
-    out = run_python(f"""
-        import os, time, lens_rl
-        lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r},
-                                        "metrics_interval_ms": 50}}}}, "grpo")
-        with lens_rl.traced_phase("generation"):
-            pass
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(0.5)                   # several metric intervals in the child
-            os._exit(0)
-        os.waitpid(pid, 0)
-        lens_rl.shutdown_telemetry(3000)
-        print(os.getpid(), pid)
-    """)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    parent, child = out.stdout.split()
-    files = [p for p in tmp_path.rglob("*.jsonl")]
-    assert files and all(not p.name.endswith(f"-{child}.jsonl") for p in files)
-    for path in files:  # every header (and so every line after it) is the parent's
-        headers = [json.loads(line) for line in path.read_text().splitlines() if '"header"' in line]
-        assert headers and all(str(h["pid"]) == parent for h in headers), path
 
 
 # ---------------------------------------------------------------------- 10 and 11. bounded, checked

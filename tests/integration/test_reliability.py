@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 import lens_rl
 from lens_rl import traced_phase, with_bucket
-from lens_rl._attributes import MAX_VALUE_CHARS, clean_attributes
 from lens_rl.config import ENV, TelemetryConfig
 from lens_rl.testing import OTLPReceiver, recording
 from tests.conftest import clean_env, run_python
@@ -71,19 +70,6 @@ def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(c
         second.close()
 
 
-def test_drops_past_the_bound_are_reported_as_a_metric(receiver: OTLPReceiver) -> None:
-    """Dropped spans show up as the lens_rl.spans.dropped metric at the collector."""
-    handle = lens_rl.init_telemetry_driver(
-        {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": receiver.endpoint, "max_queue_spans": 50}},
-        "grpo")  # fmt: skip
-    tracer = handle.tracer
-    for _ in range(3000):
-        tracer.start_span("burst").end()
-    lens_rl.flush_telemetry(10_000)
-    assert "lens_rl.spans.dropped" in receiver.metric_names()
-    dropped = [dp.as_int for req in receiver.metric_requests for rm in req.resource_metrics for sm in rm.scope_metrics
-               for m in sm.metrics if m.name == "lens_rl.spans.dropped" for dp in m.sum.data_points]  # fmt: skip
-    assert max(dropped) == handle.stats()["dropped"] > 0
 
 
 # ------------------------------------------------------------------ SIGKILL
@@ -307,56 +293,17 @@ def test_worker_init_never_raises_on_any_environment(env: dict) -> None:
         os.environ.pop("LENS_RL_OTEL_EXPORTER", None)
 
 
-class _Weird:
-    def __repr__(self) -> str:
-        raise RuntimeError("repr explodes")
 
 
-@pytest.mark.parametrize(
-    "value, expected",
-    [
-        (None, "dropped"), (b"\xff\xfebytes", str), ({"a": {"b": [1, {"c": 2}]}}, str), ("x" * 100_000, str),
-        ([1, "a", None], str), ([1, 2, 3], list), (2**80, str), (float("nan"), float), (_Weird(), "dropped"),
-        (object(), str), ({"token": "s3cr3t"}, str),
-    ],
-)  # fmt: skip
-def test_attribute_values_are_coerced_dropped_and_bounded(value: Any, expected: Any) -> None:
-    """Any attribute value is coerced or dropped, never raised on, and length-limited."""
-    out = clean_attributes({"k": value})
-    if expected == "dropped":
-        assert "k" not in out
-        return
-    assert isinstance(out["k"], expected)
-    if isinstance(out["k"], str):
-        assert len(out["k"]) <= MAX_VALUE_CHARS and "s3cr3t" not in out["k"]
 
 
-def test_numpy_scalars_become_python_numbers() -> None:
-    """numpy scalars are recorded as plain numbers."""
-    np = pytest.importorskip("numpy")
-    assert clean_attributes({"a": np.float32(1.5), "b": np.int64(3), "c": np.bool_(True)}) == {"a": 1.5, "b": 3, "c": True}
 
 
-def test_hostile_phase_attributes_still_record(lens_spans: Any) -> None:
-    """A phase given odd attribute values still records, with the values coerced."""
-    with traced_phase("generation", blob=b"\x00\x01", nested={"x": [1, {"y": None}]}, huge="z" * 10_000, nothing=None):
-        pass
-    attrs = lens_spans.find("generation").attributes
-    assert isinstance(attrs["rl.blob"], str) and len(attrs["rl.huge"]) <= MAX_VALUE_CHARS and "rl.nothing" not in attrs
 
 
 # ------------------------------------------------------------------ secrets
 
 
-def test_secret_looking_attributes_are_redacted(lens_spans: Any) -> None:
-    """api_key, token, password, secret, authorization... never leave the process."""
-    with traced_phase("generation", api_key="sk-1", attributes={"hf_token": "hf-2", "db.password": "p", "ok": 1}) as span:
-        span.set_attribute("Authorization", "Bearer x")
-        span.add_event("call", {"client_secret": "c"})
-    span = lens_spans.find("generation")
-    attrs = dict(span.attributes)
-    assert attrs["rl.api_key"] == attrs["hf_token"] == attrs["db.password"] == attrs["Authorization"] == "[REDACTED]"
-    assert attrs["ok"] == 1 and span.events[0].attributes["client_secret"] == "[REDACTED]"
 
 
 def test_otlp_headers_never_reach_logs_attributes_or_the_projection(

@@ -169,51 +169,12 @@ def test_phase_breakdown_with_tokens_per_second() -> None:
     assert "tokens/s" in format_table(report)
 
 
-def _straggler_store(slow_rank: int, slow_steps: set[int], steps: int = 10, ranks: int = 8) -> list[dict]:
-    recs = []
-    for step in range(steps):
-        for rank in range(ranks):
-            compute = 1.5 if rank == slow_rank and step in slow_steps else 1.0 + 0.01 * rank
-            t = step * 10.0
-            recs.append(_rec("policy_training", t, t + compute, span=f"t{step}-{rank}", group="lm_policy", rank=rank,
-                             pid=100 + rank, **{"rl.bucket": "productive", "rl.step": step}))  # fmt: skip
-            # the collective wait evens the ranks out: an idle child, not compared
-            recs.append(_rec("barrier", t + compute, t + 2.0, span=f"b{step}-{rank}", group="lm_policy", rank=rank,
-                             pid=100 + rank, **{"rl.bucket": "idle", "rl.step": step}))  # fmt: skip
-    return recs
 
 
-def test_a_rank_slow_in_most_steps_is_a_persistent_straggler() -> None:
-    """One rank 1.5x slower in 8 of 10 steps is flagged in those steps and persistent; the table says so."""
-    report = rollup(_straggler_store(3, set(range(8))))
-    flagged = report["stragglers"]["per_step"]
-    assert {(s["rank"], s["step"], s["phase"]) for s in flagged} == {(3, s, "policy_training") for s in range(8)}
-    assert report["stragglers"]["persistent"] == [{"worker_group": "lm_policy", "rank": 3, "steps_flagged": 8,
-                                                   "of_steps": 10}]  # fmt: skip
-    assert all(s["over_median"] == pytest.approx(1.5 / 1.045 - 1, abs=1e-6) for s in flagged)  # median of 8 ranks
-    assert "persistent: lm_policy rank 3" in format_table(report)
 
 
-def test_a_rank_slow_once_is_not_persistent() -> None:
-    """Slow in one step of ten: flagged for that step only."""
-    report = rollup(_straggler_store(5, {4}))
-    assert [(s["rank"], s["step"]) for s in report["stragglers"]["per_step"]] == [(5, 4)]
-    assert report["stragglers"]["persistent"] == []
 
 
-def test_stragglers_over_ragged_steps_and_a_restarted_rank() -> None:
-    """Ranks that did not all run the same steps (one joined late) are compared step by step among those
-    present; a rank seen under two pids (a restart) is one rank, its steps counted once."""
-    recs = [r for r in _straggler_store(2, set(range(2, 10)))
-            if not (r["resource"]["nv.dl.rank"] == 7 and r["attributes"]["rl.step"] < 2)]  # fmt: skip
-    for r in recs:
-        if r["resource"]["nv.dl.rank"] == 2 and r["attributes"]["rl.step"] >= 5:
-            r["resource"] = {**r["resource"], "process.pid": 900}
-    report = rollup(recs)
-    flagged = report["stragglers"]["per_step"]
-    assert {(s["rank"], s["step"]) for s in flagged} == {(2, s) for s in range(2, 10)}  # under both pids
-    assert report["stragglers"]["persistent"] == [{"worker_group": "lm_policy", "rank": 2, "steps_flagged": 8,
-                                                   "of_steps": 10}]  # fmt: skip
 
 
 def test_parts_merge_exactly_whatever_the_order(tmp_path: Path) -> None:
@@ -249,33 +210,5 @@ def test_step_goodput_live_on_the_driver() -> None:
     assert live["goodput"] == pytest.approx(offline["goodput"], abs=1e-4) and live["wall_s"] >= 0.04
 
 
-def test_the_bucket_and_step_travel_in_the_carrier() -> None:
-    """inject_context inside with_bucket carries the bucket and step; a phase entered under it resolves them,
-    and a local with_bucket or an explicit bucket still wins."""
-    with recording() as rec:
-        with traced_phase("step", step=7):
-            with with_bucket("overhead"):
-                validation = lens_rl.inject_context()
-            training = lens_rl.inject_context()
-        assert "rl.bucket=overhead" in validation["baggage"] and "rl.step=7" in validation["baggage"]
-        assert "rl.bucket" not in training.get("baggage", "")  # a phase's own bucket is not carried
-        with lens_rl.attach_context(validation):
-            with traced_phase("generation"):
-                pass
-            with traced_phase("generation", bucket="wasted"):
-                pass
-            with with_bucket("idle"), traced_phase("generation"):
-                pass
-        with traced_phase("generation", parent=training, step=9):
-            pass
-        gens = [(s.attributes.get("rl.bucket"), s.attributes.get("rl.step")) for s in rec.find_all("generation")]
-    assert gens == [("overhead", 7), ("wasted", 7), ("idle", 7), ("productive", 9)]
 
 
-def test_algorithm_is_inferred_from_the_master_config() -> None:
-    """A master config with a grpo: block reports rl.algorithm grpo when none is passed."""
-    from lens_rl.identity import job_identity
-
-    assert job_identity({"grpo": {"num_generations": 8}}, None, "r")["rl.algorithm"] == "grpo"
-    assert job_identity({"sft": {}}, None, "r")["nv.dl.campaign.stage"] == "SFT"
-    assert job_identity({}, "ppo", "r")["rl.algorithm"] == "ppo"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -10,10 +9,8 @@ from pathlib import Path
 import pytest
 
 import lens_rl
-from lens_rl.store import FORMAT_VERSION
-from lens_rl.testing import OTLPReceiver, hung_endpoint, refused_endpoint
+from lens_rl.testing import OTLPReceiver, refused_endpoint
 from tests.conftest import run_python
-from tests.stores import read_spans
 
 # Scheduling slack on a shared, busy 2-core machine. An unbounded call would take the
 # 30 s export timeout (or forever), so this still fails on a real bound violation.
@@ -33,42 +30,6 @@ def _burst(handle: object, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
-    """A v2 file: a header with the resource and when telemetry started (before any span), then whole short-key
-    span lines, under trace_dir/<run_id>/; a parent carried in from another process is marked as such."""
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, set_span_in_context
-
-    before = time.time_ns()
-    handle = lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}},
-                                           "grpo")  # fmt: skip
-    with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
-        pass
-    with lens_rl.traced_phase("called", parent={"traceparent": "00-0000000000000000000000000000abcd-0000000000000def-01"}):
-        with lens_rl.traced_phase("local"):
-            pass
-    remote = set_span_in_context(NonRecordingSpan(SpanContext(0xABCD, 0xDEF, is_remote=True)))
-    with handle.tracer_provider.get_tracer("third.party").start_as_current_span("serve", remote, SpanKind.SERVER):
-        pass  # (an SDK span, written by the generic encoder)
-    assert lens_rl.shutdown_telemetry(3000)
-    files = sorted(p.name for p in (tmp_path / "r1").iterdir())
-    assert any(f.startswith("spans-driver-0-") for f in files) and any(f.startswith("metrics-driver-0-") for f in files)
-    records = read_spans(tmp_path)
-    gen = next(r for r in records if r["name"] == "generation")
-    spans_file = next((tmp_path / "r1").glob("spans-*.jsonl"))
-    lines = [json.loads(line) for line in spans_file.read_text().splitlines()]
-    assert lines[0]["header"] and lines[0]["v"] == FORMAT_VERSION and lines[0]["resource"]["rl.run_id"] == "r1"
-    assert before <= lines[0]["since"] <= min(line["b"] for line in lines[1:]) and lines[0]["remote_parents"] is True
-    job = handle.root_span_id
-    assert lines[0]["role"] == "driver" and lines[0]["root"] == f"{job:016x}"  # the job root, named: no orphan
-    raw = next(line for line in lines[1:] if line["n"] == "generation")
-    by_name = {line["n"]: line for line in lines[1:]}
-    assert by_name["called"]["p"] == by_name["serve"]["p"] == "0000000000000def"
-    assert by_name["called"]["pr"] is by_name["serve"]["pr"] is True
-    assert by_name["local"]["p"] == by_name["called"]["s"] and "pr" not in by_name["local"] and "pr" not in raw
-    assert "resource" not in raw and len(json.dumps(raw, separators=(",", ":"))) <= 350
-    assert gen["attributes"] == {"custom.key": "v", "rl.step": 2, "rl.bucket": "productive"}
-    assert gen["resource"]["rl.worker_group"] == "driver" and gen["resource"]["rl.run_id"] == "r1"
-    assert len(gen["trace_id"]) == 32 and len(gen["span_id"]) == 16 and gen["end_ns"] >= gen["start_ns"]
 
 
 def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
@@ -111,93 +72,14 @@ def test_otlp_goes_through_the_proxy_the_environment_names(receiver: OTLPReceive
     assert sum(s["name"] == "through_proxy" for s in receiver.spans) == 1
 
 
-def test_burst_of_20000_spans_all_arrive(receiver: OTLPReceiver) -> None:
-    """20,000 spans ended in about a second all reach the collector; nothing dropped."""
-    handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
-    elapsed_s = _burst(handle, 20_000)
-    assert lens_rl.flush_telemetry(60_000) is True, handle.stats()
-    assert receiver.wait_for_spans(20_000, 10)
-    assert sum(s["name"] == "burst" for s in receiver.spans) == 20_000
-    assert handle.stats()["dropped"] == 0
-    print(f"burst: 20000 spans ended in {elapsed_s:.2f}s")
 
 
-def test_full_queue_drops_are_counted_and_flush_says_false(receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture) -> None:
-    """Past max_queue_spans spans are dropped, counted, warned about once, and flush is False."""
-    handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint, max_queue_spans=100), "grpo")
-    _burst(handle, 5000)
-    assert lens_rl.flush_telemetry(10_000) is False
-    stats = handle.stats()
-    assert stats["dropped"] > 0 and stats["exported"] + stats["dropped"] == 5000
-    assert sum("span queue full" in r.getMessage() for r in caplog.records) == 1
-    assert handle.spans_dropped() == stats["dropped"]
 
 
-@pytest.mark.parametrize("fault", ["refused", "hung", "slow"])
-@pytest.mark.parametrize("call", ["flush", "shutdown"])
-def test_flush_and_shutdown_are_bounded_with_10000_spans_queued(fault: str, call: str) -> None:
-    """Against a refusing, silent or slow collector, flush/shutdown return in budget and say False."""
-    sock = slow = None
-    if fault == "refused":
-        endpoint = refused_endpoint()
-    elif fault == "hung":
-        endpoint, sock = hung_endpoint()
-    else:
-        slow = OTLPReceiver(delay_s=5.0)
-        endpoint = slow.endpoint
-    try:
-        handle = lens_rl.init_telemetry_driver(_otlp(endpoint, export_timeout_ms=30_000), "grpo")
-        _burst(handle, 10_000)
-        budget_ms = 1000
-        t0 = time.monotonic()
-        result = lens_rl.flush_telemetry(budget_ms) if call == "flush" else lens_rl.shutdown_telemetry(budget_ms)
-        elapsed_s = time.monotonic() - t0
-        assert result is False
-        assert elapsed_s <= budget_ms / 1000 + SLACK_S, f"{call} vs {fault} took {elapsed_s:.3f}s"
-        if call == "flush":  # the same budget holds for the shutdown that follows
-            t0 = time.monotonic()
-            assert lens_rl.shutdown_telemetry(500) is False
-            assert time.monotonic() - t0 <= 0.5 + SLACK_S
-    finally:
-        if sock is not None:
-            sock.close()
-        if slow is not None:
-            slow.close()
 
 
-def test_flush_is_false_when_a_batch_failed_for_good() -> None:
-    """The SDK says True after failed exports; lens_rl's flush does not."""
-    rejecting = OTLPReceiver(fail_status=400)  # non-retryable: the batch fails for good
-    try:
-        handle = lens_rl.init_telemetry_driver(_otlp(rejecting.endpoint), "grpo")
-        handle.span_pipeline._retry_for_s = 0.0
-        with lens_rl.traced_phase("generation"):
-            pass
-        assert lens_rl.flush_telemetry(5000) is False
-        assert handle.stats()["failed"] >= 1
-    finally:
-        rejecting.close()
 
 
-def test_exporter_none_and_console_run(tmp_path: Path) -> None:
-    """exporter=none records nothing outward; console prints spans to stdout."""
-    handle = lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "none"}}, "grpo")
-    assert handle is not None and handle.is_exporting is False
-    with lens_rl.traced_phase("generation"):
-        pass
-    assert lens_rl.shutdown_telemetry(1000) is True
-    out = run_python(
-        """
-        import lens_rl
-        lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "console",
-                                       "metrics_enabled": False}}, "grpo")
-        with lens_rl.traced_phase("generation"):
-            pass
-        lens_rl.shutdown_telemetry(2000)
-        """
-    )
-    assert out.returncode == 0, out.stderr
-    assert '"name": "generation"' in out.stdout
 
 
 def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
@@ -301,33 +183,6 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
     assert {kv.key: kv.value.string_value for kv in phases["generation"].attributes}["api_key"] == "[REDACTED]"
 
 
-def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
-    """The file store writes a phase span from its shape's cached JSON only when that gives the very line
-    the general writer gives; spans that changed shape (renamed, attributes set, events, status) take the
-    general path."""
-    from lens_rl.export.file import json_line, span_line, span_lines, span_row
-
-    with lens_rl.testing.recording() as rec:
-        for step in (1, 1, 2):
-            with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"m": "x\"y"}):
-                pass
-        with lens_rl.traced_phase("generation", bucket="productive", step=1) as span:
-            span.set_attribute("rl.num_tokens", 7)
-        with lens_rl.traced_phase("reward") as span:
-            span.update_name("reward_v2")
-        with lens_rl.traced_phase("sync", bucket="overhead") as span:
-            span.add_event("chunk")
-        with lens_rl.traced_phase("step", step=4):  # children sharing a parent, then the parent
-            for _ in range(2):
-                with lens_rl.traced_phase("inner"):
-                    pass
-        spans = list(rec.spans)
-    for i, span in enumerate(spans):  # neighbours that share a thread, and ones that do not
-        span._lens_thread, span._lens_thread_name = (7, "Main\"Thread") if i % 3 else (8, "worker")
-    assert len(spans) == 9 and sum(getattr(s, "shape", None) is not None for s in spans) == 6
-    expected = [json_line(span_row(s)) for s in spans]
-    assert [span_line(s) for s in spans] == expected
-    assert span_lines(spans) == expected and span_lines(spans[::-1]) == expected[::-1]  # formats shared in a batch
 
 
 @pytest.mark.slow

@@ -1,0 +1,82 @@
+"""The handle: its providers per exporter, bounded flush and shutdown whatever the collector does."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import lens_rl
+from lens_rl.testing import OTLPReceiver, hung_endpoint, refused_endpoint
+from tests.conftest import run_python
+
+# Scheduling slack on a shared, busy 2-core machine. An unbounded call would take the
+# 30 s export timeout (or forever), so this still fails on a real bound violation.
+SLACK_S = 0.75
+
+
+def _otlp(endpoint: str, **extra: object) -> dict:
+    return {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
+            "policy": {"model_name": "tiny-model"}}  # fmt: skip
+
+
+def _burst(handle: object, n: int) -> float:
+    tracer = handle.tracer  # type: ignore[attr-defined]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        tracer.start_span("burst").end()
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("fault", ["refused", "hung", "slow"])
+@pytest.mark.parametrize("call", ["flush", "shutdown"])
+def test_flush_and_shutdown_are_bounded_with_10000_spans_queued(fault: str, call: str) -> None:
+    """Against a refusing, silent or slow collector, flush/shutdown return in budget and say False."""
+    sock = slow = None
+    if fault == "refused":
+        endpoint = refused_endpoint()
+    elif fault == "hung":
+        endpoint, sock = hung_endpoint()
+    else:
+        slow = OTLPReceiver(delay_s=5.0)
+        endpoint = slow.endpoint
+    try:
+        handle = lens_rl.init_telemetry_driver(_otlp(endpoint, export_timeout_ms=30_000), "grpo")
+        _burst(handle, 10_000)
+        budget_ms = 1000
+        t0 = time.monotonic()
+        result = lens_rl.flush_telemetry(budget_ms) if call == "flush" else lens_rl.shutdown_telemetry(budget_ms)
+        elapsed_s = time.monotonic() - t0
+        assert result is False
+        assert elapsed_s <= budget_ms / 1000 + SLACK_S, f"{call} vs {fault} took {elapsed_s:.3f}s"
+        if call == "flush":  # the same budget holds for the shutdown that follows
+            t0 = time.monotonic()
+            assert lens_rl.shutdown_telemetry(500) is False
+            assert time.monotonic() - t0 <= 0.5 + SLACK_S
+    finally:
+        if sock is not None:
+            sock.close()
+        if slow is not None:
+            slow.close()
+
+
+def test_exporter_none_and_console_run(tmp_path: Path) -> None:
+    """exporter=none records nothing outward; console prints spans to stdout."""
+    handle = lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "none"}}, "grpo")
+    assert handle is not None and handle.is_exporting is False
+    with lens_rl.traced_phase("generation"):
+        pass
+    assert lens_rl.shutdown_telemetry(1000) is True
+    out = run_python(
+        """
+        import lens_rl
+        lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "console",
+                                       "metrics_enabled": False}}, "grpo")
+        with lens_rl.traced_phase("generation"):
+            pass
+        lens_rl.shutdown_telemetry(2000)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"name": "generation"' in out.stdout
