@@ -100,14 +100,24 @@ def _environment() -> dict[str, str]:
 
 
 def measure(exporter: str, nattrs: int, phases: int, rounds: int, endpoint: str) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, "-c", CASE, exporter, str(nattrs), str(phases), str(rounds), endpoint],
-                         capture_output=True, text=True, check=False, env=_environment())  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", CASE, exporter, str(nattrs), str(phases), str(rounds), endpoint],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_environment(),
+    )
     if res.returncode != 0:
         raise SystemExit(res.stderr[-3000:])
     data = json.loads(res.stdout.strip().splitlines()[-1])
     ratios = [lens / raw for raw, lens in zip(data["raw"], data["lens"], strict=True)]
-    return {"exporter": exporter, "attributes": nattrs, "raw_us": statistics.median(data["raw"]),
-            "lens_us": statistics.median(data["lens"]), "ratio": statistics.median(ratios)}  # fmt: skip
+    return {
+        "exporter": exporter,
+        "attributes": nattrs,
+        "raw_us": statistics.median(data["raw"]),
+        "lens_us": statistics.median(data["lens"]),
+        "ratio": statistics.median(ratios),
+    }
 
 
 def run(phases: int = 5000, rounds: int = 7, cases: Any = None) -> list[dict[str, Any]]:
@@ -122,10 +132,14 @@ def run(phases: int = 5000, rounds: int = 7, cases: Any = None) -> list[dict[str
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"{'lens_rl exporter':17s} {'attrs':>5s} {'raw OTel us':>12s} {'lens_rl us':>11s} {'ratio':>6s}  goal <= 0.25")
+    print(
+        f"{'lens_rl exporter':17s} {'attrs':>5s} {'raw OTel us':>12s} {'lens_rl us':>11s} {'ratio':>6s}  goal <= 0.25"
+    )
     for r in rows:
         verdict = "ok" if r["ratio"] <= 0.25 else "over goal"
-        print(f"{r['exporter']:17s} {r['attributes']:5d} {r['raw_us']:12.1f} {r['lens_us']:11.1f} {r['ratio']:6.3f}  {verdict}")
+        print(
+            f"{r['exporter']:17s} {r['attributes']:5d} {r['raw_us']:12.1f} {r['lens_us']:11.1f} {r['ratio']:6.3f}  {verdict}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

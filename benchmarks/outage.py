@@ -28,8 +28,17 @@ def run(outage_s: float, rate: int) -> int:
     rx = OTLPReceiver()
     port = rx.endpoint.rsplit(":", 1)[1]
     handle = lens_rl.init_telemetry_driver(
-        {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": rx.endpoint, "export_timeout_ms": 2000,
-                       "metrics_enabled": False}}, "grpo")  # fmt: skip
+        {
+            "telemetry": {
+                "enabled": True,
+                "exporter": "otlp",
+                "endpoint": rx.endpoint,
+                "export_timeout_ms": 2000,
+                "metrics_enabled": False,
+            }
+        },
+        "grpo",
+    )
 
     def phases(seconds: float, name: str) -> int:
         count = 0
@@ -58,8 +67,10 @@ def run(outage_s: float, rate: int) -> int:
     rx.close()
     print(f"ended: before {before}, during {during}, after {after}")
     print(f"received after the outage: during {got['during']}/{during}, after {got['after']}/{after}")
-    print(f"delivery once back: {recover_s:.1f}s (flush={delivered}); dropped {stats['dropped']}, failed {stats['failed']}; "
-          f"shutdown ok={ok}")
+    print(
+        f"delivery once back: {recover_s:.1f}s (flush={delivered}); dropped {stats['dropped']}, failed {stats['failed']}; "
+        f"shutdown ok={ok}"
+    )
     lost = during - got["during"] - stats["dropped"]
     return 1 if lost > 0 or got["after"] != after else 0
 

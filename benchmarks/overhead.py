@@ -70,7 +70,9 @@ class Obj:
 traced = traced_phase("generation")(bare)
 
 
-def interleaved(pairs: dict[str, tuple[str, str]], env: dict[str, Any], rounds: int, number: int) -> dict[str, tuple[float, float]]:
+def interleaved(
+    pairs: dict[str, tuple[str, str]], env: dict[str, Any], rounds: int, number: int
+) -> dict[str, tuple[float, float]]:
     """case -> (baseline median ns, case median ns), timed alternately."""
     out = {}
     for name, (base_stmt, case_stmt) in pairs.items():
@@ -98,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--number", type=int, default=50_000)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--pure-python", action="store_true", help="without the C accelerator (goals x2)")
-    parser.add_argument("--no-enabled-cpu", action="store_true",
-                        help="skip the enabled CPU-per-phase table (benchmarks/enabled_cpu.py, ~30 s)")  # fmt: skip
+    parser.add_argument(
+        "--no-enabled-cpu",
+        action="store_true",
+        help="skip the enabled CPU-per-phase table (benchmarks/enabled_cpu.py, ~30 s)",
+    )
     args = parser.parse_args(argv)
 
     testing.reset()
@@ -108,9 +113,16 @@ def main(argv: list[str] | None = None) -> int:
     obj = Obj()
     # PRODUCTIVE is hoisted: on Python 3.11 evaluating `Bucket.PRODUCTIVE` costs ~180 ns by
     # itself (Enum member lookup), a cost of the argument expression, not of lens_rl.
-    env = {"bare": bare, "traced": traced, "obj": obj, "NOOP": _Noop(), "traced_phase": traced_phase,
-           "PRODUCTIVE": Bucket.PRODUCTIVE, "ATTRS": {"gen_ai.model": "m"},
-           "CARRIER": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}  # fmt: skip
+    env = {
+        "bare": bare,
+        "traced": traced,
+        "obj": obj,
+        "NOOP": _Noop(),
+        "traced_phase": traced_phase,
+        "PRODUCTIVE": Bucket.PRODUCTIVE,
+        "ATTRS": {"gen_ai.model": "m"},
+        "CARRIER": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    }
     disabled = interleaved(
         {
             "@traced_phase function call": ("bare(1)", "traced(1)"),
@@ -180,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         goals = {name: (goal * 2, ref) for name, (goal, ref) in goals.items()}
     rows = []
     failed = False
-    print(f"bare call here: {bare_ns:.1f} ns (reference {REFERENCE_BARE_NS:.0f} ns); "
-          f"C accelerator: {'off (goals x2)' if PURE_PYTHON else 'on' if _ACCELERATED else 'not built'}\n")
+    print(
+        f"bare call here: {bare_ns:.1f} ns (reference {REFERENCE_BARE_NS:.0f} ns); "
+        f"C accelerator: {'off (goals x2)' if PURE_PYTHON else 'on' if _ACCELERATED else 'not built'}\n"
+    )
     print(f"{'disabled path':40s} {'base ns':>8s} {'lens ns':>8s} {'over':>7s} {'over@ref':>8s} {'goal':>5s}  verdict")
     for name, (b, c) in disabled.items():
         over = c - b
@@ -189,8 +203,17 @@ def main(argv: list[str] | None = None) -> int:
         norm = over * reference_ns / b
         verdict = "ok" if norm <= goal else ("over goal" if norm <= 2 * goal else "FAIL (>2x goal)")
         failed |= norm > 2 * goal
-        rows.append({"case": name, "baseline_ns": b, "lens_ns": c, "over_ns": over, "over_ns_at_reference": norm,
-                     "goal_ns": goal, "verdict": verdict})  # fmt: skip
+        rows.append(
+            {
+                "case": name,
+                "baseline_ns": b,
+                "lens_ns": c,
+                "over_ns": over,
+                "over_ns_at_reference": norm,
+                "goal_ns": goal,
+                "verdict": verdict,
+            }
+        )
         print(f"{name:40s} {b:8.1f} {c:8.1f} {over:7.1f} {norm:8.1f} {goal:5d}  {verdict}")
     print(f"\n{'enabled path':52s} {'raw OTel ns':>11s} {'lens ns':>9s} {'over':>8s} {'over %':>7s}  verdict")
     for name, (b, c) in enabled.items():
@@ -200,23 +223,44 @@ def main(argv: list[str] | None = None) -> int:
         ok = norm <= 2000 or pct <= 15
         verdict = "ok" if ok else ("over goal" if norm <= 4000 or pct <= 30 else "FAIL (>2x goal)")
         failed |= verdict.startswith("FAIL")
-        rows.append({"case": name, "raw_otel_ns": b, "lens_ns": c, "over_ns": over, "over_pct": pct,
-                     "over_ns_at_reference": norm, "goal": "<= 2000 ns or 15 %", "verdict": verdict})  # fmt: skip
+        rows.append(
+            {
+                "case": name,
+                "raw_otel_ns": b,
+                "lens_ns": c,
+                "over_ns": over,
+                "over_pct": pct,
+                "over_ns_at_reference": norm,
+                "goal": "<= 2000 ns or 15 %",
+                "verdict": verdict,
+            }
+        )
         print(f"{name:52s} {b:11.0f} {c:9.0f} {over:8.0f} {pct:6.1f}%  {verdict} ({norm:.0f} ns at reference)")
     extra_ms = import_lens - import_wrapt
     verdict = "ok" if extra_ms <= 10 else ("over goal" if extra_ms <= 20 else "FAIL (>2x goal)")
     failed |= verdict.startswith("FAIL")
-    rows.append({"case": "import lens_rl vs import wrapt", "lens_ms": import_lens, "wrapt_ms": import_wrapt,
-                 "extra_ms": extra_ms, "goal_ms": 10, "verdict": verdict})  # fmt: skip
-    print(f"\nimport lens_rl {import_lens:.1f} ms vs import wrapt {import_wrapt:.1f} ms: {extra_ms:+.1f} ms (goal <= +10)  {verdict}")
+    rows.append(
+        {
+            "case": "import lens_rl vs import wrapt",
+            "lens_ms": import_lens,
+            "wrapt_ms": import_wrapt,
+            "extra_ms": extra_ms,
+            "goal_ms": 10,
+            "verdict": verdict,
+        }
+    )
+    print(
+        f"\nimport lens_rl {import_lens:.1f} ms vs import wrapt {import_wrapt:.1f} ms: {extra_ms:+.1f} ms (goal <= +10)  {verdict}"
+    )
     if not args.no_enabled_cpu:
         import enabled_cpu
 
         print("\nenabled, total CPU per phase (every thread, until exported) vs raw OpenTelemetry + its OTLP exporter:")
         cpu_rows = enabled_cpu.run(phases=5000, rounds=5)
         enabled_cpu.print_table(cpu_rows)
-        rows.extend({"case": f"enabled CPU per phase, {r['exporter']}, {r['attributes']} attributes", **r}
-                    for r in cpu_rows)  # fmt: skip
+        rows.extend(
+            {"case": f"enabled CPU per phase, {r['exporter']}, {r['attributes']} attributes", **r} for r in cpu_rows
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"bare_call_ns": bare_ns, "rows": rows}, handle, indent=2)

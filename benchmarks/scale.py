@@ -30,8 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-PHASES = [("generation", "productive"), ("logprob", "productive"), ("policy_training", "productive"),
-          ("weight_sync", "overhead"), ("wait", "idle")]  # fmt: skip
+PHASES = [
+    ("generation", "productive"),
+    ("logprob", "productive"),
+    ("policy_training", "productive"),
+    ("weight_sync", "overhead"),
+    ("wait", "idle"),
+]
 
 
 def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
@@ -47,13 +52,31 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
     t0 = 1_700_000_000_000_000_000
 
     def resource(group: str, rank: int, pid: int) -> dict:
-        return {"service.name": "lens-rl", "rl.worker_group": group, "nv.dl.rank": rank, "nv.dl.world_size": workers,
-                "process.pid": pid, "host.name": "node-0", "rl.run_id": "run", "rl.algorithm": "grpo",
-                "nv.dl.campaign.stage": "RL", "rl.model.name": "tiny-policy", "rl.precision": "bfloat16"}  # fmt: skip
+        return {
+            "service.name": "lens-rl",
+            "rl.worker_group": group,
+            "nv.dl.rank": rank,
+            "nv.dl.world_size": workers,
+            "process.pid": pid,
+            "host.name": "node-0",
+            "rl.run_id": "run",
+            "rl.algorithm": "grpo",
+            "nv.dl.campaign.stage": "RL",
+            "rl.model.name": "tiny-policy",
+            "rl.precision": "bfloat16",
+        }
 
     def line(name: str, span: str, parent: str | None, start: int, end: int, attrs: dict, remote: bool = False) -> str:
-        row = {"n": name, "t": trace, "s": span, "b": start, "e": end, "a": attrs, "th": 140000000000000,
-               "tn": "MainThread"}  # fmt: skip
+        row = {
+            "n": name,
+            "t": trace,
+            "s": span,
+            "b": start,
+            "e": end,
+            "a": attrs,
+            "th": 140000000000000,
+            "tn": "MainThread",
+        }
         if parent:
             row["p"] = parent
             if remote:  # (a parent in another process: the driver's)
@@ -63,9 +86,17 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
     handles = []
     for i in range(files):
         group = "driver" if i == 0 else "lm_policy"
-        header = {"v": 2, "header": True, "format": "lens_rl.spans/2", "kind": "spans",
-                  "role": "driver" if i == 0 else "worker", "resource": resource(group, max(i - 1, 0), 1000 + i),
-                  "pid": 1000 + i, "since": t0, "remote_parents": True}  # fmt: skip
+        header = {
+            "v": 2,
+            "header": True,
+            "format": "lens_rl.spans/2",
+            "kind": "spans",
+            "role": "driver" if i == 0 else "worker",
+            "resource": resource(group, max(i - 1, 0), 1000 + i),
+            "pid": 1000 + i,
+            "since": t0,
+            "remote_parents": True,
+        }
         if i == 0:
             header["root"] = "e" * 16  # the job root (never written: the run is still going)
         handle = open(run / f"spans-{group}-{max(i - 1, 0)}-{1000 + i}.jsonl", "w")
@@ -77,8 +108,9 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
         for k, (name, bucket) in enumerate(PHASES):
             span = f"d{step:07x}{k + 1:08x}"
             start = base + k * 1_800_000_000
-            handles[0].write(line(name, span, umbrella, start, start + 1_700_000_000,
-                                  {"rl.bucket": bucket, "rl.step": step}) + "\n")  # fmt: skip
+            handles[0].write(
+                line(name, span, umbrella, start, start + 1_700_000_000, {"rl.bucket": bucket, "rl.step": step}) + "\n"
+            )
             written += 1
         handles[0].write(line("step", umbrella, "e" * 16, base, base + 9_000_000_000, {"rl.step": step}) + "\n")
         written += 1
@@ -87,10 +119,29 @@ def synthesize(root: Path, spans: int, files: int, seed: int = 0) -> int:
             start = base + rng.randrange(0, 1_000_000_000)
             dur = int((1.5 if w == 3 and step % 2 else 1.0) * 1_000_000_000)
             span = f"{w:04x}{step:08x}0001"
-            handles[w].write(line("barrier", f"{w:04x}{step:08x}0002", span, start + dur - 100_000_000, start + dur,
-                                  {"rl.bucket": "idle", "rl.step": step}) + "\n")  # fmt: skip
-            handles[w].write(line("policy_training", span, parent, start, start + dur,
-                                  {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096}, True) + "\n")  # fmt: skip
+            handles[w].write(
+                line(
+                    "barrier",
+                    f"{w:04x}{step:08x}0002",
+                    span,
+                    start + dur - 100_000_000,
+                    start + dur,
+                    {"rl.bucket": "idle", "rl.step": step},
+                )
+                + "\n"
+            )
+            handles[w].write(
+                line(
+                    "policy_training",
+                    span,
+                    parent,
+                    start,
+                    start + dur,
+                    {"rl.bucket": "productive", "rl.step": step, "rl.num_tokens": 4096},
+                    True,
+                )
+                + "\n"
+            )
             written += 2
     for handle in handles:
         handle.close()
@@ -147,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spans = sum(1 for p in (root / "run").glob("spans-*.jsonl") for _ in open(p)) - args.files
         size_mb = sum(p.stat().st_size for p in (root / "run").glob("spans-*.jsonl")) / 1e6
-        print(f"store: {spans:,} spans in {args.files} files, {size_mb:.0f} MB "
-              f"({size_mb * 1e6 / spans:.0f} bytes a span), made in {time.perf_counter() - t:.0f}s")
+        print(
+            f"store: {spans:,} spans in {args.files} files, {size_mb:.0f} MB "
+            f"({size_mb * 1e6 / spans:.0f} bytes a span), made in {time.perf_counter() - t:.0f}s"
+        )
         jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
         cases = {  # name -> what runs (the baseline first in every round)
             "plain json.loads pass (stdlib)": (BASELINE, str(root)),
@@ -163,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, command in cases.items():
                 runs[name].append(_run(*command))
         base_runs = runs["plain json.loads pass (stdlib)"]
-        print(f"\n{'case':34s} {'wall s':>8s} {'spans/s':>10s} {'peak RSS':>9s} {'CPU s':>7s} {'vs plain parse':>15s}"
-              f"{'  (each round)' if args.rounds > 1 else ''}")
+        print(
+            f"\n{'case':34s} {'wall s':>8s} {'spans/s':>10s} {'peak RSS':>9s} {'CPU s':>7s} {'vs plain parse':>15s}"
+            f"{'  (each round)' if args.rounds > 1 else ''}"
+        )
         results = []
         for name, measured in runs.items():
             wall = statistics.median(r["s"] for r in measured)
@@ -173,8 +228,17 @@ def main(argv: list[str] | None = None) -> int:
             cpu = statistics.median(r["cpu_s"] for r in measured)  # every process's CPU: the work, whatever the cores
             each = "  " + " ".join(f"{x:.2f}" for x in ratios) if args.rounds > 1 else ""
             print(f"{name:34s} {wall:8.1f} {spans / wall:10,.0f} {rss:7.0f}MB {cpu:7.1f} {ratio:14.2f}x{each}")
-            results.append({"case": name, "wall_s": wall, "spans_per_s": spans / wall, "peak_rss_mb": rss,
-                            "cpu_s": cpu, "ratio_to_plain_parse": ratio, "ratio_each_round": ratios})  # fmt: skip
+            results.append(
+                {
+                    "case": name,
+                    "wall_s": wall,
+                    "spans_per_s": spans / wall,
+                    "peak_rss_mb": rss,
+                    "cpu_s": cpu,
+                    "ratio_to_plain_parse": ratio,
+                    "ratio_each_round": ratios,
+                }
+            )
         if args.json:
             Path(args.json).write_text(json.dumps({"spans": spans, "files": args.files, "rows": results}, indent=2))
     finally:

@@ -36,8 +36,17 @@ def rss_mb() -> float:
 def soak(seconds: float, rate: int, queue: int, out=print) -> dict:  # type: ignore[no-untyped-def]
     url, sock = hung_endpoint()
     handle = lens_rl.init_telemetry_driver(
-        {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": url, "max_queue_spans": queue,
-                       "export_timeout_ms": 10_000}}, "grpo")  # fmt: skip
+        {
+            "telemetry": {
+                "enabled": True,
+                "exporter": "otlp",
+                "endpoint": url,
+                "max_queue_spans": queue,
+                "export_timeout_ms": 10_000,
+            }
+        },
+        "grpo",
+    )
     start_rss = rss_mb()
     per_tick = max(rate // 100, 1)
     rows = []
@@ -60,20 +69,36 @@ def soak(seconds: float, rate: int, queue: int, out=print) -> dict:  # type: ign
             if sleep_s > 0:
                 time.sleep(sleep_s)
         stats = handle.stats()
-        row = {"t_s": second, "rss_mb": rss_mb(), "spans": spans, "us_per_phase": busy_s / spans * 1e6,
-               "queued": stats["queued"], "dropped": stats["dropped"]}  # fmt: skip
+        row = {
+            "t_s": second,
+            "rss_mb": rss_mb(),
+            "spans": spans,
+            "us_per_phase": busy_s / spans * 1e6,
+            "queued": stats["queued"],
+            "dropped": stats["dropped"],
+        }
         rows.append(row)
-        out(f"{second:5d} {row['rss_mb']:8.1f} {spans:7d} {row['us_per_phase']:9.1f} {row['queued']:7d} {row['dropped']:8d}")
+        out(
+            f"{second:5d} {row['rss_mb']:8.1f} {spans:7d} {row['us_per_phase']:9.1f} {row['queued']:7d} {row['dropped']:8d}"
+        )
     t0 = time.monotonic()
     ok = lens_rl.shutdown_telemetry(1000)
     shutdown_s = time.monotonic() - t0
     sock.close()
     bound_mb = start_rss + queue * BYTES_PER_QUEUED_SPAN / 2**20 * 1.5 + 50
     head = statistics.median(r["us_per_phase"] for r in rows[: max(len(rows) // 5, 1)])
-    tail = statistics.median(r["us_per_phase"] for r in rows[-max(len(rows) // 5, 1):])
-    return {"start_rss_mb": start_rss, "peak_rss_mb": max(r["rss_mb"] for r in rows), "bound_mb": bound_mb,
-            "us_per_phase_start": head, "us_per_phase_end": tail, "dropped": rows[-1]["dropped"],
-            "shutdown_s": shutdown_s, "shutdown_ok": ok, "rows": rows}  # fmt: skip
+    tail = statistics.median(r["us_per_phase"] for r in rows[-max(len(rows) // 5, 1) :])
+    return {
+        "start_rss_mb": start_rss,
+        "peak_rss_mb": max(r["rss_mb"] for r in rows),
+        "bound_mb": bound_mb,
+        "us_per_phase_start": head,
+        "us_per_phase_end": tail,
+        "dropped": rows[-1]["dropped"],
+        "shutdown_s": shutdown_s,
+        "shutdown_ok": ok,
+        "rows": rows,
+    }
 
 
 def main() -> int:
@@ -83,10 +108,15 @@ def main() -> int:
     parser.add_argument("--queue", type=int, default=32768)
     args = parser.parse_args()
     result = soak(args.seconds, args.rate, args.queue)
-    print(f"\nrss {result['start_rss_mb']:.0f} -> peak {result['peak_rss_mb']:.0f} MB (bound {result['bound_mb']:.0f} MB); "
-          f"cost per phase {result['us_per_phase_start']:.1f} -> {result['us_per_phase_end']:.1f} us; "
-          f"dropped {result['dropped']} (counted); shutdown {result['shutdown_s']:.2f}s (ok={result['shutdown_ok']})")
-    bad = result["peak_rss_mb"] > result["bound_mb"] or result["us_per_phase_end"] > result["us_per_phase_start"] * 1.5 + 5
+    print(
+        f"\nrss {result['start_rss_mb']:.0f} -> peak {result['peak_rss_mb']:.0f} MB (bound {result['bound_mb']:.0f} MB); "
+        f"cost per phase {result['us_per_phase_start']:.1f} -> {result['us_per_phase_end']:.1f} us; "
+        f"dropped {result['dropped']} (counted); shutdown {result['shutdown_s']:.2f}s (ok={result['shutdown_ok']})"
+    )
+    bad = (
+        result["peak_rss_mb"] > result["bound_mb"]
+        or result["us_per_phase_end"] > result["us_per_phase_start"] * 1.5 + 5
+    )
     return 1 if bad else 0
 
 

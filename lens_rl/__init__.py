@@ -29,8 +29,6 @@ from lens_rl.lifecycle import (
     init_telemetry_driver,
     init_telemetry_worker,
     shutdown_telemetry,
-    step_goodput,
-    step_metrics,
     telemetry_enabled_in_env,
     vllm_native_tracing_requested,
 )
@@ -38,6 +36,7 @@ from lens_rl.propagation import attach_context, inject_context
 from lens_rl.record.phases import Phase, traced_phase
 from lens_rl.record.scopes import with_bucket
 from lens_rl.record.spans import current_span
+from lens_rl.record.steps import step_goodput, step_metrics
 from lens_rl.record.worker_init import traced_worker_init
 
 if TYPE_CHECKING:

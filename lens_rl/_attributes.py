@@ -73,7 +73,9 @@ def _classify(key: str) -> int:
         return kind
     segs = _segments(key)
     kind = _PLAIN
-    if any(s in _SECRET_SEGMENTS for s in segs) or any(pair in _SECRET_PAIRS for pair in zip(segs, segs[1:], strict=False)):
+    if any(s in _SECRET_SEGMENTS for s in segs) or any(
+        pair in _SECRET_PAIRS for pair in zip(segs, segs[1:], strict=False)
+    ):
         kind = _SECRET
     elif any(s in _TOKEN_SEGMENTS for s in segs):
         kind = _TOKEN_ONLY
@@ -131,8 +133,12 @@ def _items(value: Any) -> list[tuple[str, Any]] | None:
         return [(str(k), v) for k, v in itertools.islice(value.items(), MAX_SEQUENCE_ITEMS)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [(f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value)[:MAX_SEQUENCE_ITEMS]]
-    if isinstance(value, (list, tuple)) and value and all(
-        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in value[:MAX_SEQUENCE_ITEMS]
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in value[:MAX_SEQUENCE_ITEMS]
+        )
     ):
         return [(p[0], p[1]) for p in value[:MAX_SEQUENCE_ITEMS]]
     namespace = getattr(value, "__dict__", None)
@@ -185,7 +191,9 @@ def clean_value(value: Any) -> Any:
         if callable(item) and getattr(value, "ndim", 0) == 0 and getattr(value, "shape", ()) == ():
             return clean_value(item())
         if isinstance(value, (list, tuple)) and _items(value) is None:
-            items = [clean_value(v) if isinstance(v, (bool, int, float, str)) else v for v in value[:MAX_SEQUENCE_ITEMS]]
+            items = [
+                clean_value(v) if isinstance(v, (bool, int, float, str)) else v for v in value[:MAX_SEQUENCE_ITEMS]
+            ]
             kinds = {type(v) for v in items}
             if len(kinds) == 1 and kinds <= {bool, int, float, str}:
                 return items

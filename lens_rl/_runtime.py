@@ -42,10 +42,27 @@ class Runtime:
     """The process's telemetry state. One instance, :data:`RUNTIME`; read its fields, set them under ``lock``."""
 
     __slots__ = (
-        "on", "stacked", "handle", "root_span", "root_context", "resolved", "resolver", "lock",
-        "open_phases", "phase_cache", "warned", "last_shutdown", "registered", "reset_hooks", "projected",
-        "shutdown_hooks", "driver_hooks", "last_step", "worker_init", "otel_keys",
-    )  # fmt: skip
+        "on",
+        "stacked",
+        "handle",
+        "root_span",
+        "root_context",
+        "resolved",
+        "resolver",
+        "lock",
+        "open_phases",
+        "phase_cache",
+        "warned",
+        "last_shutdown",
+        "registered",
+        "reset_hooks",
+        "projected",
+        "shutdown_hooks",
+        "driver_hooks",
+        "last_step",
+        "worker_init",
+        "otel_keys",
+    )
 
     def __init__(self) -> None:
         #: The hot-path flag (see the module docstring).

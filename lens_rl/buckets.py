@@ -20,8 +20,19 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ALLOWED_BUCKETS", "DEFAULT_PHASE_BUCKETS", "PHASE_SOURCES", "Bucket", "closest_phase_name", "coerce_bucket", "default_bucket",
-           "exclusive_time", "goodput_of", "normalized", "union_length"]
+__all__ = [
+    "ALLOWED_BUCKETS",
+    "DEFAULT_PHASE_BUCKETS",
+    "PHASE_SOURCES",
+    "Bucket",
+    "closest_phase_name",
+    "coerce_bucket",
+    "default_bucket",
+    "exclusive_time",
+    "goodput_of",
+    "normalized",
+    "union_length",
+]
 
 
 class Bucket(str, enum.Enum):
@@ -58,6 +69,7 @@ _P, _O, _I, _W = Bucket.PRODUCTIVE, Bucket.OVERHEAD, Bucket.IDLE, Bucket.WASTED
 #: timer names, read from their sources; listed in docs/phase-names.md). Lookups normalise a name (see
 #: :func:`default_bucket`). Umbrella names (``step``, NeMo-RL's ``total_step_time``) are deliberately absent:
 #: a step's own time is its phases'.
+# fmt: off
 PHASE_SOURCES: Mapping[str, Mapping[str, Bucket]] = MappingProxyType({
     "lens_rl": {
         "generation": _P, "generate": _P, "rollout": _P, "rollouts": _P,
@@ -114,7 +126,8 @@ PHASE_SOURCES: Mapping[str, Mapping[str, Bucket]] = MappingProxyType({
         "update_ref_with_policy": _O,
         "wait_for_generation_buffer": _I,
     },
-})  # fmt: skip
+})
+# fmt: on
 
 #: Every known phase name and its default bucket (the union of :data:`PHASE_SOURCES`).
 DEFAULT_PHASE_BUCKETS: Mapping[str, Bucket] = MappingProxyType(

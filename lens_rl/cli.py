@@ -47,8 +47,10 @@ def _run_dir(trace_dir: str, run: str | None) -> Path:
         raise CliError(f"no lens_rl span files (spans-*.jsonl) under {trace_dir!r}")
     latest = max(runs, key=lambda p: max(f.stat().st_mtime for f in p.glob("spans-*.jsonl")))
     if len(runs) > 1:
-        print(f"lens-rl: {len(runs)} runs under {trace_dir}; using the latest, {latest.name} (--run to choose)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"lens-rl: {len(runs)} runs under {trace_dir}; using the latest, {latest.name} (--run to choose)",
+            file=sys.stderr,
+        )
     return latest
 
 
@@ -61,7 +63,9 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
         lo = int(first)
         hi = int(last) if sep else lo
     except ValueError:
-        raise CliError(f"--steps: invalid value {text!r}; allowed: A-B (inclusive, e.g. 10-20), a single step, or all") from None
+        raise CliError(
+            f"--steps: invalid value {text!r}; allowed: A-B (inclusive, e.g. 10-20), a single step, or all"
+        ) from None
     if hi < lo:
         raise CliError(f"--steps: {text!r} is empty (B < A); allowed: A-B with A <= B, or all")
     return lo, hi
@@ -79,16 +83,20 @@ def _files(trace_dir: str, run: str | None) -> tuple[list[Path], Path]:
         if head is not None and head.resource.get("rl.run_id") is not None:
             runs.add(str(head.resource["rl.run_id"]))
     if len(runs) > 1:
-        print(f"lens-rl: warning: {str(path)!r} holds spans of {len(runs)} runs ({', '.join(sorted(runs))}); their "
-              "figures are mixed (keep one run per folder)", file=sys.stderr)  # fmt: skip
+        print(
+            f"lens-rl: warning: {str(path)!r} holds spans of {len(runs)} runs ({', '.join(sorted(runs))}); their "
+            "figures are mixed (keep one run per folder)",
+            file=sys.stderr,
+        )
     return paths, path
 
 
 def _check_steps(steps: tuple[int, int] | None, step_range: Any) -> None:
     """``--steps`` that select no step of the run: say which the run has."""
     if steps is not None and step_range is not None and (steps[1] < step_range[0] or steps[0] > step_range[1]):
-        raise CliError(f"--steps {steps[0]}-{steps[1]} selects no step: the run's steps are "
-                       f"{step_range[0]}-{step_range[1]}")  # fmt: skip
+        raise CliError(
+            f"--steps {steps[0]}-{steps[1]} selects no step: the run's steps are {step_range[0]}-{step_range[1]}"
+        )
 
 
 def _parallel(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,11 +116,15 @@ def cmd_goodput(args: argparse.Namespace) -> int:
     report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, **_parallel(args))
     _check_steps(steps, report["step_range"])
     if not report["spans"]:
-        raise CliError(f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
-                       f"{report['skipped_lines']} bad lines)")  # fmt: skip
+        raise CliError(
+            f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
+            f"{report['skipped_lines']} bad lines)"
+        )
     if report["skipped_lines"]:
-        print(f"lens-rl: skipped {report['skipped_lines']} unreadable line(s) (e.g. a killed process's last line)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"lens-rl: skipped {report['skipped_lines']} unreadable line(s) (e.g. a killed process's last line)",
+            file=sys.stderr,
+        )
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -140,19 +152,28 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
     steps = parse_steps(args.steps)
     if args.output is not None and format_of(args.output) is None:
-        raise CliError(f"-o {args.output!r}: no trace format has that extension; allowed: "
-                       + ", ".join(f"{ext} ({name})" for ext, name in FORMATS.items()))  # fmt: skip
-    spans, output, path = _write(args, "trace.json", lambda paths, output: write_trace(
-        paths, output, steps=steps, group=args.group, **_parallel(args)))  # fmt: skip
+        raise CliError(
+            f"-o {args.output!r}: no trace format has that extension; allowed: "
+            + ", ".join(f"{ext} ({name})" for ext, name in FORMATS.items())
+        )
+    spans, output, path = _write(
+        args,
+        "trace.json",
+        lambda paths, output: write_trace(paths, output, steps=steps, group=args.group, **_parallel(args)),
+    )
     if not spans and args.steps is None and args.group is None:
         os.unlink(output)
         raise CliError(f"no readable lens_rl spans under {str(path)!r}")
     if not spans:
         os.unlink(output)
-        where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (args.group is not None)
+        where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (
+            args.group is not None
+        )
         raise CliError(f"{' and '.join(where)} select no span of {str(path)!r}")
-    print(f"wrote {output} ({FORMATS[Path(output).suffix.lower()]}): {spans} spans; open it at https://ui.perfetto.dev "
-          "(or any Perfetto build, offline)")  # fmt: skip
+    print(
+        f"wrote {output} ({FORMATS[Path(output).suffix.lower()]}): {spans} spans; open it at https://ui.perfetto.dev "
+        "(or any Perfetto build, offline)"
+    )
     return 0
 
 
@@ -160,8 +181,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from lens_rl.offline.report import write_report
 
     steps = parse_steps(args.steps)
-    size, output, _ = _write(args, "report.html", lambda paths, output: write_report(
-        paths, output, steps=steps, warmup_steps=args.warmup_steps, **_parallel(args)))  # fmt: skip
+    size, output, _ = _write(
+        args,
+        "report.html",
+        lambda paths, output: write_report(
+            paths, output, steps=steps, warmup_steps=args.warmup_steps, **_parallel(args)
+        ),
+    )
     print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: open it in any browser, offline)")
     return 0
 
@@ -186,8 +212,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_parallel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, metavar="N", help="files read in parallel (default: the cores, at most 4)")
-    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                        help="read the files as Ray tasks (on ADDRESS, else a local cluster); same results")  # fmt: skip
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="read the files as Ray tasks (on ADDRESS, else a local cluster); same results",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -205,16 +236,24 @@ def _parser() -> argparse.ArgumentParser:
     good.add_argument("trace_dir", metavar="TRACE_DIR")
     good.add_argument("--json", action="store_true", help="machine-readable output (schema lens_rl.goodput/1)")
     good.add_argument("--run", help="run id (default: the latest run)")
-    good.add_argument("--steps", metavar="A-B|all", help="step rows and step figures for these steps "
-                      "(default: a summary with at most 20 step rows)")  # fmt: skip
-    good.add_argument("--warmup-steps", type=int, default=1, metavar="N",
-                      help="steps the steady-state figure skips (default 1)")  # fmt: skip
+    good.add_argument(
+        "--steps",
+        metavar="A-B|all",
+        help="step rows and step figures for these steps (default: a summary with at most 20 step rows)",
+    )
+    good.add_argument(
+        "--warmup-steps", type=int, default=1, metavar="N", help="steps the steady-state figure skips (default 1)"
+    )
     _add_parallel(good)
     good.set_defaults(func=cmd_goodput)
     perf = sub.add_parser("perfetto", help="Chrome trace-event JSON for Perfetto UI")
     perf.add_argument("trace_dir", metavar="TRACE_DIR")
-    perf.add_argument("-o", "--output", help="output file: X.json (Chrome JSON) or X.pftrace / X.perfetto-trace "
-                      "(Perfetto protobuf); default TRACE_DIR/trace.json")  # fmt: skip
+    perf.add_argument(
+        "-o",
+        "--output",
+        help="output file: X.json (Chrome JSON) or X.pftrace / X.perfetto-trace "
+        "(Perfetto protobuf); default TRACE_DIR/trace.json",
+    )
     perf.add_argument("--steps", metavar="A-B|all", help="only the spans of these steps (default all)")
     perf.add_argument("--group", metavar="G", help="only this worker group's processes")
     _add_parallel(perf)
@@ -224,9 +263,14 @@ def _parser() -> argparse.ArgumentParser:
     rpt.add_argument("trace_dir", metavar="TRACE_DIR")
     rpt.add_argument("-o", "--output", help="output file (default TRACE_DIR/report.html)")
     rpt.add_argument("--run", help="run id (default: the latest run)")
-    rpt.add_argument("--steps", metavar="A-B|all", help="the timeline's window (default: the slowest step and its "
-                     "neighbours); aggregates always cover every step")  # fmt: skip
-    rpt.add_argument("--warmup-steps", type=int, default=1, metavar="N", help="steps the steady state skips (default 1)")
+    rpt.add_argument(
+        "--steps",
+        metavar="A-B|all",
+        help="the timeline's window (default: the slowest step and its neighbours); aggregates always cover every step",
+    )
+    rpt.add_argument(
+        "--warmup-steps", type=int, default=1, metavar="N", help="steps the steady state skips (default 1)"
+    )
     _add_parallel(rpt)
     rpt.set_defaults(func=cmd_report)
     rep = sub.add_parser("replay", help="send a run's stored spans to an OTLP/HTTP collector")

@@ -102,8 +102,7 @@ def parse_bool(value: object, field: str = "value") -> bool:
         if text in _FALSE:
             return False
     raise ValueError(
-        f"telemetry.{field}: invalid boolean {value!r}; "
-        "allowed: true/false, 1/0, yes/no, on/off (case-insensitive)"
+        f"telemetry.{field}: invalid boolean {value!r}; allowed: true/false, 1/0, yes/no, on/off (case-insensitive)"
     )
 
 
@@ -250,9 +249,7 @@ class TelemetryConfig:
     # ------------------------------------------------------------------ readers
 
     @classmethod
-    def from_master_config(
-        cls, master_config: object, environ: Mapping[str, str] | None = None
-    ) -> TelemetryConfig:
+    def from_master_config(cls, master_config: object, environ: Mapping[str, str] | None = None) -> TelemetryConfig:
         """Resolve the ``telemetry`` block of ``master_config`` merged with ``environ``.
 
         ``master_config`` may be a dict, an attribute object, a dataclass or a
@@ -274,9 +271,7 @@ class TelemetryConfig:
             key = unknown[0]
             close = difflib.get_close_matches(str(key), list(_PARSERS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(_PARSERS))}"
-            )
+            raise ValueError(f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(_PARSERS))}")
         values: dict[str, Any] = {}
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for field, parse in _PARSERS.items():

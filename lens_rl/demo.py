@@ -23,10 +23,11 @@ from typing import Any
 from lens_rl.buckets import Bucket
 from lens_rl.integrations.aiohttp import instrument_aiohttp_client
 from lens_rl.integrations.ray import accepts_context, actor_options, flush_actors, traced_actor
-from lens_rl.lifecycle import flush_telemetry, init_telemetry_driver, shutdown_telemetry, step_goodput
+from lens_rl.lifecycle import flush_telemetry, init_telemetry_driver, shutdown_telemetry
 from lens_rl.record.phases import traced_phase
 from lens_rl.record.scopes import with_bucket
 from lens_rl.record.spans import current_span
+from lens_rl.record.steps import step_goodput
 from lens_rl.record.worker_init import traced_worker_init
 
 __all__ = ["GenerationWorker", "PolicyWorker", "RolloutServer", "run_demo"]
@@ -135,7 +136,9 @@ def _start_cluster(ray: Any) -> tuple[Any, Any, list[Any]]:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     server = ray.remote(num_cpus=0)(RolloutServer).options(**actor_options("rollout_server", 0, 1)).remote()
     url = ray.get(server.start.remote())
-    gen = traced_actor(ray.remote(num_cpus=0)(GenerationWorker).options(**actor_options("vllm_policy", 0, 1)).remote(url))
+    gen = traced_actor(
+        ray.remote(num_cpus=0)(GenerationWorker).options(**actor_options("vllm_policy", 0, 1)).remote(url)
+    )
     policy_cls = ray.remote(num_cpus=0)(PolicyWorker)
     policy = [traced_actor(policy_cls.options(**actor_options("lm_policy", r, 2)).remote()) for r in range(2)]
     ray.get([p.logprob.remote(1) for p in policy] + [gen.load_weights.remote(0)])
@@ -164,10 +167,13 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         telemetry.update(exporter="otlp", endpoint=otlp)
     master = {
         "telemetry": telemetry,
-        "policy": {"model_name": "demo/tiny-policy-0.5B", "precision": "bfloat16",
-                   "dtensor_cfg": {"tensor_parallel_size": 1}},
+        "policy": {
+            "model_name": "demo/tiny-policy-0.5B",
+            "precision": "bfloat16",
+            "dtensor_cfg": {"tensor_parallel_size": 1},
+        },
         "cluster": {"num_nodes": 1, "gpus_per_node": 0},
-    }  # fmt: skip
+    }
     handle = init_telemetry_driver(master, algorithm="grpo")
     run_id = handle.resource.attributes["rl.run_id"]
     say(f"lens-rl demo: run {run_id}, {steps} GRPO steps on a local Ray cluster")
@@ -175,43 +181,20 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
     try:
         with traced_phase("cluster_setup"):  # start-up is overhead, not unattributed time
             server, gen, policy = _start_cluster(ray)
-        say(f"  cluster up in {time.perf_counter() - t_start:.1f}s: 2 policy ranks, 1 generation worker, rollout server")
+        say(
+            f"  cluster up in {time.perf_counter() - t_start:.1f}s: 2 policy ranks, 1 generation worker, rollout server"
+        )
 
         for step in range(1, steps + 1):
             t0 = time.perf_counter()
-            with traced_phase("step", step=step):
-                with traced_phase("data_processing", step=step):
-                    time.sleep(0.03)
-                if step == 2:  # a rollout thrown away: its time is wasted, on the worker too (carried bucket)
-                    with with_bucket(Bucket.WASTED), traced_phase("generation", step=step, attempt=1):
-                        ray.get(gen.generate.remote(step, 4))
-                with traced_phase("generation", step=step):
-                    samples = ray.get(gen.generate.remote(step, 8))
-                with traced_phase("reward", step=step):
-                    rewards = ray.get(gen.score.remote(samples))
-                with traced_phase("logprob", step=step):
-                    ray.get([p.logprob.remote(step) for p in policy])
-                with traced_phase("advantage", step=step):
-                    time.sleep(0.01)
-                with traced_phase("policy_training", step=step):
-                    ray.get([p.train.remote(step) for p in policy])
-                with traced_phase("weight_sync", step=step):
-                    ray.get([p.export_weights.remote(step) for p in policy] + [gen.load_weights.remote(step)])
-                if step % 2 == 0:  # validation generation counts as overhead, not training
-                    with with_bucket(Bucket.OVERHEAD), traced_phase("validation", step=step):
-                        with traced_phase("generation", step=step):
-                            ray.get(gen.generate.remote(step, 4))
-                if step == steps:
-                    with traced_phase("checkpointing", step=step):
-                        ray.get([p.save.remote(step) for p in policy])
-                with traced_phase("wait", step=step):  # waiting on the next batch: idle
-                    time.sleep(0.02)
-                time.sleep(0.01)  # logging: covered by no bucketed span -> unattributed
+            rewards = _step(ray, gen, policy, step, steps)
             mean = sum(rewards) / len(rewards)
             live = step_goodput() or {}  # what a user logs to W&B / TensorBoard / MLflow beside the loss
             ratio = live.get("goodput")
-            say(f"  step {step}/{steps}: mean reward {mean:.3f}, {time.perf_counter() - t0:.2f}s, "
-                f"live step goodput {'-' if ratio is None else f'{ratio:.0%}'}")  # fmt: skip
+            say(
+                f"  step {step}/{steps}: mean reward {mean:.3f}, {time.perf_counter() - t0:.2f}s, "
+                f"live step goodput {'-' if ratio is None else f'{ratio:.0%}'}"
+            )
             flush_telemetry(2000)
         flushed = flush_actors([server, gen, *policy], timeout_ms=5000)
     finally:
@@ -222,6 +205,46 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         say(f"spans and metrics sent to {otlp}; the goodput table reads the file store (run without --otlp)")
         return 0 if ok else 1
 
+    _read_back(trace_dir, run_id, say)
+    say(f"done in {time.perf_counter() - t_start:.1f}s")
+    return 0 if ok else 1
+
+
+def _step(ray: Any, gen: Any, policy: list[Any], step: int, steps: int) -> list[float]:
+    """One GRPO step on the cluster, each phase under its framework name; returns the rewards."""
+    with traced_phase("step", step=step):
+        with traced_phase("data_processing", step=step):
+            time.sleep(0.03)
+        if step == 2:  # a rollout thrown away: its time is wasted, on the worker too (carried bucket)
+            with with_bucket(Bucket.WASTED), traced_phase("generation", step=step, attempt=1):
+                ray.get(gen.generate.remote(step, 4))
+        with traced_phase("generation", step=step):
+            samples = ray.get(gen.generate.remote(step, 8))
+        with traced_phase("reward", step=step):
+            rewards = ray.get(gen.score.remote(samples))
+        with traced_phase("logprob", step=step):
+            ray.get([p.logprob.remote(step) for p in policy])
+        with traced_phase("advantage", step=step):
+            time.sleep(0.01)
+        with traced_phase("policy_training", step=step):
+            ray.get([p.train.remote(step) for p in policy])
+        with traced_phase("weight_sync", step=step):
+            ray.get([p.export_weights.remote(step) for p in policy] + [gen.load_weights.remote(step)])
+        if step % 2 == 0:  # validation generation counts as overhead, not training
+            with with_bucket(Bucket.OVERHEAD), traced_phase("validation", step=step):
+                with traced_phase("generation", step=step):
+                    ray.get(gen.generate.remote(step, 4))
+        if step == steps:
+            with traced_phase("checkpointing", step=step):
+                ray.get([p.save.remote(step) for p in policy])
+        with traced_phase("wait", step=step):  # waiting on the next batch: idle
+            time.sleep(0.02)
+        time.sleep(0.01)  # logging: covered by no bucketed span -> unattributed
+    return list(rewards)
+
+
+def _read_back(trace_dir: str, run_id: str, say: Any) -> None:
+    """The goodput table, the Perfetto trace and the HTML report of the run just written."""
     from lens_rl.offline.goodput import analyze
     from lens_rl.offline.perfetto import write_trace
     from lens_rl.offline.table import format_table
@@ -245,5 +268,3 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         say(f"report:   {report_path}  (one self-contained page: open it in a browser, offline)")
     except ImportError as exc:
         say(f"report:   not written ({exc})")
-    say(f"done in {time.perf_counter() - t_start:.1f}s")
-    return 0 if ok else 1

@@ -178,8 +178,11 @@ def worker_attributes(
     attrs = _detected(env)
     attrs.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))
     rank_value = _int_from(rank, "rank", problems) if rank is not None else _int_from(env.get("RANK"), "RANK", problems)
-    size_value = (_int_from(world_size, "world_size", problems) if world_size is not None
-                  else _int_from(env.get("WORLD_SIZE"), "WORLD_SIZE", problems))  # fmt: skip
+    size_value = (
+        _int_from(world_size, "world_size", problems)
+        if world_size is not None
+        else _int_from(env.get("WORLD_SIZE"), "WORLD_SIZE", problems)
+    )
     if size_value is not None and size_value < 1:
         problems.append(f"world_size={size_value} is below 1")
     if rank_value is not None and rank_value < 0:
@@ -202,16 +205,18 @@ class DriverIdentity:
 
     __slots__ = ("config", "resource", "projection", "overwrite")
 
-    def __init__(self, config: TelemetryConfig, resource: dict[str, Any], projection: dict[str, str],
-                 overwrite: frozenset[str]) -> None:  # fmt: skip
+    def __init__(
+        self, config: TelemetryConfig, resource: dict[str, Any], projection: dict[str, str], overwrite: frozenset[str]
+    ) -> None:
         self.config = config
         self.resource = resource
         self.projection = projection
         self.overwrite = overwrite
 
 
-def for_driver(master_config: object, algorithm: str | None, config: TelemetryConfig,
-               environ: Mapping[str, str] | None = None) -> DriverIdentity:  # fmt: skip
+def for_driver(
+    master_config: object, algorithm: str | None, config: TelemetryConfig, environ: Mapping[str, str] | None = None
+) -> DriverIdentity:
     """The driver's resource and the workers' environment, from the master config, ``algorithm`` and the
     resolved ``config`` (its run id filled). Nothing is written: lifecycle writes the projection once, at
     the end of a successful start. Values keep their types (a float stays a float)."""

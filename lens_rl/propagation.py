@@ -26,6 +26,7 @@ from lens_rl._runtime import AMBIENT, RUNTIME
 
 __all__ = ["attach_context", "inject_context"]
 
+
 class _LazyModules:
     """OpenTelemetry's API modules, imported on first use and then read as plain attributes: ``import
     lens_rl`` imports no OpenTelemetry, and a ``from opentelemetry import x`` inside a hot function costs
@@ -187,8 +188,9 @@ def extract(carrier: Mapping[str, str] | None) -> Any:
     """The OTel context a carrier describes (case-insensitive keys); None when it has none."""
     if not carrier:
         return None
-    lowered = {str(k).lower(): str(v) for k, v in carrier.items()
-               if str(k).lower() in (_TRACEPARENT, _TRACESTATE, _BAGGAGE)}  # fmt: skip
+    lowered = {
+        str(k).lower(): str(v) for k, v in carrier.items() if str(k).lower() in (_TRACEPARENT, _TRACESTATE, _BAGGAGE)
+    }
     if _TRACEPARENT not in lowered:
         return None
     from opentelemetry import trace

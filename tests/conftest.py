@@ -46,7 +46,9 @@ def receiver() -> Iterator[testing.OTLPReceiver]:
     rx.close()
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter with a clean telemetry environment."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

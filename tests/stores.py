@@ -24,8 +24,19 @@ def span_id(label: str) -> str:
     return hashlib.sha1(label.encode()).hexdigest()[:16]
 
 
-def span(name: str, start_s: float, end_s: float, label: str, *, parent: str | None = None, remote: bool = False,
-         bucket: str | None = None, step: Any = None, trace: str = "t", **attrs: Any) -> dict[str, Any]:  # fmt: skip
+def span(
+    name: str,
+    start_s: float,
+    end_s: float,
+    label: str,
+    *,
+    parent: str | None = None,
+    remote: bool = False,
+    bucket: str | None = None,
+    step: Any = None,
+    trace: str = "t",
+    **attrs: Any,
+) -> dict[str, Any]:
     """One v2 span line: ``parent`` is another span's label (``remote``: carried in from another process);
     ``bucket`` and ``step`` become ``rl.bucket`` / ``rl.step``; other keywords are attributes as given
     (``**{"rl.num_tokens": 10}``)."""
@@ -45,20 +56,44 @@ def span(name: str, start_s: float, end_s: float, label: str, *, parent: str | N
     return row
 
 
-def header(group: str, rank: int, pid: int, *, run: str = "r1", since_s: float = 0.0, root: str | None = None,
-           **resource: Any) -> dict[str, Any]:  # fmt: skip
+def header(
+    group: str, rank: int, pid: int, *, run: str = "r1", since_s: float = 0.0, root: str | None = None, **resource: Any
+) -> dict[str, Any]:
     """A v2 span file's header for one process (``root``: the job root's label, as a driver's header names it)."""
-    res = {"service.name": "lens-rl", "rl.worker_group": group, "nv.dl.rank": rank, "nv.dl.world_size": 1,
-           "process.pid": pid, "rl.run_id": run, **resource}  # fmt: skip
-    head: dict[str, Any] = {"v": 2, "header": True, "format": "lens_rl.spans/2", "kind": "spans", "resource": res,
-                            "pid": pid, "since": int(since_s * 1e9), "remote_parents": True}  # fmt: skip
+    res = {
+        "service.name": "lens-rl",
+        "rl.worker_group": group,
+        "nv.dl.rank": rank,
+        "nv.dl.world_size": 1,
+        "process.pid": pid,
+        "rl.run_id": run,
+        **resource,
+    }
+    head: dict[str, Any] = {
+        "v": 2,
+        "header": True,
+        "format": "lens_rl.spans/2",
+        "kind": "spans",
+        "resource": res,
+        "pid": pid,
+        "since": int(since_s * 1e9),
+        "remote_parents": True,
+    }
     if root is not None:
         head["root"] = span_id(root)
     return head
 
 
-def write_process(run_dir: Path, group: str, rank: int, pid: int, spans: Iterable[Mapping[str, Any]], *,
-                  name: str | None = None, **head: Any) -> Path:  # fmt: skip
+def write_process(
+    run_dir: Path,
+    group: str,
+    rank: int,
+    pid: int,
+    spans: Iterable[Mapping[str, Any]],
+    *,
+    name: str | None = None,
+    **head: Any,
+) -> Path:
     """Write one process's span file under ``run_dir`` (its name made as the exporter makes it, unless given)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / (name or f"spans-{group}-{rank}-{pid}.jsonl")
@@ -84,8 +119,12 @@ def write_received(spans: Iterable[Mapping[str, Any]], run_dir: Path) -> Path:
     for n, (key, group) in enumerate(by_process.items()):
         res = dict(group[0].get("resource") or {})
         pid = int(res.get("process.pid", 1000 + n) or 0)
-        head = header(str(res.get("rl.worker_group", "worker")), int(res.get("nv.dl.rank", 0) or 0), pid,
-                      since_s=min(s["start_ns"] for s in group) / 1e9)  # fmt: skip
+        head = header(
+            str(res.get("rl.worker_group", "worker")),
+            int(res.get("nv.dl.rank", 0) or 0),
+            pid,
+            since_s=min(s["start_ns"] for s in group) / 1e9,
+        )
         head["resource"] = res
         head["role"] = "driver" if res.get("rl.worker_group") == "driver" else "worker"
         lines = [json.dumps(head)]
@@ -144,8 +183,19 @@ def read_spans(where: Path) -> list[dict[str, Any]]:
     out = []
     for path in [where] if where.is_file() else span_files(where):
         for head, row in iter_rows(path):
-            out.append({"name": row.n, "trace_id": row.t, "span_id": row.s, "parent_span_id": row.p,
-                        "start_ns": row.b, "end_ns": row.e, "attributes": row.a or {}, "status": row.st or "UNSET",
-                        "events": [{"name": e.get("n"), "attributes": e.get("a") or {}} for e in row.ev or ()],
-                        "resource": head.resource, "path": path})  # fmt: skip
+            out.append(
+                {
+                    "name": row.n,
+                    "trace_id": row.t,
+                    "span_id": row.s,
+                    "parent_span_id": row.p,
+                    "start_ns": row.b,
+                    "end_ns": row.e,
+                    "attributes": row.a or {},
+                    "status": row.st or "UNSET",
+                    "events": [{"name": e.get("n"), "attributes": e.get("a") or {}} for e in row.ev or ()],
+                    "resource": head.resource,
+                    "path": path,
+                }
+            )
     return out

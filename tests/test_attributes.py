@@ -28,13 +28,37 @@ def _otlp(endpoint: str, **extra: Any) -> dict[str, Any]:
     return {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, "metrics_enabled": False, **extra}}
 
 
-TOKEN_COUNT_KEYS = ["rl.num_tokens", "rl.max_tokens", "rl.tokens_per_s", "gen_ai.usage.input_tokens",
-                    "pad_token_id", "access_token_ttl", "eos_token_id"]  # fmt: skip
+TOKEN_COUNT_KEYS = [
+    "rl.num_tokens",
+    "rl.max_tokens",
+    "rl.tokens_per_s",
+    "gen_ai.usage.input_tokens",
+    "pad_token_id",
+    "access_token_ttl",
+    "eos_token_id",
+]
 
 
-SECRET_KEYS = ["api_key", "apiKey", "OPENAI_API_KEY", "db.password", "pwd", "passphrase", "client_secret",
-               "auth", "Authorization", "jwt", "ssh_key", "private_key", "dsn", "hmac", "cookie",
-               "aws.credentials", "signature", "x-bearer"]  # fmt: skip
+SECRET_KEYS = [
+    "api_key",
+    "apiKey",
+    "OPENAI_API_KEY",
+    "db.password",
+    "pwd",
+    "passphrase",
+    "client_secret",
+    "auth",
+    "Authorization",
+    "jwt",
+    "ssh_key",
+    "private_key",
+    "dsn",
+    "hmac",
+    "cookie",
+    "aws.credentials",
+    "signature",
+    "x-bearer",
+]
 
 
 @given(key=st.sampled_from(TOKEN_COUNT_KEYS), value=st.one_of(st.integers(-(2**62), 2**62), st.floats(), st.booleans()))
@@ -45,7 +69,9 @@ def test_numbers_under_token_count_keys_are_never_redacted(key: str, value: Any)
     assert out[key] == value or (value != value and out[key] != out[key])
 
 
-@given(key=st.sampled_from(SECRET_KEYS), value=st.one_of(st.text(min_size=1), st.integers(), st.floats(allow_nan=False)))
+@given(
+    key=st.sampled_from(SECRET_KEYS), value=st.one_of(st.text(min_size=1), st.integers(), st.floats(allow_nan=False))
+)
 @settings(max_examples=200, deadline=None)
 def test_any_value_under_a_secret_key_is_redacted(key: str, value: Any) -> None:
     """Under password/secret/apikey/... keys every value is redacted, numbers included."""
@@ -72,8 +98,11 @@ class _Box:
     child: Any
 
 
-@given(depth=st.integers(0, 4), kind=st.sampled_from(["mapping", "pairs", "dataclass", "namespace"]),
-       secret=st.text(alphabet="abcdefghijklmnop0123456789", min_size=8, max_size=20))  # fmt: skip
+@given(
+    depth=st.integers(0, 4),
+    kind=st.sampled_from(["mapping", "pairs", "dataclass", "namespace"]),
+    secret=st.text(alphabet="abcdefghijklmnop0123456789", min_size=8, max_size=20),
+)
 @settings(max_examples=100, deadline=None)
 def test_secret_strings_are_never_exported_at_any_depth(depth: int, kind: str, secret: str) -> None:
     """A secret nested in mappings, lists of pairs, dataclasses or namespaces never reaches the export."""
@@ -81,8 +110,15 @@ def test_secret_strings_are_never_exported_at_any_depth(depth: int, kind: str, s
     assert secret not in _exported(out) and REDACTED in _exported(out)
 
 
-@pytest.mark.parametrize("value", [f"https://user:{SECRET}@host/path", f"Bearer {SECRET}", f"Basic {SECRET}",
-                                   f"curl -H 'Authorization: Bearer {SECRET}' http://x"])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        f"https://user:{SECRET}@host/path",
+        f"Bearer {SECRET}",
+        f"Basic {SECRET}",
+        f"curl -H 'Authorization: Bearer {SECRET}' http://x",
+    ],
+)
 def test_credentials_in_values_are_masked_whatever_the_key(value: str) -> None:
     """URL userinfo passwords and Bearer / Basic credentials are masked under harmless keys too."""
     out = clean_attributes({"rl.note": value, "rl.list": [value, "x"]})
@@ -140,11 +176,19 @@ class _Weird:
 @pytest.mark.parametrize(
     "value, expected",
     [
-        (None, "dropped"), (b"\xff\xfebytes", str), ({"a": {"b": [1, {"c": 2}]}}, str), ("x" * 100_000, str),
-        ([1, "a", None], str), ([1, 2, 3], list), (2**80, str), (float("nan"), float), (_Weird(), "dropped"),
-        (object(), str), ({"token": "s3cr3t"}, str),
+        (None, "dropped"),
+        (b"\xff\xfebytes", str),
+        ({"a": {"b": [1, {"c": 2}]}}, str),
+        ("x" * 100_000, str),
+        ([1, "a", None], str),
+        ([1, 2, 3], list),
+        (2**80, str),
+        (float("nan"), float),
+        (_Weird(), "dropped"),
+        (object(), str),
+        ({"token": "s3cr3t"}, str),
     ],
-)  # fmt: skip
+)
 def test_attribute_values_are_coerced_dropped_and_bounded(value: Any, expected: Any) -> None:
     """Any attribute value is coerced or dropped, never raised on, and length-limited."""
     out = clean_attributes({"k": value})
@@ -159,7 +203,11 @@ def test_attribute_values_are_coerced_dropped_and_bounded(value: Any, expected: 
 def test_numpy_scalars_become_python_numbers() -> None:
     """numpy scalars are recorded as plain numbers."""
     np = pytest.importorskip("numpy")
-    assert clean_attributes({"a": np.float32(1.5), "b": np.int64(3), "c": np.bool_(True)}) == {"a": 1.5, "b": 3, "c": True}
+    assert clean_attributes({"a": np.float32(1.5), "b": np.int64(3), "c": np.bool_(True)}) == {
+        "a": 1.5,
+        "b": 3,
+        "c": True,
+    }
 
 
 def test_hostile_phase_attributes_still_record(lens_spans: Any) -> None:
@@ -172,7 +220,9 @@ def test_hostile_phase_attributes_still_record(lens_spans: Any) -> None:
 
 def test_secret_looking_attributes_are_redacted(lens_spans: Any) -> None:
     """api_key, token, password, secret, authorization... never leave the process."""
-    with traced_phase("generation", api_key="sk-1", attributes={"hf_token": "hf-2", "db.password": "p", "ok": 1}) as span:
+    with traced_phase(
+        "generation", api_key="sk-1", attributes={"hf_token": "hf-2", "db.password": "p", "ok": 1}
+    ) as span:
         span.set_attribute("Authorization", "Bearer x")
         span.add_event("call", {"client_secret": "c"})
     span = lens_spans.find("generation")

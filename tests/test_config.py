@@ -21,8 +21,12 @@ def test_defaults_match_the_spec_table() -> None:
     """Every field's default is the SPEC's."""
     cfg = TelemetryConfig.from_master_config({"telemetry": {"enabled": True}}, environ={})
     assert (cfg.service_name, cfg.exporter, cfg.endpoint, cfg.protocol, cfg.trace_dir) == (
-        "lens-rl", "file", None, "http/protobuf", "lens_traces",
-    )  # fmt: skip
+        "lens-rl",
+        "file",
+        None,
+        "http/protobuf",
+        "lens_traces",
+    )
     assert (cfg.traces_enabled, cfg.metrics_enabled, cfg.metrics_interval_ms) == (True, True, 10000)
     assert (cfg.sample_rate, cfg.export_timeout_ms, cfg.vllm_native_tracing, cfg.run_id) == (1.0, 10000, False, None)
     assert cfg.resolved_endpoint == "http://localhost:4318"
@@ -30,9 +34,19 @@ def test_defaults_match_the_spec_table() -> None:
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("1", True), ("true", True), (" YES ", True), ("On", True), ("0", False), ("false", False),
-     ("No", False), ("off", False), ("", False), ("  ", False)],
-)  # fmt: skip
+    [
+        ("1", True),
+        ("true", True),
+        (" YES ", True),
+        ("On", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+        ("", False),
+        ("  ", False),
+    ],
+)
 def test_one_boolean_parser(text: str, expected: bool) -> None:
     """The one parser accepts 1/true/yes/on and 0/false/no/off/"" in any case, stripped."""
     assert parse_bool(text) is expected
@@ -76,8 +90,12 @@ def test_reads_every_config_shape(master: object, field: str, value: object) -> 
 def test_env_wins_over_yaml_which_wins_over_otel_fallback() -> None:
     """Precedence: LENS_RL env > YAML > OTEL_* fallback > default."""
     yaml = {"telemetry": {"enabled": True, "service_name": "from-yaml", "endpoint": "http://yaml:4318"}}
-    env = {"LENS_RL_OTEL_SERVICE_NAME": "from-env", "OTEL_SERVICE_NAME": "from-otel",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}  # fmt: skip
+    env = {
+        "LENS_RL_OTEL_SERVICE_NAME": "from-env",
+        "OTEL_SERVICE_NAME": "from-otel",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel:4318",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
     cfg = TelemetryConfig.from_master_config(yaml, environ=env)
     assert cfg.service_name == "from-env"
     assert cfg.endpoint == "http://yaml:4318"
@@ -157,6 +175,9 @@ def test_a_telemetry_config_can_be_the_block_or_the_whole_config() -> None:
 def test_a_model_default_does_not_hide_the_otel_fallback() -> None:
     """A dataclass block's default service_name yields to OTEL_SERVICE_NAME; a set value does not."""
     env = {"OTEL_SERVICE_NAME": "from-otel"}
-    assert TelemetryConfig.from_master_config({"telemetry": TelemetryConfig(enabled=True)}, environ=env).service_name == "from-otel"
+    assert (
+        TelemetryConfig.from_master_config({"telemetry": TelemetryConfig(enabled=True)}, environ=env).service_name
+        == "from-otel"
+    )
     mine = TelemetryConfig(enabled=True, service_name="mine")
     assert TelemetryConfig.from_master_config({"telemetry": mine}, environ=env).service_name == "mine"

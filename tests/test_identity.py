@@ -26,8 +26,18 @@ def test_the_drivers_identity_is_computed_once_and_keeps_its_types() -> None:
     driver = for_driver(master, None, config, {RESOURCE_ATTRIBUTES_ENV: "rl.team=rl%20infra"})
     assert dict(os.environ) == before
     res = driver.resource
-    assert (res["rl.algorithm"], res["rl.model.name"], res["rl.parallel.tensor"], res["rl.team"]) == ("grpo", "m", 2, "rl infra")
-    assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"], res["rl.run_id"]) == (0, 1, "driver", "r1")
+    assert (res["rl.algorithm"], res["rl.model.name"], res["rl.parallel.tensor"], res["rl.team"]) == (
+        "grpo",
+        "m",
+        2,
+        "rl infra",
+    )
+    assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"], res["rl.run_id"]) == (
+        0,
+        1,
+        "driver",
+        "r1",
+    )
     carried = decode_attributes(driver.projection[RESOURCE_ATTRIBUTES_ENV])
     assert carried["rl.parallel.tensor"] == 2 and "nv.dl.rank" not in carried  # the job's, not the driver's own
     assert driver.projection["LENS_RL_OTEL_RUN_ID"] == "r1" and driver.overwrite == {RESOURCE_ATTRIBUTES_ENV}

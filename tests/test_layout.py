@@ -102,7 +102,7 @@ def graph() -> dict[str, set[str]]:
             if name == "lens_rl":
                 mine.add("__init__")
             elif name.startswith("lens_rl."):
-                dotted = name[len("lens_rl."):]
+                dotted = name[len("lens_rl.") :]
                 while dotted and dotted not in mods:
                     dotted = dotted.rpartition(".")[0]
                 if dotted:

@@ -58,5 +58,7 @@ def test_the_version_is_one_constant_everywhere() -> None:
     from lens_rl._version import __version__
 
     assert lens_rl.__version__ == __version__
-    out = run_python("import runpy, sys; sys.argv = ['lens-rl', '--version']; runpy.run_module('lens_rl', run_name='__main__')")
+    out = run_python(
+        "import runpy, sys; sys.argv = ['lens-rl', '--version']; runpy.run_module('lens_rl', run_name='__main__')"
+    )
     assert out.stdout.strip() == f"lens-rl {__version__}"

@@ -71,7 +71,9 @@ def test_every_broad_except_goes_through_the_one_boundary() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.ExceptHandler):
                 continue
-            broad = node.type is None or (isinstance(node.type, ast.Name) and node.type.id in ("Exception", "BaseException"))
+            broad = node.type is None or (
+                isinstance(node.type, ast.Name) and node.type.id in ("Exception", "BaseException")
+            )
             if not broad:
                 continue
             inner = list(ast.walk(ast.Module(body=node.body, type_ignores=[])))
@@ -96,11 +98,7 @@ def test_the_accelerator_reads_the_flag_from_the_runtime() -> None:
         assert isinstance(lens_rl.traced_phase("generation", step=1), aspects.Phase)
 
 
-
-
 # ---------------------------------------------------------------------- OTel globals
-
-
 
 
 # ---------------------------------------------------------------------- threads and tokens
@@ -139,19 +137,7 @@ for _round in range(3):
     assert all(g["attributes"]["rl.step"] == 1 for g in gens)
 
 
-
-
 # ---------------------------------------------------------------------- generators
-
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------- validation and the span twin
@@ -164,8 +150,14 @@ def test_validation_is_the_same_on_and_off(impl: str, state: str) -> None:
     if impl == "c" and not _impl.ACCELERATED:
         pytest.skip("no C accelerator built")
     tp = aspects._traced_phase_py if impl == "python" else lens_rl.traced_phase
-    bad = [(("",), {}), ((None,), {"step": 1}), (("   ",), {"step": 1}), (("x",), {"parent": "abc"}),
-           (("x",), {"attributes": [("a", 1)]}), (("x",), {"bucket": "productiv"})]  # fmt: skip
+    bad = [
+        (("",), {}),
+        ((None,), {"step": 1}),
+        (("   ",), {"step": 1}),
+        (("x",), {"parent": "abc"}),
+        (("x",), {"attributes": [("a", 1)]}),
+        (("x",), {"bucket": "productiv"}),
+    ]
     with testing.recording() if state == "on" else _Off():
         for args, kwargs in bad:
             with pytest.raises(ValueError):
@@ -184,19 +176,7 @@ class _Off:
         testing.reset()
 
 
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------- one exclusive-time rule
-
-
 
 
 def test_runtime_reset_serves_tests_and_forked_children(tmp_path: Path) -> None:

@@ -23,9 +23,22 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 
-__all__ = ["PINNED", "READABLE_SPAN_FIELDS", "attributes_dict", "context_keys", "encoders", "endpoint_of", "is_proxy_meter_provider",
-           "metric_preferences", "missing", "quiet_sdk_limit_logs", "read_environment_once", "span_fan_out",
-           "stop_metric_thread", "track_http_status"]  # fmt: skip
+__all__ = [
+    "PINNED",
+    "READABLE_SPAN_FIELDS",
+    "attributes_dict",
+    "context_keys",
+    "encoders",
+    "endpoint_of",
+    "is_proxy_meter_provider",
+    "metric_preferences",
+    "missing",
+    "quiet_sdk_limit_logs",
+    "read_environment_once",
+    "span_fan_out",
+    "stop_metric_thread",
+    "track_http_status",
+]
 
 #: The OpenTelemetry distributions these names were read from (core and contrib, one matched set).
 PINNED = {
@@ -38,8 +51,22 @@ PINNED = {
 }
 
 #: ReadableSpan's fields, as its properties read them (FastSpan fills them; the encoders read them back).
-READABLE_SPAN_FIELDS = ("_name", "_context", "_kind", "_instrumentation_info", "_instrumentation_scope", "_parent",
-                        "_start_time", "_end_time", "_attributes", "_events", "_links", "_resource", "_status")  # fmt: skip
+READABLE_SPAN_FIELDS = (
+    "_name",
+    "_context",
+    "_kind",
+    "_instrumentation_info",
+    "_instrumentation_scope",
+    "_parent",
+    "_start_time",
+    "_end_time",
+    "_attributes",
+    "_events",
+    "_links",
+    "_resource",
+    "_status",
+)
+
 
 def missing() -> list[str]:
     """The private names this module reads that the installed OpenTelemetry lacks (their fallbacks then
@@ -69,13 +96,14 @@ def missing() -> list[str]:
         "TracerProvider._active_span_processor": span_fan_out(TracerProvider()) is not None,
         "BoundedAttributes._dict": hasattr(BoundedAttributes(), "_dict"),
         "MetricExporter._preferred_temporality": hasattr(ConsoleMetricExporter(), "_preferred_temporality"),
-        "PeriodicExportingMetricReader._shutdown_event": "_shutdown_event" in inspect.getsource(
-            PeriodicExportingMetricReader.__init__),
+        "PeriodicExportingMetricReader._shutdown_event": "_shutdown_event"
+        in inspect.getsource(PeriodicExportingMetricReader.__init__),
         "OTLPSpanExporter._client.export": hasattr(client, "export"),
         "OTLPSpanExporter._client._transport._session": hasattr(getattr(client, "_transport", None), "_session"),
         "OTLPSpanExporter._shutdown, _max_request_size, _endpoint": all(
-            hasattr(exporter, name) for name in ("_shutdown", "_max_request_size", "_endpoint")),
-    }  # fmt: skip
+            hasattr(exporter, name) for name in ("_shutdown", "_max_request_size", "_endpoint")
+        ),
+    }
     exporter.shutdown()
     return gone + [name for name, found in probes.items() if not found]
 
@@ -122,8 +150,10 @@ def attributes_dict(attributes: Any) -> Any:
 
 def metric_preferences(exporter: Any) -> dict[str, Any]:
     """A metric exporter's preferred temporality and aggregation (to wrap it faithfully); fallback: the defaults."""
-    return {"preferred_temporality": getattr(exporter, "_preferred_temporality", None),
-            "preferred_aggregation": getattr(exporter, "_preferred_aggregation", None)}
+    return {
+        "preferred_temporality": getattr(exporter, "_preferred_temporality", None),
+        "preferred_aggregation": getattr(exporter, "_preferred_aggregation", None),
+    }
 
 
 def is_proxy_meter_provider(provider: Any) -> bool:
@@ -189,9 +219,16 @@ def encoders() -> dict[str, Any]:
         )
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import _is_request_too_large
 
-        _ENCODERS.update(resource=_encode_resource, scope=_encode_instrumentation_scope, value=_encode_value,
-                         events=_encode_events, links=_encode_links, trace_state=_encode_trace_state,
-                         kinds=_SPAN_KIND_MAP, too_large=_is_request_too_large)  # fmt: skip
+        _ENCODERS.update(
+            resource=_encode_resource,
+            scope=_encode_instrumentation_scope,
+            value=_encode_value,
+            events=_encode_events,
+            links=_encode_links,
+            trace_state=_encode_trace_state,
+            kinds=_SPAN_KIND_MAP,
+            too_large=_is_request_too_large,
+        )
     return _ENCODERS
 
 

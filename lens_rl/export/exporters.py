@@ -35,8 +35,9 @@ def _grpc_module(signal: str) -> Any:
         ) from exc
 
 
-def make_exporters(config: TelemetryConfig, attributes: dict[str, Any], role: str = "worker") -> tuple[
-        SpanExporter | None, MetricExporter | None]:  # fmt: skip
+def make_exporters(
+    config: TelemetryConfig, attributes: dict[str, Any], role: str = "worker"
+) -> tuple[SpanExporter | None, MetricExporter | None]:
     """The span and metric exporters ``config`` asks for (None for ``none``, or a signal turned off)."""
     timeout_s = config.export_timeout_ms / 1000.0
     headers = config.headers() if config.exporter == "otlp" else None
@@ -45,8 +46,9 @@ def make_exporters(config: TelemetryConfig, attributes: dict[str, Any], role: st
     return spans, metrics
 
 
-def _span_exporter(config: TelemetryConfig, attributes: dict[str, Any], role: str, timeout_s: float,
-                   headers: dict[str, str] | None) -> SpanExporter | None:  # fmt: skip
+def _span_exporter(
+    config: TelemetryConfig, attributes: dict[str, Any], role: str, timeout_s: float, headers: dict[str, str] | None
+) -> SpanExporter | None:
     if config.exporter == "file":
         from lens_rl.export.file import FileSpanExporter
 
@@ -71,8 +73,9 @@ def _span_exporter(config: TelemetryConfig, attributes: dict[str, Any], role: st
     return None
 
 
-def _metric_exporter(config: TelemetryConfig, attributes: dict[str, Any], role: str, timeout_s: float,
-                     headers: dict[str, str] | None) -> MetricExporter | None:  # fmt: skip
+def _metric_exporter(
+    config: TelemetryConfig, attributes: dict[str, Any], role: str, timeout_s: float, headers: dict[str, str] | None
+) -> MetricExporter | None:
     if config.exporter == "file":
         from lens_rl.export.file import FileMetricExporter
 

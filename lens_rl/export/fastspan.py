@@ -48,7 +48,9 @@ _log = logging.getLogger("lens_rl")
 
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-UNSET_STATUS = Status(StatusCode.UNSET)  # one object: "is UNSET_STATUS" tells an untouched status (exporters rely on it)
+UNSET_STATUS = Status(
+    StatusCode.UNSET
+)  # one object: "is UNSET_STATUS" tells an untouched status (exporters rely on it)
 _INTERNAL = SpanKind.INTERNAL
 _getrandbits = random.getrandbits
 _new_context = tuple.__new__
@@ -77,8 +79,15 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     _status = UNSET_STATUS
     _dropped = (0, 0, 0)  # attributes, events, links over the span limits (a list once one is)
 
-    def __init__(self, factory: FastSpanFactory, name: str, context: SpanContext, parent: SpanContext | None,
-                 attributes: dict[str, Any], start_ns: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        factory: FastSpanFactory,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        attributes: dict[str, Any],
+        start_ns: int,
+    ) -> None:
         # ReadableSpan's fields, set directly (its __init__ would make a Resource per span when given none);
         # those every phase starts with alike are class attributes until written
         self._name = name
@@ -164,16 +173,21 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
         elif isinstance(status, StatusCode):
             self._status = Status(status, description if status is StatusCode.ERROR else None)
 
-    def record_exception(self, exception: BaseException, attributes: Any = None, timestamp: int | None = None,
-                         escaped: bool = False) -> None:  # fmt: skip
+    def record_exception(
+        self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
+    ) -> None:
         try:  # an exception whose __str__ (or traceback) raises is still recorded, by its type
             message: Any = clean_value(str(exception))
             stacktrace = "".join(traceback.format_exception(exception))
         except Exception as err:
             internal_error(err, "unprintable-exception")
             message, stacktrace = f"<{type(exception).__name__}: unprintable>", ""
-        attrs: dict[str, Any] = {"exception.type": type(exception).__qualname__, "exception.message": message,
-                                 "exception.stacktrace": stacktrace, "exception.escaped": str(escaped)}  # fmt: skip
+        attrs: dict[str, Any] = {
+            "exception.type": type(exception).__qualname__,
+            "exception.message": message,
+            "exception.stacktrace": stacktrace,
+            "exception.escaped": str(escaped),
+        }
         if attributes:
             attrs.update(attributes)
         self.add_event("exception", attrs, timestamp)
@@ -213,8 +227,7 @@ def _truncated(value: Any, length: int) -> Any:
 class FastSpanFactory:
     """Starts :class:`FastSpan` s for one handle: its resource, scope, limits, sampling and processors."""
 
-    def __init__(self, fan_out: Any, resource: Any, version: str, sample_rate: float,
-                 root_span_id: Any) -> None:  # fmt: skip
+    def __init__(self, fan_out: Any, resource: Any, version: str, sample_rate: float, root_span_id: Any) -> None:
         self.resource = resource
         self.scope = InstrumentationScope("lens_rl", version)
         self._fan_out = fan_out  # the provider's fan-out to its span processors (those added later too)
@@ -229,15 +242,23 @@ class FastSpanFactory:
         self.on_end = fan_out.on_end  # every processor's on_end, in the order the provider calls them
 
     @classmethod
-    def for_provider(cls, provider: Any, resource: Any, version: str, sample_rate: float,
-                     root_span_id: Any) -> FastSpanFactory | None:  # fmt: skip
+    def for_provider(
+        cls, provider: Any, resource: Any, version: str, sample_rate: float, root_span_id: Any
+    ) -> FastSpanFactory | None:
         """The factory for ``provider``'s processors; None when its fan-out cannot be reached (phases are then
         the SDK's own spans, through the same sampling rule)."""
         fan_out = span_fan_out(provider)
         return None if fan_out is None else cls(fan_out, resource, version, sample_rate, root_span_id)
 
-    def start(self, name: str, parent: SpanContext, attributes: dict[str, Any], start_ns: int, shape: Any = None,
-              parent_context: Any = None) -> trace_api.Span:  # fmt: skip
+    def start(
+        self,
+        name: str,
+        parent: SpanContext,
+        attributes: dict[str, Any],
+        start_ns: int,
+        shape: Any = None,
+        parent_context: Any = None,
+    ) -> trace_api.Span:
         """A new span under ``parent`` (an invalid context: a new trace), recording unless sampled out; every
         span processor's ``on_start`` sees it (``parent_context``: the context it starts in)."""
         valid = parent[0] and parent[1]  # is_valid (a SpanContext is a tuple; its properties are Python calls)
@@ -245,8 +266,10 @@ class FastSpanFactory:
         span_id = _getrandbits(64) or 1
         trace_id = parent[0] if valid else _getrandbits(128) or 1
         # SpanContext's own fields (a tuple), its validation skipped: these ids are valid by construction
-        context = _new_context(SpanContext, (trace_id, span_id, False, SAMPLED if sampled else NOT_SAMPLED,
-                                             parent[4] if valid else _NO_STATE, True))  # fmt: skip
+        context = _new_context(
+            SpanContext,
+            (trace_id, span_id, False, SAMPLED if sampled else NOT_SAMPLED, parent[4] if valid else _NO_STATE, True),
+        )
         if not sampled:
             return NonRecordingSpan(context)
         span = FastSpan(self, name, context, parent if valid else None, attributes, start_ns)

@@ -72,8 +72,14 @@ def span_row(span: ReadableSpan) -> dict[str, Any]:
     if span.events:
         row["ev"] = [{"n": e.name, "ts": e.timestamp, "a": dict(e.attributes or {})} for e in span.events]
     if span.links:
-        row["ln"] = [{"t": _hex(link.context.trace_id, 32), "s": _hex(link.context.span_id, 16),
-                      "a": dict(link.attributes or {})} for link in span.links]  # fmt: skip
+        row["ln"] = [
+            {
+                "t": _hex(link.context.trace_id, 32),
+                "s": _hex(link.context.span_id, 16),
+                "a": dict(link.attributes or {}),
+            }
+            for link in span.links
+        ]
     scope = span.instrumentation_scope.name if span.instrumentation_scope else None
     if scope != OWN_SCOPE:
         row["sc"] = scope
@@ -122,8 +128,10 @@ def span_lines(spans: Sequence[ReadableSpan]) -> list[str]:
         if span_thread != thread or span_name != name:
             thread, name = span_thread, span_name
             thread_part = f',"th":{thread},"tn":{json_line(name)}' if thread is not None else ""
-        out.append(f'{{"n":{known[0]}{trace_part}{context[1]:016x}"{parent_part},'
-                   f'"b":{span._start_time},"e":{span._end_time}{known[1]}{thread_part}}}')  # fmt: skip
+        out.append(
+            f'{{"n":{known[0]}{trace_part}{context[1]:016x}"{parent_part},'
+            f'"b":{span._start_time},"e":{span._end_time}{known[1]}{thread_part}}}'
+        )
     return out
 
 
@@ -279,8 +287,12 @@ class _StoreWriter:
         except FileClosedError:
             return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
         except OSError as exc:
-            warn_once(f"file-store-{self._file.path}", "lens_rl: cannot write telemetry to %s: %s (retrying)",
-                      self._file.path, exc)  # fmt: skip
+            warn_once(
+                f"file-store-{self._file.path}",
+                "lens_rl: cannot write telemetry to %s: %s (retrying)",
+                self._file.path,
+                exc,
+            )
             return False
         return True
 
@@ -305,8 +317,9 @@ class FileSpanExporter(_StoreWriter, SpanExporter):
 class FileMetricExporter(_StoreWriter, MetricExporter):
     """Appends each metric export as one line to ``metrics-<group>-<rank>-<pid>.jsonl``."""
 
-    def __init__(self, trace_dir: str, run_id: str, attributes: dict[str, Any], role: str = "worker",
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, trace_dir: str, run_id: str, attributes: dict[str, Any], role: str = "worker", **kwargs: Any
+    ) -> None:
         MetricExporter.__init__(self, **kwargs)
         _StoreWriter.__init__(self, trace_dir, run_id, "metrics", attributes, role)
 
@@ -323,4 +336,3 @@ class FileMetricExporter(_StoreWriter, MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self._file.close()
-

@@ -51,8 +51,14 @@ class TelemetryHandle:
     collector does, and return True only when everything recorded so far was exported.
     """
 
-    def __init__(self, config: TelemetryConfig, attributes: Mapping[str, Any], *, role: str = "worker",
-                 metric_readers: Sequence[Any] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: TelemetryConfig,
+        attributes: Mapping[str, Any],
+        *,
+        role: str = "worker",
+        metric_readers: Sequence[Any] = (),
+    ) -> None:
         self.config = config
         #: ``driver``, ``worker``, or ``lazy`` (made by a first phase; an explicit init replaces it)
         self.role = role
@@ -81,12 +87,14 @@ class TelemetryHandle:
             sampler = PhaseSampler(config.sample_rate, lambda: self.root_span_id)
             self.tracer_provider = TracerProvider(resource=self.resource, sampler=sampler, shutdown_on_exit=False)
             if span_exporter is not None:
-                self.span_pipeline = SpanPipeline(span_exporter, max_queue_spans=config.max_queue_spans,
-                                                  max_queue_bytes=config.max_queue_bytes)  # fmt: skip
+                self.span_pipeline = SpanPipeline(
+                    span_exporter, max_queue_spans=config.max_queue_spans, max_queue_bytes=config.max_queue_bytes
+                )
                 self.tracer_provider.add_span_processor(self.span_pipeline)
             self.tracer = self.tracer_provider.get_tracer("lens_rl", __version__)
-            self.fast = FastSpanFactory.for_provider(self.tracer_provider, self.resource, __version__,
-                                                     config.sample_rate, lambda: self.root_span_id)  # fmt: skip
+            self.fast = FastSpanFactory.for_provider(
+                self.tracer_provider, self.resource, __version__, config.sample_rate, lambda: self.root_span_id
+            )
         self.meter: metrics_api.Meter = metrics_api.NoOpMeter("lens_rl")
         self.phase_metrics: PhaseMetrics | None = None
         if config.metrics_enabled:
@@ -128,9 +136,17 @@ class TelemetryHandle:
         p = self.span_pipeline
         out: dict[str, Any] = {"exporter": self.config.exporter}
         if p is not None:
-            out.update(accepted=p.accepted, exported=p.exported, dropped=p.dropped, failed=p.failed,
-                       queued=p.queued, queued_bytes=p.queued_bytes, lost_at_shutdown=p.lost_at_close,
-                       retrying=p.retrying, last_error=p.last_error)  # fmt: skip
+            out.update(
+                accepted=p.accepted,
+                exported=p.exported,
+                dropped=p.dropped,
+                failed=p.failed,
+                queued=p.queued,
+                queued_bytes=p.queued_bytes,
+                lost_at_shutdown=p.lost_at_close,
+                retrying=p.retrying,
+                last_error=p.last_error,
+            )
         if self._metric_exporter is not None:
             out.update(metric_exports=self._metric_exporter.exports, metric_failures=self._metric_exporter.failures)
         if self.phase_metrics is not None:
@@ -154,10 +170,13 @@ class TelemetryHandle:
             exporter = self._metric_exporter
             before = exporter.exports
             remaining_s = deadline - time.monotonic()
-            flushed = remaining_s > 0 and run_bounded(
-                lambda: self._metric_reader.force_flush(timeout_millis=max(remaining_s, 0.001) * 1000),  # type: ignore[union-attr]
-                remaining_s,
-            )[0]
+            flushed = (
+                remaining_s > 0
+                and run_bounded(
+                    lambda: self._metric_reader.force_flush(timeout_millis=max(remaining_s, 0.001) * 1000),  # type: ignore[union-attr]
+                    remaining_s,
+                )[0]
+            )
             ok = ok and flushed and exporter.exports > before and exporter.last_ok
         return ok
 

@@ -19,8 +19,15 @@ from lens_rl._errors import internal_error
 from lens_rl.export._sdk import metric_preferences
 from lens_rl.export.retry import Outage
 
-__all__ = ["BUCKET_SECONDS", "DURATION_BOUNDS_S", "PHASE_COUNT", "PHASE_DURATION", "SPANS_DROPPED", "PhaseMetrics",
-           "TrackingMetricExporter"]  # fmt: skip
+__all__ = [
+    "BUCKET_SECONDS",
+    "DURATION_BOUNDS_S",
+    "PHASE_COUNT",
+    "PHASE_DURATION",
+    "SPANS_DROPPED",
+    "PhaseMetrics",
+    "TrackingMetricExporter",
+]
 
 #: Phase-duration histogram boundaries, seconds: 1 ms to 4 h (the SDK's defaults stop at 10 s).
 DURATION_BOUNDS_S: tuple[float, ...] = (

@@ -41,8 +41,12 @@ __all__ = ["HTTPSpanExporter", "encode_request", "encode_request_bytes", "grpc_e
 
 _ENC = encoders()  # OpenTelemetry's own helpers for what is not encoded inline
 _encode_value, _encode_resource, _encode_instrumentation_scope = _ENC["value"], _ENC["resource"], _ENC["scope"]
-_encode_events, _encode_links, _encode_trace_state, _SPAN_KIND_MAP = (_ENC["events"], _ENC["links"],
-                                                                      _ENC["trace_state"], _ENC["kinds"])  # fmt: skip
+_encode_events, _encode_links, _encode_trace_state, _SPAN_KIND_MAP = (
+    _ENC["events"],
+    _ENC["links"],
+    _ENC["trace_state"],
+    _ENC["kinds"],
+)
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 
@@ -108,7 +112,11 @@ def encode_request_bytes(spans: Sequence[ReadableSpan]) -> bytes:
     for res, scopes in groups.items():
         parts = [_field(b"\x0a", _encode_resource(res).SerializePartialToString())]  # ResourceSpans.resource
         for scope, scope_records in scopes.items():
-            head = _field(b"\x0a", _encode_instrumentation_scope(scope).SerializePartialToString()) if scope is not None else b""
+            head = (
+                _field(b"\x0a", _encode_instrumentation_scope(scope).SerializePartialToString())
+                if scope is not None
+                else b""
+            )
             tail = _field(b"\x1a", scope.schema_url.encode()) if scope is not None and scope.schema_url else b""
             parts.append(_field(b"\x12", b"".join([head, *scope_records, tail])))  # ResourceSpans.scope_spans
         if res.schema_url:
@@ -155,15 +163,47 @@ def _phase_record(span: Any, ids: list[Any], scratch: Any) -> bytes:
         ids[0], ids[1] = context[0], context[0].to_bytes(16, "big")
     parent = span._parent
     if parent is None:
-        return b"".join((known[2], _ROOT.pack(b"\x0a\x10", ids[1], b"\x12\x08", context[1].to_bytes(8, "big"),
-                                              b"\x85\x01", _HAS_IS_REMOTE, 0x39, span._start_time, 0x41,
-                                              span._end_time), known[0]))  # fmt: skip
+        return b"".join(
+            (
+                known[2],
+                _ROOT.pack(
+                    b"\x0a\x10",
+                    ids[1],
+                    b"\x12\x08",
+                    context[1].to_bytes(8, "big"),
+                    b"\x85\x01",
+                    _HAS_IS_REMOTE,
+                    0x39,
+                    span._start_time,
+                    0x41,
+                    span._end_time,
+                ),
+                known[0],
+            )
+        )
     if parent[1] != ids[2]:
         ids[2], ids[3] = parent[1], parent[1].to_bytes(8, "big")
     flags = _HAS_IS_REMOTE | _IS_REMOTE if parent[2] else _HAS_IS_REMOTE
-    return b"".join((known[1], _WITH_PARENT.pack(b"\x0a\x10", ids[1], b"\x12\x08", context[1].to_bytes(8, "big"),
-                                                 b"\x22\x08", ids[3], b"\x85\x01", flags, 0x39, span._start_time,
-                                                 0x41, span._end_time), known[0]))  # fmt: skip
+    return b"".join(
+        (
+            known[1],
+            _WITH_PARENT.pack(
+                b"\x0a\x10",
+                ids[1],
+                b"\x12\x08",
+                context[1].to_bytes(8, "big"),
+                b"\x22\x08",
+                ids[3],
+                b"\x85\x01",
+                flags,
+                0x39,
+                span._start_time,
+                0x41,
+                span._end_time,
+            ),
+            known[0],
+        )
+    )
 
 
 _RECORDS: dict[Any, tuple[bytes, bytes, bytes]] = {}  # a phase span's shape -> the rest of it encoded; record heads
@@ -243,4 +283,3 @@ def grpc_exporter_class(base: type) -> type:
             return encode_request(data)
 
     return GRPCSpanExporter
-

@@ -47,6 +47,8 @@ _log = logging.getLogger("lens_rl")
 
 _PIPELINES: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
 _FORK_HOOK_SET = False
+
+
 def _after_fork_in_child() -> None:
     for pipeline in list(_PIPELINES):
         pipeline._forget_after_fork()
@@ -101,10 +103,19 @@ def scrub(span: ReadableSpan) -> ReadableSpan:
     if not changed:
         return span
     copy = ReadableSpan(
-        name=name, context=span.context, parent=span.parent, resource=span.resource, attributes=attrs,
-        events=events, links=links, kind=span.kind, status=span.status, start_time=span.start_time,
-        end_time=span.end_time, instrumentation_scope=span.instrumentation_scope,
-    )  # fmt: skip
+        name=name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attrs,
+        events=events,
+        links=links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
     copy._lens_thread = getattr(span, "_lens_thread", None)  # type: ignore[attr-defined]
     copy._lens_thread_name = getattr(span, "_lens_thread_name", None)  # type: ignore[attr-defined]
     return copy
@@ -193,8 +204,9 @@ class SpanPipeline(SpanProcessor):
                 "lens_rl: span queue full (%d spans / %d bytes at most) or closed; dropping spans and counting "
                 "them (lens_rl.spans.dropped). Raise telemetry.max_queue_spans / max_queue_bytes or check the "
                 "collector.",
-                self.max_queue_spans, self.max_queue_bytes,
-            )  # fmt: skip
+                self.max_queue_spans,
+                self.max_queue_bytes,
+            )
         if self._thread is None:
             self._start()
         if queued >= self._max_batch and not self._wake.is_set():  # once per drain, not once per span
@@ -253,8 +265,9 @@ class SpanPipeline(SpanProcessor):
                 f"lost-at-close-{id(self)}",
                 "lens_rl: %d spans were still queued for %s when telemetry shut down and are lost "
                 "(counted in lens_rl.spans.dropped); give shutdown a larger budget or check the collector",
-                lost, self.target,
-            )  # fmt: skip
+                lost,
+                self.target,
+            )
         run_bounded(self.exporter.shutdown, max(deadline - time.monotonic(), 0.0))
         self.outage.close()
         return ok and lost <= 0
@@ -354,8 +367,9 @@ class SpanPipeline(SpanProcessor):
         first_failure = time.monotonic()
         waits = backoff()
         while True:
-            self.outage.failed(error, f"; retrying for up to {self._retry_for_s:.0f} s with up to "
-                                      f"{self.max_queue_spans} spans queued")  # fmt: skip
+            self.outage.failed(
+                error, f"; retrying for up to {self._retry_for_s:.0f} s with up to {self.max_queue_spans} spans queued"
+            )
             self.retrying = True
             if self._stop.is_set() or time.monotonic() - first_failure >= self._retry_for_s:
                 self._give_up(part, error, "gave up after retrying")
@@ -378,8 +392,11 @@ class SpanPipeline(SpanProcessor):
         warn_once(
             f"gave-up-{id(self)}-{why}",
             "lens_rl: %s: %d spans to %s (%s); counted in lens_rl.spans.dropped, later spans still go out",
-            why, len(part), self.target, error,
-        )  # fmt: skip
+            why,
+            len(part),
+            self.target,
+            error,
+        )
 
     def _forget_after_fork(self) -> None:
         # The parent exports what it queued; the child must neither send it again nor

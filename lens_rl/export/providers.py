@@ -192,8 +192,9 @@ class LiveMeter(_PerHandle, metrics_api.Meter):
 class LiveMeterProvider(metrics_api.MeterProvider):
     """OpenTelemetry's global meter provider while lens_rl runs the process."""
 
-    def get_meter(self, name: str, version: str | None = None, schema_url: str | None = None,
-                  attributes: Any = None) -> metrics_api.Meter:  # fmt: skip
+    def get_meter(
+        self, name: str, version: str | None = None, schema_url: str | None = None, attributes: Any = None
+    ) -> metrics_api.Meter:
         return LiveMeter((name, version, schema_url, attributes))
 
 

@@ -77,13 +77,19 @@ class Outage:
             self._filter.quiet += 1
             _log.warning(
                 "lens_rl: %s export to %s failing (%s)%s; the exporter's repeated errors are muted until it recovers",
-                self.signal, self.target, error, detail,
-            )  # fmt: skip
+                self.signal,
+                self.target,
+                error,
+                detail,
+            )
 
     def recovered(self) -> None:
         if self.since is not None:
             _log.warning(
-                "lens_rl: %s export to %s recovered after %.1f s", self.signal, self.target, time.monotonic() - self.since
+                "lens_rl: %s export to %s recovered after %.1f s",
+                self.signal,
+                self.target,
+                time.monotonic() - self.since,
             )
             self.close()
 
@@ -97,7 +103,6 @@ def target_of(exporter: object) -> str:
     """A short description of where ``exporter`` sends data: its endpoint or file, credentials masked."""
     where = endpoint_of(exporter) or getattr(exporter, "path", None)
     return clean_text(where) if where else type(exporter).__name__
-
 
 
 def verdict(status: object, batch_size: int) -> str:

@@ -39,8 +39,16 @@ class PhaseSampler(Sampler):
         self._rate = rate
         self._root_span_id = root_span_id
 
-    def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None, attributes: Any = None,
-                      links: Any = None, trace_state: Any = None) -> SamplingResult:  # fmt: skip
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
         parent = trace_api.get_current_span(parent_context).get_span_context()
         if keep(name, parent, self._root_span_id(), self._rate):
             return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)

@@ -57,8 +57,15 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 #: The keyword argument :func:`accepts_context` adds and :func:`traced_actor` fills.
 CONTEXT_KWARG = "lens_rl_context"
-_PASSED_VARS = ("TRACEPARENT", "TRACESTATE", "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME",
-                "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_RESOURCE_ATTRIBUTES")  # fmt: skip
+_PASSED_VARS = (
+    "TRACEPARENT",
+    "TRACESTATE",
+    "OTEL_SDK_DISABLED",
+    "OTEL_SERVICE_NAME",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_RESOURCE_ATTRIBUTES",
+)
 
 
 def telemetry_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -166,8 +173,10 @@ def _known_actor(actor_class: Any, options: Mapping[str, Any]) -> bool:
     if "LENS_RL_WORKER_GROUP" in env_vars:
         return True
     cls = getattr(getattr(actor_class, "__ray_metadata__", None), "modified_class", None)
-    return bool(getattr(cls, "__lens_rl_traced__", False) or getattr(getattr(cls, "__init__", None),
-                                                                     "__lens_rl_traced__", False))  # fmt: skip
+    return bool(
+        getattr(cls, "__lens_rl_traced__", False)
+        or getattr(getattr(cls, "__init__", None), "__lens_rl_traced__", False)
+    )
 
 
 def _remember_actor(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

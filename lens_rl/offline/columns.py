@@ -34,8 +34,20 @@ _NO_KEY = (list, dict)  # JSON values that key nothing (a step of these reads as
 class Columns:
     """One process's spans, column by column (see the module docstring)."""
 
-    __slots__ = ("resources", "names", "ids", "parent_ids", "starts", "ends", "buckets", "steps", "tokens", "flags",
-                 "root", "_shared")  # fmt: skip
+    __slots__ = (
+        "resources",
+        "names",
+        "ids",
+        "parent_ids",
+        "starts",
+        "ends",
+        "buckets",
+        "steps",
+        "tokens",
+        "flags",
+        "root",
+        "_shared",
+    )
 
     def __init__(self) -> None:
         self.resources: list[dict[str, Any]] = []
@@ -52,8 +64,9 @@ class Columns:
         self.root: Any = None
         self._shared: dict[Any, Any] = {}
 
-    def add(self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any,
-            remote: Any = None) -> None:  # fmt: skip
+    def add(
+        self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any, remote: Any = None
+    ) -> None:
         shared = self._shared.setdefault
         self.names.append(shared(name, name) if type(name) is str else name)
         ids = self.ids
@@ -71,7 +84,9 @@ class Columns:
                 self.parent_ids.append(parent)
         if type(self.ids) is list:
             self.ids.append(span_id)
-            self.parent_ids.append(shared(parent_id, parent_id) if type(parent_id) is str else parent_id)  # siblings share
+            self.parent_ids.append(
+                shared(parent_id, parent_id) if type(parent_id) is str else parent_id
+            )  # siblings share
         try:
             self.starts.append(start)
         except (TypeError, OverflowError):
@@ -92,8 +107,9 @@ class Columns:
                 step = None
             self.steps.append(step)
             tokens = attrs.get("rl.num_tokens")  # a number (an int within int64), else none
-            self.tokens.append(tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END)
-                               else None)  # fmt: skip
+            self.tokens.append(
+                tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
+            )
         else:
             self.buckets.append(None)
             self.steps.append(None)

@@ -98,18 +98,26 @@ def report_from_parts(
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
-        "steady_state_goodput": _of_wall(sum(r["ns"][0] for r, _ in steady), sum(w for _, w in steady)) if steady else None,
+        "steady_state_goodput": _of_wall(sum(r["ns"][0] for r, _ in steady), sum(w for _, w in steady))
+        if steady
+        else None,
         "warmup_steps": warmup_steps,
         "job": {k: v for k, v in job.items() if k != "ns"},
         "steps": [{k: v for k, v in r.items() if k != "ns"} for r in step_rows],
         "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
-        "step_time": {"p50_s": _percentile(walls, 0.5), "p95_s": _percentile(walls, 0.95),
-                      "max_s": max(walls) if walls else None},  # fmt: skip
-        "slowest_steps": [{"step": r["step"], "wall_s": r["wall_s"]}
-                          for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]],  # fmt: skip
+        "step_time": {
+            "p50_s": _percentile(walls, 0.5),
+            "p95_s": _percentile(walls, 0.95),
+            "max_s": max(walls) if walls else None,
+        },
+        "slowest_steps": [
+            {"step": r["step"], "wall_s": r["wall_s"]}
+            for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
+        ],
         "phases": _phase_rows(processes, job["wall_s"] if driver else None),
-        "unbucketed_phases": _unbucketed(processes, sum(walls_ns[i] for i, r in enumerate(step_rows)
-                                                        if not r["incomplete"]) / 1e9),  # fmt: skip
+        "unbucketed_phases": _unbucketed(
+            processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9
+        ),
         "worker_groups": groups,
         "ranks": ranks,
         "stragglers": stragglers(processes, steps),
@@ -123,20 +131,28 @@ def report_from_parts(
     }
 
 
-def _notes(given: Sequence[str], driver: list[ProcessPart], step_rows: list[dict[str, Any]], runs: list[str]) -> list[str]:
+def _notes(
+    given: Sequence[str], driver: list[ProcessPart], step_rows: list[dict[str, Any]], runs: list[str]
+) -> list[str]:
     """What a reader should be told about the store: the readers' notes, then the rollup's own."""
     notes = list(given)
     if driver and not any(p.jobs for p in driver):
-        notes.append("no rl.job span (the driver was killed, or has not shut down yet): the job's wall runs from "
-                     "the driver's first span to its last")  # fmt: skip
+        notes.append(
+            "no rl.job span (the driver was killed, or has not shut down yet): the job's wall runs from "
+            "the driver's first span to its last"
+        )
     incomplete = [r["step"] for r in step_rows if r["incomplete"]]
     if incomplete:
-        notes.append(f"{len(incomplete)} incomplete step(s) ({', '.join(map(str, incomplete[:5]))}"
-                     f"{', ...' if len(incomplete) > 5 else ''}): their umbrella never ended; left out of the step "
-                     "figures")  # fmt: skip
+        notes.append(
+            f"{len(incomplete)} incomplete step(s) ({', '.join(map(str, incomplete[:5]))}"
+            f"{', ...' if len(incomplete) > 5 else ''}): their umbrella never ended; left out of the step "
+            "figures"
+        )
     if len(runs) > 1:
-        notes.append(f"spans of {len(runs)} runs in one folder ({', '.join(runs)}): their figures are mixed; "
-                     "keep one run per folder (trace_dir/<run_id>/)")  # fmt: skip
+        notes.append(
+            f"spans of {len(runs)} runs in one folder ({', '.join(runs)}): their figures are mixed; "
+            "keep one run per folder (trace_dir/<run_id>/)"
+        )
     return notes
 
 
@@ -157,13 +173,24 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
     rows, walls = [], []
     for step in sorted(combined, key=step_key):
         sp = combined[step]
-        windows = merge_intervals(pairs(sp.umbrellas)) if sp.umbrellas else (
-            [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])  # fmt: skip
+        windows = (
+            merge_intervals(pairs(sp.umbrellas))
+            if sp.umbrellas
+            else ([(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])
+        )
         wall = sum(hi - lo for lo, hi in windows)
         unattributed = max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
-        rows.append({"step": step, "seconds": _seconds(dict(zip(BUCKETS, sp.ns, strict=True))), "wall_s": round(wall / 1e9, 6),
-                     "unattributed_s": round(unattributed / 1e9, 6), "goodput": _of_wall(sp.ns[0], wall),
-                     "incomplete": sp.incomplete or (with_umbrellas and not sp.umbrellas), "ns": sp.ns})  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "seconds": _seconds(dict(zip(BUCKETS, sp.ns, strict=True))),
+                "wall_s": round(wall / 1e9, 6),
+                "unattributed_s": round(unattributed / 1e9, 6),
+                "goodput": _of_wall(sp.ns[0], wall),
+                "incomplete": sp.incomplete or (with_umbrellas and not sp.umbrellas),
+                "ns": sp.ns,
+            }
+        )
         walls.append(wall)
     return rows, walls
 
@@ -175,7 +202,8 @@ def _job_row(view: list[ProcessPart], is_driver: bool) -> dict[str, Any]:
     if is_driver:
         ns = {b: sum(p.bucket_ns[b] for p in view) for b in BUCKETS}
         windows = merge_intervals(j for p in view for j in p.jobs) or merge_intervals(
-            p.lifetime for p in view if p.lifetime is not None)  # fmt: skip
+            p.lifetime for p in view if p.lifetime is not None
+        )
         wall = sum(hi - lo for lo, hi in windows) if windows else None
         unattributed = None if wall is None else max(wall - covered((p.bucketed for p in view), windows), 0)
         seconds = _seconds(ns)
@@ -210,16 +238,31 @@ def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[
         is_driver = group == "driver"
         of_s = job_wall_s if is_driver else lifetimes.get(group, 0) / 1e9
         total_s = ph.total_ns / 1e9
-        rows.append({
-            "phase": name, "worker_group": group, "bucket": bucket, "count": ph.count, "total_s": round(total_s, 6),
-            "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-            "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
-            "share": round(total_s / of_s, 6) if of_s else None,
-            "share_of": "job wall" if is_driver else "group lifetime",
-            "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3) if ph.token_ns > 0 and ph.tokens > 0 else None,
-        })  # fmt: skip
-    rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], -r["total_s"], str(r["phase"]),
-                             str(r["bucket"])))  # fmt: skip
+        rows.append(
+            {
+                "phase": name,
+                "worker_group": group,
+                "bucket": bucket,
+                "count": ph.count,
+                "total_s": round(total_s, 6),
+                "mean_s": round(total_s / ph.count, 6) if ph.count else None,
+                "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
+                "share": round(total_s / of_s, 6) if of_s else None,
+                "share_of": "job wall" if is_driver else "group lifetime",
+                "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
+                if ph.token_ns > 0 and ph.tokens > 0
+                else None,
+            }
+        )
+    rows.sort(
+        key=lambda r: (
+            r["worker_group"] != "driver",
+            r["worker_group"],
+            -r["total_s"],
+            str(r["phase"]),
+            str(r["bucket"]),
+        )
+    )
     return rows
 
 
@@ -239,8 +282,15 @@ def _unbucketed(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[
     for (group, name), ns in leaf.items():
         share = ns / 1e9 / (steps_wall_s * members[group])
         if share > UNBUCKETED_SHARE:
-            rows.append({"phase": name, "worker_group": group, "total_s": round(ns / 1e9, 6), "share": round(share, 6),
-                         "did_you_mean": closest_phase_name(str(name))})  # fmt: skip
+            rows.append(
+                {
+                    "phase": name,
+                    "worker_group": group,
+                    "total_s": round(ns / 1e9, 6),
+                    "share": round(share, 6),
+                    "did_you_mean": closest_phase_name(str(name)),
+                }
+            )
     return sorted(rows, key=lambda r: (-r["share"], r["worker_group"], str(r["phase"])))
 
 
@@ -255,16 +305,32 @@ def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, A
         seconds = part.seconds()
         wall_s = part.lifetime_ns / 1e9
         concurrent = concurrent or (wall_s > 0 and sum(seconds.values()) > wall_s * 1.001)
-        entry = groups.setdefault(group, {"worker_group": group, "processes": 0,
-                                          "seconds": dict.fromkeys(BUCKETS, 0.0), "wall_s": 0.0})  # fmt: skip
+        entry = groups.setdefault(
+            group, {"worker_group": group, "processes": 0, "seconds": dict.fromkeys(BUCKETS, 0.0), "wall_s": 0.0}
+        )
         entry["processes"] += 1
         entry["wall_s"] += wall_s
         for b in BUCKETS:
             entry["seconds"][b] += seconds[b]
-        ranks.append({"worker_group": group, "rank": rank, "pid": pid, "seconds": {b: round(s, 6) for b, s in seconds.items()},
-                      "goodput": goodput_of(seconds), "wall_s": round(wall_s, 6)})  # fmt: skip
-    group_rows = [{**e, "seconds": {b: round(s, 6) for b, s in e["seconds"].items()}, "goodput": goodput_of(e["seconds"]),
-                   "wall_s": round(e["wall_s"], 6)} for e in groups.values()]  # fmt: skip
+        ranks.append(
+            {
+                "worker_group": group,
+                "rank": rank,
+                "pid": pid,
+                "seconds": {b: round(s, 6) for b, s in seconds.items()},
+                "goodput": goodput_of(seconds),
+                "wall_s": round(wall_s, 6),
+            }
+        )
+    group_rows = [
+        {
+            **e,
+            "seconds": {b: round(s, 6) for b, s in e["seconds"].items()},
+            "goodput": goodput_of(e["seconds"]),
+            "wall_s": round(e["wall_s"], 6),
+        }
+        for e in groups.values()
+    ]
     group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
     ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"]))
     return group_rows, ranks, concurrent
@@ -288,12 +354,15 @@ def analyze_parts(
             if has_spans:
                 driver_in_run = True
             else:
-                stats.notes.append(f"{Path(path).name}: a driver file with no spans (the driver was killed before "
-                                   "its first export?); read as no driver file: the job view sums every process")  # fmt: skip
+                stats.notes.append(
+                    f"{Path(path).name}: a driver file with no spans (the driver was killed before "
+                    "its first export?); read as no driver file: the job view sums every process"
+                )
     steps_seen: dict[bytes, Any] = {}
     with no_gc():
-        for file_result, file_stats in map_files(file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray,
-                                                 ray_address=ray_address, desc="goodput"):  # fmt: skip
+        for file_result, file_stats in map_files(
+            file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray, ray_address=ray_address, desc="goodput"
+        ):
             for part in file_result:
                 share_steps(part, steps_seen)
             parts.extend(file_result)

@@ -100,8 +100,9 @@ def _with_kept_args(fn: Callable[..., Any], path: Any) -> Any:
     return _without_gc(fn, path, *_KEPT_ARGS)
 
 
-def _map_ray(fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...], address: str | None,
-             desc: str) -> Iterator[Any]:  # fmt: skip
+def _map_ray(
+    fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...], address: str | None, desc: str
+) -> Iterator[Any]:
     try:
         import ray
     except ImportError as exc:

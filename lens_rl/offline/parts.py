@@ -23,8 +23,19 @@ from lens_rl.buckets import Bucket
 from lens_rl.offline.intervals import merge_intervals, pack, pairs
 from lens_rl.store import Process
 
-__all__ = ["BUCKETS", "COMPUTE_BUCKETS", "EXACT_DURATIONS", "PhasePart", "ProcessPart", "Series", "StepPart",
-           "median", "merge_parts", "share_steps", "step_key"]  # fmt: skip
+__all__ = [
+    "BUCKETS",
+    "COMPUTE_BUCKETS",
+    "EXACT_DURATIONS",
+    "PhasePart",
+    "ProcessPart",
+    "Series",
+    "StepPart",
+    "median",
+    "merge_parts",
+    "share_steps",
+    "step_key",
+]
 
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
 #: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
@@ -259,8 +270,11 @@ class ProcessPart:
         for b in BUCKETS:
             self.bucket_ns[b] += other.bucket_ns[b]
         if other.lifetime is not None:
-            self.lifetime = other.lifetime if self.lifetime is None else (
-                min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))  # fmt: skip
+            self.lifetime = (
+                other.lifetime
+                if self.lifetime is None
+                else (min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))
+            )
         self.jobs.extend(other.jobs)
         self.bucketed = pack(merge_intervals(pairs(self.bucketed + other.bucketed)))
         for step, part in other.steps.items():
@@ -311,7 +325,7 @@ def _intervals_from_column(lengths: array, items: array) -> Iterator[array | Non
         if length < 0:
             yield None
         else:
-            yield items[at:at + length]
+            yield items[at : at + length]
             at += length
 
 
@@ -332,11 +346,12 @@ def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
 def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
     keys, ns, flags, lows, highs, umbrellas, bucketed = columns
     out = {}
-    for n, (key, umbrella, spans) in enumerate(zip(keys, _intervals_from_column(*umbrellas),
-                                                    _intervals_from_column(*bucketed), strict=True)):  # fmt: skip
+    for n, (key, umbrella, spans) in enumerate(
+        zip(keys, _intervals_from_column(*umbrellas), _intervals_from_column(*bucketed), strict=True)
+    ):
         sp = StepPart(None if flags[n] & 2 else lows[n], None if flags[n] & 1 else highs[n])
         sp.incomplete = bool(flags[n] & 4)
-        sp.ns = list(ns[4 * n:4 * n + 4])
+        sp.ns = list(ns[4 * n : 4 * n + 4])
         sp.umbrellas, sp.bucketed = umbrella, spans
         out[key] = sp
     return out

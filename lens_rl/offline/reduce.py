@@ -35,8 +35,21 @@ _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
 class Tree:
     """One process's spans linked: what the passes share (rows are indexes into the columns)."""
 
-    __slots__ = ("n", "names", "starts", "ends", "parents", "buckets", "own_steps", "tokens", "has_child", "orphan",
-                 "flags", "steps", "outer")  # fmt: skip
+    __slots__ = (
+        "n",
+        "names",
+        "starts",
+        "ends",
+        "parents",
+        "buckets",
+        "own_steps",
+        "tokens",
+        "has_child",
+        "orphan",
+        "flags",
+        "steps",
+        "outer",
+    )
     n: int
     names: list[Any]
     starts: array
@@ -83,8 +96,11 @@ def link(cols: Columns) -> Tree:
         if b is not None and b not in _BUCKET_SET:
             buckets[i] = None
     tree.buckets, tree.own_steps = buckets, cols.steps
-    tree.tokens = {i: tok for i, tok in enumerate(cols.tokens)
-                   if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)}  # fmt: skip
+    tree.tokens = {
+        i: tok
+        for i, tok in enumerate(cols.tokens)
+        if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
+    }
     return tree
 
 
@@ -159,10 +175,11 @@ def part_from_columns(key: Process, cols: Columns, *, step_rows: bool = True) ->
 
 
 def accumulate(part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int, int]]], step_rows: bool) -> None:
-    """Pass 4 (see the module docstring)."""
-    names, starts, ends, buckets, steps, outer = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps, tree.outer
-    own_steps, parents, has_child, orphan, flags, tokens = (tree.own_steps, tree.parents, tree.has_child, tree.orphan,
-                                                            tree.flags, tree.tokens)  # fmt: skip
+    """Pass 4 (see the module docstring): one loop over every span, the hot path of every read, so its
+    per-span work stays inline."""
+    names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
+    outer, own_steps, parents, has_child = tree.outer, tree.own_steps, tree.parents, tree.has_child
+    orphan, flags, tokens = tree.orphan, tree.flags, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
@@ -243,18 +260,26 @@ def accumulate(part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int,
             if sp.bucketed is None:
                 sp.bucketed = []
             sp.bucketed.append(i)
-    for sp in part_steps.values():  # packed: a run has steps x processes of these (rows until here)
+    _finish(part, tree, compute, top_level)
+    if lo is not None and hi is not None:
+        part.lifetime = (lo, hi)
+
+
+def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: array) -> None:
+    """After pass 4: rows packed into intervals (a run has steps x processes of these), compute time summed
+    per step, durations bounded."""
+    starts, ends = tree.starts, tree.ends
+    for sp in part.steps.values():
         if sp.bucketed is not None:
             sp.bucketed = merge_indexed(sp.bucketed, starts, ends)
         if sp.umbrellas is not None:
             sp.umbrellas = pack((starts[i], ends[i]) for i in sp.umbrellas)
-    part.compute = {name: _summed(by_step) if type(by_step) is list else Series.of(by_step)
-                    for name, by_step in compute.items()}  # fmt: skip
-    for phase in phases.values():
+    part.compute = {
+        name: _summed(by_step) if type(by_step) is list else Series.of(by_step) for name, by_step in compute.items()
+    }
+    for phase in part.phases.values():
         phase.bound()
     part.bucketed = merge_indexed(top_level, starts, ends)
-    if lo is not None and hi is not None:
-        part.lifetime = (lo, hi)
 
 
 def _step_dict(pairs_: list[array]) -> dict[Any, int]:
@@ -283,6 +308,6 @@ def file_parts(path: str | os.PathLike[str], driver_in_run: bool = False) -> tup
     """One span file reduced to its process part(s) (a re-init under another identity is another) and what
     its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows."""
     stats = ReadStats()
-    return [part_from_columns(k, c, step_rows=not driver_in_run or k.driver)
-            for k, c in read_columns(path, stats).items()], stats  # fmt: skip
-
+    return [
+        part_from_columns(k, c, step_rows=not driver_in_run or k.driver) for k, c in read_columns(path, stats).items()
+    ], stats

@@ -32,14 +32,20 @@ def row_to_span(head: Head, row: Row, resources: dict[int, Any]) -> Any:
     trace_id = _hex_id(row.t, 128)
     sampled = TraceFlags(TraceFlags.SAMPLED)
     context = SpanContext(trace_id, _hex_id(row.s, 64), is_remote=False, trace_flags=sampled)
-    parent_ctx = (SpanContext(trace_id, _hex_id(row.p, 64), is_remote=bool(row.pr), trace_flags=sampled)
-                  if row.p else None)  # fmt: skip
+    parent_ctx = (
+        SpanContext(trace_id, _hex_id(row.p, 64), is_remote=bool(row.pr), trace_flags=sampled) if row.p else None
+    )
     resource = resources.get(id(head))
     if resource is None:
         resource = resources[id(head)] = Resource(clean_attributes(head.resource))
     events = [Event(str(e.get("n") or ""), _attributes(e.get("a")), trace_time_ns(e.get("ts"))) for e in row.ev or ()]
-    links = [Link(SpanContext(_hex_id(link.get("t"), 128), _hex_id(link.get("s"), 64), is_remote=True),
-                  _attributes(link.get("a"))) for link in row.ln or ()]  # fmt: skip
+    links = [
+        Link(
+            SpanContext(_hex_id(link.get("t"), 128), _hex_id(link.get("s"), 64), is_remote=True),
+            _attributes(link.get("a")),
+        )
+        for link in row.ln or ()
+    ]
     return ReadableSpan(
         name=str(row.n),
         context=context,

@@ -73,13 +73,21 @@ def stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[
         seen = {step_key(step) for keys in rank_steps[(group, rank)] for step in keys if in_range(step, steps)}
         of_steps = len(seen)
         if of_steps and len(steps_flagged) * 2 >= of_steps:
-            persistent.append({"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged),
-                               "of_steps": of_steps})  # fmt: skip
+            persistent.append(
+                {"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged), "of_steps": of_steps}
+            )
     return {"per_step": per_step, "persistent": persistent}
 
 
-def _flag(step: Any, group: str, phase: str, ranks: Sequence[int], values: list[float],
-          per_step: list[dict[str, Any]], flagged: dict[tuple[str, int], set[Any]]) -> None:  # fmt: skip
+def _flag(
+    step: Any,
+    group: str,
+    phase: str,
+    ranks: Sequence[int],
+    values: list[float],
+    per_step: list[dict[str, Any]],
+    flagged: dict[tuple[str, int], set[Any]],
+) -> None:
     """The SPEC's straggler rule at one step of one (group, phase): each rank over 1.2x the median
     and more than 3 MADs above it is flagged."""
     med = median(values)
@@ -88,8 +96,15 @@ def _flag(step: Any, group: str, phase: str, ranks: Sequence[int], values: list[
     mad = median([abs(v - med) for v in values])
     for rank, value in zip(ranks, values, strict=True):
         if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
-            per_step.append({"step": step, "worker_group": group, "rank": rank, "phase": phase,
-                             "over_median": round(value / med - 1.0, 6)})  # fmt: skip
+            per_step.append(
+                {
+                    "step": step,
+                    "worker_group": group,
+                    "rank": rank,
+                    "phase": phase,
+                    "over_median": round(value / med - 1.0, 6),
+                }
+            )
             flagged[(group, rank)].add(step_key(step))
 
 

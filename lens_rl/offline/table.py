@@ -36,7 +36,7 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
     if steps:
         lines.append("")
         many = not all_steps and len(steps) > MAX_STEP_ROWS
-        shown = steps[: MAX_STEP_ROWS // 2] + [None] + steps[-(MAX_STEP_ROWS // 2):] if many else steps
+        shown = steps[: MAX_STEP_ROWS // 2] + [None] + steps[-(MAX_STEP_ROWS // 2) :] if many else steps
         for step in shown:
             if step is None:
                 lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
@@ -65,17 +65,24 @@ def _wall(row: Mapping[str, Any]) -> str:
 
 def _headline(report: Mapping[str, Any]) -> list[str]:
     job = report["job"]
-    lines = [f"goodput {_pct(report['goodput']).strip()} (productive over the whole job's wall, start-up included)   "
-             f"steady state {_pct(report['steady_state_goodput']).strip()} "
-             f"(steps after the first {report['warmup_steps']})",
-             f"job view: {job['view']}; runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']}"
-             + ("; SAMPLED run: seconds are those of the sampled phases, ratios are estimates"
-                if report.get("sampled") else "")]  # fmt: skip
+    lines = [
+        f"goodput {_pct(report['goodput']).strip()} (productive over the whole job's wall, start-up included)   "
+        f"steady state {_pct(report['steady_state_goodput']).strip()} "
+        f"(steps after the first {report['warmup_steps']})",
+        f"job view: {job['view']}; runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']}"
+        + (
+            "; SAMPLED run: seconds are those of the sampled phases, ratios are estimates"
+            if report.get("sampled")
+            else ""
+        ),
+    ]
     st = report["step_time"]
     if st["max_s"] is not None:
         slow = ", ".join(f"{s['step']} ({s['wall_s']:.2f}s)" for s in report["slowest_steps"])
-        lines.append(f"step time p50 {_secs(st['p50_s'])}  p95 {_secs(st['p95_s'])}  max {_secs(st['max_s'])};"
-                     f"  slowest steps: {slow}")  # fmt: skip
+        lines.append(
+            f"step time p50 {_secs(st['p50_s'])}  p95 {_secs(st['p95_s'])}  max {_secs(st['max_s'])};"
+            f"  slowest steps: {slow}"
+        )
     lines += [f"note: {note}" for note in report.get("notes", ())]
     return lines
 
@@ -83,26 +90,36 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
 def _phase_table(report: Mapping[str, Any]) -> list[str]:
     if not report["phases"]:
         return []
-    lines = ["", f"{'phase':30s}{'group':>16s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'mean':>10s}{'p95':>10s}"
-                 f"{'share':>8s}{'tokens/s':>11s}",
-             "  (share: of the job's wall for the driver's phases, of the group's lifetimes for a worker group's)"]  # fmt: skip
+    lines = [
+        "",
+        f"{'phase':30s}{'group':>16s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'mean':>10s}{'p95':>10s}"
+        f"{'share':>8s}{'tokens/s':>11s}",
+        "  (share: of the job's wall for the driver's phases, of the group's lifetimes for a worker group's)",
+    ]
     for ph in report["phases"]:
         tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
-        lines.append(f"{str(ph['phase'])[:29]:30s}{str(ph['worker_group'])[:15]:>16s}{str(ph['bucket'] or '-'):>12s}"
-                     f"{ph['count']:8d}{ph['total_s']:10.2f}s{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s"
-                     f"{_pct(ph['share']):>8s}{tps:>11s}")  # fmt: skip
+        lines.append(
+            f"{str(ph['phase'])[:29]:30s}{str(ph['worker_group'])[:15]:>16s}{str(ph['bucket'] or '-'):>12s}"
+            f"{ph['count']:8d}{ph['total_s']:10.2f}s{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s"
+            f"{_pct(ph['share']):>8s}{tps:>11s}"
+        )
     for un in report.get("unbucketed_phases", ()):
         hint = f"; did you mean {un['did_you_mean']!r}?" if un["did_you_mean"] else ""
-        lines.append(f"  unbucketed: {un['phase']!r} ({un['worker_group']}) covers {un['share'] * 100:.0f}% of the "
-                     f"steps' wall and counts in no bucket (pass bucket=, or name it as the table does{hint})")  # fmt: skip
+        lines.append(
+            f"  unbucketed: {un['phase']!r} ({un['worker_group']}) covers {un['share'] * 100:.0f}% of the "
+            f"steps' wall and counts in no bucket (pass bucket=, or name it as the table does{hint})"
+        )
     return lines
 
 
 def _group_lines(report: Mapping[str, Any]) -> list[str]:
     job = report["job"]
-    lines = ["", "per worker group and rank: resource-seconds (a worker's uncovered lifetime is idle"
-             + ("; concurrent phases overlap, so seconds can sum to more than wall time" if report.get("concurrent")
-                else "") + ")"]  # fmt: skip
+    lines = [
+        "",
+        "per worker group and rank: resource-seconds (a worker's uncovered lifetime is idle"
+        + ("; concurrent phases overlap, so seconds can sum to more than wall time" if report.get("concurrent") else "")
+        + ")",
+    ]
     for group in report["worker_groups"]:
         label = f"group {group['worker_group']} (x{group['processes']})"
         if group["worker_group"] == "driver" and job["view"] == "driver":
@@ -110,7 +127,7 @@ def _group_lines(report: Mapping[str, Any]) -> list[str]:
             continue
         lines.append(_row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
     ranks = report["ranks"]
-    shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: (r["goodput"] or 0.0))[:16]
+    shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: r["goodput"] or 0.0)[:16]
     if len(ranks) > 32:
         lines.append(f"  (the 16 ranks with the lowest goodput of {len(ranks)})")
     for rank in shown_ranks:
@@ -124,11 +141,20 @@ def _straggler_lines(report: Mapping[str, Any]) -> list[str]:
     strag = report["stragglers"]
     if not strag["per_step"]:
         return []
-    persistent = ", ".join(f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
-                           for p in strag["persistent"]) or "none"  # fmt: skip
-    lines = ["", f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; "
-                 f"persistent: {persistent}"]  # fmt: skip
+    persistent = (
+        ", ".join(
+            f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
+            for p in strag["persistent"]
+        )
+        or "none"
+    )
+    lines = [
+        "",
+        f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; persistent: {persistent}",
+    ]
     for s in sorted(strag["per_step"], key=lambda s: -s["over_median"])[:5]:
-        lines.append(f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
-                     f"+{s['over_median'] * 100:.0f}% over the median")  # fmt: skip
+        lines.append(
+            f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
+            f"+{s['over_median'] * 100:.0f}% over the median"
+        )
     return lines

@@ -55,8 +55,14 @@ ScopeBase: type = _speedups.ScopeBase if _speedups is not None else _PyScopeBase
 LazyBase: type = _speedups.LazyBase if _speedups is not None else _PyLazyBase
 
 
-def traced_phase_entry(python_impl: Callable[..., Any], cache: dict[Any, Any], lazy_type: type, bucket_type: type,
-                       runtime: Any, key_marker: object) -> Callable[..., Any]:  # fmt: skip
+def traced_phase_entry(
+    python_impl: Callable[..., Any],
+    cache: dict[Any, Any],
+    lazy_type: type,
+    bucket_type: type,
+    runtime: Any,
+    key_marker: object,
+) -> Callable[..., Any]:
     """The public ``traced_phase``: the C entry point when built, else ``python_impl`` itself.
 
     The C entry point reads the on/off flag from ``runtime.on``, takes canonical bucket strings

@@ -21,6 +21,7 @@ from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
 from lens_rl.buckets import Bucket, exclusive_time
 from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_str
+from lens_rl.record.steps import end_step
 
 __all__ = ["Node", "close_node", "enter_with", "exit_with", "open_node"]
 
@@ -31,11 +32,34 @@ FLUSH_ON_STEP_MAX_MS = 1000
 class Node:
     """One open phase: the token that closing it needs."""
 
-    __slots__ = ("name", "span", "span_id", "otel_token", "bucket", "start_ns", "inner", "outer", "step_flush",
-                 "owner", "prev", "step", "step_node", "step_seconds")  # fmt: skip
+    __slots__ = (
+        "name",
+        "span",
+        "span_id",
+        "otel_token",
+        "bucket",
+        "start_ns",
+        "inner",
+        "outer",
+        "step_flush",
+        "owner",
+        "prev",
+        "step",
+        "step_node",
+        "step_seconds",
+    )
 
-    def __init__(self, name: str, span: Any, span_id: int, otel_token: Any, bucket: Bucket | None,
-                 start_ns: int, outer: Node | None, step_flush: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        span: Any,
+        span_id: int,
+        otel_token: Any,
+        bucket: Bucket | None,
+        start_ns: int,
+        outer: Node | None,
+        step_flush: bool,
+    ) -> None:
         self.name = name
         self.span = span
         self.span_id = span_id
@@ -166,28 +190,13 @@ def _account(node: Node, end_ns: int) -> None:
             step_node.inner.append((node.start_ns, end_ns))
     handle = RUNTIME.handle
     if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
-        _end_step(node, end_ns, duration_s, handle)
+        end_step(node, end_ns, duration_s, handle)
     if handle is None:
         return
     if handle.phase_metrics is not None:
         handle.phase_metrics.record(node.name, bucket._value_ if bucket else None, duration_s, exclusive_s)
     if node.step_flush and handle.config.flush_on_step:
         handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
-
-
-def _end_step(node: Node, end_ns: int, wall_s: float, handle: Any) -> None:
-    """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
-    (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
-    and goodput = productive / wall."""
-    seconds = dict.fromkeys(_BUCKET_VALUES, 0.0)
-    seconds.update(node.step_seconds or {})
-    unattributed_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
-    attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
-    RUNTIME.last_step = {"step": node.step, "attempt": attempt, "seconds": seconds, "unattributed_s": unattributed_s,
-                         "wall_s": wall_s, "goodput": seconds["productive"] / wall_s if wall_s > 0 else None}
-
-
-_BUCKET_VALUES = tuple(b.value for b in Bucket)
 
 
 def enter_with(spec: Any, owner: Any = None) -> Any:

@@ -74,8 +74,10 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
         return f"traced_phase({self.name!r}{bucket})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.name, self.bucket.value if self.bucket else None, self.parent,
-                           self.attributes, self.rl_attributes))  # fmt: skip
+        return (
+            _rebuild,
+            (self.name, self.bucket.value if self.bucket else None, self.parent, self.attributes, self.rl_attributes),
+        )
 
     # ------------------------------------------------------------ context manager
 

@@ -31,8 +31,10 @@ class _WorkerInit(Phase):
     __slots__ = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_worker_init, (self.name, self.bucket.value if self.bucket else None, self.attributes,
-                                       self.rl_attributes))  # fmt: skip
+        return (
+            _rebuild_worker_init,
+            (self.name, self.bucket.value if self.bucket else None, self.attributes, self.rl_attributes),
+        )
 
     def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         handle = RUNTIME.handle

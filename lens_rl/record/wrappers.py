@@ -224,8 +224,10 @@ def _source(kind: str, sig: inspect.Signature, name: str) -> str:
     if positional_only:
         params.append("/")
     body = _TEMPLATES[kind].format(name=name, params=", ".join(params), args=", ".join(args))
-    return "def _lens_make_(_lens_fn_, _lens_ph_):\n" + "".join("    " + line + "\n" for line in body.splitlines()) + (
-        f"    return {name}\n"
+    return (
+        "def _lens_make_(_lens_fn_, _lens_ph_):\n"
+        + "".join("    " + line + "\n" for line in body.splitlines())
+        + (f"    return {name}\n")
     )
 
 
@@ -244,7 +246,9 @@ def wrap(fn: Callable[..., Any], runner: Any, *, kind: str | None = None) -> Any
     """A plain function with ``fn``'s signature: ``fn(...)`` when off, ``runner._run*(fn, ...)`` when on."""
     sig = _signature(fn)
     raw_name = getattr(fn, "__name__", "wrapper")
-    name = raw_name if isinstance(raw_name, str) and raw_name.isidentifier() and raw_name not in _RESERVED else "wrapper"
+    name = (
+        raw_name if isinstance(raw_name, str) and raw_name.isidentifier() and raw_name not in _RESERVED else "wrapper"
+    )
     source = _source(kind or _kind(fn), sig, name)
     namespace: dict[str, Any] = {"_lens_st_": RUNTIME, "__name__": "lens_rl._generated"}
     exec(compile(source, f"<lens_rl wrapper of {getattr(fn, '__qualname__', name)}>", "exec"), namespace)

@@ -36,22 +36,65 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["FIELD_TYPES", "FORMAT_VERSION", "HEADER_FORMAT", "OWN_SCOPE", "ROW_KEYS", "Process", "file_name",
-           "header", "process_of", "safe_part", "store_path"]  # fmt: skip
+__all__ = [
+    "FIELD_TYPES",
+    "FORMAT_VERSION",
+    "HEADER_FORMAT",
+    "OWN_SCOPE",
+    "ROW_KEYS",
+    "Process",
+    "file_name",
+    "header",
+    "process_of",
+    "safe_part",
+    "store_path",
+]
 
 FORMAT_VERSION = 2
 HEADER_FORMAT = "lens_rl.spans/2"
 OWN_SCOPE = "lens_rl"
 
 #: The keys a line may carry: a span line's, and a header's that tell it apart.
-ROW_KEYS = ("n", "t", "s", "p", "pr", "b", "e", "a", "th", "tn", "k", "st", "sm", "ev", "ln", "sc", "v", "header",
-            "resource", "root")  # fmt: skip
+ROW_KEYS = (
+    "n",
+    "t",
+    "s",
+    "p",
+    "pr",
+    "b",
+    "e",
+    "a",
+    "th",
+    "tn",
+    "k",
+    "st",
+    "sm",
+    "ev",
+    "ln",
+    "sc",
+    "v",
+    "header",
+    "resource",
+    "root",
+)
 #: The JSON types a span line's keys may have (besides null; times are any, read as int64 ns): a line with
 #: another is garbage, skipped and counted, so no reader meets a list for a name or text for attributes.
 FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
-    "n": (str,), "t": (str,), "s": (str, int), "p": (str, int), "pr": (bool,), "a": (dict,), "th": (int, str),
-    "tn": (str,), "k": (str,), "st": (str,), "sm": (str,), "ev": (list,), "ln": (list,), "sc": (str,),
-}  # fmt: skip
+    "n": (str,),
+    "t": (str,),
+    "s": (str, int),
+    "p": (str, int),
+    "pr": (bool,),
+    "a": (dict,),
+    "th": (int, str),
+    "tn": (str,),
+    "k": (str,),
+    "st": (str,),
+    "sm": (str,),
+    "ev": (list,),
+    "ln": (list,),
+    "sc": (str,),
+}
 
 
 class Process(NamedTuple):
@@ -85,9 +128,16 @@ def process_of(resource: Mapping[str, Any] | None, head: Mapping[str, Any] | Non
 
 def header(kind: str, resource: Mapping[str, Any], pid: int, since_ns: int, *, role: str = "worker") -> dict[str, Any]:
     """A v2 file's header (``kind``: ``spans`` or ``metrics``); the driver's gains ``root`` once it is known."""
-    head: dict[str, Any] = {"v": FORMAT_VERSION, "header": True, "format": HEADER_FORMAT, "kind": kind,
-                            "role": "driver" if role == "driver" else "worker", "resource": dict(resource),
-                            "pid": pid, "since": since_ns}  # fmt: skip
+    head: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "header": True,
+        "format": HEADER_FORMAT,
+        "kind": kind,
+        "role": "driver" if role == "driver" else "worker",
+        "resource": dict(resource),
+        "pid": pid,
+        "since": since_ns,
+    }
     if kind == "spans":
         head["remote_parents"] = True
     return head
@@ -113,7 +163,8 @@ def file_name(kind: str, resource: Mapping[str, Any], pid: int, suffix: str = ".
     return f"{kind}-{group}-{rank}-{pid}{suffix}"
 
 
-def store_path(trace_dir: str | Path, run_id: str, kind: str, resource: Mapping[str, Any], pid: int,
-               suffix: str = ".jsonl") -> Path:  # fmt: skip
+def store_path(
+    trace_dir: str | Path, run_id: str, kind: str, resource: Mapping[str, Any], pid: int, suffix: str = ".jsonl"
+) -> Path:
     """Where a process writes ``kind`` for ``run_id``: always inside ``trace_dir``, whatever the values."""
     return Path(trace_dir) / safe_part(run_id, "run") / file_name(kind, resource, pid, suffix)

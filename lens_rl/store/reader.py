@@ -26,8 +26,19 @@ from typing import Any
 
 from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, Process, process_of
 
-__all__ = ["INT64_END", "Head", "ReadStats", "Row", "decode_row", "iter_rows", "loads", "read_head", "span_files",
-           "time_ns", "trace_time_ns"]  # fmt: skip
+__all__ = [
+    "INT64_END",
+    "Head",
+    "ReadStats",
+    "Row",
+    "decode_row",
+    "iter_rows",
+    "loads",
+    "read_head",
+    "span_files",
+    "time_ns",
+    "trace_time_ns",
+]
 
 #: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
 INT64_END = 2**63
@@ -89,7 +100,9 @@ else:  # pragma: no cover - exercised where the extra is missing
             return type(other) is Row and all(getattr(self, k) == getattr(other, k) for k in ROW_KEYS)
 
         def __repr__(self) -> str:
-            return "Row(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in ROW_KEYS if getattr(self, k) is not None) + ")"
+            return (
+                "Row(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in ROW_KEYS if getattr(self, k) is not None) + ")"
+            )
 
     def decode_row(raw: bytes) -> Row:
         fields = loads(raw)
@@ -193,8 +206,9 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> I
             head = _head(first)
             if head is None:
                 if first:
-                    stats.notes.append(f"{Path(path).name}: not a lens_rl store file (its first line is no v2 "
-                                       "header); skipped")  # fmt: skip
+                    stats.notes.append(
+                        f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped"
+                    )
                     lines += 1 + sum(1 for _ in handle)
                     skipped += lines
                 return

@@ -23,11 +23,14 @@ def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, set_span_in_context
 
     before = time.time_ns()
-    handle = lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}},
-                                           "grpo")  # fmt: skip
+    handle = lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "r1"}}, "grpo"
+    )
     with lens_rl.traced_phase("generation", step=2, attributes={"custom.key": "v"}):
         pass
-    with lens_rl.traced_phase("called", parent={"traceparent": "00-0000000000000000000000000000abcd-0000000000000def-01"}):
+    with lens_rl.traced_phase(
+        "called", parent={"traceparent": "00-0000000000000000000000000000abcd-0000000000000def-01"}
+    ):
         with lens_rl.traced_phase("local"):
             pass
     remote = set_span_in_context(NonRecordingSpan(SpanContext(0xABCD, 0xDEF, is_remote=True)))
@@ -63,7 +66,7 @@ def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
 
     with lens_rl.testing.recording() as rec:
         for step in (1, 1, 2):
-            with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"m": "x\"y"}):
+            with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"m": 'x"y'}):
                 pass
         with lens_rl.traced_phase("generation", bucket="productive", step=1) as span:
             span.set_attribute("rl.num_tokens", 7)
@@ -77,7 +80,7 @@ def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
                     pass
         spans = list(rec.spans)
     for i, span in enumerate(spans):  # neighbours that share a thread, and ones that do not
-        span._lens_thread, span._lens_thread_name = (7, "Main\"Thread") if i % 3 else (8, "worker")
+        span._lens_thread, span._lens_thread_name = (7, 'Main"Thread') if i % 3 else (8, "worker")
     assert len(spans) == 9 and sum(getattr(s, "shape", None) is not None for s in spans) == 6
     expected = [json_line(span_row(s)) for s in spans]
     assert [span_line(s) for s in spans] == expected
@@ -111,7 +114,10 @@ def test_a_full_disk_leaves_no_duplicate_and_no_garbage_line(tmp_path: Path, cap
     error is logged once with its message."""
     trace_dir = tmp_path / "store"
     mounted = False
-    if os.geteuid() == 0 and os.system(f"mkdir -p {trace_dir} && mount -t tmpfs -o size=20k tmpfs {trace_dir} 2>/dev/null") == 0:
+    if (
+        os.geteuid() == 0
+        and os.system(f"mkdir -p {trace_dir} && mount -t tmpfs -o size=20k tmpfs {trace_dir} 2>/dev/null") == 0
+    ):
         mounted, limit = True, 0
     else:
         limit = 20_000  # no mount here: the same ENOSPC-like fault through RLIMIT_FSIZE (EFBIG)
@@ -137,7 +143,8 @@ def test_a_process_exiting_during_a_failed_write_leaves_whole_lines(tmp_path: Pa
     and half a line stays on disk (what a loaded machine showed one run in five).
     """
     trace_dir = tmp_path / "store"
-    out = run_python(f"""
+    out = run_python(
+        f"""
         import os, resource, signal, time, lens_rl
         real_ftruncate = os.ftruncate
         def slow_ftruncate(fd, length):
@@ -152,7 +159,9 @@ def test_a_process_exiting_during_a_failed_write_leaves_whole_lines(tmp_path: Pa
             with lens_rl.traced_phase("generation", step=i) as span:
                 span.set_attribute("rl.pad", "p" * 300)
         print("SHUTDOWN", lens_rl.shutdown_telemetry(100), flush=True)  # returns before the cut-back ends
-    """, timeout=60)  # fmt: skip
+    """,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "SHUTDOWN False" in out.stdout
     data = b"".join(p.read_bytes() for p in trace_dir.rglob("spans-*.jsonl"))
@@ -162,8 +171,9 @@ def test_a_process_exiting_during_a_failed_write_leaves_whole_lines(tmp_path: Pa
 
 def test_every_line_is_strict_json(tmp_path: Path) -> None:
     """NaN and infinities are written as strings: every line parses with a strict JSON parser."""
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "metrics_enabled": False}},
-                                  "grpo")  # fmt: skip
+    lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "metrics_enabled": False}}, "grpo"
+    )
     with traced_phase("generation") as span:
         span.set_attribute("rl.loss", float("nan"))
         span.set_attribute("rl.grad_norm", float("inf"))
@@ -180,15 +190,23 @@ def test_every_line_is_strict_json(tmp_path: Path) -> None:
 def test_no_identity_value_writes_outside_trace_dir(tmp_path: Path) -> None:
     """Rank, group and run id from the environment cannot climb out of trace_dir; long names are shortened."""
     trace_dir = tmp_path / "store"
-    env = {"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_TRACE_DIR": str(trace_dir), "LENS_RL_OTEL_RUN_ID": "..",
-           "OTEL_RESOURCE_ATTRIBUTES": "nv.dl.rank=%2F..%2F..%2Fescaped", "LENS_RL_WORKER_GROUP": "g" * 400}  # fmt: skip
-    out = run_python("""
+    env = {
+        "LENS_RL_OTEL_ENABLED": "1",
+        "LENS_RL_OTEL_TRACE_DIR": str(trace_dir),
+        "LENS_RL_OTEL_RUN_ID": "..",
+        "OTEL_RESOURCE_ATTRIBUTES": "nv.dl.rank=%2F..%2F..%2Fescaped",
+        "LENS_RL_WORKER_GROUP": "g" * 400,
+    }
+    out = run_python(
+        """
         import lens_rl
         lens_rl.init_telemetry_worker()
         with lens_rl.traced_phase("generation"):
             pass
         assert lens_rl.shutdown_telemetry(3000)
-    """, env=env)  # fmt: skip
+    """,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written and all(trace_dir in p.parents for p in written)
@@ -210,7 +228,7 @@ def test_a_forked_child_never_writes_into_its_parents_files(tmp_path: Path) -> N
         os.waitpid(pid, 0)
         lens_rl.shutdown_telemetry(3000)
         print(os.getpid(), pid)
-    """)  # fmt: skip
+    """)
     assert out.returncode == 0, out.stderr
     parent, child = out.stdout.split()
     files = [p for p in tmp_path.rglob("*.jsonl")]

@@ -17,8 +17,10 @@ SLACK_S = 0.75
 
 
 def _otlp(endpoint: str, **extra: object) -> dict:
-    return {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
-            "policy": {"model_name": "tiny-model"}}  # fmt: skip
+    return {
+        "telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
+        "policy": {"model_name": "tiny-model"},
+    }
 
 
 def _burst(handle: object, n: int) -> float:

@@ -19,8 +19,18 @@ def test_metric_export_errors_are_muted_during_an_outage(caplog: pytest.LogCaptu
     """A collector that is down: one lens_rl warning for metrics, then quiet, like spans."""
     from lens_rl.testing import refused_endpoint
 
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": refused_endpoint(),
-                                                 "metrics_interval_ms": 100, "export_timeout_ms": 200}}, "grpo")  # fmt: skip
+    lens_rl.init_telemetry_driver(
+        {
+            "telemetry": {
+                "enabled": True,
+                "exporter": "otlp",
+                "endpoint": refused_endpoint(),
+                "metrics_interval_ms": 100,
+                "export_timeout_ms": 200,
+            }
+        },
+        "grpo",
+    )
     for _ in range(3):
         lens_rl.flush_telemetry(300)
     time.sleep(0.5)
@@ -34,12 +44,20 @@ def test_drops_past_the_bound_are_reported_as_a_metric(receiver: OTLPReceiver) -
     """Dropped spans show up as the lens_rl.spans.dropped metric at the collector."""
     handle = lens_rl.init_telemetry_driver(
         {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": receiver.endpoint, "max_queue_spans": 50}},
-        "grpo")  # fmt: skip
+        "grpo",
+    )
     tracer = handle.tracer
     for _ in range(3000):
         tracer.start_span("burst").end()
     lens_rl.flush_telemetry(10_000)
     assert "lens_rl.spans.dropped" in receiver.metric_names()
-    dropped = [dp.as_int for req in receiver.metric_requests for rm in req.resource_metrics for sm in rm.scope_metrics
-               for m in sm.metrics if m.name == "lens_rl.spans.dropped" for dp in m.sum.data_points]  # fmt: skip
+    dropped = [
+        dp.as_int
+        for req in receiver.metric_requests
+        for rm in req.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "lens_rl.spans.dropped"
+        for dp in m.sum.data_points
+    ]
     assert max(dropped) == handle.stats()["dropped"] > 0

@@ -18,8 +18,10 @@ SLACK_S = 0.75
 
 
 def _otlp(endpoint: str, **extra: object) -> dict:
-    return {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
-            "policy": {"model_name": "tiny-model"}}  # fmt: skip
+    return {
+        "telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
+        "policy": {"model_name": "tiny-model"},
+    }
 
 
 def _burst(handle: object, n: int) -> float:
@@ -28,8 +30,6 @@ def _burst(handle: object, n: int) -> float:
     for _ in range(n):
         tracer.start_span("burst").end()
     return time.perf_counter() - t0
-
-
 
 
 def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
@@ -66,20 +66,11 @@ def test_otlp_goes_through_the_proxy_the_environment_names(receiver: OTLPReceive
     assert "FLUSH True" in out.stdout, out.stderr[-2000:]
     assert any(s["name"] == "through_proxy" for s in receiver.spans)  # the receiver stood in for the proxy
     assert "rl.phase.duration" in receiver.metric_names()
-    exempt = run_python(code.format(budget_ms=1000), env={**proxy, "NO_PROXY": "collector.invalid",
-                                                           "no_proxy": "collector.invalid"})  # fmt: skip
+    exempt = run_python(
+        code.format(budget_ms=1000), env={**proxy, "NO_PROXY": "collector.invalid", "no_proxy": "collector.invalid"}
+    )
     assert "FLUSH False" in exempt.stdout  # straight to a host that does not resolve
     assert sum(s["name"] == "through_proxy" for s in receiver.spans) == 1
-
-
-
-
-
-
-
-
-
-
 
 
 def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
@@ -102,7 +93,8 @@ def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
     server.start()
     try:
         handle = lens_rl.init_telemetry_driver(
-            _otlp(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo")  # fmt: skip
+            _otlp(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo"
+        )
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         assert isinstance(handle.span_pipeline.exporter, OTLPSpanExporter)  # OpenTelemetry's, with lens_rl's encoder
@@ -144,9 +136,22 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
 
     with lens_rl.testing.recording() as rec:
         remote = SpanContext(0xABC, 0xDEF, True, TraceFlags(1), TraceState([("vendor", "v1")]))
-        with lens_rl.traced_phase("generation", bucket="productive", step=3,
-                                  attributes={"s": "x", "i": 7, "f": 0.5, "b": True, "l": [1, 2], "ls": ["a", "b"],
-                                              "lf": [0.5, 1.5], "lb": [True, False], "api_key": "secret"}) as span:  # fmt: skip
+        with lens_rl.traced_phase(
+            "generation",
+            bucket="productive",
+            step=3,
+            attributes={
+                "s": "x",
+                "i": 7,
+                "f": 0.5,
+                "b": True,
+                "l": [1, 2],
+                "ls": ["a", "b"],
+                "lf": [0.5, 1.5],
+                "lb": [True, False],
+                "api_key": "secret",
+            },
+        ) as span:
             span.add_event("chunk", {"n": 1})
             span.add_link(remote, {"why": "batch"})
             span.set_attribute("late", "yes")
@@ -165,7 +170,9 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
             pass
         tracer = rec.handle.tracer_provider.get_tracer("third.party", "1.0", schema_url="https://x/s")
         ctx = set_span_in_context(NonRecordingSpan(remote))
-        with tracer.start_as_current_span("GET", kind=SpanKind.CLIENT, context=ctx, attributes={"http.status": 200}) as sdk:
+        with tracer.start_as_current_span(
+            "GET", kind=SpanKind.CLIENT, context=ctx, attributes={"http.status": 200}
+        ) as sdk:
             sdk.set_status(Status(StatusCode.OK))
         with tracer.start_as_current_span("serve", kind=SpanKind.SERVER):
             pass
@@ -183,8 +190,6 @@ def test_the_fast_otlp_encoder_builds_what_opentelemetrys_encoder_builds() -> No
     assert {kv.key: kv.value.string_value for kv in phases["generation"].attributes}["api_key"] == "[REDACTED]"
 
 
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_a_real_collector_accepts_the_otlp_lens_rl_writes(protocol: str) -> None:
@@ -199,10 +204,25 @@ def test_a_real_collector_accepts_the_otlp_lens_rl_writes(protocol: str) -> None
             probe.bind(("127.0.0.1", 0))
             ports.append(probe.getsockname()[1])
     with OTLPReceiver() as rx:
-        proc = subprocess.Popen([str(agent), "start", "--otlp-grpc-endpoint", f"127.0.0.1:{ports[0]}",
-                                 "--otlp-http-endpoint", f"127.0.0.1:{ports[1]}", "--exporter", "otlp",
-                                 "--otlp-exporter-endpoint", rx.endpoint, "--otlp-exporter-protocol", "http"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                str(agent),
+                "start",
+                "--otlp-grpc-endpoint",
+                f"127.0.0.1:{ports[0]}",
+                "--otlp-http-endpoint",
+                f"127.0.0.1:{ports[1]}",
+                "--exporter",
+                "otlp",
+                "--otlp-exporter-endpoint",
+                rx.endpoint,
+                "--otlp-exporter-protocol",
+                "http",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             port = ports[0] if protocol == "grpc" else ports[1]
             deadline = time.monotonic() + 10
@@ -211,14 +231,17 @@ def test_a_real_collector_accepts_the_otlp_lens_rl_writes(protocol: str) -> None
                     if probe.connect_ex(("127.0.0.1", port)) == 0:
                         break
                 time.sleep(0.05)
-            lens_rl.init_telemetry_driver(_otlp(f"http://127.0.0.1:{port}", protocol=protocol, metrics_enabled=False),
-                                          "grpo")  # fmt: skip
+            lens_rl.init_telemetry_driver(
+                _otlp(f"http://127.0.0.1:{port}", protocol=protocol, metrics_enabled=False), "grpo"
+            )
             for step in (1, 2):
                 with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"k": [1, 2]}):
                     pass
             assert lens_rl.shutdown_telemetry(5000) is True
             assert rx.wait_for_spans(3, 10), proc.stdout
-            phases = sorted((s["attributes"]["rl.step"], s["attributes"]) for s in rx.spans if s["name"] == "generation")
+            phases = sorted(
+                (s["attributes"]["rl.step"], s["attributes"]) for s in rx.spans if s["name"] == "generation"
+            )
             assert [p[0] for p in phases] == [1, 2]
             assert phases[0][1] == {"rl.bucket": "productive", "rl.step": 1, "k": [1, 2]}
         finally:

@@ -17,8 +17,10 @@ SLACK_S = 0.75
 
 
 def _otlp(endpoint: str, **extra: object) -> dict:
-    return {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
-            "policy": {"model_name": "tiny-model"}}  # fmt: skip
+    return {
+        "telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
+        "policy": {"model_name": "tiny-model"},
+    }
 
 
 def _burst(handle: object, n: int) -> float:
@@ -40,7 +42,9 @@ def test_burst_of_20000_spans_all_arrive(receiver: OTLPReceiver) -> None:
     print(f"burst: 20000 spans ended in {elapsed_s:.2f}s")
 
 
-def test_full_queue_drops_are_counted_and_flush_says_false(receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture) -> None:
+def test_full_queue_drops_are_counted_and_flush_says_false(
+    receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
     """Past max_queue_spans spans are dropped, counted, warned about once, and flush is False."""
     handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint, max_queue_spans=100), "grpo")
     _burst(handle, 5000)
@@ -113,7 +117,8 @@ def test_the_queue_is_bounded_in_bytes_against_a_hung_collector() -> None:
     """4 KB attributes against a collector that never answers: RSS stays near the byte bound, drops are counted."""
     endpoint, sock = hung_endpoint()
     try:
-        out = run_python(f"""
+        out = run_python(
+            f"""
             import resource, lens_rl
             h = lens_rl.init_telemetry_driver({_otlp(endpoint, max_queue_bytes=32 * 1024 * 1024, export_timeout_ms=60000)!r}, "grpo")
             blob = "z" * 4096
@@ -123,7 +128,9 @@ def test_the_queue_is_bounded_in_bytes_against_a_hung_collector() -> None:
             s = h.stats()
             print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, s["dropped"], s["queued_bytes"])
             print("SHUTDOWN", lens_rl.shutdown_telemetry(500), h.stats()["lost_at_shutdown"])
-        """, timeout=120)  # fmt: skip
+        """,
+            timeout=120,
+        )
     finally:
         sock.close()
     assert out.returncode == 0, out.stderr[-2000:]

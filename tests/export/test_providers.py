@@ -20,8 +20,12 @@ def test_third_party_spans_and_metrics_follow_the_live_handle(receiver: OTLPRece
             counter.add(5)
         assert lens_rl.shutdown_telemetry(10000)
     """
-    env = {"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_EXPORTER": "otlp", "LENS_RL_OTEL_ENDPOINT": receiver.endpoint,
-           "TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}  # fmt: skip
+    env = {
+        "LENS_RL_OTEL_ENABLED": "1",
+        "LENS_RL_OTEL_EXPORTER": "otlp",
+        "LENS_RL_OTEL_ENDPOINT": receiver.endpoint,
+        "TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    }
     out = run_python(code, env=env)
     assert out.returncode == 0, out.stderr
     assert receiver.wait_for_spans(2, 10)
@@ -29,8 +33,14 @@ def test_third_party_spans_and_metrics_follow_the_live_handle(receiver: OTLPRece
     assert op["resource"]["rl.worker_group"] == "rollout" and op["resource"]["nv.dl.rank"] == 3
     assert op["scope"] == "thirdparty.lib"
     assert op["trace_id"] == "0af7651916cd43dd8448eb211c80319c"  # outside every span: it joins the job
-    points = [(rm.resource, m) for req in receiver.metric_requests for rm in req.resource_metrics
-              for sm in rm.scope_metrics for m in sm.metrics if m.name == "thirdparty.requests"]  # fmt: skip
+    points = [
+        (rm.resource, m)
+        for req in receiver.metric_requests
+        for rm in req.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "thirdparty.requests"
+    ]
     assert points, receiver.metric_names()
     resource, metric = points[-1]
     group = next(kv.value.string_value for kv in resource.attributes if kv.key == "rl.worker_group")

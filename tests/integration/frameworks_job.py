@@ -84,13 +84,16 @@ def timed(own: dict, productive: bool, name: str, fn, *args):
 
 
 def start(run_id: str, trace_dir: str) -> None:
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": trace_dir, "run_id": run_id,
-                                                 "metrics_enabled": False}}, "grpo")
+    lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "trace_dir": trace_dir, "run_id": run_id, "metrics_enabled": False}}, "grpo"
+    )
 
 
 def actors(n_policy: int = 2):
     policy_cls = ray.remote(num_cpus=0)(Policy)
-    policy = [traced_actor(policy_cls.options(**actor_options("lm_policy", r, n_policy)).remote()) for r in range(n_policy)]
+    policy = [
+        traced_actor(policy_cls.options(**actor_options("lm_policy", r, n_policy)).remote()) for r in range(n_policy)
+    ]
     gen = traced_actor(ray.remote(num_cpus=0)(Generator).options(**actor_options("vllm_policy", 0, 1)).remote())
     ray.get([p.train.remote(0.0) for p in policy] + [gen.generate.remote(0.0)])
     return policy, gen
@@ -158,7 +161,9 @@ def named_loop(trace_dir: str, run_id: str, umbrella: str, phases: list[tuple[st
         with traced_phase(umbrella, step=step):
             for name, seconds, productive, remote in phases:
                 if remote:
-                    timed(own, productive, name, lambda n=name, s=seconds: ray.get([p.work.remote(n, s) for p in policy]))
+                    timed(
+                        own, productive, name, lambda n=name, s=seconds: ray.get([p.work.remote(n, s) for p in policy])
+                    )
                 else:
                     timed(own, productive, name, time.sleep, seconds)
         own["wall_s"] = time.perf_counter() - t0
@@ -167,14 +172,26 @@ def named_loop(trace_dir: str, run_id: str, umbrella: str, phases: list[tuple[st
     return steps
 
 
-NEMO_RL = [("data_processing", 0.02, False, False), ("prepare_for_generation/total", 0.03, False, False),
-           ("generation", 0.1, True, False), ("reward_calculation", 0.03, True, False),
-           ("logprob_inference_prep", 0.02, False, False), ("policy_and_reference_logprobs", 0.05, True, True),
-           ("advantage_calculation", 0.02, True, False), ("training_prep", 0.02, False, False),
-           ("policy_training", 0.1, True, True)]  # fmt: skip
-VERL = [("gen", 0.1, True, False), ("reward", 0.03, True, False), ("old_log_prob", 0.05, True, True),
-        ("ref", 0.04, True, True), ("adv", 0.02, True, False), ("update_actor", 0.1, True, True),
-        ("testing", 0.04, False, False)]  # fmt: skip
+NEMO_RL = [
+    ("data_processing", 0.02, False, False),
+    ("prepare_for_generation/total", 0.03, False, False),
+    ("generation", 0.1, True, False),
+    ("reward_calculation", 0.03, True, False),
+    ("logprob_inference_prep", 0.02, False, False),
+    ("policy_and_reference_logprobs", 0.05, True, True),
+    ("advantage_calculation", 0.02, True, False),
+    ("training_prep", 0.02, False, False),
+    ("policy_training", 0.1, True, True),
+]
+VERL = [
+    ("gen", 0.1, True, False),
+    ("reward", 0.03, True, False),
+    ("old_log_prob", 0.05, True, True),
+    ("ref", 0.04, True, True),
+    ("adv", 0.02, True, False),
+    ("update_actor", 0.1, True, True),
+    ("testing", 0.04, False, False),
+]
 
 
 def main() -> None:

@@ -28,8 +28,9 @@ class Generator:  # not decorated: known to lens_rl through actor_options
 def main() -> None:
     trace_dir, mode = sys.argv[1], sys.argv[2]
     # A long metrics interval and no flush anywhere: only the shutdown path can deliver the last spans.
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": trace_dir, "run_id": "r",
-                                                 "metrics_interval_ms": 600000}}, "grpo")  # fmt: skip
+    lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "trace_dir": trace_dir, "run_id": "r", "metrics_interval_ms": 600000}}, "grpo"
+    )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     policy = ray.remote(num_cpus=0)(PolicyWorker).remote()
     generator = ray.remote(num_cpus=0)(Generator).options(**actor_options("vllm_policy", 0, 1)).remote()

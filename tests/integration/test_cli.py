@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True,
-                          env=clean_env(), cwd=cwd or ROOT, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "lens_rl", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=cwd or ROOT,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +116,11 @@ def test_times_out_of_range_read_as_zero_in_every_tool(tmp_path: Path) -> None:
     run.mkdir(parents=True)
     header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
     good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
-    odd = [{**good, "s": "2" * 16, "b": -5, "e": 10}, {**good, "s": "3" * 16, "b": 10**30, "e": 10**30 + 1},
-           {**good, "s": "4" * 16, "b": "soon", "e": None}]  # fmt: skip
+    odd = [
+        {**good, "s": "2" * 16, "b": -5, "e": 10},
+        {**good, "s": "3" * 16, "b": 10**30, "e": 10**30 + 1},
+        {**good, "s": "4" * 16, "b": "soon", "e": None},
+    ]
     (run / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, good, *odd]) + "\n")
     for command in (["goodput", "--json"], ["report", "-o", str(tmp_path / "r.html")]):
         out = lens(command[0], str(tmp_path / "store"), *command[1:])
@@ -134,11 +143,30 @@ def test_lines_of_other_json_types_are_skipped_and_odd_values_read_as_none_in_ev
     run.mkdir(parents=True)
     header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
     good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
-    bad_types = [{"n": [1]}, {"n": None}, {"t": 5}, {"p": [1]}, {"p": {"x": 1}}, {"a": [1, 2]}, {"a": "text"},
-                 {"th": 1.5}, {"tn": {"x": 1}}, {"k": [2]}, {"st": 3}, {"sm": []}, {"ev": "x"}, {"ev": [1]},
-                 {"ln": {"a": 1}}, {"sc": True}]  # fmt: skip
-    odd_values = [{"rl.bucket": ["productive"], "rl.step": [1]}, {"rl.bucket": {"a": 1}, "rl.step": 2**70},
-                  {"rl.num_tokens": 10**400, "rl.step": -(2**70)}, {"rl.num_tokens": "many", "x": 2**70}]  # fmt: skip
+    bad_types = [
+        {"n": [1]},
+        {"n": None},
+        {"t": 5},
+        {"p": [1]},
+        {"p": {"x": 1}},
+        {"a": [1, 2]},
+        {"a": "text"},
+        {"th": 1.5},
+        {"tn": {"x": 1}},
+        {"k": [2]},
+        {"st": 3},
+        {"sm": []},
+        {"ev": "x"},
+        {"ev": [1]},
+        {"ln": {"a": 1}},
+        {"sc": True},
+    ]
+    odd_values = [
+        {"rl.bucket": ["productive"], "rl.step": [1]},
+        {"rl.bucket": {"a": 1}, "rl.step": 2**70},
+        {"rl.num_tokens": 10**400, "rl.step": -(2**70)},
+        {"rl.num_tokens": "many", "x": 2**70},
+    ]
     lines = [header, good]
     lines += [{**good, "s": f"{i + 2:016x}", **bad} for i, bad in enumerate(bad_types)]
     lines += [{**good, "s": f"{i + 100:016x}", "a": a} for i, a in enumerate(odd_values)]
@@ -198,8 +226,14 @@ def test_users_can_assert_their_spans_with_the_plugin_fixture(tmp_path: Path) ->
         "def test_reset_after(lens_spans):\n"
         "    assert lens_spans.spans == []\n"
     )
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                         capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout
 
@@ -217,8 +251,7 @@ def test_version_and_help_without_a_command() -> None:
 def test_goodput_json_has_the_readable_fields(traced_run: Path) -> None:
     """--json carries both headline figures, step time, phases and stragglers; --steps cuts a window."""
     report = json.loads(lens("goodput", str(traced_run), "--json").stdout)
-    for key in ("steady_state_goodput", "step_time", "slowest_steps", "phases", "stragglers", "files",
-                "skipped_lines"):  # fmt: skip
+    for key in ("steady_state_goodput", "step_time", "slowest_steps", "phases", "stragglers", "files", "skipped_lines"):
         assert key in report
     assert report["files"] >= 1 and report["skipped_lines"] == 1
     window = json.loads(lens("goodput", str(traced_run), "--json", "--steps", "2-2").stdout)
@@ -251,13 +284,30 @@ def test_perfetto_defaults_to_trace_json_with_named_threads_and_flows(tmp_path: 
     doc = json.loads((tmp_path / "r" / "trace.json").read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
     assert "MainThread" in names and any(n.startswith("ThreadPoolExecutor-") for n in names)
-    worker = {"name": "generation", "span_id": "w1", "parent_span_id": "d1", "trace_id": "t" * 32, "start_ns": 5,
-              "end_ns": 9, "attributes": {}, "resource": {"rl.worker_group": "vllm", "nv.dl.rank": 0, "process.pid": 2}}
-    caller = {**worker, "name": "step", "span_id": "d1", "parent_span_id": None, "start_ns": 0, "end_ns": 20,
-              "attributes": {"rl.bucket": "idle"}, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0,
-                                                                "process.pid": 1}}  # fmt: skip
-    for name, spans in (("text", [caller, worker]), ("numbers", [{**caller, "span_id": 7},
-                                                                 {**worker, "span_id": 8, "parent_span_id": 7}])):  # fmt: skip
+    worker = {
+        "name": "generation",
+        "span_id": "w1",
+        "parent_span_id": "d1",
+        "trace_id": "t" * 32,
+        "start_ns": 5,
+        "end_ns": 9,
+        "attributes": {},
+        "resource": {"rl.worker_group": "vllm", "nv.dl.rank": 0, "process.pid": 2},
+    }
+    caller = {
+        **worker,
+        "name": "step",
+        "span_id": "d1",
+        "parent_span_id": None,
+        "start_ns": 0,
+        "end_ns": 20,
+        "attributes": {"rl.bucket": "idle"},
+        "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1},
+    }
+    for name, spans in (
+        ("text", [caller, worker]),
+        ("numbers", [{**caller, "span_id": 7}, {**worker, "span_id": 8, "parent_span_id": 7}]),
+    ):
         run = write_received(spans, tmp_path / name)
         assert lens("perfetto", str(run), "-o", str(run / "t.json")).returncode == 0
         events = json.loads((run / "t.json").read_text())["traceEvents"]
@@ -294,4 +344,3 @@ def test_files_of_several_runs_in_one_folder_are_named(traced_run: Path, tmp_pat
     out = lens("goodput", str(mixed))
     assert out.returncode == 0 and "holds spans of 2 runs (other, run1)" in out.stderr
     assert "2 runs in one folder" in out.stdout
-

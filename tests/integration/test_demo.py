@@ -25,13 +25,25 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One demo run for the module: its output, run folder and `lens-rl goodput --json`."""
     trace_dir = tmp_path_factory.mktemp("demo")
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "lens_rl", "demo", "--steps", "3", "--trace-dir", str(trace_dir)],
-                         capture_output=True, text=True, env=clean_env(), cwd=trace_dir, timeout=240)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "lens_rl", "demo", "--steps", "3", "--trace-dir", str(trace_dir)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=trace_dir,
+        timeout=240,
+    )
     elapsed_s = time.monotonic() - t0
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run_dir = next(p for p in trace_dir.iterdir() if p.is_dir())
-    report = json.loads(subprocess.run([sys.executable, "-m", "lens_rl", "goodput", str(trace_dir), "--json"],
-                                       capture_output=True, text=True, env=clean_env()).stdout)  # fmt: skip
+    report = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "lens_rl", "goodput", str(trace_dir), "--json"],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+        ).stdout
+    )
     return {"out": out, "elapsed_s": elapsed_s, "run_dir": run_dir, "report": report}
 
 
@@ -51,7 +63,9 @@ def test_demo_runs_traces_and_prints_goodput(demo: dict[str, Any]) -> None:
     assert 0 < report["goodput"] < report["steady_state_goodput"] < 1  # start-up weighs on the headline only
     vllm = next(g for g in report["worker_groups"] if g["worker_group"] == "vllm_policy")
     assert vllm["seconds"]["wasted"] > 0 and vllm["seconds"]["overhead"] > 0  # carried from the driver's scopes
-    gens = {p["worker_group"]: p for p in report["phases"] if p["phase"] == "generation" and p["bucket"] == "productive"}
+    gens = {
+        p["worker_group"]: p for p in report["phases"] if p["phase"] == "generation" and p["bucket"] == "productive"
+    }
     assert set(gens) == {"driver", "vllm_policy"}  # every group's phases: the worker's, with the tokens it recorded
     assert gens["vllm_policy"]["tokens_per_s"] > 0 and gens["driver"]["tokens_per_s"] is None
 
@@ -65,8 +79,11 @@ def _external_references(html: str) -> list[str]:
     class Refs(HTMLParser):
         def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             for name, value in attrs:
-                if value and re.match(r"\s*(https?:)?//", value) and name in ("src", "href", "xlink:href", "action",
-                                                                             "poster", "data"):
+                if (
+                    value
+                    and re.match(r"\s*(https?:)?//", value)
+                    and name in ("src", "href", "xlink:href", "action", "poster", "data")
+                ):
                     found.append(f"<{tag} {name}={value}>")
                 if value and name == "style" and re.search(r"url\(\s*['\"]?https?:", value):
                     found.append(f"<{tag} style={value}>")
@@ -84,10 +101,21 @@ def _chromium() -> str:
 
 
 def _browser(url: str, *extra: str, profile: Path) -> subprocess.CompletedProcess[str]:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
-             "--virtual-time-budget=8000"]  # fmt: skip
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--hide-scrollbars",
+        "--virtual-time-budget=8000",
+    ]
     return subprocess.run([_chromium(), *flags, *extra, url], capture_output=True, text=True, timeout=120)
 
 

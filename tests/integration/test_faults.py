@@ -37,19 +37,6 @@ def _exported(value: Any) -> str:
 # ---------------------------------------------------------------------- 1. redaction, both ways
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
 def test_third_party_spans_through_lens_rl_are_redacted(receiver: OTLPReceiver) -> None:
     """A library span and a user's attribute on the current span pass the same rule on the way out."""
     code = f"""
@@ -74,8 +61,9 @@ def test_third_party_spans_through_lens_rl_are_redacted(receiver: OTLPReceiver) 
     assert call["attributes"]["api_key"] == REDACTED and call["attributes"]["rl.num_tokens"] == 512
 
 
-def test_endpoint_credentials_never_leave_the_driver(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                     receiver: OTLPReceiver) -> None:  # fmt: skip
+def test_endpoint_credentials_never_leave_the_driver(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, receiver: OTLPReceiver
+) -> None:
     """Userinfo in the endpoint stays out of logs, the env projection, runtime_env and error messages."""
     caplog.set_level(logging.INFO, logger="lens_rl")
     endpoint = receiver.endpoint.replace("http://", f"http://user:{SECRET}@")
@@ -88,13 +76,21 @@ def test_endpoint_credentials_never_leave_the_driver(tmp_path: Path, caplog: pyt
     assert SECRET not in str(info.value) and "endpoint" in str(info.value)
 
 
-def test_headers_file_authenticates_workers_without_the_secret_travelling(tmp_path: Path, receiver: OTLPReceiver) -> None:
+def test_headers_file_authenticates_workers_without_the_secret_travelling(
+    tmp_path: Path, receiver: OTLPReceiver
+) -> None:
     """A worker reads OTLP headers from headers_file: the path travels in runtime_env, the content never does."""
     headers = tmp_path / "otlp-headers"
     headers.write_text(f"authorization=Bearer {SECRET}\nx-team=rl\n")
-    env = {"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_EXPORTER": "otlp", "LENS_RL_OTEL_ENDPOINT": receiver.endpoint,
-           "LENS_RL_OTEL_HEADERS_FILE": str(headers), "LENS_RL_OTEL_METRICS_ENABLED": "0"}  # fmt: skip
-    out = run_python("""
+    env = {
+        "LENS_RL_OTEL_ENABLED": "1",
+        "LENS_RL_OTEL_EXPORTER": "otlp",
+        "LENS_RL_OTEL_ENDPOINT": receiver.endpoint,
+        "LENS_RL_OTEL_HEADERS_FILE": str(headers),
+        "LENS_RL_OTEL_METRICS_ENABLED": "0",
+    }
+    out = run_python(
+        """
         import lens_rl
         from lens_rl.integrations.ray import telemetry_runtime_env
         lens_rl.init_telemetry_worker(rank=0, worker_group="lm_policy")
@@ -102,7 +98,9 @@ def test_headers_file_authenticates_workers_without_the_secret_travelling(tmp_pa
             pass
         assert lens_rl.shutdown_telemetry(5000)
         print(telemetry_runtime_env())
-    """, env=env)  # fmt: skip
+    """,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert SECRET not in out.stdout and str(headers) in out.stdout
     assert receiver.wait_for_spans(1, 5)
@@ -153,22 +151,10 @@ def test_flush_and_shutdown_from_a_signal_storm_never_hang(receiver: OTLPReceive
     assert receiver.wait_for_spans(10, 10) and any(s["name"] == "checkpointing" for s in receiver.spans)
 
 
-
-
 # ---------------------------------------------------------------------- 3. poison batches
 
 
-
-
-
-
-
-
 # ---------------------------------------------------------------------- 4 and 5. memory bound, loss accounting
-
-
-
-
 
 
 # ---------------------------------------------------------------------- 6. re-init
@@ -187,7 +173,7 @@ def test_reinit_three_times_honours_each_config(tmp_path: Path) -> None:
         lens_rl.shutdown_telemetry(2000)
         third = lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": False}}}}, "grpo")
         print(third, "LENS_RL_OTEL_ENABLED" in os.environ, "TRACEPARENT" in os.environ)
-    """)  # fmt: skip
+    """)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "run-b none run-b" and lines[1] == "None False False"
@@ -220,7 +206,9 @@ def test_context_is_restored_when_a_span_ends_early() -> None:
                 raise HostileError()
         assert not trace.get_current_span().get_span_context().is_valid
         span = rec.find("reward")
-        assert span.status.status_code.name == "ERROR" and span.events[0].attributes["exception.type"].endswith("HostileError")
+        assert span.status.status_code.name == "ERROR" and span.events[0].attributes["exception.type"].endswith(
+            "HostileError"
+        )
         with traced_phase("next"):
             pass
         assert rec.find("next").parent is None or rec.find("next").parent.span_id != span.context.span_id
@@ -241,18 +229,6 @@ def test_a_handle_replaced_inside_a_phase_restores_the_context(monkeypatch: pyte
 
 
 # ---------------------------------------------------------------------- 9. the file store
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------- 10 and 11. bounded, checked
@@ -293,7 +269,9 @@ def test_yaml_ones_and_zeros_are_booleans() -> None:
     assert TelemetryConfig.from_master_config({"telemetry": {"enabled": 0}}).enabled is False
 
 
-def test_a_worker_with_a_bad_switch_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_worker_with_a_bad_switch_warns_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """LENS_RL_OTEL_ENABLED=maybe: one warning, telemetry off, phases still harmless."""
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "maybe")
     for _ in range(3):

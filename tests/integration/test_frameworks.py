@@ -25,14 +25,25 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cwd = tmp_path_factory.mktemp("parent")
     (cwd / "lens_rl").mkdir()  # a checkout's name in the driver's working directory: no package in it
     trace_dir, out = cwd / "traces", cwd / "own.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "tests/integration/frameworks_job.py"), str(trace_dir), str(out)],
-                          env=clean_env(), capture_output=True, text=True, timeout=400, cwd=cwd)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests/integration/frameworks_job.py"), str(trace_dir), str(out)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=cwd,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     own = json.loads(out.read_text())
     reports = {}
     for run in own:
-        done = subprocess.run([sys.executable, "-m", "lens_rl", "goodput", str(trace_dir), "--run", run, "--json"],
-                              env=clean_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "lens_rl", "goodput", str(trace_dir), "--run", run, "--json"],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         reports[run] = json.loads(done.stdout)
     return {"own": own, "reports": reports}

@@ -27,8 +27,12 @@ def ray_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], l
     with OTLPReceiver() as rx:
         proc = subprocess.run(
             [sys.executable, str(ROOT / "tests/integration/ray_job.py"), rx.endpoint, str(out)],
-            env=clean_env({"PYTHONPATH": str(ROOT)}), capture_output=True, text=True, timeout=240, cwd=ROOT,
-        )  # fmt: skip
+            env=clean_env({"PYTHONPATH": str(ROOT)}),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=ROOT,
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         rx.wait_for_spans(10, timeout_s=10)
         return json.loads(out.read_text()), list(rx.spans)
@@ -84,7 +88,10 @@ def test_runtime_env_helpers_merge_without_mutating(monkeypatch: pytest.MonkeyPa
     assert "OTEL_EXPORTER_OTLP_HEADERS" not in merged["env_vars"]
     opts = actor_options("vllm_policy", 1, 4, given)
     assert {k: opts["runtime_env"]["env_vars"][k] for k in ("LENS_RL_WORKER_GROUP", "RANK", "WORLD_SIZE")} == {
-        "LENS_RL_WORKER_GROUP": "vllm_policy", "RANK": "1", "WORLD_SIZE": "4"}  # fmt: skip
+        "LENS_RL_WORKER_GROUP": "vllm_policy",
+        "RANK": "1",
+        "WORLD_SIZE": "4",
+    }
     with pytest.raises(ValueError, match="rank must be in"):
         worker_env("g", 4, 4)
 
@@ -94,8 +101,12 @@ def test_the_ordinary_end_of_a_ray_job_loses_no_worker_span(tmp_path: Path, mode
     """ray.shutdown() (or just exiting) after the last step: every span that ended on a worker is in the store."""
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests/integration/ray_shutdown_job.py"), str(tmp_path), mode],
-        env=clean_env({"PYTHONPATH": str(ROOT)}), capture_output=True, text=True, timeout=240, cwd=ROOT,
-    )  # fmt: skip
+        env=clean_env({"PYTHONPATH": str(ROOT)}),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     if mode == "shutdown":
         assert "TELEMETRY_OK True" in proc.stdout
@@ -112,8 +123,11 @@ def test_the_callers_bucket_and_step_travel_to_the_worker(ray_job: tuple[dict, l
     """A worker phase called inside the driver's with_bucket("overhead") is overhead there; outside it keeps
     its default; both record the driver's step, carried in W3C baggage."""
     _, spans = ray_job
-    logprobs = {s["attributes"].get("rl.scale"): s for s in spans if s["name"] == "logprob"
-                and s["resource"]["rl.worker_group"] == "lm_policy"}  # fmt: skip
+    logprobs = {
+        s["attributes"].get("rl.scale"): s
+        for s in spans
+        if s["name"] == "logprob" and s["resource"]["rl.worker_group"] == "lm_policy"
+    }
     assert logprobs[5]["attributes"]["rl.bucket"] == "overhead" and logprobs[5]["attributes"]["rl.step"] == 1
     assert logprobs[3]["attributes"]["rl.bucket"] == "productive" and logprobs[3]["attributes"]["rl.step"] == 1
     init = next(s for s in spans if s["name"] == "policy.init")

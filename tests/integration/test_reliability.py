@@ -33,7 +33,9 @@ def _records(trace_dir: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ outage
 
 
-def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(caplog: pytest.LogCaptureFixture) -> None:
+def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Collector stopped, spans ended, collector restarted on the same port: every span arrives."""
     deadline = time.monotonic() + 15  # earlier tests' export threads wind down first: their logs are not ours
     while any(t.name == "lens_rl-span-export" for t in threading.enumerate()) and time.monotonic() < deadline:
@@ -41,8 +43,17 @@ def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(c
     first = OTLPReceiver()
     port = first.port
     handle = lens_rl.init_telemetry_driver(
-        {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": first.endpoint, "export_timeout_ms": 1000,
-                       "metrics_enabled": False}}, "grpo")  # fmt: skip
+        {
+            "telemetry": {
+                "enabled": True,
+                "exporter": "otlp",
+                "endpoint": first.endpoint,
+                "export_timeout_ms": 1000,
+                "metrics_enabled": False,
+            }
+        },
+        "grpo",
+    )
     for _ in range(100):
         with traced_phase("generation"):
             pass
@@ -68,8 +79,6 @@ def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(c
         assert handle.stats()["dropped"] == 0 and handle.stats()["failed"] == 0
     finally:
         second.close()
-
-
 
 
 # ------------------------------------------------------------------ SIGKILL
@@ -240,7 +249,12 @@ def test_32_threads_and_100_tasks_keep_their_own_parents_and_buckets() -> None:
 # ------------------------------------------------------------------ hostile input
 
 _values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20) | st.binary(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True)
+    | st.text(max_size=20)
+    | st.binary(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
     max_leaves=6,
 )
@@ -248,7 +262,10 @@ _keys = st.sampled_from(sorted(ENV)) | st.text(max_size=12)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(block=st.dictionaries(_keys, _values, max_size=6), env=st.dictionaries(st.sampled_from(sorted(ENV.values())), st.text(max_size=12), max_size=4))
+@given(
+    block=st.dictionaries(_keys, _values, max_size=6),
+    env=st.dictionaries(st.sampled_from(sorted(ENV.values())), st.text(max_size=12), max_size=4),
+)
 def test_config_either_resolves_or_raises_a_clear_value_error(block: dict, env: dict) -> None:
     """Any telemetry block and environment: a config, or ValueError naming the field."""
     try:
@@ -261,9 +278,16 @@ def test_config_either_resolves_or_raises_a_clear_value_error(block: dict, env: 
 
 
 @settings(max_examples=60, deadline=None)
-@given(env=st.dictionaries(st.sampled_from(sorted(ENV.values()) + ["RANK", "WORLD_SIZE", "LENS_RL_WORKER_GROUP",
-                                                                   "LENS_RL_OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT"]),
-                           st.text(max_size=16), max_size=6))  # fmt: skip
+@given(
+    env=st.dictionaries(
+        st.sampled_from(
+            sorted(ENV.values())
+            + ["RANK", "WORLD_SIZE", "LENS_RL_WORKER_GROUP", "LENS_RL_OTEL_RESOURCE_ATTRIBUTES", "TRACEPARENT"]
+        ),
+        st.text(max_size=16),
+        max_size=6,
+    )
+)
 def test_worker_init_never_raises_on_any_environment(env: dict) -> None:
     """Whatever the environment holds, init_telemetry_worker never raises: it returns a handle exactly when the
     environment resolves to an enabled config (None, and telemetry off, otherwise), the process's handle
@@ -293,17 +317,7 @@ def test_worker_init_never_raises_on_any_environment(env: dict) -> None:
         os.environ.pop("LENS_RL_OTEL_EXPORTER", None)
 
 
-
-
-
-
-
-
-
-
 # ------------------------------------------------------------------ secrets
-
-
 
 
 def test_otlp_headers_never_reach_logs_attributes_or_the_projection(
@@ -312,8 +326,9 @@ def test_otlp_headers_never_reach_logs_attributes_or_the_projection(
     """Credentials in OTEL_EXPORTER_OTLP_HEADERS are sent as headers and nowhere else."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t-value")
     caplog.set_level(logging.DEBUG)
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": receiver.endpoint}},
-                                  "grpo")  # fmt: skip
+    lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": receiver.endpoint}}, "grpo"
+    )
     with traced_phase("generation"):
         pass
     assert lens_rl.shutdown_telemetry(5000)
@@ -333,8 +348,13 @@ def test_otlp_headers_never_reach_logs_attributes_or_the_projection(
 def test_short_soak_against_a_hung_collector_stays_bounded() -> None:
     """benchmarks/soak_hung_collector.py for a few seconds: bounded memory, no slowdown, prompt shutdown."""
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "soak_hung_collector.py"
-    out = subprocess.run([sys.executable, str(script), "--seconds", "4", "--rate", "2000", "--queue", "2000"],
-                         capture_output=True, text=True, env=clean_env(), timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(script), "--seconds", "4", "--rate", "2000", "--queue", "2000"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     summary = out.stdout.strip().splitlines()[-1]
     assert "dropped" in summary and "(counted)" in summary

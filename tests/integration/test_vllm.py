@@ -22,10 +22,14 @@ def test_http_and_grpc_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
     monkeypatch.setenv("LENS_RL_OTEL_VLLM_NATIVE_TRACING", "true")
     monkeypatch.setenv("LENS_RL_OTEL_ENDPOINT", "http://collector:4318/")
-    assert vllm_tracing_kwargs() == {"otlp_traces_endpoint": "http://collector:4318/v1/traces",
-                                     "collect_detailed_traces": ["all"]}  # fmt: skip
+    assert vllm_tracing_kwargs() == {
+        "otlp_traces_endpoint": "http://collector:4318/v1/traces",
+        "collect_detailed_traces": ["all"],
+    }
     assert vllm_tracing_env()["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
     monkeypatch.setenv("LENS_RL_OTEL_PROTOCOL", "grpc")
     monkeypatch.setenv("LENS_RL_OTEL_ENDPOINT", "http://collector:4317")
-    assert vllm_tracing_kwargs("model,worker") == {"otlp_traces_endpoint": "http://collector:4317",
-                                                   "collect_detailed_traces": ["model", "worker"]}  # fmt: skip
+    assert vllm_tracing_kwargs("model,worker") == {
+        "otlp_traces_endpoint": "http://collector:4317",
+        "collect_detailed_traces": ["model", "worker"],
+    }

@@ -15,11 +15,29 @@ from lens_rl.testing import recording
 from tests.stores import rollup, rollup_recorded
 
 
-def _rec(name: str, start_s: float, end_s: float, *, span: str, parent: str | None = None, group: str = "driver",
-         rank: int = 0, pid: int = 1, **attrs: object) -> dict:  # fmt: skip
-    return {"v": 1, "name": name, "span_id": span, "parent_span_id": parent, "trace_id": "t" * 32,
-            "start_ns": int(start_s * 1e9), "end_ns": int(end_s * 1e9), "attributes": dict(attrs),
-            "resource": {"rl.worker_group": group, "nv.dl.rank": rank, "process.pid": pid, "rl.run_id": "r"}}  # fmt: skip
+def _rec(
+    name: str,
+    start_s: float,
+    end_s: float,
+    *,
+    span: str,
+    parent: str | None = None,
+    group: str = "driver",
+    rank: int = 0,
+    pid: int = 1,
+    **attrs: object,
+) -> dict:
+    return {
+        "v": 1,
+        "name": name,
+        "span_id": span,
+        "parent_span_id": parent,
+        "trace_id": "t" * 32,
+        "start_ns": int(start_s * 1e9),
+        "end_ns": int(end_s * 1e9),
+        "attributes": dict(attrs),
+        "resource": {"rl.worker_group": group, "nv.dl.rank": rank, "process.pid": pid, "rl.run_id": "r"},
+    }
 
 
 def test_nested_bucketed_span_takes_its_time_from_the_outer_one() -> None:
@@ -59,8 +77,10 @@ def test_driver_view_for_the_job_and_resource_seconds_for_groups() -> None:
 
 def test_without_driver_spans_all_processes_are_summed() -> None:
     """With no driver process in the store, the job view sums every process."""
-    recs = [_rec("generation", 0, 1, span="a", group="g", pid=5, **{"rl.bucket": "productive"}),
-            _rec("wait", 1, 2, span="b", group="h", pid=6, **{"rl.bucket": "idle"})]  # fmt: skip
+    recs = [
+        _rec("generation", 0, 1, span="a", group="g", pid=5, **{"rl.bucket": "productive"}),
+        _rec("wait", 1, 2, span="b", group="h", pid=6, **{"rl.bucket": "idle"}),
+    ]
     report = rollup(recs)
     assert report["job"]["view"] == "all processes" and report["goodput"] == 0.5
 
@@ -99,18 +119,27 @@ def test_real_phases_with_known_sleeps() -> None:
 
 def _job_with_workers(steps: int = 3) -> list[dict]:
     """A driver (start-up 0-10 s, then steps of 10 s) and one worker busy 5 s per step."""
-    recs = [_rec("rl.job", 0, 10 + 10 * steps, span="job"),
-            _rec("cluster_setup", 0, 10, span="setup", parent="job", **{"rl.bucket": "overhead"}),
-            _rec("policy.init", 1, 3, span="winit", group="lm_policy", pid=7, **{"rl.bucket": "overhead"})]  # fmt: skip
+    recs = [
+        _rec("rl.job", 0, 10 + 10 * steps, span="job"),
+        _rec("cluster_setup", 0, 10, span="setup", parent="job", **{"rl.bucket": "overhead"}),
+        _rec("policy.init", 1, 3, span="winit", group="lm_policy", pid=7, **{"rl.bucket": "overhead"}),
+    ]
     for i in range(steps):
         t = 10 + 10 * i
         recs += [
             _rec("step", t, t + 10, span=f"s{i}", parent="job", **{"rl.step": i}),
             _rec("generation", t, t + 8, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
             _rec("weight_sync", t + 8, t + 9, span=f"w{i}", parent=f"s{i}", **{"rl.bucket": "overhead"}),
-            _rec("policy_training", t + 1, t + 6, span=f"pt{i}", group="lm_policy", pid=7,
-                 **{"rl.bucket": "productive", "rl.step": i}),
-        ]  # fmt: skip
+            _rec(
+                "policy_training",
+                t + 1,
+                t + 6,
+                span=f"pt{i}",
+                group="lm_policy",
+                pid=7,
+                **{"rl.bucket": "productive", "rl.step": i},
+            ),
+        ]
     return recs
 
 
@@ -137,8 +166,10 @@ def test_a_long_run_reads_in_a_summary() -> None:
     for i in range(500):
         wall = 2.0 if i % 100 == 7 else 1.0  # five slow steps
         t = i * 10
-        recs += [_rec("step", t, t + wall, span=f"s{i}", parent="job", **{"rl.step": i}),
-                 _rec("generation", t, t + wall, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"})]  # fmt: skip
+        recs += [
+            _rec("step", t, t + wall, span=f"s{i}", parent="job", **{"rl.step": i}),
+            _rec("generation", t, t + wall, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
+        ]
     report = rollup(recs)
     assert report["step_time"] == {"p50_s": 1.0, "p95_s": 1.0, "max_s": 2.0}
     assert sorted(s["step"] for s in report["slowest_steps"]) == [7, 107, 207, 307, 407]
@@ -157,24 +188,38 @@ def test_phase_breakdown_with_tokens_per_second() -> None:
     """Per phase: count, total, mean, p95, share of wall, and tokens/s where rl.num_tokens is recorded."""
     recs = [_rec("rl.job", 0, 100, span="job")]
     for i in range(10):
-        recs.append(_rec("generation", i * 10, i * 10 + 4, span=f"g{i}", parent="job",
-                         **{"rl.bucket": "productive", "rl.num_tokens": 2000}))  # fmt: skip
-        recs.append(_rec("policy_training", i * 10 + 4, i * 10 + 4 + (1 if i < 9 else 10), span=f"t{i}", parent="job",
-                         **{"rl.bucket": "productive"}))  # fmt: skip
+        recs.append(
+            _rec(
+                "generation",
+                i * 10,
+                i * 10 + 4,
+                span=f"g{i}",
+                parent="job",
+                **{"rl.bucket": "productive", "rl.num_tokens": 2000},
+            )
+        )
+        recs.append(
+            _rec(
+                "policy_training",
+                i * 10 + 4,
+                i * 10 + 4 + (1 if i < 9 else 10),
+                span=f"t{i}",
+                parent="job",
+                **{"rl.bucket": "productive"},
+            )
+        )
     report = rollup(recs)
     gen = next(p for p in report["phases"] if p["phase"] == "generation")
-    assert (gen["count"], gen["total_s"], gen["mean_s"], gen["share"], gen["tokens_per_s"]) == (10, 40.0, 4.0, 0.4, 500.0)
+    assert (gen["count"], gen["total_s"], gen["mean_s"], gen["share"], gen["tokens_per_s"]) == (
+        10,
+        40.0,
+        4.0,
+        0.4,
+        500.0,
+    )
     train = next(p for p in report["phases"] if p["phase"] == "policy_training")
     assert train["p95_s"] == 10.0 and train["tokens_per_s"] is None
     assert "tokens/s" in format_table(report)
-
-
-
-
-
-
-
-
 
 
 def test_parts_merge_exactly_whatever_the_order(tmp_path: Path) -> None:
@@ -185,8 +230,11 @@ def test_parts_merge_exactly_whatever_the_order(tmp_path: Path) -> None:
     from tests.stores import write_received
 
     recs = _job_with_workers(4)
-    recs += [{**r, "resource": {**r["resource"], "nv.dl.rank": 1, "process.pid": 8}, "span_id": r["span_id"] + "b"}
-             for r in recs if r["resource"]["rl.worker_group"] == "lm_policy"]  # fmt: skip
+    recs += [
+        {**r, "resource": {**r["resource"], "nv.dl.rank": 1, "process.pid": 8}, "span_id": r["span_id"] + "b"}
+        for r in recs
+        if r["resource"]["rl.worker_group"] == "lm_policy"
+    ]
     paths = span_files(write_received(recs, tmp_path))
     whole = analyze(paths, jobs=1)
     assert analyze(paths, jobs=2) == whole and analyze(paths[::-1], jobs=1)["steps"] == whole["steps"]
@@ -206,9 +254,7 @@ def test_step_goodput_live_on_the_driver() -> None:
                     time.sleep(0.01)
         live = lens_rl.step_goodput()
         offline = rollup_recorded(rec.spans)["steps"][-1]
-    assert live["step"] == 1 and live["seconds"]["productive"] == pytest.approx(offline["seconds"]["productive"], abs=1e-5)
+    assert live["step"] == 1 and live["seconds"]["productive"] == pytest.approx(
+        offline["seconds"]["productive"], abs=1e-5
+    )
     assert live["goodput"] == pytest.approx(offline["goodput"], abs=1e-4) and live["wall_s"] >= 0.04
-
-
-
-

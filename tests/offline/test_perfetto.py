@@ -29,17 +29,30 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GRPO-shaped store of ~50,000 spans in 20 process files (one driver), and a file of another shape (v1)."""
     root = tmp_path_factory.mktemp("scale")
     _synthesize()(root, 50_000, 20)
-    legacy = {"v": 1, "name": "old_phase", "span_id": "f" * 16, "trace_id": "a" * 32, "parent_span_id": None,
-              "start_ns": 1_700_000_000_000_000_000, "end_ns": 1_700_000_001_000_000_000,
-              "attributes": {"rl.bucket": "overhead"},
-              "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9}}  # fmt: skip
+    legacy = {
+        "v": 1,
+        "name": "old_phase",
+        "span_id": "f" * 16,
+        "trace_id": "a" * 32,
+        "parent_span_id": None,
+        "start_ns": 1_700_000_000_000_000_000,
+        "end_ns": 1_700_000_001_000_000_000,
+        "attributes": {"rl.bucket": "overhead"},
+        "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9},
+    }
     (root / "run" / "spans-legacy-0-9.jsonl").write_text(json.dumps(legacy) + "\n")
     return root
 
 
 def lens(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True,
-                          env=clean_env(), cwd=ROOT, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "lens_rl", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def test_perfetto_protobuf_parses_with_perfetto_definitions(store: Path, tmp_path: Path) -> None:
@@ -52,9 +65,13 @@ def test_perfetto_protobuf_parses_with_perfetto_definitions(store: Path, tmp_pat
     assert res.returncode == 0, res.stderr[-2000:]
     trace = Trace()
     trace.ParseFromString(out.read_bytes())
-    processes = [p.track_descriptor.process.process_name for p in trace.packet if p.track_descriptor.HasField("process")]
+    processes = [
+        p.track_descriptor.process.process_name for p in trace.packet if p.track_descriptor.HasField("process")
+    ]
     threads = [p.track_descriptor.thread.thread_name for p in trace.packet if p.track_descriptor.HasField("thread")]
-    begins = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    begins = [
+        p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
+    ]
     ends = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_END]
     assert any(name.startswith("driver rank 0") for name in processes) and "MainThread" in threads
     assert len(begins) == len(ends) > 0
@@ -106,12 +123,23 @@ def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(
     tricky = tmp_path / "tricky" / "run"
     tricky.mkdir(parents=True)
     header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
-    times = {"parent": (100, 200), "first": (100, 150), "meets": (150, 200), "inner": (150, 150), "at_end": (200, 200),
-             "twin_a": (300, 400), "twin_b": (300, 400), "overlap": (350, 450), "after": (400, 400)}  # fmt: skip
+    times = {
+        "parent": (100, 200),
+        "first": (100, 150),
+        "meets": (150, 200),
+        "inner": (150, 150),
+        "at_end": (200, 200),
+        "twin_a": (300, 400),
+        "twin_b": (300, 400),
+        "overlap": (350, 450),
+        "after": (400, 400),
+    }
     parents = {"first": "parent", "meets": "parent", "inner": "meets"}
     ids = {name: f"{n + 1:016x}" for n, name in enumerate(times)}
-    lines = [{"n": name, "t": "a" * 32, "s": ids[name], "p": ids.get(parents.get(name, ""), None), "b": b, "e": e}
-             for name, (b, e) in reversed(list(times.items()))]  # fmt: skip
+    lines = [
+        {"n": name, "t": "a" * 32, "s": ids[name], "p": ids.get(parents.get(name, ""), None), "b": b, "e": e}
+        for name, (b, e) in reversed(list(times.items()))
+    ]
     (tricky / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, *lines]) + "\n")
     for root in (store, tricky.parent):
         files = span_files(root / "run")
@@ -127,7 +155,9 @@ def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(
     assert _slices_as_perfetto_builds_them((tmp_path / "small.pftrace").read_bytes()) == slices
 
 
-def test_a_spilled_part_is_appended_whole_however_the_kernel_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_spilled_part_is_appended_whole_however_the_kernel_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Perfetto appends each worker's spilled events to the output: in-kernel where it can, by reading and
     writing where it cannot (another platform, a call refused part way), never twice and never short."""
     import errno
@@ -176,17 +206,31 @@ def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path
         return {"v": 2, "header": True, "resource": {"rl.worker_group": group, "nv.dl.rank": 0, "process.pid": pid}}
 
     def span(name: str, span_id: int, start: int, end: int, parent: int | None = None, **more: Any) -> dict[str, Any]:
-        return {"n": name, "t": "a" * 32, "s": f"{span_id:016x}", "p": None if parent is None else f"{parent:016x}",
-                "b": start, "e": end, **more}  # fmt: skip
+        return {
+            "n": name,
+            "t": "a" * 32,
+            "s": f"{span_id:016x}",
+            "p": None if parent is None else f"{parent:016x}",
+            "b": start,
+            "e": end,
+            **more,
+        }
 
     files = {
         "spans-driver-0-1.jsonl": [header("driver", 1), span("step", 1, 100, 900)],
-        "spans-gen-0-2.jsonl": [header("gen", 2), span("generate", 2, 200, 500, parent=1, pr=True),
-                                span("fetch", 3, 300, 400, parent=2, k="CLIENT"),
-                                header("gen_again", 2), span("orphan", 4, 600, 700, parent=99)],
-        "spans-rollout-0-3.jsonl": [header("rollout", 3), span("score", 5, 250, 260, parent=2, pr=True),
-                                    span("serve", 6, 310, 390, parent=3, k="SERVER", pr=True)],
-    }  # fmt: skip
+        "spans-gen-0-2.jsonl": [
+            header("gen", 2),
+            span("generate", 2, 200, 500, parent=1, pr=True),
+            span("fetch", 3, 300, 400, parent=2, k="CLIENT"),
+            header("gen_again", 2),
+            span("orphan", 4, 600, 700, parent=99),
+        ],
+        "spans-rollout-0-3.jsonl": [
+            header("rollout", 3),
+            span("score", 5, 250, 260, parent=2, pr=True),
+            span("serve", 6, 310, 390, parent=3, k="SERVER", pr=True),
+        ],
+    }
     for name, lines in files.items():
         (run / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
     paths = span_files(run)
@@ -205,10 +249,19 @@ def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path
     arrows = set()
     for end in (e for e in events if e["ph"] == "f" and e["id"] in starts):
         begin = starts[end["id"]]
-        caller = min((s for s in slices.values() if (s["pid"], s["tid"]) == (begin["pid"], begin["tid"])
-                      and s["ts"] <= begin["ts"] <= s["ts"] + s["dur"] and s["pid"] != end["pid"]),
-                     key=lambda s: s["dur"])  # the innermost slice there  # fmt: skip
-        callee = next(s for s in slices.values() if (s["pid"], s["tid"], s["ts"]) == (end["pid"], end["tid"], end["ts"]))
+        caller = min(
+            (
+                s
+                for s in slices.values()
+                if (s["pid"], s["tid"]) == (begin["pid"], begin["tid"])
+                and s["ts"] <= begin["ts"] <= s["ts"] + s["dur"]
+                and s["pid"] != end["pid"]
+            ),
+            key=lambda s: s["dur"],
+        )  # the innermost slice there
+        callee = next(
+            s for s in slices.values() if (s["pid"], s["tid"], s["ts"]) == (end["pid"], end["tid"], end["ts"])
+        )
         arrows.add((caller["name"], callee["name"]))
     assert arrows == {("step", "generate"), ("generate", "score"), ("fetch", "serve")}
     trace = Trace()
@@ -227,14 +280,28 @@ def test_flow_ids_are_unique_whatever_the_span_ids(tmp_path: Path) -> None:
 
     run = tmp_path / "run"
     run.mkdir()
-    calls = {"spans-gen-0-2.jsonl": ("gen", 2, "000000000008ddf9"), "spans-gen-1-3.jsonl": ("gen", 3, "0000000002008894")}
+    calls = {
+        "spans-gen-0-2.jsonl": ("gen", 2, "000000000008ddf9"),
+        "spans-gen-1-3.jsonl": ("gen", 3, "0000000002008894"),
+    }
     driver = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
     step = {"n": "step", "t": "a" * 32, "s": "d" * 16, "b": 100, "e": 900}
     (run / "spans-driver-0-1.jsonl").write_text(json.dumps(driver) + "\n" + json.dumps(step) + "\n")
     for name, (group, pid, span_id) in calls.items():
-        header = {"v": 2, "header": True, "resource": {"rl.worker_group": group, "nv.dl.rank": pid - 2, "process.pid": pid}}
-        callee = {"n": f"work{pid}", "t": "a" * 32, "s": span_id, "p": "d" * 16, "pr": True, "b": 100 * pid,
-                  "e": 100 * pid + 50}  # fmt: skip
+        header = {
+            "v": 2,
+            "header": True,
+            "resource": {"rl.worker_group": group, "nv.dl.rank": pid - 2, "process.pid": pid},
+        }
+        callee = {
+            "n": f"work{pid}",
+            "t": "a" * 32,
+            "s": span_id,
+            "p": "d" * 16,
+            "pr": True,
+            "b": 100 * pid,
+            "e": 100 * pid + 50,
+        }
         (run / name).write_text(json.dumps(header) + "\n" + json.dumps(callee) + "\n")
     write_trace(span_files(run), tmp_path / "t.json", jobs=1)
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
@@ -320,14 +387,18 @@ def test_calls_are_told_from_orphans_without_another_read(tmp_path: Path, monkey
             line.update({"p": f"{parent:016x}", **({"pr": True} if remote else {})})
         return json.dumps(line)
 
-    files = {"spans-driver-0-1.jsonl": [header("driver", 1), span("step", 1, 100)],
-             "spans-gen-0-2.jsonl": [header("gen", 2), span("generate", 2, 120, 1, True), span("orphan", 3, 300, 99)],
-             "spans-rollout-0-3.jsonl": [header("rollout", 3), span("score", 4, 130, 2, True)]}  # fmt: skip
+    files = {
+        "spans-driver-0-1.jsonl": [header("driver", 1), span("step", 1, 100)],
+        "spans-gen-0-2.jsonl": [header("gen", 2), span("generate", 2, 120, 1, True), span("orphan", 3, 300, 99)],
+        "spans-rollout-0-3.jsonl": [header("rollout", 3), span("score", 4, 130, 2, True)],
+    }
     for name, lines in files.items():
         (run / name).write_text("\n".join(lines) + "\n")
     searched: list[frozenset[str]] = []
     real_locate = perfetto.locate_file
-    monkeypatch.setattr(perfetto, "locate_file", lambda path, opts: searched.append(opts.wanted) or real_locate(path, opts))
+    monkeypatch.setattr(
+        perfetto, "locate_file", lambda path, opts: searched.append(opts.wanted) or real_locate(path, opts)
+    )
     write_trace(span_files(run), tmp_path / "t.json", jobs=1)
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     names = {(e["pid"], e["ts"]): e["name"] for e in events if e["ph"] == "X"}

@@ -32,7 +32,14 @@ def test_compact_reductions_equal_the_plain_ones() -> None:
     assert merge_indexed(rows, starts, ends) == pack(merge_intervals((starts[i], ends[i]) for i in rows))
 
     def span(i: int, step: Any) -> tuple[Any, ...]:
-        return ("train", f"{i + 1:016x}", None, i * 10, i * 10 + 3 + i % 5, {"rl.bucket": "productive", "rl.step": step})
+        return (
+            "train",
+            f"{i + 1:016x}",
+            None,
+            i * 10,
+            i * 10 + 3 + i % 5,
+            {"rl.bucket": "productive", "rl.step": step},
+        )
 
     part = _part([span(i, s) for i, s in enumerate([2, 1, 2, 1, 3])])
     assert dict(part.compute["train"]) == {1: 4 + 6, 2: 3 + 5, 3: 7} and list(part.compute["train"]) == [1, 2, 3]
@@ -47,12 +54,18 @@ def test_span_ids_of_any_form_still_find_their_parents() -> None:
 
     def rows(child_ids: list[str]) -> list[tuple[Any, ...]]:
         parent = ("generation", "00000000000000aa", None, 0, 100, {"rl.bucket": "productive"})
-        kids = [("reward", kid, "00000000000000aa", 10 + 20 * n, 20 + 20 * n, {"rl.bucket": "overhead"})
-                for n, kid in enumerate(child_ids)]  # fmt: skip
+        kids = [
+            ("reward", kid, "00000000000000aa", 10 + 20 * n, 20 + 20 * n, {"rl.bucket": "overhead"})
+            for n, kid in enumerate(child_ids)
+        ]
         return [*kids, parent]
 
-    for ids in (["00000000000000b1", "00000000000000b2"], ["00000000000000b1", "kid-2"], ["kid-1", "kid-2"],
-                ["0000000000000000", "-00000000000000b"]):  # (the last: 16 characters, not ids)  # fmt: skip
+    for ids in (
+        ["00000000000000b1", "00000000000000b2"],
+        ["00000000000000b1", "kid-2"],
+        ["kid-1", "kid-2"],
+        ["0000000000000000", "-00000000000000b"],
+    ):  # (the last: 16 characters, not ids)
         part = _part(rows(ids))
         assert part.bucket_ns["productive"] == 80 and part.bucket_ns["overhead"] == 20
 

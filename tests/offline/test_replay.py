@@ -14,9 +14,20 @@ from tests.stores import span, write_process
 
 def test_a_row_becomes_the_span_it_was(tmp_path: Path) -> None:
     """Its ids, parent (remote kept), times, attributes, kind and status, under its header's resource."""
-    write_process(tmp_path, "lm_policy", 1, 7, [{**span("train", 1, 2, "t", parent="d", remote=True,
-                                                     bucket="productive", step=3), "k": "CLIENT", "st": "ERROR"}])  # fmt: skip
-    (head, row), = list(iter_rows(span_files(tmp_path)[0]))
+    write_process(
+        tmp_path,
+        "lm_policy",
+        1,
+        7,
+        [
+            {
+                **span("train", 1, 2, "t", parent="d", remote=True, bucket="productive", step=3),
+                "k": "CLIENT",
+                "st": "ERROR",
+            }
+        ],
+    )
+    ((head, row),) = list(iter_rows(span_files(tmp_path)[0]))
     rebuilt = row_to_span(head, row, {})
     assert rebuilt.name == "train" and f"{rebuilt.context.span_id:016x}" == row.s and rebuilt.parent.is_remote
     assert (rebuilt.start_time, rebuilt.end_time) == (1_000_000_000, 2_000_000_000)
@@ -25,8 +36,9 @@ def test_a_row_becomes_the_span_it_was(tmp_path: Path) -> None:
     assert rebuilt.resource.attributes["rl.worker_group"] == "lm_policy"
 
 
-def test_replay_sends_a_store_to_a_collector_and_skips_what_otlp_cannot_carry(tmp_path: Path,
-                                                                             receiver: OTLPReceiver) -> None:  # fmt: skip
+def test_replay_sends_a_store_to_a_collector_and_skips_what_otlp_cannot_carry(
+    tmp_path: Path, receiver: OTLPReceiver
+) -> None:
     """Every span reaches the receiver; a row whose ids are no hex is skipped and counted; a refused collector
     is a RuntimeError."""
     write_process(tmp_path, "driver", 0, 1, [span("a", 0, 1, "a"), {**span("b", 1, 2, "b"), "s": "not-hex"}])

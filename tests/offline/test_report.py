@@ -37,17 +37,29 @@ def _run(run: Path, ranks: int, *, steps: int = 4, slow_rank: int | None = None,
     rows = [span("rl.job", 0, steps * 10 + 1, "job")]
     for i in range(steps):
         t = 1 + i * 10
-        rows += [span("step", t, t + 10 + (i == steps - 1), f"s{i}", parent="job", step=i),
-                 span("policy_training", t, t + 9, f"p{i}", parent=f"s{i}", step=i, bucket="productive")]  # fmt: skip
+        rows += [
+            span("step", t, t + 10 + (i == steps - 1), f"s{i}", parent="job", step=i),
+            span("policy_training", t, t + 9, f"p{i}", parent=f"s{i}", step=i, bucket="productive"),
+        ]
     write_process(run, "driver", 0, 1, rows, root="job")
     for r in range(ranks):
         rows = []
         for i in range(steps):
             t = 1 + i * 10
             compute = 6.0 if r == slow_rank else 4.0 * (1 + noise * (r % 7 - 3))
-            rows += [span("policy_training", t, t + compute, f"w{r}-{i}", parent=f"p{i}", remote=True, step=i,
-                          bucket="productive"),
-                     span("barrier", t + compute, t + 9, f"b{r}-{i}", parent=f"p{i}", remote=True, step=i, bucket="idle")]  # fmt: skip
+            rows += [
+                span(
+                    "policy_training",
+                    t,
+                    t + compute,
+                    f"w{r}-{i}",
+                    parent=f"p{i}",
+                    remote=True,
+                    step=i,
+                    bucket="productive",
+                ),
+                span("barrier", t + compute, t + 9, f"b{r}-{i}", parent=f"p{i}", remote=True, step=i, bucket="idle"),
+            ]
         write_process(run, "lm_policy", r, 1000 + r, rows)
     return run
 
@@ -76,12 +88,28 @@ def test_the_timeline_window_holds_only_steps_that_exist_and_umbrellas_lie_under
 
 def test_identity_comes_from_headers_never_file_names(tmp_path: Path) -> None:
     """Groups named with dashes, a group called driver-pool, a file named any way: the page names them right."""
-    write_process(tmp_path, "driver", 0, 1, [span("rl.job", 0, 10, "job"), span("step", 0, 9, "s", parent="job", step=1),
-                                             span("generation", 0, 5, "g", parent="s", step=1, bucket="productive")],
-                  root="job", name="spans-x.jsonl", **{"rl.model.name": "m"})  # fmt: skip
+    write_process(
+        tmp_path,
+        "driver",
+        0,
+        1,
+        [
+            span("rl.job", 0, 10, "job"),
+            span("step", 0, 9, "s", parent="job", step=1),
+            span("generation", 0, 5, "g", parent="s", step=1, bucket="productive"),
+        ],
+        root="job",
+        name="spans-x.jsonl",
+        **{"rl.model.name": "m"},
+    )
     for rank in (0, 1):
-        write_process(tmp_path, "lm-policy", rank, 10 + rank, [span("train", 1, 4, f"t{rank}", parent="s", remote=True,
-                                                                    step=1, bucket="productive")])  # fmt: skip
+        write_process(
+            tmp_path,
+            "lm-policy",
+            rank,
+            10 + rank,
+            [span("train", 1, 4, f"t{rank}", parent="s", remote=True, step=1, bucket="productive")],
+        )
     write_process(tmp_path, "driver-pool", 0, 20, [span("train", 1, 2, "d", parent="s", remote=True, step=1)])
     page = build_report(span_files(tmp_path), jobs=1)
     assert "driver x1, driver-pool x1, lm-policy x2" in page and "model m" in page
@@ -106,8 +134,12 @@ def test_a_2000_rank_run_reads_on_a_few_screens_with_its_straggler_on_top(tmp_pa
     """2,000 ranks, one straggler: the page (measured in headless Chromium) stays under 15,000 px, the heatmap
     shows the 16 most deviating ranks with the straggler first, and the timeline includes it."""
     run = _run(tmp_path / "run", 2000, steps=6, slow_rank=1234)
-    out = subprocess.run([sys.executable, "-m", "lens_rl", "report", str(run), "-o", str(tmp_path / "r.html")],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "lens_rl", "report", str(run), "-o", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     page = (tmp_path / "r.html").read_text()
     charts = figures(page)
@@ -117,12 +149,29 @@ def test_a_2000_rank_run_reads_on_a_few_screens_with_its_straggler_on_top(tmp_pa
     ranks = charts["seconds-per-rank"]["data"][0]["y"]
     assert ranks[0] == "lm_policy: mean of 2000 ranks" and "lm_policy 1234" in ranks and len(ranks) <= 1 + 1 + 16
     probe = tmp_path / "probe.html"  # (the test's own script reads the height; the product has none)
-    probe.write_text(page.replace("</body>", "<script>addEventListener('load', () => setTimeout(() => "
-                                  "{document.title = 'H=' + document.documentElement.scrollHeight}, 300))</script></body>"))  # fmt: skip
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=8000", "--window-size=1400,1000"]  # fmt: skip
-    dom = subprocess.run([_chromium(), *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180)
+    probe.write_text(
+        page.replace(
+            "</body>",
+            "<script>addEventListener('load', () => setTimeout(() => "
+            "{document.title = 'H=' + document.documentElement.scrollHeight}, 300))</script></body>",
+        )
+    )
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=8000",
+        "--window-size=1400,1000",
+    ]
+    dom = subprocess.run(
+        [_chromium(), *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180
+    )
     height = re.search(r"<title>H=(\d+)</title>", dom.stdout)
     assert height is not None, dom.stderr[-2000:]
     assert 1000 < int(height.group(1)) < 15_000

@@ -29,17 +29,30 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GRPO-shaped store of ~50,000 spans in 20 process files (one driver), and a file of another shape (v1)."""
     root = tmp_path_factory.mktemp("scale")
     _synthesize()(root, 50_000, 20)
-    legacy = {"v": 1, "name": "old_phase", "span_id": "f" * 16, "trace_id": "a" * 32, "parent_span_id": None,
-              "start_ns": 1_700_000_000_000_000_000, "end_ns": 1_700_000_001_000_000_000,
-              "attributes": {"rl.bucket": "overhead"},
-              "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9}}  # fmt: skip
+    legacy = {
+        "v": 1,
+        "name": "old_phase",
+        "span_id": "f" * 16,
+        "trace_id": "a" * 32,
+        "parent_span_id": None,
+        "start_ns": 1_700_000_000_000_000_000,
+        "end_ns": 1_700_000_001_000_000_000,
+        "attributes": {"rl.bucket": "overhead"},
+        "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9},
+    }
     (root / "run" / "spans-legacy-0-9.jsonl").write_text(json.dumps(legacy) + "\n")
     return root
 
 
 def lens(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True,
-                          env=clean_env(), cwd=ROOT, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "lens_rl", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def _report(store: Path, *args: str) -> dict[str, Any]:
@@ -77,29 +90,3 @@ def test_steps_cut_the_goodput_window(store: Path) -> None:
     window = _report(store, "--steps", "5-9")
     assert [s["step"] for s in window["steps"]] == list(range(5, 10))
     assert window["step_time"]["max_s"] is not None
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

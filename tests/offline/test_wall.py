@@ -39,13 +39,23 @@ def _with_default_buckets(rows: list[dict]) -> list[dict]:
 def test_goodput_divides_by_the_wall_so_an_unknown_name_never_inflates_it(tmp_path: Path) -> None:
     """A step of 10 s with 2 s of generation and 7 s under a name no table knows reads 20 %, not 100 %; the
     unknown leaf phase is named with its share and a did-you-mean."""
-    write_process(tmp_path, "driver", 0, 1, _with_default_buckets(_steps([("generation", 2.0), ("exposed_gen", 7.0)])),
-                  root="job")
+    write_process(
+        tmp_path, "driver", 0, 1, _with_default_buckets(_steps([("generation", 2.0), ("exposed_gen", 7.0)])), root="job"
+    )
     report = analyze(span_files(tmp_path))
     assert report["goodput"] == pytest.approx(0.2) and report["steady_state_goodput"] == pytest.approx(0.2)
-    assert all(s["goodput"] == pytest.approx(0.2) and s["unattributed_s"] == pytest.approx(8.0) for s in report["steps"])
-    assert report["unbucketed_phases"] == [{"phase": "exposed_gen", "worker_group": "driver", "total_s": 21.0,
-                                            "share": 0.7, "did_you_mean": "exposed_generation"}]
+    assert all(
+        s["goodput"] == pytest.approx(0.2) and s["unattributed_s"] == pytest.approx(8.0) for s in report["steps"]
+    )
+    assert report["unbucketed_phases"] == [
+        {
+            "phase": "exposed_gen",
+            "worker_group": "driver",
+            "total_s": 21.0,
+            "share": 0.7,
+            "did_you_mean": "exposed_generation",
+        }
+    ]
     table = format_table(report)
     assert "unbucketed: 'exposed_gen' (driver) covers 70% of the steps' wall" in table
     assert "did you mean 'exposed_generation'?" in table
@@ -71,17 +81,31 @@ def test_frameworks_timer_names_are_bucketed(tmp_path: Path, names: list[tuple[s
     assert report["steady_state_goodput"] == pytest.approx(expected / 10.0)
 
 
-
-
-
-
 def test_every_groups_phases_are_in_the_table(tmp_path: Path) -> None:
     """Phases of every process, per worker group, with what the share is of: the driver's the job's wall,
     a worker group's the lifetimes of its processes; tokens/s where the group recorded tokens."""
-    write_process(tmp_path, "driver", 0, 1, _with_default_buckets(_steps([("exposed_generation", 4.0),
-                                                                          ("policy_training", 6.0)])), root="job")  # fmt: skip
-    gens = [span("generation", 2 + 10 * i, 8 + 10 * i, f"g{i}", parent="job", remote=True, bucket="productive",
-                 step=i, **{"rl.num_tokens": 3000}) for i in range(3)]  # fmt: skip
+    write_process(
+        tmp_path,
+        "driver",
+        0,
+        1,
+        _with_default_buckets(_steps([("exposed_generation", 4.0), ("policy_training", 6.0)])),
+        root="job",
+    )
+    gens = [
+        span(
+            "generation",
+            2 + 10 * i,
+            8 + 10 * i,
+            f"g{i}",
+            parent="job",
+            remote=True,
+            bucket="productive",
+            step=i,
+            **{"rl.num_tokens": 3000},
+        )
+        for i in range(3)
+    ]
     write_process(tmp_path, "vllm_policy", 0, 2, gens)
     report = analyze(span_files(tmp_path))
     rows = {(p["worker_group"], p["phase"]): p for p in report["phases"]}
@@ -98,8 +122,9 @@ def _killed_driver(tmp_path: Path) -> Path:
     """A driver SIGKILLed in its third step: no rl.job, step 2's umbrella never written (its phases were)."""
     rows = _with_default_buckets(_steps([("generation", 6.0), ("weight_sync", 2.0)]))
     rows = [r for r in rows if r["n"] != "rl.job" and r["s"] != span("x", 0, 0, "s2")["s"]]
-    return write_process(tmp_path, "driver", 0, 1, [*rows, span("setup", -5, 0, "setup", parent="job", bucket="overhead")],
-                         root="job")  # fmt: skip
+    return write_process(
+        tmp_path, "driver", 0, 1, [*rows, span("setup", -5, 0, "setup", parent="job", bucket="overhead")], root="job"
+    )
 
 
 def test_a_killed_driver_has_a_wall_and_its_last_step_is_incomplete(tmp_path: Path) -> None:
@@ -129,8 +154,10 @@ def test_a_step_cut_short_by_a_shutdown_is_incomplete(tmp_path: Path) -> None:
 def test_a_driver_file_with_no_spans_reads_as_no_driver_file(tmp_path: Path) -> None:
     """A header-only driver file (killed before its first export) gives the output of a store without it,
     plus one note naming it."""
-    worker = [span("policy_training", 1 + 10 * i, 6 + 10 * i, f"t{i}", parent="s", remote=True, bucket="productive",
-                   step=i) for i in range(3)]  # fmt: skip
+    worker = [
+        span("policy_training", 1 + 10 * i, 6 + 10 * i, f"t{i}", parent="s", remote=True, bucket="productive", step=i)
+        for i in range(3)
+    ]
     alone, both = tmp_path / "alone", tmp_path / "both"
     for run in (alone, both):
         write_process(run, "lm_policy", 0, 7, worker)

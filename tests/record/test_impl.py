@@ -148,8 +148,13 @@ def test_the_phase_tests_pass_without_the_extension() -> None:
     without a compiler)."""
     if not _impl.ACCELERATED:
         pytest.skip("this run is the pure-Python one")
-    tests = ["record/test_phases.py", "record/test_impl.py", "test_runtime.py", "record/test_pickling.py",
-             "test_lifecycle.py"]
+    tests = [
+        "record/test_phases.py",
+        "record/test_impl.py",
+        "test_runtime.py",
+        "record/test_pickling.py",
+        "lifecycle/test_lifecycle.py",
+    ]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     run = (  # before pytest loads lens_rl (its plugin): as if no compiler was there at install time
         "import sys; sys.modules['lens_rl.record._speedups'] = None; import pytest; "
@@ -261,4 +266,3 @@ def test_one_call_shape_is_one_cache_entry_whichever_implementation_met_it(tp: C
             assert aspects._traced_phase_py("shape", bucket="productive", step=i, attributes={"k": i}) is phase
             assert tp("shape", bucket="productive", step=i, attributes={"k": i}) is phase
         assert len(RUNTIME.phase_cache) - before == 10
-

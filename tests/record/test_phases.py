@@ -75,9 +75,13 @@ def test_bucket_resolution_order(lens_spans: SpanRecorder) -> None:
             pass
     buckets = [(s.name, _attrs(s).get("rl.bucket")) for s in lens_spans.spans]
     assert buckets == [
-        ("generation", "productive"), ("generation", "overhead"), ("rollout", "wasted"),
-        ("generation", "idle"), ("my_custom_thing", None), ("step", None),
-    ]  # fmt: skip
+        ("generation", "productive"),
+        ("generation", "overhead"),
+        ("rollout", "wasted"),
+        ("generation", "idle"),
+        ("my_custom_thing", None),
+        ("step", None),
+    ]
     assert _attrs(lens_spans.find("step")) == {"rl.step": 7}
 
 
@@ -88,16 +92,9 @@ def test_keyword_attributes_are_rl_prefixed_and_exact_keys_kept(lens_spans: Span
     assert _attrs(lens_spans.find("generation")) == {"rl.step": 3, "gen_ai.model": "m", "rl.bucket": "wasted"}
 
 
-
-
-
-
-
-
-
-
-def test_telemetry_faults_never_reach_user_code(lens_spans: SpanRecorder, monkeypatch: pytest.MonkeyPatch,
-                                                 caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_telemetry_faults_never_reach_user_code(
+    lens_spans: SpanRecorder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A broken span factory (what every phase starts through) logs one warning; the user's function still
     runs and returns, a ``with`` block still runs, and the user's own exception passes unchanged."""
     calls = []
@@ -124,10 +121,6 @@ def test_telemetry_faults_never_reach_user_code(lens_spans: SpanRecorder, monkey
     assert len(warnings) == 1 and lens_spans.spans == []
 
 
-
-
-
-
 def test_lazy_init_from_env_on_first_phase(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first phase in a process whose env says enabled initialises worker telemetry."""
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
@@ -137,24 +130,6 @@ def test_lazy_init_from_env_on_first_phase(monkeypatch: pytest.MonkeyPatch) -> N
     with traced_phase("generation") as span:
         assert span.is_recording()
     assert lens_rl.get_telemetry_handle() is not None
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def test_phase_made_while_off_and_stored_traces_from_threads_once_on() -> None:
@@ -179,8 +154,6 @@ def test_phase_made_while_off_and_stored_traces_from_threads_once_on() -> None:
         assert all(dict(r.attributes) == {"rl.step": 4, "rl.bucket": "productive"} for r in rewards)
         parents = {r.parent.span_id for r in rollouts}
         assert parents == {r.context.span_id for r in rewards}
-
-
 
 
 def test_phases_made_while_on_keep_each_calls_own_values() -> None:

@@ -14,19 +14,30 @@ from lens_rl.testing import SpanRecorder
 
 
 def _public_methods(cls: type) -> dict[str, inspect.Signature]:
-    return {name: inspect.signature(getattr(cls, name)) for name in dir(cls)
-            if not name.startswith("_") and callable(getattr(cls, name))}  # fmt: skip
+    return {
+        name: inspect.signature(getattr(cls, name))
+        for name in dir(cls)
+        if not name.startswith("_") and callable(getattr(cls, name))
+    }
 
 
 ODD_CALLS: list[tuple[str, tuple[Any, ...]]] = [
-    ("set_attribute", ("k", object())), ("set_attribute", (None, [1, "a"])),
-    ("set_attributes", ([("a", 1)],)), ("set_attributes", ("not a mapping",)), ("set_attributes", (None,)),
-    ("add_event", ("e", [("a", 1)])), ("add_event", (None, None, "not a time")),
-    ("add_link", ("not a context",)), ("record_exception", ("a string",)), ("record_exception", (ValueError("v"),)),
-    ("set_status", ("bogus",)), ("update_name", ("",)), ("update_name", (None,)),
-    ("is_recording", ()), ("get_span_context", ()),
-]  # fmt: skip
-
+    ("set_attribute", ("k", object())),
+    ("set_attribute", (None, [1, "a"])),
+    ("set_attributes", ([("a", 1)],)),
+    ("set_attributes", ("not a mapping",)),
+    ("set_attributes", (None,)),
+    ("add_event", ("e", [("a", 1)])),
+    ("add_event", (None, None, "not a time")),
+    ("add_link", ("not a context",)),
+    ("record_exception", ("a string",)),
+    ("record_exception", (ValueError("v"),)),
+    ("set_status", ("bogus",)),
+    ("update_name", ("",)),
+    ("update_name", (None,)),
+    ("is_recording", ()),
+    ("get_span_context", ()),
+]
 
 
 def test_the_noop_span_is_the_recording_spans_twin() -> None:
@@ -58,7 +69,3 @@ def test_yielded_span_exposes_the_otel_span_api(lens_spans: SpanRecorder) -> Non
     lens_rl.testing.reset()
     with traced_phase("generation") as off:
         assert not off.get_span_context().is_valid and not off.is_recording()
-
-
-
-

@@ -10,9 +10,17 @@ from lens_rl.store import Process, file_name, header, process_of, safe_part, sto
 def test_a_header_carries_the_resource_pid_since_and_role() -> None:
     """A span file's header: format, kind, the driver's role, the resource, pid, since, remote_parents."""
     head = header("spans", {"rl.worker_group": "driver", "nv.dl.rank": 0}, 42, 123, role="driver")
-    assert head == {"v": 2, "header": True, "format": "lens_rl.spans/2", "kind": "spans", "role": "driver",
-                    "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0}, "pid": 42, "since": 123,
-                    "remote_parents": True}  # fmt: skip
+    assert head == {
+        "v": 2,
+        "header": True,
+        "format": "lens_rl.spans/2",
+        "kind": "spans",
+        "role": "driver",
+        "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0},
+        "pid": 42,
+        "since": 123,
+        "remote_parents": True,
+    }
     assert "remote_parents" not in header("metrics", {}, 1, 0) and header("metrics", {}, 1, 0)["role"] == "worker"
 
 
@@ -29,7 +37,10 @@ def test_no_value_writes_outside_trace_dir(tmp_path: Path) -> None:
     """Separators, dot-dot and over-long values are made one harmless path part."""
     path = store_path(tmp_path, "../../etc", "spans", {"rl.worker_group": "a/../b", "nv.dl.rank": "0/x"}, 5)
     assert path.resolve().is_relative_to(tmp_path.resolve()) and path.parent.name == "_.._etc"
-    assert path.name == "spans-a_.._b-0_x-5.jsonl" == file_name("spans", {"rl.worker_group": "a/../b",
-                                                                          "nv.dl.rank": "0/x"}, 5)  # fmt: skip
+    assert (
+        path.name
+        == "spans-a_.._b-0_x-5.jsonl"
+        == file_name("spans", {"rl.worker_group": "a/../b", "nv.dl.rank": "0/x"}, 5)
+    )
     long = safe_part("x" * 500, "d")
     assert len(long) == 64 and long.startswith("x") and safe_part("..", "d") == "d"

@@ -18,8 +18,15 @@ from tests.stores import header, span, write_process
 def test_a_file_of_another_shape_is_skipped_with_one_note(tmp_path: Path) -> None:
     """A v1 file (long keys, the resource on every line) or any file that does not start with a v2 header
     yields nothing, and one note names it; a v2 file beside it reads."""
-    v1 = {"v": 1, "name": "old", "span_id": "1" * 16, "trace_id": "2" * 32, "start_ns": 1, "end_ns": 2,
-          "resource": {"rl.worker_group": "driver"}}  # fmt: skip
+    v1 = {
+        "v": 1,
+        "name": "old",
+        "span_id": "1" * 16,
+        "trace_id": "2" * 32,
+        "start_ns": 1,
+        "end_ns": 2,
+        "resource": {"rl.worker_group": "driver"},
+    }
     (tmp_path / "spans-driver-0-1.jsonl").write_text(json.dumps(v1) + "\n" + json.dumps(v1) + "\n")
     write_process(tmp_path, "lm_policy", 0, 2, [span("new", 0, 1, "n")])
     stats = ReadStats()
@@ -34,8 +41,11 @@ def test_truncated_and_garbage_lines_are_skipped_and_counted(tmp_path: Path) -> 
     skipped and counted, never raised on."""
     good = json.dumps(span("a", 0, 1, "a"))
     path = tmp_path / "spans-x.jsonl"
-    path.write_text("\n".join([json.dumps(header("w", 0, 1)), good, "not json", "[1, 2]", json.dumps({"s": "9" * 16}),
-                               good, good[:20]]))  # fmt: skip
+    path.write_text(
+        "\n".join(
+            [json.dumps(header("w", 0, 1)), good, "not json", "[1, 2]", json.dumps({"s": "9" * 16}), good, good[:20]]
+        )
+    )
     stats = ReadStats()
     assert [row.n for _, row in iter_rows(path, stats)] == ["a"]
     assert (stats.files, stats.lines, stats.skipped, stats.duplicates) == (1, 7, 4, 1)
@@ -45,12 +55,18 @@ def test_a_header_names_the_process_never_the_file_name(tmp_path: Path) -> None:
     """Group, rank, pid, attempt and the driver's role come from the header; a later header (a re-init in the
     same process) applies to the lines after it."""
     path = tmp_path / "spans-whatever.jsonl"
-    lines = [header("driver-pool", 3, 7, **{"rl.attempt": 2}), span("a", 0, 1, "a"),
-             {**header("driver", 0, 7), "role": "driver"}, span("b", 1, 2, "b")]  # fmt: skip
+    lines = [
+        header("driver-pool", 3, 7, **{"rl.attempt": 2}),
+        span("a", 0, 1, "a"),
+        {**header("driver", 0, 7), "role": "driver"},
+        span("b", 1, 2, "b"),
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     procs = [(head.process, row.n) for head, row in iter_rows(path)]
     assert [(p.group, p.rank, p.pid, p.attempt, p.driver, n) for p, n in procs] == [
-        ("driver-pool", 3, 7, 2, False, "a"), ("driver", 0, 7, 0, True, "b")]  # fmt: skip
+        ("driver-pool", 3, 7, 2, False, "a"),
+        ("driver", 0, 7, 0, True, "b"),
+    ]
     head, more = read_head(path)
     assert head is not None and head.process.group == "driver-pool" and more
 
@@ -60,13 +76,42 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
     later in the file, garbage, a repeated span id, a line that is not an object, ids of another form (a
     number is an id; a list is garbage), keys of other JSON types (a list for a name, text for the attributes)
     and lines with no name (garbage)."""
-    v2 = {"n": "new", "s": "3" * 16, "p": "1" * 16, "t": "2" * 32, "b": 3, "e": 4, "a": {"rl.bucket": "idle"},
-          "th": 7, "tn": "MainThread", "st": "ERROR", "sm": "boom", "ev": [{"n": "e", "ts": 3, "a": {"x": 1}}],
-          "ln": [{"t": "2" * 32, "s": "4" * 16}], "sc": "aiohttp", "k": "CLIENT", "extra": [1]}  # fmt: skip
-    lines = [header("driver", 0, 1), v2, v2, [1, 2], "garbage", {**v2, "s": "5" * 16, "b": "x"}, header("driver", 0, 3),
-             {**v2, "s": "6" * 16, "p": None, "a": None}, {**v2, "s": 9}, {**v2, "s": [9]}, {"n": "no id"},
-             {**v2, "s": "d" * 16, "n": [1]}, {**v2, "s": "e" * 16, "a": "x"}, {**v2, "s": "f" * 16, "ev": [1]},
-             {**v2, "s": "d" * 15 + "e", "n": None}, {**v2, "s": "e" * 15 + "f", "th": True}]  # fmt: skip
+    v2 = {
+        "n": "new",
+        "s": "3" * 16,
+        "p": "1" * 16,
+        "t": "2" * 32,
+        "b": 3,
+        "e": 4,
+        "a": {"rl.bucket": "idle"},
+        "th": 7,
+        "tn": "MainThread",
+        "st": "ERROR",
+        "sm": "boom",
+        "ev": [{"n": "e", "ts": 3, "a": {"x": 1}}],
+        "ln": [{"t": "2" * 32, "s": "4" * 16}],
+        "sc": "aiohttp",
+        "k": "CLIENT",
+        "extra": [1],
+    }
+    lines = [
+        header("driver", 0, 1),
+        v2,
+        v2,
+        [1, 2],
+        "garbage",
+        {**v2, "s": "5" * 16, "b": "x"},
+        header("driver", 0, 3),
+        {**v2, "s": "6" * 16, "p": None, "a": None},
+        {**v2, "s": 9},
+        {**v2, "s": [9]},
+        {"n": "no id"},
+        {**v2, "s": "d" * 16, "n": [1]},
+        {**v2, "s": "e" * 16, "a": "x"},
+        {**v2, "s": "f" * 16, "ev": [1]},
+        {**v2, "s": "d" * 15 + "e", "n": None},
+        {**v2, "s": "e" * 15 + "f", "th": True},
+    ]
     text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
     (tmp_path / "spans-driver-0-1.jsonl").write_text(text[:-1] + "\n")  # (the last line cut short)
     script = (
@@ -78,8 +123,16 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
         "        for f in span_files(sys.argv[1]) for h, r in iter_rows(f, stats)]\n"
         "print(json.dumps({'rows': rows, 'stats': vars(stats)}, sort_keys=True))\n"
     )
-    outs = [subprocess.run([sys.executable, "-c", script, str(tmp_path), how], capture_output=True, text=True,
-                           check=True, env=clean_env()).stdout for how in ("fast", "plain")]  # fmt: skip
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path), how],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=clean_env(),
+        ).stdout
+        for how in ("fast", "plain")
+    ]
     assert outs[0] == outs[1]
     read = json.loads(outs[0])
     assert read["stats"] == {"files": 1, "lines": 16, "skipped": 9, "duplicates": 1, "notes": []}

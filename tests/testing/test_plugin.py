@@ -30,16 +30,20 @@ def test_recorded_spans_written_as_a_store_read_back(tmp_path: Path) -> None:
     with recording(worker_group="driver") as rec:
         with traced_phase("step", step=1), traced_phase("generation"):
             pass
-    rows = [(head.process.driver, row.n) for path in span_files(write_spans(rec.spans, tmp_path)) for head, row in
-            iter_rows(path)]  # fmt: skip
+    rows = [
+        (head.process.driver, row.n)
+        for path in span_files(write_spans(rec.spans, tmp_path))
+        for head, row in iter_rows(path)
+    ]
     assert rows == [(True, "generation"), (True, "step")]
     assert lens_rl.get_telemetry_handle() is None
 
 
 def test_the_receiver_decodes_spans_and_metrics(receiver: OTLPReceiver) -> None:
     """A real OTLP/HTTP receiver on loopback: what lens_rl sends arrives decoded, resource included."""
-    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": receiver.endpoint}},
-                                  "grpo")  # fmt: skip
+    lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": receiver.endpoint}}, "grpo"
+    )
     with traced_phase("generation"):
         pass
     assert lens_rl.shutdown_telemetry(5000)

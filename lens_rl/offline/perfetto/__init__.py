@@ -46,8 +46,14 @@ from lens_rl.store import Process
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
 
 
-def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, group: str | None,
-             paths: Sequence[Path], callers: frozenset[str]) -> Options:  # fmt: skip
+def _options(
+    scans: Iterable[Scan],
+    fmt: str,
+    steps: tuple[int, int] | None,
+    group: str | None,
+    paths: Sequence[Path],
+    callers: frozenset[str],
+) -> Options:
     keys: set[Process] = set()
     origins = []
     for scan in scans:
@@ -60,8 +66,12 @@ def _options(scans: Iterable[Scan], fmt: str, steps: tuple[int, int] | None, gro
 
 
 #: Output extensions and the format each writes.
-FORMATS = {".json": "Chrome trace-event JSON", ".pftrace": "Perfetto protobuf", ".perfetto-trace": "Perfetto protobuf",
-           ".pb": "Perfetto protobuf"}  # fmt: skip
+FORMATS = {
+    ".json": "Chrome trace-event JSON",
+    ".pftrace": "Perfetto protobuf",
+    ".perfetto-trace": "Perfetto protobuf",
+    ".pb": "Perfetto protobuf",
+}
 
 
 def format_of(output: str | os.PathLike[str]) -> str | None:
@@ -129,7 +139,10 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
     spans = 0
     # callers first (the driver's files), so callees resolve as they arrive
     ordered = sorted(paths, key=lambda p: str(p) not in opts.callers)
-    with open(output, "wb") as out, tempfile.TemporaryDirectory(dir=Path(output).parent, prefix=".lens-parts-") as spill:
+    with (
+        open(output, "wb") as out,
+        tempfile.TemporaryDirectory(dir=Path(output).parent, prefix=".lens-parts-") as spill,
+    ):
         if not parallel["use_ray"]:  # local workers write their events next to the output; a Ray task sends them back
             opts.spill = spill
         if opts.fmt == "json":

@@ -31,14 +31,35 @@ def json_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> No
         args["parent_span_id"] = row.p
         args["status"] = "UNSET" if row.st is None else row.st
         ts = (start - origin) / 1000.0
-        append({"ph": "X", "name": row.n, "cat": cat, "pid": pid, "tid": tid, "ts": ts,
-                "dur": (end - start) / 1000.0, "cname": colors.get(cat, "generic_work"), "args": args})  # fmt: skip
+        append(
+            {
+                "ph": "X",
+                "name": row.n,
+                "cat": cat,
+                "pid": pid,
+                "tid": tid,
+                "ts": ts,
+                "dur": (end - start) / 1000.0,
+                "cname": colors.get(cat, "generic_work"),
+                "args": args,
+            }
+        )
         if len(events) >= SLICE:
             write(event_lines(events))
             events.clear()
     for flow, pid, tid, start in places.callees().values():  # the callee ends of calls from other processes
-        append({"ph": "f", "bp": "e", "id": flow, "name": "call", "cat": "flow", "pid": pid, "tid": tid,
-                "ts": (start - origin) / 1000.0})  # fmt: skip
+        append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": flow,
+                "name": "call",
+                "cat": "flow",
+                "pid": pid,
+                "tid": tid,
+                "ts": (start - origin) / 1000.0,
+            }
+        )
     for pid in sorted(set(places.pid_of.values())):
         append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name(opts, pid)}})
         append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})

@@ -41,7 +41,9 @@ class Flows:
                 prefix = f'{{"ph":"s","name":"call","cat":"flow","pid":{pid},"tid":{tid},"id":'
             else:  # a slot for the instant (see _proto_events): each call's flow id is set in place
                 pb = proto_module()
-                prefix = Slot(pb, template(pb, uuid_of("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"), "flow_ids", True)
+                prefix = Slot(
+                    pb, template(pb, uuid_of("t", pid, tid), pb.TrackEvent.TYPE_INSTANT, "call"), "flow_ids", True
+                )
             self._prefixes[(pid, tid)] = prefix
         return prefix
 
@@ -63,8 +65,9 @@ class Flows:
         json_out = self.fmt == "json"
         write = (lambda: self.write("".join(out).encode())) if json_out else (lambda: self.write(b"".join(out)))
         origin = self.origin
-        for flow, caller, start, span_id in zip(calls.flows, map(self.callers.get, calls.callers), calls.starts,
-                                                calls.callers, strict=True):  # fmt: skip
+        for flow, caller, start, span_id in zip(
+            calls.flows, map(self.callers.get, calls.callers), calls.starts, calls.callers, strict=True
+        ):
             if caller is None:
                 pending.flows.append(flow)
                 pending.callers.append(span_id)

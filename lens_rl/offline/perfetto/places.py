@@ -15,8 +15,21 @@ from typing import Any
 
 from lens_rl.store import INT64_END, Head, Process, Row, iter_rows, read_head, trace_time_ns
 
-__all__ = ["BUCKET_COLORS", "Calls", "Chunk", "Options", "Places", "Rows", "Scan", "category", "dumps", "head_file",
-           "process_name", "scan_file", "scan_rows"]  # fmt: skip
+__all__ = [
+    "BUCKET_COLORS",
+    "Calls",
+    "Chunk",
+    "Options",
+    "Places",
+    "Rows",
+    "Scan",
+    "category",
+    "dumps",
+    "head_file",
+    "process_name",
+    "scan_file",
+    "scan_rows",
+]
 
 BUCKET_COLORS = {"productive": "good", "overhead": "yellow", "idle": "grey", "wasted": "terrible", None: "generic_work"}
 NO_ATTRS: dict[str, Any] = {}
@@ -232,5 +245,3 @@ def process_name(opts: Options, pid: int) -> str:
     if key is None:
         return "? rank 0 (pid 0)"
     return f"{key.group} rank {key.rank} (pid {key.pid}" + (f", attempt {key.attempt})" if key.attempt else ")")
-
-

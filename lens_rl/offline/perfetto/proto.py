@@ -92,12 +92,22 @@ def proto_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> N
         return
     called = places.callees()
     threads, names, pids = places.threads, places.names, sorted(set(places.pid_of.values()))
-    packets = [_descriptor(pb, uuid=uuid_of("p", pid), process=pb.ProcessDescriptor(pid=pid, process_name=process_name(opts, pid)))
-               for pid in pids]  # fmt: skip
+    packets = [
+        _descriptor(
+            pb, uuid=uuid_of("p", pid), process=pb.ProcessDescriptor(pid=pid, process_name=process_name(opts, pid))
+        )
+        for pid in pids
+    ]
     thread_names = {(pid, tid): names[(pid, thread)] for (pid, thread), tid in threads.items()}
     for (pid, tid), name in thread_names.items():
-        packets.append(_descriptor(pb, uuid=uuid_of("t", pid, tid), parent_uuid=uuid_of("p", pid),
-                                   thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name)))  # fmt: skip
+        packets.append(
+            _descriptor(
+                pb,
+                uuid=uuid_of("t", pid, tid),
+                parent_uuid=uuid_of("p", pid),
+                thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name),
+            )
+        )
     write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
     # Slices: a begin and an end packet each, a thread's slices in (start, -end) order, each on its lane:
     # Perfetto sorts a trace's packets by time, keeping the file's order at equal times, and an end closes
@@ -114,8 +124,18 @@ def proto_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> N
         tracks = [uuid_of("t", pid, tid)]
         for lane in range(1, max(lanes) + 1):
             tracks.append(uuid_of("l", pid, tid, lane))
-            keep(pb.Trace(packet=[_descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0],
-                                              name=f"{thread_names[(pid, tid)]} (concurrent {lane})")]).SerializeToString())  # fmt: skip
+            keep(
+                pb.Trace(
+                    packet=[
+                        _descriptor(
+                            pb,
+                            uuid=tracks[lane],
+                            parent_uuid=tracks[0],
+                            name=f"{thread_names[(pid, tid)]} (concurrent {lane})",
+                        )
+                    ]
+                ).SerializeToString()
+            )
         for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):  # (names are text)
             track = tracks[lane]
             attrs = attrs or NO_ATTRS
@@ -178,10 +198,12 @@ class SliceSlot(Slot):
 
     __slots__ = ("notes", "span_id", "closing")
 
-    def __init__(self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any],
-                 with_flow: bool) -> None:  # fmt: skip
-        super().__init__(pb, template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category),
-                         "terminating_flow_ids", with_flow)  # fmt: skip
+    def __init__(
+        self, pb: Any, track: int, name: str | None, category: str, attrs: Mapping[str, Any], with_flow: bool
+    ) -> None:
+        super().__init__(
+            pb, template(pb, track, pb.TrackEvent.TYPE_SLICE_BEGIN, name, category), "terminating_flow_ids", with_flow
+        )
         self.closing = self.trace.packet.add()
         self.closing.MergeFromString(template(pb, track, pb.TrackEvent.TYPE_SLICE_END))
         notes = self.packet.track_event.debug_annotations

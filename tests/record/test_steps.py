@@ -62,8 +62,8 @@ def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
         if block - pos % block < 7:
             pos += block - pos % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (2, 3):  # first or middle fragment
             pending = chunk if kind == 2 else pending + chunk
             continue
@@ -108,7 +108,9 @@ def test_step_metrics_write_a_tensorboard_event_file(tmp_path: Path) -> None:
     writer.close()
     acc = event_accumulator.EventAccumulator(str(tmp_path))
     acc.Reload()
-    assert {"goodput/goodput", "goodput/productive_s", "goodput/idle_s", "goodput/unattributed_s"} <= set(acc.Tags()["scalars"])
+    assert {"goodput/goodput", "goodput/productive_s", "goodput/idle_s", "goodput/unattributed_s"} <= set(
+        acc.Tags()["scalars"]
+    )
     points = acc.Scalars("goodput/goodput")
     assert [p.step for p in points] == [0, 1, 2]
     assert all(math.isclose(p.value, live["goodput"], rel_tol=1e-5) for p, live in zip(points, lives, strict=True))

@@ -19,11 +19,15 @@ from tests.stores import read_spans
 def _master(tmp_path: Path, **telemetry: object) -> dict:
     return {
         "telemetry": {"enabled": True, "trace_dir": str(tmp_path / "traces"), **telemetry},
-        "policy": {"model_name": "Qwen/Qwen2.5-1.5B", "precision": "bfloat16", "api_key": "sk-SECRET",
-                   "dtensor_cfg": {"tensor_parallel_size": 2}},
+        "policy": {
+            "model_name": "Qwen/Qwen2.5-1.5B",
+            "precision": "bfloat16",
+            "api_key": "sk-SECRET",
+            "dtensor_cfg": {"tensor_parallel_size": 2},
+        },
         "cluster": {"num_nodes": 1, "gpus_per_node": 8},
         "wandb": {"token": "SECRET2"},
-    }  # fmt: skip
+    }
 
 
 def test_disabled_driver_returns_none_and_projects_nothing() -> None:
@@ -101,7 +105,9 @@ def test_worker_reads_rank_group_and_job_identity_from_env(monkeypatch: pytest.M
     """A worker's resource carries its rank, world size, group and the driver's identity."""
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "true")
     monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
-    monkeypatch.setenv("LENS_RL_OTEL_RESOURCE_ATTRIBUTES", "rl.run_id=r9,rl.model.name=Qwen%2FQ,nv.dl.campaign.stage=RL")
+    monkeypatch.setenv(
+        "LENS_RL_OTEL_RESOURCE_ATTRIBUTES", "rl.run_id=r9,rl.model.name=Qwen%2FQ,nv.dl.campaign.stage=RL"
+    )
     monkeypatch.setenv("LENS_RL_WORKER_GROUP", "lm_policy")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -117,14 +123,17 @@ def test_explicit_worker_args_win_over_env(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("LENS_RL_OTEL_EXPORTER", "none")
     monkeypatch.setenv("RANK", "5")
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "host.name=from-env,team=rl")
-    handle = lens_rl.init_telemetry_worker(rank=2, world_size=8, worker_group="vllm_policy",
-                                           resource_attributes={"team": "explicit"})  # fmt: skip
+    handle = lens_rl.init_telemetry_worker(
+        rank=2, world_size=8, worker_group="vllm_policy", resource_attributes={"team": "explicit"}
+    )
     res = dict(handle.resource.attributes)
     assert (res["nv.dl.rank"], res["nv.dl.world_size"], res["rl.worker_group"]) == (2, 8, "vllm_policy")
     assert res["team"] == "explicit" and res["host.name"] == "from-env"
 
 
-def test_worker_with_bad_env_warns_once_and_runs_off(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_worker_with_bad_env_warns_once_and_runs_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A bad env value gives one warning, telemetry off, and no exception."""
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
     monkeypatch.setenv("LENS_RL_OTEL_SAMPLE_RATE", "2.5")

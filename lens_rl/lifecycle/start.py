@@ -1,0 +1,279 @@
+"""Starting telemetry: the driver (config validated, identity computed, the job root opened, the workers'
+environment written) and each worker (from its environment alone; never raises), lazily on a first phase
+too, and what a forked child does (starts afresh under its own pid)."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from typing import Any
+
+import lens_rl.propagation as propagation
+from lens_rl._errors import internal_error, warn_once
+from lens_rl._runtime import RUNTIME
+from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
+from lens_rl.export.bounded import start_helpers
+from lens_rl.identity import for_driver, worker_attributes
+from lens_rl.lifecycle.environ import forget_projection, project, telemetry_enabled_in_env, warn_about_env
+from lens_rl.lifecycle.stop import shutdown_at_exit
+
+__all__ = ["activate", "get_telemetry_handle", "init_telemetry_driver", "init_telemetry_worker"]
+
+_log = logging.getLogger("lens_rl")
+
+
+def get_telemetry_handle() -> Any:
+    """The process's :class:`~lens_rl.export.handle.TelemetryHandle`, or None. A plain global read."""
+    return RUNTIME.handle
+
+
+def init_telemetry_driver(master_config: object, algorithm: str | None = None) -> Any:
+    """Start the driver's telemetry and hand the job's config and identity to workers.
+
+    Call once before ``ray.init()``. Raises ``ValueError`` on a bad config (field, value,
+    what is allowed). Returns None when telemetry is disabled. Idempotent. Touches
+    ``os.environ`` (``LENS_RL_OTEL_*``, ``TRACEPARENT``: written once, at the end of a
+    successful start) and the process-global handle.
+
+    Example::
+
+        handle = lens_rl.init_telemetry_driver(master_config, algorithm="grpo")
+        ray.init()                                  # workers inherit the environment
+    """
+    with RUNTIME.lock:
+        if RUNTIME.handle is not None and RUNTIME.handle.role != "lazy":
+            return RUNTIME.handle
+        forget_projection()
+        warn_about_env(master_config)
+        config = TelemetryConfig.from_master_config(master_config)
+        _replace_lazy_handle()
+        if not config.enabled:
+            RUNTIME.mark_off()
+            return None
+        config = config.with_run_id()
+        if config.endpoint and strip_userinfo(config.endpoint) != config.endpoint:
+            warn_once(
+                "endpoint-credentials",
+                "lens_rl: the endpoint's credentials are not passed to workers; "
+                "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
+            )
+        driver = for_driver(master_config, algorithm, config)
+        from lens_rl.export.exporters import MissingExtraError  # (the SDK side: imported once telemetry is on)
+        from lens_rl.export.handle import TelemetryHandle
+
+        try:
+            handle = TelemetryHandle(config, driver.resource, role="driver")
+        except MissingExtraError as exc:
+            raise ValueError(str(exc)) from exc
+        _open_job(handle, driver)
+        for name, value in driver.projection.items():
+            project(name, value, overwrite=name in driver.overwrite)
+        _activate(handle, "driver")
+        for hook in RUNTIME.driver_hooks:
+            try:
+                hook()
+            except Exception as exc:
+                internal_error(exc, "driver-hook")
+        _log.info(
+            "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
+            config.exporter,
+            config.run_id,
+            f"trace_dir={config.trace_dir}"
+            if config.exporter == "file"
+            else f"endpoint={mask_url(config.resolved_endpoint)}",
+        )
+        return handle
+
+
+def _open_job(handle: Any, driver: Any) -> None:
+    """Open the job root ``rl.job`` (it ends at shutdown: its duration is the job's) and add its context to
+    the workers' environment (``TRACEPARENT``), so every worker joins the job's trace."""
+    from opentelemetry import trace
+
+    resource = driver.resource
+    root_span = handle.tracer.start_span(
+        "rl.job",
+        context=propagation.context_from_env(),
+        attributes={"rl.run_id": resource["rl.run_id"], "rl.algorithm": resource.get("rl.algorithm", "unknown")},
+    )
+    RUNTIME.root_span = root_span
+    RUNTIME.root_context = trace.set_span_in_context(root_span)
+    handle.set_root(root_span.get_span_context().span_id)
+    carrier = propagation.carrier_for(RUNTIME.root_context, env_names=True)
+    driver.projection.update(carrier)
+    driver.overwrite = driver.overwrite | frozenset(carrier)
+
+
+def init_telemetry_worker(
+    rank: int | None = None,
+    world_size: int | None = None,
+    worker_group: str | None = None,
+    resource_attributes: dict[str, Any] | None = None,
+) -> Any:
+    """Start this worker process's telemetry from its environment. Never raises.
+
+    ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``; ``worker_group`` to
+    ``LENS_RL_WORKER_GROUP``, else ``worker``. Returns the handle, or None when the
+    environment says off or holds a bad value (one warning). Idempotent per process.
+    """
+    return _init_worker_guarded(rank, world_size, worker_group, resource_attributes, "worker")
+
+
+def _init_worker_guarded(
+    rank: int | None, world_size: int | None, worker_group: str | None, explicit: dict[str, Any] | None, role: str
+) -> Any:
+    """Under the lock, keep or replace the current handle; never raise (one warning, then off).
+
+    A handle made lazily by a first phase is kept unless this call says something the
+    environment did not (rank, world size, group, attributes); then it is replaced.
+    """
+    try:
+        with RUNTIME.lock:
+            current = RUNTIME.handle
+            says_more = not (rank is None and world_size is None and not worker_group and not explicit)
+            if current is not None and (current.role != "lazy" or role == "lazy" or not says_more):
+                return current
+            _replace_lazy_handle()
+            return _init_worker(rank, world_size, worker_group, explicit, role)
+    except Exception as exc:  # the boundary: telemetry faults never reach training code
+        warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
+        RUNTIME.mark_off()
+        return None
+
+
+def _init_worker(
+    rank: int | None,
+    world_size: int | None,
+    worker_group: str | None,
+    explicit: dict[str, Any] | None,
+    role: str,
+) -> Any:
+    if not telemetry_enabled_in_env():
+        RUNTIME.mark_off()
+        return None
+    warn_about_env()
+    try:
+        config = TelemetryConfig.from_env()
+    except ValueError as exc:
+        warn_once("worker-config", "lens_rl: telemetry off in this worker, bad environment: %s", exc)
+        RUNTIME.mark_off()
+        return None
+    if not config.enabled:
+        RUNTIME.mark_off()
+        return None
+    config = config.with_run_id()
+    problems: list[str] = []
+    attrs, has_rank = worker_attributes(
+        service_name=config.service_name,
+        rank=rank,
+        world_size=world_size,
+        worker_group=worker_group,
+        explicit=explicit,
+        problems=problems,
+    )
+    for problem in problems:
+        warn_once(
+            f"rank-{problem}",
+            "lens_rl: %s (%s rank %s); check the rank and world size passed to this worker",
+            problem,
+            attrs["rl.worker_group"],
+            attrs["nv.dl.rank"],
+        )
+    if not has_rank and not problems and not (explicit and "nv.dl.rank" in explicit):
+        warn_once(
+            "no-rank",
+            "lens_rl: no rank for this worker (pass rank= or set RANK); reporting rank %s",
+            attrs["nv.dl.rank"],
+        )
+    from lens_rl.export.handle import TelemetryHandle
+
+    handle = TelemetryHandle(config, attrs, role=role)
+    RUNTIME.root_context = propagation.context_from_env()
+    if RUNTIME.root_context is not None:
+        from opentelemetry import trace
+
+        handle.root_span_id = trace.get_current_span(RUNTIME.root_context).get_span_context().span_id
+    _activate(handle, role)
+    return handle
+
+
+def _lazy_init() -> Any:
+    """The runtime's resolver: called by ``RUNTIME.resolve()`` on the first phase of a process.
+
+    The handle it makes has role ``lazy``: an explicit ``init_telemetry_driver`` or
+    ``init_telemetry_worker(rank=..., worker_group=...)`` later replaces it, so a phase
+    that ran before the real init cannot pin the wrong identity on the process.
+    """
+    if not telemetry_enabled_in_env():
+        return None
+    return _init_worker_guarded(None, None, None, None, "lazy")
+
+
+def _replace_lazy_handle() -> None:
+    """Retire a lazily made handle (bounded flush) before an explicit init replaces it."""
+    old = RUNTIME.handle
+    if old is None:
+        return
+    RUNTIME.handle = None
+    RUNTIME.end_open_phases()
+    old.shutdown(1000)
+
+
+def activate(handle: Any, role: str = "worker") -> None:
+    """Make a handle built elsewhere (``lens_rl.testing``) the process's; register the process hooks once."""
+    with RUNTIME.lock:
+        _activate(handle, role)
+
+
+def _activate(handle: Any, role: str) -> None:
+    from lens_rl.export import providers
+
+    handle.role = role
+    RUNTIME.install(handle)
+    start_helpers()  # the flush/shutdown helpers, started here: never from a signal handler
+    providers.register_once()
+    providers.rebind()
+    registered = RUNTIME.registered
+    if "atexit" not in registered:
+        registered.add("atexit")
+        atexit.register(shutdown_at_exit)
+    if "fork" not in registered and hasattr(os, "register_at_fork"):
+        registered.add("fork")
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        import multiprocessing.util
+
+        multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
+
+
+class _Token:
+    """A long-lived object for ``multiprocessing.util.register_after_fork`` (it keys a WeakValueDict)."""
+
+
+_MP_TOKEN = _Token()
+
+
+def _after_fork_in_child() -> None:
+    old = RUNTIME.handle
+    RUNTIME.reset(after_fork=True)
+    if old is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
+        old.after_fork()
+
+
+def _after_mp_fork(_token: object) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, shutdown_at_exit, exitpriority=100)
+
+
+def _init_from_decorator(rank: Any, world_size: Any, worker_group: Any) -> Any:
+    """``RUNTIME.worker_init``: what ``traced_worker_init`` calls before a constructor's body runs."""
+    if not telemetry_enabled_in_env():
+        if RUNTIME.handle is None:
+            RUNTIME.resolve()
+        return None
+    return init_telemetry_worker(rank=rank, world_size=world_size, worker_group=worker_group)
+
+
+RUNTIME.resolver = _lazy_init
+RUNTIME.worker_init = _init_from_decorator

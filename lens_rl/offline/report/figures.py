@@ -1,0 +1,149 @@
+"""The report's plotly figures: goodput and bucket seconds per step, seconds per rank, the straggler heatmaps
+and the timeline. Each takes plotly's ``graph_objects`` module and returns ``(section id, figure)``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lens_rl.offline.parts import BUCKETS
+from lens_rl.offline.report.data import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks
+
+__all__ = ["COLORS", "HEAT_LIMIT", "heat_figures", "rank_figure", "step_figures", "timeline_figure"]
+
+COLORS = {"productive": "#2ca02c", "overhead": "#f2b701", "idle": "#9e9e9e", "wasted": "#d62728", None: "#8fb8de"}
+# 2ca02c", "overhead": "#f2b701", "idle": "#9e9e9e", "wasted": "#d62728", None: "#8fb8de"}
+#: The heatmap's scale: time over the group median, -100 % .. +100 %, white within the straggler rule's 20 %.
+HEAT_LIMIT = 1.0
+HEAT_SCALE = [[0.0, "#1a9850"], [0.4, "#ffffff"], [0.6, "#ffffff"], [0.8, "#fc8d59"], [1.0, "#b2182b"]]
+HEAT_TICKS = ([-1.0, -0.5, -0.2, 0.0, 0.2, 0.5, 1.0], ["-100%", "-50%", "-20%", "0", "+20%", "+50%", "+100% or more"])
+
+_LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b": 40}, "height": 360}
+
+
+def step_figures(go: Any, report: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    step_rows = [r for r in report["steps"] if not r.get("incomplete")]
+    if not step_rows:
+        return []
+    stride = max(1, -(-len(step_rows) // (MAX_COLUMNS * 5)))
+    shown = step_rows[::stride]
+    xs = [r["step"] for r in shown]
+    fig = go.Figure(go.Scatter(x=xs, y=[r["goodput"] for r in shown], mode="lines+markers", name="goodput"))
+    fig.update_layout(
+        title="Goodput per step (productive over the step's wall)",
+        yaxis={"tickformat": ".0%", "range": [0, 1]},
+        xaxis_type="category",
+        xaxis_title="step",
+        **_LAYOUT,
+    )
+    bars = go.Figure(
+        [go.Bar(x=xs, y=[r["seconds"][b] for r in shown], name=b, marker_color=COLORS[b]) for b in BUCKETS]
+        + [go.Bar(x=xs, y=[r["unattributed_s"] for r in shown], name="unattributed", marker_color="#e0e0e0")]
+    )
+    bars.update_layout(
+        title="Seconds per step, by bucket",
+        barmode="stack",
+        yaxis_title="s",
+        xaxis_type="category",
+        xaxis_title="step",
+        **_LAYOUT,
+    )
+    return [("goodput-per-step", fig), ("bucket-seconds-per-step", bars)]
+
+
+def rank_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any]:
+    """Resource-seconds per rank; a group above MAX_RANKS ranks as its mean, then its worst ranks."""
+    rows: list[tuple[str, Mapping[str, float]]] = []
+    for group in report["worker_groups"]:
+        if group["processes"] > MAX_RANKS:
+            mean = {b: group["seconds"][b] / group["processes"] for b in BUCKETS}
+            rows.append((f"{group['worker_group']}: mean of {group['processes']} ranks", mean))
+    for r in shown_ranks(report["ranks"]):
+        rows.append((f"{r['worker_group']} {r['rank']}", r["seconds"]))
+    labels = [label for label, _ in rows]
+    fig = go.Figure(
+        [go.Bar(y=labels, x=[s[b] for _, s in rows], name=b, orientation="h", marker_color=COLORS[b]) for b in BUCKETS]
+    )
+    big = [g["worker_group"] for g in report["worker_groups"] if g["processes"] > MAX_RANKS]
+    note = f"; {', '.join(big)}: the mean and the {WORST_RANKS} ranks farthest from its median" if big else ""
+    fig.update_layout(
+        title=f"Resource-seconds per worker group and rank (a worker's uncovered lifetime is idle{note})",
+        barmode="stack",
+        xaxis_title="s",
+        yaxis={"autorange": "reversed"},
+        **{**_LAYOUT, "height": max(300, 26 * len(rows) + 120)},
+    )
+    return "seconds-per-rank", fig
+
+
+def heat_figures(go: Any, parts: Sequence[Any]) -> list[tuple[str, Any]]:
+    figures = []
+    for group, data in heatmap(parts).items():
+        lo, hi = -HEAT_LIMIT, HEAT_LIMIT
+        fig = go.Figure(
+            go.Heatmap(
+                z=data["z"],
+                x=data["steps"],
+                y=[f"rank {r}" for r in data["ranks"]],
+                zmin=lo,
+                zmax=hi,
+                colorscale=HEAT_SCALE,
+                colorbar={"title": "over median", "tickvals": HEAT_TICKS[0], "ticktext": HEAT_TICKS[1]},
+                hovertemplate="step %{x}, %{y}: %{z:+.0%} over the median<extra></extra>",
+            )
+        )
+        of = (
+            f" (the {len(data['ranks'])} most deviating of {data['of']} ranks)"
+            if len(data["ranks"]) < data["of"]
+            else ""
+        )
+        fig.update_layout(
+            title=f"Stragglers in {group}: compute time over the group median, rank x step{of}",
+            yaxis={"autorange": "reversed", "type": "category"},
+            **{**_LAYOUT, "height": max(300, 22 * len(data["ranks"]) + 140)},
+        )
+        figures.append((f"stragglers-{group}", fig))
+    return figures
+
+
+def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, int] | None) -> tuple[str, Any]:
+    """One row per process, coloured by bucket; spans with no bucket (umbrellas) drawn first, under their phases."""
+    origin = min(s["start"] for s in timeline)
+    drivers = {s["process"] for s in timeline if s["driver"]}
+    procs = sorted({s["process"] for s in timeline}, key=lambda p: (p not in drivers, p))
+    traces = []
+    for bucket in (None, *BUCKETS):
+        rows = [s for s in timeline if s["bucket"] == bucket]
+        if not rows:
+            continue
+        traces.append(
+            go.Bar(
+                y=[s["process"] for s in rows],
+                x=[(s["end"] - s["start"]) / 1e6 for s in rows],
+                base=[(s["start"] - origin) / 1e6 for s in rows],
+                orientation="h",
+                name=bucket or "no bucket (umbrellas)",
+                marker_color=COLORS[bucket],
+                opacity=0.55 if bucket is None else 0.9,
+                width=0.8 if bucket is None else 0.55,
+                customdata=[
+                    [s["name"], (s["end"] - s["start"]) / 1e9, json.dumps(s["attrs"], default=str)[:300]] for s in rows
+                ],
+                hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]:.3f} s<br>%{customdata[2]}<extra></extra>",
+            )
+        )
+    fig = go.Figure(traces)
+    where = (
+        "all steps"
+        if window is None
+        else (f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}-{window[1]}")
+    )
+    fig.update_layout(
+        title=f"Timeline, {where} ({len(timeline)} spans; ms from the window's start)",
+        barmode="overlay",
+        xaxis_title="ms",
+        yaxis={"categoryorder": "array", "categoryarray": procs[::-1]},
+        **{**_LAYOUT, "height": max(320, 34 * len(procs) + 140)},
+    )
+    return "timeline", fig

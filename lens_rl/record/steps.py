@@ -1,0 +1,86 @@
+"""The last step's goodput, live on this process: what :func:`lens_rl.step_goodput` and
+:func:`lens_rl.step_metrics` answer, kept by the engine when a step umbrella ends.
+
+A step is a phase with its own ``rl.step`` and no bucket. Its bucketed phases' exclusive seconds are
+summed as they close; when the umbrella closes, the time none of them covers is its unattributed time
+and goodput = productive / wall, the offline rollup's rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lens_rl._runtime import RUNTIME
+from lens_rl.buckets import Bucket, exclusive_time
+
+__all__ = ["end_step", "step_goodput", "step_metrics"]
+
+
+def end_step(node: Any, end_ns: int, wall_s: float, handle: Any) -> None:
+    """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
+    (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
+    and goodput = productive / wall."""
+    seconds = dict.fromkeys(_BUCKET_VALUES, 0.0)
+    seconds.update(node.step_seconds or {})
+    unattributed_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+    attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
+    RUNTIME.last_step = {
+        "step": node.step,
+        "attempt": attempt,
+        "seconds": seconds,
+        "unattributed_s": unattributed_s,
+        "wall_s": wall_s,
+        "goodput": seconds["productive"] / wall_s if wall_s > 0 else None,
+    }
+
+
+_BUCKET_VALUES = tuple(b.value for b in Bucket)
+
+
+def step_goodput() -> dict[str, Any] | None:
+    """The last completed step's goodput on this process, or None.
+
+    ``{"step", "attempt", "seconds": {bucket: s} (all four, zeros included), "unattributed_s", "wall_s",
+    "goodput"}``. A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
+    step); ``seconds`` are the exclusive seconds of the bucketed phases inside it, ``unattributed_s`` the
+    time none of them covers, and goodput = productive / wall: computed live with the rules the offline
+    rollup uses. A plain read; None while off or before the first step.
+
+    Example::
+
+        with lens_rl.traced_phase("step", step=step):
+            ...
+        print(lens_rl.step_goodput()["goodput"])
+    """
+    last = RUNTIME.last_step
+    return None if last is None else {**last, "seconds": dict(last["seconds"])}
+
+
+def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
+    """:func:`step_goodput` as flat floats, keys under ``prefix``: what ``wandb.log``,
+    ``SummaryWriter.add_scalar`` and ``mlflow.log_metrics`` take. Empty before the first step (or off).
+
+    Keys: ``step``, ``attempt``, ``goodput`` (absent for a zero-length step), ``wall_s``,
+    ``unattributed_s``, and ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``.
+
+    Example::
+
+        wandb.log({"loss": loss, **lens_rl.step_metrics()}, step=step)
+        for key, value in lens_rl.step_metrics().items():
+            writer.add_scalar(key, value, step)               # TensorBoard
+        mlflow.log_metrics(lens_rl.step_metrics(prefix="goodput."), step=step)
+    """
+    last = RUNTIME.last_step
+    if last is None:
+        return {}
+    out = {
+        f"{prefix}step": float(last["step"]) if isinstance(last["step"], (int, float)) else float("nan"),
+        f"{prefix}attempt": float(last["attempt"]),
+    }
+    if last["goodput"] is not None:
+        out[f"{prefix}goodput"] = float(last["goodput"])
+    out[f"{prefix}wall_s"] = float(last["wall_s"])
+    out[f"{prefix}unattributed_s"] = float(last["unattributed_s"])
+    for bucket, seconds in last["seconds"].items():
+        out[f"{prefix}{bucket}_s"] = float(seconds)
+    return out
