@@ -72,9 +72,13 @@ FALLBACK_ENV: dict[str, str] = {
 
 CAMPAIGN_STAGE_ENV = "LENS_RL_OTEL_CAMPAIGN_STAGE"
 RESOURCE_ATTRIBUTES_ENV = "LENS_RL_OTEL_RESOURCE_ATTRIBUTES"
+#: The job's attempt (an int >= 0): set by the user or a launcher, else resolved by the driver and handed on.
+ATTEMPT_ENV = "LENS_RL_OTEL_ATTEMPT"
+#: When a launcher started the attempt (epoch seconds): the driver's ``launch`` span runs from it.
+LAUNCH_TIME_ENV = "LENS_RL_OTEL_LAUNCH_TIME"
 DEFAULT_ENDPOINT = "http://localhost:4318"
 #: Every ``LENS_RL_OTEL_*`` variable lens_rl reads; any other gets a did-you-mean warning.
-KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV}
+KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, ATTEMPT_ENV, LAUNCH_TIME_ENV}
 
 #: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
 _MAXIMA: dict[str, tuple[int, str]] = {

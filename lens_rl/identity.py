@@ -14,18 +14,23 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
 from lens_rl._attributes import clean_attributes
 from lens_rl._errors import internal_error
-from lens_rl.config import CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, TelemetryConfig
+from lens_rl.config import ATTEMPT_ENV, CAMPAIGN_STAGE_ENV, LAUNCH_TIME_ENV, RESOURCE_ATTRIBUTES_ENV, TelemetryConfig
 
 __all__ = [
+    "ATTEMPT",
     "MASTER_CONFIG_PATHS",
+    "RESTART_COUNT_ENV",
+    "attempt_from_env",
     "DriverIdentity",
     "for_driver",
     "lookup",
@@ -33,6 +38,8 @@ __all__ = [
     "decode_attributes",
     "encode_attributes",
     "job_identity",
+    "launch_time_ns",
+    "resolve_attempt",
     "worker_attributes",
 ]
 
@@ -42,6 +49,11 @@ WORKER_GROUP = "rl.worker_group"
 CAMPAIGN_STAGE = "nv.dl.campaign.stage"
 RUN_ID = "rl.run_id"
 ALGORITHM = "rl.algorithm"
+ATTEMPT = "rl.attempt"
+#: What schedulers count restarts in, tried in order after the user's value and the store.
+RESTART_COUNT_ENV = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
+#: A launch time further back than this is not this attempt's (a stale variable): no launch span.
+LAUNCH_MAX_AGE_S = 7 * 24 * 3600
 
 #: attribute -> master-config paths tried in order (first present wins). Nothing
 #: else from the master config ever becomes an attribute.
@@ -68,7 +80,7 @@ MASTER_CONFIG_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 _INT_KEYS = frozenset(
-    {RANK, WORLD_SIZE} | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
+    {RANK, WORLD_SIZE, ATTEMPT} | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
 )
 
 
@@ -149,6 +161,75 @@ def _int_from(value: object, field: str, problems: list[str]) -> int | None:
         return None
 
 
+def _attempt_value(text: str | None) -> int | None:
+    """An attempt as written in the environment: an int >= 0, else None."""
+    try:
+        value = int(str(text).strip())
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def attempt_from_env(env: Mapping[str, str]) -> int | None:
+    """``LENS_RL_OTEL_ATTEMPT`` as the user (or the driver) set it; None when unset. A value that is no
+    integer >= 0 raises ``ValueError`` naming it (a worker turns that into one warning)."""
+    text = env.get(ATTEMPT_ENV)
+    if text is None or not text.strip():
+        return None
+    value = _attempt_value(text)
+    if value is None:
+        raise ValueError(f"{ATTEMPT_ENV}={text!r} is not valid: expected an integer >= 0 (0 for the first attempt)")
+    return value
+
+
+def resolve_attempt(config: TelemetryConfig, env: Mapping[str, str]) -> tuple[int, int | None]:
+    """The driver's attempt, resolved once (the SPEC's order): ``LENS_RL_OTEL_ATTEMPT`` as set; else, with
+    the file store, one more than the highest attempt of the driver files already in
+    ``trace_dir/<run_id>/``; else ``SLURM_RESTART_COUNT`` / ``TORCHELASTIC_RESTART_COUNT``; else 0. And,
+    with the file store, when the run's files were last written (ns; None for a new run)."""
+    earlier: set[int] = set()
+    last_write: int | None = None
+    if config.exporter == "file":
+        from lens_rl.store import driver_attempts, safe_part
+
+        earlier, last_write = driver_attempts(os.path.join(config.trace_dir, safe_part(config.run_id, "run")))
+    given = attempt_from_env(env)
+    if given is not None:
+        return given, last_write
+    if earlier:
+        return max(earlier) + 1, last_write
+    for name in RESTART_COUNT_ENV:
+        value = _attempt_value(env.get(name))
+        if value is not None:
+            return value, last_write
+    return 0, last_write
+
+
+def launch_time_ns(env: Mapping[str, str], now_ns: int, after_ns: int | None = None) -> tuple[int, str] | None:
+    """When this attempt was launched, and the variable that says so: ``LENS_RL_OTEL_LAUNCH_TIME`` (epoch
+    seconds, a launcher's; a value that is no number raises ``ValueError`` naming it), else
+    ``SLURM_JOB_START_TIME``; only when it is earlier than ``now_ns`` by less than 7 days, and not before
+    ``after_ns`` (the run's last write: a time before it is an earlier attempt's, left in the environment)."""
+    for name in (LAUNCH_TIME_ENV, "SLURM_JOB_START_TIME"):
+        text = env.get(name)
+        if text is None or not text.strip():
+            continue
+        try:
+            seconds = float(text.strip())
+        except ValueError:
+            if name == LAUNCH_TIME_ENV:
+                raise ValueError(
+                    f"{LAUNCH_TIME_ENV}={text!r} is not valid: expected epoch seconds (e.g. $(date +%s.%N))"
+                ) from None
+            continue
+        if not math.isfinite(seconds):
+            continue
+        launched = int(seconds * 1e9)
+        if 0 < now_ns - launched < LAUNCH_MAX_AGE_S * 1e9 and (after_ns is None or launched >= after_ns):
+            return launched, name
+    return None
+
+
 def _detected(env: Mapping[str, str]) -> dict[str, Any]:
     """What the process detects (host, pid), under ``OTEL_RESOURCE_ATTRIBUTES``."""
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
@@ -190,6 +271,10 @@ def worker_attributes(
     elif rank_value is not None and size_value is not None and size_value >= 1 and rank_value >= size_value:
         problems.append(f"rank={rank_value} is not below world_size={size_value}")
     group = worker_group or env.get("LENS_RL_WORKER_GROUP", "").strip() or attrs.get(WORKER_GROUP) or "worker"
+    attempt = attempt_from_env(env)  # (raises on a bad value: the worker's boundary makes it one warning)
+    if attempt is None:
+        attempt = next((a for a in map(_attempt_value, map(env.get, RESTART_COUNT_ENV)) if a is not None), None)
+    attrs[ATTEMPT] = attempt if attempt is not None else _attempt_value(attrs.get(ATTEMPT)) or 0
     attrs[RANK] = rank_value if rank_value is not None else attrs.get(RANK, 0)
     attrs[WORLD_SIZE] = size_value if size_value is not None else attrs.get(WORLD_SIZE, 1)
     attrs[WORKER_GROUP] = group
@@ -201,17 +286,24 @@ def worker_attributes(
 class DriverIdentity:
     """The driver's identity, computed once: its resource attributes, and the environment it hands to
     workers (``projection``; the names in ``overwrite`` replace a value already set, the others are
-    ``setdefault``: a variable the user set wins)."""
+    ``setdefault``: a variable the user set wins), and when the attempt was launched (``launch``: ns and the
+    variable that said so, or None)."""
 
-    __slots__ = ("config", "resource", "projection", "overwrite")
+    __slots__ = ("config", "resource", "projection", "overwrite", "launch")
 
     def __init__(
-        self, config: TelemetryConfig, resource: dict[str, Any], projection: dict[str, str], overwrite: frozenset[str]
+        self,
+        config: TelemetryConfig,
+        resource: dict[str, Any],
+        projection: dict[str, str],
+        overwrite: frozenset[str],
+        launch: tuple[int, str] | None = None,
     ) -> None:
         self.config = config
         self.resource = resource
         self.projection = projection
         self.overwrite = overwrite
+        self.launch = launch
 
 
 def for_driver(
@@ -227,13 +319,17 @@ def for_driver(
     job = job_identity(master_config, algorithm, run_id)
     job["nv.dl.campaign.stage"] = stage
     job.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))  # what the user set wins
+    attempt, last_write = resolve_attempt(config, env)
+    job[ATTEMPT] = attempt
+    launch = launch_time_ns(env, time.time_ns(), last_write)
     resource = _detected(env)
     resource.update(job)
     resource.update({RANK: 0, WORLD_SIZE: 1, WORKER_GROUP: "driver", "service.name": config.service_name})
     projection = dict(config.to_env())
     projection[CAMPAIGN_STAGE_ENV] = stage
     projection[RESOURCE_ATTRIBUTES_ENV] = encode_attributes(job)
-    return DriverIdentity(config, resource, projection, frozenset({RESOURCE_ATTRIBUTES_ENV}))
+    projection[ATTEMPT_ENV] = str(attempt)
+    return DriverIdentity(config, resource, projection, frozenset({RESOURCE_ATTRIBUTES_ENV}), launch)
 
 
 def lookup(master_config: object, path: str) -> Any:

@@ -14,7 +14,16 @@ import pytest
 from lens_rl import testing
 
 _OWNED_PREFIXES = ("LENS_RL_", "OTEL_")
-_OWNED = ("TRACEPARENT", "TRACESTATE", "RANK", "WORLD_SIZE", "SLURM_JOB_ID")
+_OWNED = (
+    "TRACEPARENT",
+    "TRACESTATE",
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_JOB_ID",
+    "SLURM_RESTART_COUNT",
+    "SLURM_JOB_START_TIME",
+    "TORCHELASTIC_RESTART_COUNT",
+)
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -41,3 +41,78 @@ def test_the_drivers_identity_is_computed_once_and_keeps_its_types() -> None:
     carried = decode_attributes(driver.projection[RESOURCE_ATTRIBUTES_ENV])
     assert carried["rl.parallel.tensor"] == 2 and "nv.dl.rank" not in carried  # the job's, not the driver's own
     assert driver.projection["LENS_RL_OTEL_RUN_ID"] == "r1" and driver.overwrite == {RESOURCE_ATTRIBUTES_ENV}
+
+
+def test_the_attempt_is_the_users_else_one_past_the_stores_else_the_schedulers_else_0(tmp_path) -> None:
+    """The SPEC's order: LENS_RL_OTEL_ATTEMPT as set; else one more than the highest driver attempt already in
+    trace_dir/<run_id>/ (a driver file's later headers too: the same pid restarted); else SLURM_RESTART_COUNT
+    or TORCHELASTIC_RESTART_COUNT; else 0. With no file store the store is not looked at."""
+    import json
+
+    import pytest
+
+    from lens_rl.config import TelemetryConfig
+    from lens_rl.identity import resolve_attempt
+    from tests.stores import header, write_process
+
+    config = TelemetryConfig(enabled=True, run_id="r", trace_dir=str(tmp_path))
+    assert resolve_attempt(config, {})[0] == 0
+    assert resolve_attempt(config, {"SLURM_RESTART_COUNT": "2"})[0] == 2
+    assert resolve_attempt(config, {"TORCHELASTIC_RESTART_COUNT": "3"})[0] == 3
+    assert resolve_attempt(config, {"SLURM_RESTART_COUNT": "x", "TORCHELASTIC_RESTART_COUNT": "1"})[0] == 1
+    path = write_process(tmp_path / "r", "driver", 0, 9, [], **{"rl.attempt": 0})
+    with path.open("a") as handle:
+        handle.write(json.dumps(header("driver", 0, 9, **{"rl.attempt": 4})) + "\n")
+    write_process(tmp_path / "r", "lm_policy", 0, 10, [], **{"rl.attempt": 9})  # a worker's says nothing
+    attempt, last_write = resolve_attempt(config, {"SLURM_RESTART_COUNT": "2"})
+    assert attempt == 5 and last_write is not None
+    assert resolve_attempt(config, {"LENS_RL_OTEL_ATTEMPT": " 7 "})[0] == 7
+    otlp = TelemetryConfig(enabled=True, run_id="r", trace_dir=str(tmp_path), exporter="otlp")
+    assert resolve_attempt(otlp, {})[0] == 0
+    for bad in ("-1", "one", "1.5"):
+        with pytest.raises(ValueError, match=f"LENS_RL_OTEL_ATTEMPT={bad!r} is not valid: expected an integer >= 0"):
+            resolve_attempt(config, {"LENS_RL_OTEL_ATTEMPT": bad})
+
+
+def test_the_launch_time_is_taken_when_it_is_this_attempts() -> None:
+    """LENS_RL_OTEL_LAUNCH_TIME, else SLURM_JOB_START_TIME, when earlier than now by under 7 days and not
+    before the run's last write (an earlier attempt's time left in the environment); a bad launcher value
+    is an error naming it, a bad Slurm one is passed over."""
+    import pytest
+
+    from lens_rl.identity import launch_time_ns
+
+    now = 1_800_000_000 * 10**9
+    assert launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "1799999990.5"}, now) == (
+        1_799_999_990_500_000_000,
+        "LENS_RL_OTEL_LAUNCH_TIME",
+    )
+    assert launch_time_ns({"SLURM_JOB_START_TIME": "1799999000"}, now) == (
+        1_799_999_000 * 10**9,
+        "SLURM_JOB_START_TIME",
+    )
+    assert launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "1799999990"}, now, after_ns=now - 5 * 10**9) is None
+    assert launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": str(1_800_000_000 - 8 * 86400)}, now) is None
+    assert launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "1800000100"}, now) is None  # in the future
+    assert launch_time_ns({"SLURM_JOB_START_TIME": "Unknown"}, now) is None
+    assert launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "nan"}, now) is None
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_LAUNCH_TIME='soon' is not valid: expected epoch seconds"):
+        launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "soon"}, now)
+
+
+def test_a_worker_takes_its_attempt_from_the_driver_else_the_scheduler() -> None:
+    """A worker's rl.attempt: LENS_RL_OTEL_ATTEMPT (what the driver hands on), else the scheduler's restart
+    count, else the identity the driver encoded, else 0; a bad value raises for the worker's boundary."""
+    import pytest
+
+    from lens_rl.identity import worker_attributes
+
+    def attempt(env: dict[str, str]) -> int:
+        return worker_attributes(service_name="s", rank=0, world_size=1, worker_group="g", environ=env)[0]["rl.attempt"]
+
+    assert attempt({}) == 0
+    assert attempt({"LENS_RL_OTEL_ATTEMPT": "2", "SLURM_RESTART_COUNT": "5"}) == 2
+    assert attempt({"TORCHELASTIC_RESTART_COUNT": "4"}) == 4
+    assert attempt({"LENS_RL_OTEL_RESOURCE_ATTRIBUTES": "rl.attempt=3"}) == 3
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_ATTEMPT"):
+        attempt({"LENS_RL_OTEL_ATTEMPT": "x"})

@@ -20,12 +20,15 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
-__all__ = ["PhaseSampler", "keep"]
+__all__ = ["ALWAYS_KEPT", "PhaseSampler", "keep"]
+
+#: Spans kept whatever the rate: the job root and the attempt's launch (one each per attempt).
+ALWAYS_KEPT = frozenset({"rl.job", "launch"})
 
 
 def keep(name: str, parent: Any, root_span_id: int | None, rate: float) -> bool:
     """Whether a span named ``name`` under ``parent`` (a SpanContext, maybe invalid) is sampled."""
-    if rate >= 1.0 or name == "rl.job":
+    if rate >= 1.0 or name in ALWAYS_KEPT:
         return True
     if parent[0] and parent[1] and parent[1] != root_span_id:  # (a SpanContext is a tuple: is_valid, span_id)
         return bool(parent.trace_flags.sampled)  # a child follows its parent

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 from typing import Any
 
 import lens_rl.propagation as propagation
@@ -16,7 +17,7 @@ from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
 from lens_rl.export.bounded import start_helpers
 from lens_rl.identity import for_driver, worker_attributes
 from lens_rl.lifecycle.environ import forget_projection, project, telemetry_enabled_in_env, warn_about_env
-from lens_rl.lifecycle.stop import shutdown_at_exit
+from lens_rl.lifecycle.stop import record_crash, shutdown_at_exit
 
 __all__ = ["activate", "get_telemetry_handle", "init_telemetry_driver", "init_telemetry_worker"]
 
@@ -87,22 +88,52 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
 
 
 def _open_job(handle: Any, driver: Any) -> None:
-    """Open the job root ``rl.job`` (it ends at shutdown: its duration is the job's) and add its context to
-    the workers' environment (``TRACEPARENT``), so every worker joins the job's trace."""
+    """Open the job root ``rl.job`` (it ends at shutdown: its duration is the attempt's) and add its context
+    to the workers' environment (``TRACEPARENT``), so every worker joins the job's trace. With a launch time,
+    ``rl.job`` starts there and a ``launch`` span (overhead) covers it to now: queueing and start-up are part
+    of the attempt. An uncaught exception from now on is recorded on ``rl.job`` (:func:`_record_crash`)."""
     from opentelemetry import trace
 
     resource = driver.resource
+    launch = driver.launch
     root_span = handle.tracer.start_span(
         "rl.job",
         context=propagation.context_from_env(),
-        attributes={"rl.run_id": resource["rl.run_id"], "rl.algorithm": resource.get("rl.algorithm", "unknown")},
+        attributes={
+            "rl.run_id": resource["rl.run_id"],
+            "rl.algorithm": resource.get("rl.algorithm", "unknown"),
+            "rl.attempt": resource.get("rl.attempt", 0),
+        },
+        start_time=None if launch is None else launch[0],
     )
     RUNTIME.root_span = root_span
     RUNTIME.root_context = trace.set_span_in_context(root_span)
     handle.set_root(root_span.get_span_context().span_id)
+    if launch is not None:
+        span = handle.tracer.start_span(
+            "launch",
+            context=RUNTIME.root_context,
+            attributes={"rl.bucket": "overhead", "rl.launch.source": launch[1]},
+            start_time=launch[0],
+        )
+        span.end()
     carrier = propagation.carrier_for(RUNTIME.root_context, env_names=True)
     driver.projection.update(carrier)
     driver.overwrite = driver.overwrite | frozenset(carrier)
+    if sys.excepthook is not _record_crash:
+        global _previous_excepthook
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _record_crash
+
+
+_previous_excepthook: Any = sys.__excepthook__
+
+
+def _record_crash(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """``sys.excepthook`` on the driver: an uncaught exception ends the attempt in ``error``, recorded on the
+    open ``rl.job``; then the hook that was there runs as before (exit ends ``rl.job`` and flushes, as ever)."""
+    record_crash(value)
+    _previous_excepthook(kind, value, tb)
 
 
 def init_telemetry_worker(

@@ -6,6 +6,7 @@ handler that interrupted the very thread holding a lock they need returns within
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -15,7 +16,14 @@ from lens_rl._runtime import RUNTIME
 from lens_rl.export.bounded import Job, submit
 from lens_rl.lifecycle.environ import forget_projection
 
-__all__ = ["ATEXIT_TIMEOUT_MS", "DEFAULT_TIMEOUT_MS", "flush_telemetry", "shutdown_at_exit", "shutdown_telemetry"]
+__all__ = [
+    "ATEXIT_TIMEOUT_MS",
+    "DEFAULT_TIMEOUT_MS",
+    "flush_telemetry",
+    "record_crash",
+    "shutdown_at_exit",
+    "shutdown_telemetry",
+]
 
 ATEXIT_TIMEOUT_MS = 3000
 DEFAULT_TIMEOUT_MS = 5000
@@ -29,11 +37,30 @@ def shutdown_telemetry(timeout_ms: int | None = 5000) -> bool:
 
     True only when every span and metric recorded so far was exported. Idempotent
     (a second call returns the first call's answer at once). Runs at exit, bounded by 3 s.
+    Called while an exception propagates (from a ``finally`` or ``except`` block), it records that
+    exception on the job root first: the attempt ended in ``error``.
     """
     timeout_ms = _budget(timeout_ms)
+    failure = sys.exc_info()[1]
+    if failure is not None and not (isinstance(failure, SystemExit) and failure.code in (0, None)):
+        record_crash(failure)
     if RUNTIME.handle is None:
         return True if RUNTIME.last_shutdown is None else RUNTIME.last_shutdown
     return _within(timeout_ms, lambda: _shutdown(timeout_ms))
+
+
+def record_crash(failure: BaseException) -> None:
+    """Record ``failure`` on the open job root ``rl.job`` (an ``exception`` event, status ERROR with its
+    type and message): how the attempt ended. Nothing when no job root is open; never raises."""
+    try:
+        root = RUNTIME.root_span
+        if root is not None and root.is_recording():
+            from opentelemetry.trace import Status, StatusCode
+
+            root.record_exception(failure, escaped=True)
+            root.set_status(Status(StatusCode.ERROR, f"{type(failure).__name__}: {failure}"[:4096]))
+    except Exception as exc:
+        internal_error(exc, "record-crash")
 
 
 def _shutdown(timeout_ms: int) -> bool:

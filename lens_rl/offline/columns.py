@@ -46,6 +46,8 @@ class Columns:
         "tokens",
         "flags",
         "root",
+        "since",
+        "job_error",
         "_shared",
     )
 
@@ -62,6 +64,10 @@ class Columns:
         self.flags = bytearray()
         #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
         self.root: Any = None
+        #: the earliest header's ``since`` (ns: no span of the process starts before it), None when absent
+        self.since: int | None = None
+        #: how the job root ended when it ended in error: {"type", "message"} (from its exception event)
+        self.job_error: dict[str, str] | None = None
         self._shared: dict[Any, Any] = {}
 
     def add(
@@ -128,6 +134,28 @@ class Columns:
         else:
             self.root = root
 
+    def add_head(self, head: Any) -> None:
+        """A header of this process: its resource, the job root it names, its ``since``."""
+        self.resources.append(head.resource)
+        self.set_root(head.root)
+        since = head.header.get("since")
+        if type(since) is int and (self.since is None or since < self.since):
+            self.since = since
+
+    def add_job(self, row: Any) -> None:
+        """The job root's line: an error it ended with (status ERROR), as its exception event says."""
+        if row.st != "ERROR":
+            return
+        error = {"type": "", "message": str(row.sm or "")}
+        for event in row.ev or ():
+            attrs = event.get("a") if type(event) is dict else None
+            if type(attrs) is dict and event.get("n") == "exception":
+                error = {
+                    "type": str(attrs.get("exception.type", "")),
+                    "message": str(attrs.get("exception.message", "")),
+                }
+        self.job_error = error
+
     def _ids_as_given(self) -> None:
         """Keep ids as they come from now on (those so far back in lens_rl's 16-hex-digit form)."""
         self.ids = [f"{number:016x}" for number in self.ids]
@@ -145,7 +173,8 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
         if head is not last:
             last = head
             cols = out.get(head.process) or out.setdefault(head.process, Columns())
-            cols.resources.append(head.resource)
-            cols.set_root(head.root)
+            cols.add_head(head)
+        if row.n == "rl.job":
+            cols.add_job(row)
         cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr)
     return out

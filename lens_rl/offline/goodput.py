@@ -17,15 +17,23 @@ Goodput = productive seconds / wall-clock seconds of the view.
   (:mod:`lens_rl.offline.reduce`); parts merge exactly, so files can be read one at a time, in parallel,
   or on a Ray cluster, with identical results.
 
+* **Attempts.** A run's attempts (``rl.attempt``) are one job (:mod:`lens_rl.offline.attempts`): steps a
+  later attempt ran again are wasted (reason ``rerun``) on every process, the downtime between attempts
+  wasted (reason ``restart``); the job's wall runs from the first start to the last end; the steady state
+  skips each attempt's first ``warmup_steps``; every other figure uses each step's final run.
+
 JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"`` (extended compatibly):
 ``goodput``, ``steady_state_goodput``, ``warmup_steps``, ``job`` {``view``, ``seconds``, ``wall_s``,
-``unattributed_s``, ``goodput``}, ``steps`` [{``step``, ``seconds``, ``wall_s``, ``unattributed_s``,
-``goodput``, ``incomplete``}], ``step_range``, ``step_time`` {``p50_s``, ``p95_s``, ``max_s``},
+``unattributed_s``, ``goodput``, ``wasted_reasons`` {``rerun``, ``restart``, ``phases``}, ``restarts``},
+``attempts`` [{``attempt``, ``start_s``, ``wall_s``, ``first_step``, ``last_step``, ``resumed_from_step``,
+``rerun_steps``, ``rerun_s``, ``downtime_before_s``, ``ended``, ``error``, ``goodput``}], ``steps``
+[{``step``, ``attempt``, ``seconds``, ``wall_s``, ``unattributed_s``, ``goodput``, ``incomplete``}],
+``step_range``, ``step_time`` {``p50_s``, ``p95_s``, ``max_s``},
 ``slowest_steps`` [{``step``, ``wall_s``}], ``phases`` [{``phase``, ``worker_group``, ``bucket``,
 ``count``, ``total_s``, ``mean_s``, ``p95_s``, ``share``, ``share_of``, ``tokens_per_s``}],
 ``unbucketed_phases`` [{``phase``, ``worker_group``, ``total_s``, ``share``, ``did_you_mean``}],
 ``worker_groups`` [{``worker_group``, ``processes``, ``seconds``, ``goodput``, ``wall_s``}], ``ranks``
-[{``worker_group``, ``rank``, ``pid``, ``seconds``, ``goodput``, ``wall_s``}], ``stragglers``
+[{``worker_group``, ``rank``, ``pid``, ``attempt``, ``seconds``, ``goodput``, ``wall_s``}], ``stragglers``
 {``per_step``, ``persistent``}, ``sampled``, ``concurrent``, ``runs``, ``notes``, ``spans``, ``files``,
 ``skipped_lines``.
 
@@ -44,11 +52,12 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
+from lens_rl.offline.attempts import Attempts, attempts_of, superseded_steps
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart, StepPart, merge_parts, share_steps, step_key
-from lens_rl.offline.reduce import file_parts
+from lens_rl.offline.reduce import file_parts, file_steps
 from lens_rl.offline.stragglers import in_range, stragglers
-from lens_rl.store import ReadStats, read_head
+from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts"]
 
@@ -87,10 +96,11 @@ def report_from_parts(
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes
-    job = _job_row(view, bool(driver))
+    attempts = attempts_of(processes, view, bool(driver))
+    job = _job_row(view, bool(driver), attempts)
     step_rows, walls_ns = _step_rows(view, steps)
     complete = [r for r in step_rows if not r["incomplete"]]
-    steady = [(r, walls_ns[i]) for i, r in enumerate(step_rows) if i >= max(warmup_steps, 0) and not r["incomplete"]]
+    steady = _steady(step_rows, walls_ns, warmup_steps)
     walls = [r["wall_s"] for r in complete]
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = _group_and_rank_rows(processes)
@@ -103,6 +113,7 @@ def report_from_parts(
         else None,
         "warmup_steps": warmup_steps,
         "job": {k: v for k, v in job.items() if k != "ns"},
+        "attempts": attempts.rows,
         "steps": [{k: v for k, v in r.items() if k != "ns"} for r in step_rows],
         "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
         "step_time": {
@@ -124,18 +135,39 @@ def report_from_parts(
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,
-        "notes": _notes(notes, driver, step_rows, runs),
+        "notes": _notes(notes, driver, step_rows, runs, attempts),
         "spans": sum(p.spans for p in processes),
         "files": files,
         "skipped_lines": skipped_lines,
     }
 
 
+def _steady(step_rows: list[dict[str, Any]], walls_ns: list[int], warmup_steps: int) -> list[tuple[Any, int]]:
+    """The steady state's (step row, wall ns): complete final runs, skipping each attempt's first
+    ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first rollouts)."""
+    seen: dict[Any, int] = defaultdict(int)
+    out = []
+    for row, wall in zip(step_rows, walls_ns, strict=True):
+        seen[row["attempt"]] += 1
+        if seen[row["attempt"]] > max(warmup_steps, 0) and not row["incomplete"]:
+            out.append((row, wall))
+    return out
+
+
 def _notes(
-    given: Sequence[str], driver: list[ProcessPart], step_rows: list[dict[str, Any]], runs: list[str]
+    given: Sequence[str],
+    driver: list[ProcessPart],
+    step_rows: list[dict[str, Any]],
+    runs: list[str],
+    attempts: Attempts,
 ) -> list[str]:
     """What a reader should be told about the store: the readers' notes, then the rollup's own."""
     notes = list(given)
+    if attempts.overlapping:
+        notes.append(
+            "attempts overlap (a later attempt started while an earlier one's processes were still writing): "
+            "no downtime is counted between them"
+        )
     if driver and not any(p.jobs for p in driver):
         notes.append(
             "no rl.job span (the driver was killed, or has not shut down yet): the job's wall runs from "
@@ -161,6 +193,7 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
     umbrellas' union, else first start to last end), what no bucketed span covers, goodput = productive /
     wall. A step whose umbrella never ended, or was cut short by a shutdown (while others have theirs), is
     incomplete."""
+    attempt_of: dict[Any, int] = {}  # a step's final run: re-runs were reduced apart
     if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
         combined = {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}
     else:
@@ -169,6 +202,8 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
             for step, sp in part.steps.items():
                 if in_range(step, steps):
                     combined.setdefault(step, StepPart()).merge(sp)
+                    attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
+    only = view[0].key.attempt if view else 0
     with_umbrellas = any(sp.umbrellas for sp in combined.values())
     rows, walls = [], []
     for step in sorted(combined, key=step_key):
@@ -183,6 +218,7 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
         rows.append(
             {
                 "step": step,
+                "attempt": attempt_of.get(step, only),
                 "seconds": _seconds(dict(zip(BUCKETS, sp.ns, strict=True))),
                 "wall_s": round(wall / 1e9, 6),
                 "unattributed_s": round(unattributed / 1e9, 6),
@@ -195,31 +231,49 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
     return rows, walls
 
 
-def _job_row(view: list[ProcessPart], is_driver: bool) -> dict[str, Any]:
-    """The job's figures. The driver's view: its exclusive bucket time over the wall (its ``rl.job``, else its
-    first to last span), what no bucketed span covers unattributed. Without a driver, every process is
-    summed as resource-seconds: lifetimes, a worker's uncovered lifetime idle."""
+def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
+    """The job's figures. The driver's view: its exclusive bucket time over the wall (one attempt: its
+    ``rl.job``, else its first to last span; several: the first start to the last end over all of them),
+    what no bucketed span covers unattributed. Without a driver, every process is summed as
+    resource-seconds: lifetimes, a worker's uncovered lifetime idle. Re-runs and the downtime between
+    attempts are wasted, and said so in ``wasted_reasons``."""
+    rerun = sum(p.rerun_ns for p in view)
+    restart = attempts.restart_ns
     if is_driver:
         ns = {b: sum(p.bucket_ns[b] for p in view) for b in BUCKETS}
-        windows = merge_intervals(j for p in view for j in p.jobs) or merge_intervals(
-            p.lifetime for p in view if p.lifetime is not None
-        )
+        ns["wasted"] += rerun + restart
+        if attempts.several and attempts.start_ns is not None and attempts.end_ns is not None:
+            windows = [(attempts.start_ns, attempts.end_ns)]
+        else:
+            windows = merge_intervals(j for p in view for j in p.jobs) or merge_intervals(
+                p.lifetime for p in view if p.lifetime is not None
+            )
         wall = sum(hi - lo for lo, hi in windows) if windows else None
-        unattributed = None if wall is None else max(wall - covered((p.bucketed for p in view), windows), 0)
+        coverage = [array for p in view for array in p.coverage]
+        unattributed = None if wall is None else max(wall - covered(coverage, windows) - restart, 0)
         seconds = _seconds(ns)
         ratio = _of_wall(ns["productive"], wall)
+        phases_wasted = ns["wasted"] - rerun - restart
     else:
         per = [p.seconds() for p in view]
         summed = {b: sum(s[b] for s in per) for b in BUCKETS}
+        summed["wasted"] += restart / 1e9
         seconds = {b: round(value, 6) for b, value in summed.items()}
-        wall = sum(p.lifetime_ns for p in view) or None
+        wall = (sum(p.lifetime_ns for p in view) + restart) or None
         unattributed, ratio = 0, goodput_of(summed)
+        phases_wasted = sum(p.bucket_ns["wasted"] for p in view)
     return {
         "view": "driver" if is_driver else "all processes",
         "seconds": seconds,
         "wall_s": None if wall is None else round(wall / 1e9, 6),
         "unattributed_s": None if unattributed is None else round(unattributed / 1e9, 6),
         "goodput": ratio,
+        "wasted_reasons": {
+            "rerun": round(rerun / 1e9, 6),
+            "restart": round(restart / 1e9, 6),
+            "phases": round(phases_wasted / 1e9, 6),
+        },
+        "restarts": max(len(attempts.rows) - 1, 0),
     }
 
 
@@ -317,6 +371,7 @@ def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, A
                 "worker_group": group,
                 "rank": rank,
                 "pid": pid,
+                "attempt": part.key.attempt,
                 "seconds": {b: round(s, 6) for b, s in seconds.items()},
                 "goodput": goodput_of(seconds),
                 "wall_s": round(wall_s, 6),
@@ -332,7 +387,7 @@ def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, A
         for e in groups.values()
     ]
     group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
-    ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["pid"]))
+    ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["attempt"], r["pid"]))
     return group_rows, ranks, concurrent
 
 
@@ -348,26 +403,48 @@ def analyze_parts(
     parts: list[ProcessPart] = []
     stats = ReadStats()
     driver_in_run = False
+    attempts: set[int] = set()
+    driven: set[int] = set()  # attempts with a driver file that has spans
     for path in paths:
         head, has_spans = read_head(path)
+        if head is not None:
+            attempts.add(head.process.attempt)
         if head is not None and head.process.driver:
             if has_spans:
                 driver_in_run = True
+                later = heads(path)  # a driver restarted under the same pid appends to the same file
+                driven.update(h.process.attempt for h in later if h.process.driver)
+                attempts.update(h.process.attempt for h in later)
             else:
                 stats.notes.append(
                     f"{Path(path).name}: a driver file with no spans (the driver was killed before "
                     "its first export?); read as no driver file: the job view sums every process"
                 )
+    options: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
+    superseded = _superseded(paths, frozenset(driven), options) if len(attempts) > 1 else {}
     steps_seen: dict[bytes, Any] = {}
     with no_gc():
         for file_result, file_stats in map_files(
-            file_parts, paths, driver_in_run, jobs=jobs, use_ray=use_ray, ray_address=ray_address, desc="goodput"
+            file_parts, paths, driver_in_run, superseded, desc="goodput", **options
         ):
             for part in file_result:
                 share_steps(part, steps_seen)
             parts.extend(file_result)
             stats.add(file_stats)
     return parts, stats
+
+
+def _superseded(paths: Sequence[Path], driven: frozenset[int], options: Mapping[str, Any]) -> dict[int, frozenset[Any]]:
+    """attempt -> its steps a later attempt ran again, in a run of several attempts: the steps of each
+    attempt's view (its driver's, or every process's of an attempt without a driver file) read once more,
+    before the files are reduced."""
+    from lens_rl.offline.parallel import map_files
+
+    steps: dict[int, set[Any]] = defaultdict(set)
+    for found in map_files(file_steps, paths, driven, desc="attempts", **options):
+        for attempt, values in found.items():
+            steps[attempt] |= values
+    return superseded_steps(steps)
 
 
 def analyze(

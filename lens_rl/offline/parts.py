@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
-from lens_rl.offline.intervals import merge_intervals, pack, pairs
+from lens_rl.offline.intervals import covered, merge_intervals, pack, pairs
 from lens_rl.store import Process
 
 __all__ = [
@@ -225,6 +225,14 @@ class ProcessPart:
     #: phase -> step -> exclusive ns of compute phases (what stragglers are judged on);
     #: a :class:`Series` (two arrays) when the steps are integers, else a dict
     compute: dict[str, Mapping[Any, int]] = field(default_factory=dict)
+    #: the earliest header's ``since`` (ns), None when absent
+    since: int | None = None
+    #: the job root's error ({"type", "message"}) when it ended in one (a driver's)
+    job_error: dict[str, str] | None = None
+    #: runs of steps a later attempt ran again (wasted, reason rerun): their spans' merged intervals
+    #: (packed; none of them is in the buckets, phases, steps or compute above) and which steps they were
+    rerun: array = field(default_factory=lambda: array("q"))
+    rerun_steps: set[Any] = field(default_factory=set)
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -243,17 +251,46 @@ class ProcessPart:
         return self.key.driver
 
     @property
+    def first_ns(self) -> int | None:
+        """When the process began: its earliest header ``since``, job root or span start."""
+        starts = [t for t in (self.since, self.lifetime and self.lifetime[0]) if t is not None]
+        starts += [start for start, _ in self.jobs]
+        return min(starts) if starts else None
+
+    @property
+    def last_ns(self) -> int | None:
+        """Its last recorded end (a span's or the job root's)."""
+        ends = [end for _, end in self.jobs] + ([self.lifetime[1]] if self.lifetime is not None else [])
+        return max(ends) if ends else None
+
+    @property
     def lifetime_ns(self) -> int:
         return 0 if self.lifetime is None else self.lifetime[1] - self.lifetime[0]
 
-    def seconds(self) -> dict[str, float]:
-        """Seconds per bucket, the resource view: a worker's lifetime not covered by a bucketed span is idle
-        (measured, never negative); the driver's is not (it orchestrates: its gaps are unattributed)."""
-        from lens_rl.offline.intervals import covered
+    @property
+    def rerun_ns(self) -> int:
+        """Wasted time of its re-run steps: their runs' union, less what bucketed spans of final runs cover
+        (a phase of a later step running beside them keeps its own bucket)."""
+        if not self.rerun:
+            return 0
+        total = sum(end - start for start, end in pairs(self.rerun))
+        return total - covered([self.bucketed], pairs(self.rerun))
 
+    @property
+    def coverage(self) -> list[array]:
+        """What its spans cover of its time: bucketed spans and re-run steps (the rest is unattributed, or a
+        worker's idle)."""
+        return [self.bucketed, self.rerun] if self.rerun else [self.bucketed]
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds per bucket, the resource view: re-run steps are wasted; a worker's lifetime not covered by a
+        bucketed span (or a re-run step) is idle (measured, never negative); the driver's is not (it
+        orchestrates: its gaps are unattributed)."""
         out = {b: ns / 1e9 for b, ns in self.bucket_ns.items()}
+        if self.rerun:
+            out["wasted"] += self.rerun_ns / 1e9
         if not self.is_driver and self.lifetime is not None:
-            out["idle"] += max(self.lifetime_ns - covered([self.bucketed], [self.lifetime]), 0) / 1e9
+            out["idle"] += max(self.lifetime_ns - covered(self.coverage, [self.lifetime]), 0) / 1e9
         return out
 
     def compute_items(self) -> Iterator[tuple[str, Any, int]]:
@@ -277,6 +314,12 @@ class ProcessPart:
             )
         self.jobs.extend(other.jobs)
         self.bucketed = pack(merge_intervals(pairs(self.bucketed + other.bucketed)))
+        if other.since is not None and (self.since is None or other.since < self.since):
+            self.since = other.since
+        self.job_error = self.job_error or other.job_error
+        if other.rerun:
+            self.rerun = pack(merge_intervals(pairs(self.rerun + other.rerun)))
+        self.rerun_steps |= other.rerun_steps
         for step, part in other.steps.items():
             self.steps.setdefault(step, StepPart()).merge(part)
         for key, phase in other.phases.items():

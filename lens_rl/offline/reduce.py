@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import os
 from array import array
+from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.buckets import exclusive_time
 from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
 from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
-from lens_rl.store import INT64_END, Process, ReadStats
+from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
-__all__ = ["file_parts", "part_from_columns"]
+__all__ = ["file_parts", "file_steps", "part_from_columns"]
 
 _BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
@@ -153,12 +154,15 @@ def inner(tree: Tree) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
-def part_from_columns(key: Process, cols: Columns, *, step_rows: bool = True) -> ProcessPart:
+def part_from_columns(
+    key: Process, cols: Columns, *, step_rows: bool = True, superseded: frozenset[Any] = frozenset()
+) -> ProcessPart:
     """One process's columns reduced to its part (it consumes ``cols``).
 
     ``step_rows`` False (a worker of a run with a driver, whose view makes the step rows): no step rows are
-    kept (memory: O(steps) for the driver, not for every process)."""
-    part = ProcessPart(key)
+    kept (memory: O(steps) for the driver, not for every process). ``superseded``: the steps of this
+    process's attempt that a later attempt ran again; their spans are kept apart as re-runs (wasted)."""
+    part = ProcessPart(key, since=cols.since, job_error=cols.job_error)
     for resource in cols.resources:
         run = resource.get("rl.run_id")
         if run is not None:
@@ -170,19 +174,26 @@ def part_from_columns(key: Process, cols: Columns, *, step_rows: bool = True) ->
     if part.spans:
         tree = link(cols)
         resolve(tree)
-        accumulate(part, tree, inner(tree), step_rows)
+        accumulate(part, tree, inner(tree), step_rows, superseded)
     return part
 
 
-def accumulate(part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int, int]]], step_rows: bool) -> None:
+def accumulate(
+    part: ProcessPart,
+    tree: Tree,
+    kids_of: dict[int, list[tuple[int, int]]],
+    step_rows: bool,
+    superseded: frozenset[Any] = frozenset(),
+) -> None:
     """Pass 4 (see the module docstring): one loop over every span, the hot path of every read, so its
-    per-span work stays inline."""
+    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval."""
     names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
     outer, own_steps, parents, has_child = tree.outer, tree.own_steps, tree.parents, tree.has_child
     orphan, flags, tokens = tree.orphan, tree.flags, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
+    rerun = array("q")  # rows of spans of superseded steps
     lo = hi = None
     for i in range(tree.n):
         name = names[i]
@@ -192,6 +203,10 @@ def accumulate(part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int,
             continue
         lo = start if lo is None or start < lo else lo
         hi = end if hi is None or end > hi else hi
+        if superseded and steps[i] in superseded:  # a run a later attempt did again: wasted, nothing else
+            rerun.append(i)
+            part.rerun_steps.add(steps[i])
+            continue
         duration = end - start
         bucket = buckets[i]
         excl = 0
@@ -261,6 +276,8 @@ def accumulate(part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int,
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    if rerun:
+        part.rerun = merge_indexed(rerun, starts, ends)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
 
@@ -304,10 +321,41 @@ def _summed(pairs_: list[array]) -> Series:
     return Series(keys, sums)
 
 
-def file_parts(path: str | os.PathLike[str], driver_in_run: bool = False) -> tuple[list[ProcessPart], ReadStats]:
+def file_parts(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+) -> tuple[list[ProcessPart], ReadStats]:
     """One span file reduced to its process part(s) (a re-init under another identity is another) and what
-    its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows."""
+    its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows; ``superseded``:
+    attempt -> the steps a later attempt ran again (see :func:`lens_rl.offline.attempts.superseded_steps`)."""
     stats = ReadStats()
+    later = superseded or {}
     return [
-        part_from_columns(k, c, step_rows=not driver_in_run or k.driver) for k, c in read_columns(path, stats).items()
+        part_from_columns(k, c, step_rows=not driver_in_run or k.driver, superseded=later.get(k.attempt, frozenset()))
+        for k, c in read_columns(path, stats).items()
     ], stats
+
+
+def file_steps(path: str | os.PathLike[str], driven: frozenset[int] = frozenset()) -> dict[int, set[Any]]:
+    """attempt -> the steps (spans' own ``rl.step``) one file's processes ran, as the job's view sees them:
+    of an attempt in ``driven`` (it has a driver file), its driver's only; of any other, every process's.
+    What tells re-run steps apart, before the files are reduced. A worker file of a driven attempt is
+    not read past its header."""
+    head, _ = read_head(path)
+    if head is None or (not head.process.driver and head.process.attempt in driven and len(heads(path)) == 1):
+        return {}
+    out: dict[int, set[Any]] = {}
+    last: Any = None
+    steps: set[Any] | None = None
+    for head, row in iter_rows(path):
+        if head is not last:
+            last = head
+            process = head.process
+            viewed = process.driver or process.attempt not in driven
+            steps = out.setdefault(process.attempt, set()) if viewed else None
+        if steps is not None and row.a:
+            step = row.a.get("rl.step")
+            if type(step) is int or type(step) is str:
+                steps.add(step)
+    return {attempt: found for attempt, found in out.items() if found}

@@ -32,6 +32,7 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
     """The report as a human-readable table: at most 20 step rows unless ``all_steps``."""
     lines = _headline(report)
     lines += ["", _HEAD, _row("job", report["job"]["seconds"], report["job"]["goodput"], _wall(report["job"]))]
+    lines += _attempt_lines(report)
     steps = report["steps"]
     if steps:
         lines.append("")
@@ -42,6 +43,8 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
                 lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
                 continue
             mark = " (incomplete: its umbrella never ended)" if step.get("incomplete") else ""
+            if len(report.get("attempts", ())) > 1:
+                mark = f"   attempt {step['attempt']}" + mark
             lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
     lines += _phase_table(report)
     lines += _group_lines(report)
@@ -68,7 +71,11 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     lines = [
         f"goodput {_pct(report['goodput']).strip()} (productive over the whole job's wall, start-up included)   "
         f"steady state {_pct(report['steady_state_goodput']).strip()} "
-        f"(steps after the first {report['warmup_steps']})",
+        + (
+            f"(each attempt's steps after its first {report['warmup_steps']})"
+            if len(report.get("attempts", ())) > 1
+            else f"(steps after the first {report['warmup_steps']})"
+        ),
         f"job view: {job['view']}; runs: {', '.join(report['runs']) or '-'}; spans: {report['spans']}"
         + (
             "; SAMPLED run: seconds are those of the sampled phases, ratios are estimates"
@@ -84,6 +91,36 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
             f"  slowest steps: {slow}"
         )
     lines += [f"note: {note}" for note in report.get("notes", ())]
+    return lines
+
+
+def _attempt_lines(report: Mapping[str, Any]) -> list[str]:
+    """With more than one attempt: why time was wasted, then one line per attempt (its steps, how it ended,
+    what a later attempt ran again, the downtime before it)."""
+    attempts = report.get("attempts", ())
+    if len(attempts) <= 1:
+        return []
+    why = report["job"]["wasted_reasons"]
+    lines = [
+        f"  wasted: {why['rerun']:.2f}s re-run steps, {why['restart']:.2f}s downtime between attempts, "
+        f"{why['phases']:.2f}s in wasted phases; {report['job']['restarts']} restart(s)",
+        "",
+        f"{'attempt':10s}{'start':>10s}{'wall':>10s}{'steps':>14s}{'goodput':>9s}  ended",
+    ]
+    for a in attempts:
+        steps = "-" if a["first_step"] is None else f"{a['first_step']}-{a['last_step']}"
+        ended = a["ended"]
+        if a.get("error"):
+            ended += f" ({a['error']['type']}: {a['error']['message']})"[:100]
+        extra = f"; downtime before {a['downtime_before_s']:.2f}s" if a["downtime_before_s"] else ""
+        if a["rerun_steps"]:
+            rerun = a["rerun_steps"]
+            listed = ", ".join(map(str, rerun[:6])) + (", ..." if len(rerun) > 6 else "")
+            extra += f"; steps {listed} run again later ({a['rerun_s']:.2f}s wasted)"
+        lines.append(
+            f"{a['attempt']:<10d}{a['start_s']:9.2f}s{a['wall_s']:9.2f}s{steps:>14s}{_pct(a['goodput']):>9s}  "
+            f"{ended}{extra}"
+        )
     return lines
 
 

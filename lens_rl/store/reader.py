@@ -28,10 +28,13 @@ from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, Process, process_of
 
 __all__ = [
     "INT64_END",
+    "HEADER_PREFIX",
     "Head",
     "ReadStats",
     "Row",
     "decode_row",
+    "driver_attempts",
+    "heads",
     "iter_rows",
     "loads",
     "read_head",
@@ -173,6 +176,42 @@ def read_head(path: str | os.PathLike[str]) -> tuple[Head | None, bool]:
     return _head(first), more
 
 
+#: How every header line starts (its first key is ``v``; a span line's is ``n``): a scan for later headers
+#: looks for it at a line's start, then decodes that line.
+HEADER_PREFIX = b'{"v"'
+
+
+def heads(path: str | os.PathLike[str]) -> list[Head]:
+    """Every header of a file, in order: its first, then any a re-init appended (a process of a later attempt
+    with the same pid writes the same file). Found by a byte scan, without decoding a span line."""
+    found: list[Head] = []
+    needle = b"\n" + HEADER_PREFIX
+    with open(path, "rb") as handle:
+        first = handle.readline(_HEAD_MAX)
+        head = _head(first)
+        if head is None:
+            return found
+        found.append(head)
+        offset, tail = len(first), b"\n"  # the scan window starts with the byte before it
+        while True:
+            chunk = handle.read(1 << 20)
+            if not chunk:
+                break
+            window = tail + chunk
+            at = window.find(needle)
+            while at != -1:
+                handle.seek(offset - len(tail) + at + 1)
+                line = handle.readline(_HEAD_MAX)
+                later = _head(line)
+                if later is not None:
+                    found.append(later)
+                at = window.find(needle, at + 1)
+            offset += len(chunk)
+            handle.seek(offset)
+            tail = window[-len(needle) :]
+    return found
+
+
 def _head(raw: bytes) -> Head | None:
     try:
         header = loads(raw)
@@ -181,6 +220,29 @@ def _head(raw: bytes) -> Head | None:
     if type(header) is dict and header.get("header") is True and header.get("v") == 2:
         return Head(header)
     return None
+
+
+def driver_attempts(run_dir: str | os.PathLike[str]) -> tuple[set[int], int | None]:
+    """The attempts of the driver files in one run's folder (from their headers: a file whose first header
+    is a driver's is scanned for the later ones), and the latest write to any of its files (ns since the
+    epoch; None when there is none). Empty for a folder that does not exist."""
+    found: set[int] = set()
+    latest: int | None = None
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        return found, latest
+    for path in folder.glob("*-*.json*"):
+        try:
+            written = path.stat().st_mtime_ns
+            latest = written if latest is None or written > latest else latest
+            if not path.name.startswith("spans-"):
+                continue
+            head, _ = read_head(path)
+            if head is not None and head.process.driver:
+                found.update(h.process.attempt for h in heads(path) if h.process.driver)
+        except OSError:
+            continue  # a file that went away or cannot be read says nothing about attempts
+    return found, latest
 
 
 def span_files(trace_dir: str | os.PathLike[str]) -> list[Path]:

@@ -236,3 +236,18 @@ def test_a_forked_child_never_writes_into_its_parents_files(tmp_path: Path) -> N
     for path in files:  # every header (and so every line after it) is the parent's
         headers = [json.loads(line) for line in path.read_text().splitlines() if '"header"' in line]
         assert headers and all(str(h["pid"]) == parent for h in headers), path
+
+
+def test_the_exporters_header_line_starts_as_the_store_says(tmp_path: Path) -> None:
+    """The first key of a header line the exporter writes is ``v`` (what a scan for later headers looks for),
+    and a span line's is not."""
+    import lens_rl
+    from lens_rl.store import HEADER_PREFIX
+
+    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path), "run_id": "h"}})
+    with lens_rl.traced_phase("x"):
+        pass
+    lens_rl.shutdown_telemetry(2000)
+    (path,) = (tmp_path / "h").glob("spans-*.jsonl")
+    lines = path.read_bytes().splitlines()
+    assert lines[0].startswith(HEADER_PREFIX) and not any(line.startswith(HEADER_PREFIX) for line in lines[1:])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser import browser
 from tests.conftest import clean_env
 
 pytest.importorskip("ray")
@@ -92,40 +92,13 @@ def _external_references(html: str) -> list[str]:
     return found
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no Chromium here (.ci/run installs Debian's chromium)")
-
-
-def _browser(url: str, *extra: str, profile: Path) -> subprocess.CompletedProcess[str]:
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--hide-scrollbars",
-        "--virtual-time-budget=8000",
-    ]
-    return subprocess.run([_chromium(), *flags, *extra, url], capture_output=True, text=True, timeout=120)
-
-
 def test_the_report_renders_offline_in_a_real_browser(demo: dict[str, Any], tmp_path: Path) -> None:
     """Headless Chromium draws the demo's report from a file: no console error, no http(s) reference, the
     charts drawn, the screenshot not blank, and the headline figures those of `lens-rl goodput --json`."""
     page = demo["run_dir"] / "report.html"
     assert page.stat().st_size < 10_000_000
     url = page.resolve().as_uri()
-    dom = _browser(url, "--dump-dom", profile=tmp_path / "p1")
+    dom = browser(url, "--dump-dom", profile=tmp_path / "p1")
     assert dom.returncode == 0, dom.stderr[-2000:]
     errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and re.search(r"Uncaught|Error", line)]
     assert errors == []
@@ -142,7 +115,7 @@ def test_the_report_renders_offline_in_a_real_browser(demo: dict[str, Any], tmp_
     assert steady and steady.group(1) == f"{report['steady_state_goodput'] * 100:.1f}%"
 
     shot = tmp_path / "report.png"
-    res = _browser(url, f"--screenshot={shot}", "--window-size=1400,2400", profile=tmp_path / "p2")
+    res = browser(url, f"--screenshot={shot}", profile=tmp_path / "p2", window="1400,2400")
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
     from PIL import Image
 

@@ -252,3 +252,103 @@ def test_explicit_worker_init_replaces_a_lazy_handle(monkeypatch: pytest.MonkeyP
     handle = lens_rl.init_telemetry_worker(resource_attributes={"team": "rl"})
     assert handle is not lazy and handle.resource.attributes["team"] == "rl"
     assert lens_rl.init_telemetry_worker(rank=3) is handle  # explicit handles are kept
+
+
+def test_a_resumed_driver_is_the_next_attempt_and_hands_it_to_workers(tmp_path: Path) -> None:
+    """The second driver of a run id finds the first's file and is attempt 1: on its resource, on rl.job, in
+    LENS_RL_OTEL_ATTEMPT and the identity it hands to workers, in step_goodput() and step_metrics()."""
+    master = _master(tmp_path, run_id="resume")
+    lens_rl.init_telemetry_driver(master, "grpo")
+    with lens_rl.traced_phase("step", step=0):
+        pass
+    assert lens_rl.step_goodput()["attempt"] == 0
+    lens_rl.shutdown_telemetry(2000)
+    handle = lens_rl.init_telemetry_driver(master, "grpo")
+    assert handle.resource.attributes["rl.attempt"] == 1
+    assert os.environ["LENS_RL_OTEL_ATTEMPT"] == "1"
+    assert decode_attributes(os.environ["LENS_RL_OTEL_RESOURCE_ATTRIBUTES"])["rl.attempt"] == 1
+    with lens_rl.traced_phase("step", step=0):
+        pass
+    assert lens_rl.step_goodput()["attempt"] == 1 and lens_rl.step_metrics()["goodput/attempt"] == 1.0
+    lens_rl.shutdown_telemetry(2000)
+    jobs = [s for s in read_spans(tmp_path / "traces") if s["name"] == "rl.job"]
+    assert sorted(s["attributes"]["rl.attempt"] for s in jobs) == [0, 1]
+
+
+def test_a_bad_attempt_or_launch_time_is_refused_on_the_driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver validates eagerly: a bad LENS_RL_OTEL_ATTEMPT or LENS_RL_OTEL_LAUNCH_TIME raises, naming it."""
+    monkeypatch.setenv("LENS_RL_OTEL_ATTEMPT", "first")
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_ATTEMPT='first'"):
+        lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
+    monkeypatch.delenv("LENS_RL_OTEL_ATTEMPT")
+    monkeypatch.setenv("LENS_RL_OTEL_LAUNCH_TIME", "yesterday")
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_LAUNCH_TIME='yesterday'"):
+        lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
+    assert lens_rl.get_telemetry_handle() is None
+
+
+def test_a_worker_with_a_bad_attempt_warns_once_and_runs_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a worker a bad LENS_RL_OTEL_ATTEMPT is one warning naming it, and telemetry off."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_ATTEMPT", "-2")
+    assert lens_rl.init_telemetry_worker() is None
+    assert [r for r in caplog.records if "LENS_RL_OTEL_ATTEMPT='-2'" in r.getMessage()]
+
+
+def test_the_launch_span_covers_queueing_and_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With LENS_RL_OTEL_LAUNCH_TIME 3 s ago, rl.job starts there and a launch span (overhead, kept whatever
+    the sample rate) runs from it to the init; without one, there is no launch span."""
+    launched = time.time() - 3
+    monkeypatch.setenv("LENS_RL_OTEL_LAUNCH_TIME", repr(launched))
+    lens_rl.init_telemetry_driver(_master(tmp_path, sample_rate=0.0, run_id="l"), "grpo")
+    lens_rl.shutdown_telemetry(2000)
+    spans = {s["name"]: s for s in read_spans(tmp_path / "traces")}
+    launch, job = spans["launch"], spans["rl.job"]
+    assert launch["attributes"]["rl.bucket"] == "overhead"
+    assert launch["attributes"]["rl.launch.source"] == "LENS_RL_OTEL_LAUNCH_TIME"
+    assert launch["start_ns"] == job["start_ns"] == int(launched * 1e9)
+    assert launch["parent_span_id"] == job["span_id"] and 2.9e9 < launch["end_ns"] - launch["start_ns"] < 30e9
+    monkeypatch.delenv("LENS_RL_OTEL_LAUNCH_TIME")
+    lens_rl.init_telemetry_driver(_master(tmp_path, run_id="nolaunch"), "grpo")
+    lens_rl.shutdown_telemetry(2000)
+    assert not [s for s in read_spans(tmp_path / "traces" / "nolaunch") if s["name"] == "launch"]
+
+
+def test_an_uncaught_exception_is_recorded_on_the_job_and_the_previous_hook_still_runs(tmp_path: Path) -> None:
+    """The chained sys.excepthook records the exception on rl.job (status ERROR, an exception event) and calls
+    the hook that was there; a shutdown called while an exception propagates records it too; a clean
+    shutdown records none."""
+    import sys
+
+    seen = []
+    previous = sys.excepthook
+    sys.excepthook = lambda *info: seen.append(info[1])
+    try:
+        lens_rl.init_telemetry_driver(_master(tmp_path, run_id="hook"), "grpo")
+        error = ValueError("bad batch")
+        sys.excepthook(ValueError, error, None)
+        assert seen == [error]
+        lens_rl.shutdown_telemetry(2000)
+        lens_rl.init_telemetry_driver(_master(tmp_path, run_id="finally"), "grpo")
+        try:
+            try:
+                raise KeyError("lost rank")
+            finally:
+                lens_rl.shutdown_telemetry(2000)
+        except KeyError:
+            pass
+        lens_rl.init_telemetry_driver(_master(tmp_path, run_id="clean"), "grpo")
+        lens_rl.shutdown_telemetry(2000)
+    finally:
+        sys.excepthook = previous
+    for run, status, kind in (
+        ("hook", "ERROR", "ValueError"),
+        ("finally", "ERROR", "KeyError"),
+        ("clean", "UNSET", None),
+    ):
+        (job,) = [s for s in read_spans(tmp_path / "traces" / run) if s["name"] == "rl.job"]
+        assert job["status"] == status, run
+        events = [e["attributes"].get("exception.type") for e in job["events"] if e["name"] == "exception"]
+        assert events == ([kind] if kind else []), run

@@ -405,3 +405,19 @@ def test_calls_are_told_from_orphans_without_another_read(tmp_path: Path, monkey
     ends = sorted(names[(e["pid"], e["ts"])] for e in events if e["ph"] == "f")
     assert ends == ["generate", "score"] and len([e for e in events if e["ph"] == "s"]) == 2
     assert searched and all(wanted == {f"{2:016x}"} for wanted in searched)  # the worker's caller alone, not 99
+
+
+def test_processes_are_named_with_their_attempt_after_a_restart(tmp_path: Path) -> None:
+    """In the Chrome JSON, a process of a later attempt is named with it (two drivers of one job, one per
+    attempt, stay apart); the first attempt's processes keep the plain name."""
+    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.store import span_files
+    from tests.stores import span, write_process
+
+    run = tmp_path / "r"
+    write_process(run, "driver", 0, 7, [span("step", 0, 1, "a", step=0)], **{"rl.attempt": 0})
+    write_process(run, "driver", 0, 8, [span("step", 5, 6, "b", step=0)], since_s=5, **{"rl.attempt": 1})
+    write_trace(span_files(run), tmp_path / "t.json", jobs=1)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name")
+    assert names == ["driver rank 0 (pid 7)", "driver rank 0 (pid 8, attempt 1)"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 from lens_rl.offline.report import HEAT_LIMIT, build_report
 from lens_rl.store import span_files
+from tests.browser import browser
 from tests.stores import span, write_process
 
 pytest.importorskip("plotly")
@@ -121,14 +121,6 @@ def test_a_timeline_window_outside_the_run_is_refused(tmp_path: Path) -> None:
         build_report(span_files(_run(tmp_path, 2)), steps=(7, 9), jobs=1)
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no Chromium here (.ci/run installs Debian's chromium)")
-
-
 @pytest.mark.slow
 def test_a_2000_rank_run_reads_on_a_few_screens_with_its_straggler_on_top(tmp_path: Path) -> None:
     """2,000 ranks, one straggler: the page (measured in headless Chromium) stays under 15,000 px, the heatmap
@@ -156,22 +148,7 @@ def test_a_2000_rank_run_reads_on_a_few_screens_with_its_straggler_on_top(tmp_pa
             "{document.title = 'H=' + document.documentElement.scrollHeight}, 300))</script></body>",
         )
     )
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=8000",
-        "--window-size=1400,1000",
-    ]
-    dom = subprocess.run(
-        [_chromium(), *flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180
-    )
+    dom = browser(probe.as_uri(), "--dump-dom", profile=tmp_path / "profile")
     height = re.search(r"<title>H=(\d+)</title>", dom.stdout)
     assert height is not None, dom.stderr[-2000:]
     assert 1000 < int(height.group(1)) < 15_000

@@ -114,3 +114,18 @@ def test_step_metrics_write_a_tensorboard_event_file(tmp_path: Path) -> None:
     points = acc.Scalars("goodput/goodput")
     assert [p.step for p in points] == [0, 1, 2]
     assert all(math.isclose(p.value, live["goodput"], rel_tol=1e-5) for p, live in zip(points, lives, strict=True))
+
+
+def test_the_live_figures_carry_the_attempt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A worker of attempt 3 (handed LENS_RL_OTEL_ATTEMPT by its driver): step_goodput()["attempt"] and
+    step_metrics()["goodput/attempt"] say 3, so a dashboard tells a resumed curve from a new one."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_TRACE_DIR", str(tmp_path))
+    monkeypatch.setenv("LENS_RL_OTEL_ATTEMPT", "3")
+    lens_rl.init_telemetry_worker(rank=0, world_size=1, worker_group="lm_policy")
+    with traced_phase("step", step=9):
+        with traced_phase("policy_training"):
+            pass
+    assert lens_rl.step_goodput()["attempt"] == 3
+    assert lens_rl.step_metrics()["goodput/attempt"] == 3.0
+    lens_rl.shutdown_telemetry(2000)

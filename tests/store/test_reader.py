@@ -154,3 +154,31 @@ def test_the_fast_and_the_plain_reader_allow_the_same_json_types() -> None:
             allowed = [typing.get_origin(t) or t for t in typing.get_args(field.type) if t is not type(None)]
             typed[field.name] = set(allowed)
     assert typed == {key: set(types) for key, types in FIELD_TYPES.items()}
+
+
+def test_heads_finds_every_header_of_a_file_whatever_the_chunk_boundaries(tmp_path: Path) -> None:
+    """A file that a restarted process (same pid) appended to has several headers; heads() finds each by a byte
+    scan (one across the scan's 1 MiB chunk boundary too), and driver_attempts() the drivers' attempts."""
+    from lens_rl.store import driver_attempts, heads
+
+    path = write_process(tmp_path, "driver", 0, 5, [span("x", 0, 1, "a")], **{"rl.attempt": 0})
+    filler = json.dumps(span("x", 0, 1, "b"))
+    boundary = len(path.read_bytes().split(b"\n", 1)[0]) + 1 + (1 << 20)  # where the scan's first chunk ends
+    with path.open("a") as handle:
+        written = path.stat().st_size
+        while written < boundary - 400:
+            handle.write(filler + "\n")
+            written += len(filler) + 1
+        pad = json.dumps(span("x", 0, 1, "c", pad=""))  # ends so the header's '{' is the chunk's last byte
+        handle.write(pad.replace('"pad": ""', '"pad": "' + "p" * (boundary - 1 - written - len(pad) - 1) + '"') + "\n")
+        handle.write(json.dumps(header("driver", 0, 5, **{"rl.attempt": 1})) + "\n")
+        handle.write(filler + "\n")
+        handle.write(json.dumps(header("driver", 0, 5, **{"rl.attempt": 2})) + "\n")
+    assert path.read_bytes()[boundary - 2 : boundary + 3] == b'\n{"v"'
+    assert [h.process.attempt for h in heads(path)] == [0, 1, 2]
+    write_process(tmp_path, "lm_policy", 0, 6, [], **{"rl.attempt": 8})
+    attempts, last_write = driver_attempts(tmp_path)
+    assert attempts == {0, 1, 2} and last_write == max(p.stat().st_mtime_ns for p in tmp_path.iterdir())
+    assert driver_attempts(tmp_path / "absent") == (set(), None)
+    (tmp_path / "spans-other.jsonl").write_text("not a store file\n")
+    assert heads(tmp_path / "spans-other.jsonl") == []

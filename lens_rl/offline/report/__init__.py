@@ -37,7 +37,14 @@ from lens_rl.offline.report.data import (
     step_window,
     window_file,
 )
-from lens_rl.offline.report.figures import HEAT_LIMIT, heat_figures, rank_figure, step_figures, timeline_figure
+from lens_rl.offline.report.figures import (
+    HEAT_LIMIT,
+    attempts_figure,
+    heat_figures,
+    rank_figure,
+    step_figures,
+    timeline_figure,
+)
 from lens_rl.offline.report.page import page
 
 __all__ = [
@@ -98,6 +105,9 @@ def build_report(
     ):
         timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
     figures = [*step_figures(go, report), rank_figure(go, report), *heat_figures(go, parts)]
+    attempts = attempts_figure(go, report, parts)
+    if attempts is not None:
+        figures.insert(0, attempts)
     if timeline:
         figures.append(timeline_figure(go, timeline, window))
     config = {"displaylogo": False, "responsive": True}

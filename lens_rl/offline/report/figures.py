@@ -10,7 +10,15 @@ from typing import Any
 from lens_rl.offline.parts import BUCKETS
 from lens_rl.offline.report.data import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks
 
-__all__ = ["COLORS", "HEAT_LIMIT", "heat_figures", "rank_figure", "step_figures", "timeline_figure"]
+__all__ = [
+    "COLORS",
+    "HEAT_LIMIT",
+    "attempts_figure",
+    "heat_figures",
+    "rank_figure",
+    "step_figures",
+    "timeline_figure",
+]
 
 COLORS = {"productive": "#2ca02c", "overhead": "#f2b701", "idle": "#9e9e9e", "wasted": "#d62728", None: "#8fb8de"}
 # 2ca02c", "overhead": "#f2b701", "idle": "#9e9e9e", "wasted": "#d62728", None: "#8fb8de"}
@@ -147,3 +155,92 @@ def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, 
         **{**_LAYOUT, "height": max(320, 34 * len(procs) + 140)},
     )
     return "timeline", fig
+
+
+ENDED_COLORS = {"shutdown": "#2ca02c", "error": "#d62728", "lost": "#7f7f7f"}
+
+
+def attempts_figure(go: Any, report: Mapping[str, Any], parts: Sequence[Any]) -> tuple[str, Any] | None:
+    """The attempts on one time axis (s from the job's start): each attempt's run coloured by how it ended,
+    the downtime before it, the stretches a later attempt ran again, the error it ended with. None for a
+    single attempt."""
+    attempts = report.get("attempts", ())
+    if len(attempts) <= 1:
+        return None
+    view = [p for p in parts if p.is_driver] or list(parts)
+    origin = min((p.first_ns for p in parts if p.first_ns is not None), default=0)
+    traces = []
+    for ended, color in ENDED_COLORS.items():
+        rows = [a for a in attempts if a["ended"] == ended]
+        if rows:
+            traces.append(
+                go.Bar(
+                    y=[f"attempt {a['attempt']}" for a in rows],
+                    x=[a["wall_s"] for a in rows],
+                    base=[a["start_s"] for a in rows],
+                    orientation="h",
+                    name=f"run, ended: {ended}",
+                    marker_color=color,
+                    opacity=0.75,
+                    customdata=[[_steps(a), a.get("error", {}).get("message", "")] for a in rows],
+                    hovertemplate="%{y}: steps %{customdata[0]}<br>%{x:.1f} s %{customdata[1]}<extra></extra>",
+                )
+            )
+    gaps = [a for a in attempts if a["downtime_before_s"] > 0]
+    if gaps:
+        traces.append(
+            go.Bar(
+                y=[f"attempt {a['attempt']}" for a in gaps],
+                x=[a["downtime_before_s"] for a in gaps],
+                base=[a["start_s"] - a["downtime_before_s"] for a in gaps],
+                orientation="h",
+                name="downtime (wasted: restart)",
+                marker_color="#bdbdbd",
+                marker_pattern_shape="/",
+                hovertemplate="downtime before %{y}: %{x:.1f} s<extra></extra>",
+            )
+        )
+    reruns = [(p.key.attempt, a, b) for p in view for a, b in zip(p.rerun[::2], p.rerun[1::2], strict=True)]
+    if reruns:
+        traces.append(
+            go.Bar(
+                y=[f"attempt {attempt}" for attempt, _, _ in reruns],
+                x=[(b - a) / 1e9 for _, a, b in reruns],
+                base=[(a - origin) / 1e9 for _, a, _ in reruns],
+                orientation="h",
+                name="re-run later (wasted: rerun)",
+                marker_color="#ff7f0e",
+                width=0.35,
+                hovertemplate="run again by a later attempt: %{x:.2f} s<extra></extra>",
+            )
+        )
+    errors = [a for a in attempts if a["ended"] == "error"]
+    if errors:
+        traces.append(
+            go.Scatter(
+                y=[f"attempt {a['attempt']}" for a in errors],
+                x=[a["start_s"] + a["wall_s"] for a in errors],
+                mode="markers",
+                marker={"symbol": "x", "size": 14, "color": "#000000"},
+                name="error",
+                text=[f"{a['error']['type']}: {a['error']['message']}"[:200] for a in errors],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    fig = go.Figure(traces)
+    why = report["job"]["wasted_reasons"]
+    fig.update_layout(
+        title=(
+            f"Attempts: {len(attempts)} ({why['rerun']:.1f} s re-run, {why['restart']:.1f} s downtime; "
+            "s from the job's start)"
+        ),
+        barmode="overlay",
+        xaxis_title="s",
+        yaxis={"autorange": "reversed", "type": "category"},
+        **{**_LAYOUT, "height": max(260, 46 * len(attempts) + 140)},
+    )
+    return "attempts", fig
+
+
+def _steps(attempt: Mapping[str, Any]) -> str:
+    return "-" if attempt["first_step"] is None else f"{attempt['first_step']}-{attempt['last_step']}"

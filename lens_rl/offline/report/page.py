@@ -55,6 +55,15 @@ def page(report: Mapping[str, Any], ident: Mapping[str, Any], charts: str, plotl
     ]
     notes_html = "".join(f"<p class=note>{esc(n)}</p>" for n in notes)
     steps_done = sum(not s.get("incomplete") for s in report["steps"])
+    attempts = report.get("attempts", ())
+    warmup = f"after {report['warmup_steps']} step" + (" of each attempt" if len(attempts) > 1 else "")
+    restarts = ""
+    if len(attempts) > 1:
+        why = report["job"]["wasted_reasons"]
+        restarts = (
+            f'<div class="card" id="headline-attempts">attempts ({why["rerun"] + why["restart"]:.1f} s lost to '
+            f"restarts)<b>{len(attempts)}</b></div>"
+        )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>lens_rl report {esc(str(ident.get("run") or ""))}</title>
 <style>
@@ -72,10 +81,11 @@ td:first-child, th:first-child {{ text-align: left; }} .note {{ color: #a15c00; 
 algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {report["spans"]:,} spans in {report["files"]} files</p>
 <div class="headline">
 <div class="card" id="headline-goodput">goodput (whole job)<b>{_pct(report["goodput"])}</b></div>
-<div class="card" id="headline-steady">steady state (after {report["warmup_steps"]} step)<b>{_pct(report["steady_state_goodput"])}</b></div>
+<div class="card" id="headline-steady">steady state ({warmup})<b>{_pct(report["steady_state_goodput"])}</b></div>
 <div class="card">step time p50<b>{_secs(st["p50_s"])}</b></div>
 <div class="card">step time p95<b>{_secs(st["p95_s"])}</b></div>
 <div class="card">steps<b>{steps_done}</b></div>
+{restarts}
 </div>
 {notes_html}
 {charts}

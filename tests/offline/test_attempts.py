@@ -1,0 +1,188 @@
+"""The rollup across attempts on hand-written stores whose figures are known exactly: re-runs wasted on the
+driver and on every process, the downtime wasted, final runs everywhere, each attempt's warm-up skipped,
+how each attempt ended; the same whatever the parallelism, and with two attempts in one file (same pid)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.offline.attempts import superseded_steps
+from lens_rl.offline.goodput import analyze
+from lens_rl.offline.table import format_table
+from lens_rl.store import span_files
+from tests.stores import header, span, write_process
+
+
+def test_superseded_steps_are_those_a_later_attempt_ran_again() -> None:
+    """Each attempt's steps that any later attempt ran; the last attempt's never are."""
+    assert superseded_steps({0: {0, 1, 2, 3}, 1: {2, 3, 4}, 2: {4, 5}}) == {0: frozenset({2, 3}), 1: frozenset({4})}
+    assert superseded_steps({0: {0, 1}, 1: {2, 3}}) == {}
+    assert superseded_steps({3: {1}}) == {}
+
+
+def _driver(attempt: int, first: int, last: int, t0: float, *, job: str | None, launch: float = 0.0) -> list[Any]:
+    """A driver's spans: steps of 10 s from ``t0 + launch`` (a 9 s productive phase each); ``job``: how
+    its rl.job ended (None: there is none, the attempt was lost)."""
+    label = f"a{attempt}"
+    spans = []
+    t = t0 + launch
+    for step in range(first, last + 1):
+        parent = f"{label}-job" if job is not None else None
+        spans.append(span("step", t, t + 10, f"{label}-s{step}", parent=parent, step=step))
+        spans.append(
+            span("policy_training", t, t + 9, f"{label}-p{step}", parent=f"{label}-s{step}", bucket="productive")
+        )
+        t += 10
+    if launch:
+        spans.append(span("launch", t0, t0 + launch, f"{label}-launch", parent=f"{label}-job", bucket="overhead"))
+    if job is not None:
+        row = span("rl.job", t0, t, f"{label}-job")
+        if job == "error":
+            row["st"], row["sm"] = "ERROR", "RuntimeError: CUDA OOM"
+            row["ev"] = [
+                {
+                    "n": "exception",
+                    "ts": int(t * 1e9),
+                    "a": {"exception.type": "RuntimeError", "exception.message": "CUDA OOM"},
+                }
+            ]
+        spans.append(row)
+    return spans
+
+
+def _worker(attempt: int, first: int, last: int, t0: float, launch: float = 0.0) -> list[Any]:
+    """A trainer's spans: an 8 s productive phase in each driver step (a remote parent)."""
+    label = f"w{attempt}"
+    t = t0 + launch
+    out = []
+    for step in range(first, last + 1):
+        out.append(
+            span(
+                "train",
+                t,
+                t + 8,
+                f"{label}-{step}",
+                parent=f"a{attempt}-p{step}",
+                remote=True,
+                bucket="productive",
+                step=step,
+            )
+        )
+        t += 10
+    return out
+
+
+def _store(run: Path) -> Path:
+    """Attempt 0 ran steps 0-3 and was lost (killed in step 4, nothing of it recorded); 10 s later attempt
+    1 launched (2 s of launch), resumed from step 2 and ran 2-5 to a clean end. A trainer beside each."""
+    write_process(run, "driver", 0, 100, _driver(0, 0, 3, 0.0, job=None), **{"rl.attempt": 0})
+    write_process(run, "lm_policy", 0, 200, _worker(0, 0, 3, 0.0), since_s=0.5, **{"rl.attempt": 0})
+    write_process(
+        run,
+        "driver",
+        0,
+        101,
+        _driver(1, 2, 5, 50.0, job="shutdown", launch=2.0),
+        root="a1-job",
+        since_s=51,
+        **{"rl.attempt": 1},
+    )
+    write_process(run, "lm_policy", 0, 201, _worker(1, 2, 5, 50.0, launch=2.0), since_s=51.5, **{"rl.attempt": 1})
+    return run
+
+
+def test_reruns_and_downtime_are_wasted_and_every_step_counts_once(tmp_path: Path) -> None:
+    """Re-run steps 2-3 of attempt 0 (20 s on the driver) and the downtime 40 s -> 50 s are wasted; the job
+    wall runs 0 s -> 92 s; steps 0-5 each once, 2-5 from attempt 1; productive 6 x 9 s."""
+    report = analyze(span_files(_store(tmp_path / "r")), jobs=1)
+    job = report["job"]
+    assert job["wall_s"] == pytest.approx(92.0)
+    assert job["wasted_reasons"] == {"rerun": 20.0, "restart": 10.0, "phases": 0.0}
+    assert job["seconds"] == {"productive": 54.0, "overhead": 2.0, "idle": 0.0, "wasted": 30.0}
+    assert job["unattributed_s"] == pytest.approx(92 - 54 - 2 - 30)  # the steps' last second each
+    assert job["restarts"] == 1
+    assert report["goodput"] == pytest.approx(54 / 92)
+    assert [(r["step"], r["attempt"]) for r in report["steps"]] == [(0, 0), (1, 0), (2, 1), (3, 1), (4, 1), (5, 1)]
+    first, second = report["attempts"]
+    assert first == {
+        "attempt": 0,
+        "start_s": 0.0,
+        "wall_s": 40.0,
+        "first_step": 0,
+        "last_step": 3,
+        "resumed_from_step": None,
+        "rerun_steps": [2, 3],
+        "rerun_s": 20.0,
+        "downtime_before_s": 0.0,
+        "ended": "lost",
+        "goodput": pytest.approx(18 / 40),
+    }
+    assert second["start_s"] == 50.0 and second["downtime_before_s"] == 10.0 and second["ended"] == "shutdown"
+    assert second["resumed_from_step"] == 2 and second["rerun_steps"] == []
+    assert second["goodput"] == pytest.approx(36 / 42)
+
+
+def test_every_process_wastes_its_reruns_and_stragglers_see_final_runs(tmp_path: Path) -> None:
+    """Attempt 0's trainer: steps 2-3 (16 s) wasted, its productive steps 0-1 only; attempt 1's trainer has
+    no waste; the phase table and the compute series count final runs (6 trains of 8 s)."""
+    report = analyze(span_files(_store(tmp_path / "r")), jobs=1)
+    ranks = {(r["worker_group"], r["attempt"]): r for r in report["ranks"]}
+    old, new = ranks[("lm_policy", 0)], ranks[("lm_policy", 1)]
+    assert old["seconds"]["wasted"] == 16.0 and old["seconds"]["productive"] == 16.0
+    assert new["seconds"]["wasted"] == 0.0 and new["seconds"]["productive"] == 32.0
+    train = next(p for p in report["phases"] if p["phase"] == "train")
+    assert (train["count"], train["total_s"]) == (6, 48.0)
+    training = next(p for p in report["phases"] if p["phase"] == "policy_training")
+    assert (training["count"], training["total_s"]) == (6, 54.0)
+
+
+def test_the_steady_state_skips_each_attempts_first_steps(tmp_path: Path) -> None:
+    """warmup_steps=1: steps 0 (attempt 0's first) and 2 (attempt 1's first) are left out."""
+    report = analyze(span_files(_store(tmp_path / "r")), jobs=1, warmup_steps=1)
+    assert report["steady_state_goodput"] == pytest.approx(4 * 9 / 40)
+    lines = format_table(report)
+    assert "each attempt's steps after its first 1" in lines
+
+
+def test_the_table_has_an_attempts_section_and_an_error_names_its_exception(tmp_path: Path) -> None:
+    """The table says why time was wasted and how each attempt ended; an attempt that ended in error carries
+    the exception's type and message in --json."""
+    run = tmp_path / "r"
+    write_process(run, "driver", 0, 100, _driver(0, 0, 3, 0.0, job="error"), root="a0-job", **{"rl.attempt": 0})
+    write_process(
+        run, "driver", 0, 101, _driver(1, 2, 5, 50.0, job="shutdown"), root="a1-job", since_s=50.0, **{"rl.attempt": 1}
+    )
+    report = analyze(span_files(run), jobs=1)
+    assert report["attempts"][0]["ended"] == "error"
+    assert report["attempts"][0]["error"] == {"type": "RuntimeError", "message": "CUDA OOM"}
+    table = format_table(report)
+    assert "wasted: 20.00s re-run steps, 10.00s downtime between attempts" in table
+    assert "error (RuntimeError: CUDA OOM); steps 2, 3 run again later (20.00s wasted)" in table
+    assert "shutdown; downtime before 10.00s" in table
+    assert "attempt 1" in table  # step rows name their attempt
+
+
+def test_the_rollup_is_the_same_whatever_the_parallelism(tmp_path: Path) -> None:
+    """--jobs 2 gives the very same report as one process (the parts merge exactly)."""
+    paths = span_files(_store(tmp_path / "r"))
+    assert json.dumps(analyze(paths, jobs=2), sort_keys=True) == json.dumps(analyze(paths, jobs=1), sort_keys=True)
+
+
+def test_two_attempts_in_one_file_under_the_same_pid_are_told_apart(tmp_path: Path) -> None:
+    """A restarted container gives the new driver the old pid: both attempts append to one file, the second
+    under its own header; the rollup sees two attempts."""
+    run = tmp_path / "r"
+    path = write_process(run, "driver", 0, 7, _driver(0, 0, 3, 0.0, job=None), **{"rl.attempt": 0})
+    later = header("driver", 0, 7, since_s=50.0, root="a1-job", **{"rl.attempt": 1})
+    with path.open("a") as handle:
+        handle.write(json.dumps(later) + "\n")
+        for row in _driver(1, 2, 5, 50.0, job="shutdown"):
+            handle.write(json.dumps(row) + "\n")
+    report = analyze(span_files(run), jobs=1)
+    assert [a["attempt"] for a in report["attempts"]] == [0, 1]
+    assert report["job"]["wasted_reasons"]["rerun"] == 20.0
+    assert report["job"]["wasted_reasons"]["restart"] == 10.0
