@@ -159,6 +159,9 @@ class Runtime:
                 continue
             try:
                 node.span.set_attribute("rl.ended_by_shutdown", True)
+                hang = getattr(node, "hang", None)
+                if hang is not None:  # suspected hung until the end: said on its span
+                    node.span.add_event("rl.hang_suspected", {"rl.hang.age_s": hang[0], "rl.hang.timeout_s": hang[1]})
                 node.span.end()
             except Exception as exc:
                 _errors.internal_error(exc, "end-open-spans")

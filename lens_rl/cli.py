@@ -6,6 +6,7 @@
     lens-rl perfetto TRACE_DIR [-o TRACE_DIR/trace.json | X.pftrace] [--steps A-B] [--group G] [--jobs N] [--ray]
     lens-rl report TRACE_DIR [-o TRACE_DIR/report.html] [--steps A-B] [--jobs N] [--ray]
     lens-rl replay TRACE_DIR --otlp ENDPOINT [--run RUN_ID]
+    lens-rl status TRACE_DIR [--run RUN_ID] [--json] [--all]      (exit 1 when a process is stale or hung)
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
 most recent run is used unless ``--run`` names one) or a run folder itself. Bad input
@@ -28,7 +29,7 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
-def _run_dir(trace_dir: str, run: str | None) -> Path:
+def _run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> Path:
     root = Path(trace_dir)
     if not root.exists():
         raise CliError(f"{trace_dir!r} does not exist (give the telemetry trace_dir, or one run's folder in it)")
@@ -40,12 +41,13 @@ def _run_dir(trace_dir: str, run: str | None) -> Path:
             names = sorted(p.name for p in root.iterdir() if p.is_dir())
             raise CliError(f"no run {run!r} under {trace_dir!r} (runs: {', '.join(names) or 'none'})")
         return path
-    if any(root.glob("spans-*.jsonl")):
+    if any(root.glob(pattern)):
         return root
-    runs = [p for p in root.iterdir() if p.is_dir() and any(p.glob("spans-*.jsonl"))]
+    runs = [p for p in root.iterdir() if p.is_dir() and any(p.glob(pattern))]
     if not runs:
-        raise CliError(f"no lens_rl span files (spans-*.jsonl) under {trace_dir!r}")
-    latest = max(runs, key=lambda p: max(f.stat().st_mtime for f in p.glob("spans-*.jsonl")))
+        what = "span files" if pattern.startswith("spans") else "heartbeat files"
+        raise CliError(f"no lens_rl {what} ({pattern}) under {trace_dir!r}")
+    latest = max(runs, key=lambda p: max(f.stat().st_mtime for f in p.glob(pattern)))
     if len(runs) > 1:
         print(
             f"lens-rl: {len(runs)} runs under {trace_dir}; using the latest, {latest.name} (--run to choose)",
@@ -204,6 +206,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from lens_rl.offline.status import format_status, run_status
+
+    report = run_status(_run_dir(args.trace_dir, args.run, "live-*.json"))
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(format_status(report, all_rows=args.all))
+    return 0 if report["ok"] else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from lens_rl.demo import run_demo
 
@@ -279,6 +293,14 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--run", help="run id (default: the latest run)")
     rep.add_argument("--timeout-ms", type=int, default=30_000, help="give up after this long")
     rep.set_defaults(func=cmd_replay)
+    st = sub.add_parser(
+        "status", help="what every process is doing now, from its heartbeats (exit 1: a process is stale or hung)"
+    )
+    st.add_argument("trace_dir", metavar="TRACE_DIR")
+    st.add_argument("--run", help="run id (default: the latest run)")
+    st.add_argument("--json", action="store_true", help="machine-readable output (schema lens_rl.status/1)")
+    st.add_argument("--all", action="store_true", help="every process, however many (default: summaries above 32)")
+    st.set_defaults(func=cmd_status)
     return parser
 
 

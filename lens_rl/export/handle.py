@@ -32,6 +32,7 @@ from lens_rl.export import _sdk
 from lens_rl.export.bounded import run_bounded
 from lens_rl.export.exporters import make_exporters
 from lens_rl.export.fastspan import FastSpanFactory
+from lens_rl.export.live import LiveMonitor
 from lens_rl.export.live_metrics import PhaseMetrics, TrackingMetricExporter
 from lens_rl.export.pipeline import SpanPipeline
 from lens_rl.export.sampling import PhaseSampler
@@ -97,6 +98,7 @@ class TelemetryHandle:
             )
         self.meter: metrics_api.Meter = metrics_api.NoOpMeter("lens_rl")
         self.phase_metrics: PhaseMetrics | None = None
+        self.live: LiveMonitor | None = None
         if config.metrics_enabled:
             readers = list(metric_readers)
             if metric_exporter is not None:
@@ -110,6 +112,11 @@ class TelemetryHandle:
             self.meter_provider = MeterProvider(resource=self.resource, metric_readers=readers, shutdown_on_exit=False)
             self.meter = self.meter_provider.get_meter("lens_rl", __version__)
             self.phase_metrics = PhaseMetrics(self.meter, dropped=self.spans_dropped)
+        else:  # no instruments, but the completed runs' stats the watchdog and heartbeats need
+            self.phase_metrics = PhaseMetrics(None)
+        if self.is_exporting:
+            self.live = LiveMonitor(self)
+            self.live.start()
 
     def after_fork(self) -> None:
         """In a forked child: stop the copy of the metric reader's thread the SDK restarts there."""
@@ -186,6 +193,8 @@ class TelemetryHandle:
             return bool(self._shutdown_result)
         self._closed = True
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        if self.live is not None:  # its last heartbeat ("ended") goes out before the providers close
+            self.live.stop(min(1.0, max(deadline - time.monotonic(), 0.0)))
         ok = self._flush_until(deadline)
         if self.phase_metrics is not None:
             self.phase_metrics.stop()

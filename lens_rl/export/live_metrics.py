@@ -21,6 +21,7 @@ from lens_rl.export.retry import Outage
 
 __all__ = [
     "BUCKET_SECONDS",
+    "PhaseStats",
     "DURATION_BOUNDS_S",
     "PHASE_COUNT",
     "PHASE_DURATION",
@@ -76,6 +77,52 @@ class TrackingMetricExporter(MetricExporter):
         self.inner.shutdown(timeout_millis=timeout_millis)
 
 
+class PhaseStats:
+    """Per phase name, this process's completed runs: count, longest and p95 (of the last
+    :data:`WINDOW` durations), for at most :data:`MAX_NAMES` names. What the hang watchdog learns its
+    timeouts from and a heartbeat reports; updated when phase metrics drain (off the hot path)."""
+
+    WINDOW = 256
+    MAX_NAMES = 512
+
+    def __init__(self) -> None:
+        self._names: dict[str, list[Any]] = {}  # name -> [count, longest s, recent durations]
+        self._lock = threading.Lock()
+        #: names refused past MAX_NAMES
+        self.overflow = 0
+
+    def add(self, name: str, durations: list[float]) -> None:
+        with self._lock:
+            entry = self._names.get(name)
+            if entry is None:
+                if len(self._names) >= self.MAX_NAMES:
+                    self.overflow += 1
+                    return
+                entry = self._names[name] = [0, 0.0, deque(maxlen=self.WINDOW)]
+            entry[0] += len(durations)
+            entry[1] = max(entry[1], max(durations))
+            entry[2].extend(durations)
+
+    def longest(self, name: str) -> float | None:
+        """The longest completed run of ``name`` in this process (s), None when it never completed."""
+        entry = self._names.get(name)
+        return None if entry is None else entry[1]
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """name -> {"count", "max_s", "p95_s"} (nearest rank over the recent window)."""
+        with self._lock:
+            out = {}
+            for name, (count, longest, recent) in self._names.items():
+                ordered = sorted(recent)
+                p95 = ordered[max(-(-len(ordered) * 95 // 100) - 1, 0)] if ordered else None
+                out[name] = {
+                    "count": count,
+                    "max_s": round(longest, 6),
+                    "p95_s": None if p95 is None else round(p95, 6),
+                }
+            return out
+
+
 class PhaseMetrics:
     """Live goodput: per-bucket exclusive seconds, phase counts and phase durations.
 
@@ -91,10 +138,18 @@ class PhaseMetrics:
     MAX_PENDING = 100_000
     HISTOGRAM_SAMPLES_PER_DRAIN = 256
 
-    def __init__(self, meter: metrics_api.Meter, dropped: Any = None) -> None:
+    def __init__(self, meter: metrics_api.Meter | None, dropped: Any = None) -> None:
         self._pending: deque[tuple[str, str | None, float, float]] = deque()
         #: records refused at a full pending queue (a drain thread that could not keep up): in ``stats()``
         self.overflow = 0
+        #: per name, the completed runs' count, longest and p95 (kept with metrics off too: the watchdog's)
+        self.stats = PhaseStats()
+        self._lock = threading.RLock()  # re-entrant: a signal handler may flush inside drain()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._instruments = meter is not None
+        if meter is None:  # metrics off: only the stats
+            return
         self._bucket_seconds = meter.create_counter(
             BUCKET_SECONDS, unit="s", description="Exclusive seconds spent in phases, by goodput bucket"
         )
@@ -112,9 +167,6 @@ class PhaseMetrics:
                 unit="{span}",
                 description="Spans lens_rl dropped (queue full or export failed for good)",
             )
-        self._lock = threading.RLock()  # re-entrant: a signal handler may flush inside drain()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
 
     def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float) -> None:
         if len(self._pending) >= self.MAX_PENDING:
@@ -136,6 +188,9 @@ class PhaseMetrics:
                 group[0] += exclusive_s
                 group[1].append(duration_s)
             for (name, bucket), (exclusive_s, durations) in groups.items():
+                self.stats.add(name, durations)
+                if not self._instruments:
+                    continue
                 attrs = {"rl.phase": name, "rl.bucket": bucket or "none"}
                 if bucket is not None:
                     self._bucket_seconds.add(max(exclusive_s, 0.0), attrs)

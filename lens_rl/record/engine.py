@@ -14,6 +14,7 @@ This module imports OpenTelemetry only inside the functions that run while on.
 from __future__ import annotations
 
 import time
+from threading import get_ident
 from typing import Any
 
 from lens_rl._errors import internal_error
@@ -47,6 +48,8 @@ class Node:
         "step",
         "step_node",
         "step_seconds",
+        "thread",
+        "hang",
     )
 
     def __init__(
@@ -78,6 +81,10 @@ class Node:
         self.step: Any = None
         self.step_node: Node | None = None
         self.step_seconds: dict[str, float] | None = None
+        #: the thread that opened it (what a heartbeat and a hang warning name)
+        self.thread = 0
+        #: set by the hang watchdog when it suspected a hang: (age s, timeout s) at that moment
+        self.hang: tuple[float, float] | None = None
 
 
 def resolve_bucket(spec: Any, carried_bucket: str | None = None) -> Bucket | None:
@@ -129,6 +136,7 @@ def open_node(spec: Any) -> Node | None:
         umbrella = bucket is None and own_step is not None
         node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
         node.step = own_step if own_step is not None else carried_step
+        node.thread = get_ident()
         if umbrella:
             node.step_node, node.step_seconds = node, {}
         elif parent_node is not None:
@@ -162,6 +170,11 @@ def close_node(node: Node, exc: BaseException | None) -> None:
                 span.add_event("rl.interrupted", {"exception.type": type(exc).__name__})
         except Exception as err:
             internal_error(err, "phase-exception")
+    if node.hang is not None:  # the watchdog suspected a hang while it was open
+        try:
+            span.add_event("rl.hang_suspected", {"rl.hang.age_s": node.hang[0], "rl.hang.timeout_s": node.hang[1]})
+        except Exception as err:
+            internal_error(err, "phase-hang")
     try:
         span.end(end_ns)
     except Exception as err:

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "FIELD_TYPES",
+    "LIVE_FORMAT",
     "FORMAT_VERSION",
     "HEADER_FORMAT",
     "OWN_SCOPE",
@@ -45,6 +46,7 @@ __all__ = [
     "Process",
     "file_name",
     "header",
+    "live_path",
     "process_of",
     "safe_part",
     "store_path",
@@ -52,6 +54,8 @@ __all__ = [
 
 FORMAT_VERSION = 2
 HEADER_FORMAT = "lens_rl.spans/2"
+#: A heartbeat file's ``format`` (``live-<group>-<rank>-<pid>.json``, rewritten whole, atomically).
+LIVE_FORMAT = "lens_rl.live/1"
 OWN_SCOPE = "lens_rl"
 
 #: The keys a line may carry: a span line's, and a header's that tell it apart.
@@ -168,3 +172,8 @@ def store_path(
 ) -> Path:
     """Where a process writes ``kind`` for ``run_id``: always inside ``trace_dir``, whatever the values."""
     return Path(trace_dir) / safe_part(run_id, "run") / file_name(kind, resource, pid, suffix)
+
+
+def live_path(trace_dir: str | Path, run_id: str, resource: Mapping[str, Any], pid: int) -> Path:
+    """Where a process keeps its heartbeat: ``trace_dir/<run_id>/live-<group>-<rank>-<pid>.json``."""
+    return store_path(trace_dir, run_id, "live", resource, pid, ".json")

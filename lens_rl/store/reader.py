@@ -38,6 +38,7 @@ __all__ = [
     "iter_rows",
     "loads",
     "read_head",
+    "read_live",
     "span_files",
     "time_ns",
     "trace_time_ns",
@@ -243,6 +244,28 @@ def driver_attempts(run_dir: str | os.PathLike[str]) -> tuple[set[int], int | No
         except OSError:
             continue  # a file that went away or cannot be read says nothing about attempts
     return found, latest
+
+
+def read_live(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every heartbeat (``live-*.json``) of one run's folder, in a stable order, and notes on the files that
+    are not (unreadable, not JSON, another format). A heartbeat is rewritten whole by a rename: a reader
+    sees the last one or the one before, never part of one."""
+    from lens_rl.store.format import LIVE_FORMAT
+
+    beats: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for path in sorted(Path(run_dir).glob("live-*.json")):
+        try:
+            beat = loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            notes.append(f"{path.name}: not readable ({exc}); skipped")
+            continue
+        if type(beat) is not dict or beat.get("format") != LIVE_FORMAT:
+            notes.append(f"{path.name}: not a lens_rl heartbeat ({LIVE_FORMAT}); skipped")
+            continue
+        beat["path"] = str(path)
+        beats.append(beat)
+    return beats, notes
 
 
 def span_files(trace_dir: str | os.PathLike[str]) -> list[Path]:

@@ -18,25 +18,36 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
-import re
 import secrets
-import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from lens_rl._errors import internal_error
+from lens_rl.config.values import (
+    as_endpoint,
+    as_non_negative_int,
+    as_path,
+    as_positive_float,
+    as_positive_int,
+    as_rate,
+    as_str,
+    choice,
+    mask_url,
+    parse_bool,
+    parse_headers,
+    strip_userinfo,
+)
 
 __all__ = [
     "ENV",
     "FALLBACK_ENV",
     "TelemetryConfig",
+    "mask_url",
     "parse_bool",
+    "parse_headers",
+    "strip_userinfo",
 ]
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
 
 EXPORTERS = ("file", "otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
@@ -61,6 +72,8 @@ ENV: dict[str, str] = {
     "max_queue_bytes": "LENS_RL_OTEL_MAX_QUEUE_BYTES",
     "flush_on_step": "LENS_RL_OTEL_FLUSH_ON_STEP",
     "headers_file": "LENS_RL_OTEL_HEADERS_FILE",
+    "heartbeat_interval_ms": "LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS",
+    "hang_timeout_s": "LENS_RL_OTEL_HANG_TIMEOUT_S",
 }
 
 #: field -> the standard OpenTelemetry variable used when neither env nor YAML set it.
@@ -80,140 +93,26 @@ DEFAULT_ENDPOINT = "http://localhost:4318"
 #: Every ``LENS_RL_OTEL_*`` variable lens_rl reads; any other gets a did-you-mean warning.
 KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, ATTEMPT_ENV, LAUNCH_TIME_ENV}
 
-#: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
-_MAXIMA: dict[str, tuple[int, str]] = {
-    "metrics_interval_ms": (86_400_000, "ms (1 day)"),
-    "export_timeout_ms": (3_600_000, "ms (1 hour)"),
-    "max_queue_spans": (100_000_000, "spans"),
-    "max_queue_bytes": (1 << 40, "bytes (1 TiB)"),
-}
-
-
-def parse_bool(value: object, field: str = "value") -> bool:
-    """Parse ``1 true yes on`` / ``0 false no off ""`` (case-insensitive, stripped).
-
-    A real ``bool`` passes through; anything else raises ``ValueError`` naming
-    ``field``, the value and what is allowed.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):  # YAML `enabled: 1`
-        return bool(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-    raise ValueError(
-        f"telemetry.{field}: invalid boolean {value!r}; allowed: true/false, 1/0, yes/no, on/off (case-insensitive)"
-    )
-
-
-def _as_str(value: object, field: str, *, allow_empty: bool = False) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ValueError(f"telemetry.{field}: expected a string, got {value!r} ({type(value).__name__})")
-    text = str(value).strip()
-    if not text and not allow_empty:
-        raise ValueError(f"telemetry.{field}: must not be empty, got {value!r}")
-    return text
-
-
-def _as_positive_int(value: object, field: str) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}") from None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
-    name = field.split(" ", 1)[0]
-    if name in _MAXIMA and value > _MAXIMA[name][0]:
-        limit, unit = _MAXIMA[name]
-        raise ValueError(f"telemetry.{field}: {value!r} is out of range; allowed: 1 to {limit} {unit}")
-    return value
-
-
-def _as_rate(value: object, field: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}")
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}") from None
-    if not isinstance(value, (int, float)) or math.isnan(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def _choice(allowed: tuple[str, ...]) -> Callable[[object, str], str]:
-    def parse(value: object, field: str) -> str:
-        text = value.strip().lower() if isinstance(value, str) else None
-        if text not in allowed:
-            raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: {', '.join(allowed)}")
-        return text
-
-    return parse
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its userinfo (``user:password@``) masked, for logs and error messages."""
-    return _USERINFO.sub(r"\1[REDACTED]@", url)
-
-
-_USERINFO = re.compile(r"(://)[^/@\s]*@")
-
-
-def strip_userinfo(url: str) -> str:
-    """``url`` without its userinfo: what may travel to workers (credentials never do)."""
-    return _USERINFO.sub(r"\1", url)
-
-
-def _as_endpoint(value: object, field: str) -> str:
-    text = _as_str(value, field).rstrip("/")
-    try:
-        parts = urllib.parse.urlsplit(text)
-        port = parts.port  # raises ValueError on a malformed port
-    except ValueError:
-        parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or (port is not None and port == 0):
-        raise ValueError(
-            f"telemetry.{field}: invalid endpoint {mask_url(text)!r}; allowed: an http:// or https:// URL "
-            "with a host, e.g. http://collector:4318"
-        )
-    return text
-
-
-def _as_path(value: object, field: str) -> str:
-    text = _as_str(value, field)
-    if not os.path.isfile(text) or not os.access(text, os.R_OK):
-        raise ValueError(f"telemetry.{field}: {text!r} is not a readable file; allowed: a path readable on every node")
-    return text
-
-
 _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "enabled": parse_bool,
-    "service_name": _as_str,
-    "exporter": _choice(EXPORTERS),
-    "endpoint": _as_endpoint,
-    "protocol": _choice(PROTOCOLS),
-    "trace_dir": _as_str,
+    "service_name": as_str,
+    "exporter": choice(EXPORTERS),
+    "endpoint": as_endpoint,
+    "protocol": choice(PROTOCOLS),
+    "trace_dir": as_str,
     "traces_enabled": parse_bool,
     "metrics_enabled": parse_bool,
-    "metrics_interval_ms": _as_positive_int,
-    "sample_rate": _as_rate,
-    "export_timeout_ms": _as_positive_int,
+    "metrics_interval_ms": as_positive_int,
+    "sample_rate": as_rate,
+    "export_timeout_ms": as_positive_int,
     "vllm_native_tracing": parse_bool,
-    "run_id": _as_str,
-    "max_queue_spans": _as_positive_int,
-    "max_queue_bytes": _as_positive_int,
+    "run_id": as_str,
+    "max_queue_spans": as_positive_int,
+    "max_queue_bytes": as_positive_int,
     "flush_on_step": parse_bool,
-    "headers_file": _as_path,
+    "headers_file": as_path,
+    "heartbeat_interval_ms": as_non_negative_int,
+    "hang_timeout_s": as_positive_float,
 }
 
 
@@ -244,6 +143,8 @@ class TelemetryConfig:
     max_queue_bytes: int = 64 * 1024 * 1024
     flush_on_step: bool = False
     headers_file: str | None = None
+    heartbeat_interval_ms: int = 10000
+    hang_timeout_s: float = 600.0
 
     @property
     def resolved_endpoint(self) -> str:
@@ -339,17 +240,6 @@ class TelemetryConfig:
             except OSError as exc:
                 raise ValueError(f"telemetry.headers_file: cannot read {self.headers_file!r}: {exc.strerror}") from None
         return out or None
-
-
-def parse_headers(text: str) -> dict[str, str]:
-    """``key=value`` pairs separated by commas or new lines (as ``OTEL_EXPORTER_OTLP_HEADERS``)."""
-    out: dict[str, str] = {}
-    for item in re.split(r"[,\n]", text):
-        if "=" in item and not item.lstrip().startswith("#"):
-            key, _, value = item.partition("=")
-            if key.strip():
-                out[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(value.strip())
-    return out
 
 
 def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:

@@ -1,0 +1,199 @@
+"""The values of the ``telemetry:`` block: one parser per kind, each naming the field, the value given and
+what is allowed; the URL helpers that keep credentials out of logs and out of workers' environments.
+
+Example::
+
+    parse_bool(" Yes ", "enabled")            # True
+    mask_url("http://user:pw@host:4318")      # 'http://[REDACTED]@host:4318'
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import urllib.parse
+from collections.abc import Callable
+
+__all__ = [
+    "as_endpoint",
+    "as_non_negative_int",
+    "as_path",
+    "as_positive_float",
+    "as_positive_int",
+    "as_rate",
+    "as_str",
+    "choice",
+    "mask_url",
+    "parse_bool",
+    "parse_headers",
+    "strip_userinfo",
+]
+
+#: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
+_MAXIMA: dict[str, tuple[int, str]] = {
+    "metrics_interval_ms": (86_400_000, "ms (1 day)"),
+    "export_timeout_ms": (3_600_000, "ms (1 hour)"),
+    "max_queue_spans": (100_000_000, "spans"),
+    "max_queue_bytes": (1 << 40, "bytes (1 TiB)"),
+    "heartbeat_interval_ms": (86_400_000, "ms (1 day)"),
+}
+#: The longest hang timeout taken (a week): past it a phase is never suspected.
+MAX_HANG_TIMEOUT_S = 7 * 86_400.0
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def parse_bool(value: object, field: str = "value") -> bool:
+    """Parse ``1 true yes on`` / ``0 false no off ""`` (case-insensitive, stripped).
+
+    A real ``bool`` passes through; anything else raises ``ValueError`` naming
+    ``field``, the value and what is allowed.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):  # YAML `enabled: 1`
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise ValueError(
+        f"telemetry.{field}: invalid boolean {value!r}; allowed: true/false, 1/0, yes/no, on/off (case-insensitive)"
+    )
+
+
+def as_str(value: object, field: str, *, allow_empty: bool = False) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"telemetry.{field}: expected a string, got {value!r} ({type(value).__name__})")
+    text = str(value).strip()
+    if not text and not allow_empty:
+        raise ValueError(f"telemetry.{field}: must not be empty, got {value!r}")
+    return text
+
+
+def as_positive_int(value: object, field: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
+    name = field.split(" ", 1)[0]
+    if name in _MAXIMA and value > _MAXIMA[name][0]:
+        limit, unit = _MAXIMA[name]
+        raise ValueError(f"telemetry.{field}: {value!r} is out of range; allowed: 1 to {limit} {unit}")
+    return value
+
+
+def as_non_negative_int(value: object, field: str) -> int:
+    """An integer >= 0 (0 turns the feature off), within the field's maximum."""
+    if isinstance(value, str) and value.strip() == "0" or value == 0 and not isinstance(value, bool):
+        return 0
+    try:
+        return as_positive_int(value, field)
+    except ValueError:
+        name = field.split(" ", 1)[0]
+        limit, unit = _MAXIMA.get(name, (None, ""))
+        allowed = f"0 (off) to {limit} {unit}" if limit else "an integer >= 0 (0: off)"
+        raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: {allowed}") from None
+
+
+def as_positive_float(value: object, field: str) -> float:
+    """A number of seconds > 0, at most a week."""
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, (int, float))
+        or not math.isfinite(number)
+        or not 0 < number <= MAX_HANG_TIMEOUT_S
+    ):
+        raise ValueError(
+            f"telemetry.{field}: invalid value {value!r}; allowed: seconds > 0, at most {MAX_HANG_TIMEOUT_S:.0f}"
+        )
+    return float(number)
+
+
+def as_rate(value: object, field: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}") from None
+    if not isinstance(value, (int, float)) or math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"telemetry.{field}: expected a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def choice(allowed: tuple[str, ...]) -> Callable[[object, str], str]:
+    def parse(value: object, field: str) -> str:
+        text = value.strip().lower() if isinstance(value, str) else None
+        if text not in allowed:
+            raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its userinfo (``user:password@``) masked, for logs and error messages."""
+    return _USERINFO.sub(r"\1[REDACTED]@", url)
+
+
+_USERINFO = re.compile(r"(://)[^/@\s]*@")
+
+
+def strip_userinfo(url: str) -> str:
+    """``url`` without its userinfo: what may travel to workers (credentials never do)."""
+    return _USERINFO.sub(r"\1", url)
+
+
+def as_endpoint(value: object, field: str) -> str:
+    text = as_str(value, field).rstrip("/")
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or (port is not None and port == 0):
+        raise ValueError(
+            f"telemetry.{field}: invalid endpoint {mask_url(text)!r}; allowed: an http:// or https:// URL "
+            "with a host, e.g. http://collector:4318"
+        )
+    return text
+
+
+def as_path(value: object, field: str) -> str:
+    text = as_str(value, field)
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise ValueError(f"telemetry.{field}: {text!r} is not a readable file; allowed: a path readable on every node")
+    return text
+
+
+#: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """``key=value`` pairs separated by commas or new lines (as ``OTEL_EXPORTER_OTLP_HEADERS``)."""
+    out: dict[str, str] = {}
+    for item in re.split(r"[,\n]", text):
+        if "=" in item and not item.lstrip().startswith("#"):
+            key, _, value = item.partition("=")
+            if key.strip():
+                out[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(value.strip())
+    return out
