@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -23,6 +24,8 @@ from typing import Any
 __all__ = [
     "ALLOWED_BUCKETS",
     "DEFAULT_PHASE_BUCKETS",
+    "FLOP_FACTORS",
+    "PHASE_KINDS",
     "PHASE_SOURCES",
     "Bucket",
     "closest_phase_name",
@@ -30,6 +33,7 @@ __all__ = [
     "default_bucket",
     "exclusive_time",
     "goodput_of",
+    "kind_of",
     "normalized",
     "union_length",
 ]
@@ -166,6 +170,38 @@ def default_bucket(name: str) -> Bucket | None:
         if bucket is not None:
             return bucket
     return None
+
+
+#: What a phase does with its tokens, for FLOPs per token: training (forward and backward, 6N for N
+#: parameters), generation and logprob (forward only, 2N). Names as the default table keys them.
+# fmt: off
+PHASE_KINDS: Mapping[str, str] = MappingProxyType({
+    **dict.fromkeys((
+        "policy_training", "train", "training", "train_step", "value_training", "critic_training",
+        "update_actor", "update_critic", "ppo_train", "train_critic_and_policy", "run_training", "policy_train",
+        "critic_train", "forward_backward",
+    ), "training"),
+    **dict.fromkeys((
+        "generation", "generate", "rollout", "rollouts", "gen", "gen_max", "generate_sequences", "generate_async",
+        "generate_with_vllm", "generate_responses", "generate_with_router_replay", "_run_rollouts_total",
+    ), "generation"),
+    **dict.fromkeys((
+        "logprob", "logprobs", "policy_logprob", "ref_logprob", "reference_logprob", "get_logprobs",
+        "get_reference_policy_logprobs", "policy_and_reference_logprobs", "old_log_prob", "ref",
+        "fwd_logprobs_values_reward", "calc_values_logprobs_rewards_kl",
+    ), "logprob"),
+})
+# fmt: on
+#: FLOPs per token and parameter by kind.
+FLOP_FACTORS: Mapping[str, int] = MappingProxyType({"training": 6, "generation": 2, "logprob": 2})
+
+
+@functools.lru_cache(maxsize=4096)
+def kind_of(name: str) -> str | None:
+    """A phase name's kind (``training``, ``generation``, ``logprob``), by its last ``/`` part; else None."""
+    if not isinstance(name, str):
+        return None
+    return PHASE_KINDS.get(normalized(name).split("/")[-1])
 
 
 def closest_phase_name(name: str) -> str | None:

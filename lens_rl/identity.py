@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +33,9 @@ __all__ = [
     "RESTART_COUNT_ENV",
     "attempt_from_env",
     "DriverIdentity",
+    "device_name",
     "for_driver",
+    "gpus",
     "lookup",
     "campaign_stage",
     "decode_attributes",
@@ -50,6 +53,9 @@ CAMPAIGN_STAGE = "nv.dl.campaign.stage"
 RUN_ID = "rl.run_id"
 ALGORITHM = "rl.algorithm"
 ATTEMPT = "rl.attempt"
+NUM_GPUS = "rl.num_gpus"
+GPU_IDS = "rl.gpu_ids"
+DEVICE_NAME = "rl.device.name"
 #: What schedulers count restarts in, tried in order after the user's value and the store.
 RESTART_COUNT_ENV = ("SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT")
 #: A launch time further back than this is not this attempt's (a stale variable): no launch span.
@@ -80,7 +86,8 @@ MASTER_CONFIG_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 _INT_KEYS = frozenset(
-    {RANK, WORLD_SIZE, ATTEMPT} | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
+    {RANK, WORLD_SIZE, ATTEMPT, NUM_GPUS}
+    | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
 )
 
 
@@ -230,9 +237,49 @@ def launch_time_ns(env: Mapping[str, str], now_ns: int, after_ns: int | None = N
     return None
 
 
+def gpus(env: Mapping[str, str]) -> tuple[int, str | None]:
+    """This process's GPUs: the devices ``CUDA_VISIBLE_DEVICES`` lists (set and empty: none), else Ray's GPU
+    ids when this is a Ray worker, else none; and their ids, comma-separated, when known (what tells two
+    processes sharing a GPU apart from two GPUs). Ray is never imported here."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [d.strip() for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]
+        if ids and all(d.isdigit() or d.startswith(("GPU-", "MIG-")) for d in ids):
+            return len(ids), ",".join(ids)
+        return 0, None
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            ids = [str(d) for d in ray.get_gpu_ids()]
+            return len(ids), ",".join(ids) or None
+    except Exception as exc:  # a Ray without a worker context: nothing to learn
+        internal_error(exc, "ray-gpu-ids")
+    return 0, None
+
+
+def device_name() -> str | None:
+    """The first visible GPU's name, best effort: from torch when the job already imported it (lens_rl never
+    imports it), else None."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(0))
+    except Exception as exc:
+        internal_error(exc, "device-name")
+    return None
+
+
 def _detected(env: Mapping[str, str]) -> dict[str, Any]:
-    """What the process detects (host, pid), under ``OTEL_RESOURCE_ATTRIBUTES``."""
+    """What the process detects (host, pid, its GPUs and their kind), under ``OTEL_RESOURCE_ATTRIBUTES``."""
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
+    count, ids = gpus(env)
+    attrs[NUM_GPUS] = count
+    if ids is not None:
+        attrs[GPU_IDS] = ids
+    if count:
+        name = device_name()
+        if name is not None:
+            attrs[DEVICE_NAME] = name
     attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))
     return attrs
 

@@ -116,3 +116,30 @@ def test_a_worker_takes_its_attempt_from_the_driver_else_the_scheduler() -> None
     assert attempt({"LENS_RL_OTEL_RESOURCE_ATTRIBUTES": "rl.attempt=3"}) == 3
     with pytest.raises(ValueError, match="LENS_RL_OTEL_ATTEMPT"):
         attempt({"LENS_RL_OTEL_ATTEMPT": "x"})
+
+
+def test_every_process_says_its_gpus(monkeypatch) -> None:
+    """rl.num_gpus: explicit wins; else the devices CUDA_VISIBLE_DEVICES lists (empty or -1: none), with their
+    ids; else a Ray worker's GPU ids (Ray as the job imported it; lens_rl never imports it); else 0."""
+    import sys
+    import types
+
+    from lens_rl.identity import gpus, worker_attributes
+
+    assert gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == (2, "0,1")
+    assert gpus({"CUDA_VISIBLE_DEVICES": ""}) == (0, None) and gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == (0, None)
+    assert gpus({"CUDA_VISIBLE_DEVICES": "GPU-3f2a,GPU-77b1"}) == (2, "GPU-3f2a,GPU-77b1")
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    assert gpus({}) == (0, None)
+    ray = types.SimpleNamespace(is_initialized=lambda: True, get_gpu_ids=lambda: [3])
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert gpus({}) == (1, "3")
+
+    def resource(env: dict, explicit: dict | None = None) -> dict:
+        return worker_attributes(
+            service_name="s", rank=0, world_size=1, worker_group="g", explicit=explicit, environ=env
+        )[0]
+
+    assert resource({"CUDA_VISIBLE_DEVICES": "4,5,6"})["rl.num_gpus"] == 3
+    assert resource({"CUDA_VISIBLE_DEVICES": "4"}, {"rl.num_gpus": 8})["rl.num_gpus"] == 8
+    assert resource({"CUDA_VISIBLE_DEVICES": "4", "OTEL_RESOURCE_ATTRIBUTES": "rl.num_gpus=2"})["rl.num_gpus"] == 2

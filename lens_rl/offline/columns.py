@@ -1,7 +1,7 @@
 """One process's spans as flat columns: what the offline reductions read (no object per span).
 
 Of the attributes only what the analysis reads is kept (``rl.bucket``, ``rl.step``, ``rl.num_tokens``,
-``rl.ended_by_shutdown``): a run's attribute dicts would be most of its memory. Times are int64 arrays of
+``rl.flops_per_token``, ``rl.ended_by_shutdown``): a run's attribute dicts would be most of its memory. Times are int64 arrays of
 ns (a missing or bad value reads as 0); repeated values (names, parent ids, buckets, steps) share one
 object. Span and parent ids, 16 hex digits as lens_rl writes them, are kept as numbers in uint64 arrays
 (8 bytes a span, not ~70; a missing parent is 0); at the first id of another form the columns switch to
@@ -44,6 +44,7 @@ class Columns:
         "buckets",
         "steps",
         "tokens",
+        "flops",
         "flags",
         "root",
         "since",
@@ -61,6 +62,8 @@ class Columns:
         self.buckets: list[Any] = []
         self.steps: list[Any] = []
         self.tokens: list[Any] = []
+        #: row -> its ``rl.flops_per_token`` (few spans set it: kept sparse)
+        self.flops: dict[int, float] = {}
         self.flags = bytearray()
         #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
         self.root: Any = None
@@ -116,6 +119,9 @@ class Columns:
             self.tokens.append(
                 tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
             )
+            flops = attrs.get("rl.flops_per_token")
+            if flops is not None and type(flops) in (int, float) and 0 < flops < 1e15:
+                self.flops[len(self.tokens) - 1] = float(flops)
         else:
             self.buckets.append(None)
             self.steps.append(None)

@@ -34,8 +34,10 @@ JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"`` (ext
 ``unbucketed_phases`` [{``phase``, ``worker_group``, ``total_s``, ``share``, ``did_you_mean``}],
 ``worker_groups`` [{``worker_group``, ``processes``, ``seconds``, ``goodput``, ``wall_s``}], ``ranks``
 [{``worker_group``, ``rank``, ``pid``, ``attempt``, ``seconds``, ``goodput``, ``wall_s``}], ``stragglers``
-{``per_step``, ``persistent``}, ``sampled``, ``concurrent``, ``runs``, ``notes``, ``spans``, ``files``,
-``skipped_lines``.
+{``per_step``, ``persistent``, ``degrading``}, ``critical_path`` {``phases``, ``steps``}, ``throughput``
+{``gpus``, ``tokens``, ``e2e_tokens_per_s_per_gpu``}, ``sampled``, ``concurrent``, ``runs``, ``notes``,
+``spans``, ``files``, ``skipped_lines``. Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
+``tokens`` and ``e2e_tokens_per_s_per_gpu`` (docs/optimise.md).
 
 Example::
 
@@ -53,10 +55,12 @@ from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.attempts import Attempts, attempts_of, superseded_steps
+from lens_rl.offline.critical import critical_path
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart, StepPart, merge_parts, share_steps, step_key
 from lens_rl.offline.reduce import file_parts, file_steps
 from lens_rl.offline.stragglers import in_range, stragglers
+from lens_rl.offline.throughput import job_gpus, phase_rates, step_tokens
 from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts"]
@@ -105,6 +109,7 @@ def report_from_parts(
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = _group_and_rank_rows(processes)
     run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
+    throughput = _throughput(processes, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
@@ -132,6 +137,8 @@ def report_from_parts(
         "worker_groups": groups,
         "ranks": ranks,
         "stragglers": stragglers(processes, steps),
+        "critical_path": critical_path(processes, step_rows),
+        "throughput": throughput,
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,
@@ -231,6 +238,27 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
     return rows, walls
 
 
+def _throughput(processes: list[ProcessPart], step_rows: list[dict[str, Any]], walls_ns: list[int]) -> dict[str, Any]:
+    """The job's GPUs and end-to-end tokens per second per GPU, for the run (complete steps); each step row
+    gains ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (:mod:`lens_rl.offline.throughput`)."""
+    gpus = job_gpus(processes)
+    tokens = step_tokens(processes)
+    total = wall = 0.0
+    for row, ns in zip(step_rows, walls_ns, strict=True):
+        count = tokens.get(row["step"])
+        row["tokens"] = count
+        rate = count / (ns / 1e9) / gpus if count and ns > 0 and gpus else None
+        row["e2e_tokens_per_s_per_gpu"] = None if rate is None else round(rate, 3)
+        if count and not row["incomplete"]:
+            total += count
+            wall += ns / 1e9
+    return {
+        "gpus": gpus,
+        "tokens": total or None,
+        "e2e_tokens_per_s_per_gpu": round(total / wall / gpus, 3) if total and wall > 0 and gpus else None,
+    }
+
+
 def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
     """The job's figures. The driver's view: its exclusive bucket time over the wall (one attempt: its
     ``rl.job``, else its first to last span; several: the first start to the last end over all of them),
@@ -281,17 +309,21 @@ def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[
     """Every process's phases, by worker group: count, total, mean, p95, tokens/s, and the share of the group's
     time (the driver's: the job's wall; a worker group's: its processes' lifetimes)."""
     merged: dict[tuple[str, str, str | None], PhasePart] = {}
+    members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
     lifetimes: dict[str, int] = defaultdict(int)
     for part in processes:
         group = part.key.group
         lifetimes[group] += part.lifetime_ns
         for (name, bucket), phase in part.phases.items():
             merged.setdefault((group, name, bucket), PhasePart()).merge(phase)
+            if phase.tokens:
+                members[(group, name, bucket)].append((part, phase))
     rows: list[dict[str, Any]] = []
     for (group, name, bucket), ph in merged.items():
         is_driver = group == "driver"
         of_s = job_wall_s if is_driver else lifetimes.get(group, 0) / 1e9
         total_s = ph.total_ns / 1e9
+        per_gpu, mfu = phase_rates(name, members[(group, name, bucket)]) if ph.tokens else (None, None)
         rows.append(
             {
                 "phase": name,
@@ -306,6 +338,8 @@ def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[
                 "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
                 if ph.token_ns > 0 and ph.tokens > 0
                 else None,
+                "tokens_per_s_per_gpu": None if per_gpu is None else round(per_gpu, 3),
+                "mfu": None if mfu is None else round(mfu, 6),
             }
         )
     rows.sort(
@@ -392,7 +426,12 @@ def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, A
 
 
 def analyze_parts(
-    paths: Sequence[Path], *, jobs: int | None = None, use_ray: bool = False, ray_address: str | None = None
+    paths: Sequence[Path],
+    *,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    critical: bool = True,
 ) -> tuple[list[ProcessPart], ReadStats]:
     """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``).
 
@@ -425,7 +464,7 @@ def analyze_parts(
     steps_seen: dict[bytes, Any] = {}
     with no_gc():
         for file_result, file_stats in map_files(
-            file_parts, paths, driver_in_run, superseded, desc="goodput", **options
+            file_parts, paths, driver_in_run, superseded, critical, desc="goodput", **options
         ):
             for part in file_result:
                 share_steps(part, steps_seen)
@@ -453,11 +492,13 @@ def analyze(
     jobs: int | None = None,
     use_ray: bool = False,
     ray_address: str | None = None,
+    critical: bool = True,
     **options: Any,
 ) -> dict[str, Any]:
-    """The report for these span files, read in bounded memory (see :func:`analyze_parts`)."""
+    """The report for these span files, read in bounded memory (see :func:`analyze_parts`); ``critical``
+    False leaves the critical path out (its ``phases`` and ``steps`` empty)."""
     from lens_rl.offline.parallel import no_gc
 
-    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address)
+    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical)
     with no_gc():
         return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, **options)

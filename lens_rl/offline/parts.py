@@ -161,9 +161,14 @@ class PhasePart:
 
     count: int = 0
     total_ns: int = 0
+    #: exclusive ns (a bucketed phase's: what its nearest bucketed descendants leave it)
+    excl_ns: int = 0
     durations: array = field(default_factory=lambda: array("q"))
     tokens: float = 0
     token_ns: int = 0
+    #: FLOPs of the spans that said their FLOPs per token (``rl.flops_per_token``), and their tokens
+    flops: float = 0.0
+    flops_tokens: float = 0
     leaf_ns: int = 0
     sketch: dict[int, int] | None = None
 
@@ -195,9 +200,12 @@ class PhasePart:
     def merge(self, other: PhasePart) -> None:
         self.count += other.count
         self.total_ns += other.total_ns
+        self.excl_ns += other.excl_ns
         self.durations.extend(other.durations)
         self.tokens += other.tokens
         self.token_ns += other.token_ns
+        self.flops += other.flops
+        self.flops_tokens += other.flops_tokens
         self.leaf_ns += other.leaf_ns
         if other.sketch is not None:
             self.sketch = dict(self.sketch or {})
@@ -233,6 +241,12 @@ class ProcessPart:
     #: (packed; none of them is in the buckets, phases, steps or compute above) and which steps they were
     rerun: array = field(default_factory=lambda: array("q"))
     rerun_steps: set[Any] = field(default_factory=set)
+    #: the critical path's walks of this process (:class:`lens_rl.offline.critical.CritPart`), or None
+    crit: Any = None
+    #: ("own" | "gen", step) -> tokens: a step umbrella's own rl.num_tokens, its generation phases' sum
+    step_tokens: dict[tuple[str, Any], float] = field(default_factory=dict)
+    #: host, rl.num_gpus, rl.gpu_ids, rl.device.name, rl.device.peak_tflops, rl.model.num_params (as set)
+    device: dict[str, Any] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -320,6 +334,14 @@ class ProcessPart:
         if other.rerun:
             self.rerun = pack(merge_intervals(pairs(self.rerun + other.rerun)))
         self.rerun_steps |= other.rerun_steps
+        for key, count in other.step_tokens.items():
+            self.step_tokens[key] = self.step_tokens.get(key, 0) + count
+        self.device = self.device or other.device
+        if other.crit is not None:
+            if self.crit is None:
+                self.crit = other.crit
+            else:
+                self.crit.merge(other.crit)
         for step, part in other.steps.items():
             self.steps.setdefault(step, StepPart()).merge(part)
         for key, phase in other.phases.items():

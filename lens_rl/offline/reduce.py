@@ -21,8 +21,9 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
-from lens_rl.buckets import exclusive_time
+from lens_rl.buckets import exclusive_time, kind_of
 from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
+from lens_rl.offline.critical import CritPart, walk_file
 from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
@@ -50,6 +51,9 @@ class Tree:
         "flags",
         "steps",
         "outer",
+        "ids",
+        "remote",
+        "flops",
     )
     n: int
     names: list[Any]
@@ -64,6 +68,9 @@ class Tree:
     flags: bytearray
     steps: list[Any]
     outer: array
+    ids: Any
+    remote: dict[int, Any]
+    flops: dict[int, float]
 
 
 def link(cols: Columns) -> Tree:
@@ -74,7 +81,8 @@ def link(cols: Columns) -> Tree:
     tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
     referenced = set(cols.parent_ids)  # (only the spans something points to: a fraction of them)
     index = {span_id: i for i, span_id in enumerate(cols.ids) if span_id in referenced}
-    cols.ids = []
+    tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
+    tree.remote = {}
     del referenced
     index_get = index.get
     parents = tree.parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
@@ -88,7 +96,9 @@ def link(cols: Columns) -> Tree:
             has_child[p] = 1
         else:
             parent_id = cols.parent_ids[i]
-            if parent_id != none and parent_id != root and not flags[i] & REMOTE_PARENT:
+            if flags[i] & REMOTE_PARENT:
+                tree.remote[i] = parent_id  # an entry: called from another process
+            elif parent_id != none and parent_id != root:
                 orphan[i] = 1
     cols.parent_ids = []
     del index, index_get
@@ -97,6 +107,7 @@ def link(cols: Columns) -> Tree:
         if b is not None and b not in _BUCKET_SET:
             buckets[i] = None
     tree.buckets, tree.own_steps = buckets, cols.steps
+    tree.flops = cols.flops
     tree.tokens = {
         i: tok
         for i, tok in enumerate(cols.tokens)
@@ -155,15 +166,22 @@ def inner(tree: Tree) -> dict[int, list[tuple[int, int]]]:
 
 
 def part_from_columns(
-    key: Process, cols: Columns, *, step_rows: bool = True, superseded: frozenset[Any] = frozenset()
+    key: Process,
+    cols: Columns,
+    *,
+    step_rows: bool = True,
+    superseded: frozenset[Any] = frozenset(),
+    critical: bool = True,
 ) -> ProcessPart:
     """One process's columns reduced to its part (it consumes ``cols``).
 
     ``step_rows`` False (a worker of a run with a driver, whose view makes the step rows): no step rows are
     kept (memory: O(steps) for the driver, not for every process). ``superseded``: the steps of this
-    process's attempt that a later attempt ran again; their spans are kept apart as re-runs (wasted)."""
+    process's attempt that a later attempt ran again; their spans are kept apart as re-runs (wasted).
+    ``critical``: walk the critical path's roots too (:mod:`lens_rl.offline.critical`)."""
     part = ProcessPart(key, since=cols.since, job_error=cols.job_error)
     for resource in cols.resources:
+        part.device = part.device or _device(resource)
         run = resource.get("rl.run_id")
         if run is not None:
             part.runs.add(str(run))
@@ -175,7 +193,46 @@ def part_from_columns(
         tree = link(cols)
         resolve(tree)
         accumulate(part, tree, inner(tree), step_rows, superseded)
+        if critical:
+            part.crit = _walks(key, tree, superseded)
+        tree.ids = None
     return part
+
+
+def _device(resource: Mapping[str, Any]) -> dict[str, Any]:
+    """What throughput and MFU need of a process's resource: host, GPUs (count and ids), device, model size."""
+    out: dict[str, Any] = {}
+    for key in (
+        "host.name",
+        "rl.num_gpus",
+        "rl.gpu_ids",
+        "rl.device.name",
+        "rl.device.peak_tflops",
+        "rl.model.num_params",
+    ):
+        value = resource.get(key)
+        if value is not None and not isinstance(value, (dict, list)):
+            out[key] = value
+    return out
+
+
+def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
+    """The process's critical-path walks: from the driver's final-run step umbrellas and from every entry."""
+    own_steps, buckets, names, steps = tree.own_steps, tree.buckets, tree.names, tree.steps
+    umbrellas = (
+        [
+            i
+            for i in range(tree.n)
+            if own_steps[i] is not None
+            and buckets[i] is None
+            and names[i] != "rl.job"
+            and not (superseded and own_steps[i] in superseded)
+        ]
+        if key.driver
+        else []
+    )
+    skip = (lambda row: steps[row] in superseded) if superseded else None
+    return walk_file(tree, tree.ids, tree.remote, umbrellas, skip)
 
 
 def accumulate(
@@ -227,10 +284,10 @@ def accumulate(
             phase = phases[(name, bucket)] = PhasePart()
         phase.count += 1
         phase.total_ns += duration
+        phase.excl_ns += excl
         phase.durations.append(duration)
         if i in tokens:
-            phase.tokens += tokens[i]
-            phase.token_ns += duration
+            _tokens(part, phase, tree, i, bucket, duration)
         step = steps[i]
         if step is None:
             continue
@@ -282,6 +339,25 @@ def accumulate(
         part.lifetime = (lo, hi)
 
 
+def _tokens(part: ProcessPart, phase: PhasePart, tree: Tree, i: int, bucket: Any, duration: int) -> None:
+    """A span's ``rl.num_tokens``: its phase's tokens, time and FLOPs (where ``rl.flops_per_token`` says),
+    and its step's tokens (a step umbrella's own count, else its generation phases')."""
+    count = tree.tokens[i]
+    phase.tokens += count
+    phase.token_ns += duration
+    flops = tree.flops.get(i) if tree.flops else None
+    if flops is not None:
+        phase.flops += count * flops
+        phase.flops_tokens += count
+    step = tree.steps[i]
+    if step is None:
+        return
+    if bucket is None and tree.own_steps[i] is not None:
+        part.step_tokens[("own", step)] = part.step_tokens.get(("own", step), 0) + count
+    elif kind_of(tree.names[i]) == "generation":
+        part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
+
+
 def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: array) -> None:
     """After pass 4: rows packed into intervals (a run has steps x processes of these), compute time summed
     per step, durations bounded."""
@@ -325,6 +401,7 @@ def file_parts(
     path: str | os.PathLike[str],
     driver_in_run: bool = False,
     superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
 ) -> tuple[list[ProcessPart], ReadStats]:
     """One span file reduced to its process part(s) (a re-init under another identity is another) and what
     its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows; ``superseded``:
@@ -332,7 +409,13 @@ def file_parts(
     stats = ReadStats()
     later = superseded or {}
     return [
-        part_from_columns(k, c, step_rows=not driver_in_run or k.driver, superseded=later.get(k.attempt, frozenset()))
+        part_from_columns(
+            k,
+            c,
+            step_rows=not driver_in_run or k.driver,
+            superseded=later.get(k.attempt, frozenset()),
+            critical=critical,
+        )
         for k, c in read_columns(path, stats).items()
     ], stats
 

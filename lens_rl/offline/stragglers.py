@@ -1,6 +1,8 @@
 """Stragglers: per worker group, step and phase, a rank whose exclusive time in a compute phase exceeds the
 group's median by more than 20 % and by more than 3 median absolute deviations; persistent when flagged in
-at least half of its steps. Idle phases (collective waits: ``wait``, ``barrier``) are not compared: in a
+at least half of its steps. Degrading ranks: per (group, rank, phase), the median over the latest window
+of steps against that rank's own best window, score = best / latest; under 0.8 a rank is degrading even
+when every rank slows alike (which the cross-rank rule cannot see). Idle phases (collective waits: ``wait``, ``barrier``) are not compared: in a
 synchronous collective the ranks even out there, so compute is what tells them apart.
 
 Example::
@@ -16,10 +18,13 @@ from typing import Any
 
 from lens_rl.offline.parts import ProcessPart, Series, median, step_key
 
-__all__ = ["STRAGGLER_MADS", "STRAGGLER_RATIO", "in_range", "stragglers"]
+__all__ = ["DEGRADING_SCORE", "DEGRADING_WINDOW", "STRAGGLER_MADS", "STRAGGLER_RATIO", "in_range", "stragglers"]
 
 STRAGGLER_RATIO = 1.2
 STRAGGLER_MADS = 3.0
+#: Steps per window of the degrading score, and the score under which a rank is degrading.
+DEGRADING_WINDOW = 20
+DEGRADING_SCORE = 0.8
 
 
 def in_range(step: Any, steps: tuple[int, int] | None) -> bool:
@@ -27,7 +32,9 @@ def in_range(step: Any, steps: tuple[int, int] | None) -> bool:
     return steps is None or (isinstance(step, int) and steps[0] <= step <= steps[1])
 
 
-def stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[str, Any]:
+def stragglers(
+    parts: list[ProcessPart], steps: tuple[int, int] | None, window: int = DEGRADING_WINDOW
+) -> dict[str, Any]:
     """The SPEC's straggler rule, one (group, phase) column at a time over the parts' own
     step -> ns maps (no run-sized table: a 1,000-rank, 100 k-step run stays in memory)."""
     columns: dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]] = defaultdict(dict)
@@ -38,6 +45,7 @@ def stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[
         for phase, by_step in part.compute.items():
             columns[(group, phase)].setdefault(rank, []).append(by_step)
     per_step: list[dict[str, Any]] = []
+    degrading: list[dict[str, Any]] = []
     flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
     rank_steps: dict[tuple[str, int], list[Iterable[Any]]] = defaultdict(list)
     for (group, phase), by_rank_maps in columns.items():
@@ -52,6 +60,19 @@ def stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[
                         merged[step] = merged.get(step, 0) + value
                 maps[rank] = merged
             rank_steps[(group, rank)].append(maps[rank].keys())
+            score = _degrading(maps[rank], steps, window)
+            if score is not None and score[0] < DEGRADING_SCORE:
+                degrading.append(
+                    {
+                        "worker_group": group,
+                        "rank": rank,
+                        "phase": phase,
+                        "score": round(score[0], 6),
+                        "best_s": round(score[1] / 1e9, 6),
+                        "latest_s": round(score[2] / 1e9, 6),
+                        "window": window,
+                    }
+                )
         if len(maps) < 2:
             continue
         aligned = _aligned(maps)
@@ -76,7 +97,22 @@ def stragglers(parts: list[ProcessPart], steps: tuple[int, int] | None) -> dict[
             persistent.append(
                 {"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged), "of_steps": of_steps}
             )
-    return {"per_step": per_step, "persistent": persistent}
+    degrading.sort(key=lambda d: (d["score"], d["worker_group"], d["rank"], str(d["phase"])))
+    return {"per_step": per_step, "persistent": persistent, "degrading": degrading}
+
+
+def _degrading(by_step: Mapping[Any, int], steps: tuple[int, int] | None, window: int) -> tuple[float, int, int] | None:
+    """(score, best window's median, latest window's median) of one rank's phase over its integer steps in
+    order: windows of ``window`` steps counted back from the latest; None with fewer than two windows."""
+    keys = sorted(s for s in by_step if type(s) is int and in_range(s, steps))
+    if window < 1 or len(keys) < 2 * window:
+        return None
+    values = [by_step[s] for s in keys]
+    medians = [median(values[end - window : end]) for end in range(len(values), window - 1, -window)]
+    latest, best = medians[0], min(medians)
+    if latest <= 0:
+        return None
+    return best / latest, int(best), int(latest)
 
 
 def _flag(

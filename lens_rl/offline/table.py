@@ -47,6 +47,8 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
                 mark = f"   attempt {step['attempt']}" + mark
             lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
     lines += _phase_table(report)
+    lines += _critical_lines(report)
+    lines += _throughput_lines(report)
     lines += _group_lines(report)
     lines += _straggler_lines(report)
     return "\n".join(lines)
@@ -149,6 +151,65 @@ def _phase_table(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+#: Critical-path rows shown (the rest in --json).
+CRITICAL_ROWS = 10
+
+
+def _critical_lines(report: Mapping[str, Any]) -> list[str]:
+    """What held the steps up: the critical path's top (group, phase) rows and the most frequent top stretch."""
+    critical = report.get("critical_path") or {}
+    phases, steps = critical.get("phases") or [], critical.get("steps") or []
+    if not phases:
+        return []
+    lines = [
+        "",
+        f"critical path (what the steps waited on, {len(steps)} steps){'':8s}{'critical':>10s}{'of wall':>9s}"
+        f"{'exposed':>9s}",
+        "  (exposed: the share of the phase's own time the steps waited on; the rest overlapped other work)",
+    ]
+    for row in phases[:CRITICAL_ROWS]:
+        label = f"  {row['worker_group']} {row['phase']} ({row['bucket'] or 'no bucket'})"
+        exposed = "-" if row["exposed_share"] is None else f"{row['exposed_share'] * 100:.0f}%"
+        lines.append(f"{label[:56]:56s}{row['critical_s']:9.2f}s{_pct(row['critical_share']):>9s}{exposed:>9s}")
+    if len(phases) > CRITICAL_ROWS:
+        lines.append(f"  ... {len(phases) - CRITICAL_ROWS} more (--json critical_path)")
+    tops: dict[tuple[str, Any, str], int] = {}
+    for step in steps:
+        top = step.get("top")
+        if top:
+            key = (top["worker_group"], top["rank"], top["phase"])
+            tops[key] = tops.get(key, 0) + 1
+    if tops:
+        (group, rank, phase), count = max(tops.items(), key=lambda kv: (kv[1], str(kv[0])))
+        lines.append(f"  the longest stretch of {count} of {len(steps)} steps: {group} rank {rank} {phase}")
+    return lines
+
+
+def _throughput_lines(report: Mapping[str, Any]) -> list[str]:
+    """Tokens per second (per GPU) of the phases that count tokens, MFU where known, and end to end."""
+    rows = [p for p in report["phases"] if p.get("tokens_per_s") is not None]
+    throughput = report.get("throughput") or {}
+    if not rows and not throughput.get("e2e_tokens_per_s_per_gpu"):
+        return []
+    e2e = throughput.get("e2e_tokens_per_s_per_gpu")
+    lines = [
+        "",
+        f"throughput: {throughput.get('gpus', 0)} GPUs; end to end "
+        + ("-" if e2e is None else f"{e2e:.1f}")
+        + " tokens/s/GPU (a step's tokens over its wall and the job's GPUs)",
+    ]
+    if rows:
+        lines.append(f"{'  phase':40s}{'group':>16s}{'bucket':>12s}{'tokens/s':>12s}{'per GPU':>12s}{'MFU':>8s}")
+    for p in rows:
+        per_gpu = "-" if p.get("tokens_per_s_per_gpu") is None else f"{p['tokens_per_s_per_gpu']:.1f}"
+        mfu = "-" if p.get("mfu") is None else f"{p['mfu'] * 100:.1f}%"
+        lines.append(
+            f"  {str(p['phase'])[:37]:38s}{str(p['worker_group'])[:15]:>16s}{str(p['bucket'] or '-'):>12s}"
+            f"{p['tokens_per_s']:12.1f}{per_gpu:>12s}{mfu:>8s}"
+        )
+    return lines
+
+
 def _group_lines(report: Mapping[str, Any]) -> list[str]:
     job = report["job"]
     lines = [
@@ -176,22 +237,32 @@ def _group_lines(report: Mapping[str, Any]) -> list[str]:
 
 def _straggler_lines(report: Mapping[str, Any]) -> list[str]:
     strag = report["stragglers"]
-    if not strag["per_step"]:
-        return []
-    persistent = (
-        ", ".join(
-            f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
-            for p in strag["persistent"]
+    degrading = strag.get("degrading") or []
+    lines: list[str] = []
+    if strag["per_step"]:
+        persistent = (
+            ", ".join(
+                f"{p['worker_group']} rank {p['rank']} ({p['steps_flagged']}/{p['of_steps']} steps)"
+                for p in strag["persistent"]
+            )
+            or "none"
         )
-        or "none"
-    )
-    lines = [
-        "",
-        f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; persistent: {persistent}",
-    ]
-    for s in sorted(strag["per_step"], key=lambda s: -s["over_median"])[:5]:
-        lines.append(
-            f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
-            f"+{s['over_median'] * 100:.0f}% over the median"
-        )
+        lines += [
+            "",
+            f"stragglers: {len(strag['per_step'])} (rank, step, phase) over the group median; persistent: {persistent}",
+        ]
+        for s in sorted(strag["per_step"], key=lambda s: -s["over_median"])[:5]:
+            lines.append(
+                f"  step {s['step']}: {s['worker_group']} rank {s['rank']} {s['phase']} "
+                f"+{s['over_median'] * 100:.0f}% over the median"
+            )
+    if degrading:
+        lines += ["", f"degrading ranks: {len(degrading)} (the latest window of steps against the rank's own best)"]
+        for d in degrading[:10]:
+            lines.append(
+                f"  {d['worker_group']} rank {d['rank']} {d['phase']}: score {d['score']:.2f} "
+                f"(best {d['window']}-step median {d['best_s']:.3f}s, latest {d['latest_s']:.3f}s)"
+            )
+        if len(degrading) > 10:
+            lines.append(f"  ... {len(degrading) - 10} more (--json stragglers.degrading)")
     return lines

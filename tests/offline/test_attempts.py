@@ -186,3 +186,13 @@ def test_two_attempts_in_one_file_under_the_same_pid_are_told_apart(tmp_path: Pa
     assert [a["attempt"] for a in report["attempts"]] == [0, 1]
     assert report["job"]["wasted_reasons"]["rerun"] == 20.0
     assert report["job"]["wasted_reasons"]["restart"] == 10.0
+
+
+def test_the_critical_path_walks_each_steps_final_run(tmp_path: Path) -> None:
+    """Each step once on the critical path; a re-run step's path is its final run's (attempt 1's trainer)."""
+    report = analyze(span_files(_store(tmp_path / "r")), jobs=1)
+    steps = report["critical_path"]["steps"]
+    assert [s["step"] for s in steps] == [0, 1, 2, 3, 4, 5]
+    assert all(s["critical_s"] == pytest.approx(10.0) for s in steps)
+    train = next(p for p in report["critical_path"]["phases"] if p["phase"] == "train")
+    assert train["critical_s"] == pytest.approx(6 * 8.0)

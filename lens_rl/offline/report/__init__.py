@@ -40,6 +40,7 @@ from lens_rl.offline.report.data import (
 from lens_rl.offline.report.figures import (
     HEAT_LIMIT,
     attempts_figure,
+    critical_figure,
     heat_figures,
     rank_figure,
     step_figures,
@@ -104,10 +105,14 @@ def build_report(
         desc="report",
     ):
         timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
-    figures = [*step_figures(go, report), rank_figure(go, report), *heat_figures(go, parts)]
-    attempts = attempts_figure(go, report, parts)
-    if attempts is not None:
-        figures.insert(0, attempts)
+    drawn: list[tuple[str, Any] | None] = [
+        attempts_figure(go, report, parts),
+        *step_figures(go, report),
+        critical_figure(go, report),
+        rank_figure(go, report),
+        *heat_figures(go, parts),
+    ]
+    figures = [figure for figure in drawn if figure is not None]  # (a single attempt, no driver steps)
     if timeline:
         figures.append(timeline_figure(go, timeline, window))
     config = {"displaylogo": False, "responsive": True}

@@ -14,6 +14,7 @@ __all__ = [
     "COLORS",
     "HEAT_LIMIT",
     "attempts_figure",
+    "critical_figure",
     "heat_figures",
     "rank_figure",
     "step_figures",
@@ -244,3 +245,38 @@ def attempts_figure(go: Any, report: Mapping[str, Any], parts: Sequence[Any]) ->
 
 def _steps(attempt: Mapping[str, Any]) -> str:
     return "-" if attempt["first_step"] is None else f"{attempt['first_step']}-{attempt['last_step']}"
+
+
+#: (group, phase) series drawn in the critical-path figure; the rest are summed as "other".
+CRITICAL_SERIES = 8
+
+
+def critical_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """Critical-path seconds per step, stacked by (group, phase): the few that held the most steps up, the
+    rest as other. None without a critical path (no driver steps)."""
+    critical = report.get("critical_path") or {}
+    steps = critical.get("steps") or []
+    if not steps:
+        return None
+    top = [(r["worker_group"], r["phase"]) for r in critical["phases"][:CRITICAL_SERIES]]
+    stride = max(1, -(-len(steps) // (MAX_COLUMNS * 5)))
+    shown = steps[::stride]
+    xs = [r["step"] for r in shown]
+    per_step = {r["step"]: r.get("by_phase") or {} for r in shown}
+    traces = []
+    for group, phase in top:
+        key = f"{group} {phase}"
+        traces.append(go.Bar(x=xs, y=[per_step[x].get(key, 0.0) for x in xs], name=key))
+    others = [max(r["critical_s"] - sum(per_step[r["step"]].get(f"{g} {p}", 0.0) for g, p in top), 0.0) for r in shown]
+    if any(v > 1e-9 for v in others):
+        traces.append(go.Bar(x=xs, y=others, name="other", marker_color="#cccccc"))
+    fig = go.Figure(traces)
+    fig.update_layout(
+        title="Critical path per step: what each step waited on, by group and phase",
+        barmode="stack",
+        yaxis_title="s",
+        xaxis_type="category",
+        xaxis_title="step",
+        **_LAYOUT,
+    )
+    return "critical-path", fig

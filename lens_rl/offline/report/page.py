@@ -37,6 +37,14 @@ def page(report: Mapping[str, Any], ident: Mapping[str, Any], charts: str, plotl
     )
     more = len(report["phases"]) - _MAX_PHASE_ROWS
     phases += f"<tr><td colspan=9>... {more} more (lens-rl goodput --json)</td></tr>" if more > 0 else ""
+    degrading = (
+        "".join(
+            f"<li>{esc(str(d['worker_group']))} rank {d['rank']} {esc(str(d['phase']))}: score {d['score']:.2f} "
+            f"(its latest {d['window']} steps' median {d['latest_s']:.3f} s against its best {d['best_s']:.3f} s)</li>"
+            for d in report["stragglers"].get("degrading", ())[:_MAX_PHASE_ROWS]
+        )
+        or "<li>none</li>"
+    )
     persistent = (
         "".join(
             f"<li>{esc(p['worker_group'])} rank {p['rank']}: flagged in {p['steps_flagged']} of "
@@ -85,6 +93,7 @@ algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {
 <div class="card">step time p50<b>{_secs(st["p50_s"])}</b></div>
 <div class="card">step time p95<b>{_secs(st["p95_s"])}</b></div>
 <div class="card">steps<b>{steps_done}</b></div>
+<div class="card" id="headline-throughput">tokens/s/GPU end to end<b>{_rate(report.get("throughput", {}).get("e2e_tokens_per_s_per_gpu"))}</b></div>
 {restarts}
 </div>
 {notes_html}
@@ -93,5 +102,7 @@ algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {
 <th>mean s</th><th>p95 s</th><th>share</th><th>tokens/s</th></tr>{phases}</table>
 <p>share: of the job's wall for the driver's phases, of the group's lifetimes for a worker group's.</p></section>
 <section id="persistent-stragglers"><h2>Persistent stragglers</h2><ul>{persistent}</ul></section>
+<section id="degrading-ranks"><h2>Degrading ranks</h2><p>each rank's latest window of steps against its own best
+(under 0.8: it slowed, even if every rank slowed alike)</p><ul>{degrading}</ul></section>
 </body></html>
 """

@@ -1,0 +1,372 @@
+"""The critical path of every step: the chain of spans, across processes, that determined when it ended.
+
+For each final run of a driver step, walk back from the step's end through the spans under it (the
+driver's own, and every worker span whose parent chain leads into the step), always into the span that
+ended last before the current point; time where no child runs is the parent's own; a child's stretch is
+clipped to its parent's interval (a child may start before the span it belongs to, as async generation
+does); a child still running at the current point is skipped. Each stretch is attributed to (worker group,
+rank, phase, bucket).
+
+Streaming, in two halves that meet at the rollup:
+
+* **Per file** (:func:`walk_file`, inside the goodput read: no other pass). Each process walks its own
+  spans from every *walk root*: the driver's step umbrellas, and every *entry* (a span whose parent was
+  carried in from another process). The result, a :class:`CritPart`, holds each root's stretches (from its
+  end backwards) and, per entry, the parent id it hangs from: a few int arrays, merged exactly.
+* **At the rollup** (:func:`critical_path`). Entries are indexed by the parent they hang from. A stretch
+  of a span's own time that has entries hanging from that span is walked again over those remote
+  children (the same rule; their own stretches, cut at the walk's bound, go in its place): a driver phase
+  that waited on two workers becomes the slower worker's chain, then the driver phase's own rest.
+
+A remote call that overlapped a local child of its caller is walked within the caller's own time only (in
+the common case, a call the caller waited on, this is exact). A span whose parent was never written joins
+no step.
+
+Example::
+
+    rollup = critical_path(processes, step_rows)
+    rollup["phases"][0]      # {"worker_group", "phase", "bucket", "critical_s", "critical_share", "exposed_share"}
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["CritPart", "critical_path", "walk_file"]
+
+_BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
+
+
+class CritPart:
+    """One process's walks: its walk roots (driver steps, entries) and their stretches, compact.
+
+    ``nodes``: the spans stretches are attributed to, each as (span id, name, bucket); ``stretches``: three
+    int arrays (start ns, end ns, node), each root's run of them from its end backwards; ``steps``: step ->
+    [(first stretch, count)] of the driver's umbrellas; ``entries``: per entry, its parent's id, its
+    interval, its node and its stretches (count 0: the entry is a leaf, its own whole interval)."""
+
+    __slots__ = (
+        "node_ids",
+        "node_names",
+        "node_buckets",
+        "a",
+        "b",
+        "node",
+        "steps",
+        "e_parent",
+        "e_start",
+        "e_end",
+        "e_node",
+        "e_off",
+        "e_len",
+    )
+
+    def __init__(self) -> None:
+        self.node_ids: list[Any] = []
+        self.node_names: list[Any] = []
+        self.node_buckets: list[Any] = []
+        self.a = array("q")
+        self.b = array("q")
+        self.node = array("q")
+        self.steps: dict[Any, list[tuple[int, int]]] = {}
+        self.e_parent: list[Any] = []
+        self.e_start = array("q")
+        self.e_end = array("q")
+        self.e_node = array("q")
+        self.e_off = array("q")
+        self.e_len = array("q")
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for key, value in zip(self.__slots__, state, strict=True):
+            setattr(self, key, value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CritPart) and self.__getstate__() == other.__getstate__()
+
+    def merge(self, other: CritPart) -> None:
+        """Fold another part of the same process in (its stretches and nodes after this one's)."""
+        nodes, stretches = len(self.node_ids), len(self.a)
+        self.node_ids += other.node_ids
+        self.node_names += other.node_names
+        self.node_buckets += other.node_buckets
+        self.a += other.a
+        self.b += other.b
+        self.node.extend(n + nodes for n in other.node)
+        for step, runs in other.steps.items():
+            self.steps.setdefault(step, []).extend((off + stretches, count) for off, count in runs)
+        self.e_parent += other.e_parent
+        self.e_start += other.e_start
+        self.e_end += other.e_end
+        self.e_node.extend(n + nodes for n in other.e_node)
+        self.e_off.extend(off + stretches for off in other.e_off)
+        self.e_len += other.e_len
+
+
+# ------------------------------------------------------------------------------------------- per file
+
+
+def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: Sequence[int], skip: Any) -> CritPart:
+    """One process's walks (see the module docstring). ``tree``: its linked spans; ``ids``: their span ids;
+    ``remote_parent``: entry row -> the id of its parent in another process; ``umbrellas``: rows of the
+    driver's final-run step umbrellas; ``skip(row)``: a row of a superseded run (walks no further), or None."""
+    starts, ends, parents, has_child = tree.starts, tree.ends, tree.parents, tree.has_child
+    kids: dict[int, list[int]] = {}
+    get = kids.get
+    for i, p in enumerate(parents):
+        if p != -1:
+            found = get(p)
+            if found is None:
+                kids[p] = [i]
+            else:
+                found.append(i)
+    for children in kids.values():
+        if len(children) > 1:
+            children.sort(key=ends.__getitem__, reverse=True)
+    part = CritPart()
+    a, b, node = part.a, part.b, part.node  # node: the span's row until the end (then its slot)
+
+    def walk(root: int) -> tuple[int, int]:
+        first = len(a)
+        stack = [(root, ends[root], starts[root], 0)]
+        while stack:
+            row, t, low, pos = stack.pop()
+            children = kids.get(row)
+            descended = False
+            if children is not None:
+                count = len(children)
+                while pos < count:
+                    c = children[pos]
+                    pos += 1
+                    end = ends[c]
+                    if end > t:
+                        continue  # still running at the current point
+                    if end <= low:
+                        break  # (sorted by end: none left inside)
+                    if t > end:
+                        a.append(end)
+                        b.append(t)
+                        node.append(row)
+                    start = starts[c]
+                    bound = start if start > low else low
+                    if has_child[c]:
+                        stack.append((row, bound, low, pos))
+                        stack.append((c, end, bound, 0))
+                        descended = True
+                        break
+                    a.append(bound)  # a leaf: its stretch, then on in this span
+                    b.append(end)
+                    node.append(c)
+                    t = bound
+                    if t <= low:
+                        break
+            if not descended and t > low:
+                a.append(low)
+                b.append(t)
+                node.append(row)
+        return first, len(a) - first
+
+    entry_rows = array("q")
+    for row in umbrellas:
+        step = tree.own_steps[row]
+        part.steps.setdefault(step, []).append(walk(row))
+    e_parent, e_start, e_end, e_off, e_len = part.e_parent, part.e_start, part.e_end, part.e_off, part.e_len
+    for row, parent_id in remote_parent.items():
+        if skip is not None and skip(row):
+            continue
+        e_parent.append(parent_id)
+        start, end = starts[row], ends[row]
+        e_start.append(start)
+        e_end.append(end)
+        entry_rows.append(row)
+        off = len(a)
+        below = kids.get(row)
+        if below is None:  # a leaf: its whole interval, no stretch stored
+            count = 0
+        elif len(below) == 1 and not has_child[below[0]]:  # one leaf child: the walk, inline
+            c = below[0]
+            t, c_end = end, ends[c]
+            if start < c_end <= t:
+                if t > c_end:
+                    a.append(c_end)
+                    b.append(t)
+                    node.append(row)
+                c_start = starts[c]
+                t = c_start if c_start > start else start
+                a.append(t)
+                b.append(c_end)
+                node.append(c)
+            if t > start:
+                a.append(start)
+                b.append(t)
+                node.append(row)
+            count = len(a) - off
+        else:
+            off, count = walk(row)
+        e_off.append(off)
+        e_len.append(count)
+    used = sorted(set(node) | set(entry_rows))  # the spans stretches name: a compact table of them
+    slot = {row: n for n, row in enumerate(used)}
+    names, buckets = tree.names, tree.buckets
+    part.node_ids = [ids[row] for row in used]
+    part.node_names = [names[row] for row in used]
+    part.node_buckets = [buckets[row] for row in used]
+    part.node = array("q", map(slot.__getitem__, node))
+    part.e_node = array("q", map(slot.__getitem__, entry_rows))
+    return part
+
+
+# ------------------------------------------------------------------------------------------- rollup
+
+
+class _Index:
+    """Every process's entries by the id of the parent they hang from, each list sorted by end, latest first
+    (an entry as one int: its part's position << 32 | its own)."""
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        self.parts = parts
+        by_parent: dict[Any, list[int]] = {}
+        for p, part in enumerate(parts):
+            crit = part.crit
+            if crit is None:
+                continue
+            base = p << 32
+            for e, parent in enumerate(crit.e_parent):
+                found = by_parent.get(parent)
+                if found is None:
+                    by_parent[parent] = [base | e]
+                else:
+                    found.append(base | e)
+        for refs in by_parent.values():
+            if len(refs) > 1:
+                refs.sort(key=self._end, reverse=True)
+        self.by_parent = by_parent
+
+    def _end(self, ref: int) -> int:
+        return self.parts[ref >> 32].crit.e_end[ref & 0xFFFFFFFF]
+
+    def run(self, p: int, off: int, count: int, low: int, acc: dict[tuple[int, int], int]) -> None:
+        """Add a run of part ``p``'s stretches, cut at ``low``, into ``acc`` ((part, node) -> ns), each span's
+        own time walked again over the entries hanging from it."""
+        crit = self.parts[p].crit
+        a, b, node = crit.a, crit.b, crit.node
+        for k in range(off, off + count):
+            end = b[k]
+            if end <= low:
+                break  # (from the end backwards: the rest lie below the bound)
+            start = a[k]
+            self.own(p, node[k], start if start > low else low, end, acc)
+
+    def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
+        """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
+        the rule, the rest its own."""
+        remote = self.by_parent.get(self.parts[p].crit.node_ids[n])
+        key = (p, n)
+        if not remote:
+            acc[key] = acc.get(key, 0) + high - low
+            return
+        t = high
+        parts = self.parts
+        for ref in remote:
+            q, e = ref >> 32, ref & 0xFFFFFFFF
+            child = parts[q].crit
+            end = child.e_end[e]
+            if end > t:
+                continue
+            if end <= low:
+                break
+            if t > end:
+                acc[key] = acc.get(key, 0) + t - end
+            start = child.e_start[e]
+            bound = start if start > low else low
+            if child.e_len[e]:
+                self.run(q, child.e_off[e], child.e_len[e], bound, acc)
+            else:
+                self.own(q, child.e_node[e], bound, end, acc)
+            t = bound
+            if t <= low:
+                break
+        if t > low:
+            acc[key] = acc.get(key, 0) + t - low
+
+
+def critical_path(processes: Sequence[Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The rollup (``--json`` ``critical_path``): per (worker group, phase, bucket) ``critical_s``,
+    ``critical_share`` of the steps' wall and ``exposed_share`` (critical over exclusive seconds); per step
+    its critical seconds by group and by "<group> <phase>", and the top stretch (group, rank, phase, seconds)."""
+    index = _Index(processes)
+    wall = {row["step"]: row["wall_s"] for row in steps if not row.get("incomplete")}
+    totals: dict[tuple[str, str, Any], int] = defaultdict(int)
+    step_rows = []
+    for p, part in enumerate(processes):
+        crit = part.crit
+        if crit is None or not part.is_driver:
+            continue
+        for step, runs in crit.steps.items():
+            if step not in wall:
+                continue
+            per: dict[tuple[int, int], int] = {}
+            for off, count in runs:
+                index.run(p, off, count, _BEFORE_ALL, per)
+            by_key: dict[tuple[str, int, str, Any], int] = defaultdict(int)
+            for (q, n), ns in per.items():
+                owner = processes[q]
+                node_crit = owner.crit
+                by_key[(owner.key.group, owner.key.rank, node_crit.node_names[n], node_crit.node_buckets[n])] += ns
+            by_group: dict[str, int] = defaultdict(int)
+            by_phase: dict[str, int] = defaultdict(int)
+            for (group, _rank, name, bucket), ns in by_key.items():
+                totals[(group, name, bucket)] += ns
+                by_group[group] += ns
+                by_phase[f"{group} {name}"] += ns
+            top = max(by_key.items(), key=lambda kv: (kv[1], str(kv[0])), default=None)
+            step_rows.append(
+                {
+                    "step": step,
+                    "critical_s": round(sum(by_key.values()) / 1e9, 6),
+                    "by_group": {g: round(ns / 1e9, 6) for g, ns in sorted(by_group.items())},
+                    "by_phase": {k: round(ns / 1e9, 6) for k, ns in sorted(by_phase.items())},
+                    "top": None
+                    if top is None
+                    else {
+                        "worker_group": top[0][0],
+                        "rank": top[0][1],
+                        "phase": top[0][2],
+                        "seconds": round(top[1] / 1e9, 6),
+                    },
+                }
+            )
+    step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
+    walls = sum(wall[r["step"]] for r in step_rows)
+    exclusive = _exclusive(processes)
+    phases = []
+    for (group, name, bucket), ns in totals.items():
+        seconds = ns / 1e9
+        excl = exclusive.get((group, name, bucket))
+        phases.append(
+            {
+                "worker_group": group,
+                "phase": name,
+                "bucket": bucket,
+                "critical_s": round(seconds, 6),
+                "critical_share": round(seconds / walls, 6) if walls else None,
+                "exposed_share": round(min(seconds / excl, 1.0), 6) if excl else None,
+            }
+        )
+    phases.sort(key=lambda r: (-r["critical_s"], r["worker_group"], str(r["phase"]), str(r["bucket"])))
+    return {"phases": phases, "steps": step_rows}
+
+
+def _exclusive(processes: Sequence[Any]) -> dict[tuple[str, str, Any], float]:
+    """(group, phase, bucket) -> exclusive seconds of its final runs (bucketed phases only)."""
+    out: dict[tuple[str, str, Any], float] = defaultdict(float)
+    for part in processes:
+        for (name, bucket), phase in part.phases.items():
+            if bucket is not None:
+                out[(part.key.group, name, bucket)] += phase.excl_ns / 1e9
+    return out

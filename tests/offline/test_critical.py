@@ -1,0 +1,195 @@
+"""The critical path on hand-written stores whose answers are known: parallel workers, an async overlap,
+nested and cross-process chains, a worker span whose parent was never written; the same whatever the
+parallelism; a critical path that sums to each step's wall."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.offline.goodput import analyze
+from lens_rl.offline.table import format_table
+from lens_rl.store import span_files
+from tests.stores import span, write_process
+
+
+def _driver(run: Path, spans: list[dict[str, Any]]) -> None:
+    write_process(run, "driver", 0, 1, [span("rl.job", 0, 100, "job"), *spans], root="job", role="driver")
+
+
+def _phases(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["worker_group"], r["phase"]): r for r in report["critical_path"]["phases"]}
+
+
+def test_two_parallel_workers_then_a_driver_phase(tmp_path: Path) -> None:
+    """Workers of 1 s and 3 s in parallel under the driver's training phase, then a 0.5 s driver phase: the
+    path is the 3 s worker, then the driver phase (and the driver's own bits around them); its top stretch
+    is that worker; the seconds add up to the step's wall."""
+    run = tmp_path / "r"
+    _driver(
+        run,
+        [
+            span("step", 0, 4, "s", parent="job", step=0),
+            span("policy_training", 0, 3.2, "t", parent="s", bucket="productive"),
+            span("advantage", 3.2, 3.7, "a", parent="s", bucket="productive"),
+        ],
+    )
+    write_process(
+        run, "lm_policy", 0, 2, [span("train", 0.1, 1.1, "w0", parent="t", remote=True, bucket="productive", step=0)]
+    )
+    write_process(
+        run, "lm_policy", 1, 3, [span("train", 0.1, 3.1, "w1", parent="t", remote=True, bucket="productive", step=0)]
+    )
+    report = analyze(span_files(run), jobs=1)
+    phases = _phases(report)
+    assert phases[("lm_policy", "train")]["critical_s"] == pytest.approx(3.0)
+    assert phases[("lm_policy", "train")]["critical_share"] == pytest.approx(0.75)
+    assert phases[("lm_policy", "train")]["exposed_share"] == pytest.approx(3.0 / 4.0)  # rank 0 overlapped
+    assert phases[("driver", "advantage")]["critical_s"] == pytest.approx(0.5)
+    assert phases[("driver", "policy_training")]["critical_s"] == pytest.approx(0.2)  # before and after the call
+    assert phases[("driver", "step")]["critical_s"] == pytest.approx(0.3)  # the loop's own time at the end
+    (step,) = report["critical_path"]["steps"]
+    assert step["top"] == {"worker_group": "lm_policy", "rank": 1, "phase": "train", "seconds": 3.0}
+    assert step["critical_s"] == pytest.approx(4.0) and step["by_group"] == {"driver": 1.0, "lm_policy": 3.0}
+    table = format_table(report)
+    assert "lm_policy train" in table and "the longest stretch of 1 of 1 steps: lm_policy rank 1 train" in table
+
+
+def test_async_generation_is_exposed_only_for_the_drivers_wait(tmp_path: Path) -> None:
+    """Generation runs for 1.6 s, overlapping the previous step's training, and ends as the driver's 0.4 s
+    wait for it ends: it is on the path for those 0.4 s only (the child clipped to its parent), so its
+    exposed share is the wait over its exclusive time, 0.25; the training chain covers the rest."""
+    run = tmp_path / "r"
+    _driver(
+        run,
+        [
+            span("step", 10, 12, "s", parent="job", step=1),
+            span("exposed_generation", 10, 10.4, "wait", parent="s", bucket="idle"),
+            span("policy_training", 10.4, 12, "t", parent="s", bucket="productive"),
+        ],
+    )
+    write_process(
+        run,
+        "vllm_policy",
+        0,
+        2,
+        [span("generation", 8.8, 10.4, "g", parent="wait", remote=True, bucket="productive", step=1)],
+    )
+    write_process(
+        run, "lm_policy", 0, 3, [span("train", 10.45, 11.95, "w", parent="t", remote=True, bucket="productive", step=1)]
+    )
+    phases = _phases(analyze(span_files(run), jobs=1))
+    generation = phases[("vllm_policy", "generation")]
+    assert generation["critical_s"] == pytest.approx(0.4) and generation["exposed_share"] == pytest.approx(0.25)
+    assert ("driver", "exposed_generation") not in phases  # its whole time was spent waiting on generation
+    assert phases[("lm_policy", "train")]["critical_s"] == pytest.approx(1.5)
+    assert phases[("driver", "policy_training")]["critical_s"] == pytest.approx(0.1)
+
+
+def test_a_chain_across_three_processes_and_nested_phases(tmp_path: Path) -> None:
+    """driver step -> generation worker's phase -> its local child -> the rollout server's reward span: the
+    walk follows the chain across processes (the server's 0.6 s are attributed to it, the worker's own
+    time around the call to its phases), and a local nested phase on the driver is walked too."""
+    run = tmp_path / "r"
+    _driver(
+        run,
+        [
+            span("step", 0, 3, "s", parent="job", step=0),
+            span("generation", 0, 2, "g", parent="s", bucket="productive"),
+            span("validation", 2, 3, "v", parent="s", bucket="overhead"),
+            span("logprob", 2.2, 2.9, "lp", parent="v", bucket="productive"),
+        ],
+    )
+    write_process(
+        run,
+        "vllm_policy",
+        0,
+        2,
+        [
+            span("generate", 0.1, 1.9, "wg", parent="g", remote=True, bucket="productive", step=0),
+            span("score", 1.0, 1.8, "sc", parent="wg", bucket="productive"),
+        ],
+    )
+    write_process(
+        run,
+        "rollout_server",
+        0,
+        3,
+        [span("reward", 1.1, 1.7, "rw", parent="sc", remote=True, bucket="productive", step=0)],
+    )
+    report = analyze(span_files(run), jobs=1)
+    phases = _phases(report)
+    assert phases[("rollout_server", "reward")]["critical_s"] == pytest.approx(0.6)
+    assert phases[("vllm_policy", "score")]["critical_s"] == pytest.approx(0.2)  # 1.0-1.1 and 1.7-1.8
+    assert phases[("vllm_policy", "generate")]["critical_s"] == pytest.approx(1.0)  # 0.1-1.0 and 1.8-1.9
+    assert phases[("driver", "logprob")]["critical_s"] == pytest.approx(0.7)
+    assert phases[("driver", "validation")]["critical_s"] == pytest.approx(0.3)
+    (step,) = report["critical_path"]["steps"]
+    assert step["critical_s"] == pytest.approx(3.0)
+    assert step["top"]["worker_group"] == "vllm_policy" and step["top"]["phase"] == "generate"
+
+
+def test_a_worker_span_whose_parent_was_never_written_joins_no_step(tmp_path: Path) -> None:
+    """A worker span hanging from a parent no file holds (a killed process's) is on no step's path; the
+    step's path is its own (the driver phase), whole."""
+    run = tmp_path / "r"
+    _driver(
+        run,
+        [span("step", 0, 2, "s", parent="job", step=0), span("generation", 0, 2, "g", parent="s", bucket="productive")],
+    )
+    write_process(
+        run,
+        "vllm_policy",
+        0,
+        2,
+        [span("generate", 0, 1.5, "x", parent="lost", remote=True, bucket="productive", step=0)],
+    )
+    report = analyze(span_files(run), jobs=1)
+    phases = _phases(report)
+    assert ("vllm_policy", "generate") not in phases
+    assert phases[("driver", "generation")]["critical_s"] == pytest.approx(2.0)
+
+
+def test_the_critical_path_is_the_same_whatever_the_parallelism_and_uses_final_runs(tmp_path: Path) -> None:
+    """--jobs 2 gives the same critical path as one process; a step re-run by a later attempt is walked on
+    its final run only; without a driver there is no critical path."""
+    run = tmp_path / "r"
+    spans = []
+    for step in range(6):
+        t = step * 2.0
+        spans += [
+            span("step", t, t + 2, f"s{step}", parent="job", step=step),
+            span("policy_training", t, t + 1.5, f"t{step}", parent=f"s{step}", bucket="productive"),
+        ]
+    _driver(run, spans)
+    for rank in range(3):
+        write_process(
+            run,
+            "lm_policy",
+            rank,
+            10 + rank,
+            [
+                span(
+                    "train",
+                    s * 2.0,
+                    s * 2.0 + 0.5 + 0.3 * rank,
+                    f"w{rank}-{s}",
+                    parent=f"t{s}",
+                    remote=True,
+                    bucket="productive",
+                    step=s,
+                )
+                for s in range(6)
+            ],
+        )
+    paths = span_files(run)
+    one, two = analyze(paths, jobs=1), analyze(paths, jobs=2)
+    assert json.dumps(one["critical_path"], sort_keys=True) == json.dumps(two["critical_path"], sort_keys=True)
+    assert all(s["top"]["rank"] in (2,) or s["top"]["worker_group"] == "driver" for s in one["critical_path"]["steps"])
+    assert _phases(one)[("lm_policy", "train")]["critical_s"] == pytest.approx(6 * 1.1)
+    workers_only = tmp_path / "w"
+    write_process(workers_only, "lm_policy", 0, 2, [span("train", 0, 1, "x", bucket="productive", step=0)])
+    assert analyze(span_files(workers_only), jobs=1)["critical_path"] == {"phases": [], "steps": []}
