@@ -7,6 +7,7 @@
     lens-rl report TRACE_DIR [-o TRACE_DIR/report.html] [--steps A-B] [--jobs N] [--ray]
     lens-rl replay TRACE_DIR --otlp ENDPOINT [--run RUN_ID]
     lens-rl status TRACE_DIR [--run RUN_ID] [--json] [--all]      (exit 1 when a process is stale or hung)
+    lens-rl watch TRACE_DIR [--run RUN_ID] [--interval S] [--once]
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
 most recent run is used unless ``--run`` names one) or a run folder itself. Bad input
@@ -107,6 +108,37 @@ def _parallel(args: argparse.Namespace) -> dict[str, Any]:
     return {"jobs": args.jobs, "use_ray": args.ray is not None, "ray_address": args.ray or None}
 
 
+def _cache(args: argparse.Namespace, run_dir: Path) -> str | None:
+    """The refresh cache's folder for this run (None with --no-cache, or where none can be made)."""
+    if getattr(args, "no_cache", False):
+        return None
+    from lens_rl.offline.cache import cache_folder
+
+    try:
+        return cache_folder(run_dir)
+    except OSError as exc:
+        print(f"lens-rl: no refresh cache ({exc}); reading cold", file=sys.stderr)
+        return None
+
+
+def _print_json(report: Any) -> None:
+    """``report`` as indented JSON on stdout (orjson when the analysis extra is there: the same JSON, faster)."""
+    try:
+        import orjson
+    except ImportError:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text stream (a caller's StringIO)
+        sys.stdout.write(data.decode())
+        return
+    sys.stdout.flush()
+    out.write(data)
+    out.flush()
+
+
 def cmd_goodput(args: argparse.Namespace) -> int:
     from lens_rl.offline.goodput import analyze
     from lens_rl.offline.table import format_table
@@ -115,7 +147,7 @@ def cmd_goodput(args: argparse.Namespace) -> int:
         raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
     steps = parse_steps(args.steps)
     paths, path = _files(args.trace_dir, args.run)
-    report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, **_parallel(args))
+    report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, cache=_cache(args, path), **_parallel(args))
     _check_steps(steps, report["step_range"])
     if not report["spans"]:
         raise CliError(
@@ -128,21 +160,20 @@ def cmd_goodput(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.json:
-        json.dump(report, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        _print_json(report)
     else:
         print(format_table(report, all_steps=args.steps is not None))
     return 0
 
 
 def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any, str, Path]:
-    """Run ``write(paths, output)`` for a command that writes one file; errors as one line."""
+    """Run ``write(paths, output, run_dir)`` for a command that writes one file; errors as one line."""
     paths, path = _files(args.trace_dir, args.run)
     if not paths:
         raise CliError(f"no lens_rl span files under {str(path)!r}")
     output = args.output or str(Path(args.trace_dir) / default_name)
     try:
-        return write(paths, output), output, path
+        return write(paths, output, path), output, path
     except (ImportError, ValueError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
@@ -161,7 +192,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     spans, output, path = _write(
         args,
         "trace.json",
-        lambda paths, output: write_trace(paths, output, steps=steps, group=args.group, **_parallel(args)),
+        lambda paths, output, _run: write_trace(paths, output, steps=steps, group=args.group, **_parallel(args)),
     )
     if not spans and args.steps is None and args.group is None:
         os.unlink(output)
@@ -186,8 +217,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     size, output, _ = _write(
         args,
         "report.html",
-        lambda paths, output: write_report(
-            paths, output, steps=steps, warmup_steps=args.warmup_steps, **_parallel(args)
+        lambda paths, output, run_dir: write_report(
+            paths, output, steps=steps, warmup_steps=args.warmup_steps, cache=_cache(args, run_dir), **_parallel(args)
         ),
     )
     print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: open it in any browser, offline)")
@@ -211,11 +242,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     report = run_status(_run_dir(args.trace_dir, args.run, "live-*.json"))
     if args.json:
-        json.dump(report, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        _print_json(report)
     else:
         print(format_status(report, all_rows=args.all))
     return 0 if report["ok"] else 1
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from lens_rl.offline.watch import watch
+
+    if args.interval <= 0:
+        raise CliError(f"--interval: {args.interval} is not a duration; allowed: seconds > 0")
+    try:
+        run_dir = _run_dir(args.trace_dir, args.run)
+    except CliError:
+        run_dir = _run_dir(args.trace_dir, args.run, "live-*.json")  # heartbeats before the first span
+    try:
+        return watch(run_dir, interval=args.interval, once=args.once, jobs=args.jobs)
+    except ImportError as exc:
+        raise CliError(str(exc)) from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -232,6 +277,14 @@ def _add_parallel(parser: argparse.ArgumentParser) -> None:
         const="",
         metavar="ADDRESS",
         help="read the files as Ray tasks (on ADDRESS, else a local cluster); same results",
+    )
+
+
+def _add_no_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="read every file whole (default: only what was appended since the last look, same results)",
     )
 
 
@@ -259,6 +312,7 @@ def _parser() -> argparse.ArgumentParser:
         "--warmup-steps", type=int, default=1, metavar="N", help="steps the steady-state figure skips (default 1)"
     )
     _add_parallel(good)
+    _add_no_cache(good)
     good.set_defaults(func=cmd_goodput)
     perf = sub.add_parser("perfetto", help="Chrome trace-event JSON for Perfetto UI")
     perf.add_argument("trace_dir", metavar="TRACE_DIR")
@@ -286,6 +340,7 @@ def _parser() -> argparse.ArgumentParser:
         "--warmup-steps", type=int, default=1, metavar="N", help="steps the steady state skips (default 1)"
     )
     _add_parallel(rpt)
+    _add_no_cache(rpt)
     rpt.set_defaults(func=cmd_report)
     rep = sub.add_parser("replay", help="send a run's stored spans to an OTLP/HTTP collector")
     rep.add_argument("trace_dir", metavar="TRACE_DIR")
@@ -301,6 +356,13 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output (schema lens_rl.status/1)")
     st.add_argument("--all", action="store_true", help="every process, however many (default: summaries above 32)")
     st.set_defaults(func=cmd_status)
+    wt = sub.add_parser("watch", help="a live terminal view: status and goodput, refreshed through the cache")
+    wt.add_argument("trace_dir", metavar="TRACE_DIR")
+    wt.add_argument("--run", help="run id (default: the latest run)")
+    wt.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between frames (default 10)")
+    wt.add_argument("--once", action="store_true", help="print one frame and exit (for a log or a pipe)")
+    wt.add_argument("--jobs", type=int, metavar="N", help="files read in parallel (default: the cores, at most 4)")
+    wt.set_defaults(func=cmd_watch)
     return parser
 
 

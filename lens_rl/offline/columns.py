@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from itertools import compress
 from typing import Any
 
 from lens_rl.store import INT64_END, Process, ReadStats, iter_rows, time_ns
@@ -139,6 +140,27 @@ class Columns:
                 self.root = None
         else:
             self.root = root
+
+    def subset(self, keep: bytearray) -> Columns:
+        """A new Columns of the rows ``keep`` marks (1), in their order (the same header facts)."""
+        out = Columns()
+        out.resources, out.root, out.since, out.job_error = self.resources, self.root, self.since, self.job_error
+        out.names = list(compress(self.names, keep))
+        out.ids = array("Q", compress(self.ids, keep)) if type(self.ids) is array else list(compress(self.ids, keep))
+        parents = self.parent_ids
+        out.parent_ids = (
+            array("Q", compress(parents, keep)) if type(parents) is array else list(compress(parents, keep))
+        )
+        out.starts = array("q", compress(self.starts, keep))
+        out.ends = array("q", compress(self.ends, keep))
+        out.buckets = list(compress(self.buckets, keep))
+        out.steps = list(compress(self.steps, keep))
+        out.tokens = list(compress(self.tokens, keep))
+        if self.flops:
+            new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
+            out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
+        out.flags = bytearray(compress(self.flags, keep))
+        return out
 
     def add_head(self, head: Any) -> None:
         """A header of this process: its resource, the job root it names, its ``since``."""

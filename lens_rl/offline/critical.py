@@ -43,15 +43,15 @@ _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk i
 class CritPart:
     """One process's walks: its walk roots (driver steps, entries) and their stretches, compact.
 
-    ``nodes``: the spans stretches are attributed to, each as (span id, name, bucket); ``stretches``: three
+    ``nodes``: the spans stretches are attributed to, each as its span id and (name, bucket); ``stretches``: three
     int arrays (start ns, end ns, node), each root's run of them from its end backwards; ``steps``: step ->
     [(first stretch, count)] of the driver's umbrellas; ``entries``: per entry, its parent's id, its
     interval, its node and its stretches (count 0: the entry is a leaf, its own whole interval)."""
 
     __slots__ = (
         "node_ids",
-        "node_names",
-        "node_buckets",
+        "node_attr",
+        "attrs",
         "a",
         "b",
         "node",
@@ -65,9 +65,9 @@ class CritPart:
     )
 
     def __init__(self) -> None:
-        self.node_ids: list[Any] = []
-        self.node_names: list[Any] = []
-        self.node_buckets: list[Any] = []
+        self.node_ids: Any = array("Q")  # (a list where an id is not lens_rl's 16 hex digits)
+        self.node_attr = array("l")  # each node's (name, bucket), as an index into attrs
+        self.attrs: list[tuple[Any, Any]] = []
         self.a = array("q")
         self.b = array("q")
         self.node = array("q")
@@ -92,9 +92,18 @@ class CritPart:
     def merge(self, other: CritPart) -> None:
         """Fold another part of the same process in (its stretches and nodes after this one's)."""
         nodes, stretches = len(self.node_ids), len(self.a)
-        self.node_ids += other.node_ids
-        self.node_names += other.node_names
-        self.node_buckets += other.node_buckets
+        if type(self.node_ids) is type(other.node_ids):
+            self.node_ids += other.node_ids
+        else:
+            self.node_ids = list(self.node_ids) + list(other.node_ids)
+        known = {attr: n for n, attr in enumerate(self.attrs)}
+        remap = []
+        for attr in other.attrs:
+            if attr not in known:
+                known[attr] = len(self.attrs)
+                self.attrs.append(attr)
+            remap.append(known[attr])
+        self.node_attr.extend(remap[n] for n in other.node_attr)
         self.a += other.a
         self.b += other.b
         self.node.extend(n + nodes for n in other.node)
@@ -213,9 +222,19 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     used = sorted(set(node) | set(entry_rows))  # the spans stretches name: a compact table of them
     slot = {row: n for n, row in enumerate(used)}
     names, buckets = tree.names, tree.buckets
-    part.node_ids = [ids[row] for row in used]
-    part.node_names = [names[row] for row in used]
-    part.node_buckets = [buckets[row] for row in used]
+    node_ids = [ids[row] for row in used]
+    try:
+        part.node_ids = array("Q", node_ids)
+    except (TypeError, OverflowError):
+        part.node_ids = node_ids
+    known: dict[tuple[Any, Any], int] = {}
+    for row in used:
+        attr = (names[row], buckets[row])
+        slot_of = known.get(attr, -1)
+        if slot_of == -1:
+            slot_of = known[attr] = len(part.attrs)
+            part.attrs.append(attr)
+        part.node_attr.append(slot_of)
     part.node = array("q", map(slot.__getitem__, node))
     part.e_node = array("q", map(slot.__getitem__, entry_rows))
     return part
@@ -225,30 +244,25 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 
 class _Index:
-    """Every process's entries by the id of the parent they hang from, each list sorted by end, latest first
-    (an entry as one int: its part's position << 32 | its own)."""
+    """Every process's entries by the id of the parent they hang from (an entry as one int: its part's
+    position << 32 | its own)."""
 
     def __init__(self, parts: Sequence[Any]) -> None:
         self.parts = parts
-        by_parent: dict[Any, list[int]] = {}
+        by_parent: defaultdict[Any, list[int]] = defaultdict(list)
         for p, part in enumerate(parts):
             crit = part.crit
-            if crit is None:
+            if crit is None or not crit.e_parent:
                 continue
             base = p << 32
-            for e, parent in enumerate(crit.e_parent):
-                found = by_parent.get(parent)
-                if found is None:
-                    by_parent[parent] = [base | e]
-                else:
-                    found.append(base | e)
-        for refs in by_parent.values():
-            if len(refs) > 1:
-                refs.sort(key=self._end, reverse=True)
-        self.by_parent = by_parent
-
-    def _end(self, ref: int) -> int:
-        return self.parts[ref >> 32].crit.e_end[ref & 0xFFFFFFFF]
+            for parent, ref in zip(crit.e_parent, range(base, base + len(crit.e_parent)), strict=True):
+                by_parent[parent].append(ref)
+        ends = [part.crit.e_end if part.crit is not None else None for part in parts]
+        #: parent id -> (its children's ends, their refs): what a walk scans
+        self.by_parent: dict[Any, tuple[list[int], list[int]]] = {
+            parent: ([ends[r >> 32][r & 0xFFFFFFFF] for r in refs], refs)  # type: ignore[index]
+            for parent, refs in by_parent.items()
+        }
 
     def run(self, p: int, off: int, count: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches, cut at ``low``, into ``acc`` ((part, node) -> ns), each span's
@@ -264,33 +278,34 @@ class _Index:
 
     def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
         """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
-        the rule, the rest its own."""
+        the rule (each time the one that ended last before the current point), the rest its own."""
         remote = self.by_parent.get(self.parts[p].crit.node_ids[n])
         key = (p, n)
         if not remote:
             acc[key] = acc.get(key, 0) + high - low
             return
-        t = high
         parts = self.parts
-        for ref in remote:
-            q, e = ref >> 32, ref & 0xFFFFFFFF
-            child = parts[q].crit
-            end = child.e_end[e]
-            if end > t:
-                continue
-            if end <= low:
+        ends, refs = remote
+        t = high
+        while t > low:
+            best, best_end = -1, -1
+            for i, end in enumerate(ends):  # (a few children each: a scan, no sort)
+                if best_end < end <= t:
+                    best, best_end = i, end
+            if best == -1 or best_end <= low:
                 break
-            if t > end:
-                acc[key] = acc.get(key, 0) + t - end
+            best = refs[best]
+            if t > best_end:
+                acc[key] = acc.get(key, 0) + t - best_end
+            q, e = best >> 32, best & 0xFFFFFFFF
+            child = parts[q].crit
             start = child.e_start[e]
             bound = start if start > low else low
             if child.e_len[e]:
                 self.run(q, child.e_off[e], child.e_len[e], bound, acc)
             else:
-                self.own(q, child.e_node[e], bound, end, acc)
+                self.own(q, child.e_node[e], bound, best_end, acc)
             t = bound
-            if t <= low:
-                break
         if t > low:
             acc[key] = acc.get(key, 0) + t - low
 
@@ -317,14 +332,18 @@ def critical_path(processes: Sequence[Any], steps: Sequence[Mapping[str, Any]]) 
             for (q, n), ns in per.items():
                 owner = processes[q]
                 node_crit = owner.crit
-                by_key[(owner.key.group, owner.key.rank, node_crit.node_names[n], node_crit.node_buckets[n])] += ns
+                name, bucket = node_crit.attrs[node_crit.node_attr[n]]
+                by_key[(owner.key.group, owner.key.rank, name, bucket)] += ns
             by_group: dict[str, int] = defaultdict(int)
             by_phase: dict[str, int] = defaultdict(int)
-            for (group, _rank, name, bucket), ns in by_key.items():
+            top: tuple[Any, int] | None = None
+            for found, ns in by_key.items():
+                group, _rank, name, bucket = found
                 totals[(group, name, bucket)] += ns
                 by_group[group] += ns
                 by_phase[f"{group} {name}"] += ns
-            top = max(by_key.items(), key=lambda kv: (kv[1], str(kv[0])), default=None)
+                if top is None or ns > top[1] or (ns == top[1] and str(found) > str(top[0])):
+                    top = (found, ns)
             step_rows.append(
                 {
                     "step": step,

@@ -47,6 +47,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,15 +56,18 @@ from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.attempts import Attempts, attempts_of, superseded_steps
+from lens_rl.offline.cache import load_report, read_parts, save_report, store_fingerprint
 from lens_rl.offline.critical import critical_path
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart, StepPart, merge_parts, share_steps, step_key
-from lens_rl.offline.reduce import file_parts, file_steps
+from lens_rl.offline.reduce import file_steps
 from lens_rl.offline.stragglers import in_range, stragglers
 from lens_rl.offline.throughput import job_gpus, phase_rates, step_tokens
 from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts"]
+
+_log = logging.getLogger("lens_rl")
 
 SCHEMA = "lens_rl.goodput/1"
 #: An unbucketed leaf phase covering more of the steps' wall than this is named, with a did-you-mean.
@@ -315,7 +319,7 @@ def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[
         group = part.key.group
         lifetimes[group] += part.lifetime_ns
         for (name, bucket), phase in part.phases.items():
-            merged.setdefault((group, name, bucket), PhasePart()).merge(phase)
+            merged.setdefault((group, name, bucket), PhasePart()).merge(phase, bound=False)
             if phase.tokens:
                 members[(group, name, bucket)].append((part, phase))
     rows: list[dict[str, Any]] = []
@@ -432,6 +436,7 @@ def analyze_parts(
     use_ray: bool = False,
     ray_address: str | None = None,
     critical: bool = True,
+    cache: str | None = None,
 ) -> tuple[list[ProcessPart], ReadStats]:
     """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``).
 
@@ -464,12 +469,19 @@ def analyze_parts(
     steps_seen: dict[bytes, Any] = {}
     with no_gc():
         for file_result, file_stats in map_files(
-            file_parts, paths, driver_in_run, superseded, critical, desc="goodput", **options
+            read_parts, paths, driver_in_run, superseded, critical, cache, desc="goodput", **options
         ):
             for part in file_result:
                 share_steps(part, steps_seen)
             parts.extend(file_result)
             stats.add(file_stats)
+    if stats.cache_notes:  # said once, on stderr: the report is the same either way
+        _log.warning(
+            "lens-rl: %d cache file(s) not used (%s%s): read cold",
+            len(stats.cache_notes),
+            stats.cache_notes[0],
+            ", ..." if len(stats.cache_notes) > 1 else "",
+        )
     return parts, stats
 
 
@@ -493,12 +505,25 @@ def analyze(
     use_ray: bool = False,
     ray_address: str | None = None,
     critical: bool = True,
+    cache: str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """The report for these span files, read in bounded memory (see :func:`analyze_parts`); ``critical``
-    False leaves the critical path out (its ``phases`` and ``steps`` empty)."""
+    False leaves the critical path out (its ``phases`` and ``steps`` empty); ``cache``: the refresh cache's
+    folder (:func:`lens_rl.offline.cache.cache_folder`), or None to read cold."""
     from lens_rl.offline.parallel import no_gc
 
-    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical)
+    fingerprint = None
+    if cache is not None:  # an unchanged store: the report kept for it
+        fingerprint = store_fingerprint(paths, (critical, sorted(options.items(), key=str)))
+        kept = load_report(cache, fingerprint)
+        if kept is not None:
+            return kept
+    parts, stats = analyze_parts(
+        paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
+    )
     with no_gc():
-        return report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, **options)
+        report = report_from_parts(parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, **options)
+    if cache is not None and fingerprint is not None:
+        report = save_report(cache, fingerprint, report)
+    return report

@@ -56,7 +56,12 @@ def clipped(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> Iterator[
 def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> int:
     """The length (ns) the union of ``packed`` interval arrays (each merged, so sorted) covers inside
     ``windows`` (merged too), streamed: no list of a run's intervals is ever built."""
-    packed = list(packed)
+    packed = [p for p in packed if len(p)]
+    windows = list(windows)
+    if len(packed) == 1 and len(windows) == 1:  # one merged array in one window: summed in C, cut at the edges
+        only, (lo, hi) = packed[0], windows[0]
+        if only[0] >= lo and only[-1] <= hi:
+            return sum(only[1::2]) - sum(only[0::2])
     streams = [clipped(pairs(p), lo, hi) for lo, hi in windows for p in packed]
     if not streams:
         return 0

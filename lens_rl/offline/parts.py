@@ -183,6 +183,8 @@ class PhasePart:
 
     def quantile_s(self, q: float) -> float | None:
         """Nearest-rank quantile of the durations, in seconds (exact, or within 0.5 % from the sketch)."""
+        if self.sketch is not None and self.durations:
+            self.bound()  # (exact durations beside a sketch: folded in)
         if self.sketch is None:
             if not self.durations:
                 return None
@@ -197,7 +199,9 @@ class PhasePart:
                 return 0.0 if k == _ZERO else 2 * _GAMMA**k / (_GAMMA + 1)
         return None  # pragma: no cover - rank <= total
 
-    def merge(self, other: PhasePart) -> None:
+    def merge(self, other: PhasePart, bound: bool = True) -> None:
+        """Fold ``other`` in; ``bound`` False keeps the durations exact past the bound (a rollup's transient
+        merge: the quantile then sorts them in C instead of folding each into the sketch)."""
         self.count += other.count
         self.total_ns += other.total_ns
         self.excl_ns += other.excl_ns
@@ -211,7 +215,8 @@ class PhasePart:
             self.sketch = dict(self.sketch or {})
             for k, c in other.sketch.items():
                 self.sketch[k] = self.sketch.get(k, 0) + c
-        self.bound()
+        if bound:
+            self.bound()
 
 
 @dataclass

@@ -28,7 +28,7 @@ from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
-__all__ = ["file_parts", "file_steps", "part_from_columns"]
+__all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
 
 _BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
@@ -405,8 +405,19 @@ def file_parts(
 ) -> tuple[list[ProcessPart], ReadStats]:
     """One span file reduced to its process part(s) (a re-init under another identity is another) and what
     its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows; ``superseded``:
-    attempt -> the steps a later attempt ran again (see :func:`lens_rl.offline.attempts.superseded_steps`)."""
+    attempt -> the steps a later attempt ran again (see :func:`lens_rl.offline.attempts.superseded_steps`);
+    through the refresh cache: :func:`lens_rl.offline.cache.read_parts`."""
     stats = ReadStats()
+    return reduce_columns(read_columns(path, stats), driver_in_run, superseded, critical), stats
+
+
+def reduce_columns(
+    columns: Mapping[Process, Columns],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+) -> list[ProcessPart]:
+    """Each process's columns reduced to its part (see :func:`file_parts` for the options)."""
     later = superseded or {}
     return [
         part_from_columns(
@@ -416,8 +427,8 @@ def file_parts(
             superseded=later.get(k.attempt, frozenset()),
             critical=critical,
         )
-        for k, c in read_columns(path, stats).items()
-    ], stats
+        for k, c in columns.items()
+    ]
 
 
 def file_steps(path: str | os.PathLike[str], driven: frozenset[int] = frozenset()) -> dict[int, set[Any]]:

@@ -104,10 +104,13 @@ def stragglers(
 def _degrading(by_step: Mapping[Any, int], steps: tuple[int, int] | None, window: int) -> tuple[float, int, int] | None:
     """(score, best window's median, latest window's median) of one rank's phase over its integer steps in
     order: windows of ``window`` steps counted back from the latest; None with fewer than two windows."""
-    keys = sorted(s for s in by_step if type(s) is int and in_range(s, steps))
-    if window < 1 or len(keys) < 2 * window:
+    if isinstance(by_step, Series) and steps is None:  # its steps sorted already: its values as they are
+        values: Any = by_step.ns
+    else:
+        keys = sorted(s for s in by_step if type(s) is int and in_range(s, steps))
+        values = [by_step[s] for s in keys]
+    if window < 1 or len(values) < 2 * window:
         return None
-    values = [by_step[s] for s in keys]
     medians = [median(values[end - window : end]) for end in range(len(values), window - 1, -window)]
     latest, best = medians[0], min(medians)
     if latest <= 0:

@@ -30,6 +30,7 @@ from lens_rl.store.format import (
     store_path,
 )
 from lens_rl.store.reader import (
+    BAD_LINE,
     HEADER_PREFIX,
     INT64_END,
     Head,
@@ -42,12 +43,14 @@ from lens_rl.store.reader import (
     loads,
     read_head,
     read_live,
+    scan,
     span_files,
     time_ns,
     trace_time_ns,
 )
 
 __all__ = [
+    "BAD_LINE",
     "FIELD_TYPES",
     "FORMAT_VERSION",
     "HEADER_FORMAT",
@@ -71,6 +74,7 @@ __all__ = [
     "process_of",
     "read_head",
     "read_live",
+    "scan",
     "safe_part",
     "span_files",
     "store_path",

@@ -39,6 +39,7 @@ __all__ = [
     "loads",
     "read_head",
     "read_live",
+    "scan",
     "span_files",
     "time_ns",
     "trace_time_ns",
@@ -128,6 +129,9 @@ else:  # pragma: no cover - exercised where the extra is missing
     _KEY_SET = frozenset(ROW_KEYS)
     _BAD_LINE = (ValueError,)
 
+#: what ``decode_row`` raises on a line that is no span row (half a line, garbage, a wrong type)
+BAD_LINE = _BAD_LINE
+
 
 @dataclasses.dataclass
 class ReadStats:
@@ -139,6 +143,9 @@ class ReadStats:
     skipped: int = 0
     duplicates: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: the refresh cache's doings (not part of any report): files answered from it, caches ignored and why
+    cache_hits: int = 0
+    cache_notes: list[str] = dataclasses.field(default_factory=list)
 
     def add(self, other: ReadStats) -> None:
         self.files += other.files
@@ -146,6 +153,8 @@ class ReadStats:
         self.skipped += other.skipped
         self.duplicates += other.duplicates
         self.notes.extend(other.notes)
+        self.cache_hits += other.cache_hits
+        self.cache_notes.extend(other.cache_notes)
 
 
 class Head:
@@ -280,47 +289,81 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> I
     lines after it. A file that does not start with a v2 header yields nothing, with a note in ``stats``.
     """
     stats = stats if stats is not None else ReadStats()
-    stats.files += 1
     seen: set[Any] = set()
     seen_add = seen.add
-    lines = skipped = duplicates = 0
-    decode, bad = decode_row, _BAD_LINE
+    duplicates = 0
+    try:
+        for head, row, _at, _size in scan(path, stats):
+            span_id = row.s
+            if span_id in seen:  # (an id is text or a number: a list or object made the line garbage)
+                duplicates += 1
+                continue
+            seen_add(span_id)
+            yield head, row
+    finally:
+        stats.duplicates += duplicates
+
+
+def scan(
+    path: str | os.PathLike[str],
+    stats: ReadStats,
+    *,
+    start: int = 0,
+    head: Head | None = None,
+    stop: int | None = None,
+    heads: list[Head] | None = None,
+) -> Iterator[tuple[Head, Row, int, int]]:
+    """``(head, row, offset, length)`` for every span line of a file, with no duplicate check: from its start
+    (its first line must be a v2 header), or from byte ``start`` under ``head`` (a read resumed where an
+    earlier one ended), up to byte ``stop`` (the end of the file). Lines and bad lines are counted in
+    ``stats`` (the header line too, on a read from the start); a file counts once, on a read from its start.
+    ``heads`` gets every header met, in order (the first one too)."""
+    lines = skipped = 0
+    decode, bad = decode_row, BAD_LINE
     try:
         with open(path, "rb") as handle:
-            first = handle.readline()
-            head = _head(first)
+            at = start
             if head is None:
-                if first:
-                    stats.notes.append(
-                        f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped"
-                    )
-                    lines += 1 + sum(1 for _ in handle)
-                    skipped += lines
-                return
-            lines += 1
-            for raw in handle:
+                stats.files += 1
+                first = handle.readline()
+                head = _head(first)
+                if head is None:
+                    if first:
+                        stats.notes.append(
+                            f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped"
+                        )
+                        lines += 1 + sum(1 for _ in handle)
+                        skipped += lines
+                    return
                 lines += 1
+                at = len(first)
+                if heads is not None:
+                    heads.append(head)
+            else:
+                handle.seek(start)
+            for raw in handle:
+                size = len(raw)
+                if stop is not None and at + size > stop:
+                    break
+                lines += 1
+                offset, at = at, at + size
                 try:
                     row = decode(raw)
                 except bad:
                     skipped += 1
                     continue
-                span_id = row.s
-                if span_id is None or row.n is None or row.v is not None:
+                if row.s is None or row.n is None or row.v is not None:
                     if row.header is True and row.v == 2:  # a re-init in the same process: applies from here
                         head = Head(_header_of(raw))
+                        if heads is not None:
+                            heads.append(head)
                     else:
                         skipped += 1
                     continue
-                if span_id in seen:  # (an id is text or a number: a list or object made the line garbage)
-                    duplicates += 1
-                    continue
-                seen_add(span_id)
-                yield head, row
+                yield head, row, offset, size
     finally:
         stats.lines += lines
         stats.skipped += skipped
-        stats.duplicates += duplicates
 
 
 def _header_of(raw: bytes) -> dict[str, Any]:

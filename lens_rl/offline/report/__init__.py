@@ -79,6 +79,7 @@ def build_report(
     jobs: int | None = None,
     use_ray: bool = False,
     ray_address: str | None = None,
+    cache: str | None = None,
 ) -> str:
     """The HTML page for these span files (see the module docstring)."""
     go = _plotly()
@@ -86,7 +87,7 @@ def build_report(
 
     from lens_rl.offline.parallel import map_files
 
-    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address)
+    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
     report = report_from_parts(
         parts, warmup_steps=warmup_steps, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes
     )

@@ -1,0 +1,541 @@
+"""The refresh cache: a second look at a run reads only the bytes appended since the last one.
+
+Per span file, the cache (``<run>/.lens_rl-cache/<file>.cache``, or the user's cache directory where the run
+folder is read-only) keeps what the last read found, keyed by the file's identity (device, inode, its first
+line) and lens_rl's version and the read's options:
+
+* the **settled** part: the reduction (:class:`~lens_rl.offline.parts.ProcessPart`) of every span whose whole
+  ancestor chain was written (up to a span with no parent, the job root, or a parent in another process).
+  Whole subtrees reduce independently and parts merge exactly, so a grown file adds its new subtrees;
+* the **held** spans: those whose parent is not written yet (children are written before their parents),
+  kept as byte ranges of the file and read again with the new bytes until their chain is complete;
+* the sorted ids of the settled spans: a new line repeating one is a duplicate (skipped, as a cold read
+  skips it), and a new span whose parent is a settled span (a child that outlived its parent) sends the file
+  to a cold read: its parent's exclusive time would change;
+* where the last read stopped (the end of its last whole line), the size, mtime and the bytes before that end
+  (a hash): a file that shrank, was rewritten or replaced is read cold.
+
+A query's answer is the settled part, plus the held spans (and a last line still being written) reduced as a
+cold read would reduce them: identical to a cold read, always. A cache that is corrupt, of another version or
+another shape is ignored (never trusted: it is read with an unpickler that builds nothing but these classes)
+and rewritten.
+
+Example::
+
+    parts, stats = cached_file_parts(path, (True, {}, True), cache_folder(run_dir))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import tempfile
+from array import array
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lens_rl._version import __version__
+from lens_rl.offline.columns import REMOTE_PARENT, Columns
+from lens_rl.offline.parts import ProcessPart
+from lens_rl.offline.reduce import file_parts, reduce_columns
+from lens_rl.store import BAD_LINE, Head, Process, ReadStats, decode_row, loads, scan
+
+__all__ = [
+    "CACHE_DIR",
+    "FORMAT",
+    "cache_folder",
+    "cached_file_parts",
+    "read_parts",
+    "load_report",
+    "save_report",
+    "store_fingerprint",
+]
+
+CACHE_DIR = ".lens_rl-cache"
+FORMAT = "lens_rl.cache/1"
+_MAGIC = b"lens_rl.cache/1\n"
+_TAIL = 4096  # bytes before where the last read stopped, hashed: a rewrite there is caught
+_HEAD_MAX = 1 << 24
+
+
+def cache_folder(run_dir: str | os.PathLike[str]) -> str:
+    """Where a run's cache lives: ``<run>/.lens_rl-cache/``, else (a read-only run folder) a folder of the
+    user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``) named after the run folder's path."""
+    run = Path(run_dir).resolve()
+    inside = run / CACHE_DIR
+    try:
+        inside.mkdir(exist_ok=True)
+        if os.access(inside, os.W_OK):
+            return str(inside)
+    except OSError:
+        pass
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = base / "lens_rl" / hashlib.sha1(str(run).encode()).hexdigest()[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
+# ------------------------------------------------------------------------------------------- entries
+
+
+class Entry:
+    """What the cache keeps of one file (see the module docstring)."""
+
+    __slots__ = (
+        "options",
+        "identity",
+        "end",
+        "size",
+        "mtime_ns",
+        "tail",
+        "heads",
+        "head_at_end",
+        "settled",
+        "held",
+        "ids",
+        "stats",
+    )
+
+    def __init__(self, options: str, identity: tuple[Any, ...]) -> None:
+        self.options = options
+        self.identity = identity
+        self.end = 0
+        self.size = 0
+        self.mtime_ns = 0
+        self.tail = b""
+        self.heads: list[dict[str, Any]] = []  # the header dicts spans are under, by index
+        self.head_at_end: int | None = None
+        self.settled: dict[Process, ProcessPart] = {}
+        self.held = array("q")  # (offset, size, head index) of each held line, flat
+        self.ids: Any = array("Q")  # the settled spans' ids, sorted (a list if one is not 16 hex digits)
+        self.stats = ReadStats()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for key, value in zip(self.__slots__, state, strict=True):
+            setattr(self, key, value)
+
+
+_ALLOWED = {
+    ("lens_rl.offline.cache", "Entry"),
+    ("lens_rl.offline.parts", "ProcessPart"),
+    ("lens_rl.offline.parts", "PhasePart"),
+    ("lens_rl.offline.parts", "Series"),
+    ("lens_rl.offline.parts", "StepPart"),
+    ("lens_rl.offline.critical", "CritPart"),
+    ("lens_rl.store.format", "Process"),
+    ("lens_rl.store.reader", "ReadStats"),
+    ("array", "array"),
+    ("array", "_array_reconstructor"),
+    ("copyreg", "_reconstructor"),
+    ("copyreg", "__newobj__"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "object"),
+    ("builtins", "bytearray"),
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Builds nothing but the cache's own classes (a planted file cannot run code)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not a cache class")
+        return super().find_class(module, name)
+
+
+def _options_key(options: tuple[bool, Mapping[int, frozenset[Any]], bool]) -> str:
+    driver_in_run, superseded, critical = options
+    later = sorted((attempt, sorted(map(repr, steps))) for attempt, steps in superseded.items())
+    return repr((__version__, FORMAT, bool(driver_in_run), later, bool(critical)))
+
+
+def _load(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Entry | None, str | None]:
+    """The cache entry at ``path`` if it is this lens_rl's and this file's; else None and why (None: none)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
+    if not data.startswith(_MAGIC):
+        return None, "not a lens_rl cache"
+    try:
+        entry = _Unpickler(io.BytesIO(data[len(_MAGIC) :])).load()
+    except Exception as exc:  # a corrupt or foreign file: never trusted
+        return None, f"corrupt ({type(exc).__name__})"
+    if not isinstance(entry, Entry):
+        return None, "not a cache entry"
+    if entry.options != options:
+        return None, None if entry.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
+    if entry.identity != identity:
+        return None, None  # another file under that name: read cold, quietly
+    return entry, None
+
+
+def _save(path: Path, entry: Entry) -> None:
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_MAGIC)
+            pickle.dump(entry, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except (OSError, UnboundLocalError):
+            pass
+
+
+# ------------------------------------------------------------------------------------------- reads
+
+
+def _id_key(span_id: Any) -> Any:
+    """A span id as the settled ids keep it: an int for lens_rl's 16 hex digits, else as given."""
+    if type(span_id) is str and len(span_id) == 16:
+        try:
+            return int(span_id, 16)
+        except ValueError:
+            return span_id
+    return span_id
+
+
+def _contains(ids: Any, key: Any) -> bool:
+    if type(ids) is array:
+        if type(key) is not int:
+            return False
+        at = bisect_left(ids, key)
+        return at < len(ids) and ids[at] == key
+    try:
+        at = bisect_left(ids, key)
+    except TypeError:
+        return key in ids
+    return at < len(ids) and ids[at] == key
+
+
+def _complete_end(path: str | os.PathLike[str], size: int) -> int:
+    """The end of the file's last whole line (what a read may settle; the rest is still being written)."""
+    with open(path, "rb") as handle:
+        at = size
+        while at > 0:
+            start = max(at - 65536, 0)
+            handle.seek(start)
+            chunk = handle.read(at - start)
+            newline = chunk.rfind(b"\n")
+            if newline != -1:
+                return start + newline + 1
+            at = start
+    return 0
+
+
+def _tail_hash(path: str | os.PathLike[str], end: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(max(end - _TAIL, 0))
+        return hashlib.sha1(handle.read(min(end, _TAIL))).digest()
+
+
+def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
+    """``row`` into its process's columns (made, and told its header, as needed)."""
+    cols = columns.get(head.process)
+    if cols is None:
+        cols = columns[head.process] = Columns()
+    if not cols.resources or cols.resources[-1] is not head.resource:
+        cols.add_head(head)
+    if row.n == "rl.job":
+        cols.add_job(row)
+    cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr)
+    return cols
+
+
+class _Batch:
+    """The spans one read reduces, per process: their columns, and where each line is in the file."""
+
+    def __init__(self) -> None:
+        self.columns: dict[Process, Columns] = {}
+        self.where: dict[Process, array] = {}  # (offset, size, head index), flat, in row order
+
+    def add(self, head: Head, head_index: int, row: Any, offset: int, size: int) -> None:
+        _add_row(self.columns, head, row)
+        self.where.setdefault(head.process, array("q")).extend((offset, size, head_index))
+
+
+def _complete(cols: Columns, settled: Any) -> tuple[bytearray, bool]:
+    """Which rows have their whole ancestor chain in the batch (1), and whether a row hangs from a span an
+    earlier read settled (a late child: the file must be read cold)."""
+    ids, parents, flags, root = cols.ids, cols.parent_ids, cols.flags, cols.root
+    none = 0 if type(parents) is array else None
+    index = {span_id: i for i, span_id in enumerate(ids)}
+    state = bytearray(len(ids))  # 0 not yet, 1 complete, 2 held
+    late = False
+    for i in range(len(ids)):
+        if state[i]:
+            continue
+        trail: list[int] = []
+        on_trail: set[int] = set()
+        j = i
+        while True:
+            if state[j]:
+                result = state[j]
+                break
+            trail.append(j)
+            on_trail.add(j)
+            parent = parents[j]
+            if parent == none or parent == root or flags[j] & REMOTE_PARENT:
+                result = 1
+                break
+            k = index.get(parent)
+            if k is None:  # not written yet, or settled by an earlier read
+                late = late or _contains(settled, parent if type(parent) is not str else _id_key(parent))
+                result = 2
+                break
+            if k == j or k in on_trail:  # a malformed cycle: reduced as a cold read reduces it
+                result = 1
+                break
+            j = k
+        for t in trail:
+            state[t] = result
+    return bytearray(1 if s == 1 else 0 for s in state), late
+
+
+def read_parts(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+    cache: str | None = None,
+) -> tuple[list[ProcessPart], ReadStats]:
+    """:func:`lens_rl.offline.reduce.file_parts` through the cache in folder ``cache`` (None: a cold read)."""
+    if cache is None:
+        return file_parts(path, driver_in_run, superseded, critical)
+    return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache)
+
+
+def cached_file_parts(
+    path: str | os.PathLike[str], options: tuple[bool, Mapping[int, frozenset[Any]], bool], folder: str
+) -> tuple[list[ProcessPart], ReadStats]:
+    """:func:`lens_rl.offline.reduce.file_parts` through the cache in ``folder``: what is new is read; the
+    answer is a cold read's."""
+    key = _options_key(options)
+    stat = os.stat(path)
+    with open(path, "rb") as handle:
+        first = handle.readline(_HEAD_MAX)
+    identity = (stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest())
+    where = Path(folder) / f"{Path(path).name}.cache"
+    entry, why = _load(where, key, identity)
+    stats = ReadStats()
+    if why is not None:
+        stats.cache_notes.append(f"{where.name}: {why}; read cold")
+    if entry is not None and (stat.st_size < entry.end or _tail_hash(path, entry.end) != entry.tail):
+        entry = None  # shrunk or rewritten: cold
+    if entry is not None and stat.st_size == entry.size and stat.st_mtime_ns == entry.mtime_ns and not entry.held:
+        stats.add(entry.stats)  # unchanged, nothing held: the settled parts are the answer
+        stats.cache_hits += 1
+        return list(entry.settled.values()), stats
+    warm = entry is not None
+    result = _refresh(path, stat, entry, key, identity, options) if warm else None
+    if result is None:  # cold, or a late child sent it cold
+        result = _refresh(path, stat, None, key, identity, options)
+    assert result is not None
+    fresh, parts, answer = result
+    if fresh is not None:
+        _save(where, fresh)  # (before the rollup merges into the parts it is given)
+    stats.add(answer)
+    stats.cache_hits += warm
+    return parts, stats
+
+
+def _refresh(
+    path: str | os.PathLike[str],
+    stat: os.stat_result,
+    entry: Entry | None,
+    key: str,
+    identity: tuple[Any, ...],
+    options: tuple[bool, Mapping[int, frozenset[Any]], bool],
+) -> tuple[Entry | None, list[ProcessPart], ReadStats] | None:
+    """One read from where ``entry`` stopped (None: from the start): the new entry (None: nothing to keep),
+    the answer's parts and stats; None when the file must be read cold after all (a late child)."""
+    driver_in_run, superseded, critical = options
+    cold = entry is None
+    entry = entry if entry is not None else Entry(key, identity)
+    end = _complete_end(path, stat.st_size)
+    heads: list[Head] = [Head(h) for h in entry.heads]
+    index = {id(h): n for n, h in enumerate(heads)}
+    batch = _Batch()
+    seen: set[Any] = set()
+    held = entry.held
+    for k in range(0, len(held), 3):  # the held lines first, in file order
+        offset, size, h = held[k], held[k + 1], held[k + 2]
+        for head, row, at, length in scan(path, ReadStats(), start=offset, head=heads[h], stop=offset + size):
+            seen.add(row.s)
+            batch.add(head, h, row, at, length)
+    read = ReadStats()
+    met: list[Head] = []
+    start_head = None if cold or entry.head_at_end is None else heads[entry.head_at_end]
+    if cold or end > entry.end:
+        rows = (
+            scan(path, read, stop=end, heads=met)
+            if cold
+            else scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
+        )
+        for head, row, at, length in rows:
+            h = index.get(id(head), -1)
+            if h == -1:
+                h = index[id(head)] = len(heads)
+                heads.append(head)
+            span_id = row.s
+            if span_id in seen or _contains(entry.ids, _id_key(span_id)):
+                read.duplicates += 1  # (a cold read keeps a span id's first line)
+                continue
+            seen.add(span_id)
+            batch.add(head, h, row, at, length)
+        if cold and read.notes:  # no store file: nothing to keep, the read says why
+            return None, [], read
+    for head in met:  # headers met after the last span line too: the one in effect at the end
+        if id(head) not in index:
+            index[id(head)] = len(heads)
+            heads.append(head)
+    if met:
+        entry.head_at_end = index[id(met[-1])]
+    settled: dict[Process, Columns] = {}
+    pending: dict[Process, Columns] = {}
+    still = array("q")
+    new_ids: list[Any] = []
+    for process, cols in batch.columns.items():
+        keep, late = _complete(cols, entry.ids)
+        if late:
+            return None
+        new_ids.extend(_id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
+        places = batch.where[process]
+        for n, k in enumerate(keep):
+            if not k:
+                still.extend(places[3 * n : 3 * n + 3])
+        if all(keep):
+            settled[process] = cols
+        elif any(keep):
+            settled[process] = cols.subset(keep)
+            pending[process] = cols.subset(bytearray(1 - k for k in keep))
+        else:
+            pending[process] = cols
+    for part in reduce_columns(settled, driver_in_run, superseded, critical):
+        mine = entry.settled.get(part.key)
+        if mine is None:
+            entry.settled[part.key] = part
+        else:
+            mine.merge(part)
+    entry.ids = _merged_ids(entry.ids, new_ids)
+    entry.held = _in_file_order(still)
+    entry.heads = [dict(h.header) for h in heads]
+    entry.stats.add(read)
+    entry.end, entry.size, entry.mtime_ns = end, stat.st_size, stat.st_mtime_ns
+    entry.tail = _tail_hash(path, end)
+    answer = ReadStats()
+    answer.add(entry.stats)
+    tail = _tail_row(path, end, stat.st_size, answer, seen, entry.ids)
+    if tail is not None and entry.head_at_end is not None:  # reduced with the held spans, kept by no one
+        _add_row(pending, heads[entry.head_at_end], tail)
+    parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
+    return entry, parts, answer
+
+
+def _in_file_order(flat: array) -> array:
+    """(offset, size, head) triples sorted by offset, flat again."""
+    out = array("q")
+    for triple in sorted(zip(flat[0::3], flat[1::3], flat[2::3], strict=True)):
+        out.extend(triple)
+    return out
+
+
+def _merged_ids(ids: Any, new: list[Any]) -> Any:
+    """The settled ids with ``new`` ones, sorted (an int array while every id is lens_rl's form)."""
+    if not new:
+        return ids
+    if type(ids) is array and all(type(i) is int and 0 <= i < 2**64 for i in new):
+        return array("Q", sorted((*ids, *new)))
+    merged = list(ids) + new
+    try:
+        return sorted(merged)
+    except TypeError:  # ids of several types: kept as they are (looked up one by one)
+        return merged
+
+
+def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStats, seen: set[Any], ids: Any) -> Any:
+    """A last line still being written, as a cold read takes it: a span row if it decodes (and repeats no
+    id), else a skipped line; counted in ``stats``."""
+    if size <= end:
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(end)
+        raw = handle.read(size - end)
+    stats.lines += 1
+    try:
+        row = decode_row(raw)
+    except BAD_LINE:  # (half a line: not JSON, or not a row)
+        stats.skipped += 1
+        return None
+    if row.s is None or row.n is None or row.v is not None:
+        stats.skipped += 0 if row.header is True and row.v == 2 else 1
+        return None
+    if row.s in seen or _contains(ids, _id_key(row.s)):
+        stats.duplicates += 1
+        return None
+    return row
+
+
+# ------------------------------------------------------------------------------------------- reports
+
+
+def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> str:
+    """What a whole report depends on: every file's identity, size and mtime, the report's options and
+    lens_rl's version (a file that changed in any way changes it)."""
+    parts = [repr((__version__, FORMAT, options))]
+    for path in sorted(map(str, paths)):
+        stat = os.stat(path)
+        parts.append(f"{path}\0{stat.st_dev}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}")
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()
+
+
+def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
+    """The report kept for this very store (JSON: nothing in it is trusted to run), or None."""
+    try:
+        data = (Path(folder) / f"report-{fingerprint}.json").read_bytes()
+        report = loads(data)
+    except (OSError, ValueError):
+        return None
+    return report if type(report) is dict and report.get("schema") else None
+
+
+def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep ``report`` for its store (one per folder: an older one is replaced); returns it as kept (read
+    back from its JSON: the answer is the same whether it came from the cache or not)."""
+    data = json_bytes(report)
+    target = Path(folder) / f"report-{fingerprint}.json"
+    try:
+        for old in Path(folder).glob("report-*.json"):
+            if old != target:
+                old.unlink(missing_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, target)
+    except OSError:
+        pass
+    kept = loads(data)
+    return kept if type(kept) is dict else dict(report)
+
+
+def json_bytes(value: Any) -> bytes:
+    """``value`` as compact JSON (orjson when the analysis extra is there); what it cannot say, as text."""
+    try:
+        import orjson
+    except ImportError:
+        import json
+
+        return json.dumps(value, default=str, separators=(",", ":")).encode()
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)

@@ -1,0 +1,149 @@
+"""``lens-rl watch``: a live terminal view of a run, refreshed through the cache (a look costs what is new).
+
+Each frame: the run's headline (goodput, steady state, step time), its processes (running, stale, ended,
+hung, per group, from the heartbeats), the last steps, and the suspected hangs. Drawn with rich; ``--once``
+prints one frame and exits (for a log, a pipe, a non-terminal); Ctrl-C quits cleanly.
+
+Example::
+
+    lens-rl watch /shared/lens_traces --interval 30
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LAST_STEPS", "frame", "watch"]
+
+#: Step rows a frame shows.
+LAST_STEPS = 8
+_EXTRA = "pip install 'lens-rl[analysis]'"
+
+
+def _need_rich() -> None:
+    try:
+        import rich  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"lens-rl watch needs rich: {_EXTRA}") from exc
+
+
+def _pct(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) else f"{value * 100:.1f}%"
+
+
+def _secs(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) else f"{value:.2f}s"
+
+
+def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
+    """One frame for the run in ``run_dir``: a rich renderable."""
+    from lens_rl.offline.cache import cache_folder
+    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.status import run_status
+    from lens_rl.store import span_files
+
+    _need_rich()
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    paths = span_files(run_dir)
+    report = analyze(paths, jobs=jobs, cache=cache_folder(run_dir)) if paths else None
+    status = run_status(run_dir) if any(run_dir.glob("live-*.json")) else None
+    title = Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")
+    parts.append(title)
+    if report is not None:
+        st = report["step_time"]
+        head = Table(box=box.SIMPLE, show_header=True)
+        for column in ("goodput", "steady state", "step p50", "step p95", "steps", "restarts", "spans"):
+            head.add_column(column, justify="right")
+        head.add_row(
+            _pct(report["goodput"]),
+            _pct(report["steady_state_goodput"]),
+            _secs(st["p50_s"]),
+            _secs(st["p95_s"]),
+            str(sum(not s.get("incomplete") for s in report["steps"])),
+            str(report["job"].get("restarts", 0)),
+            f"{report['spans']:,}",
+        )
+        parts.append(head)
+    if status is not None:
+        procs = Table(title="processes", box=box.SIMPLE)
+        for column in ("group", "processes", "running", "stale", "ended", "hung", "steps"):
+            procs.add_column(column, justify="right" if column != "group" else "left")
+        for g in status["groups"]:
+            steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
+            style = "red" if g["stale"] or g["hung"] else None
+            procs.add_row(
+                g["worker_group"],
+                str(g["processes"]),
+                str(g["running"]),
+                str(g["stale"]),
+                str(g["ended"]),
+                str(g["hung"]),
+                steps,
+                style=style,
+            )
+        parts.append(procs)
+    if report is not None and report["steps"]:
+        last = Table(title=f"the last {LAST_STEPS} steps", box=box.SIMPLE)
+        for column in ("step", "wall", "goodput", "productive", "overhead", "idle", "wasted", "unattributed"):
+            last.add_column(column, justify="right")
+        for row in report["steps"][-LAST_STEPS:]:
+            seconds = row["seconds"]
+            last.add_row(
+                str(row["step"]),
+                _secs(row["wall_s"]),
+                _pct(row["goodput"]),
+                *(_secs(seconds[b]) for b in ("productive", "overhead", "idle", "wasted")),
+                _secs(row["unattributed_s"]),
+                style="dim" if row.get("incomplete") else None,
+            )
+        parts.append(last)
+    if status is not None:
+        hung = [r for r in status["processes"] if r["hung"] or r["state"] == "stale"]
+        if hung:
+            alarms = Table(title="suspected hangs and stale processes", box=box.SIMPLE, style="red")
+            for column in ("group", "rank", "host", "pid", "state", "phase", "open for", "usual p95"):
+                alarms.add_column(column)
+            for r in hung[:20]:
+                phase = r["phase"] or {}
+                alarms.add_row(
+                    r["worker_group"],
+                    str(r["rank"]),
+                    str(r["host"] or "-"),
+                    str(r["pid"]),
+                    "HUNG" if r["hung"] else r["state"],
+                    str(phase.get("name", "-")),
+                    _secs(phase.get("open_s")),
+                    _secs(phase.get("p95_s")),
+                )
+            parts.append(alarms)
+        else:
+            parts.append(Text("no suspected hang, no stale process", style="green"))
+    if report is None and status is None:
+        parts.append(Text("nothing recorded yet (no span or heartbeat file)"))
+    return Group(*parts)
+
+
+def watch(run_dir: Path, *, interval: float = 10.0, once: bool = False, jobs: int | None = None) -> int:
+    """Draw the run every ``interval`` seconds until Ctrl-C (``once``: one frame); returns the exit status."""
+    _need_rich()
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if once:
+        console.print(frame(run_dir, jobs=jobs))
+        return 0
+    try:
+        with Live(frame(run_dir, jobs=jobs), console=console, refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(frame(run_dir, jobs=jobs))
+    except KeyboardInterrupt:
+        return 0
