@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,47 @@ def run_python(
         timeout=timeout,
         cwd=cwd,
     )
+
+
+def lens(
+    *args: str, cwd: str | os.PathLike[str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``lens-rl ARGS`` in a fresh interpreter (from the checkout's root unless ``cwd``), its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "lens_rl", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=cwd or os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        timeout=timeout,
+    )
+
+
+def driver_job(
+    receiver: testing.OTLPReceiver, body: str, *, prelude: str = "", metrics: bool = False, timeout: float = 60
+) -> Any:
+    """Run ``body`` inside a driver job that exports to ``receiver``; fail with the child's stderr."""
+    code = (
+        "import sys, time, threading, asyncio\n"
+        "import lens_rl\n"
+        "from lens_rl import traced_phase, with_bucket, attach_context, inject_context\n"
+        + prelude
+        + f"lens_rl.init_telemetry_driver({{'telemetry': {{'enabled': True, 'exporter': 'otlp', "
+        f"'endpoint': {receiver.endpoint!r}, 'metrics_enabled': {metrics!r}, 'metrics_interval_ms': 200}}}}, 'grpo')\n"
+        + body
+        + "\nassert lens_rl.shutdown_telemetry(10000), 'shutdown lost data'\n"
+    )
+    out = run_python(code, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def by_id(spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {s["span_id"]: s for s in spans}
+
+
+def job_root(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(s for s in spans if s["name"] == "rl.job")
 
 
 def run_in_threads(target: Callable[[], object], count: int) -> None:

@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -199,3 +200,51 @@ def read_spans(where: Path) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def synthesized_store(root: Path, spans: int = 50_000, files: int = 20) -> Path:
+    """``benchmarks/scale.py``'s GRPO-shaped store of ``spans`` spans in ``files`` process files (one driver)
+    under ``root/run``, plus a file of another shape (v1, which the reader skips with a note); ``root``."""
+    spec = importlib.util.spec_from_file_location("lens_scale_bench", Path(__file__).parents[1] / "benchmarks/scale.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module.synthesize(root, spans, files)
+    legacy = {
+        "v": 1,
+        "name": "old_phase",
+        "span_id": "f" * 16,
+        "trace_id": "a" * 32,
+        "parent_span_id": None,
+        "start_ns": 1_700_000_000_000_000_000,
+        "end_ns": 1_700_000_001_000_000_000,
+        "attributes": {"rl.bucket": "overhead"},
+        "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9},
+    }
+    (root / "run" / "spans-legacy-0-9.jsonl").write_text(json.dumps(legacy) + "\n")
+    return root
+
+
+def v1_record(
+    name: str,
+    start_s: float,
+    end_s: float,
+    *,
+    span: str,
+    parent: str | None = None,
+    group: str = "driver",
+    rank: int = 0,
+    pid: int = 1,
+    **attrs: object,
+) -> dict[str, Any]:
+    """A span as a recorder holds it (the v1 line shape :func:`rollup` takes), times in seconds."""
+    return {
+        "v": 1,
+        "name": name,
+        "span_id": span,
+        "parent_span_id": parent,
+        "trace_id": "t" * 32,
+        "start_ns": int(start_s * 1e9),
+        "end_ns": int(end_s * 1e9),
+        "attributes": dict(attrs),
+        "resource": {"rl.worker_group": group, "nv.dl.rank": rank, "process.pid": pid, "rl.run_id": "r"},
+    }

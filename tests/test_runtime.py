@@ -10,7 +10,6 @@ import inspect
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,34 +18,9 @@ from lens_rl import testing
 from lens_rl.record import _impl
 from lens_rl.record import phases as aspects
 from lens_rl.testing import OTLPReceiver
-from tests.conftest import run_python
+from tests.conftest import by_id, driver_job, job_root, run_python
 
 PKG = Path(lens_rl.__file__).parent
-
-
-def _job(receiver: OTLPReceiver, body: str, *, prelude: str = "", metrics: bool = False, timeout: float = 60) -> Any:
-    """Run ``body`` inside a driver job that exports to ``receiver``; fail with the child's stderr."""
-    code = (
-        "import sys, time, threading, asyncio\n"
-        "import lens_rl\n"
-        "from lens_rl import traced_phase, with_bucket, attach_context, inject_context\n"
-        + prelude
-        + f"lens_rl.init_telemetry_driver({{'telemetry': {{'enabled': True, 'exporter': 'otlp', "
-        f"'endpoint': {receiver.endpoint!r}, 'metrics_enabled': {metrics!r}, 'metrics_interval_ms': 200}}}}, 'grpo')\n"
-        + body
-        + "\nassert lens_rl.shutdown_telemetry(10000), 'shutdown lost data'\n"
-    )
-    out = run_python(code, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out
-
-
-def _by_id(spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {s["span_id"]: s for s in spans}
-
-
-def _root(spans: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(s for s in spans if s["name"] == "rl.job")
 
 
 # ---------------------------------------------------------------------- structure
@@ -124,15 +98,15 @@ for _round in range(3):
     for t in threads: t.start()
     for t in threads: t.join()
 """
-    _job(receiver, body, prelude=prelude)
+    driver_job(receiver, body, prelude=prelude)
     assert receiver.wait_for_spans(3 * 240 * 2 + 1, 20)
     spans = receiver.spans
-    by_id, root = _by_id(spans), _root(spans)
+    ids, root = by_id(spans), job_root(spans)
     gens = [s for s in spans if s["name"] == "generation"]
     rewards = [s for s in spans if s["name"] == "reward"]
     assert len(gens) == len(rewards) == 720
     assert all(g["parent_span_id"] == root["span_id"] for g in gens)  # none nested under a leaked span
-    assert all(by_id[r["parent_span_id"]]["name"] == "generation" for r in rewards)
+    assert all(ids[r["parent_span_id"]]["name"] == "generation" for r in rewards)
     assert len({r["parent_span_id"] for r in rewards}) == 720  # exactly one reward in each generation
     assert all(g["attributes"]["rl.step"] == 1 for g in gens)
 

@@ -10,25 +10,7 @@ import pytest
 import lens_rl
 from lens_rl.testing import OTLPReceiver, hung_endpoint, refused_endpoint
 from tests.conftest import run_python
-
-# Scheduling slack on a shared, busy 2-core machine. An unbounded call would take the
-# 30 s export timeout (or forever), so this still fails on a real bound violation.
-SLACK_S = 0.75
-
-
-def _otlp(endpoint: str, **extra: object) -> dict:
-    return {
-        "telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
-        "policy": {"model_name": "tiny-model"},
-    }
-
-
-def _burst(handle: object, n: int) -> float:
-    tracer = handle.tracer  # type: ignore[attr-defined]
-    t0 = time.perf_counter()
-    for _ in range(n):
-        tracer.start_span("burst").end()
-    return time.perf_counter() - t0
+from tests.export import SLACK_S, burst, otlp_config
 
 
 @pytest.mark.parametrize("fault", ["refused", "hung", "slow"])
@@ -44,8 +26,8 @@ def test_flush_and_shutdown_are_bounded_with_10000_spans_queued(fault: str, call
         slow = OTLPReceiver(delay_s=5.0)
         endpoint = slow.endpoint
     try:
-        handle = lens_rl.init_telemetry_driver(_otlp(endpoint, export_timeout_ms=30_000), "grpo")
-        _burst(handle, 10_000)
+        handle = lens_rl.init_telemetry_driver(otlp_config(endpoint, export_timeout_ms=30_000), "grpo")
+        burst(handle, 10_000)
         budget_ms = 1000
         t0 = time.monotonic()
         result = lens_rl.flush_telemetry(budget_ms) if call == "flush" else lens_rl.shutdown_telemetry(budget_ms)

@@ -11,30 +11,12 @@ import pytest
 import lens_rl
 from lens_rl.testing import OTLPReceiver, refused_endpoint
 from tests.conftest import run_python
-
-# Scheduling slack on a shared, busy 2-core machine. An unbounded call would take the
-# 30 s export timeout (or forever), so this still fails on a real bound violation.
-SLACK_S = 0.75
-
-
-def _otlp(endpoint: str, **extra: object) -> dict:
-    return {
-        "telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
-        "policy": {"model_name": "tiny-model"},
-    }
-
-
-def _burst(handle: object, n: int) -> float:
-    tracer = handle.tracer  # type: ignore[attr-defined]
-    t0 = time.perf_counter()
-    for _ in range(n):
-        tracer.start_span("burst").end()
-    return time.perf_counter() - t0
+from tests.export import SLACK_S, burst, otlp_config
 
 
 def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
     """Spans and metrics arrive over OTLP/HTTP protobuf with the process identity as resource."""
-    lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
+    lens_rl.init_telemetry_driver(otlp_config(receiver.endpoint), "grpo")
     with lens_rl.traced_phase("policy_training", step=1):
         pass
     assert lens_rl.flush_telemetry(5000) is True
@@ -93,7 +75,7 @@ def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
     server.start()
     try:
         handle = lens_rl.init_telemetry_driver(
-            _otlp(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo"
+            otlp_config(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo"
         )
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -109,8 +91,8 @@ def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
 def test_grpc_against_a_refused_port_is_bounded() -> None:
     """gRPC to a port that refuses: shutdown still returns in budget, saying False."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
-    handle = lens_rl.init_telemetry_driver(_otlp(refused_endpoint(), protocol="grpc"), "grpo")
-    _burst(handle, 100)
+    handle = lens_rl.init_telemetry_driver(otlp_config(refused_endpoint(), protocol="grpc"), "grpo")
+    burst(handle, 100)
     t0 = time.monotonic()
     assert lens_rl.shutdown_telemetry(500) is False
     assert time.monotonic() - t0 <= 0.5 + SLACK_S
@@ -232,7 +214,7 @@ def test_a_real_collector_accepts_the_otlp_lens_rl_writes(protocol: str) -> None
                         break
                 time.sleep(0.05)
             lens_rl.init_telemetry_driver(
-                _otlp(f"http://127.0.0.1:{port}", protocol=protocol, metrics_enabled=False), "grpo"
+                otlp_config(f"http://127.0.0.1:{port}", protocol=protocol, metrics_enabled=False), "grpo"
             )
             for step in (1, 2):
                 with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"k": [1, 2]}):

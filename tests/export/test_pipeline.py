@@ -10,31 +10,13 @@ import lens_rl
 from lens_rl import traced_phase
 from lens_rl.testing import OTLPReceiver, hung_endpoint
 from tests.conftest import run_python
-
-# Scheduling slack on a shared, busy 2-core machine. An unbounded call would take the
-# 30 s export timeout (or forever), so this still fails on a real bound violation.
-SLACK_S = 0.75
-
-
-def _otlp(endpoint: str, **extra: object) -> dict:
-    return {
-        "telemetry": {"enabled": True, "exporter": "otlp", "endpoint": endpoint, **extra},
-        "policy": {"model_name": "tiny-model"},
-    }
-
-
-def _burst(handle: object, n: int) -> float:
-    tracer = handle.tracer  # type: ignore[attr-defined]
-    t0 = time.perf_counter()
-    for _ in range(n):
-        tracer.start_span("burst").end()
-    return time.perf_counter() - t0
+from tests.export import burst, otlp_config
 
 
 def test_burst_of_20000_spans_all_arrive(receiver: OTLPReceiver) -> None:
     """20,000 spans ended in about a second all reach the collector; nothing dropped."""
-    handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint), "grpo")
-    elapsed_s = _burst(handle, 20_000)
+    handle = lens_rl.init_telemetry_driver(otlp_config(receiver.endpoint), "grpo")
+    elapsed_s = burst(handle, 20_000)
     assert lens_rl.flush_telemetry(60_000) is True, handle.stats()
     assert receiver.wait_for_spans(20_000, 10)
     assert sum(s["name"] == "burst" for s in receiver.spans) == 20_000
@@ -46,8 +28,8 @@ def test_full_queue_drops_are_counted_and_flush_says_false(
     receiver: OTLPReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past max_queue_spans spans are dropped, counted, warned about once, and flush is False."""
-    handle = lens_rl.init_telemetry_driver(_otlp(receiver.endpoint, max_queue_spans=100), "grpo")
-    _burst(handle, 5000)
+    handle = lens_rl.init_telemetry_driver(otlp_config(receiver.endpoint, max_queue_spans=100), "grpo")
+    burst(handle, 5000)
     assert lens_rl.flush_telemetry(10_000) is False
     stats = handle.stats()
     assert stats["dropped"] > 0 and stats["exported"] + stats["dropped"] == 5000
@@ -59,7 +41,7 @@ def test_flush_is_false_when_a_batch_failed_for_good() -> None:
     """The SDK says True after failed exports; lens_rl's flush does not."""
     rejecting = OTLPReceiver(fail_status=400)  # non-retryable: the batch fails for good
     try:
-        handle = lens_rl.init_telemetry_driver(_otlp(rejecting.endpoint), "grpo")
+        handle = lens_rl.init_telemetry_driver(otlp_config(rejecting.endpoint), "grpo")
         handle.span_pipeline._retry_for_s = 0.0
         with lens_rl.traced_phase("generation"):
             pass
@@ -73,7 +55,7 @@ def test_a_batch_rejected_as_too_large_is_split_and_later_spans_arrive() -> None
     """A collector answering 413 above 64 KB: batches are split and resent; a span too big alone is
     dropped and counted; everything else arrives."""
     with OTLPReceiver(max_body_bytes=64 * 1024) as rx:
-        handle = lens_rl.init_telemetry_driver(_otlp(rx.endpoint), "grpo")
+        handle = lens_rl.init_telemetry_driver(otlp_config(rx.endpoint), "grpo")
         for i in range(200):
             with traced_phase("generation", step=i) as span:
                 span.set_attribute("rl.prompt", "x" * 2000)  # ~2 KB each: a 1024-span batch is ~2 MB
@@ -101,7 +83,7 @@ def test_a_permanent_rejection_is_dropped_and_counted_not_retried() -> None:
         return None
 
     with OTLPReceiver(reject=reject_first) as rx:
-        handle = lens_rl.init_telemetry_driver(_otlp(rx.endpoint), "grpo")
+        handle = lens_rl.init_telemetry_driver(otlp_config(rx.endpoint), "grpo")
         with traced_phase("poison"):
             pass
         t0 = time.monotonic()
@@ -120,7 +102,7 @@ def test_the_queue_is_bounded_in_bytes_against_a_hung_collector() -> None:
         out = run_python(
             f"""
             import resource, lens_rl
-            h = lens_rl.init_telemetry_driver({_otlp(endpoint, max_queue_bytes=32 * 1024 * 1024, export_timeout_ms=60000)!r}, "grpo")
+            h = lens_rl.init_telemetry_driver({otlp_config(endpoint, max_queue_bytes=32 * 1024 * 1024, export_timeout_ms=60000)!r}, "grpo")
             blob = "z" * 4096
             for i in range(60000):
                 with lens_rl.traced_phase("generation") as span:

@@ -10,20 +10,9 @@ from pathlib import Path
 import pytest
 
 from lens_rl.testing import OTLPReceiver
-from tests.conftest import clean_env, run_python
+from tests.conftest import clean_env, lens, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def lens(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lens_rl", *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=cwd or ROOT,
-        timeout=120,
-    )
 
 
 @pytest.fixture(scope="module")

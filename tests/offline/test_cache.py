@@ -11,7 +11,6 @@ import pickle
 import pty
 import select
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from lens_rl.offline.cache import CACHE_DIR, cache_folder
 from lens_rl.offline.goodput import analyze, analyze_parts
 from lens_rl.store import span_files
+from tests.conftest import lens
 from tests.stores import header, span
 
 WORKERS = 9
@@ -228,13 +228,8 @@ def test_the_cli_reads_through_the_cache_and_no_cache_reads_cold(tmp_path: Path)
     _write(run, 0, 30)
 
     def goodput(*extra: str) -> str:
-        out = subprocess.run(
-            [sys.executable, "-m", "lens_rl", "goodput", str(tmp_path / "traces"), "--json", *extra],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode == 0, out.stderr
+        out = lens("goodput", str(tmp_path / "traces"), "--json", *extra)
+        assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
 
     cold = goodput("--no-cache")
@@ -298,13 +293,7 @@ def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> Non
     _write(run, 0, 30)
 
     def goodput(*extra: str) -> str:
-        out = subprocess.run(
-            [sys.executable, "-m", "lens_rl", "goodput", str(tmp_path / "traces"), "--json", *extra],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=__import__("tests.conftest", fromlist=["clean_env"]).clean_env(),
-        )
+        out = lens("goodput", str(tmp_path / "traces"), "--json", *extra)
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
 

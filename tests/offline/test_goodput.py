@@ -12,42 +12,17 @@ import lens_rl
 from lens_rl import traced_phase, with_bucket
 from lens_rl.offline.table import format_table
 from lens_rl.testing import recording
-from tests.stores import rollup, rollup_recorded
-
-
-def _rec(
-    name: str,
-    start_s: float,
-    end_s: float,
-    *,
-    span: str,
-    parent: str | None = None,
-    group: str = "driver",
-    rank: int = 0,
-    pid: int = 1,
-    **attrs: object,
-) -> dict:
-    return {
-        "v": 1,
-        "name": name,
-        "span_id": span,
-        "parent_span_id": parent,
-        "trace_id": "t" * 32,
-        "start_ns": int(start_s * 1e9),
-        "end_ns": int(end_s * 1e9),
-        "attributes": dict(attrs),
-        "resource": {"rl.worker_group": group, "nv.dl.rank": rank, "process.pid": pid, "rl.run_id": "r"},
-    }
+from tests.stores import rollup, rollup_recorded, v1_record
 
 
 def test_nested_bucketed_span_takes_its_time_from_the_outer_one() -> None:
     """A checkpoint inside training counts once, as overhead; concurrent children are unioned."""
     recs = [
-        _rec("step", 0, 10, span="s", **{"rl.step": 1}),
-        _rec("policy_training", 0, 8, span="t", parent="s", **{"rl.bucket": "productive"}),
-        _rec("checkpointing", 2, 4, span="c", parent="t", **{"rl.bucket": "overhead"}),
-        _rec("inner", 3, 5, span="i", parent="t"),  # unbucketed wrapper...
-        _rec("wait", 3, 6, span="w", parent="i", **{"rl.bucket": "idle"}),  # ...its bucketed child still counts
+        v1_record("step", 0, 10, span="s", **{"rl.step": 1}),
+        v1_record("policy_training", 0, 8, span="t", parent="s", **{"rl.bucket": "productive"}),
+        v1_record("checkpointing", 2, 4, span="c", parent="t", **{"rl.bucket": "overhead"}),
+        v1_record("inner", 3, 5, span="i", parent="t"),  # unbucketed wrapper...
+        v1_record("wait", 3, 6, span="w", parent="i", **{"rl.bucket": "idle"}),  # ...its bucketed child still counts
     ]
     report = rollup(recs)
     assert report["job"]["seconds"] == {"productive": 4.0, "overhead": 2.0, "idle": 3.0, "wasted": 0.0}
@@ -60,11 +35,11 @@ def test_nested_bucketed_span_takes_its_time_from_the_outer_one() -> None:
 def test_driver_view_for_the_job_and_resource_seconds_for_groups() -> None:
     """The job figure uses the driver's spans; groups and ranks sum their own processes."""
     recs = [
-        _rec("generation", 0, 4, span="g", **{"rl.bucket": "productive", "rl.step": 1}),
-        _rec("weight_sync", 4, 5, span="w", **{"rl.bucket": "overhead", "rl.step": 1}),
-        _rec("policy_training", 0, 3, span="p0", group="lm_policy", rank=0, pid=2, **{"rl.bucket": "productive"}),
-        _rec("policy_training", 0, 2, span="p1", group="lm_policy", rank=1, pid=3, **{"rl.bucket": "productive"}),
-        _rec("checkpointing", 2, 3, span="k1", group="lm_policy", rank=1, pid=3, **{"rl.bucket": "overhead"}),
+        v1_record("generation", 0, 4, span="g", **{"rl.bucket": "productive", "rl.step": 1}),
+        v1_record("weight_sync", 4, 5, span="w", **{"rl.bucket": "overhead", "rl.step": 1}),
+        v1_record("policy_training", 0, 3, span="p0", group="lm_policy", rank=0, pid=2, **{"rl.bucket": "productive"}),
+        v1_record("policy_training", 0, 2, span="p1", group="lm_policy", rank=1, pid=3, **{"rl.bucket": "productive"}),
+        v1_record("checkpointing", 2, 3, span="k1", group="lm_policy", rank=1, pid=3, **{"rl.bucket": "overhead"}),
     ]
     report = rollup(recs)
     assert report["job"]["view"] == "driver" and report["goodput"] == pytest.approx(0.8)
@@ -78,8 +53,8 @@ def test_driver_view_for_the_job_and_resource_seconds_for_groups() -> None:
 def test_without_driver_spans_all_processes_are_summed() -> None:
     """With no driver process in the store, the job view sums every process."""
     recs = [
-        _rec("generation", 0, 1, span="a", group="g", pid=5, **{"rl.bucket": "productive"}),
-        _rec("wait", 1, 2, span="b", group="h", pid=6, **{"rl.bucket": "idle"}),
+        v1_record("generation", 0, 1, span="a", group="g", pid=5, **{"rl.bucket": "productive"}),
+        v1_record("wait", 1, 2, span="b", group="h", pid=6, **{"rl.bucket": "idle"}),
     ]
     report = rollup(recs)
     assert report["job"]["view"] == "all processes" and report["goodput"] == 0.5
@@ -120,17 +95,17 @@ def test_real_phases_with_known_sleeps() -> None:
 def _job_with_workers(steps: int = 3) -> list[dict]:
     """A driver (start-up 0-10 s, then steps of 10 s) and one worker busy 5 s per step."""
     recs = [
-        _rec("rl.job", 0, 10 + 10 * steps, span="job"),
-        _rec("cluster_setup", 0, 10, span="setup", parent="job", **{"rl.bucket": "overhead"}),
-        _rec("policy.init", 1, 3, span="winit", group="lm_policy", pid=7, **{"rl.bucket": "overhead"}),
+        v1_record("rl.job", 0, 10 + 10 * steps, span="job"),
+        v1_record("cluster_setup", 0, 10, span="setup", parent="job", **{"rl.bucket": "overhead"}),
+        v1_record("policy.init", 1, 3, span="winit", group="lm_policy", pid=7, **{"rl.bucket": "overhead"}),
     ]
     for i in range(steps):
         t = 10 + 10 * i
         recs += [
-            _rec("step", t, t + 10, span=f"s{i}", parent="job", **{"rl.step": i}),
-            _rec("generation", t, t + 8, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
-            _rec("weight_sync", t + 8, t + 9, span=f"w{i}", parent=f"s{i}", **{"rl.bucket": "overhead"}),
-            _rec(
+            v1_record("step", t, t + 10, span=f"s{i}", parent="job", **{"rl.step": i}),
+            v1_record("generation", t, t + 8, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
+            v1_record("weight_sync", t + 8, t + 9, span=f"w{i}", parent=f"s{i}", **{"rl.bucket": "overhead"}),
+            v1_record(
                 "policy_training",
                 t + 1,
                 t + 6,
@@ -162,13 +137,13 @@ def test_two_headline_figures_start_up_and_steady_state() -> None:
 
 def test_a_long_run_reads_in_a_summary() -> None:
     """500 steps: step time p50/p95/max, the 5 slowest, at most 20 step rows unless all are asked for."""
-    recs = [_rec("rl.job", 0, 5000, span="job")]
+    recs = [v1_record("rl.job", 0, 5000, span="job")]
     for i in range(500):
         wall = 2.0 if i % 100 == 7 else 1.0  # five slow steps
         t = i * 10
         recs += [
-            _rec("step", t, t + wall, span=f"s{i}", parent="job", **{"rl.step": i}),
-            _rec("generation", t, t + wall, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
+            v1_record("step", t, t + wall, span=f"s{i}", parent="job", **{"rl.step": i}),
+            v1_record("generation", t, t + wall, span=f"g{i}", parent=f"s{i}", **{"rl.bucket": "productive"}),
         ]
     report = rollup(recs)
     assert report["step_time"] == {"p50_s": 1.0, "p95_s": 1.0, "max_s": 2.0}
@@ -186,10 +161,10 @@ def test_a_long_run_reads_in_a_summary() -> None:
 
 def test_phase_breakdown_with_tokens_per_second() -> None:
     """Per phase: count, total, mean, p95, share of wall, and tokens/s where rl.num_tokens is recorded."""
-    recs = [_rec("rl.job", 0, 100, span="job")]
+    recs = [v1_record("rl.job", 0, 100, span="job")]
     for i in range(10):
         recs.append(
-            _rec(
+            v1_record(
                 "generation",
                 i * 10,
                 i * 10 + 4,
@@ -199,7 +174,7 @@ def test_phase_breakdown_with_tokens_per_second() -> None:
             )
         )
         recs.append(
-            _rec(
+            v1_record(
                 "policy_training",
                 i * 10 + 4,
                 i * 10 + 4 + (1 if i < 9 else 10),

@@ -2,57 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import clean_env
-from tests.stores import read_spans
+from tests.conftest import lens
+from tests.stores import read_spans, synthesized_store
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _synthesize() -> Any:
-    spec = importlib.util.spec_from_file_location("lens_scale_bench", ROOT / "benchmarks" / "scale.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.synthesize
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GRPO-shaped store of ~50,000 spans in 20 process files (one driver), and a file of another shape (v1)."""
-    root = tmp_path_factory.mktemp("scale")
-    _synthesize()(root, 50_000, 20)
-    legacy = {
-        "v": 1,
-        "name": "old_phase",
-        "span_id": "f" * 16,
-        "trace_id": "a" * 32,
-        "parent_span_id": None,
-        "start_ns": 1_700_000_000_000_000_000,
-        "end_ns": 1_700_000_001_000_000_000,
-        "attributes": {"rl.bucket": "overhead"},
-        "resource": {"rl.worker_group": "legacy", "nv.dl.rank": 0, "process.pid": 9},
-    }
-    (root / "run" / "spans-legacy-0-9.jsonl").write_text(json.dumps(legacy) + "\n")
-    return root
-
-
-def lens(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lens_rl", *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=timeout,
-    )
+    return synthesized_store(tmp_path_factory.mktemp("scale"))
 
 
 def test_perfetto_protobuf_parses_with_perfetto_definitions(store: Path, tmp_path: Path) -> None:

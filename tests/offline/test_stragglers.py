@@ -5,32 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lens_rl.offline.table import format_table
-from tests.stores import rollup
-
-
-def _rec(
-    name: str,
-    start_s: float,
-    end_s: float,
-    *,
-    span: str,
-    parent: str | None = None,
-    group: str = "driver",
-    rank: int = 0,
-    pid: int = 1,
-    **attrs: object,
-) -> dict:
-    return {
-        "v": 1,
-        "name": name,
-        "span_id": span,
-        "parent_span_id": parent,
-        "trace_id": "t" * 32,
-        "start_ns": int(start_s * 1e9),
-        "end_ns": int(end_s * 1e9),
-        "attributes": dict(attrs),
-        "resource": {"rl.worker_group": group, "nv.dl.rank": rank, "process.pid": pid, "rl.run_id": "r"},
-    }
+from tests.stores import rollup, v1_record
 
 
 def _straggler_store(slow_rank: int, slow_steps: set[int], steps: int = 10, ranks: int = 8) -> list[dict]:
@@ -40,7 +15,7 @@ def _straggler_store(slow_rank: int, slow_steps: set[int], steps: int = 10, rank
             compute = 1.5 if rank == slow_rank and step in slow_steps else 1.0 + 0.01 * rank
             t = step * 10.0
             recs.append(
-                _rec(
+                v1_record(
                     "policy_training",
                     t,
                     t + compute,
@@ -53,7 +28,7 @@ def _straggler_store(slow_rank: int, slow_steps: set[int], steps: int = 10, rank
             )
             # the collective wait evens the ranks out: an idle child, not compared
             recs.append(
-                _rec(
+                v1_record(
                     "barrier",
                     t + compute,
                     t + 2.0,

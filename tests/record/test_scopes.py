@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from lens_rl import traced_phase, with_bucket
 from lens_rl.testing import OTLPReceiver, SpanRecorder
-from tests.conftest import run_python
+from tests.conftest import driver_job
 
 
 def _attrs(span: object) -> dict:
@@ -51,31 +50,6 @@ def test_with_bucket_as_decorator(lens_spans: SpanRecorder) -> None:
     assert _attrs(lens_spans.find("generation"))["rl.bucket"] == "overhead"
 
 
-def _job(receiver: OTLPReceiver, body: str, *, prelude: str = "", metrics: bool = False, timeout: float = 60) -> Any:
-    """Run ``body`` inside a driver job that exports to ``receiver``; fail with the child's stderr."""
-    code = (
-        "import sys, time, threading, asyncio\n"
-        "import lens_rl\n"
-        "from lens_rl import traced_phase, with_bucket, attach_context, inject_context\n"
-        + prelude
-        + f"lens_rl.init_telemetry_driver({{'telemetry': {{'enabled': True, 'exporter': 'otlp', "
-        f"'endpoint': {receiver.endpoint!r}, 'metrics_enabled': {metrics!r}, 'metrics_interval_ms': 200}}}}, 'grpo')\n"
-        + body
-        + "\nassert lens_rl.shutdown_telemetry(10000), 'shutdown lost data'\n"
-    )
-    out = run_python(code, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out
-
-
-def _by_id(spans: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {s["span_id"]: s for s in spans}
-
-
-def _root(spans: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(s for s in spans if s["name"] == "rl.job")
-
-
 def test_with_bucket_on_a_partly_consumed_generator_never_leaks(receiver: OTLPReceiver) -> None:
     """with_bucket on a generator holds only while it runs: the consumer's phases keep their own bucket."""
     body = """
@@ -94,7 +68,7 @@ del samples
 with traced_phase("reward"):
     pass
 """
-    _job(receiver, body)
+    driver_job(receiver, body)
     assert receiver.wait_for_spans(5, 10)
     gens = [s for s in receiver.spans if s["name"] == "generation"]
     buckets = {(s["attributes"]["rl.which"], s["attributes"]["rl.bucket"]) for s in gens}

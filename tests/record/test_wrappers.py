@@ -11,7 +11,7 @@ import pytest
 import lens_rl
 from lens_rl import testing, traced_phase
 from lens_rl.testing import OTLPReceiver, SpanRecorder
-from tests.conftest import run_python
+from tests.conftest import driver_job, job_root
 from tests.stores import rollup
 
 
@@ -193,10 +193,10 @@ for batch in batches(5):
         with traced_phase("policy_training"):
             time.sleep(0.05)
 """
-    _job(receiver, body)
+    driver_job(receiver, body)
     assert receiver.wait_for_spans(1 + 6 + 5 + 5, 10)
     spans = receiver.spans
-    root = _root(spans)
+    root = job_root(spans)
     loads = [s for s in spans if s["name"] == "data_loading"]
     steps = [s for s in spans if s["name"] == "step"]
     assert len(loads) == 6 and len(steps) == 5  # five items, then the resumption that ends it
@@ -209,27 +209,6 @@ for batch in batches(5):
     assert report["job"]["seconds"]["overhead"] == pytest.approx(load_s, abs=1e-5)
     wall_s = (root["end_ns"] - root["start_ns"]) / 1e9  # goodput is productive over the job's wall
     assert report["goodput"] == pytest.approx(train_s / wall_s, abs=1e-4) and report["goodput"] > 0.5
-
-
-def _job(receiver: OTLPReceiver, body: str, *, prelude: str = "", metrics: bool = False, timeout: float = 60) -> Any:
-    """Run ``body`` inside a driver job that exports to ``receiver``; fail with the child's stderr."""
-    code = (
-        "import sys, time, threading, asyncio\n"
-        "import lens_rl\n"
-        "from lens_rl import traced_phase, with_bucket, attach_context, inject_context\n"
-        + prelude
-        + f"lens_rl.init_telemetry_driver({{'telemetry': {{'enabled': True, 'exporter': 'otlp', "
-        f"'endpoint': {receiver.endpoint!r}, 'metrics_enabled': {metrics!r}, 'metrics_interval_ms': 200}}}}, 'grpo')\n"
-        + body
-        + "\nassert lens_rl.shutdown_telemetry(10000), 'shutdown lost data'\n"
-    )
-    out = run_python(code, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out
-
-
-def _root(spans: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(s for s in spans if s["name"] == "rl.job")
 
 
 async def _drive_echo(decorate: Any) -> list[Any]:
