@@ -248,3 +248,61 @@ def v1_record(
         "attributes": dict(attrs),
         "resource": {"rl.worker_group": group, "nv.dl.rank": rank, "process.pid": pid, "rl.run_id": "r"},
     }
+
+
+#: worker files of :func:`grow_store`'s run
+STORE_WORKERS = 9
+
+
+def step_lines(step: int) -> dict[str, list[dict[str, Any]]]:
+    """One step's spans per file, in the order processes write them (children first)."""
+    t = step * 10.0
+    out: dict[str, list[dict[str, Any]]] = {"driver": [], **{f"w{w}": [] for w in range(STORE_WORKERS)}}
+    for k, (name, bucket) in enumerate(
+        (("generation", "productive"), ("policy_training", "productive"), ("weight_sync", "overhead"))
+    ):
+        out["driver"].append(span(name, t + 3 * k, t + 3 * k + 2.5, f"d{step}-{k}", parent=f"s{step}", bucket=bucket))
+    out["driver"].append(span("step", t, t + 9.5, f"s{step}", parent="job", step=step))
+    for w in range(STORE_WORKERS):
+        k = w % 3
+        start = t + 3 * k + 0.1 + 0.01 * w
+        out[f"w{w}"].append(
+            span("barrier", start + 1.5, start + 2.0, f"b{w}-{step}", parent=f"p{w}-{step}", bucket="idle")
+        )
+        out[f"w{w}"].append(
+            span(
+                "train",
+                start,
+                start + 2.0,
+                f"p{w}-{step}",
+                parent=f"d{step}-{k}",
+                remote=True,
+                bucket="productive",
+                step=step,
+                **{"rl.num_tokens": 100},
+            )
+        )
+    return out
+
+
+def grow_store(run: Path, first: int, last: int) -> None:
+    """A run that grows: steps first..last-1 appended to the driver's file and 9 workers' (each file's header
+    written with its first step); one step is a driver umbrella over three phases, each worker a remote child
+    of one of them with a nested idle barrier (children written before their parents)."""
+    run.mkdir(parents=True, exist_ok=True)
+    for step in range(first, last):
+        for name, rows in step_lines(step).items():
+            path = run / (
+                "spans-driver-0-1.jsonl"
+                if name == "driver"
+                else f"spans-lm_policy-{name[1:]}-{100 + int(name[1:])}.jsonl"
+            )
+            if not path.exists():
+                group, rank, pid = (
+                    ("driver", 0, 1) if name == "driver" else ("lm_policy", int(name[1:]), 100 + int(name[1:]))
+                )
+                extra = {"root": "job", "role": "driver"} if name == "driver" else {}
+                path.write_text(json.dumps(header(group, rank, pid, **extra)) + "\n")
+            with path.open("a") as handle:
+                for row in rows:
+                    handle.write(json.dumps(row) + "\n")

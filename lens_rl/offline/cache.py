@@ -28,21 +28,29 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import pickle
-import tempfile
 from array import array
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lens_rl._version import __version__
+from lens_rl.offline.cache_files import (
+    CACHE_DIR,
+    FORMAT,
+    Entry,
+    cache_folder,
+    load_entry,
+    load_report,
+    options_key,
+    save_entry,
+    save_report,
+    store_fingerprint,
+)
 from lens_rl.offline.columns import REMOTE_PARENT, Columns
 from lens_rl.offline.parts import ProcessPart
 from lens_rl.offline.reduce import file_parts, reduce_columns
-from lens_rl.store import BAD_LINE, Head, Process, ReadStats, decode_row, loads, scan
+from lens_rl.store import BAD_LINE, Head, Process, ReadStats, decode_row, scan
 
 __all__ = [
     "CACHE_DIR",
@@ -55,143 +63,8 @@ __all__ = [
     "store_fingerprint",
 ]
 
-CACHE_DIR = ".lens_rl-cache"
-FORMAT = "lens_rl.cache/1"
-_MAGIC = b"lens_rl.cache/1\n"
 _TAIL = 4096  # bytes before where the last read stopped, hashed: a rewrite there is caught
 _HEAD_MAX = 1 << 24
-
-
-def cache_folder(run_dir: str | os.PathLike[str]) -> str:
-    """Where a run's cache lives: ``<run>/.lens_rl-cache/``, else (a read-only run folder) a folder of the
-    user's cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``) named after the run folder's path."""
-    run = Path(run_dir).resolve()
-    inside = run / CACHE_DIR
-    try:
-        inside.mkdir(exist_ok=True)
-        if os.access(inside, os.W_OK):
-            return str(inside)
-    except OSError:
-        pass
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = base / "lens_rl" / hashlib.sha1(str(run).encode()).hexdigest()[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    return str(folder)
-
-
-# ------------------------------------------------------------------------------------------- entries
-
-
-class Entry:
-    """What the cache keeps of one file (see the module docstring)."""
-
-    __slots__ = (
-        "options",
-        "identity",
-        "end",
-        "size",
-        "mtime_ns",
-        "tail",
-        "heads",
-        "head_at_end",
-        "settled",
-        "held",
-        "ids",
-        "stats",
-    )
-
-    def __init__(self, options: str, identity: tuple[Any, ...]) -> None:
-        self.options = options
-        self.identity = identity
-        self.end = 0
-        self.size = 0
-        self.mtime_ns = 0
-        self.tail = b""
-        self.heads: list[dict[str, Any]] = []  # the header dicts spans are under, by index
-        self.head_at_end: int | None = None
-        self.settled: dict[Process, ProcessPart] = {}
-        self.held = array("q")  # (offset, size, head index) of each held line, flat
-        self.ids: Any = array("Q")  # the settled spans' ids, sorted (a list if one is not 16 hex digits)
-        self.stats = ReadStats()
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for key, value in zip(self.__slots__, state, strict=True):
-            setattr(self, key, value)
-
-
-_ALLOWED = {
-    ("lens_rl.offline.cache", "Entry"),
-    ("lens_rl.offline.parts", "ProcessPart"),
-    ("lens_rl.offline.parts", "PhasePart"),
-    ("lens_rl.offline.parts", "Series"),
-    ("lens_rl.offline.parts", "StepPart"),
-    ("lens_rl.offline.critical", "CritPart"),
-    ("lens_rl.store.format", "Process"),
-    ("lens_rl.store.reader", "ReadStats"),
-    ("array", "array"),
-    ("array", "_array_reconstructor"),
-    ("copyreg", "_reconstructor"),
-    ("copyreg", "__newobj__"),
-    ("builtins", "set"),
-    ("builtins", "frozenset"),
-    ("builtins", "object"),
-    ("builtins", "bytearray"),
-}
-
-
-class _Unpickler(pickle.Unpickler):
-    """Builds nothing but the cache's own classes (a planted file cannot run code)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"{module}.{name} is not a cache class")
-        return super().find_class(module, name)
-
-
-def _options_key(options: tuple[bool, Mapping[int, frozenset[Any]], bool]) -> str:
-    driver_in_run, superseded, critical = options
-    later = sorted((attempt, sorted(map(repr, steps))) for attempt, steps in superseded.items())
-    return repr((__version__, FORMAT, bool(driver_in_run), later, bool(critical)))
-
-
-def _load(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Entry | None, str | None]:
-    """The cache entry at ``path`` if it is this lens_rl's and this file's; else None and why (None: none)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror})"
-    if not data.startswith(_MAGIC):
-        return None, "not a lens_rl cache"
-    try:
-        entry = _Unpickler(io.BytesIO(data[len(_MAGIC) :])).load()
-    except Exception as exc:  # a corrupt or foreign file: never trusted
-        return None, f"corrupt ({type(exc).__name__})"
-    if not isinstance(entry, Entry):
-        return None, "not a cache entry"
-    if entry.options != options:
-        return None, None if entry.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
-    if entry.identity != identity:
-        return None, None  # another file under that name: read cold, quietly
-    return entry, None
-
-
-def _save(path: Path, entry: Entry) -> None:
-    try:
-        fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(_MAGIC)
-            pickle.dump(entry, handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except (OSError, UnboundLocalError):
-            pass
 
 
 # ------------------------------------------------------------------------------------------- reads
@@ -322,13 +195,13 @@ def cached_file_parts(
 ) -> tuple[list[ProcessPart], ReadStats]:
     """:func:`lens_rl.offline.reduce.file_parts` through the cache in ``folder``: what is new is read; the
     answer is a cold read's."""
-    key = _options_key(options)
+    key = options_key(options)
     stat = os.stat(path)
     with open(path, "rb") as handle:
         first = handle.readline(_HEAD_MAX)
     identity = (stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest())
     where = Path(folder) / f"{Path(path).name}.cache"
-    entry, why = _load(where, key, identity)
+    entry, why = load_entry(where, key, identity)
     stats = ReadStats()
     if why is not None:
         stats.cache_notes.append(f"{where.name}: {why}; read cold")
@@ -345,7 +218,7 @@ def cached_file_parts(
     assert result is not None
     fresh, parts, answer = result
     if fresh is not None:
-        _save(where, fresh)  # (before the rollup merges into the parts it is given)
+        save_entry(where, fresh)  # (before the rollup merges into the parts it is given)
     stats.add(answer)
     stats.cache_hits += warm
     return parts, stats
@@ -486,56 +359,3 @@ def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStat
         stats.duplicates += 1
         return None
     return row
-
-
-# ------------------------------------------------------------------------------------------- reports
-
-
-def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> str:
-    """What a whole report depends on: every file's identity, size and mtime, the report's options and
-    lens_rl's version (a file that changed in any way changes it)."""
-    parts = [repr((__version__, FORMAT, options))]
-    for path in sorted(map(str, paths)):
-        stat = os.stat(path)
-        parts.append(f"{path}\0{stat.st_dev}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}")
-    return hashlib.sha1("\n".join(parts).encode()).hexdigest()
-
-
-def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
-    """The report kept for this very store (JSON: nothing in it is trusted to run), or None."""
-    try:
-        data = (Path(folder) / f"report-{fingerprint}.json").read_bytes()
-        report = loads(data)
-    except (OSError, ValueError):
-        return None
-    return report if type(report) is dict and report.get("schema") else None
-
-
-def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep ``report`` for its store (one per folder: an older one is replaced); returns it as kept (read
-    back from its JSON: the answer is the same whether it came from the cache or not)."""
-    data = json_bytes(report)
-    target = Path(folder) / f"report-{fingerprint}.json"
-    try:
-        for old in Path(folder).glob("report-*.json"):
-            if old != target:
-                old.unlink(missing_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, target)
-    except OSError:
-        pass
-    kept = loads(data)
-    return kept if type(kept) is dict else dict(report)
-
-
-def json_bytes(value: Any) -> bytes:
-    """``value`` as compact JSON (orjson when the analysis extra is there); what it cannot say, as text."""
-    try:
-        import orjson
-    except ImportError:
-        import json
-
-        return json.dumps(value, default=str, separators=(",", ":")).encode()
-    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)

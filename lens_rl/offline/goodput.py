@@ -54,15 +54,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.buckets import closest_phase_name, goodput_of
+from lens_rl.buckets import goodput_of
 from lens_rl.offline.attempts import Attempts, attempts_of, superseded_steps
 from lens_rl.offline.cache import load_report, read_parts, save_report, store_fingerprint
 from lens_rl.offline.critical import critical_path
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
-from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart, StepPart, merge_parts, share_steps, step_key
+from lens_rl.offline.parts import BUCKETS, ProcessPart, StepPart, merge_parts, share_steps, step_key
 from lens_rl.offline.reduce import file_steps
+from lens_rl.offline.rows import UNBUCKETED_SHARE, group_and_rank_rows, phase_rows, throughput_row, unbucketed_rows
 from lens_rl.offline.stragglers import in_range, stragglers
-from lens_rl.offline.throughput import job_gpus, phase_rates, step_tokens
 from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts"]
@@ -70,8 +70,6 @@ __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_fro
 _log = logging.getLogger("lens_rl")
 
 SCHEMA = "lens_rl.goodput/1"
-#: An unbucketed leaf phase covering more of the steps' wall than this is named, with a did-you-mean.
-UNBUCKETED_SHARE = 0.05
 
 
 def _seconds(ns: Mapping[str, float]) -> dict[str, float]:
@@ -111,9 +109,9 @@ def report_from_parts(
     steady = _steady(step_rows, walls_ns, warmup_steps)
     walls = [r["wall_s"] for r in complete]
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
-    groups, ranks, concurrent = _group_and_rank_rows(processes)
+    groups, ranks, concurrent = group_and_rank_rows(processes)
     run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
-    throughput = _throughput(processes, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
+    throughput = throughput_row(processes, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
@@ -134,8 +132,8 @@ def report_from_parts(
             {"step": r["step"], "wall_s": r["wall_s"]}
             for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
         ],
-        "phases": _phase_rows(processes, job["wall_s"] if driver else None),
-        "unbucketed_phases": _unbucketed(
+        "phases": phase_rows(processes, job["wall_s"] if driver else None),
+        "unbucketed_phases": unbucketed_rows(
             processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9
         ),
         "worker_groups": groups,
@@ -242,27 +240,6 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
     return rows, walls
 
 
-def _throughput(processes: list[ProcessPart], step_rows: list[dict[str, Any]], walls_ns: list[int]) -> dict[str, Any]:
-    """The job's GPUs and end-to-end tokens per second per GPU, for the run (complete steps); each step row
-    gains ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (:mod:`lens_rl.offline.throughput`)."""
-    gpus = job_gpus(processes)
-    tokens = step_tokens(processes)
-    total = wall = 0.0
-    for row, ns in zip(step_rows, walls_ns, strict=True):
-        count = tokens.get(row["step"])
-        row["tokens"] = count
-        rate = count / (ns / 1e9) / gpus if count and ns > 0 and gpus else None
-        row["e2e_tokens_per_s_per_gpu"] = None if rate is None else round(rate, 3)
-        if count and not row["incomplete"]:
-            total += count
-            wall += ns / 1e9
-    return {
-        "gpus": gpus,
-        "tokens": total or None,
-        "e2e_tokens_per_s_per_gpu": round(total / wall / gpus, 3) if total and wall > 0 and gpus else None,
-    }
-
-
 def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
     """The job's figures. The driver's view: its exclusive bucket time over the wall (one attempt: its
     ``rl.job``, else its first to last span; several: the first start to the last end over all of them),
@@ -307,126 +284,6 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         },
         "restarts": max(len(attempts.rows) - 1, 0),
     }
-
-
-def _phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[dict[str, Any]]:
-    """Every process's phases, by worker group: count, total, mean, p95, tokens/s, and the share of the group's
-    time (the driver's: the job's wall; a worker group's: its processes' lifetimes)."""
-    merged: dict[tuple[str, str, str | None], PhasePart] = {}
-    members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
-    lifetimes: dict[str, int] = defaultdict(int)
-    for part in processes:
-        group = part.key.group
-        lifetimes[group] += part.lifetime_ns
-        for (name, bucket), phase in part.phases.items():
-            merged.setdefault((group, name, bucket), PhasePart()).merge(phase, bound=False)
-            if phase.tokens:
-                members[(group, name, bucket)].append((part, phase))
-    rows: list[dict[str, Any]] = []
-    for (group, name, bucket), ph in merged.items():
-        is_driver = group == "driver"
-        of_s = job_wall_s if is_driver else lifetimes.get(group, 0) / 1e9
-        total_s = ph.total_ns / 1e9
-        per_gpu, mfu = phase_rates(name, members[(group, name, bucket)]) if ph.tokens else (None, None)
-        rows.append(
-            {
-                "phase": name,
-                "worker_group": group,
-                "bucket": bucket,
-                "count": ph.count,
-                "total_s": round(total_s, 6),
-                "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-                "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
-                "share": round(total_s / of_s, 6) if of_s else None,
-                "share_of": "job wall" if is_driver else "group lifetime",
-                "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
-                if ph.token_ns > 0 and ph.tokens > 0
-                else None,
-                "tokens_per_s_per_gpu": None if per_gpu is None else round(per_gpu, 3),
-                "mfu": None if mfu is None else round(mfu, 6),
-            }
-        )
-    rows.sort(
-        key=lambda r: (
-            r["worker_group"] != "driver",
-            r["worker_group"],
-            -r["total_s"],
-            str(r["phase"]),
-            str(r["bucket"]),
-        )
-    )
-    return rows
-
-
-def _unbucketed(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[str, Any]]:
-    """Leaf phases with no bucket inside the steps covering more than 5 % of the steps' wall (per process of
-    their group): time no bucket counts, most likely a name lens_rl does not know."""
-    if steps_wall_s <= 0:
-        return []
-    leaf: dict[tuple[str, str], int] = defaultdict(int)
-    members: dict[str, int] = defaultdict(int)
-    for part in processes:
-        members[part.key.group] += 1
-        for (name, bucket), phase in part.phases.items():
-            if bucket is None and phase.leaf_ns > 0:
-                leaf[(part.key.group, name)] += phase.leaf_ns
-    rows = []
-    for (group, name), ns in leaf.items():
-        share = ns / 1e9 / (steps_wall_s * members[group])
-        if share > UNBUCKETED_SHARE:
-            rows.append(
-                {
-                    "phase": name,
-                    "worker_group": group,
-                    "total_s": round(ns / 1e9, 6),
-                    "share": round(share, 6),
-                    "did_you_mean": closest_phase_name(str(name)),
-                }
-            )
-    return sorted(rows, key=lambda r: (-r["share"], r["worker_group"], str(r["phase"])))
-
-
-def _group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    """Resource-seconds per worker group and per rank (a worker's uncovered lifetime is idle), and whether any
-    process's bucket seconds sum past its lifetime (concurrent phases)."""
-    groups: dict[str, dict[str, Any]] = {}
-    ranks = []
-    concurrent = False
-    for part in processes:
-        group, rank, pid = part.key.group, part.key.rank, part.key.pid
-        seconds = part.seconds()
-        wall_s = part.lifetime_ns / 1e9
-        concurrent = concurrent or (wall_s > 0 and sum(seconds.values()) > wall_s * 1.001)
-        entry = groups.setdefault(
-            group, {"worker_group": group, "processes": 0, "seconds": dict.fromkeys(BUCKETS, 0.0), "wall_s": 0.0}
-        )
-        entry["processes"] += 1
-        entry["wall_s"] += wall_s
-        for b in BUCKETS:
-            entry["seconds"][b] += seconds[b]
-        ranks.append(
-            {
-                "worker_group": group,
-                "rank": rank,
-                "pid": pid,
-                "attempt": part.key.attempt,
-                "seconds": {b: round(s, 6) for b, s in seconds.items()},
-                "goodput": goodput_of(seconds),
-                "wall_s": round(wall_s, 6),
-            }
-        )
-    group_rows = [
-        {
-            **e,
-            "seconds": {b: round(s, 6) for b, s in e["seconds"].items()},
-            "goodput": goodput_of(e["seconds"]),
-            "wall_s": round(e["wall_s"], 6),
-        }
-        for e in groups.values()
-    ]
-    group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
-    ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["attempt"], r["pid"]))
-    return group_rows, ranks, concurrent
 
 
 def analyze_parts(

@@ -1,0 +1,123 @@
+"""The refresh cache on disk: where it lives (the run folder, else the user's cache directory for a read-only
+one), an entry read back only by its own lens_rl and file, whole reports kept per store and replaced when the
+store changes, and writes that fail quietly where nothing can be written."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.offline.cache_files import (
+    CACHE_DIR,
+    Entry,
+    cache_folder,
+    load_entry,
+    load_report,
+    options_key,
+    save_entry,
+    save_report,
+    store_fingerprint,
+)
+from lens_rl.offline.goodput import analyze
+from lens_rl.store import span_files
+from tests.stores import grow_store
+
+
+def same_as_cold(run: Path) -> dict[str, Any]:
+    """The report through the cache for ``run``, asserted equal to a cold read's."""
+    paths = span_files(run)
+    warm = analyze(paths, jobs=1, cache=cache_folder(run))
+    cold = json.loads(json.dumps(analyze(paths, jobs=1), default=str))
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+    return warm
+
+
+def test_the_cache_lives_in_the_run_folder(tmp_path: Path) -> None:
+    """A writable run folder holds its own cache, ``<run>/.lens_rl-cache``."""
+    run = tmp_path / "r"
+    run.mkdir()
+    assert cache_folder(run) == str((run / CACHE_DIR).resolve()) and (run / CACHE_DIR).is_dir()
+
+
+def test_a_read_only_run_folder_caches_in_the_users_cache_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the run folder cannot be written, the cache goes to $XDG_CACHE_HOME/lens_rl/<run>; the answer is the same."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes a read-only folder anyway")
+    run = tmp_path / "r"
+    grow_store(run, 0, 10)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    run.chmod(0o555)
+    try:
+        folder = cache_folder(run)
+        assert folder.startswith(str(tmp_path / "home-cache" / "lens_rl"))
+        same_as_cold(run)
+    finally:
+        run.chmod(0o755)
+
+
+def test_a_read_only_run_folder_as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same where the folder is on a read-only mount (as root: a bind mount; skipped where none can be made)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount")
+    run = tmp_path / "r"
+    grow_store(run, 0, 10)
+    view = tmp_path / "view"
+    view.mkdir()
+    if os.system(f"mount --bind {run} {view} 2>/dev/null && mount -o remount,bind,ro {view} 2>/dev/null") != 0:
+        os.system(f"umount {view} 2>/dev/null")
+        pytest.skip("no bind mount here")
+    try:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+        assert cache_folder(view).startswith(str(tmp_path / "home-cache" / "lens_rl"))
+        same_as_cold(view)
+    finally:
+        os.system(f"umount {view}")
+
+
+def test_an_entry_is_read_back_only_by_its_own_version_and_file(tmp_path: Path) -> None:
+    """An entry comes back for the same options and file; another version's says so; another file's (same
+    name, another inode or first line) is quietly not used; a missing one is no error."""
+    key = options_key((True, {}, True))
+    entry = Entry(key, (1, 2, "abc"))
+    entry.end = entry.size = 42
+    path = tmp_path / "spans-driver-0-1.jsonl.cache"
+    save_entry(path, entry)
+    back, why = load_entry(path, key, (1, 2, "abc"))
+    assert why is None and back is not None and back.end == 42
+    assert load_entry(path, key, (1, 3, "abc")) == (None, None)
+    other = key.replace(repr(__import__("lens_rl").__version__), "'0.0.0-other'", 1)
+    assert load_entry(path, other, (1, 2, "abc")) == (None, "of another lens_rl version")
+    assert load_entry(tmp_path / "none.cache", key, (1, 2, "abc")) == (None, None)
+    path.write_bytes(b"something else")
+    assert load_entry(path, key, (1, 2, "abc")) == (None, "not a lens_rl cache")
+
+
+def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
+    """The report kept for a store comes back while the store is unchanged; a grown store has another
+    fingerprint; one report per folder (the older one replaced)."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 3)
+    folder = cache_folder(run)
+    first = store_fingerprint(span_files(run), ("options",))
+    kept = save_report(folder, first, {"schema": "lens_rl.goodput/1", "goodput": 0.5, "steps": [1, 2]})
+    assert load_report(folder, first) == kept == {"schema": "lens_rl.goodput/1", "goodput": 0.5, "steps": [1, 2]}
+    assert store_fingerprint(span_files(run), ("other options",)) != first
+    grow_store(run, 3, 4)
+    second = store_fingerprint(span_files(run), ("options",))
+    assert second != first and load_report(folder, second) is None
+    save_report(folder, second, {"schema": "lens_rl.goodput/1"})
+    assert [p.name for p in Path(folder).glob("report-*.json")] == [f"report-{second}.json"]
+
+
+def test_writes_where_nothing_can_be_written_fail_quietly(tmp_path: Path) -> None:
+    """A cache folder that is gone: saving an entry or a report raises nothing, and nothing is kept."""
+    gone = tmp_path / "gone"
+    save_entry(gone / "x.cache", Entry("k", ()))
+    kept = save_report(str(gone), "f", {"schema": "s"})
+    assert kept == {"schema": "s"} and not gone.exists()

@@ -1,0 +1,121 @@
+"""``lens-rl watch``: a frame shows the headline, the processes by group from their heartbeats, the last steps
+and the suspected hangs; nothing recorded says so; on a real pty ``--once`` prints a frame and the live view
+quits cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.offline.test_status import beat, phase
+from tests.stores import grow_store
+
+pytest.importorskip("rich")
+
+
+def _render(run: Path) -> str:
+    from rich.console import Console
+
+    from lens_rl.offline.watch import frame
+
+    console = Console(width=140, record=True, file=open(os.devnull, "w"))
+    console.print(frame(run, jobs=1))
+    return console.export_text()
+
+
+def _now(path: Path, age_s: float = 0.1) -> None:
+    """A heartbeat written ``age_s`` ago, as a live process writes it (the helper's clock is fixed)."""
+    content = json.loads(path.read_text())
+    shift = time.time_ns() - content["written_ns"]
+    content["written_ns"] += shift - int(age_s * 1e9)
+    for entry in content["open"]:
+        entry["start_ns"] += shift
+    path.write_text(json.dumps(content))
+
+
+def test_a_frame_shows_the_run_its_processes_and_a_hung_rank(tmp_path: Path) -> None:
+    """Goodput and step rows from the spans (through the cache), a group per row from the heartbeats, and the
+    hung rank in the alarms with its phase and how long it is open."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 12)
+    for rank in range(3):
+        hung = rank == 2
+        _now(
+            beat(
+                run,
+                "lm_policy",
+                rank,
+                100 + rank,
+                open_phases=[phase("policy_training", 900.0 if hung else 2.0, hung=hung)],
+            )
+        )
+    _now(beat(run, "driver", 0, 1, open_phases=[phase("step", 3.0)]))
+    text = _render(run)
+    assert "goodput" in text and "the last 8 steps" in text
+    assert "processes" in text and "lm_policy" in text
+    assert "suspected hangs" in text and "HUNG" in text and "policy_training" in text and "900." in text
+
+
+def test_a_healthy_run_says_so_and_an_empty_folder_says_nothing_is_recorded(tmp_path: Path) -> None:
+    """Running processes only: the all-clear line; a folder with no span and no heartbeat file says so."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 3)
+    _now(beat(run, "lm_policy", 0, 100))
+    assert "no suspected hang, no stale process" in _render(run)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "nothing recorded yet" in _render(empty)
+
+
+def _pty_run(args: list[str], *, interrupt_after: float | None = None, timeout: float = 60) -> tuple[int, str]:
+    """Run the CLI on a real pty (as a terminal user would), optionally sending Ctrl-C; its status and output."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI on the pty
+        os.execv(sys.executable, [sys.executable, "-m", "lens_rl", *args])
+    output = b""
+    deadline = time.monotonic() + timeout
+    interrupted = False
+    while time.monotonic() < deadline:
+        if interrupt_after is not None and not interrupted and time.monotonic() > deadline - timeout + interrupt_after:
+            os.kill(pid, signal.SIGINT)
+            interrupted = True
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            try:
+                output += os.read(fd, 65536)
+            except OSError:
+                pass
+            return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_watch_draws_a_frame_on_a_terminal_and_quits_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    """--once on a pty prints the headline, the processes and the last steps; the live view quits on Ctrl-C
+    with status 0 and no traceback."""
+    run = tmp_path / "traces" / "r"
+    grow_store(run, 0, 12)
+    code, frame = _pty_run(["watch", str(tmp_path / "traces"), "--once"])
+    assert code == 0, frame
+    assert "goodput" in frame and "the last 8 steps" in frame and "nothing recorded" not in frame
+    code, live = _pty_run(["watch", str(tmp_path / "traces"), "--interval", "0.3"], interrupt_after=4.0)
+    assert code == 0, live
+    assert "goodput" in live and "Traceback" not in live
