@@ -91,8 +91,10 @@ def test_an_entry_is_read_back_only_by_its_own_version_and_file(tmp_path: Path) 
     back, why = load_entry(path, key, (1, 2, "abc"))
     assert why is None and back is not None and back.end == 42
     assert load_entry(path, key, (1, 3, "abc")) == (None, None)
+    assert load_entry(path, options_key((False, {}, True)), (1, 2, "abc")) == (None, None)  # other options
     other = key.replace(repr(__import__("lens_rl").__version__), "'0.0.0-other'", 1)
-    assert load_entry(path, other, (1, 2, "abc")) == (None, "of another lens_rl version")
+    save_entry(path, Entry(other, (1, 2, "abc")))  # what an older lens_rl left
+    assert load_entry(path, key, (1, 2, "abc")) == (None, "of another lens_rl version")
     assert load_entry(tmp_path / "none.cache", key, (1, 2, "abc")) == (None, None)
     path.write_bytes(b"something else")
     assert load_entry(path, key, (1, 2, "abc")) == (None, "not a lens_rl cache")
