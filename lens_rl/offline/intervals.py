@@ -18,7 +18,7 @@ from typing import Any
 
 from lens_rl.buckets import union_length
 
-__all__ = ["clipped", "covered", "merge_indexed", "merge_intervals", "pack", "pairs", "sorted_by"]
+__all__ = ["clipped", "covered", "merge_indexed", "merge_intervals", "merge_packed", "pack", "pairs", "sorted_by"]
 
 
 def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -40,6 +40,14 @@ def pack(intervals: Iterable[tuple[int, int]]) -> array:
         out.append(start)
         out.append(end)
     return out
+
+
+def merge_packed(a: array, b: array) -> array:
+    """The union of two packed, merged interval arrays, as a new array: where ``b`` starts after ``a`` ends (a
+    file's next lines, a later step) the two end to end, else merged."""
+    if not a or not b or b[0] > a[-1]:
+        return a + b
+    return pack(merge_intervals(pairs(a + b)))
 
 
 def pairs(packed: Iterable[int]) -> Iterator[tuple[int, int]]:

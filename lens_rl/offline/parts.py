@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
-from lens_rl.offline.intervals import covered, merge_intervals, pack, pairs
+from lens_rl.offline.intervals import covered, merge_packed, pairs
 from lens_rl.store import Process
 
 __all__ = [
@@ -74,6 +74,17 @@ class Series(Mapping[Any, int]):
             return by_step
         keys = sorted(by_step)
         return Series(array("q", keys), array("q", (by_step[k] for k in keys)))
+
+    @staticmethod
+    def merged(a: Mapping[Any, int], b: Mapping[Any, int]) -> Mapping[Any, int]:
+        """``a`` and ``b`` summed step by step, as a new mapping (:meth:`of`'s kind): two Series where ``b``'s
+        steps all follow ``a``'s (a file's next lines) end to end, without a dict."""
+        if type(a) is Series and type(b) is Series and (not a.steps or not b.steps or b.steps[0] > a.steps[-1]):
+            return Series(a.steps + b.steps, a.ns + b.ns)
+        mine = dict(a)
+        for step, value in b.items():
+            mine[step] = mine.get(step, 0) + value
+        return Series.of(mine)
 
     def _lookup(self) -> dict[Any, int]:
         if self._index is None:
@@ -139,7 +150,7 @@ class StepPart:
         self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
         self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
         if other.bucketed:
-            self.bucketed = pack(merge_intervals(pairs((self.bucketed or array("q")) + other.bucketed)))
+            self.bucketed = merge_packed(self.bucketed or array("q"), other.bucketed)
         self.incomplete = self.incomplete or other.incomplete
 
 
@@ -332,12 +343,12 @@ class ProcessPart:
                 else (min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))
             )
         self.jobs.extend(other.jobs)
-        self.bucketed = pack(merge_intervals(pairs(self.bucketed + other.bucketed)))
+        self.bucketed = merge_packed(self.bucketed, other.bucketed)
         if other.since is not None and (self.since is None or other.since < self.since):
             self.since = other.since
         self.job_error = self.job_error or other.job_error
         if other.rerun:
-            self.rerun = pack(merge_intervals(pairs(self.rerun + other.rerun)))
+            self.rerun = merge_packed(self.rerun, other.rerun)
         self.rerun_steps |= other.rerun_steps
         for key, count in other.step_tokens.items():
             self.step_tokens[key] = self.step_tokens.get(key, 0) + count
@@ -352,10 +363,7 @@ class ProcessPart:
         for key, phase in other.phases.items():
             self.phases.setdefault(key, PhasePart()).merge(phase)
         for name, by_step in other.compute.items():
-            mine = dict(self.compute.get(name, {}))
-            for step, value in by_step.items():
-                mine[step] = mine.get(step, 0) + value
-            self.compute[name] = Series.of(mine)
+            self.compute[name] = Series.merged(self.compute.get(name, {}), by_step)
 
 
 def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:

@@ -1,0 +1,33 @@
+"""Interval arithmetic over packed arrays: unions end to end or merged, coverage inside windows."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+from lens_rl.offline.intervals import covered, merge_intervals, merge_packed, pack
+
+
+def test_merge_packed_is_the_union_whether_the_arrays_follow_each_other_or_overlap() -> None:
+    """End to end where the second starts after the first ends; touching and overlapping ones merged; the
+    same as the union of all the intervals, on random inputs too; never the caller's array itself."""
+    a, b = pack([(0, 5), (10, 20)]), pack([(30, 40)])
+    assert list(merge_packed(a, b)) == [0, 5, 10, 20, 30, 40]
+    assert list(merge_packed(a, pack([(20, 25)]))) == [0, 5, 10, 25]  # touching: one interval
+    assert list(merge_packed(a, pack([(3, 12), (50, 60)]))) == [0, 20, 50, 60]
+    empty = array("q")
+    assert merge_packed(empty, a) == a and merge_packed(empty, a) is not a
+    rng = random.Random(7)
+    for _ in range(200):
+        xs = [(s, s + rng.randint(0, 9)) for s in (rng.randint(0, 100) for _ in range(rng.randint(0, 8)))]
+        ys = [(s, s + rng.randint(0, 9)) for s in (rng.randint(0, 100) for _ in range(rng.randint(0, 8)))]
+        union = pack(merge_intervals(xs + ys))
+        assert merge_packed(pack(merge_intervals(xs)), pack(merge_intervals(ys))) == union
+
+
+def test_covered_counts_the_union_inside_the_windows_once() -> None:
+    """Two packed arrays overlapping each other, inside two windows: each covered nanosecond once."""
+    one, two = pack([(0, 10), (20, 30)]), pack([(5, 25)])
+    assert covered([one, two], [(0, 30)]) == 30
+    assert covered([one, two], [(8, 12), (28, 40)]) == 4 + 2
+    assert covered([], [(0, 10)]) == 0
