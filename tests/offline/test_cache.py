@@ -126,19 +126,21 @@ def test_a_foreign_corrupt_or_planted_cache_is_never_trusted(tmp_path: Path, cap
     assert "3 cache file(s) not used" in line
 
 
+def _goodput(tmp_path: Path, *extra: str) -> str:
+    """``lens-rl goodput TMP/traces --json EXTRA``'s output (it must succeed)."""
+    out = lens("goodput", str(tmp_path / "traces"), "--json", *extra)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
 def test_the_cli_reads_through_the_cache_and_no_cache_reads_cold(tmp_path: Path) -> None:
     """lens-rl goodput --json with and without the cache print the same bytes; the cache is in the run folder."""
     run = tmp_path / "traces" / "r"
     grow_store(run, 0, 30)
 
-    def goodput(*extra: str) -> str:
-        out = lens("goodput", str(tmp_path / "traces"), "--json", *extra)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
-
-    cold = goodput("--no-cache")
+    cold = _goodput(tmp_path, "--no-cache")
     assert not (run / CACHE_DIR).exists()
-    assert goodput() == cold and goodput() == cold and (run / CACHE_DIR).is_dir()
+    assert _goodput(tmp_path) == cold and _goodput(tmp_path) == cold and (run / CACHE_DIR).is_dir()
 
 
 def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> None:
@@ -148,11 +150,6 @@ def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> Non
     run = tmp_path / "traces" / "r"
     grow_store(run, 0, 30)
 
-    def goodput(*extra: str) -> str:
-        out = lens("goodput", str(tmp_path / "traces"), "--json", *extra)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
-
-    assert goodput("--ray") == goodput("--no-cache", "--jobs", "1")
+    assert _goodput(tmp_path, "--ray") == _goodput(tmp_path, "--no-cache", "--jobs", "1")
     grow_store(run, 30, 40)
-    assert goodput("--ray") == goodput("--no-cache", "--jobs", "1")
+    assert _goodput(tmp_path, "--ray") == _goodput(tmp_path, "--no-cache", "--jobs", "1")
