@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 CACHE_DIR = ".lens_rl-cache"
-FORMAT = "lens_rl.cache/1"
+FORMAT = "lens_rl.cache/2"
 _MAGIC = b"lens_rl.cache/1\n"
 
 

@@ -66,18 +66,18 @@ class CritPart:
 
     def __init__(self) -> None:
         self.node_ids: Any = array("Q")  # (a list where an id is not lens_rl's 16 hex digits)
-        self.node_attr = array("l")  # each node's (name, bucket), as an index into attrs
+        self.node_attr = array("i")  # each node's (name, bucket), as an index into attrs
         self.attrs: list[tuple[Any, Any]] = []
         self.a = array("q")
         self.b = array("q")
-        self.node = array("q")
+        self.node = array("i")
         self.steps: dict[Any, list[tuple[int, int]]] = {}
-        self.e_parent: list[Any] = []
+        self.e_parent: Any = array("Q")  # (a list, as node_ids)
         self.e_start = array("q")
         self.e_end = array("q")
-        self.e_node = array("q")
+        self.e_node = array("i")
         self.e_off = array("q")
-        self.e_len = array("q")
+        self.e_len = array("i")
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, k) for k in self.__slots__)
@@ -92,10 +92,7 @@ class CritPart:
     def merge(self, other: CritPart) -> None:
         """Fold another part of the same process in (its stretches and nodes after this one's)."""
         nodes, stretches = len(self.node_ids), len(self.a)
-        if type(self.node_ids) is type(other.node_ids):
-            self.node_ids += other.node_ids
-        else:
-            self.node_ids = list(self.node_ids) + list(other.node_ids)
+        self.node_ids = _joined(self.node_ids, other.node_ids)
         known = {attr: n for n, attr in enumerate(self.attrs)}
         remap = []
         for attr in other.attrs:
@@ -109,12 +106,28 @@ class CritPart:
         self.node.extend(n + nodes for n in other.node)
         for step, runs in other.steps.items():
             self.steps.setdefault(step, []).extend((off + stretches, count) for off, count in runs)
-        self.e_parent += other.e_parent
+        self.e_parent = _joined(self.e_parent, other.e_parent)
         self.e_start += other.e_start
         self.e_end += other.e_end
         self.e_node.extend(n + nodes for n in other.e_node)
         self.e_off.extend(off + stretches for off in other.e_off)
         self.e_len += other.e_len
+
+
+def _ids(values: list[Any]) -> Any:
+    """Span ids as 8 bytes each where they are lens_rl's 16 hex digits (read as ints), else the list."""
+    try:
+        return array("Q", values)
+    except (TypeError, OverflowError):
+        return values
+
+
+def _joined(mine: Any, other: Any) -> Any:
+    """Two runs of span ids as one (an array while both are)."""
+    if type(mine) is type(other):
+        mine += other
+        return mine
+    return list(mine) + list(other)
 
 
 # ------------------------------------------------------------------------------------------- per file
@@ -184,7 +197,8 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     for row in umbrellas:
         step = tree.own_steps[row]
         part.steps.setdefault(step, []).append(walk(row))
-    e_parent, e_start, e_end, e_off, e_len = part.e_parent, part.e_start, part.e_end, part.e_off, part.e_len
+    e_start, e_end, e_off, e_len = part.e_start, part.e_end, part.e_off, part.e_len
+    e_parent = []
     for row, parent_id in remote_parent.items():
         if skip is not None and skip(row):
             continue
@@ -222,11 +236,8 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     used = sorted(set(node) | set(entry_rows))  # the spans stretches name: a compact table of them
     slot = {row: n for n, row in enumerate(used)}
     names, buckets = tree.names, tree.buckets
-    node_ids = [ids[row] for row in used]
-    try:
-        part.node_ids = array("Q", node_ids)
-    except (TypeError, OverflowError):
-        part.node_ids = node_ids
+    part.node_ids = _ids([ids[row] for row in used])
+    part.e_parent = _ids(e_parent)
     known: dict[tuple[Any, Any], int] = {}
     for row in used:
         attr = (names[row], buckets[row])
@@ -235,8 +246,8 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
             slot_of = known[attr] = len(part.attrs)
             part.attrs.append(attr)
         part.node_attr.append(slot_of)
-    part.node = array("q", map(slot.__getitem__, node))
-    part.e_node = array("q", map(slot.__getitem__, entry_rows))
+    part.node = array("i", map(slot.__getitem__, node))
+    part.e_node = array("i", map(slot.__getitem__, entry_rows))
     return part
 
 
@@ -244,25 +255,44 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 
 class _Index:
-    """Every process's entries by the id of the parent they hang from (an entry as one int: its part's
-    position << 32 | its own)."""
+    """Every process's entries by the parent they hang from, compact: an entry is one int (its part's
+    position << 32 | its own); each part's nodes that have entries hanging from them point at the last of
+    those, and every entry at the one before it (a linked list in an int array per part, no list per parent)."""
 
     def __init__(self, parts: Sequence[Any]) -> None:
         self.parts = parts
-        by_parent: defaultdict[Any, list[int]] = defaultdict(list)
+        last: dict[Any, int] = {}  # parent id -> its last entry
+        #: per part: each entry's previous sibling (-1: none)
+        self.before: list[Any] = []
         for p, part in enumerate(parts):
             crit = part.crit
-            if crit is None or not crit.e_parent:
-                continue
+            count = 0 if crit is None else len(crit.e_parent)
+            before = array("q", [-1]) * count
+            self.before.append(before)
             base = p << 32
-            for parent, ref in zip(crit.e_parent, range(base, base + len(crit.e_parent)), strict=True):
-                by_parent[parent].append(ref)
-        ends = [part.crit.e_end if part.crit is not None else None for part in parts]
-        #: parent id -> (its children's ends, their refs): what a walk scans
-        self.by_parent: dict[Any, tuple[list[int], list[int]]] = {
-            parent: ([ends[r >> 32][r & 0xFFFFFFFF] for r in refs], refs)  # type: ignore[index]
-            for parent, refs in by_parent.items()
-        }
+            get = last.get
+            for e, parent in enumerate(crit.e_parent if count else ()):
+                before[e] = get(parent, -1)
+                last[parent] = base | e
+        #: per part: node -> its last entry, for the nodes that have any
+        self.remote: list[dict[int, int]] = []
+        for part in parts:
+            crit = part.crit
+            nodes = () if crit is None or not last else crit.node_ids
+            self.remote.append({n: last[i] for n, i in enumerate(nodes) if i in last})
+
+    def children(self, ref: int) -> tuple[list[int], list[int]]:
+        """The entries of one parent from its last one: their ends and refs, in the order they were read."""
+        parts, before = self.parts, self.before
+        ends, refs = [], []
+        while ref != -1:
+            q, e = ref >> 32, ref & 0xFFFFFFFF
+            ends.append(parts[q].crit.e_end[e])
+            refs.append(ref)
+            ref = before[q][e]
+        ends.reverse()
+        refs.reverse()
+        return ends, refs
 
     def run(self, p: int, off: int, count: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches, cut at ``low``, into ``acc`` ((part, node) -> ns), each span's
@@ -279,13 +309,13 @@ class _Index:
     def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
         """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
         the rule (each time the one that ended last before the current point), the rest its own."""
-        remote = self.by_parent.get(self.parts[p].crit.node_ids[n])
+        last = self.remote[p].get(n)
         key = (p, n)
-        if not remote:
+        if last is None:
             acc[key] = acc.get(key, 0) + high - low
             return
         parts = self.parts
-        ends, refs = remote
+        ends, refs = self.children(last)
         t = high
         while t > low:
             best, best_end = -1, -1

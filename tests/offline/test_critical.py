@@ -193,3 +193,20 @@ def test_the_critical_path_is_the_same_whatever_the_parallelism_and_uses_final_r
     workers_only = tmp_path / "w"
     write_process(workers_only, "lm_policy", 0, 2, [span("train", 0, 1, "x", bucket="productive", step=0)])
     assert analyze(span_files(workers_only), jobs=1)["critical_path"] == {"phases": [], "steps": []}
+
+
+def test_the_walks_kept_until_the_rollup_are_compact_numbers(tmp_path: Path) -> None:
+    """What the critical path keeps of each process until every file is read is int arrays (span ids as 8
+    bytes, no Python object per span or entry), well under 72 bytes a span on the benchmark's GRPO shape."""
+    from array import array
+
+    from lens_rl.offline.critical import CritPart
+    from lens_rl.offline.goodput import analyze_parts
+    from tests.stores import synthesized_store
+
+    parts, _ = analyze_parts(span_files(synthesized_store(tmp_path, 20_000, 9) / "run"), jobs=1)
+    crits = [part.crit for part in parts if part.crit is not None]
+    fields = [k for k in CritPart.__slots__ if k not in ("attrs", "steps")]
+    assert all(isinstance(getattr(c, k), array) for c in crits for k in fields)
+    kept = sum(getattr(c, k).itemsize * len(getattr(c, k)) for c in crits for k in fields)
+    assert 0 < kept / sum(part.spans for part in parts) < 72
