@@ -40,11 +40,15 @@ from lens_rl.offline.cache_files import (
     FORMAT,
     Entry,
     cache_folder,
+    grown_bytes,
     load_entry,
+    load_memo,
     load_report,
     options_key,
     save_entry,
+    save_memo,
     save_report,
+    save_sizes,
     store_fingerprint,
 )
 from lens_rl.offline.columns import REMOTE_PARENT, Columns
@@ -57,9 +61,13 @@ __all__ = [
     "FORMAT",
     "cache_folder",
     "cached_file_parts",
+    "grown_bytes",
     "read_parts",
+    "load_memo",
     "load_report",
+    "save_memo",
     "save_report",
+    "save_sizes",
     "store_fingerprint",
 ]
 
@@ -210,17 +218,21 @@ def cached_file_parts(
     if entry is not None and stat.st_size == entry.size and stat.st_mtime_ns == entry.mtime_ns and not entry.held:
         stats.add(entry.stats)  # unchanged, nothing held: the settled parts are the answer
         stats.cache_hits += 1
+        stats.cache_reads.append((where.name, entry.token, entry.token, None))
         return list(entry.settled.values()), stats
-    warm = entry is not None
-    result = _refresh(path, stat, entry, key, identity, options) if warm else None
+    before = None if entry is None else entry.token
+    result = _refresh(path, stat, entry, key, identity, options) if entry is not None else None
     if result is None:  # cold, or a late child sent it cold
+        before = None  # (what an earlier look made of this file does not hold)
         result = _refresh(path, stat, None, key, identity, options)
     assert result is not None
-    fresh, parts, answer = result
+    fresh, parts, answer, fresh_from = result
     if fresh is not None:
+        fresh.token = os.urandom(8).hex()
         save_entry(where, fresh)  # (before the rollup merges into the parts it is given)
     stats.add(answer)
-    stats.cache_hits += warm
+    stats.cache_hits += before is not None
+    stats.cache_reads.append((where.name, before, None if fresh is None else fresh.token, fresh_from))
     return parts, stats
 
 
@@ -231,9 +243,10 @@ def _refresh(
     key: str,
     identity: tuple[Any, ...],
     options: tuple[bool, Mapping[int, frozenset[Any]], bool],
-) -> tuple[Entry | None, list[ProcessPart], ReadStats] | None:
+) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
     """One read from where ``entry`` stopped (None: from the start): the new entry (None: nothing to keep),
-    the answer's parts and stats; None when the file must be read cold after all (a late child)."""
+    the answer's parts and stats, and the earliest start of the spans it reduced (None: none); None when the
+    file must be read cold after all (a late child)."""
     driver_in_run, superseded, critical = options
     cold = entry is None
     entry = entry if entry is not None else Entry(key, identity)
@@ -269,7 +282,7 @@ def _refresh(
             seen.add(span_id)
             batch.add(head, h, row, at, length)
         if cold and read.notes:  # no store file: nothing to keep, the read says why
-            return None, [], read
+            return None, [], read, None
     for head in met:  # headers met after the last span line too: the one in effect at the end
         if id(head) not in index:
             index[id(head)] = len(heads)
@@ -296,6 +309,7 @@ def _refresh(
             pending[process] = cols.subset(bytearray(1 - k for k in keep))
         else:
             pending[process] = cols
+    fresh_from = _earliest(settled)
     for part in reduce_columns(settled, driver_in_run, superseded, critical):
         mine = entry.settled.get(part.key)
         if mine is None:
@@ -313,8 +327,16 @@ def _refresh(
     tail = _tail_row(path, end, stat.st_size, answer, seen, entry.ids)
     if tail is not None and entry.head_at_end is not None:  # reduced with the held spans, kept by no one
         _add_row(pending, heads[entry.head_at_end], tail)
+    held_from = _earliest(pending)
+    if held_from is not None and (fresh_from is None or held_from < fresh_from):
+        fresh_from = held_from
     parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
-    return entry, parts, answer
+    return entry, parts, answer, fresh_from
+
+
+def _earliest(columns: Mapping[Process, Columns]) -> int | None:
+    """The earliest start (ns) of these columns' spans (None: no span)."""
+    return min((min(cols.starts) for cols in columns.values() if len(cols.starts)), default=None)
 
 
 def _in_file_order(flat: array) -> array:
@@ -330,7 +352,15 @@ def _merged_ids(ids: Any, new: list[Any]) -> Any:
     if not new:
         return ids
     if type(ids) is array and all(type(i) is int and 0 <= i < 2**64 for i in new):
-        return array("Q", sorted((*ids, *new)))
+        new.sort()
+        out, at = array("Q"), 0  # (the few new ones slotted in: no sort of the whole run)
+        for i in new:
+            to = bisect_left(ids, i, at)
+            out += ids[at:to]
+            out.append(i)
+            at = to
+        out += ids[at:]
+        return out
     merged = list(ids) + new
     try:
         return sorted(merged)

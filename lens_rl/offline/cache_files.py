@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import os
 import pickle
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._version import __version__
+from lens_rl.offline.critical import Memo
 from lens_rl.offline.parts import ProcessPart
 from lens_rl.store import Process, ReadStats, loads
 
@@ -29,18 +31,22 @@ __all__ = [
     "FORMAT",
     "Entry",
     "cache_folder",
+    "grown_bytes",
     "json_bytes",
     "load_entry",
+    "load_memo",
     "load_report",
     "options_key",
     "save_entry",
+    "save_memo",
+    "save_sizes",
     "save_report",
     "store_fingerprint",
 ]
 
 CACHE_DIR = ".lens_rl-cache"
 FORMAT = "lens_rl.cache/2"
-_MAGIC = b"lens_rl.cache/1\n"
+_MAGIC = FORMAT.encode() + b"\n"
 
 
 def cache_folder(run_dir: str | os.PathLike[str]) -> str:
@@ -76,6 +82,7 @@ class Entry:
         "held",
         "ids",
         "stats",
+        "token",
     )
 
     def __init__(self, options: str, identity: tuple[Any, ...]) -> None:
@@ -91,6 +98,8 @@ class Entry:
         self.held = array("q")  # (offset, size, head index) of each held line, flat
         self.ids: Any = array("Q")  # the settled spans' ids, sorted (a list if one is not 16 hex digits)
         self.stats = ReadStats()
+        #: new at every save: what a look's per-step results were made from (:class:`~lens_rl.offline.critical.Memo`)
+        self.token: str | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, k) for k in self.__slots__)
@@ -144,7 +153,7 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
     except OSError as exc:
         return None, f"unreadable ({exc.strerror})"
     if not data.startswith(_MAGIC):
-        return None, "not a lens_rl cache"
+        return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     try:
         entry = _Unpickler(io.BytesIO(data[len(_MAGIC) :])).load()
     except Exception as exc:  # a corrupt or foreign file: never trusted
@@ -215,6 +224,66 @@ def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> dic
     _write_atomic(target, data)
     kept = loads(data)
     return kept if type(kept) is dict else dict(report)
+
+
+_SIZES = "sizes.json"
+
+
+def grown_bytes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> float:
+    """Bytes the files hold beyond what the last look through this cache saw (a file it did not see: all of
+    its bytes; no record of a last look: infinity)."""
+    try:
+        seen = loads((Path(folder) / _SIZES).read_bytes())
+        if type(seen) is not dict:
+            return math.inf
+        return sum(max(os.stat(p).st_size - int(seen.get(str(p), 0)), 0) for p in paths)
+    except (OSError, ValueError, TypeError):
+        return math.inf
+
+
+def save_sizes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> None:
+    """What this look saw of each file, for :func:`grown_bytes`."""
+    try:
+        sizes = {str(p): os.stat(p).st_size for p in paths}
+    except OSError:
+        return
+    _write_atomic(Path(folder) / _SIZES, json_bytes(sizes))
+
+
+_MEMO = "critical-memo.json"
+
+
+def load_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]]) -> Memo:
+    """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.critical.Memo`),
+    if every file it was made from is as that look left it (``reads``: this look's
+    :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. JSON: nothing in it is trusted to run."""
+    try:
+        kept = loads((Path(folder) / _MEMO).read_bytes())
+        if kept["key"] != _memo_key():
+            return Memo()
+        tokens, records, keys = dict(kept["tokens"]), list(kept["records"]), list(kept["keys"])
+        before = {name: token for name, token, _after, _fresh in reads}
+        if any(before.get(name) != token for name, token in tokens.items()) or any(
+            token is not None and name not in tokens for name, token in before.items()
+        ):
+            return Memo()  # a file gone, rewritten, or read by another look since
+        fresh = [start for *_, start in reads if start is not None]
+        return Memo(records, keys, min(fresh) if fresh else None)
+    except Exception:  # none, unreadable, corrupt or of another shape: walked afresh
+        return Memo()
+
+
+def save_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]], memo: Memo) -> None:
+    """Keep this look's per-step results with the tokens of the cache entries it was made from."""
+    tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
+    _write_atomic(
+        Path(folder) / _MEMO,
+        json_bytes({"key": _memo_key(), "tokens": tokens, "keys": memo.keys, "records": memo.made}),
+    )
+
+
+def _memo_key() -> str:
+    return repr((__version__, FORMAT))
 
 
 def json_bytes(value: Any) -> bytes:

@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CritPart", "critical_path", "walk_file"]
+__all__ = ["CritPart", "Memo", "critical_path", "walk_file"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
 
@@ -256,10 +256,11 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 class _Index:
     """Every process's entries by the parent they hang from, compact: an entry is one int (its part's
-    position << 32 | its own); each part's nodes that have entries hanging from them point at the last of
-    those, and every entry at the one before it (a linked list in an int array per part, no list per parent)."""
+    position << 32 | its own); each parent id points at its last entry, and every entry at the one before it
+    (a linked list in an int array per part, no list per parent). Entries that ended at or before ``after``
+    are left out (no walk whose bounds lie after it can take them)."""
 
-    def __init__(self, parts: Sequence[Any]) -> None:
+    def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
         self.parts = parts
         last: dict[Any, int] = {}  # parent id -> its last entry
         #: per part: each entry's previous sibling (-1: none)
@@ -269,17 +270,15 @@ class _Index:
             count = 0 if crit is None else len(crit.e_parent)
             before = array("q", [-1]) * count
             self.before.append(before)
+            if not count:
+                continue
             base = p << 32
             get = last.get
-            for e, parent in enumerate(crit.e_parent if count else ()):
-                before[e] = get(parent, -1)
-                last[parent] = base | e
-        #: per part: node -> its last entry, for the nodes that have any
-        self.remote: list[dict[int, int]] = []
-        for part in parts:
-            crit = part.crit
-            nodes = () if crit is None or not last else crit.node_ids
-            self.remote.append({n: last[i] for n, i in enumerate(nodes) if i in last})
+            for e, (parent, end) in enumerate(zip(crit.e_parent, crit.e_end, strict=True)):
+                if end > after:
+                    before[e] = get(parent, -1)
+                    last[parent] = base | e
+        self.last = last
 
     def children(self, ref: int) -> tuple[list[int], list[int]]:
         """The entries of one parent from its last one: their ends and refs, in the order they were read."""
@@ -309,12 +308,12 @@ class _Index:
     def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
         """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
         the rule (each time the one that ended last before the current point), the rest its own."""
-        last = self.remote[p].get(n)
+        parts = self.parts
+        last = self.last.get(parts[p].crit.node_ids[n])
         key = (p, n)
         if last is None:
             acc[key] = acc.get(key, 0) + high - low
             return
-        parts = self.parts
         ends, refs = self.children(last)
         t = high
         while t > low:
@@ -340,56 +339,84 @@ class _Index:
             acc[key] = acc.get(key, 0) + t - low
 
 
-def critical_path(processes: Sequence[Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+class Memo:
+    """The per-step results of an earlier look at a growing run, and this look's (the refresh cache keeps
+    them as JSON). A step's walk reads nothing outside its umbrella's interval, so a step that ended before
+    the earliest span read since the earlier look (``fresh_from``; None: nothing was read since) comes out
+    as it did then, and is not walked again.
+
+    ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
+    wall s, [stretch key, ns, ...]], a stretch key an index into ``keys`` ([group, rank, phase, bucket])."""
+
+    def __init__(
+        self, records: Sequence[Sequence[Any]] = (), keys: Sequence[Sequence[Any]] = (), fresh_from: int | None = None
+    ) -> None:
+        self.kept = {(r[0], repr(r[1])): r for r in records}
+        self.old_keys = [tuple(k) for k in keys]
+        self.fresh_from = fresh_from
+        self.made: list[list[Any]] = []
+        self.keys: list[tuple[str, int, str, Any]] = []
+        self._slots: dict[tuple[str, int, str, Any], int] = {}
+
+    def keep(self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int]) -> None:
+        """This look's record of one step."""
+        flat: list[Any] = []
+        slots = self._slots
+        for key, ns in by_key.items():
+            slot = slots.get(key)
+            if slot is None:
+                slot = slots[key] = len(self.keys)
+                self.keys.append(key)
+            flat += (slot, ns)
+        self.made.append([driver, step, end, wall_s, flat])
+
+    def by_key(self, record: Sequence[Any]) -> dict[tuple[str, int, str, Any], int]:
+        """A kept record's critical ns per (group, rank, phase, bucket)."""
+        flat, keys = record[4], self.old_keys
+        return {keys[flat[k]]: flat[k + 1] for k in range(0, len(flat), 2)}
+
+    def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
+        record = self.kept.get((driver, repr(step)))
+        if record is None or end is None or record[2] != end or record[3] != wall_s:
+            return None
+        return record if self.fresh_from is None or end < self.fresh_from else None
+
+
+def critical_path(
+    processes: Sequence[Any], steps: Sequence[Mapping[str, Any]], memo: Memo | None = None
+) -> dict[str, Any]:
     """The rollup (``--json`` ``critical_path``): per (worker group, phase, bucket) ``critical_s``,
     ``critical_share`` of the steps' wall and ``exposed_share`` (critical over exclusive seconds); per step
-    its critical seconds by group and by "<group> <phase>", and the top stretch (group, rank, phase, seconds)."""
-    index = _Index(processes)
+    its critical seconds by group and by "<group> <phase>", and the top stretch (group, rank, phase, seconds).
+    ``memo``: an earlier look's per-step results, reused where they still hold (:class:`Memo`)."""
     wall = {row["step"]: row["wall_s"] for row in steps if not row.get("incomplete")}
     totals: dict[tuple[str, str, Any], int] = defaultdict(int)
     step_rows = []
+    todo = []  # the steps to walk
+    done: list[tuple[str, Any, int | None, dict[tuple[str, int, str, Any], int]]] = []  # (driver, step, end, by_key)
     for p, part in enumerate(processes):
         crit = part.crit
         if crit is None or not part.is_driver:
             continue
+        driver = repr(part.key)
         for step, runs in crit.steps.items():
             if step not in wall:
                 continue
-            per: dict[tuple[int, int], int] = {}
-            for off, count in runs:
-                index.run(p, off, count, _BEFORE_ALL, per)
-            by_key: dict[tuple[str, int, str, Any], int] = defaultdict(int)
-            for (q, n), ns in per.items():
-                owner = processes[q]
-                node_crit = owner.crit
-                name, bucket = node_crit.attrs[node_crit.node_attr[n]]
-                by_key[(owner.key.group, owner.key.rank, name, bucket)] += ns
-            by_group: dict[str, int] = defaultdict(int)
-            by_phase: dict[str, int] = defaultdict(int)
-            top: tuple[Any, int] | None = None
-            for found, ns in by_key.items():
-                group, _rank, name, bucket = found
-                totals[(group, name, bucket)] += ns
-                by_group[group] += ns
-                by_phase[f"{group} {name}"] += ns
-                if top is None or ns > top[1] or (ns == top[1] and str(found) > str(top[0])):
-                    top = (found, ns)
-            step_rows.append(
-                {
-                    "step": step,
-                    "critical_s": round(sum(by_key.values()) / 1e9, 6),
-                    "by_group": {g: round(ns / 1e9, 6) for g, ns in sorted(by_group.items())},
-                    "by_phase": {k: round(ns / 1e9, 6) for k, ns in sorted(by_phase.items())},
-                    "top": None
-                    if top is None
-                    else {
-                        "worker_group": top[0][0],
-                        "rank": top[0][1],
-                        "phase": top[0][2],
-                        "seconds": round(top[1] / 1e9, 6),
-                    },
-                }
-            )
+            first = [off for off, count in runs if count]
+            end = max(crit.b[off] for off in first) if first else None
+            if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
+                done.append((driver, step, end, memo.by_key(record)))
+                continue
+            start = min(crit.a[off + count - 1] for off, count in runs if count) if first else None
+            todo.append((start, p, driver, step, runs, end))
+    if todo:
+        index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
+        done += [(driver, step, end, _walked(index, p, runs)) for _start, p, driver, step, runs, end in todo]
+    labels: dict[Any, Any] = {}
+    for driver, step, end, by_key in done:
+        step_rows.append(_step_row(step, by_key, totals, labels))
+        if memo is not None:
+            memo.keep(driver, step, end, wall[step], by_key)
     step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
     walls = sum(wall[r["step"]] for r in step_rows)
     exclusive = _exclusive(processes)
@@ -409,6 +436,50 @@ def critical_path(processes: Sequence[Any], steps: Sequence[Mapping[str, Any]]) 
         )
     phases.sort(key=lambda r: (-r["critical_s"], r["worker_group"], str(r["phase"]), str(r["bucket"])))
     return {"phases": phases, "steps": step_rows}
+
+
+def _walked(index: _Index, p: int, runs: Sequence[tuple[int, int]]) -> dict[tuple[str, int, str, Any], int]:
+    """One step's walk from its umbrellas: its critical ns per (group, rank, phase, bucket)."""
+    processes = index.parts
+    per: dict[tuple[int, int], int] = {}
+    for off, count in runs:
+        index.run(p, off, count, _BEFORE_ALL, per)
+    by_key: dict[tuple[str, int, str, Any], int] = defaultdict(int)
+    for (q, n), ns in per.items():
+        owner = processes[q]
+        node_crit = owner.crit
+        name, bucket = node_crit.attrs[node_crit.node_attr[n]]
+        by_key[(owner.key.group, owner.key.rank, name, bucket)] += ns
+    return by_key
+
+
+def _step_row(
+    step: Any, by_key: Mapping[tuple[str, int, str, Any], int], totals: dict[Any, int], labels: dict[Any, Any]
+) -> dict[str, Any]:
+    """A step's row from its critical ns per (group, rank, phase, bucket), added into ``totals`` too;
+    ``labels``: what each key is called, made once per rollup."""
+    by_group: dict[str, int] = defaultdict(int)
+    by_phase: dict[str, int] = defaultdict(int)
+    top, top_ns, top_str = None, -1, ""
+    for key, ns in by_key.items():
+        label = labels.get(key)
+        if label is None:
+            group, _rank, name, bucket = key
+            label = labels[key] = (group, f"{group} {name}", (group, name, bucket), str(key))
+        totals[label[2]] += ns
+        by_group[label[0]] += ns
+        by_phase[label[1]] += ns
+        if ns > top_ns or (ns == top_ns and label[3] > top_str):
+            top, top_ns, top_str = key, ns, label[3]
+    return {
+        "step": step,
+        "critical_s": round(sum(by_key.values()) / 1e9, 6),
+        "by_group": {g: round(ns / 1e9, 6) for g, ns in sorted(by_group.items())},
+        "by_phase": {k: round(ns / 1e9, 6) for k, ns in sorted(by_phase.items())},
+        "top": None
+        if top is None
+        else {"worker_group": top[0], "rank": top[1], "phase": top[2], "seconds": round(top_ns / 1e9, 6)},
+    }
 
 
 def _exclusive(processes: Sequence[Any]) -> dict[tuple[str, str, Any], float]:

@@ -146,6 +146,9 @@ class ReadStats:
     #: the refresh cache's doings (not part of any report): files answered from it, caches ignored and why
     cache_hits: int = 0
     cache_notes: list[str] = dataclasses.field(default_factory=list)
+    #: per file read through the cache: (its entry's name, the entry's token before the read (None: none
+    #: was used), after it, the earliest start (ns) of the spans it reduced afresh (None: none))
+    cache_reads: list[tuple[str, str | None, str | None, int | None]] = dataclasses.field(default_factory=list)
 
     def add(self, other: ReadStats) -> None:
         self.files += other.files
@@ -155,6 +158,7 @@ class ReadStats:
         self.notes.extend(other.notes)
         self.cache_hits += other.cache_hits
         self.cache_notes.extend(other.cache_notes)
+        self.cache_reads.extend(other.cache_reads)
 
 
 class Head:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.cache import CACHE_DIR, cache_folder
+from lens_rl.offline.cache import CACHE_DIR, FORMAT, cache_folder
 from lens_rl.offline.goodput import analyze, analyze_parts
 from lens_rl.store import span_files
 from tests.conftest import lens
@@ -107,18 +107,20 @@ def test_a_foreign_corrupt_or_planted_cache_is_never_trusted(tmp_path: Path, cap
     for report in folder.glob("report-*.json"):
         report.unlink()
     victim = folder / "spans-lm_policy-1-101.jsonl.cache"
-    data = victim.read_bytes().replace(b"lens_rl.cache/1", b"lens_rl.cache/1", 1)
-    entry = pickle.loads(data[len(b"lens_rl.cache/1\n") :])
+    magic = FORMAT.encode() + b"\n"
+    data = victim.read_bytes()
+    assert data.startswith(magic)
+    entry = pickle.loads(data[len(magic) :])
     entry.options = entry.options.replace("(", "('0.0.0-other', ", 1)
-    victim.write_bytes(b"lens_rl.cache/1\n" + pickle.dumps(entry))
-    (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(b"lens_rl.cache/1\n\x80\x05garbage")
+    victim.write_bytes(magic + pickle.dumps(entry))
+    (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(magic + b"\x80\x05garbage")
     marker = tmp_path / "planted"
 
     class Planted:
         def __reduce__(self) -> Any:
             return (os.system, (f"touch {marker}",))
 
-    (folder / "spans-lm_policy-3-103.jsonl.cache").write_bytes(b"lens_rl.cache/1\n" + pickle.dumps(Planted()))
+    (folder / "spans-lm_policy-3-103.jsonl.cache").write_bytes(magic + pickle.dumps(Planted()))
     caplog.set_level("WARNING", "lens_rl")
     _same(run)
     assert not marker.exists()

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.goodput import analyze_parts, report_from_parts
+from lens_rl.offline.goodput import analyze_parts, rolled_up
 from lens_rl.offline.report.data import (
     MAX_COLUMNS,
     MAX_RANKS,
@@ -88,9 +88,7 @@ def build_report(
     from lens_rl.offline.parallel import map_files
 
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
-    report = report_from_parts(
-        parts, warmup_steps=warmup_steps, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes
-    )
+    report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
     window = step_window(report, steps)
     shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in shown_ranks(report["ranks"]))
     timeline: list[dict[str, Any]] = []
