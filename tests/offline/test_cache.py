@@ -155,3 +155,67 @@ def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> Non
     assert _goodput(tmp_path, "--ray") == _goodput(tmp_path, "--no-cache", "--jobs", "1")
     grow_store(run, 30, 40)
     assert _goodput(tmp_path, "--ray") == _goodput(tmp_path, "--no-cache", "--jobs", "1")
+
+
+def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The critical path of a step that ended before every span read since the last look is kept, not walked
+    again: 5 steps appended to 40 walk 5. A late worker span of step 10 walks step 10 on; a rewritten or
+    removed file, or a corrupt memo, walks every step. Every answer is a cold read's."""
+    import lens_rl.offline.critical as critical
+
+    walked: list[int] = []
+    walk = critical._walked
+    monkeypatch.setattr(critical, "_walked", lambda *a: walked.append(1) or walk(*a))
+
+    def look() -> int:
+        walked.clear()
+        paths = span_files(run)
+        warm = analyze(paths, jobs=1, cache=cache_folder(run))
+        walks = len(walked)
+        cold = json.loads(json.dumps(analyze(paths, jobs=1), default=str))
+        assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+        return walks
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 40)
+    assert look() == 40
+    grow_store(run, 40, 45)
+    assert look() == 5
+    worker = run / "spans-lm_policy-4-104.jsonl"
+    late = span("train", 103.2, 105.4, "late-w4", parent="d10-1", remote=True, bucket="productive", step=10)
+    with worker.open("a") as handle:  # a slow exporter's span of step 10, longer than the rest
+        handle.write(json.dumps(late) + "\n")
+    assert look() == 35
+    replacement = run / "replacement.tmp"
+    replacement.write_bytes(worker.read_bytes().replace(b'"train"', b'"trxin"'))
+    os.replace(replacement, worker)
+    assert look() == 45
+    (run / "spans-lm_policy-5-105.jsonl").unlink()
+    assert look() == 45
+    folder = Path(cache_folder(run))
+    for report in folder.glob("report-*.json"):
+        report.unlink()
+    (folder / "critical-memo.json").write_bytes(b'{"key": [1, 2')
+    assert look() == 45
+
+
+def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path) -> None:
+    """What a look decides whether to start worker processes on: nothing recorded (infinity), nothing new
+    (0), an appended line (its bytes), a new file (all of it)."""
+    from lens_rl.offline.cache import grown_bytes
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 3)
+    folder = cache_folder(run)
+    assert grown_bytes(folder, span_files(run)) == float("inf")
+    analyze(span_files(run), cache=folder)
+    assert grown_bytes(folder, span_files(run)) == 0
+    line = json.dumps(span("train", 40, 41, "more", bucket="productive", step=3)) + "\n"
+    with (run / "spans-lm_policy-0-100.jsonl").open("a") as handle:
+        handle.write(line)
+    assert grown_bytes(folder, span_files(run)) == len(line)
+    extra = run / "spans-lm_policy-9-109.jsonl"
+    extra.write_text(json.dumps(header("lm_policy", 9, 109)) + "\n" + line)
+    assert grown_bytes(folder, span_files(run)) == len(line) + extra.stat().st_size
