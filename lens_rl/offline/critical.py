@@ -43,9 +43,10 @@ _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk i
 class CritPart:
     """One process's walks: its walk roots (driver steps, entries) and their stretches, compact.
 
-    ``nodes``: the spans stretches are attributed to, each as its span id and (name, bucket); ``stretches``: three
-    int arrays (start ns, end ns, node), each root's run of them from its end backwards; ``steps``: step ->
-    [(first stretch, count)] of the driver's umbrellas; ``entries``: per entry, its parent's id, its
+    ``nodes``: the spans stretches are attributed to, each as its span id and (name, bucket); ``stretches``: two
+    int arrays (start ns, node), each root's run of them from its end backwards, tiling the root's interval
+    (a stretch ends where the one before it starts, the first where its root ends); ``steps``: step ->
+    [(first stretch, count, end ns)] of the driver's umbrellas; ``entries``: per entry, its parent's id, its
     interval, its node and its stretches (count 0: the entry is a leaf, its own whole interval)."""
 
     __slots__ = (
@@ -53,7 +54,6 @@ class CritPart:
         "node_attr",
         "attrs",
         "a",
-        "b",
         "node",
         "steps",
         "e_parent",
@@ -69,9 +69,8 @@ class CritPart:
         self.node_attr = array("i")  # each node's (name, bucket), as an index into attrs
         self.attrs: list[tuple[Any, Any]] = []
         self.a = array("q")
-        self.b = array("q")
         self.node = array("i")
-        self.steps: dict[Any, list[tuple[int, int]]] = {}
+        self.steps: dict[Any, list[tuple[int, int, int]]] = {}
         self.e_parent: Any = array("Q")  # (a list, as node_ids)
         self.e_start = array("q")
         self.e_end = array("q")
@@ -102,10 +101,9 @@ class CritPart:
             remap.append(known[attr])
         self.node_attr.extend(remap[n] for n in other.node_attr)
         self.a += other.a
-        self.b += other.b
         self.node.extend(n + nodes for n in other.node)
         for step, runs in other.steps.items():
-            self.steps.setdefault(step, []).extend((off + stretches, count) for off, count in runs)
+            self.steps.setdefault(step, []).extend((off + stretches, count, end) for off, count, end in runs)
         self.e_parent = _joined(self.e_parent, other.e_parent)
         self.e_start += other.e_start
         self.e_end += other.e_end
@@ -151,7 +149,7 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
         if len(children) > 1:
             children.sort(key=ends.__getitem__, reverse=True)
     part = CritPart()
-    a, b, node = part.a, part.b, part.node  # node: the span's row until the end (then its slot)
+    a, node = part.a, part.node  # node: the span's row until the end (then its slot)
 
     def walk(root: int) -> tuple[int, int]:
         first = len(a)
@@ -172,7 +170,6 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                         break  # (sorted by end: none left inside)
                     if t > end:
                         a.append(end)
-                        b.append(t)
                         node.append(row)
                     start = starts[c]
                     bound = start if start > low else low
@@ -182,21 +179,19 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                         descended = True
                         break
                     a.append(bound)  # a leaf: its stretch, then on in this span
-                    b.append(end)
                     node.append(c)
                     t = bound
                     if t <= low:
                         break
             if not descended and t > low:
                 a.append(low)
-                b.append(t)
                 node.append(row)
         return first, len(a) - first
 
     entry_rows = array("q")
     for row in umbrellas:
         step = tree.own_steps[row]
-        part.steps.setdefault(step, []).append(walk(row))
+        part.steps.setdefault(step, []).append((*walk(row), ends[row]))
     e_start, e_end, e_off, e_len = part.e_start, part.e_end, part.e_off, part.e_len
     e_parent = []
     for row, parent_id in remote_parent.items():
@@ -217,16 +212,13 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
             if start < c_end <= t:
                 if t > c_end:
                     a.append(c_end)
-                    b.append(t)
                     node.append(row)
                 c_start = starts[c]
                 t = c_start if c_start > start else start
                 a.append(t)
-                b.append(c_end)
                 node.append(c)
             if t > start:
                 a.append(start)
-                b.append(t)
                 node.append(row)
             count = len(a) - off
         else:
@@ -293,17 +285,17 @@ class _Index:
         refs.reverse()
         return ends, refs
 
-    def run(self, p: int, off: int, count: int, low: int, acc: dict[tuple[int, int], int]) -> None:
-        """Add a run of part ``p``'s stretches, cut at ``low``, into ``acc`` ((part, node) -> ns), each span's
-        own time walked again over the entries hanging from it."""
+    def run(self, p: int, off: int, count: int, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
+        """Add a run of part ``p``'s stretches (its root ending at ``end``), cut at ``low``, into ``acc``
+        ((part, node) -> ns), each span's own time walked again over the entries hanging from it."""
         crit = self.parts[p].crit
-        a, b, node = crit.a, crit.b, crit.node
+        a, node = crit.a, crit.node
         for k in range(off, off + count):
-            end = b[k]
             if end <= low:
                 break  # (from the end backwards: the rest lie below the bound)
             start = a[k]
             self.own(p, node[k], start if start > low else low, end, acc)
+            end = start
 
     def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
         """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
@@ -331,7 +323,7 @@ class _Index:
             start = child.e_start[e]
             bound = start if start > low else low
             if child.e_len[e]:
-                self.run(q, child.e_off[e], child.e_len[e], bound, acc)
+                self.run(q, child.e_off[e], child.e_len[e], best_end, bound, acc)
             else:
                 self.own(q, child.e_node[e], bound, best_end, acc)
             t = bound
@@ -402,12 +394,12 @@ def critical_path(
         for step, runs in crit.steps.items():
             if step not in wall:
                 continue
-            first = [off for off, count in runs if count]
-            end = max(crit.b[off] for off in first) if first else None
+            first = [end for _off, count, end in runs if count]
+            end = max(first) if first else None
             if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
                 done.append((driver, step, end, memo.by_key(record)))
                 continue
-            start = min(crit.a[off + count - 1] for off, count in runs if count) if first else None
+            start = min(crit.a[off + count - 1] for off, count, _end in runs if count) if first else None
             todo.append((start, p, driver, step, runs, end))
     if todo:
         index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
@@ -438,12 +430,12 @@ def critical_path(
     return {"phases": phases, "steps": step_rows}
 
 
-def _walked(index: _Index, p: int, runs: Sequence[tuple[int, int]]) -> dict[tuple[str, int, str, Any], int]:
+def _walked(index: _Index, p: int, runs: Sequence[tuple[int, int, int]]) -> dict[tuple[str, int, str, Any], int]:
     """One step's walk from its umbrellas: its critical ns per (group, rank, phase, bucket)."""
     processes = index.parts
     per: dict[tuple[int, int], int] = {}
-    for off, count in runs:
-        index.run(p, off, count, _BEFORE_ALL, per)
+    for off, count, end in runs:
+        index.run(p, off, count, end, _BEFORE_ALL, per)
     by_key: dict[tuple[str, int, str, Any], int] = defaultdict(int)
     for (q, n), ns in per.items():
         owner = processes[q]
@@ -458,17 +450,18 @@ def _step_row(
 ) -> dict[str, Any]:
     """A step's row from its critical ns per (group, rank, phase, bucket), added into ``totals`` too;
     ``labels``: what each key is called, made once per rollup."""
-    by_group: dict[str, int] = defaultdict(int)
-    by_phase: dict[str, int] = defaultdict(int)
+    by_group: dict[str, int] = {}
+    by_phase: dict[str, int] = {}
     top, top_ns, top_str = None, -1, ""
     for key, ns in by_key.items():
         label = labels.get(key)
         if label is None:
             group, _rank, name, bucket = key
             label = labels[key] = (group, f"{group} {name}", (group, name, bucket), str(key))
+        group, phase = label[0], label[1]
         totals[label[2]] += ns
-        by_group[label[0]] += ns
-        by_phase[label[1]] += ns
+        by_group[group] = by_group.get(group, 0) + ns
+        by_phase[phase] = by_phase.get(phase, 0) + ns
         if ns > top_ns or (ns == top_ns and label[3] > top_str):
             top, top_ns, top_str = key, ns, label[3]
     return {

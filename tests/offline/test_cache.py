@@ -201,9 +201,11 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     assert look() == 45
 
 
-def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path) -> None:
+def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a look decides whether to start worker processes on: nothing recorded (infinity), nothing new
-    (0), an appended line (its bytes), a new file (all of it)."""
+    (0), an appended line (its bytes), a new file (all of it); a look at that little reads in its own process."""
+    import concurrent.futures
+
     from lens_rl.offline.cache import grown_bytes
 
     run = tmp_path / "r"
@@ -219,3 +221,9 @@ def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path) -> 
     extra = run / "spans-lm_policy-9-109.jsonl"
     extra.write_text(json.dumps(header("lm_policy", 9, 109)) + "\n" + line)
     assert grown_bytes(folder, span_files(run)) == len(line) + extra.stat().st_size
+
+    def no_pool(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a small refresh started worker processes")
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
+    assert analyze(span_files(run), cache=folder)["spans"] == analyze(span_files(run), jobs=1)["spans"]
