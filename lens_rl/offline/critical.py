@@ -38,6 +38,7 @@ from typing import Any
 __all__ = ["CritPart", "Memo", "critical_path", "walk_file"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
+_BLOCK = 1024  # entries looked at together when most ended before the walks that remain
 
 
 class CritPart:
@@ -266,10 +267,16 @@ class _Index:
                 continue
             base = p << 32
             get = last.get
-            for e, (parent, end) in enumerate(zip(crit.e_parent, crit.e_end, strict=True)):
-                if end > after:
-                    before[e] = get(parent, -1)
-                    last[parent] = base | e
+            ends, parents = crit.e_end, crit.e_parent
+            for lo in range(0, count, _BLOCK):
+                hi = min(lo + _BLOCK, count)
+                if after != _BEFORE_ALL and max(ends[lo:hi]) <= after:
+                    continue  # (a block of entries all ended before: skipped in C, not looked at one by one)
+                for e in range(lo, hi):
+                    if ends[e] > after:
+                        parent = parents[e]
+                        before[e] = get(parent, -1)
+                        last[parent] = base | e
         self.last = last
 
     def children(self, ref: int) -> tuple[list[int], list[int]]:
@@ -338,17 +345,17 @@ class Memo:
     as it did then, and is not walked again.
 
     ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
-    wall s, [stretch key, ns, ...]], a stretch key an index into ``keys`` ([group, rank, phase, bucket])."""
+    wall s, [stretch key, ns, ...]], a stretch key an index into ``keys`` ([group, rank, phase, bucket]: the
+    earlier look's, then this look's new ones, so a kept record is kept as it is)."""
 
     def __init__(
         self, records: Sequence[Sequence[Any]] = (), keys: Sequence[Sequence[Any]] = (), fresh_from: int | None = None
     ) -> None:
         self.kept = {(r[0], repr(r[1])): r for r in records}
-        self.old_keys = [tuple(k) for k in keys]
         self.fresh_from = fresh_from
-        self.made: list[list[Any]] = []
-        self.keys: list[tuple[str, int, str, Any]] = []
-        self._slots: dict[tuple[str, int, str, Any], int] = {}
+        self.made: list[Sequence[Any]] = []
+        self.keys: list[tuple[Any, ...]] = [tuple(k) for k in keys]
+        self._slots = {key: slot for slot, key in enumerate(self.keys)}
 
     def keep(self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int]) -> None:
         """This look's record of one step."""
@@ -364,7 +371,7 @@ class Memo:
 
     def by_key(self, record: Sequence[Any]) -> dict[tuple[str, int, str, Any], int]:
         """A kept record's critical ns per (group, rank, phase, bucket)."""
-        flat, keys = record[4], self.old_keys
+        flat, keys = record[4], self.keys
         return {keys[flat[k]]: flat[k + 1] for k in range(0, len(flat), 2)}
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
@@ -385,7 +392,7 @@ def critical_path(
     totals: dict[tuple[str, str, Any], int] = defaultdict(int)
     step_rows = []
     todo = []  # the steps to walk
-    done: list[tuple[str, Any, int | None, dict[tuple[str, int, str, Any], int]]] = []  # (driver, step, end, by_key)
+    labels: dict[Any, Any] = {}
     for p, part in enumerate(processes):
         crit = part.crit
         if crit is None or not part.is_driver:
@@ -397,18 +404,18 @@ def critical_path(
             first = [end for _off, count, end in runs if count]
             end = max(first) if first else None
             if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
-                done.append((driver, step, end, memo.by_key(record)))
+                step_rows.append(_step_row(step, memo.by_key(record), totals, labels))
+                memo.made.append(record)
                 continue
             start = min(crit.a[off + count - 1] for off, count, _end in runs if count) if first else None
             todo.append((start, p, driver, step, runs, end))
     if todo:
         index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
-        done += [(driver, step, end, _walked(index, p, runs)) for _start, p, driver, step, runs, end in todo]
-    labels: dict[Any, Any] = {}
-    for driver, step, end, by_key in done:
-        step_rows.append(_step_row(step, by_key, totals, labels))
-        if memo is not None:
-            memo.keep(driver, step, end, wall[step], by_key)
+        for _start, p, driver, step, runs, end in todo:
+            by_key = _walked(index, p, runs)
+            step_rows.append(_step_row(step, by_key, totals, labels))
+            if memo is not None:
+                memo.keep(driver, step, end, wall[step], by_key)
     step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
     walls = sum(wall[r["step"]] for r in step_rows)
     exclusive = _exclusive(processes)
