@@ -306,7 +306,8 @@ class _Index:
 
     def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
         """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
-        the rule (each time the one that ended last before the current point), the rest its own."""
+        the rule (each time the one that ended last before the current point; each at most once, in the
+        order of their ends, latest first, ties in the order they were read), the rest its own."""
         parts = self.parts
         last = self.last.get(parts[p].crit.node_ids[n])
         key = (p, n)
@@ -314,26 +315,28 @@ class _Index:
             acc[key] = acc.get(key, 0) + high - low
             return
         ends, refs = self.children(last)
+        order = range(1) if len(ends) == 1 else sorted(range(len(ends)), key=ends.__getitem__, reverse=True)
         t = high
-        while t > low:
-            best, best_end = -1, -1
-            for i, end in enumerate(ends):  # (a few children each: a scan, no sort)
-                if best_end < end <= t:
-                    best, best_end = i, end
-            if best == -1 or best_end <= low:
+        for i in order:
+            end = ends[i]
+            if end > t:
+                continue  # still running at the current point
+            if end <= low:
                 break
-            best = refs[best]
-            if t > best_end:
-                acc[key] = acc.get(key, 0) + t - best_end
-            q, e = best >> 32, best & 0xFFFFFFFF
+            if t > end:
+                acc[key] = acc.get(key, 0) + t - end
+            ref = refs[i]
+            q, e = ref >> 32, ref & 0xFFFFFFFF
             child = parts[q].crit
             start = child.e_start[e]
             bound = start if start > low else low
             if child.e_len[e]:
-                self.run(q, child.e_off[e], child.e_len[e], best_end, bound, acc)
+                self.run(q, child.e_off[e], child.e_len[e], end, bound, acc)
             else:
-                self.own(q, child.e_node[e], bound, best_end, acc)
+                self.own(q, child.e_node[e], bound, end, acc)
             t = bound
+            if t <= low:
+                break
         if t > low:
             acc[key] = acc.get(key, 0) + t - low
 

@@ -210,3 +210,29 @@ def test_the_walks_kept_until_the_rollup_are_compact_numbers(tmp_path: Path) -> 
     assert all(isinstance(getattr(c, k), array) for c in crits for k in fields)
     kept = sum(getattr(c, k).itemsize * len(getattr(c, k)) for c in crits for k in fields)
     assert 0 < kept / sum(part.spans for part in parts) < 72
+
+
+def test_a_zero_length_worker_span_is_walked_once(tmp_path: Path) -> None:
+    """A remote child that starts where it ends (a clock's tick, a clamped span) is taken once and the walk
+    goes on to the next: the step's critical path sums to its wall, no endless walk."""
+    run = tmp_path / "r"
+    _driver(
+        run,
+        [
+            span("step", 0, 10, "s0", parent="job", step=0),
+            span("policy_training", 1, 9, "t0", parent="s0", bucket="productive"),
+        ],
+    )
+    write_process(
+        run,
+        "lm_policy",
+        0,
+        10,
+        [
+            span("train", 5, 5, "w0", parent="t0", remote=True, bucket="productive", step=0),
+            span("train", 2, 4, "w1", parent="t0", remote=True, bucket="productive", step=0),
+        ],
+    )
+    (step,) = analyze(span_files(run), jobs=1)["critical_path"]["steps"]
+    assert step["critical_s"] == pytest.approx(10.0)
+    assert step["by_phase"] == {"driver policy_training": 6.0, "driver step": 2.0, "lm_policy train": 2.0}
