@@ -249,48 +249,50 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 class _Index:
     """Every process's entries by the parent they hang from, compact: an entry is one int (its part's
-    position << 32 | its own); each parent id points at its last entry, and every entry at the one before it
-    (a linked list in an int array per part, no list per parent). Entries that ended at or before ``after``
-    are left out (no walk whose bounds lie after it can take them)."""
+    position << 32 | its own), the entries of one parent a slice of two flat int arrays (their ends and refs,
+    in the order they were read), found by the parent's id. Entries that ended at or before ``after`` are
+    left out (no walk whose bounds lie after it can take them)."""
 
     def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
         self.parts = parts
-        last: dict[Any, int] = {}  # parent id -> its last entry
-        #: per part: each entry's previous sibling (-1: none)
-        self.before: list[Any] = []
+        taken: list[tuple[int, Any]] = []  # per part: its position, the entries kept
+        group: dict[Any, int] = {}  # parent id -> its group (parents numbered as met)
+        sizes = array("q")
         for p, part in enumerate(parts):
             crit = part.crit
-            count = 0 if crit is None else len(crit.e_parent)
-            before = array("q", [-1]) * count
-            self.before.append(before)
-            if not count:
+            n = 0 if crit is None else len(crit.e_parent)
+            if not n:
                 continue
-            base = p << 32
-            get = last.get
             ends, parents = crit.e_end, crit.e_parent
-            for lo in range(0, count, _BLOCK):
-                hi = min(lo + _BLOCK, count)
-                if after != _BEFORE_ALL and max(ends[lo:hi]) <= after:
-                    continue  # (a block of entries all ended before: skipped in C, not looked at one by one)
-                for e in range(lo, hi):
-                    if ends[e] > after:
-                        parent = parents[e]
-                        before[e] = get(parent, -1)
-                        last[parent] = base | e
-        self.last = last
-
-    def children(self, ref: int) -> tuple[list[int], list[int]]:
-        """The entries of one parent from its last one: their ends and refs, in the order they were read."""
-        parts, before = self.parts, self.before
-        ends, refs = [], []
-        while ref != -1:
-            q, e = ref >> 32, ref & 0xFFFFFFFF
-            ends.append(parts[q].crit.e_end[e])
-            refs.append(ref)
-            ref = before[q][e]
-        ends.reverse()
-        refs.reverse()
-        return ends, refs
+            if after == _BEFORE_ALL:
+                rows: Any = range(n)
+            else:  # (a block of entries that all ended before: skipped in C, not looked at one by one)
+                blocks = (range(lo, min(lo + _BLOCK, n)) for lo in range(0, n, _BLOCK))
+                rows = [e for block in blocks if max(ends[block[0] : block[-1] + 1]) > after for e in block]
+                rows = [e for e in rows if ends[e] > after]
+            for e in rows:
+                g = group.setdefault(parents[e], len(sizes))
+                if g == len(sizes):
+                    sizes.append(0)
+                sizes[g] += 1
+            taken.append((p, rows))
+        #: parent id -> its group; a group's entries are ``first[g]:first[g + 1]`` of ``ends`` and ``refs``
+        self.group = group
+        first = self.first = array("q", [0]) * (len(sizes) + 1)
+        for g, size in enumerate(sizes):
+            first[g + 1] = first[g] + size
+        self.ends = array("q", bytes(8 * first[-1]))
+        self.refs = array("q", bytes(8 * first[-1]))
+        cursor, ends_out, refs_out = array("q", first), self.ends, self.refs
+        for p, rows in taken:
+            crit = parts[p].crit
+            ends, parents, base = crit.e_end, crit.e_parent, p << 32
+            for e in rows:
+                g = group[parents[e]]
+                at = cursor[g]
+                cursor[g] = at + 1
+                ends_out[at] = ends[e]
+                refs_out[at] = base | e
 
     def run(self, p: int, off: int, count: int, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches (its root ending at ``end``), cut at ``low``, into ``acc``
@@ -309,13 +311,14 @@ class _Index:
         the rule (each time the one that ended last before the current point; each at most once, in the
         order of their ends, latest first, ties in the order they were read), the rest its own."""
         parts = self.parts
-        last = self.last.get(parts[p].crit.node_ids[n])
+        g = self.group.get(parts[p].crit.node_ids[n])
         key = (p, n)
-        if last is None:
+        if g is None:
             acc[key] = acc.get(key, 0) + high - low
             return
-        ends, refs = self.children(last)
-        order = range(1) if len(ends) == 1 else sorted(range(len(ends)), key=ends.__getitem__, reverse=True)
+        lo, hi = self.first[g], self.first[g + 1]
+        ends, refs = self.ends[lo:hi], self.refs[lo:hi]
+        order = range(1) if hi - lo == 1 else sorted(range(hi - lo), key=ends.__getitem__, reverse=True)
         t = high
         for i in order:
             end = ends[i]
