@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", help="synthesize into (and keep) this directory")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every case; medians are reported")
+    parser.add_argument("--refresh-only", action="store_true", help="only the refresh cases (cold, unchanged, +1 %%)")
     args = parser.parse_args(argv)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="lens-scale-"))
     try:
@@ -287,9 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         refresh: dict[str, list[dict]] = {name: [] for name in REFRESH}
         for _ in range(args.rounds):
             for name, command in cases.items():
-                runs[name].append(_run(*command))
+                if not args.refresh_only:
+                    runs[name].append(_run(*command))
             for name, measured in _refresh_round(root, args.spans, args.files, jobs).items():
                 refresh[name].append(measured)
+        if args.refresh_only:
+            _print_refresh(refresh, spans)
+            return 0
         base_runs = runs["plain json.loads pass (stdlib)"]
         print(
             f"\n{'case':34s} {'wall s':>8s} {'spans/s':>10s} {'peak RSS':>9s} {'CPU s':>7s} {'vs plain parse':>15s}"
