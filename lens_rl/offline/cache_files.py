@@ -267,10 +267,28 @@ def load_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, in
             token is not None and name not in tokens for name, token in before.items()
         ):
             return Memo()  # a file gone, rewritten, or read by another look since
+        if not _memo_ok(records, keys):
+            return Memo()
         fresh = [start for *_, start in reads if start is not None]
         return Memo(records, keys, min(fresh) if fresh else None)
-    except Exception:  # none, unreadable, corrupt or of another shape: walked afresh
-        return Memo()
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):  # none, unreadable, corrupt
+        return Memo()  # (walked afresh)
+
+
+def _memo_ok(records: list[Any], keys: list[Any]) -> bool:
+    """Whether a memo's records and keys have the shape :class:`~lens_rl.offline.critical.Memo` reads (a
+    memo is never trusted: one of another shape is not used)."""
+    for key in keys:
+        if type(key) is not list or len(key) != 4 or type(key[0]) is not str or type(key[1]) is not int:
+            return False
+    count = len(keys)
+    for record in records:
+        if type(record) is not list or len(record) != 5 or type(record[0]) is not str or type(record[4]) is not list:
+            return False
+        flat = record[4]
+        if len(flat) % 2 or not all(type(v) is int for v in flat) or any(not 0 <= v < count for v in flat[0::2]):
+            return False
+    return True
 
 
 def save_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]], memo: Memo) -> None:

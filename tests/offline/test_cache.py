@@ -162,7 +162,7 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
 ) -> None:
     """The critical path of a step that ended before every span read since the last look is kept, not walked
     again: 5 steps appended to 40 walk 5. A late worker span of step 10 walks step 10 on; a rewritten or
-    removed file, or a corrupt memo, walks every step. Every answer is a cold read's."""
+    removed file, or a corrupt or planted memo, walks every step. Every answer is a cold read's."""
     import lens_rl.offline.critical as critical
 
     walked: list[int] = []
@@ -198,6 +198,12 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     for report in folder.glob("report-*.json"):
         report.unlink()
     (folder / "critical-memo.json").write_bytes(b'{"key": [1, 2')
+    assert look() == 45
+    memo = json.loads((folder / "critical-memo.json").read_bytes())
+    memo["records"][3][4] = [len(memo["keys"]) + 7, 1]  # well-formed JSON, a key that is not there
+    (folder / "critical-memo.json").write_text(json.dumps(memo))
+    for report in folder.glob("report-*.json"):
+        report.unlink()
     assert look() == 45
 
 

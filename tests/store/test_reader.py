@@ -15,7 +15,7 @@ from tests.conftest import clean_env
 from tests.stores import header, span, write_process
 
 #: a plain read's cache counters (the refresh cache's, which a read of the store alone never touches)
-NO_CACHE = {"cache_hits": 0, "cache_notes": []}
+NO_CACHE = {"cache_hits": 0, "cache_notes": [], "cache_reads": []}
 
 
 def test_a_file_of_another_shape_is_skipped_with_one_note(tmp_path: Path) -> None:
