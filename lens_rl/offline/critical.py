@@ -247,6 +247,22 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 # ------------------------------------------------------------------------------------------- rollup
 
 
+def _ended_after(ends: Any, after: int) -> Any:
+    """The positions of the entries that ended after ``after``: all of them as a range; else a generator
+    that skips, in C, each block of entries that all ended before (no list of them: a cold read keeps all;
+    each pass over them asks again)."""
+    n = len(ends)
+    if after == _BEFORE_ALL or min(ends, default=after + 1) > after:
+        return range(n)
+    return (
+        e
+        for lo in range(0, n, _BLOCK)
+        if max(ends[lo : lo + _BLOCK]) > after
+        for e in range(lo, min(lo + _BLOCK, n))
+        if ends[e] > after
+    )
+
+
 class _Index:
     """Every process's entries by the parent they hang from, compact: an entry is one int (its part's
     position << 32 | its own), the entries of one parent a slice of two flat int arrays (their ends and refs,
@@ -255,7 +271,7 @@ class _Index:
 
     def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
         self.parts = parts
-        taken: list[tuple[int, Any]] = []  # per part: its position, the entries kept
+        taken: list[int] = []  # the parts with entries
         group: dict[Any, int] = {}  # parent id -> its group (parents numbered as met)
         sizes = array("q")
         for p, part in enumerate(parts):
@@ -264,18 +280,12 @@ class _Index:
             if not n:
                 continue
             ends, parents = crit.e_end, crit.e_parent
-            if after == _BEFORE_ALL:
-                rows: Any = range(n)
-            else:  # (a block of entries that all ended before: skipped in C, not looked at one by one)
-                blocks = (range(lo, min(lo + _BLOCK, n)) for lo in range(0, n, _BLOCK))
-                rows = [e for block in blocks if max(ends[block[0] : block[-1] + 1]) > after for e in block]
-                rows = [e for e in rows if ends[e] > after]
-            for e in rows:
+            for e in _ended_after(ends, after):
                 g = group.setdefault(parents[e], len(sizes))
                 if g == len(sizes):
                     sizes.append(0)
                 sizes[g] += 1
-            taken.append((p, rows))
+            taken.append(p)
         #: parent id -> its group; a group's entries are ``first[g]:first[g + 1]`` of ``ends`` and ``refs``
         self.group = group
         first = self.first = array("q", [0]) * (len(sizes) + 1)
@@ -284,10 +294,10 @@ class _Index:
         self.ends = array("q", bytes(8 * first[-1]))
         self.refs = array("q", bytes(8 * first[-1]))
         cursor, ends_out, refs_out = array("q", first), self.ends, self.refs
-        for p, rows in taken:
+        for p in taken:
             crit = parts[p].crit
             ends, parents, base = crit.e_end, crit.e_parent, p << 32
-            for e in rows:
+            for e in _ended_after(ends, after):
                 g = group[parents[e]]
                 at = cursor[g]
                 cursor[g] = at + 1
