@@ -253,26 +253,31 @@ def save_sizes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> None:
 _MEMO = "critical-memo.json"
 
 
-def load_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]]) -> Memo:
+def load_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]]) -> tuple[Memo, str | None]:
     """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.critical.Memo`),
     if every file it was made from is as that look left it (``reads``: this look's
-    :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. JSON: nothing in it is trusted to run."""
+    :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. JSON: nothing in it is trusted to run.
+    Also why a memo there was not used, where that is worth a line (None: used, none, or out of date)."""
     try:
-        kept = loads((Path(folder) / _MEMO).read_bytes())
+        data = (Path(folder) / _MEMO).read_bytes()
+    except OSError:
+        return Memo(), None
+    try:
+        kept = loads(data)
         if kept["key"] != _memo_key():
-            return Memo()
+            return Memo(), "of another lens_rl version"
         tokens, records, keys = dict(kept["tokens"]), list(kept["records"]), list(kept["keys"])
+        if not _memo_ok(records, keys):
+            return Memo(), "not of the shape it is read by"
         before = {name: token for name, token, _after, _fresh in reads}
         if any(before.get(name) != token for name, token in tokens.items()) or any(
             token is not None and name not in tokens for name, token in before.items()
         ):
-            return Memo()  # a file gone, rewritten, or read by another look since
-        if not _memo_ok(records, keys):
-            return Memo()
+            return Memo(), None  # a file gone, rewritten, or read by another look since
         fresh = [start for *_, start in reads if start is not None]
-        return Memo(records, keys, min(fresh) if fresh else None)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):  # none, unreadable, corrupt
-        return Memo()  # (walked afresh)
+        return Memo(records, keys, min(fresh) if fresh else None), None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        return Memo(), f"corrupt ({type(exc).__name__})"
 
 
 def _memo_ok(records: list[Any], keys: list[Any]) -> bool:

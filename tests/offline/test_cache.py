@@ -158,7 +158,7 @@ def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> Non
 
 
 def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The critical path of a step that ended before every span read since the last look is kept, not walked
     again: 5 steps appended to 40 walk 5. A late worker span of step 10 walks step 10 on; a rewritten or
@@ -197,14 +197,18 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     folder = Path(cache_folder(run))
     for report in folder.glob("report-*.json"):
         report.unlink()
+    memo = (folder / "critical-memo.json").read_bytes()
     (folder / "critical-memo.json").write_bytes(b'{"key": [1, 2')
+    caplog.set_level("WARNING", "lens_rl")
     assert look() == 45
-    memo = json.loads((folder / "critical-memo.json").read_bytes())
-    memo["records"][3][4] = [len(memo["keys"]) + 7, 1]  # well-formed JSON, a key that is not there
-    (folder / "critical-memo.json").write_text(json.dumps(memo))
+    planted = json.loads(memo)
+    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed JSON, a key that is not there
+    (folder / "critical-memo.json").write_text(json.dumps(planted))
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45
+    said = [r.getMessage() for r in caplog.records if "critical path's cache file not used" in r.getMessage()]
+    assert len(said) == 2 and "corrupt" in said[0] and "shape" in said[1]
 
 
 def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
