@@ -327,9 +327,7 @@ def _refresh(
     tail = _tail_row(path, end, stat.st_size, answer, seen, entry.ids)
     if tail is not None and entry.head_at_end is not None:  # reduced with the held spans, kept by no one
         _add_row(pending, heads[entry.head_at_end], tail)
-    held_from = _earliest(pending)
-    if held_from is not None and (fresh_from is None or held_from < fresh_from):
-        fresh_from = held_from
+    fresh_from = min((t for t in (fresh_from, _earliest(pending)) if t is not None), default=None)
     parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
     return entry, parts, answer, fresh_from
 

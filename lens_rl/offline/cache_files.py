@@ -24,7 +24,7 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.critical import Memo
 from lens_rl.offline.parts import ProcessPart
-from lens_rl.store import Process, ReadStats, loads
+from lens_rl.store import CacheRead, Process, ReadStats, loads
 
 __all__ = [
     "CACHE_DIR",
@@ -253,7 +253,7 @@ def save_sizes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> None:
 _MEMO = "critical-memo.json"
 
 
-def load_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]]) -> tuple[Memo, str | None]:
+def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None]:
     """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.critical.Memo`),
     if every file it was made from is as that look left it (``reads``: this look's
     :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. JSON: nothing in it is trusted to run.
@@ -296,7 +296,7 @@ def _memo_ok(records: list[Any], keys: list[Any]) -> bool:
     return True
 
 
-def save_memo(folder: str, reads: Sequence[tuple[str, str | None, str | None, int | None]], memo: Memo) -> None:
+def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
     """Keep this look's per-step results with the tokens of the cache entries it was made from."""
     tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
     _write_atomic(

@@ -391,10 +391,14 @@ class Memo:
         return {keys[flat[k]]: flat[k + 1] for k in range(0, len(flat), 2)}
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
+        """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
         record = self.kept.get((driver, repr(step)))
         if record is None or end is None or record[2] != end or record[3] != wall_s:
             return None
-        return record if self.fresh_from is None or end < self.fresh_from else None
+        if self.fresh_from is not None and end >= self.fresh_from:
+            return None
+        self.made.append(record)
+        return record
 
 
 def critical_path(
@@ -417,14 +421,12 @@ def critical_path(
         for step, runs in crit.steps.items():
             if step not in wall:
                 continue
-            first = [end for _off, count, end in runs if count]
-            end = max(first) if first else None
+            walked = [(crit.a[off + count - 1], end) for off, count, end in runs if count]  # (start, end)
+            end = max(e for _s, e in walked) if walked else None
             if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
                 step_rows.append(_step_row(step, memo.by_key(record), totals, labels))
-                memo.made.append(record)
                 continue
-            start = min(crit.a[off + count - 1] for off, count, _end in runs if count) if first else None
-            todo.append((start, p, driver, step, runs, end))
+            todo.append((min(s for s, _e in walked) if walked else None, p, driver, step, runs, end))
     if todo:
         index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
         for _start, p, driver, step, runs, end in todo:

@@ -27,6 +27,7 @@ from typing import Any
 from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, Process, process_of
 
 __all__ = [
+    "CacheRead",
     "INT64_END",
     "HEADER_PREFIX",
     "Head",
@@ -133,6 +134,11 @@ else:  # pragma: no cover - exercised where the extra is missing
 BAD_LINE = _BAD_LINE
 
 
+#: one file's read through the refresh cache: (its entry's name, the entry's token before, after, the
+#: earliest start of the spans it reduced afresh)
+CacheRead = tuple[str, str | None, str | None, int | None]
+
+
 @dataclasses.dataclass
 class ReadStats:
     """What a read of the store found: files and lines read, lines skipped (truncated or garbage), duplicates,
@@ -148,7 +154,7 @@ class ReadStats:
     cache_notes: list[str] = dataclasses.field(default_factory=list)
     #: per file read through the cache: (its entry's name, the entry's token before the read (None: none
     #: was used), after it, the earliest start (ns) of the spans it reduced afresh (None: none))
-    cache_reads: list[tuple[str, str | None, str | None, int | None]] = dataclasses.field(default_factory=list)
+    cache_reads: list[CacheRead] = dataclasses.field(default_factory=list)
 
     def add(self, other: ReadStats) -> None:
         self.files += other.files
