@@ -150,6 +150,7 @@ class SpanPipeline(SpanProcessor):
         self._sizes: dict[Any, int] = {}  # a phase span's shape -> its estimated size
         self._inflight = 0
         self._thread: threading.Thread | None = None
+        self._ended = False  # the export thread has returned
         self._closed = False
         self._warned_drop = False
         #: spans accepted into the queue / exported / dropped at the door / lost to failed exports
@@ -269,7 +270,11 @@ class SpanPipeline(SpanProcessor):
                 self.target,
             )
         run_bounded(self.exporter.shutdown, max(deadline - time.monotonic(), 0.0))
-        self.outage.close()
+        with self._lock:  # an export still in flight ends quietly: its loss was counted and said above
+            if self._thread is not None and not self._ended:
+                self.outage.mute()
+            else:
+                self.outage.close()
         return ok and lost <= 0
 
     def settled_ok(self) -> bool:
@@ -296,6 +301,14 @@ class SpanPipeline(SpanProcessor):
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._drain()
+        finally:
+            with self._lock:
+                self._ended = True
+                self.outage.close()
+
+    def _drain(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self._delay_s)
             self._wake.clear()
@@ -347,6 +360,9 @@ class SpanPipeline(SpanProcessor):
         while pending:
             part = pending.pop()
             ok, status, error = self._send(part)
+            if self._stop.is_set():  # past close's budget: close counted and said what is left
+                self._settle(exported=len(part) if ok else 0)
+                return
             if ok:
                 # Say the collector is back before a waiting flush can report success.
                 self.outage.recovered()
@@ -371,13 +387,16 @@ class SpanPipeline(SpanProcessor):
                 error, f"; retrying for up to {self._retry_for_s:.0f} s with up to {self.max_queue_spans} spans queued"
             )
             self.retrying = True
-            if self._stop.is_set() or time.monotonic() - first_failure >= self._retry_for_s:
+            if time.monotonic() - first_failure >= self._retry_for_s:
                 self._give_up(part, error, "gave up after retrying")
                 self.outage.close()
-                return not self._stop.is_set()
+                return True
             if self._stop.wait(next(waits)):
-                pass  # stopping: one last attempt below, then counted as failed above
+                return False  # stopping: close counted what is left as lost and said so
             ok, status, error = self._send(part)
+            if self._stop.is_set():
+                self._settle(exported=len(part) if ok else 0)
+                return False
             if ok:
                 self.outage.recovered()
                 self._settle(exported=len(part))

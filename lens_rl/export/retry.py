@@ -93,6 +93,12 @@ class Outage:
             )
             self.close()
 
+    def mute(self) -> None:
+        """The exporter's error logs muted, no warning: for an export that outlives its pipeline's close."""
+        if self.since is None:
+            self.since = time.monotonic()
+            self._filter.quiet += 1
+
     def close(self) -> None:
         if self.since is not None:
             self.since = None

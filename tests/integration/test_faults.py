@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,28 @@ def test_flush_on_step_costs_a_step_at_most_a_second_against_a_hung_collector() 
         assert time.monotonic() - t0 < 5.0 + 1.0
     finally:
         sock.close()
+
+
+def test_an_export_outliving_shutdown_ends_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """Shutdown said what was lost; the export still in flight then fails later without another word
+    (no outage warning, no give-up line, no exporter error) and its thread ends."""
+    endpoint, sock = hung_endpoint()
+    try:
+        lens_rl.init_telemetry_driver(_otlp(endpoint, export_timeout_ms=30_000), "grpo")
+        with traced_phase("step", step=0):
+            pass
+        lens_rl.flush_telemetry(200)  # the export is now in flight against a collector that never answers
+        assert lens_rl.shutdown_telemetry(500) is False
+        said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert any("lost" in m for m in said), said
+        caplog.clear()
+    finally:
+        sock.close()  # the in-flight request now fails
+    deadline = time.monotonic() + 20
+    while any(t.name == "lens_rl-span-export" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "lens_rl-span-export" for t in threading.enumerate())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.parametrize(("block", "field"), [
