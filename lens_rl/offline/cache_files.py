@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 CACHE_DIR = ".lens_rl-cache"
-FORMAT = "lens_rl.cache/2"
+FORMAT = "lens_rl.cache/3"
 _MAGIC = FORMAT.encode() + b"\n"
 
 
@@ -256,14 +256,18 @@ _MEMO = "critical-memo.json"
 def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None]:
     """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.critical.Memo`),
     if every file it was made from is as that look left it (``reads``: this look's
-    :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. JSON: nothing in it is trusted to run.
+    :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. JSON after its checksum: nothing in it
+    is trusted to run, and a memo changed since it was written is not used.
     Also why a memo there was not used, where that is worth a line (None: used, none, or out of date)."""
     try:
         data = (Path(folder) / _MEMO).read_bytes()
     except OSError:
         return Memo(), None
     try:
-        kept = loads(data)
+        checksum, _, body = data.partition(b"\n")
+        if checksum != hashlib.sha1(body).hexdigest().encode():
+            return Memo(), "corrupt (its checksum does not match)"
+        kept = loads(body)
         if kept["key"] != _memo_key():
             return Memo(), "of another lens_rl version"
         tokens, records, keys = dict(kept["tokens"]), list(kept["records"]), list(kept["keys"])
@@ -281,28 +285,21 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
 
 
 def _memo_ok(records: list[Any], keys: list[Any]) -> bool:
-    """Whether a memo's records and keys have the shape :class:`~lens_rl.offline.critical.Memo` reads (a
-    memo is never trusted: one of another shape is not used)."""
-    for key in keys:
-        if type(key) is not list or len(key) != 4 or type(key[0]) is not str or type(key[1]) is not int:
-            return False
-    count = len(keys)
-    for record in records:
-        if type(record) is not list or len(record) != 5 or type(record[0]) is not str or type(record[4]) is not list:
-            return False
-        flat = record[4]
-        if len(flat) % 2 or not all(type(v) is int for v in flat) or any(not 0 <= v < count for v in flat[0::2]):
-            return False
-    return True
+    """Whether a memo's records and keys have the shape :class:`~lens_rl.offline.critical.Memo` reads (its
+    checksum says it is as written; this says it was written by this reader's rules)."""
+    if not all(type(key) is list and len(key) == 4 for key in keys):
+        return False
+    return all(
+        type(r) is list and len(r) == 6 and type(r[4]) is list and len(r[4]) % 2 == 0 and type(r[5]) is dict
+        for r in records
+    )
 
 
 def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
     """Keep this look's per-step results with the tokens of the cache entries it was made from."""
     tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
-    _write_atomic(
-        Path(folder) / _MEMO,
-        json_bytes({"key": _memo_key(), "tokens": tokens, "keys": memo.keys, "records": memo.made}),
-    )
+    body = json_bytes({"key": _memo_key(), "tokens": tokens, "keys": memo.keys, "records": memo.made})
+    _write_atomic(Path(folder) / _MEMO, hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
 
 
 def _memo_key() -> str:

@@ -361,8 +361,8 @@ class Memo:
     as it did then, and is not walked again.
 
     ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
-    wall s, [stretch key, ns, ...]], a stretch key an index into ``keys`` ([group, rank, phase, bucket]: the
-    earlier look's, then this look's new ones, so a kept record is kept as it is)."""
+    wall s, [stretch key, ns, ...], the step's row], a stretch key an index into ``keys`` ([group, rank,
+    phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is)."""
 
     def __init__(
         self, records: Sequence[Sequence[Any]] = (), keys: Sequence[Sequence[Any]] = (), fresh_from: int | None = None
@@ -373,8 +373,10 @@ class Memo:
         self.keys: list[tuple[Any, ...]] = [tuple(k) for k in keys]
         self._slots = {key: slot for slot, key in enumerate(self.keys)}
 
-    def keep(self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int]) -> None:
-        """This look's record of one step."""
+    def keep(
+        self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int], row: dict[str, Any]
+    ) -> None:
+        """This look's record of one step: its walk's ns per stretch key and its row."""
         flat: list[Any] = []
         slots = self._slots
         for key, ns in by_key.items():
@@ -383,12 +385,15 @@ class Memo:
                 slot = slots[key] = len(self.keys)
                 self.keys.append(key)
             flat += (slot, ns)
-        self.made.append([driver, step, end, wall_s, flat])
+        self.made.append([driver, step, end, wall_s, flat, row])
 
-    def by_key(self, record: Sequence[Any]) -> dict[tuple[str, int, str, Any], int]:
-        """A kept record's critical ns per (group, rank, phase, bucket)."""
-        flat, keys = record[4], self.keys
-        return {keys[flat[k]]: flat[k + 1] for k in range(0, len(flat), 2)}
+    def add_totals(self, slots: Mapping[int, int], totals: dict[tuple[str, str, Any], int]) -> None:
+        """Kept records' critical ns summed per stretch key (``slots``), added into ``totals`` per (group,
+        phase, bucket)."""
+        keys = self.keys
+        for slot, ns in slots.items():
+            group, _rank, name, bucket = keys[slot]
+            totals[(group, name, bucket)] += ns
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
         """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
@@ -412,6 +417,7 @@ def critical_path(
     totals: dict[tuple[str, str, Any], int] = defaultdict(int)
     step_rows = []
     todo = []  # the steps to walk
+    kept_ns: dict[int, int] = defaultdict(int)  # the reused steps' critical ns per stretch key
     labels: dict[Any, Any] = {}
     for p, part in enumerate(processes):
         crit = part.crit
@@ -424,16 +430,22 @@ def critical_path(
             walked = [(crit.a[off + count - 1], end) for off, count, end in runs if count]  # (start, end)
             end = max(e for _s, e in walked) if walked else None
             if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
-                step_rows.append(_step_row(step, memo.by_key(record), totals, labels))
+                step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
+                flat = record[4]
+                for k in range(0, len(flat), 2):
+                    kept_ns[flat[k]] += flat[k + 1]
                 continue
             todo.append((min(s for s, _e in walked) if walked else None, p, driver, step, runs, end))
     if todo:
         index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
         for _start, p, driver, step, runs, end in todo:
             by_key = _walked(index, p, runs)
-            step_rows.append(_step_row(step, by_key, totals, labels))
+            row = _step_row(step, by_key, totals, labels)
+            step_rows.append(row)
             if memo is not None:
-                memo.keep(driver, step, end, wall[step], by_key)
+                memo.keep(driver, step, end, wall[step], by_key, row)
+    if memo is not None:
+        memo.add_totals(kept_ns, totals)
     step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
     walls = sum(wall[r["step"]] for r in step_rows)
     exclusive = _exclusive(processes)

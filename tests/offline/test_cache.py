@@ -5,6 +5,7 @@ version, a corrupt or planted one, --jobs, --ray, the CLI with and without --no-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -201,14 +202,21 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     (folder / "critical-memo.json").write_bytes(b'{"key": [1, 2')
     caplog.set_level("WARNING", "lens_rl")
     assert look() == 45
-    planted = json.loads(memo)
-    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed JSON, a key that is not there
-    (folder / "critical-memo.json").write_text(json.dumps(planted))
+    checksum, _, body = memo.partition(b"\n")
+    planted = json.loads(body)
+    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed JSON, its checksum now wrong
+    (folder / "critical-memo.json").write_bytes(checksum + b"\n" + json.dumps(planted).encode())
+    for report in folder.glob("report-*.json"):
+        report.unlink()
+    assert look() == 45
+    planted["records"][3] = planted["records"][3][:5]  # a record of another shape, its checksum right
+    body = json.dumps(planted).encode()
+    (folder / "critical-memo.json").write_bytes(hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45
     said = [r.getMessage() for r in caplog.records if "critical path's cache file not used" in r.getMessage()]
-    assert len(said) == 2 and "corrupt" in said[0] and "shape" in said[1]
+    assert len(said) == 3 and "corrupt" in said[0] and "checksum" in said[1] and "shape" in said[2], said
 
 
 def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
