@@ -228,18 +228,18 @@ def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[
     rows, walls = [], []
     for step in sorted(combined, key=step_key):
         sp = combined[step]
-        windows = (
-            merge_intervals(pairs(sp.umbrellas))
-            if sp.umbrellas
-            else ([(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else [])
-        )
+        umbrellas = sp.umbrellas
+        if umbrellas:  # (one umbrella, the common case: its interval as it is)
+            windows = [(umbrellas[0], umbrellas[1])] if len(umbrellas) == 2 else merge_intervals(pairs(umbrellas))
+        else:
+            windows = [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
         wall = sum(hi - lo for lo, hi in windows)
         unattributed = max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
         rows.append(
             {
                 "step": step,
                 "attempt": attempt_of.get(step, only),
-                "seconds": _seconds(dict(zip(BUCKETS, sp.ns, strict=True))),
+                "seconds": {b: round(ns / 1e9, 6) for b, ns in zip(BUCKETS, sp.ns, strict=True)},
                 "wall_s": round(wall / 1e9, 6),
                 "unattributed_s": round(unattributed / 1e9, 6),
                 "goodput": _of_wall(sp.ns[0], wall),

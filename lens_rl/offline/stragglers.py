@@ -78,9 +78,12 @@ def stragglers(
         aligned = _aligned(maps)
         if aligned is not None:  # every rank has the same integer steps: compare index by index
             ranks, step_list, value_arrays = aligned
-            for i, step in enumerate(step_list):
-                if in_range(step, steps):
-                    _flag(step, group, phase, ranks, [arr[i] for arr in value_arrays], per_step, flagged)
+            mid, odd = len(ranks) // 2, len(ranks) % 2
+            for step, column in zip(step_list, zip(*value_arrays, strict=True), strict=True):
+                ordered = sorted(column)  # (the rule's first test inline, on the sorted column)
+                med = ordered[mid] if odd else (ordered[mid - 1] + ordered[mid]) / 2
+                if med > 0 and ordered[-1] > STRAGGLER_RATIO * med and in_range(step, steps):
+                    _flag(step, group, phase, ranks, list(column), per_step, flagged)
             continue
         for step in set().union(*(m.keys() for m in maps.values())):
             if not in_range(step, steps):
@@ -130,9 +133,12 @@ def _flag(
     """The SPEC's straggler rule at one step of one (group, phase): each rank over 1.2x the median
     and more than 3 MADs above it is flagged."""
     med = median(values)
-    if med <= 0 or max(values) <= STRAGGLER_RATIO * med:  # no rank over the ratio: no MAD needed
+    top = max(values)
+    if med <= 0 or top <= STRAGGLER_RATIO * med:  # no rank over the ratio: no MAD needed
         return
     mad = median([abs(v - med) for v in values])
+    if top - med <= STRAGGLER_MADS * mad:  # not even the slowest is that far out
+        return
     for rank, value in zip(ranks, values, strict=True):
         if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
             per_step.append(
