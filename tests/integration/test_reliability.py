@@ -75,7 +75,9 @@ def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(
         assert any("recovered after" in m for m in ours)
         assert len(exporter_logs) <= 3  # the first failure's messages, then quiet
         assert second.wait_for_spans(500, 5)
-        assert sum(s["name"] == "reward" for s in second.spans) == 500
+        # OTLP is at-least-once: a batch the collector took but whose answer came too late is sent again,
+        # so a collector may see a span twice; what counts is that none is missing
+        assert len({s["span_id"] for s in second.spans if s["name"] == "reward"}) == 500
         assert handle.stats()["dropped"] == 0 and handle.stats()["failed"] == 0
     finally:
         second.close()
