@@ -210,9 +210,9 @@ def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
     return report if type(report) is dict and report.get("schema") else None
 
 
-def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep ``report`` for its store (one per folder: an older one is replaced); returns it as kept (read
-    back from its JSON: the answer is the same whether it came from the cache or not)."""
+def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> None:
+    """Keep ``report`` for its store (one per folder: an older one is replaced). A report is plain JSON
+    already (str keys, lists, finite numbers: the suite checks it), so the one kept reads back as this one."""
     data = json_bytes(report)
     target = Path(folder) / f"report-{fingerprint}.json"
     try:
@@ -222,8 +222,6 @@ def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> dic
     except OSError:
         pass
     _write_atomic(target, data)
-    kept = loads(data)
-    return kept if type(kept) is dict else dict(report)
 
 
 _SIZES = "sizes.json"

@@ -419,5 +419,5 @@ def analyze(
     )
     report = rolled_up(parts, stats, cache if critical else None, **options)
     if cache is not None and fingerprint is not None:
-        report = save_report(cache, fingerprint, report)
+        save_report(cache, fingerprint, report)
     return report
