@@ -30,9 +30,12 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from array import array
-from collections import defaultdict
+from bisect import bisect_left
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from operator import neg
 from typing import Any
 
 __all__ = ["CritPart", "Memo", "critical_path", "walk_file"]
@@ -44,11 +47,13 @@ _BLOCK = 1024  # entries looked at together when most ended before the walks tha
 class CritPart:
     """One process's walks: its walk roots (driver steps, entries) and their stretches, compact.
 
-    ``nodes``: the spans stretches are attributed to, each as its span id and (name, bucket); ``stretches``: two
-    int arrays (start ns, node), each root's run of them from its end backwards, tiling the root's interval
-    (a stretch ends where the one before it starts, the first where its root ends); ``steps``: step ->
-    [(first stretch, count, end ns)] of the driver's umbrellas; ``entries``: per entry, its parent's id, its
-    interval, its node and its stretches (count 0: the entry is a leaf, its own whole interval)."""
+    ``nodes``: the process's spans (a stretch, an entry, a child names one by its row), each as its span id and
+    (name, bucket); ``stretches``: two int arrays (start ns, node), each root's run of them from its end
+    backwards, tiling the root's interval (a stretch ends where the one before it starts, the first where its
+    root ends); ``steps``: step -> [(first stretch, count, end ns)] of the driver's umbrellas; ``entries``:
+    per entry, its parent's id, its interval, its node, and its one child where that child is a leaf and the
+    entry has no other (node, interval; node -1: none); ``walked``: the entries with any other shape (sorted)
+    and their stretches (an entry in neither is a leaf: its own whole interval)."""
 
     __slots__ = (
         "node_ids",
@@ -61,8 +66,12 @@ class CritPart:
         "e_start",
         "e_end",
         "e_node",
-        "e_off",
-        "e_len",
+        "k_node",
+        "k_start",
+        "k_end",
+        "w_entry",
+        "w_off",
+        "w_len",
     )
 
     def __init__(self) -> None:
@@ -76,8 +85,12 @@ class CritPart:
         self.e_start = array("q")
         self.e_end = array("q")
         self.e_node = array("i")
-        self.e_off = array("q")
-        self.e_len = array("i")
+        self.k_node = array("i")
+        self.k_start = array("q")
+        self.k_end = array("q")
+        self.w_entry = array("i")
+        self.w_off = array("q")
+        self.w_len = array("i")
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, k) for k in self.__slots__)
@@ -90,8 +103,8 @@ class CritPart:
         return isinstance(other, CritPart) and self.__getstate__() == other.__getstate__()
 
     def merge(self, other: CritPart) -> None:
-        """Fold another part of the same process in (its stretches and nodes after this one's)."""
-        nodes, stretches = len(self.node_ids), len(self.a)
+        """Fold another part of the same process in (its nodes, stretches and entries after this one's)."""
+        nodes, stretches, entries = len(self.node_ids), len(self.a), len(self.e_parent)
         self.node_ids = _joined(self.node_ids, other.node_ids)
         known = {attr: n for n, attr in enumerate(self.attrs)}
         remap = []
@@ -100,7 +113,7 @@ class CritPart:
                 known[attr] = len(self.attrs)
                 self.attrs.append(attr)
             remap.append(known[attr])
-        self.node_attr.extend(remap[n] for n in other.node_attr)
+        self.node_attr.extend(map(remap.__getitem__, other.node_attr))
         self.a += other.a
         self.node.extend(n + nodes for n in other.node)
         for step, runs in other.steps.items():
@@ -109,8 +122,12 @@ class CritPart:
         self.e_start += other.e_start
         self.e_end += other.e_end
         self.e_node.extend(n + nodes for n in other.e_node)
-        self.e_off.extend(off + stretches for off in other.e_off)
-        self.e_len += other.e_len
+        self.k_node.extend(n + nodes if n >= 0 else -1 for n in other.k_node)
+        self.k_start += other.k_start
+        self.k_end += other.k_end
+        self.w_entry.extend(e + entries for e in other.w_entry)
+        self.w_off.extend(off + stretches for off in other.w_off)
+        self.w_len += other.w_len
 
 
 def _ids(values: list[Any]) -> Any:
@@ -135,31 +152,38 @@ def _joined(mine: Any, other: Any) -> Any:
 def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: Sequence[int], skip: Any) -> CritPart:
     """One process's walks (see the module docstring). ``tree``: its linked spans; ``ids``: their span ids;
     ``remote_parent``: entry row -> the id of its parent in another process; ``umbrellas``: rows of the
-    driver's final-run step umbrellas; ``skip(row)``: a row of a superseded run (walks no further), or None."""
+    driver's final-run step umbrellas; ``skip(row)``: a row of a superseded run (walks no further), or None.
+
+    An entry that is a leaf, or has one child that is a leaf (a worker's phase and its one inner span, the
+    common shape), is not walked here: its child is all the rollup needs (:meth:`_Index.entry`). The
+    entries' columns are made in bulk, as is the node table (every span of the file, by row)."""
     starts, ends, parents, has_child = tree.starts, tree.ends, tree.parents, tree.has_child
+    only = dict(zip(parents, range(len(parents)), strict=False))  # parent -> its last child: its child if one
+    many: set[int] = set()  # the spans with more than one child (none, often: then no count of them)
+    if len(parents) - parents.count(-1) > has_child.count(1):
+        many = {p for p, count in Counter(parents).items() if count > 1 and p != -1}
     kids: dict[int, list[int]] = {}
-    get = kids.get
-    for i, p in enumerate(parents):
-        if p != -1:
-            found = get(p)
-            if found is None:
-                kids[p] = [i]
-            else:
-                found.append(i)
-    for children in kids.values():
-        if len(children) > 1:
+    if many:
+        for i, p in enumerate(parents):
+            if p in many:
+                found = kids.get(p)
+                if found is None:
+                    kids[p] = [i]
+                else:
+                    found.append(i)
+        for children in kids.values():
             children.sort(key=ends.__getitem__, reverse=True)
     part = CritPart()
-    a, node = part.a, part.node  # node: the span's row until the end (then its slot)
+    a, node = part.a, part.node
 
     def walk(root: int) -> tuple[int, int]:
         first = len(a)
         stack = [(root, ends[root], starts[root], 0)]
         while stack:
             row, t, low, pos = stack.pop()
-            children = kids.get(row)
             descended = False
-            if children is not None:
+            if has_child[row]:
+                children = kids.get(row) or (only[row],)
                 count = len(children)
                 while pos < count:
                     c = children[pos]
@@ -189,58 +213,31 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                 node.append(row)
         return first, len(a) - first
 
-    entry_rows = array("q")
     for row in umbrellas:
         step = tree.own_steps[row]
         part.steps.setdefault(step, []).append((*walk(row), ends[row]))
-    e_start, e_end, e_off, e_len = part.e_start, part.e_end, part.e_off, part.e_len
-    e_parent = []
-    for row, parent_id in remote_parent.items():
-        if skip is not None and skip(row):
-            continue
-        e_parent.append(parent_id)
-        start, end = starts[row], ends[row]
-        e_start.append(start)
-        e_end.append(end)
-        entry_rows.append(row)
-        off = len(a)
-        below = kids.get(row)
-        if below is None:  # a leaf: its whole interval, no stretch stored
-            count = 0
-        elif len(below) == 1 and not has_child[below[0]]:  # one leaf child: the walk, inline
-            c = below[0]
-            t, c_end = end, ends[c]
-            if start < c_end <= t:
-                if t > c_end:
-                    a.append(c_end)
-                    node.append(row)
-                c_start = starts[c]
-                t = c_start if c_start > start else start
-                a.append(t)
-                node.append(c)
-            if t > start:
-                a.append(start)
-                node.append(row)
-            count = len(a) - off
-        else:
-            off, count = walk(row)
-        e_off.append(off)
-        e_len.append(count)
-    used = sorted(set(node) | set(entry_rows))  # the spans stretches name: a compact table of them
-    slot = {row: n for n, row in enumerate(used)}
-    names, buckets = tree.names, tree.buckets
-    part.node_ids = _ids([ids[row] for row in used])
-    part.e_parent = _ids(e_parent)
-    known: dict[tuple[Any, Any], int] = {}
-    for row in used:
-        attr = (names[row], buckets[row])
-        slot_of = known.get(attr, -1)
-        if slot_of == -1:
-            slot_of = known[attr] = len(part.attrs)
-            part.attrs.append(attr)
-        part.node_attr.append(slot_of)
-    part.node = array("i", map(slot.__getitem__, node))
-    part.e_node = array("i", map(slot.__getitem__, entry_rows))
+    rows = list(remote_parent) if skip is None else [row for row in remote_parent if not skip(row)]
+    # per entry: -1 a leaf, its one child's row where that child is a leaf, else -2 (walked here)
+    kid = [-1 if not has_child[row] else -2 if row in many or has_child[c := only[row]] else c for row in rows]
+    if -2 in kid:
+        for e, c in enumerate(kid):
+            if c == -2:
+                off, count = walk(rows[e])
+                part.w_entry.append(e)
+                part.w_off.append(off)
+                part.w_len.append(count)
+                kid[e] = -1
+    part.e_parent = _ids([remote_parent[row] for row in rows])
+    part.e_start = array("q", map(starts.__getitem__, rows))
+    part.e_end = array("q", map(ends.__getitem__, rows))
+    part.e_node = array("i", rows)
+    part.k_node = array("i", kid)
+    part.k_start = array("q", map(starts.__getitem__, kid))  # (where there is none, -1 reads the last span:
+    part.k_end = array("q", map(ends.__getitem__, kid))  # never read)
+    part.node_ids = ids if type(ids) is array else _ids(list(ids))
+    pairs = list(zip(tree.names, tree.buckets, strict=True))
+    part.attrs = list(dict.fromkeys(pairs))
+    part.node_attr = array("i", map(dict(zip(part.attrs, itertools.count())).__getitem__, pairs))
     return part
 
 
@@ -248,18 +245,20 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 
 def _ended_after(ends: Any, after: int) -> Any:
-    """The positions of the entries that ended after ``after``: all of them as a range; else a generator
-    that skips, in C, each block of entries that all ended before (no list of them: a cold read keeps all;
-    each pass over them asks again)."""
+    """The positions of the entries that ended after ``after``: all of them as a range; else an int array of
+    them, made skipping, in C, each block of entries that all ended before (a refresh takes few)."""
     n = len(ends)
     if after == _BEFORE_ALL or min(ends, default=after + 1) > after:
         return range(n)
-    return (
-        e
-        for lo in range(0, n, _BLOCK)
-        if max(ends[lo : lo + _BLOCK]) > after
-        for e in range(lo, min(lo + _BLOCK, n))
-        if ends[e] > after
+    return array(
+        "q",
+        (
+            e
+            for lo in range(0, n, _BLOCK)
+            if max(ends[lo : lo + _BLOCK]) > after
+            for e in range(lo, min(lo + _BLOCK, n))
+            if ends[e] > after
+        ),
     )
 
 
@@ -271,50 +270,76 @@ class _Index:
 
     def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
         self.parts = parts
-        taken: list[int] = []  # the parts with entries
-        group: dict[Any, int] = {}  # parent id -> its group (parents numbered as met)
-        sizes = array("q")
+        taken = []  # (part, the positions of its entries taken)
+        sizes: Counter[Any] = Counter()  # parent id -> its entries taken (parents in the order met)
         for p, part in enumerate(parts):
             crit = part.crit
-            n = 0 if crit is None else len(crit.e_parent)
-            if not n:
+            if crit is None or not len(crit.e_parent):
                 continue
-            ends, parents = crit.e_end, crit.e_parent
-            for e in _ended_after(ends, after):
-                g = group.setdefault(parents[e], len(sizes))
-                if g == len(sizes):
-                    sizes.append(0)
-                sizes[g] += 1
-            taken.append(p)
+            kept = _ended_after(crit.e_end, after)
+            whole = type(kept) is range
+            sizes.update(crit.e_parent if whole else map(crit.e_parent.__getitem__, kept))
+            taken.append((p, kept, whole))
         #: parent id -> its group; a group's entries are ``first[g]:first[g + 1]`` of ``ends`` and ``refs``
-        self.group = group
-        first = self.first = array("q", [0]) * (len(sizes) + 1)
-        for g, size in enumerate(sizes):
-            first[g + 1] = first[g] + size
+        group = self.group = dict(zip(sizes, itertools.count()))
+        first = self.first = array("q", [0])
+        first.extend(itertools.accumulate(sizes.values()))
+        del sizes
         self.ends = array("q", bytes(8 * first[-1]))
         self.refs = array("q", bytes(8 * first[-1]))
         cursor, ends_out, refs_out = array("q", first), self.ends, self.refs
-        for p in taken:
+        for p, kept, whole in taken:
             crit = parts[p].crit
             ends, parents, base = crit.e_end, crit.e_parent, p << 32
-            for e in _ended_after(ends, after):
-                g = group[parents[e]]
+            if whole:
+                rows = zip(kept, map(group.__getitem__, parents), ends, strict=True)
+            else:
+                taken_parents = map(parents.__getitem__, kept)
+                rows = zip(kept, map(group.__getitem__, taken_parents), map(ends.__getitem__, kept), strict=True)
+            for e, g, end in rows:
                 at = cursor[g]
                 cursor[g] = at + 1
-                ends_out[at] = ends[e]
+                ends_out[at] = end
                 refs_out[at] = base | e
 
-    def run(self, p: int, off: int, count: int, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
-        """Add a run of part ``p``'s stretches (its root ending at ``end``), cut at ``low``, into ``acc``
-        ((part, node) -> ns), each span's own time walked again over the entries hanging from it."""
-        crit = self.parts[p].crit
-        a, node = crit.a, crit.node
-        for k in range(off, off + count):
+    def run(self, p: int, stretches: Any, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
+        """Add a run of part ``p``'s stretches ((start, node) pairs, its root ending at ``end``), cut at
+        ``low``, into ``acc`` ((part, node) -> ns), each span's own time walked again over the entries hanging
+        from it."""
+        for start, n in stretches:
             if end <= low:
                 break  # (from the end backwards: the rest lie below the bound)
-            start = a[k]
-            self.own(p, node[k], start if start > low else low, end, acc)
+            self.own(p, n, start if start > low else low, end, acc)
             end = start
+
+    def stored(self, p: int, off: int, count: int) -> Any:
+        """Part ``p``'s stored run of ``count`` stretches from ``off``, as (start, node) pairs."""
+        crit = self.parts[p].crit
+        return zip(crit.a[off : off + count], crit.node[off : off + count], strict=True)
+
+    def entry(self, q: int, e: int, low: int, acc: dict[tuple[int, int], int]) -> None:
+        """Entry ``e`` of part ``q`` walked from its end down to ``low``: its stretches where it was walked;
+        for one with one leaf child (not walked per file), the walk's rule on that child here; else (a leaf)
+        its own time."""
+        crit = self.parts[q].crit
+        end, row, start = crit.e_end[e], crit.e_node[e], crit.e_start[e]
+        w = bisect_left(crit.w_entry, e)
+        if w < len(crit.w_entry) and crit.w_entry[w] == e:
+            self.run(q, self.stored(q, crit.w_off[w], crit.w_len[w]), end, low, acc)
+            return
+        k = crit.k_node[e]
+        c_end = crit.k_end[e]
+        if k == -1 or not start < c_end <= end:  # (a leaf; or a child still running at the entry's end, or
+            self.own(q, row, low, end, acc)  # ended before it began: the entry's own time)
+            return
+        c_start = crit.k_start[e]
+        c_low = c_start if c_start > start else start
+        stretches = [(c_low, k)]
+        if end > c_end:
+            stretches.insert(0, (c_end, row))
+        if c_low > start:
+            stretches.append((start, row))
+        self.run(q, stretches, end, low, acc)
 
     def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
         """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
@@ -340,13 +365,9 @@ class _Index:
                 acc[key] = acc.get(key, 0) + t - end
             ref = refs[i]
             q, e = ref >> 32, ref & 0xFFFFFFFF
-            child = parts[q].crit
-            start = child.e_start[e]
+            start = parts[q].crit.e_start[e]
             bound = start if start > low else low
-            if child.e_len[e]:
-                self.run(q, child.e_off[e], child.e_len[e], end, bound, acc)
-            else:
-                self.own(q, child.e_node[e], bound, end, acc)
+            self.entry(q, e, bound, acc)
             t = bound
             if t <= low:
                 break
@@ -472,7 +493,7 @@ def _walked(index: _Index, p: int, runs: Sequence[tuple[int, int, int]]) -> dict
     processes = index.parts
     per: dict[tuple[int, int], int] = {}
     for off, count, end in runs:
-        index.run(p, off, count, end, _BEFORE_ALL, per)
+        index.run(p, index.stored(p, off, count), end, _BEFORE_ALL, per)
     by_key: dict[tuple[str, int, str, Any], int] = defaultdict(int)
     for (q, n), ns in per.items():
         owner = processes[q]

@@ -13,7 +13,7 @@ import pytest
 from lens_rl.offline.goodput import analyze
 from lens_rl.offline.table import format_table
 from lens_rl.store import span_files
-from tests.stores import span, write_process
+from tests.stores import span, span_id, write_process
 
 
 def _driver(run: Path, spans: list[dict[str, Any]]) -> None:
@@ -236,3 +236,127 @@ def test_a_zero_length_worker_span_is_walked_once(tmp_path: Path) -> None:
     (step,) = analyze(span_files(run), jobs=1)["critical_path"]["steps"]
     assert step["critical_s"] == pytest.approx(10.0)
     assert step["by_phase"] == {"driver policy_training": 6.0, "driver step": 2.0, "lm_policy train": 2.0}
+
+
+def _reference(spans: dict[str, tuple[str, dict[str, Any]]], umbrellas: list[str]) -> dict[Any, dict[str, float]]:
+    """The SPEC's rule, walked naively over every span of the job at once (local and remote children alike):
+    per step, critical seconds by "<group> <phase>"."""
+    children: dict[str, list[str]] = {}
+    for sid, (_group, row) in spans.items():
+        if "p" in row:
+            children.setdefault(row["p"], []).append(sid)
+    out: dict[Any, dict[str, float]] = {}
+
+    def walk(sid: str, low: int, high: int, acc: dict[str, float]) -> None:
+        group, row = spans[sid]
+        label, t = f"{group} {row['n']}", high
+        for c in sorted(children.get(sid, []), key=lambda c: spans[c][1]["e"], reverse=True):
+            end = spans[c][1]["e"]
+            if end > t:
+                continue
+            if end <= low:
+                break
+            acc[label] = acc.get(label, 0.0) + (t - end) / 1e9
+            bound = max(spans[c][1]["b"], low)
+            walk(c, bound, end, acc)
+            t = bound
+            if t <= low:
+                break
+        if t > low:
+            acc[label] = acc.get(label, 0.0) + (t - low) / 1e9
+
+    for sid in umbrellas:
+        row = spans[sid][1]
+        walk(sid, row["b"], row["e"], out.setdefault(row["a"]["rl.step"], {}))
+    return out
+
+
+def _random_job(run: Path, seed: int) -> tuple[dict[str, tuple[str, dict[str, Any]]], list[str]]:
+    """A job of random shape: driver steps of phases (some with a nested local phase), workers answering
+    calls with every shape an entry takes (a leaf; one child inside it, begun before it, still running at its
+    end, or done before it began; two children; a child with its own child; an entry that outlives the driver's phase),
+    and a rollout server called from a worker's inner span. Remote calls hang only from spans with no
+    local child (where the SPEC's rule and the walk's split into local and remote agree exactly)."""
+    import random
+
+    rng = random.Random(seed)
+    files: dict[tuple[str, int], list[dict[str, Any]]] = {("driver", 0): [span("rl.job", 0, 1000, "job")]}
+    umbrellas, n = [], 0
+
+    def add(where: tuple[str, int], row: dict[str, Any]) -> dict[str, Any]:
+        files.setdefault(where, []).append(row)
+        return row
+
+    def label() -> str:
+        nonlocal n
+        n += 1
+        return f"x{seed}-{n}"
+
+    for step in range(6):
+        t0 = step * 20 + rng.uniform(0, 1)
+        s = label()
+        add(("driver", 0), span("step", t0, t0 + 15 + rng.uniform(0, 1), s, parent="job", step=step))
+        umbrellas.append(s)
+        t = t0 + rng.uniform(0, 0.5)
+        for phase in ("generation", "logprob", "policy_training"):
+            p, d = label(), rng.uniform(2, 4)
+            add(("driver", 0), span(phase, t, t + d, p, parent=s, bucket="productive"))
+            if rng.random() < 0.3:  # a nested local phase: no remote call hangs from this one
+                add(("driver", 0), span("inner", t + 0.1 * d, t + 0.6 * d, label(), parent=p, bucket="overhead"))
+            else:
+                for rank in range(3):
+                    if rng.random() < 0.15:
+                        continue
+                    b, e = t + rng.uniform(-0.5, 0.5 * d), t + rng.uniform(0.5 * d, 1.2 * d)
+                    w, shape = label(), rng.randrange(8)
+                    add(
+                        ("lm_policy", rank),
+                        span("train", b, e, w, parent=p, remote=True, bucket="productive", step=step),
+                    )
+                    kid = label()
+                    if shape == 1:
+                        add(("lm_policy", rank), span("fwd", b + 0.2 * (e - b), b + 0.7 * (e - b), kid, parent=w))
+                        if rng.random() < 0.5:
+                            c = b + rng.uniform(0.25, 0.4) * (e - b)
+                            add(("rollout", 0), span("reward", c, c + 0.2 * (e - b), label(), parent=kid, remote=True))
+                    elif shape == 2:
+                        add(("lm_policy", rank), span("fwd", b + 0.5 * (e - b), e + 0.3, kid, parent=w))
+                    elif shape == 3:
+                        add(("lm_policy", rank), span("fwd", b - 0.4, b - 0.1, kid, parent=w))
+                    elif shape == 4:
+                        add(("lm_policy", rank), span("fwd", b + 0.1 * (e - b), b + 0.4 * (e - b), kid, parent=w))
+                        add(("lm_policy", rank), span("bwd", b + 0.3 * (e - b), b + 0.9 * (e - b), label(), parent=w))
+                    elif shape == 5:
+                        add(("lm_policy", rank), span("fwd", b + 0.1 * (e - b), b + 0.9 * (e - b), kid, parent=w))
+                        add(
+                            ("lm_policy", rank), span("gemm", b + 0.2 * (e - b), b + 0.5 * (e - b), label(), parent=kid)
+                        )
+                    elif shape == 7:  # begun before its entry (another clock), done inside it
+                        add(("lm_policy", rank), span("fwd", b - 0.3, b + 0.5 * (e - b), kid, parent=w))
+                    elif shape == 6:
+                        add(("lm_policy", rank), span("fwd", b + 0.1 * (e - b), b + 0.3 * (e - b), kid, parent=w))
+                        add(("lm_policy", rank), span("bwd", b + 0.4 * (e - b), b + 0.8 * (e - b), label(), parent=w))
+                        add(
+                            ("lm_policy", rank), span("gemm", b + 0.5 * (e - b), b + 0.6 * (e - b), label(), parent=kid)
+                        )
+            t += d + rng.uniform(0.1, 0.5)
+    spans = {}
+    for pid, ((group, rank), rows) in enumerate(sorted(files.items()), start=1):
+        extra = {"root": "job", "role": "driver"} if group == "driver" else {}
+        write_process(run, group, rank, pid, rows, **extra)
+        spans.update((row["s"], (group, row)) for row in rows)
+    return spans, [span_id(u) for u in umbrellas]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_every_entry_shape_walks_as_the_rule_says(tmp_path: Path, seed: int) -> None:
+    """On random jobs with every shape a worker's entry takes, each step's critical seconds per phase are
+    what the SPEC's rule gives walked naively over the whole job, whatever the parallelism."""
+    spans, umbrellas = _random_job(tmp_path / "r", seed)
+    expected = _reference(spans, umbrellas)
+    for jobs in (1, 2):
+        steps = analyze(span_files(tmp_path / "r"), jobs=jobs)["critical_path"]["steps"]
+        assert [s["step"] for s in steps] == sorted(expected)
+        for row in steps:
+            got = {k: v for k, v in row["by_phase"].items() if v}
+            assert got == pytest.approx({k: v for k, v in expected[row["step"]].items() if v}, abs=2e-6)
