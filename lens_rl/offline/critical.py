@@ -35,7 +35,6 @@ from array import array
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from operator import neg
 from typing import Any
 
 __all__ = ["CritPart", "Memo", "critical_path", "walk_file"]
@@ -246,20 +245,19 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 def _ended_after(ends: Any, after: int) -> Any:
     """The positions of the entries that ended after ``after``: all of them as a range; else an int array of
-    them, made skipping, in C, each block of entries that all ended before (a refresh takes few)."""
+    them, each block of entries taken or skipped whole, in C, where all its entries ended after or before
+    (ends come nearly in order: a refresh takes few blocks, and looks inside one or two)."""
     n = len(ends)
     if after == _BEFORE_ALL or min(ends, default=after + 1) > after:
         return range(n)
-    return array(
-        "q",
-        (
-            e
-            for lo in range(0, n, _BLOCK)
-            if max(ends[lo : lo + _BLOCK]) > after
-            for e in range(lo, min(lo + _BLOCK, n))
-            if ends[e] > after
-        ),
-    )
+    taken = array("q")
+    for lo in range(0, n, _BLOCK):
+        block = ends[lo : lo + _BLOCK]
+        if min(block) > after:
+            taken.extend(range(lo, lo + len(block)))
+        elif max(block) > after:
+            taken.extend(e for e in range(lo, lo + len(block)) if ends[e] > after)
+    return taken
 
 
 class _Index:
