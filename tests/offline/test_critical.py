@@ -360,3 +360,17 @@ def test_every_entry_shape_walks_as_the_rule_says(tmp_path: Path, seed: int) -> 
         for row in steps:
             got = {k: v for k, v in row["by_phase"].items() if v}
             assert got == pytest.approx({k: v for k, v in expected[row["step"]].items() if v}, abs=2e-6)
+
+
+def test_a_refresh_indexes_exactly_the_entries_that_ended_after_its_bound() -> None:
+    """A look that walks only new steps indexes the entries that ended after the earliest of them: every one
+    of them (a late one among early ones too, as clocks and async calls give), and none before."""
+    import random
+
+    from lens_rl.offline.critical import _ended_after
+
+    rng = random.Random(3)
+    ends = [i * 10 + rng.randrange(-50, 50) for i in range(5000)]  # nearly in order, as a process writes them
+    ends[100] = 49_000  # one that ended late, among early ones
+    for after in (-(2**63), -100, 0, 12_345, 30_000, 49_990, 60_000):
+        assert list(_ended_after(ends, after)) == [e for e, end in enumerate(ends) if end > after]
