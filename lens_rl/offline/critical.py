@@ -12,7 +12,9 @@ Streaming, in two halves that meet at the rollup:
 * **Per file** (:func:`walk_file`, inside the goodput read: no other pass). Each process walks its own
   spans from every *walk root*: the driver's step umbrellas, and every *entry* (a span whose parent was
   carried in from another process). The result, a :class:`CritPart`, holds each root's stretches (from its
-  end backwards) and, per entry, the parent id it hangs from: a few int arrays, merged exactly.
+  end backwards) and, per entry, the parent id it hangs from: a few int arrays, merged exactly. An entry
+  that is a leaf, or whose one child is a leaf (the common worker shape), is not walked here: its child's
+  row and interval are kept, and the rollup applies the rule to them when a walk reaches the entry.
 * **At the rollup** (:func:`critical_path`). Entries are indexed by the parent they hang from. A stretch
   of a span's own time that has entries hanging from that span is walked again over those remote
   children (the same rule; their own stretches, cut at the walk's bound, go in its place): a driver phase
