@@ -224,9 +224,10 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
         for e, c in enumerate(kid):
             if c == -2:
                 off, count = walk(rows[e])
-                part.w_entry.append(e)
-                part.w_off.append(off)
-                part.w_len.append(count)
+                if count:  # (none: an entry of no length, read as a leaf)
+                    part.w_entry.append(e)
+                    part.w_off.append(off)
+                    part.w_len.append(count)
                 kid[e] = -1
     part.e_parent = _ids([remote_parent[row] for row in rows])
     part.e_start = array("q", map(starts.__getitem__, rows))
