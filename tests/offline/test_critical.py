@@ -271,11 +271,24 @@ def _reference(spans: dict[str, tuple[str, dict[str, Any]]], umbrellas: list[str
     return out
 
 
+#: the shapes a worker's entry takes: its spans as (name, start, end, parent), start and end fractions of the
+#: entry's interval ("w": the entry)
+_SHAPES: tuple[tuple[tuple[str, float, float, str], ...], ...] = (
+    (),  # a leaf
+    (("fwd", 0.2, 0.7, "w"),),  # one child inside it
+    (("fwd", 0.5, 1.2, "w"),),  # one still running at its end
+    (("fwd", -0.3, -0.1, "w"),),  # one done before it began
+    (("fwd", -0.1, 0.5, "w"),),  # one begun before it (another clock), done inside it
+    (("fwd", 0.1, 0.4, "w"), ("bwd", 0.3, 0.9, "w")),  # two children
+    (("fwd", 0.1, 0.9, "w"), ("gemm", 0.2, 0.5, "fwd")),  # a child with its own child
+    (("fwd", 0.1, 0.3, "w"), ("bwd", 0.4, 0.8, "w"), ("gemm", 0.5, 0.6, "fwd")),
+)
+
+
 def _random_job(run: Path, seed: int) -> tuple[dict[str, tuple[str, dict[str, Any]]], list[str]]:
     """A job of random shape: driver steps of phases (some with a nested local phase), workers answering
-    calls with every shape an entry takes (a leaf; one child inside it, begun before it, still running at its
-    end, or done before it began; two children; a child with its own child; an entry that outlives the driver's phase),
-    and a rollout server called from a worker's inner span. Remote calls hang only from spans with no
+    calls with every shape an entry takes (:data:`_SHAPES`; an entry may outlive the driver's phase), and a
+    rollout server called from a worker's inner span. Remote calls hang only from spans with no
     local child (where the SPEC's rule and the walk's split into local and remote agree exactly)."""
     import random
 
@@ -283,9 +296,8 @@ def _random_job(run: Path, seed: int) -> tuple[dict[str, tuple[str, dict[str, An
     files: dict[tuple[str, int], list[dict[str, Any]]] = {("driver", 0): [span("rl.job", 0, 1000, "job")]}
     umbrellas, n = [], 0
 
-    def add(where: tuple[str, int], row: dict[str, Any]) -> dict[str, Any]:
+    def add(where: tuple[str, int], row: dict[str, Any]) -> None:
         files.setdefault(where, []).append(row)
-        return row
 
     def label() -> str:
         nonlocal n
@@ -308,36 +320,23 @@ def _random_job(run: Path, seed: int) -> tuple[dict[str, tuple[str, dict[str, An
                     if rng.random() < 0.15:
                         continue
                     b, e = t + rng.uniform(-0.5, 0.5 * d), t + rng.uniform(0.5 * d, 1.2 * d)
-                    w, shape = label(), rng.randrange(8)
+                    w, shape = label(), rng.randrange(len(_SHAPES))
                     add(
                         ("lm_policy", rank),
                         span("train", b, e, w, parent=p, remote=True, bucket="productive", step=step),
                     )
-                    kid = label()
-                    if shape == 1:
-                        add(("lm_policy", rank), span("fwd", b + 0.2 * (e - b), b + 0.7 * (e - b), kid, parent=w))
-                        if rng.random() < 0.5:
-                            c = b + rng.uniform(0.25, 0.4) * (e - b)
-                            add(("rollout", 0), span("reward", c, c + 0.2 * (e - b), label(), parent=kid, remote=True))
-                    elif shape == 2:
-                        add(("lm_policy", rank), span("fwd", b + 0.5 * (e - b), e + 0.3, kid, parent=w))
-                    elif shape == 3:
-                        add(("lm_policy", rank), span("fwd", b - 0.4, b - 0.1, kid, parent=w))
-                    elif shape == 4:
-                        add(("lm_policy", rank), span("fwd", b + 0.1 * (e - b), b + 0.4 * (e - b), kid, parent=w))
-                        add(("lm_policy", rank), span("bwd", b + 0.3 * (e - b), b + 0.9 * (e - b), label(), parent=w))
-                    elif shape == 5:
-                        add(("lm_policy", rank), span("fwd", b + 0.1 * (e - b), b + 0.9 * (e - b), kid, parent=w))
+                    made = {"w": w}
+                    for name, lo, hi, parent in _SHAPES[shape]:  # (fractions of the entry's interval)
+                        made[name] = label()
                         add(
-                            ("lm_policy", rank), span("gemm", b + 0.2 * (e - b), b + 0.5 * (e - b), label(), parent=kid)
+                            ("lm_policy", rank),
+                            span(name, b + lo * (e - b), b + hi * (e - b), made[name], parent=made[parent]),
                         )
-                    elif shape == 7:  # begun before its entry (another clock), done inside it
-                        add(("lm_policy", rank), span("fwd", b - 0.3, b + 0.5 * (e - b), kid, parent=w))
-                    elif shape == 6:
-                        add(("lm_policy", rank), span("fwd", b + 0.1 * (e - b), b + 0.3 * (e - b), kid, parent=w))
-                        add(("lm_policy", rank), span("bwd", b + 0.4 * (e - b), b + 0.8 * (e - b), label(), parent=w))
+                    if shape == 1 and rng.random() < 0.5:  # a rollout server called from the inner span
+                        c = b + rng.uniform(0.25, 0.4) * (e - b)
                         add(
-                            ("lm_policy", rank), span("gemm", b + 0.5 * (e - b), b + 0.6 * (e - b), label(), parent=kid)
+                            ("rollout", 0),
+                            span("reward", c, c + 0.2 * (e - b), label(), parent=made["fwd"], remote=True),
                         )
             t += d + rng.uniform(0.1, 0.5)
     spans = {}
