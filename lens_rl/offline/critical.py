@@ -39,10 +39,11 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = ["CritPart", "Memo", "critical_path", "walk_file"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
-_BLOCK = 1024  # entries looked at together when most ended before the walks that remain
 
 
 class CritPart:
@@ -230,12 +231,12 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                     part.w_len.append(count)
                 kid[e] = -1
     part.e_parent = _ids([remote_parent[row] for row in rows])
-    part.e_start = array("q", map(starts.__getitem__, rows))
-    part.e_end = array("q", map(ends.__getitem__, rows))
-    part.e_node = array("i", rows)
-    part.k_node = array("i", kid)
-    part.k_start = array("q", map(starts.__getitem__, kid))  # (where there is none, -1 reads the last span:
-    part.k_end = array("q", map(ends.__getitem__, kid))  # never read)
+    part.e_node, part.k_node = array("i", rows), array("i", kid)
+    at, kid_at = np.frombuffer(part.e_node, np.int32), np.frombuffer(part.k_node, np.int32)
+    starts_of, ends_of = np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)
+    part.e_start, part.e_end = _as_array(starts_of[at]), _as_array(ends_of[at])
+    # (where there is no child, -1 reads the last span: never read)
+    part.k_start, part.k_end = _as_array(starts_of[kid_at]), _as_array(ends_of[kid_at])
     part.node_ids = ids if type(ids) is array else _ids(list(ids))
     pairs = list(zip(tree.names, tree.buckets, strict=True))
     part.attrs = list(dict.fromkeys(pairs))
@@ -247,61 +248,56 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 
 
 def _ended_after(ends: Any, after: int) -> Any:
-    """The positions of the entries that ended after ``after``: all of them as a range; else an int array of
-    them, each block of entries taken or skipped whole, in C, where all its entries ended after or before
-    (ends come nearly in order: a refresh takes few blocks, and looks inside one or two)."""
-    n = len(ends)
-    if after == _BEFORE_ALL or min(ends, default=after + 1) > after:
-        return range(n)
-    taken = array("q")
-    for lo in range(0, n, _BLOCK):
-        block = ends[lo : lo + _BLOCK]
-        if min(block) > after:
-            taken.extend(range(lo, lo + len(block)))
-        elif max(block) > after:
-            taken.extend(e for e in range(lo, lo + len(block)) if ends[e] > after)
-    return taken
+    """The positions of the entries that ended after ``after`` (an int64 array of ``ends``), as an int array."""
+    return np.arange(len(ends)) if after == _BEFORE_ALL else np.flatnonzero(ends > after)
+
+
+def _groups(parents: Sequence[Any]) -> tuple[dict[Any, int], Any]:
+    """The taken entries' parent ids (per part, a uint64 array or a list) as groups: parent id -> its group,
+    and each entry's group in the order read."""
+    if all(type(ids) is np.ndarray for ids in parents):
+        ids, groups = np.unique(np.concatenate(parents) if parents else np.zeros(0, np.uint64), return_inverse=True)
+        return dict(zip(ids.tolist(), itertools.count())), groups
+    listed = [i for ids in parents for i in (ids.tolist() if type(ids) is np.ndarray else ids)]
+    group = dict(zip(dict.fromkeys(listed), itertools.count()))
+    return group, np.fromiter(map(group.__getitem__, listed), np.int64, len(listed))
+
+
+def _as_array(values: Any) -> array:
+    """An int64 numpy array as an ``array("q")`` (whose items Python reads one at a time fast)."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
+    return out
 
 
 class _Index:
     """Every process's entries by the parent they hang from, compact: an entry is one int (its part's
     position << 32 | its own), the entries of one parent a slice of two flat int arrays (their ends and refs,
-    in the order they were read), found by the parent's id. Entries that ended at or before ``after`` are
-    left out (no walk whose bounds lie after it can take them)."""
+    latest end first, ties in the order they were read), found by the parent's id. Entries that ended at or
+    before ``after`` are left out (no walk whose bounds lie after it can take them). Built in bulk (numpy):
+    the rollup's only pass over every entry."""
 
     def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
         self.parts = parts
-        taken = []  # (part, the positions of its entries taken)
-        sizes: Counter[Any] = Counter()  # parent id -> its entries taken (parents in the order met)
+        ends, refs, parents = [], [], []  # per part with entries: those taken
         for p, part in enumerate(parts):
             crit = part.crit
             if crit is None or not len(crit.e_parent):
                 continue
-            kept = _ended_after(crit.e_end, after)
-            whole = type(kept) is range
-            sizes.update(crit.e_parent if whole else map(crit.e_parent.__getitem__, kept))
-            taken.append((p, kept, whole))
+            all_ends = np.frombuffer(crit.e_end, np.int64)
+            kept = _ended_after(all_ends, after)
+            ends.append(all_ends[kept])
+            refs.append(kept | (p << 32))
+            ids = crit.e_parent
+            parents.append(np.frombuffer(ids, np.uint64)[kept] if type(ids) is array else [ids[e] for e in kept])
         #: parent id -> its group; a group's entries are ``first[g]:first[g + 1]`` of ``ends`` and ``refs``
-        group = self.group = dict(zip(sizes, itertools.count()))
-        first = self.first = array("q", [0])
-        first.extend(itertools.accumulate(sizes.values()))
-        del sizes
-        self.ends = array("q", bytes(8 * first[-1]))
-        self.refs = array("q", bytes(8 * first[-1]))
-        cursor, ends_out, refs_out = array("q", first), self.ends, self.refs
-        for p, kept, whole in taken:
-            crit = parts[p].crit
-            ends, parents, base = crit.e_end, crit.e_parent, p << 32
-            if whole:
-                rows = zip(kept, map(group.__getitem__, parents), ends, strict=True)
-            else:
-                taken_parents = map(parents.__getitem__, kept)
-                rows = zip(kept, map(group.__getitem__, taken_parents), map(ends.__getitem__, kept), strict=True)
-            for e, g, end in rows:
-                at = cursor[g]
-                cursor[g] = at + 1
-                ends_out[at] = end
-                refs_out[at] = base | e
+        self.group, groups = _groups(parents)
+        taken_ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        order = np.lexsort((-taken_ends, groups))  # (stable: ties in the order read)
+        self.first = array("q", [0])
+        self.first.frombytes(np.cumsum(np.bincount(groups, minlength=len(self.group))).tobytes())
+        self.ends = _as_array(taken_ends[order])
+        self.refs = _as_array(np.concatenate(refs)[order] if refs else taken_ends)
 
     def run(self, p: int, stretches: Any, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches ((start, node) pairs, its root ending at ``end``), cut at
@@ -352,11 +348,9 @@ class _Index:
         if g is None:
             acc[key] = acc.get(key, 0) + high - low
             return
-        lo, hi = self.first[g], self.first[g + 1]
-        ends, refs = self.ends[lo:hi], self.refs[lo:hi]
-        order = range(1) if hi - lo == 1 else sorted(range(hi - lo), key=ends.__getitem__, reverse=True)
+        ends, refs = self.ends, self.refs
         t = high
-        for i in order:
+        for i in range(self.first[g], self.first[g + 1]):
             end = ends[i]
             if end > t:
                 continue  # still running at the current point

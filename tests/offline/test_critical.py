@@ -363,13 +363,39 @@ def test_every_entry_shape_walks_as_the_rule_says(tmp_path: Path, seed: int) -> 
 
 def test_a_refresh_indexes_exactly_the_entries_that_ended_after_its_bound() -> None:
     """A look that walks only new steps indexes the entries that ended after the earliest of them: every one
-    of them (a late one among early ones too, as clocks and async calls give), and none before."""
+    of them (a late one among early ones too, as clocks and async calls give), and none before; each
+    parent's entries latest end first, ties in the order read, whatever form the span ids take."""
     import random
+    from array import array
+    from types import SimpleNamespace
 
-    from lens_rl.offline.critical import _ended_after
+    from lens_rl.offline.critical import CritPart, _Index
 
     rng = random.Random(3)
     ends = [i * 10 + rng.randrange(-50, 50) for i in range(5000)]  # nearly in order, as a process writes them
     ends[100] = 49_000  # one that ended late, among early ones
-    for after in (-(2**63), -100, 0, 12_345, 30_000, 49_990, 60_000):
-        assert list(_ended_after(ends, after)) == [e for e, end in enumerate(ends) if end > after]
+    ends[200] = ends[201] = ends[202]  # ties
+    parents = [rng.randrange(1, 40) for _ in ends]
+    parents[200] = parents[201] = parents[202]
+    for ids in (array("Q", parents), [f"id-{p}" for p in parents]):  # lens_rl's hex ids; ids of another form
+        half = len(ends) // 2
+        parts = []
+        for lo, hi in ((0, half), (half, len(ends))):
+            crit = CritPart()
+            crit.e_end, crit.e_parent = array("q", ends[lo:hi]), ids[lo:hi]
+            parts.append(SimpleNamespace(crit=crit))
+        refs = [(0, e) for e in range(half)] + [(1, e) for e in range(len(ends) - half)]
+        for after in (-(2**63), -100, 0, 12_345, ends[300], 30_000, 49_990, 60_000):
+            index = _Index(parts, after)
+            got = {}
+            for parent, g in index.group.items():
+                lo, hi = index.first[g], index.first[g + 1]
+                got[parent] = [(r >> 32, r & 0xFFFFFFFF) for r in index.refs[lo:hi]]
+                assert list(index.ends[lo:hi]) == [ends[half * q + e] for q, e in got[parent]]
+            want = {}
+            for i, (q, e) in enumerate(refs):
+                if ends[i] > after:
+                    want.setdefault(ids[i], []).append((q, e))
+            for taken in want.values():
+                taken.sort(key=lambda r: -ends[half * r[0] + r[1]])  # (stable: ties in the order read)
+            assert got == want
