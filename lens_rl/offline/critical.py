@@ -247,11 +247,6 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
 # ------------------------------------------------------------------------------------------- rollup
 
 
-def _ended_after(ends: Any, after: int) -> Any:
-    """The positions of the entries that ended after ``after`` (an int64 array of ``ends``), as an int array."""
-    return np.arange(len(ends)) if after == _BEFORE_ALL else np.flatnonzero(ends > after)
-
-
 def _groups(parents: Sequence[Any]) -> tuple[dict[Any, int], Any]:
     """The taken entries' parent ids (per part, a uint64 array or a list) as groups: parent id -> its group,
     and each entry's group in the order read."""
@@ -285,7 +280,7 @@ class _Index:
             if crit is None or not len(crit.e_parent):
                 continue
             all_ends = np.frombuffer(crit.e_end, np.int64)
-            kept = _ended_after(all_ends, after)
+            kept = np.flatnonzero(all_ends > after)  # (the positions of the entries that ended after it)
             ends.append(all_ends[kept])
             refs.append(kept | (p << 32))
             ids = crit.e_parent
@@ -297,7 +292,7 @@ class _Index:
         self.first = array("q", [0])
         self.first.frombytes(np.cumsum(np.bincount(groups, minlength=len(self.group))).tobytes())
         self.ends = _as_array(taken_ends[order])
-        self.refs = _as_array(np.concatenate(refs)[order] if refs else taken_ends)
+        self.refs = _as_array(np.concatenate(refs)[order] if refs else taken_ends)  # (no entries: both empty)
 
     def run(self, p: int, stretches: Any, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches ((start, node) pairs, its root ending at ``end``), cut at
