@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from array import array
+
 import pytest
 
+from lens_rl.offline.parts import ProcessPart, Series
+from lens_rl.offline.stragglers import stragglers
 from lens_rl.offline.table import format_table
+from lens_rl.store import Process
 from tests.stores import rollup, v1_record
 
 
@@ -78,3 +84,37 @@ def test_stragglers_over_ragged_steps_and_a_restarted_rank() -> None:
     assert report["stragglers"]["persistent"] == [
         {"worker_group": "lm_policy", "rank": 2, "steps_flagged": 8, "of_steps": 10}
     ]
+
+
+@pytest.mark.parametrize("ranks", [3, 7, 8])
+@pytest.mark.parametrize("selection", [None, (20, 70)])
+def test_ranks_that_share_their_steps_are_judged_exactly_as_step_by_step(
+    ranks: int, selection: tuple[int, int] | None
+) -> None:
+    """Ranks with the same integer steps are judged all steps at once (a table); the flags and their
+    over-median figures are the per-step rule's exactly: odd and even rank counts (an integer median or the
+    mean of two), ties, zero-time steps, one rank far out, a step selection."""
+    rng = random.Random(ranks)
+    step_list = list(range(100))
+    values = {
+        rank: [rng.choice([0, 1_000, 1_000, 1_001, 1_050, 1_300, 5_000, rng.randrange(900, 2_000)]) for _ in step_list]
+        for rank in range(ranks)
+    }
+    if ranks == 7:  # step 50: the slowest exactly 3 MADs out (not flagged); step 51: just past them
+        for rank, ns in enumerate([1_000, 1_000, 900, 1_100, 900, 1_100, 1_300]):
+            values[rank][50], values[rank][51] = ns, ns + (rank == 6)
+
+    def parts(series: bool) -> list[ProcessPart]:
+        out = []
+        for rank, ns in values.items():
+            by_step = Series(array("q", step_list), array("q", ns)) if series else dict(zip(step_list, ns, strict=True))
+            out.append(ProcessPart(key=Process("lm_policy", rank, 100 + rank), compute={"policy_training": by_step}))
+        return out
+
+    as_table, step_by_step = stragglers(parts(True), selection), stragglers(parts(False), selection)
+    assert as_table == step_by_step and as_table["per_step"]  # (some steps flagged, so the rule was exercised)
+    assert all(type(s["step"]) is int for s in as_table["per_step"])
+    if ranks == 7:
+        assert {s["step"] for s in as_table["per_step"] if s["step"] in (50, 51)} == {51}
+    if selection:
+        assert all(selection[0] <= s["step"] <= selection[1] for s in as_table["per_step"])
