@@ -382,11 +382,11 @@ def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None,
     from lens_rl.offline.parallel import no_gc
 
     memo = None
-    if cache is not None:
-        memo, why = load_memo(cache, stats.cache_reads)
-        if why is not None:  # (the report is the same either way)
-            _log.warning("lens-rl: the critical path's cache file not used (%s): its steps walked afresh", why)
-    with no_gc():
+    with no_gc():  # (the memo's and the report's many small objects, beside the parts' millions)
+        if cache is not None:
+            memo, why = load_memo(cache, stats.cache_reads)
+            if why is not None:  # (the report is the same either way)
+                _log.warning("lens-rl: the critical path's cache file not used (%s): its steps walked afresh", why)
         report = report_from_parts(
             parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, memo=memo, **options
         )

@@ -158,6 +158,16 @@ def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> Non
     assert _goodput(tmp_path, "--ray") == _goodput(tmp_path, "--no-cache", "--jobs", "1")
 
 
+class _Planted:
+    """What a planted pickle would run when loaded: it makes a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
 def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -198,25 +208,34 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     folder = Path(cache_folder(run))
     for report in folder.glob("report-*.json"):
         report.unlink()
-    memo = (folder / "critical-memo.json").read_bytes()
-    (folder / "critical-memo.json").write_bytes(b'{"key": [1, 2')
+    memo_file = folder / "critical-memo.pickle"
+    memo = memo_file.read_bytes()
+    memo_file.write_bytes(memo[: len(memo) // 2])  # cut short
     caplog.set_level("WARNING", "lens_rl")
     assert look() == 45
     checksum, _, body = memo.partition(b"\n")
-    planted = json.loads(body)
-    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed JSON, its checksum now wrong
-    (folder / "critical-memo.json").write_bytes(checksum + b"\n" + json.dumps(planted).encode())
+    planted = pickle.loads(body)
+    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed, its checksum now wrong
+    memo_file.write_bytes(checksum + b"\n" + pickle.dumps(planted))
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45
     planted["records"][3] = planted["records"][3][:5]  # a record of another shape, its checksum right
-    body = json.dumps(planted).encode()
-    (folder / "critical-memo.json").write_bytes(hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
+    body = pickle.dumps(planted)
+    memo_file.write_bytes(hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45
+    marker = tmp_path / "ran"
+    planted = {"key": _Planted(marker), "tokens": {}, "keys": [], "records": []}  # code, its checksum right
+    body = pickle.dumps(planted)
+    memo_file.write_bytes(hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
+    for report in folder.glob("report-*.json"):
+        report.unlink()
+    assert look() == 45 and not marker.exists()
     said = [r.getMessage() for r in caplog.records if "critical path's cache file not used" in r.getMessage()]
-    assert len(said) == 3 and "corrupt" in said[0] and "checksum" in said[1] and "shape" in said[2], said
+    assert len(said) == 4 and "checksum" in said[0] and "checksum" in said[1] and "shape" in said[2], said
+    assert "corrupt (UnpicklingError)" in said[3]
 
 
 def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
