@@ -138,16 +138,23 @@ def _flag(
         return
     for rank, value in zip(ranks, values, strict=True):
         if value > STRAGGLER_RATIO * med and value - med > STRAGGLER_MADS * mad:
-            per_step.append(
-                {
-                    "step": step,
-                    "worker_group": group,
-                    "rank": rank,
-                    "phase": phase,
-                    "over_median": round(value / med - 1.0, 6),
-                }
-            )
-            flagged[(group, rank)].add(step_key(step))
+            _flagged(step, group, rank, phase, value / med, per_step, flagged)
+
+
+def _flagged(
+    step: Any,
+    group: str,
+    rank: int,
+    phase: str,
+    ratio: float,
+    per_step: list[dict[str, Any]],
+    flagged: dict[tuple[str, int], set[Any]],
+) -> None:
+    """One straggler: its row (``ratio``: its time over the median) and its step among its rank's flagged."""
+    per_step.append(
+        {"step": step, "worker_group": group, "rank": rank, "phase": phase, "over_median": round(ratio - 1.0, 6)}
+    )
+    flagged[(group, rank)].add(step_key(step))
 
 
 def _flag_table(
@@ -178,18 +185,9 @@ def _flag_table(
     column, med = table[:, at], med[at]
     mad = _middle(np.sort(np.abs(column - med), axis=0))
     over = (column > STRAGGLER_RATIO * med) & (column - med > STRAGGLER_MADS * mad)
-    for row, col in zip(*np.nonzero(over), strict=True):
-        step, value, mid = step_list[at[col]], int(column[row, col]), med[col].item()
-        per_step.append(
-            {
-                "step": step,
-                "worker_group": group,
-                "rank": ranks[row],
-                "phase": phase,
-                "over_median": round(value / mid - 1.0, 6),
-            }
-        )
-        flagged[(group, ranks[row])].add(step_key(step))
+    for row, col in zip(*np.nonzero(over), strict=True):  # (Python's own division, as _flag's)
+        ratio = int(column[row, col]) / med[col].item()
+        _flagged(step_list[at[col]], group, ranks[row], phase, ratio, per_step, flagged)
 
 
 def _middle(ordered: Any) -> Any:
