@@ -1,13 +1,16 @@
 """Every private name of OpenTelemetry (API, SDK, exporters) that lens_rl uses, in one place.
 
-Why lens_rl pins OpenTelemetry ``==``: these names are not part of its public API. Each is read here, with a
-public fallback where one exists (slower, or less exact, but working), and ``tests/export/test_sdk.py``
-names the pinned versions and fails loudly when they change or a name is gone (:func:`missing`).
+lens_rl requires OpenTelemetry as a range (every 1.x from :data:`FLOOR` on), so none of these names is pinned:
+each is looked up on the installed release, adapted where a release changed it (:data:`ADAPTED` names each
+change and the releases on either side), and falls back to a public path where it is missing (slower, or
+less exact, but working): never a crash. ``tests/export/test_sdk.py`` checks, on the installed release, that
+each name is where :data:`ADAPTED` says it is and that no fallback is in use that needs not be
+(:func:`missing`); ``.ci/otel-range.sh`` runs it at both ends of the range.
 
 Besides the names below, :class:`lens_rl.export.fastspan.FastSpan` is a ``ReadableSpan`` subclass: it fills
 the fields ReadableSpan's own properties read, and the export thread's encoders read them back (the
 properties make a read-only view per read). Those fields are :data:`READABLE_SPAN_FIELDS`, checked by the
-same test against the pinned SDK.
+same test against the installed SDK (the same from 1.33 to 1.45).
 
 Example::
 
@@ -18,37 +21,70 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import types
 from importlib import metadata
 from typing import Any
 
 from lens_rl._errors import internal_error
 
 __all__ = [
-    "PINNED",
+    "ADAPTED",
+    "FLOOR",
     "READABLE_SPAN_FIELDS",
     "attributes_dict",
     "context_keys",
     "encoders",
     "endpoint_of",
+    "http_sender",
     "is_proxy_meter_provider",
     "metric_preferences",
     "missing",
+    "own_random",
     "quiet_sdk_limit_logs",
     "read_environment_once",
     "span_fan_out",
     "stop_metric_thread",
-    "track_http_status",
 ]
 
-#: The OpenTelemetry distributions these names were read from (core and contrib, one matched set).
-PINNED = {
-    "opentelemetry-api": "1.45.1",
-    "opentelemetry-sdk": "1.45.1",
-    "opentelemetry-exporter-otlp-proto-http": "1.45.1",
-    "opentelemetry-exporter-otlp-proto-common": "1.45.1",
-    "opentelemetry-proto": "1.45.1",
-    "opentelemetry-semantic-conventions": "0.66b1",
-}
+#: The oldest OpenTelemetry release lens_rl supports (api, sdk, exporters ``>=1.33,<2``).
+FLOOR = (1, 33)
+
+#: The OpenTelemetry distributions whose private names this module reads (their versions: :func:`installed_versions`).
+DISTRIBUTIONS = (
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "opentelemetry-exporter-otlp-proto-http",
+    "opentelemetry-exporter-otlp-proto-common",
+    "opentelemetry-proto",
+    "opentelemetry-semantic-conventions",
+)
+
+#: The private names that changed inside the supported range: (name, the releases that have it as
+#: ``(first, first without)`` (major, minor), what serves on the others). Every other name this module reads
+#: is the same from 1.33 to the newest 1.x.
+ADAPTED: tuple[tuple[str, tuple[tuple[int, int], tuple[int, int]], str], ...] = (
+    (
+        "OTLPSpanExporter._client.export",
+        ((1, 45), (2, 0)),
+        "OTLPSpanExporter._export(data) -> requests.Response: one POST (1.33-1.44)",
+    ),
+    (
+        "OTLPSpanExporter._export(data, timeout_sec)",
+        ((1, 35), (1, 45)),
+        "OTLPSpanExporter._export(data), the exporter's own timeout (1.33, 1.34); _client.export (1.45+)",
+    ),
+    (
+        "OTLPSpanExporter._client._transport._session",
+        ((1, 45), (2, 0)),
+        "OTLPSpanExporter._session (1.33-1.44)",
+    ),
+    (
+        "OTLPSpanExporter._max_request_size, http._common._is_request_too_large",
+        ((1, 45), (2, 0)),
+        "no size check before sending (1.33-1.44): a collector's 413 splits the batch",
+    ),
+)
 
 #: ReadableSpan's fields, as its properties read them (FastSpan fills them; the encoders read them back).
 READABLE_SPAN_FIELDS = (
@@ -68,9 +104,39 @@ READABLE_SPAN_FIELDS = (
 )
 
 
+def version_of(distribution: str = "opentelemetry-sdk") -> tuple[int, int]:
+    """The installed release's (major, minor), or (0, 0) when it cannot be told."""
+    try:
+        major, minor = metadata.version(distribution).split(".")[:2]
+        return int(major), int(minor)
+    except (metadata.PackageNotFoundError, ValueError):
+        return (0, 0)
+
+
+def present() -> dict[str, bool]:
+    """For each name of :data:`ADAPTED`, whether the installed OpenTelemetry has it (probed on its objects)."""
+    import inspect
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    exporter = OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces")
+    try:
+        client = getattr(exporter, "_client", None)
+        legacy = getattr(exporter, "_export", None)
+        return {
+            ADAPTED[0][0]: hasattr(client, "export"),
+            ADAPTED[1][0]: legacy is not None and "timeout_sec" in inspect.signature(legacy).parameters,
+            ADAPTED[2][0]: hasattr(getattr(client, "_transport", None), "_session"),
+            ADAPTED[3][0]: hasattr(exporter, "_max_request_size") and "too_large" in encoders(),
+        }
+    finally:
+        exporter.shutdown()
+
+
 def missing() -> list[str]:
-    """The private names this module reads that the installed OpenTelemetry lacks (their fallbacks then
-    serve); [] with the pinned versions. Probed on OpenTelemetry's own objects, not on what a run met."""
+    """The private names this module reads that the installed OpenTelemetry lacks, so that a public fallback
+    serves; [] on every supported release (a name :data:`ADAPTED` lists counts as found when its older
+    form serves). Probed on OpenTelemetry's own objects, not on what a run met."""
     import inspect
 
     from opentelemetry.attributes import BoundedAttributes
@@ -86,26 +152,21 @@ def missing() -> list[str]:
         from opentelemetry.trace.propagation import _SPAN_KEY  # noqa: F401
     except ImportError as exc:
         gone.append(str(exc))
-    try:
-        encoders()
-    except ImportError as exc:
-        gone.append(str(exc))
+    found = encoders()
     exporter = OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces")
-    client = getattr(exporter, "_client", None)
     probes = {
+        "the OTLP encoding helpers (proto.common._internal)": "resource" in found,
         "TracerProvider._active_span_processor": span_fan_out(TracerProvider()) is not None,
         "BoundedAttributes._dict": hasattr(BoundedAttributes(), "_dict"),
         "MetricExporter._preferred_temporality": hasattr(ConsoleMetricExporter(), "_preferred_temporality"),
         "PeriodicExportingMetricReader._shutdown_event": "_shutdown_event"
         in inspect.getsource(PeriodicExportingMetricReader.__init__),
-        "OTLPSpanExporter._client.export": hasattr(client, "export"),
-        "OTLPSpanExporter._client._transport._session": hasattr(getattr(client, "_transport", None), "_session"),
-        "OTLPSpanExporter._shutdown, _max_request_size, _endpoint": all(
-            hasattr(exporter, name) for name in ("_shutdown", "_max_request_size", "_endpoint")
-        ),
+        "OTLPSpanExporter: one send (_client.export or _export)": http_sender(exporter) is not None,
+        "OTLPSpanExporter: its requests session": _session_of(exporter) is not None,
+        "OTLPSpanExporter._shutdown, _endpoint": all(hasattr(exporter, name) for name in ("_shutdown", "_endpoint")),
     }
     exporter.shutdown()
-    return gone + [name for name, found in probes.items() if not found]
+    return gone + [name for name, ok in probes.items() if not ok]
 
 
 # ---------------------------------------------------------------------- the API: context keys
@@ -204,21 +265,24 @@ def quiet_sdk_limit_logs() -> None:
 
 def encoders() -> dict[str, Any]:
     """OpenTelemetry's OTLP encoding helpers (resource, scope, values, events, links, trace state, span kinds)
-    and its request-size check, by name: lens_rl's encoder hands them what it does not encode inline."""
+    and, from 1.45, its request-size check (``too_large``), by name: lens_rl's encoder hands them what it does
+    not encode inline. Empty when the helpers are gone: then spans are encoded by the exporter's own public
+    path."""
     if not _ENCODERS:
-        from opentelemetry.exporter.otlp.proto.common._internal import (
-            _encode_instrumentation_scope,
-            _encode_resource,
-            _encode_value,
-        )
-        from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import (
-            _SPAN_KIND_MAP,
-            _encode_events,
-            _encode_links,
-            _encode_trace_state,
-        )
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import _is_request_too_large
-
+        try:
+            from opentelemetry.exporter.otlp.proto.common._internal import (
+                _encode_instrumentation_scope,
+                _encode_resource,
+                _encode_value,
+            )
+            from opentelemetry.exporter.otlp.proto.common._internal.trace_encoder import (
+                _SPAN_KIND_MAP,
+                _encode_events,
+                _encode_links,
+                _encode_trace_state,
+            )
+        except ImportError:
+            return _ENCODERS
         _ENCODERS.update(
             resource=_encode_resource,
             scope=_encode_instrumentation_scope,
@@ -227,8 +291,13 @@ def encoders() -> dict[str, Any]:
             links=_encode_links,
             trace_state=_encode_trace_state,
             kinds=_SPAN_KIND_MAP,
-            too_large=_is_request_too_large,
         )
+        try:  # 1.45+: the exporter refuses a request over its max_request_size before sending
+            from opentelemetry.exporter.otlp.proto.http._common import _is_request_too_large
+
+            _ENCODERS["too_large"] = _is_request_too_large
+        except ImportError:
+            pass
     return _ENCODERS
 
 
@@ -241,32 +310,90 @@ def endpoint_of(exporter: Any) -> str | None:
     return endpoint if isinstance(endpoint, str) else None
 
 
-def http_exporter_state(exporter: Any) -> tuple[bool, int | None, Any]:
-    """An OTLP/HTTP exporter's (shut down, largest request it sends, HTTP client): what a subclass that
-    encodes its own request needs."""
-    return bool(getattr(exporter, "_shutdown", False)), getattr(exporter, "_max_request_size", None), exporter._client
+def http_sender(exporter: Any) -> Any:
+    """One send of an encoded OTLP/HTTP request for ``exporter``: a function ``send(data) -> (ok, status)``,
+    the HTTP status code or None when none came back; None when neither private path exists (the exporter's
+    public ``export`` then serves, and every failure is retried).
 
-
-def track_http_status(exporter: Any) -> Any:
-    """Record each OTLP/HTTP export's status code on ``exporter._lens_status``.
-
-    The SDK exporter answers only SUCCESS or FAILURE; the span pipeline needs the status to tell a batch
-    worth retrying (408, 429, 5xx, no answer) from one to split (413) or drop (other 4xx). The exporter's
-    HTTP client is wrapped; without that client nothing is tracked and every failure retries (the fallback).
+    1.45+: the exporter's ``_client.export`` (the client retries transient answers itself). 1.33-1.44: the
+    exporter's ``_export`` (one POST, resent once on a connection error), which answers a
+    ``requests.Response``; from 1.35 it takes a timeout, given the exporter's own.
     """
-    client: Any = getattr(exporter, "_client", None)
-    send = getattr(client, "export", None)
-    if send is None:
-        return exporter
-    exporter._lens_status = None
+    client = getattr(exporter, "_client", None)
+    export = getattr(client, "export", None)
+    if export is not None:
 
-    def export(*args: Any, **kwargs: Any) -> Any:
-        result = send(*args, **kwargs)
-        exporter._lens_status = getattr(result, "status_code", None)
-        return result
+        def send(data: bytes) -> tuple[bool, int | None]:
+            result = export(data)
+            return bool(result.success), getattr(result, "status_code", None)
 
-    client.export = export
+        return send
+    post = getattr(exporter, "_export", None)
+    if post is None:
+        return None
+    import inspect
+
+    try:
+        takes_timeout = "timeout_sec" in inspect.signature(post).parameters
+    except (TypeError, ValueError):
+        return None
+
+    def send_once(data: bytes) -> tuple[bool, int | None]:
+        try:
+            response = post(data, getattr(exporter, "_timeout", None)) if takes_timeout else post(data)
+        except Exception:  # no answer (requests raises on a refused or timed-out connection)
+            return False, None
+        return bool(response.ok), response.status_code
+
+    return send_once
+
+
+def too_large(data: bytes, max_size: int | None) -> bool:
+    """Whether the exporter would refuse ``data`` as over its ``max_size`` (1.45+; never before)."""
+    check = encoders().get("too_large")
+    return bool(check(data, max_size)) if check is not None and max_size is not None else False
+
+
+def own_random(exporter: Any) -> Any:
+    """Make ``exporter`` (and its HTTP client) draw its retry jitter from lens_rl's own random stream.
+
+    OpenTelemetry's exporters draw ``random.uniform`` from the *global* stream on every export (1.35+: at
+    the top of each try, a successful one too; 1.45+: the HTTP client's ``_compute_backoff``): an exporter
+    lens_rl made would shift the job's random numbers from its export thread. This instance's methods that
+    read the module ``random`` get a copy that reads :data:`lens_rl.export.ids.STREAM` instead; the class,
+    its module and other instances are untouched. A method that is not a plain function is left as it is.
+    """
+    from lens_rl.export.ids import STREAM
+
+    for target in (exporter, getattr(exporter, "_client", None)):
+        if target is None:
+            continue
+        for name in ("export", "_export", "_compute_backoff"):
+            function = getattr(type(target), name, None)
+            if not isinstance(function, types.FunctionType) or function.__globals__.get("random") is not random:
+                continue
+            try:
+                copy = types.FunctionType(
+                    function.__code__,
+                    {**function.__globals__, "random": STREAM},
+                    function.__name__,
+                    function.__defaults__,
+                    function.__closure__,
+                )
+                copy.__kwdefaults__ = function.__kwdefaults__
+                setattr(target, name, types.MethodType(copy, target))
+            except Exception as exc:  # the global stream is drawn, as before
+                internal_error(exc, "exporter-random")
     return exporter
+
+
+def _session_of(exporter: Any) -> Any:
+    """The ``requests`` session an OTLP/HTTP exporter sends with (1.45+: its client's transport's; before:
+    its own), or None."""
+    transport = getattr(getattr(exporter, "_client", None), "_transport", None)
+    if transport is not None:
+        return getattr(transport, "_session", None)
+    return getattr(exporter, "_session", None)
 
 
 def read_environment_once(exporter: Any, url: str) -> Any:
@@ -279,9 +406,11 @@ def read_environment_once(exporter: Any, url: str) -> Any:
     proxy variable changed later in the run is not seen. Without the exporter's session: unchanged (the
     environment is read per request, as requests does).
     """
-    session: Any = getattr(getattr(getattr(exporter, "_client", None), "_transport", None), "_session", None)
+    session: Any = _session_of(exporter)
     if session is None or not getattr(session, "trust_env", False):
         return exporter
+    if url.startswith("https:") and getattr(exporter, "_client", None) is None:
+        return exporter  # before 1.45 each request passes verify= itself, over the session's CA bundle
     try:
         from requests.utils import get_environ_proxies, get_netrc_auth
 
@@ -298,9 +427,9 @@ def read_environment_once(exporter: Any, url: str) -> Any:
 
 
 def installed_versions() -> dict[str, str | None]:
-    """The installed versions of the :data:`PINNED` distributions (None where one is missing)."""
+    """The installed versions of the :data:`DISTRIBUTIONS` (None where one is missing)."""
     out: dict[str, str | None] = {}
-    for name in PINNED:
+    for name in DISTRIBUTIONS:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from lens_rl.export._sdk import read_environment_once, track_http_status
+from lens_rl.export._sdk import own_random, read_environment_once
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter
@@ -61,15 +61,17 @@ def _span_exporter(
         from lens_rl.export.otlp import HTTPSpanExporter, grpc_exporter_class
 
         if config.protocol == "grpc":
-            return grpc_exporter_class(_grpc_module("traces").OTLPSpanExporter)(  # type: ignore[no-any-return]
-                endpoint=config.resolved_endpoint,
-                insecure=config.resolved_endpoint.startswith("http://"),
-                timeout=timeout_s,
-                headers=headers,
+            return own_random(  # type: ignore[no-any-return]
+                grpc_exporter_class(_grpc_module("traces").OTLPSpanExporter)(
+                    endpoint=config.resolved_endpoint,
+                    insecure=config.resolved_endpoint.startswith("http://"),
+                    timeout=timeout_s,
+                    headers=headers,
+                )
             )
         url = config.resolved_endpoint + "/v1/traces"
         exporter = HTTPSpanExporter(endpoint=url, timeout=timeout_s, headers=headers)
-        return track_http_status(read_environment_once(exporter, url))  # type: ignore[no-any-return]
+        return own_random(read_environment_once(exporter, url))  # type: ignore[no-any-return]
     return None
 
 
@@ -86,14 +88,17 @@ def _metric_exporter(
         return ConsoleMetricExporter()
     if config.exporter == "otlp":
         if config.protocol == "grpc":
-            return _grpc_module("metrics").OTLPMetricExporter(  # type: ignore[no-any-return]
-                endpoint=config.resolved_endpoint,
-                insecure=config.resolved_endpoint.startswith("http://"),
-                timeout=timeout_s,
-                headers=headers,
+            return own_random(  # type: ignore[no-any-return]
+                _grpc_module("metrics").OTLPMetricExporter(
+                    endpoint=config.resolved_endpoint,
+                    insecure=config.resolved_endpoint.startswith("http://"),
+                    timeout=timeout_s,
+                    headers=headers,
+                )
             )
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
         url = config.resolved_endpoint + "/v1/metrics"
-        return read_environment_once(OTLPMetricExporter(endpoint=url, timeout=timeout_s, headers=headers), url)  # type: ignore[no-any-return]
+        exporter = OTLPMetricExporter(endpoint=url, timeout=timeout_s, headers=headers)
+        return own_random(read_environment_once(exporter, url))  # type: ignore[no-any-return]
     return None

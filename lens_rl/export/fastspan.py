@@ -25,7 +25,6 @@ Example (what :func:`lens_rl.record.engine.open_node` does)::
 from __future__ import annotations
 
 import logging
-import random
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -40,6 +39,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from lens_rl._attributes import clean_attributes, clean_text, clean_value
 from lens_rl._errors import internal_error
 from lens_rl.export._sdk import span_fan_out
+from lens_rl.export.ids import getrandbits
 from lens_rl.export.sampling import keep
 
 __all__ = ["FastSpan", "FastSpanFactory", "remember"]
@@ -52,7 +52,7 @@ UNSET_STATUS = Status(
     StatusCode.UNSET
 )  # one object: "is UNSET_STATUS" tells an untouched status (exporters rely on it)
 _INTERNAL = SpanKind.INTERNAL
-_getrandbits = random.getrandbits
+_getrandbits = getrandbits  # lens_rl's own stream, never the job's random
 _new_context = tuple.__new__
 _NO_STATE = trace_api.DEFAULT_TRACE_STATE
 

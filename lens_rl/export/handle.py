@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -32,6 +32,7 @@ from lens_rl.export import _sdk
 from lens_rl.export.bounded import run_bounded
 from lens_rl.export.exporters import make_exporters
 from lens_rl.export.fastspan import FastSpanFactory
+from lens_rl.export.ids import LensIdGenerator
 from lens_rl.export.live import LiveMonitor
 from lens_rl.export.live_metrics import PhaseMetrics, TrackingMetricExporter
 from lens_rl.export.pipeline import SpanPipeline
@@ -86,7 +87,10 @@ class TelemetryHandle:
         self.fast: FastSpanFactory | None = None
         if config.traces_enabled:
             sampler = PhaseSampler(config.sample_rate, lambda: self.root_span_id)
-            self.tracer_provider = TracerProvider(resource=self.resource, sampler=sampler, shutdown_on_exit=False)
+            # ids from lens_rl's own stream, for third-party spans too (the SDK's default draws the job's random)
+            self.tracer_provider = TracerProvider(
+                resource=self.resource, sampler=sampler, shutdown_on_exit=False, id_generator=LensIdGenerator()
+            )
             if span_exporter is not None:
                 self.span_pipeline = SpanPipeline(
                     span_exporter, max_queue_spans=config.max_queue_spans, max_queue_bytes=config.max_queue_bytes
@@ -109,7 +113,13 @@ class TelemetryHandle:
                     export_timeout_millis=config.export_timeout_ms,
                 )
                 readers.append(self._metric_reader)
-            self.meter_provider = MeterProvider(resource=self.resource, metric_readers=readers, shutdown_on_exit=False)
+            # no exemplars: the SDK's exemplar reservoirs sample with the global random (the job's stream)
+            self.meter_provider = MeterProvider(
+                resource=self.resource,
+                metric_readers=readers,
+                shutdown_on_exit=False,
+                exemplar_filter=AlwaysOffExemplarFilter(),
+            )
             self.meter = self.meter_provider.get_meter("lens_rl", __version__)
             self.phase_metrics = PhaseMetrics(self.meter, dropped=self.spans_dropped)
         else:  # no instruments, but the completed runs' stats the watchdog and heartbeats need

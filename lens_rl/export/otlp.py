@@ -34,18 +34,24 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import DEFAULT_TRACE_STATE as _NO_STATE
 
 from lens_rl._errors import internal_error
-from lens_rl.export._sdk import attributes_dict, encoders, http_exporter_state
+from lens_rl.export._sdk import attributes_dict, encoders, http_sender, too_large
 from lens_rl.export.fastspan import remember
 
 __all__ = ["HTTPSpanExporter", "encode_request", "encode_request_bytes", "grpc_exporter_class"]
 
-_ENC = encoders()  # OpenTelemetry's own helpers for what is not encoded inline
-_encode_value, _encode_resource, _encode_instrumentation_scope = _ENC["value"], _ENC["resource"], _ENC["scope"]
+_ENC = encoders()  # OpenTelemetry's own helpers for what is not encoded inline ({} if gone: the public path)
+#: Whether lens_rl's encoder can run (OpenTelemetry's helpers found); else the exporters encode as the SDK does.
+FAST = bool(_ENC)
+_encode_value, _encode_resource, _encode_instrumentation_scope = (
+    _ENC.get("value"),
+    _ENC.get("resource"),
+    _ENC.get("scope"),
+)
 _encode_events, _encode_links, _encode_trace_state, _SPAN_KIND_MAP = (
-    _ENC["events"],
-    _ENC["links"],
-    _ENC["trace_state"],
-    _ENC["kinds"],
+    _ENC.get("events"),
+    _ENC.get("links"),
+    _ENC.get("trace_state"),
+    _ENC.get("kinds"),
 )
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
@@ -259,24 +265,42 @@ def _put_rest(out: Any, span: ReadableSpan) -> None:
 
 
 class HTTPSpanExporter(_HTTPExporter):
-    """OpenTelemetry's OTLP/HTTP span exporter, encoding with :func:`encode_request`."""
+    """OpenTelemetry's OTLP/HTTP span exporter, encoding with :func:`encode_request`.
+
+    Each export is one send (:func:`lens_rl.export._sdk.http_sender`) whose HTTP status lands on
+    ``_lens_status``: the span pipeline tells a batch worth retrying (408, 429, 5xx, no answer) from one to
+    split (413) or drop (other 4xx). Where that send or lens_rl's encoder is missing, the SDK's own public
+    ``export`` serves (and no status is tracked: every failure is retried).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lens_send = http_sender(self) if FAST else None
+        if self._lens_send is not None:
+            self._lens_status: int | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        shut_down, max_size, client = http_exporter_state(self)
-        if shut_down:
+        send = self._lens_send
+        if send is None:
+            return super().export(spans)  # type: ignore[no-any-return]
+        if getattr(self, "_shutdown", False):
             return SpanExportResult.FAILURE
         try:
             data = encode_request_bytes(spans)
         except Exception as exc:  # an unencodable batch: nothing sent (the pipeline splits it)
             internal_error(exc, "span-encode")
             return SpanExportResult.FAILURE
-        if _ENC["too_large"](data, max_size):
+        if too_large(data, getattr(self, "_max_request_size", None)):
             return SpanExportResult.FAILURE  # too large to send: nothing sent (the pipeline splits it)
-        return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
+        ok, self._lens_status = send(data)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
 
 def grpc_exporter_class(base: type) -> type:
-    """OpenTelemetry's OTLP/gRPC span exporter class ``base``, encoding with :func:`encode_request`."""
+    """OpenTelemetry's OTLP/gRPC span exporter class ``base``, encoding with :func:`encode_request` (the SDK's
+    own encoder where lens_rl's cannot run)."""
+    if not FAST:
+        return base
 
     class GRPCSpanExporter(base):  # type: ignore[valid-type, misc]
         def _translate_data(self, data: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:

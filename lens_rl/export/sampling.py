@@ -2,7 +2,8 @@
 
 ``sample_rate`` samples per *top-level phase*: a span with no parent, or with the job root as its parent,
 is kept with probability ``sample_rate``; a child follows its parent; the job root ``rl.job`` is always
-kept. (A ratio on the trace id would keep a whole job, one trace, or none of it.) lens_rl's phases apply
+kept. (A ratio on the trace id would keep a whole job, one trace, or none of it.) The draw comes from
+lens_rl's own random stream (:mod:`lens_rl.export.ids`), never the job's ``random``. lens_rl's phases apply
 it in :class:`~lens_rl.export.fastspan.FastSpanFactory`; every other span through the SDK's sampler,
 :class:`PhaseSampler`: the same function decides.
 
@@ -13,12 +14,13 @@ Example::
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+from lens_rl.export.ids import random_float
 
 __all__ = ["ALWAYS_KEPT", "PhaseSampler", "keep"]
 
@@ -32,7 +34,7 @@ def keep(name: str, parent: Any, root_span_id: int | None, rate: float) -> bool:
         return True
     if parent[0] and parent[1] and parent[1] != root_span_id:  # (a SpanContext is a tuple: is_valid, span_id)
         return bool(parent.trace_flags.sampled)  # a child follows its parent
-    return random.random() < rate
+    return random_float() < rate  # lens_rl's own stream: the job's random is never advanced
 
 
 class PhaseSampler(Sampler):
