@@ -32,6 +32,7 @@ __all__ = [
     "MASTER_CONFIG_PATHS",
     "RESTART_COUNT_ENV",
     "attempt_from_env",
+    "check_ints",
     "DriverIdentity",
     "device_name",
     "for_driver",
@@ -89,6 +90,19 @@ _INT_KEYS = frozenset(
     {RANK, WORLD_SIZE, ATTEMPT, NUM_GPUS}
     | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
 )
+#: Every integer of a process's identity lies in [-INT_LIMIT, INT_LIMIT) (an attempt in [0, INT_LIMIT)): what
+#: any reader of a store header holds (a 64-bit column, a C int), whatever the environment said.
+INT_LIMIT = 2**31
+
+
+def check_ints(attrs: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first integer attribute of ``attrs`` (rank, world size, attempt, GPU
+    count, parallel and cluster sizes) outside [-2^31, 2^31): no header may carry a value a reader cannot
+    hold. The driver raises it; a worker turns it into one warning and runs off."""
+    for key in _INT_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, int) and not -INT_LIMIT <= value < INT_LIMIT:
+            raise ValueError(f"{key}={value!r} is out of range: expected an integer in [-2^31, 2^31)")
 
 
 def campaign_stage(algorithm: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -168,24 +182,26 @@ def _int_from(value: object, field: str, problems: list[str]) -> int | None:
         return None
 
 
-def _attempt_value(text: str | None) -> int | None:
-    """An attempt as written in the environment: an int >= 0, else None."""
+def _attempt_value(text: object) -> int | None:
+    """An attempt as written in the environment: an int in [0, 2^31), else None."""
     try:
         value = int(str(text).strip())
     except (TypeError, ValueError):
         return None
-    return value if value >= 0 else None
+    return value if 0 <= value < INT_LIMIT else None
 
 
 def attempt_from_env(env: Mapping[str, str]) -> int | None:
     """``LENS_RL_OTEL_ATTEMPT`` as the user (or the driver) set it; None when unset. A value that is no
-    integer >= 0 raises ``ValueError`` naming it (a worker turns that into one warning)."""
+    integer in [0, 2^31) raises ``ValueError`` naming it (a worker turns that into one warning)."""
     text = env.get(ATTEMPT_ENV)
     if text is None or not text.strip():
         return None
     value = _attempt_value(text)
     if value is None:
-        raise ValueError(f"{ATTEMPT_ENV}={text!r} is not valid: expected an integer >= 0 (0 for the first attempt)")
+        raise ValueError(
+            f"{ATTEMPT_ENV}={text!r} is not valid: expected an integer in [0, 2^31) (0 for the first attempt)"
+        )
     return value
 
 
@@ -327,6 +343,7 @@ def worker_attributes(
     attrs[WORKER_GROUP] = group
     attrs["service.name"] = service_name
     attrs.update(clean_attributes(explicit))
+    check_ints(attrs)  # (raises: the worker's boundary makes it one warning)
     return attrs, rank_value is not None
 
 
@@ -372,6 +389,7 @@ def for_driver(
     resource = _detected(env)
     resource.update(job)
     resource.update({RANK: 0, WORLD_SIZE: 1, WORKER_GROUP: "driver", "service.name": config.service_name})
+    check_ints(resource)
     projection = dict(config.to_env())
     projection[CAMPAIGN_STAGE_ENV] = stage
     projection[RESOURCE_ATTRIBUTES_ENV] = encode_attributes(job)

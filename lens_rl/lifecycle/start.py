@@ -5,6 +5,7 @@ too, and what a forked child does (starts afresh under its own pid)."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import sys
@@ -48,11 +49,11 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         forget_projection()
         warn_about_env(master_config)
         config = TelemetryConfig.from_master_config(master_config)
-        _replace_lazy_handle()
+        kept = _replace_lazy_handle()
         if not config.enabled:
             RUNTIME.mark_off()
             return None
-        config = config.with_run_id()
+        config = _with_run_id(config, kept)
         if config.endpoint and strip_userinfo(config.endpoint) != config.endpoint:
             warn_once(
                 "endpoint-credentials",
@@ -165,8 +166,8 @@ def _init_worker_guarded(
             says_more = not (rank is None and world_size is None and not worker_group and not explicit)
             if current is not None and (current.role != "lazy" or role == "lazy" or not says_more):
                 return current
-            _replace_lazy_handle()
-            return _init_worker(rank, world_size, worker_group, explicit, role)
+            kept = _replace_lazy_handle()
+            return _init_worker(rank, world_size, worker_group, explicit, role, kept)
     except Exception as exc:  # the boundary: telemetry faults never reach training code
         warn_once("worker-init", "lens_rl: telemetry off in this worker: %s", exc)
         RUNTIME.mark_off()
@@ -179,6 +180,7 @@ def _init_worker(
     worker_group: str | None,
     explicit: dict[str, Any] | None,
     role: str,
+    kept_run_id: str | None = None,
 ) -> Any:
     if not telemetry_enabled_in_env():
         RUNTIME.mark_off()
@@ -193,7 +195,7 @@ def _init_worker(
     if not config.enabled:
         RUNTIME.mark_off()
         return None
-    config = config.with_run_id()
+    config = _with_run_id(config, kept_run_id)
     problems: list[str] = []
     attrs, has_rank = worker_attributes(
         service_name=config.service_name,
@@ -241,14 +243,24 @@ def _lazy_init() -> Any:
     return _init_worker_guarded(None, None, None, None, "lazy")
 
 
-def _replace_lazy_handle() -> None:
-    """Retire a lazily made handle (bounded flush) before an explicit init replaces it."""
+def _replace_lazy_handle() -> str | None:
+    """Retire a lazily made handle (bounded flush) before an explicit init replaces it; its run id, which the
+    explicit init keeps unless its config names one (one process, one run folder)."""
     old = RUNTIME.handle
     if old is None:
-        return
+        return None
     RUNTIME.handle = None
     RUNTIME.end_open_phases()
     old.shutdown(1000)
+    return getattr(old.config, "run_id", None) or None
+
+
+def _with_run_id(config: TelemetryConfig, kept: str | None) -> TelemetryConfig:
+    """``config`` with its run id: its own (config, env); else the retired lazy handle's ``kept``; else
+    ``SLURM_JOB_ID`` or a new random one."""
+    if config.run_id or not kept:
+        return config.with_run_id()
+    return dataclasses.replace(config, run_id=kept)
 
 
 def activate(handle: Any, role: str = "worker") -> None:

@@ -352,3 +352,57 @@ def test_an_uncaught_exception_is_recorded_on_the_job_and_the_previous_hook_stil
         assert job["status"] == status, run
         events = [e["attributes"].get("exception.type") for e in job["events"] if e["name"] == "exception"]
         assert events == ([kind] if kind else []), run
+
+
+def test_a_lazy_worker_then_initialised_explicitly_keeps_its_run_id(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker with no driver (no run id in its env) starts lazily on its first phase, then calls
+    init_telemetry_worker with its rank: one run id, so all its spans land in one run folder."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_TRACE_DIR", str(tmp_path))
+    with lens_rl.traced_phase("early"):
+        pass
+    lazy = lens_rl.get_telemetry_handle()
+    assert lazy.role == "lazy"
+    handle = lens_rl.init_telemetry_worker(rank=1, world_size=2, worker_group="lm_policy")
+    assert handle is not lazy and handle.config.run_id == lazy.config.run_id
+    with lens_rl.traced_phase("later"):
+        pass
+    assert lens_rl.shutdown_telemetry(5000)
+    folders = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert [p.name for p in folders] == [lazy.config.run_id]
+    assert {s["name"] for s in read_spans(folders[0])} >= {"early", "later"}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("LENS_RL_OTEL_ATTEMPT", "99999999999999999999999"),
+    ("LENS_RL_OTEL_ATTEMPT", str(2**31)),
+    ("RANK", "99999999999999999999999"),
+    ("WORLD_SIZE", str(2**63)),
+    ("LENS_RL_OTEL_RESOURCE_ATTRIBUTES", "rl.attempt=1,rl.num_gpus=99999999999999999999999"),
+])  # fmt: skip
+def test_an_absurd_number_in_the_environment_is_one_warning_and_telemetry_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path, name: str, value: str
+) -> None:
+    """An integer from the environment that no header reader could hold (past 2^31) is range-checked like a
+    config value: one warning naming it, telemetry off in that worker, and no store file with it written."""
+    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    monkeypatch.setenv("LENS_RL_OTEL_TRACE_DIR", str(tmp_path / "traces"))
+    monkeypatch.setenv(name, value)
+    assert lens_rl.init_telemetry_worker() is None
+    assert lens_rl.init_telemetry_worker() is None
+    with lens_rl.traced_phase("generation"):
+        pass
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("out of range" in m or "2^31" in m for m in warnings) == 1, warnings
+    assert lens_rl.get_telemetry_handle() is None and RUNTIME.on is False
+    assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").rglob("*.jsonl"))
+
+
+def test_the_driver_refuses_an_absurd_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the driver an LENS_RL_OTEL_ATTEMPT past 2^31 raises ValueError naming it (validated eagerly)."""
+    monkeypatch.setenv("LENS_RL_OTEL_ATTEMPT", "99999999999999999999999")
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_ATTEMPT='99999999999999999999999'"):
+        lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
+    assert lens_rl.get_telemetry_handle() is None
