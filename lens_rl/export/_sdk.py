@@ -341,7 +341,9 @@ def http_sender(exporter: Any) -> Any:
     def send_once(data: bytes) -> tuple[bool, int | None]:
         try:
             response = post(data, getattr(exporter, "_timeout", None)) if takes_timeout else post(data)
-        except Exception:  # no answer (requests raises on a refused or timed-out connection)
+        except (
+            OSError
+        ):  # no answer: requests raises its RequestException (an OSError) on a refused or timed-out connection
             return False, None
         return bool(response.ok), response.status_code
 

@@ -88,7 +88,6 @@ def _draws(env: dict[str, str]) -> list[float]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-@pytest.mark.slow
 def test_a_seeded_job_draws_the_same_random_numbers_with_telemetry_on_as_off(
     tmp_path: Path, receiver: testing.OTLPReceiver
 ) -> None:
