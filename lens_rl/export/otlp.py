@@ -42,16 +42,17 @@ __all__ = ["HTTPSpanExporter", "encode_request", "encode_request_bytes", "grpc_e
 _ENC = encoders()  # OpenTelemetry's own helpers for what is not encoded inline ({} if gone: the public path)
 #: Whether lens_rl's encoder can run (OpenTelemetry's helpers found); else the exporters encode as the SDK does.
 FAST = bool(_ENC)
+_GONE: Any = None  # (what a missing helper reads as: never called, FAST is then False)
 _encode_value, _encode_resource, _encode_instrumentation_scope = (
-    _ENC.get("value"),
-    _ENC.get("resource"),
-    _ENC.get("scope"),
+    _ENC.get("value", _GONE),
+    _ENC.get("resource", _GONE),
+    _ENC.get("scope", _GONE),
 )
 _encode_events, _encode_links, _encode_trace_state, _SPAN_KIND_MAP = (
-    _ENC.get("events"),
-    _ENC.get("links"),
-    _ENC.get("trace_state"),
-    _ENC.get("kinds"),
+    _ENC.get("events", _GONE),
+    _ENC.get("links", _GONE),
+    _ENC.get("trace_state", _GONE),
+    _ENC.get("kinds", _GONE),
 )
 _HAS_IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK

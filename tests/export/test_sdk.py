@@ -108,3 +108,29 @@ def test_the_public_fallback_keys_equal_the_private_ones() -> None:
 
     private, public = _sdk.context_keys(), public_keys()
     assert private[:4] == public[:4]
+
+
+def test_opentelemetry_and_wrapt_are_required_as_ranges() -> None:
+    """setup.cfg pins nothing exactly in the base dependencies or the aiohttp and grpc extras (an exact pin
+    downgrades the OpenTelemetry a framework brought): the core is >=1.33,<2, the contrib a range from the
+    release that pairs with 1.33, wrapt >=1.14 without 2.2.0."""
+    import configparser
+    import re
+    from pathlib import Path
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).parents[2] / "setup.cfg")
+    extras = cfg["options.extras_require"]
+    lines = [
+        line.strip()
+        for block in (cfg["options"]["install_requires"], extras["aiohttp"], extras["grpc"])
+        for line in block.strip().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    assert not [line for line in lines if "==" in line]
+    requirement = {re.split(r"[<>=!~;\[ ]", line, maxsplit=1)[0]: line for line in lines}
+    for name in ("opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"):
+        assert requirement[name] == f"{name}>=1.33,<2"
+    assert requirement["opentelemetry-exporter-otlp-proto-grpc"] == "opentelemetry-exporter-otlp-proto-grpc>=1.33,<2"
+    assert requirement["opentelemetry-instrumentation-aiohttp-client"].endswith(">=0.54b0,<1")
+    assert requirement["wrapt"] == "wrapt>=1.14,!=2.2.0"
