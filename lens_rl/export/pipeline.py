@@ -58,7 +58,7 @@ def span_bytes(span: ReadableSpan) -> int:
     """A cheap estimate of what ``span`` holds in memory while queued (strings dominate)."""
     size = 400 + len(span.name)
     # The fields, not the properties (each read of which makes a read-only view); the SDK's
-    # BoundedAttributes locks on every read, its plain dict (pinned SDK) does not.
+    # BoundedAttributes locks on every read, its plain dict (1.33+) does not.
     attrs = getattr(span, "_attributes", None)
     if attrs:
         for key, value in attributes_dict(attrs).items():

@@ -324,4 +324,9 @@ def json_bytes(value: Any) -> bytes:
         import json
 
         return json.dumps(value, default=str, separators=(",", ":")).encode()
-    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an integer past 64 bits (a store written before identities were range-checked)
+        import json
+
+        return json.dumps(value, default=str, separators=(",", ":")).encode()

@@ -55,3 +55,16 @@ def test_a_job_exports_one_trace_over_otlp(receiver: testing.OTLPReceiver) -> No
     assert len({s["trace_id"] for s in receiver.spans}) == 1
     assert {s["resource"]["rl.worker_group"] for s in receiver.spans} == {"driver", "lm_policy"}
     assert "rl.phase.duration" in receiver.metric_names()
+
+
+def test_goodput_reads_a_store_whose_header_holds_an_integer_past_64_bits(tmp_path: Path) -> None:
+    """A store written before identities were range-checked (attempt and rank past 64 bits in a header) is
+    still read: lens-rl goodput answers, no traceback."""
+    from tests.stores import span, write_process
+
+    huge = 99999999999999999999999
+    write_process(tmp_path / "r", "driver", huge, 7, [span("step", 0, 2, "s", step=0)], **{"rl.attempt": huge})
+    for args in (("goodput",), ("goodput", "--json")):
+        out = lens(*args, str(tmp_path / "r"))
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
