@@ -96,7 +96,7 @@ INT_LIMIT = 2**31
 
 
 def check_ints(attrs: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` naming the first integer attribute of ``attrs`` (rank, world size, attempt, GPU
+    """Raise ``ValueError`` naming an integer attribute of ``attrs`` (rank, world size, attempt, GPU
     count, parallel and cluster sizes) outside [-2^31, 2^31): no header may carry a value a reader cannot
     hold. The driver raises it; a worker turns it into one warning and runs off."""
     for key in _INT_KEYS:

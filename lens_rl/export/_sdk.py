@@ -30,6 +30,7 @@ from lens_rl._errors import internal_error
 
 __all__ = [
     "ADAPTED",
+    "DISTRIBUTIONS",
     "FLOOR",
     "READABLE_SPAN_FIELDS",
     "attributes_dict",
@@ -37,14 +38,18 @@ __all__ = [
     "encoders",
     "endpoint_of",
     "http_sender",
+    "installed_versions",
     "is_proxy_meter_provider",
     "metric_preferences",
     "missing",
     "own_random",
+    "present",
     "quiet_sdk_limit_logs",
     "read_environment_once",
     "span_fan_out",
     "stop_metric_thread",
+    "too_large",
+    "version_of",
 ]
 
 #: The oldest OpenTelemetry release lens_rl supports (api, sdk, exporters ``>=1.33,<2``).
@@ -339,11 +344,10 @@ def http_sender(exporter: Any) -> Any:
         return None
 
     def send_once(data: bytes) -> tuple[bool, int | None]:
+        # no answer: requests raises its RequestException (an OSError) on a refused or timed-out connection
         try:
             response = post(data, getattr(exporter, "_timeout", None)) if takes_timeout else post(data)
-        except (
-            OSError
-        ):  # no answer: requests raises its RequestException (an OSError) on a refused or timed-out connection
+        except OSError:
             return False, None
         return bool(response.ok), response.status_code
 
