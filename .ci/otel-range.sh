@@ -7,7 +7,7 @@
 #
 # Each venv gets the checkout with its test extra, the OpenTelemetry core held by a pip constraints file, and
 # runs record, export, lifecycle and store (a job into the file store, OTLP to a real receiver: in
-# tests/export). When no contrib release pairs with the newest core yet (the aiohttp instrumentation lags the
+# tests/export), and the OTLP reliability and fault tests (the send path that differs per release). When no contrib release pairs with the newest core yet (the aiohttp instrumentation lags the
 # core by days), that venv is installed without the aiohttp contrib, loudly; its tests are not in the core.
 # Exits non-zero on any failure, and when a package cannot be downloaded.
 set -euo pipefail
@@ -17,7 +17,9 @@ PY=${PYTHON:-python3}
 CORE=(opentelemetry-api opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
   opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-common opentelemetry-proto)
 CONTRIB=(opentelemetry-instrumentation-aiohttp-client opentelemetry-instrumentation opentelemetry-util-http)
-TESTS=(tests/record tests/export tests/lifecycle tests/store)
+# The core, plus the two files that drive OTLP's per-release send path (retry, split, drop) against a real receiver.
+TESTS=(tests/record tests/export tests/lifecycle tests/store
+  tests/integration/test_reliability.py tests/integration/test_faults.py)
 
 loud() { printf '\n!!!!! otel-range: %s\n\n' "$*" >&2; }
 
