@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any
 
@@ -20,6 +21,10 @@ _log = logging.getLogger("lens_rl")
 
 #: Kinds (and message keys) already warned about in this process; cleared by the runtime's reset.
 WARNED: set[str] = set()
+#: Every fault recorded in this process, counted per kind (never cleared: the test suite's
+#: tripwire compares it before and after a test), and the last few as ``(kind, repr)``.
+FAULTS: collections.Counter[str] = collections.Counter()
+RECENT: collections.deque[tuple[str, str]] = collections.deque(maxlen=8)
 
 
 def warn_once(key: str, message: str, *args: Any) -> bool:
@@ -35,6 +40,8 @@ def warn_once(key: str, message: str, *args: Any) -> bool:
 def internal_error(exc: BaseException, kind: str = "internal") -> None:
     """Record one of telemetry's own faults: a warning the first time per ``kind``, then debug."""
     try:
+        FAULTS[kind] += 1
+        RECENT.append((kind, repr(exc)))
         if kind in WARNED:
             _log.debug("lens_rl: telemetry error ignored (%s): %r", kind, exc, exc_info=exc)
             return

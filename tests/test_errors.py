@@ -9,6 +9,7 @@ import pytest
 from lens_rl._errors import forget, handle_internal_errors, internal_error, warn_once
 
 
+@pytest.mark.expects_internal_error
 def test_a_fault_is_a_warning_once_per_kind_then_debug(caplog: pytest.LogCaptureFixture) -> None:
     """The first fault of a kind warns with its traceback; later ones of that kind log at debug."""
     caplog.set_level(logging.DEBUG, logger="lens_rl")
@@ -22,6 +23,7 @@ def test_a_fault_is_a_warning_once_per_kind_then_debug(caplog: pytest.LogCapture
     assert warn_once("k", "once %s", 1) and not warn_once("k", "once %s", 2)
 
 
+@pytest.mark.expects_internal_error
 def test_the_boundary_swallows_exceptions_but_not_interrupts() -> None:
     """handle_internal_errors stops an Exception (logged) but lets KeyboardInterrupt and SystemExit through."""
     with handle_internal_errors("x"):
