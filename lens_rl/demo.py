@@ -175,7 +175,8 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         "cluster": {"num_nodes": 1, "gpus_per_node": 0},
     }
     handle = init_telemetry_driver(master, algorithm="grpo")
-    run_id = handle.resource.attributes["rl.run_id"]
+    assert handle is not None  # enabled above
+    run_id = str(handle.resource.attributes["rl.run_id"])
     say(f"lens-rl demo: run {run_id}, {steps} GRPO steps on a local Ray cluster")
     t_start = time.perf_counter()
     try:
