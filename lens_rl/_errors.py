@@ -14,7 +14,9 @@ Example::
 from __future__ import annotations
 
 import collections
+import importlib
 import logging
+from types import ModuleType
 from typing import Any
 
 _log = logging.getLogger("lens_rl")
@@ -74,3 +76,20 @@ class handle_internal_errors:  # noqa: N801 - used like a function, as in logfir
 def forget() -> None:
     """Forget which kinds were warned about (a forked child, ``lens_rl.testing.reset``)."""
     WARNED.clear()
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+def require(module: str, extra: str, what: str = "lens-rl") -> ModuleType:
+    """Import ``module``, or raise :class:`MissingExtraError`: ``<what> needs <module>: pip install 'lens-rl[extra]'``.
+
+    Example::
+
+        go = require("plotly.graph_objects", "report", "lens-rl report")
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(f"{what} needs {module}: pip install 'lens-rl[{extra}]'") from exc

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from lens_rl._errors import forget, handle_internal_errors, internal_error, warn_once
+from lens_rl._errors import MissingExtraError, forget, handle_internal_errors, internal_error, require, warn_once
 
 
 @pytest.mark.expects_internal_error
@@ -30,3 +30,13 @@ def test_the_boundary_swallows_exceptions_but_not_interrupts() -> None:
         raise ValueError("telemetry's own")
     with pytest.raises(KeyboardInterrupt), handle_internal_errors("x"):
         raise KeyboardInterrupt
+
+
+def test_a_missing_extra_names_the_pip_command() -> None:
+    """require() returns the module, or raises an ImportError naming what needs it and the extra to install."""
+    assert require("json", "analysis").dumps([1]) == "[1]"
+    with pytest.raises(
+        MissingExtraError, match=r"^lens-rl report needs no_such_mod_x: pip install 'lens-rl\[report\]'$"
+    ):
+        require("no_such_mod_x", "report", "lens-rl report")
+    assert issubclass(MissingExtraError, ImportError)

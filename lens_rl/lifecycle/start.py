@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import lens_rl.propagation as propagation
-from lens_rl._errors import internal_error, warn_once
+from lens_rl._errors import MissingExtraError, internal_error, warn_once
 from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
 from lens_rl.export.bounded import start_helpers
@@ -60,7 +60,6 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
                 "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
             )
         driver = for_driver(master_config, algorithm, config)
-        from lens_rl.export.exporters import MissingExtraError  # (the SDK side: imported once telemetry is on)
         from lens_rl.export.handle import TelemetryHandle
 
         try:
