@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -157,8 +158,10 @@ class Runtime:
         self.last_shutdown: bool | None = None
         #: Process-wide registrations made once (``atexit``, fork hooks, OTel globals): never undone.
         self.registered: set[str] = set()
-        #: Called by :meth:`reset` (integrations that keep per-process state register here).
-        self.reset_hooks: list[Callable[[], None]] = []
+        #: Called by :meth:`reset` with its ``after_fork`` flag: whatever keeps per-process state (the export
+        #: side's queues and helper threads, integrations) registers here. A forked child runs them through
+        #: the process's one ``os.register_at_fork`` hook (:meth:`after_fork_in_child`). Never undone.
+        self.reset_hooks: list[Callable[[bool], None]] = []
         #: Environment variables a driver init wrote: name -> (value written, value before or None).
         #: A later init removes them first, so re-init honours its own config. Survives reset:
         #: it describes ``os.environ``, which a reset does not touch.
@@ -256,13 +259,25 @@ class Runtime:
         self.on = True
         for hook in list(self.reset_hooks):
             try:
-                hook()
+                hook(after_fork)
             except Exception as exc:
                 _errors.internal_error(exc, "reset-hook")
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's telemetry (its threads did not survive the fork)."""
+        old = self.handle
+        self.reset(after_fork=True)
+        if old is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
+            try:
+                old.after_fork()
+            except Exception as exc:
+                _errors.internal_error(exc, "after-fork")
 
 
 #: The process's runtime.
 RUNTIME = Runtime()
+if hasattr(os, "register_at_fork"):  # the process's one fork hook: the rest are reset hooks
+    os.register_at_fork(after_in_child=RUNTIME.after_fork_in_child)
 
 
 def _the_runtime() -> Runtime:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import sys
 from typing import Any
 
@@ -268,9 +267,8 @@ def _activate(handle: Handle, role: str) -> None:
     if "atexit" not in registered:
         registered.add("atexit")
         atexit.register(shutdown_at_exit)
-    if "fork" not in registered and hasattr(os, "register_at_fork"):
+    if "fork" not in registered:  # a multiprocessing child skips atexit: it shuts down through its Finalize
         registered.add("fork")
-        os.register_at_fork(after_in_child=_after_fork_in_child)
         import multiprocessing.util
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
@@ -281,13 +279,6 @@ class _Token:
 
 
 _MP_TOKEN = _Token()
-
-
-def _after_fork_in_child() -> None:
-    old = RUNTIME.handle
-    RUNTIME.reset(after_fork=True)
-    if old is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
-        old.after_fork()
 
 
 def _after_mp_fork(_token: object) -> None:
