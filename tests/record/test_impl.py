@@ -212,6 +212,7 @@ def test_a_with_phase_while_off_yields_the_noop_span_and_passes_exceptions(tp: C
 
 
 @pytest.mark.parametrize("tp", IMPLS)
+@pytest.mark.slow
 def test_no_reference_or_memory_leak_on_the_hot_paths(tp: Callable[..., Any]) -> None:
     """100,000 calls on each hot shape leave reference counts and traced memory where they were."""
     import gc

@@ -74,6 +74,7 @@ def _wandb_history(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.mark.slow
 def test_step_metrics_log_to_wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """wandb.log(step_metrics()) in a real offline run: every key arrives, one point per step each."""
     wandb = pytest.importorskip("wandb")
