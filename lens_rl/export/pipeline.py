@@ -78,7 +78,7 @@ def scrub(span: ReadableSpan) -> ReadableSpan:
     """``span`` with secrets redacted and strings repaired in its name, attributes, events and links.
 
     The same object when nothing needed a change (the common case). A lens_rl phase span
-    (:class:`lens_rl._fastspan.FastSpan`) was cleaned as it was made and written (its name
+    (:class:`lens_rl.export.fastspan.FastSpan`) was cleaned as it was made and written (its name
     too: a phase's name is cleaned once, ``update_name`` cleans): nothing to do.
     """
     if getattr(span, "cleaned", False):
