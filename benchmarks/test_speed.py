@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from lens_rl._attributes import clean_value
 from lens_rl.offline.status import format_status, run_status
@@ -18,6 +17,7 @@ sys.path.insert(0, str(ROOT))  # the tests' helpers (a heartbeat as a process wr
 
 from tests.conftest import clean_env
 from tests.offline.test_status import NOW, beat, phase
+from tests.test_attributes import hostile_values
 
 
 def test_import_cost_is_within_budget_of_wrapt() -> None:
@@ -38,15 +38,7 @@ def test_import_cost_is_within_budget_of_wrapt() -> None:
 
 def test_coercion_of_hostile_values_takes_milliseconds() -> None:
     """A cyclic, a 10,000-deep and a 100,000-key value are each coerced in under 0.25 s (~ms here)."""
-    loop: list[Any] = [1]
-    loop.append(loop)
-    deep: list[Any] = []
-    node = deep
-    for _ in range(10_000):
-        node.append([])
-        node = node[0]
-    wide = {f"k{i}": list(range(100)) for i in range(100_000)}
-    for value in (loop, deep, wide):
+    for value in hostile_values():
         t0 = time.perf_counter()
         clean_value(value)
         elapsed_s = time.perf_counter() - t0

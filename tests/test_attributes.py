@@ -124,8 +124,8 @@ def test_credentials_in_values_are_masked_whatever_the_key(value: str) -> None:
     assert SECRET not in _exported(out)
 
 
-def test_coercion_of_hostile_values_is_bounded() -> None:
-    """Self-referencing, 10,000-deep and 100,000-key containers coerce to a bounded string (never a recursion error)."""
+def hostile_values() -> tuple[Any, ...]:
+    """A self-referencing, a 10,000-deep and a 100,000-key container (benchmarks/test_speed.py times them)."""
     loop: list[Any] = [1]
     loop.append(loop)
     loop.append(loop)
@@ -135,7 +135,12 @@ def test_coercion_of_hostile_values_is_bounded() -> None:
         node.append([])
         node = node[0]
     wide = {f"k{i}": list(range(100)) for i in range(100_000)}
-    for value in (loop, deep, wide):  # (its time: benchmarks/test_speed.py)
+    return loop, deep, wide
+
+
+def test_coercion_of_hostile_values_is_bounded() -> None:
+    """Self-referencing, 10,000-deep and 100,000-key containers coerce to a bounded string (never a recursion error)."""
+    for value in hostile_values():
         out = clean_value(value)
         assert isinstance(out, str) and len(out) <= 4096
 
