@@ -200,10 +200,12 @@ def _readme_config_rows() -> dict[str, tuple[str, str]]:
 
 
 def _documents_default(cell: str, default: object) -> bool:
-    """The default cell opens with the declared default (``none``, ``true``, a number, a backticked string)."""
+    """The default cell opens with the declared default (``none``, ``true``, a number, a backticked string or list)."""
     token = cell.split(" ", 1)[0]
-    if default is None or isinstance(default, bool):
-        return token == {None: "none", True: "true", False: "false"}[default]
+    if default is None or isinstance(default, bool) or default == ():
+        return token == {None: "none", True: "true", False: "false", (): "none"}[default]
+    if isinstance(default, tuple):
+        return token == f"`{','.join(map(str, default))}`"
     if isinstance(default, (int, float)):
         return float(token) == default
     return token == f"`{default}`"

@@ -86,7 +86,13 @@ def test_step_metrics_log_to_wandb_offline(tmp_path: Path, monkeypatch: pytest.M
             lives = _three_steps(lambda step, metrics: run.log(metrics, step=step))
     finally:
         run.finish()
-    rows = [r for r in _wandb_history(tmp_path) if "goodput/goodput" in r]
+    # W&B's service writes the log after finish() returns: read until the three steps are there (or 60 s)
+    deadline = time.monotonic() + 60
+    while True:
+        rows = [r for r in _wandb_history(tmp_path) if "goodput/goodput" in r]
+        if len(rows) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert [int(r["_step"]) for r in rows] == [0, 1, 2]
     for row, live in zip(rows, lives, strict=True):
         assert float(row["goodput/goodput"]) == pytest.approx(live["goodput"])
