@@ -48,13 +48,13 @@ _log = logging.getLogger("lens_rl")
 _PIPELINES: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
 
 
-def _after_fork_in_child(after_fork: bool) -> None:
+def _forget_pipelines_after_fork(after_fork: bool) -> None:
     if after_fork:
         for pipeline in list(_PIPELINES):
             pipeline._forget_after_fork()
 
 
-RUNTIME.reset_hooks.append(_after_fork_in_child)
+RUNTIME.reset_hooks.append(_forget_pipelines_after_fork)
 
 
 def span_bytes(span: ReadableSpan) -> int:
