@@ -264,3 +264,34 @@ def clean_attributes(attributes: Mapping[str, Any] | None, prefix: str = "") -> 
         if cleaned is not None:
             out[key] = cleaned
     return out
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)`` cleaned; an exception whose ``__str__`` raises is named by its type."""
+    try:
+        return clean_text(str(exc))
+    except Exception as err:
+        internal_error(err, "unprintable-exception")
+        return f"<{type(exc).__name__}: unprintable>"
+
+
+def exception_event(
+    exc: BaseException, attributes: Mapping[str, Any] | None = None, escaped: bool | None = None
+) -> dict[str, Any]:
+    """The attributes of a span's ``exception`` event (OpenTelemetry's conventions), for every kind of span.
+
+    Type, message and stacktrace, each cleaned, so a hostile ``__str__`` or traceback cannot break
+    the event; ``exception.escaped`` when the caller knows it; then ``attributes`` (they win).
+    """
+    attrs: dict[str, Any] = {"exception.type": type(exc).__qualname__, "exception.message": safe_str(exc)}
+    try:
+        import traceback
+
+        attrs["exception.stacktrace"] = clean_text("".join(traceback.format_exception(exc)))
+    except Exception as err:
+        internal_error(err, "unprintable-exception")
+    if escaped is not None:
+        attrs["exception.escaped"] = str(escaped)
+    if attributes:
+        attrs.update(attributes)
+    return attrs

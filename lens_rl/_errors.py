@@ -13,13 +13,20 @@ Example::
 
 from __future__ import annotations
 
+import collections
+import importlib
 import logging
+from types import ModuleType
 from typing import Any
 
 _log = logging.getLogger("lens_rl")
 
 #: Kinds (and message keys) already warned about in this process; cleared by the runtime's reset.
 WARNED: set[str] = set()
+#: Every fault recorded in this process, counted per kind (never cleared: the test suite's
+#: tripwire compares it before and after a test), and the last few as ``(kind, repr)``.
+FAULTS: collections.Counter[str] = collections.Counter()
+RECENT: collections.deque[tuple[str, str]] = collections.deque(maxlen=8)
 
 
 def warn_once(key: str, message: str, *args: Any) -> bool:
@@ -35,6 +42,8 @@ def warn_once(key: str, message: str, *args: Any) -> bool:
 def internal_error(exc: BaseException, kind: str = "internal") -> None:
     """Record one of telemetry's own faults: a warning the first time per ``kind``, then debug."""
     try:
+        FAULTS[kind] += 1
+        RECENT.append((kind, repr(exc)))
         if kind in WARNED:
             _log.debug("lens_rl: telemetry error ignored (%s): %r", kind, exc, exc_info=exc)
             return
@@ -67,3 +76,20 @@ class handle_internal_errors:  # noqa: N801 - used like a function, as in logfir
 def forget() -> None:
     """Forget which kinds were warned about (a forked child, ``lens_rl.testing.reset``)."""
     WARNED.clear()
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+def require(module: str, extra: str, what: str = "lens-rl") -> ModuleType:
+    """Import ``module``, or raise :class:`MissingExtraError`: ``<what> needs <module>: pip install 'lens-rl[extra]'``.
+
+    Example::
+
+        go = require("plotly.graph_objects", "report", "lens-rl report")
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(f"{what} needs {module}: pip install 'lens-rl[{extra}]'") from exc

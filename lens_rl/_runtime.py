@@ -24,18 +24,87 @@ Example::
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lens_rl._errors as _errors
 
-__all__ = ["ACTIVE", "AMBIENT", "RUNTIME", "Runtime"]
+if TYPE_CHECKING:  # annotations only: the runtime imports neither OpenTelemetry nor the floors above it
+    from opentelemetry.metrics import Meter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, SpanContext, Tracer
+
+    from lens_rl.config import TelemetryConfig
+
+__all__ = ["ACTIVE", "AMBIENT", "RUNTIME", "FastSpans", "Handle", "PhaseRecorder", "Runtime"]
 
 #: The innermost phase entered with ``with`` in this context (a linked stack of tokens).
 ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("lens_rl_phase", default=None)
 #: The innermost ``with_bucket`` scope in this context: ``(bucket, outer)`` or None.
 AMBIENT: contextvars.ContextVar[Any] = contextvars.ContextVar("lens_rl_bucket", default=None)
+
+
+class FastSpans(Protocol):
+    """Starts phase spans without the SDK's per-span cost (``lens_rl.export.fastspan.FastSpanFactory``)."""
+
+    def start(
+        self,
+        name: str,
+        parent: SpanContext,
+        attributes: dict[str, Any],
+        start_ns: int,
+        shape: Any = None,
+        parent_context: Any = None,
+    ) -> Span: ...
+
+
+class PhaseRecorder(Protocol):
+    """A completed phase's metrics, recorded cheaply and drained in batches (``export.live_metrics.PhaseMetrics``)."""
+
+    def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float) -> None: ...
+
+    def drain(self) -> None: ...
+
+
+class Handle(Protocol):
+    """The handle as everything outside ``lens_rl.export`` sees it (``lens_rl.export.handle.TelemetryHandle``).
+
+    The public face is ``tracer``, ``meter``, ``is_exporting``, ``resource`` and the bounded
+    ``force_flush`` / ``shutdown``; the rest serves the hot path, lifecycle and ``lens_rl.testing``.
+    """
+
+    #: ``driver``, ``worker``, or ``lazy`` (made by a first phase; an explicit init replaces it).
+    role: str
+    #: The job root's span id: its children are top-level phases.
+    root_span_id: int | None
+
+    @property
+    def config(self) -> TelemetryConfig: ...
+    @property
+    def tracer(self) -> Tracer: ...
+    @property
+    def meter(self) -> Meter: ...
+    @property
+    def resource(self) -> Resource: ...
+    @property
+    def is_exporting(self) -> bool: ...
+    @property
+    def fast(self) -> FastSpans | None: ...
+    @property
+    def phase_metrics(self) -> PhaseRecorder | None: ...
+    @property
+    def tracer_provider(self) -> TracerProvider | None: ...
+
+    def set_root(self, span_id: int) -> None: ...
+
+    def force_flush(self, timeout_ms: int = 5000) -> bool: ...
+
+    def shutdown(self, timeout_ms: int = 5000) -> bool: ...
+
+    def after_fork(self) -> None: ...
 
 
 class Runtime:
@@ -70,14 +139,14 @@ class Runtime:
         #: True once a ``with`` phase was entered while on: exits must then look at the stack even when off.
         self.stacked = False
         #: The current TelemetryHandle, or None.
-        self.handle: Any = None
+        self.handle: Handle | None = None
         #: The job root span (driver only) and the root context (driver: that span; worker: TRACEPARENT).
         self.root_span: Any = None
         self.root_context: Any = None
         #: Set once the environment has been consulted (or telemetry shut down): no lazy init after.
         self.resolved = False
         #: Called (under ``lock``) to start telemetry lazily; returns a handle or None. Set by lifecycle.
-        self.resolver: Callable[[], Any] | None = None
+        self.resolver: Callable[[], Handle | None] | None = None
         self.lock = threading.RLock()
         #: Every open lens_rl phase in the process, by span id, so shutdown can end them.
         self.open_phases: dict[int, Any] = {}
@@ -89,8 +158,10 @@ class Runtime:
         self.last_shutdown: bool | None = None
         #: Process-wide registrations made once (``atexit``, fork hooks, OTel globals): never undone.
         self.registered: set[str] = set()
-        #: Called by :meth:`reset` (integrations that keep per-process state register here).
-        self.reset_hooks: list[Callable[[], None]] = []
+        #: Called by :meth:`reset` with its ``after_fork`` flag: whatever keeps per-process state (the export
+        #: side's queues and helper threads, integrations) registers here. A forked child runs them through
+        #: the process's one ``os.register_at_fork`` hook (:meth:`after_fork_in_child`). Never undone.
+        self.reset_hooks: list[Callable[[bool], None]] = []
         #: Environment variables a driver init wrote: name -> (value written, value before or None).
         #: A later init removes them first, so re-init honours its own config. Survives reset:
         #: it describes ``os.environ``, which a reset does not touch.
@@ -104,7 +175,7 @@ class Runtime:
         self.last_step: dict[str, Any] | None = None
         #: ``(rank, world_size, worker_group) -> handle | None``: starts worker telemetry from a decorated
         #: constructor's arguments (set by lifecycle: the hot path never imports upward).
-        self.worker_init: Callable[[Any, Any, Any], Any] | None = None
+        self.worker_init: Callable[[Any, Any, Any], Handle | None] | None = None
         #: OpenTelemetry's context keys and runtime context (set by the export side with its first handle),
         #: read directly on the hot path: see :func:`lens_rl.propagation.keys`.
         self.otel_keys: tuple[Any, ...] | None = None
@@ -115,7 +186,7 @@ class Runtime:
     def __repr__(self) -> str:
         return f"<lens_rl runtime on={self.on} handle={self.handle!r}>"
 
-    def resolve(self) -> Any:
+    def resolve(self) -> Handle | None:
         """The handle, starting telemetry lazily the first time the env says enabled. Never raises."""
         handle = self.handle
         if handle is not None or self.resolved:
@@ -135,7 +206,7 @@ class Runtime:
                 self.mark_off()
             return handle
 
-    def install(self, handle: Any) -> None:
+    def install(self, handle: Handle) -> None:
         """Make ``handle`` current and telemetry on (call under ``lock``)."""
         self.handle = handle
         self.resolved = True
@@ -188,13 +259,25 @@ class Runtime:
         self.on = True
         for hook in list(self.reset_hooks):
             try:
-                hook()
+                hook(after_fork)
             except Exception as exc:
                 _errors.internal_error(exc, "reset-hook")
+
+    def after_fork_in_child(self) -> None:
+        """In a forked child: forget the parent's telemetry (its threads did not survive the fork)."""
+        old = self.handle
+        self.reset(after_fork=True)
+        if old is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
+            try:
+                old.after_fork()
+            except Exception as exc:
+                _errors.internal_error(exc, "after-fork")
 
 
 #: The process's runtime.
 RUNTIME = Runtime()
+if hasattr(os, "register_at_fork"):  # the process's one fork hook: the rest are reset hooks
+    os.register_at_fork(after_in_child=RUNTIME.after_fork_in_child)
 
 
 def _the_runtime() -> Runtime:

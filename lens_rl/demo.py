@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lens_rl._errors import MissingExtraError, require
 from lens_rl.buckets import Bucket
 from lens_rl.integrations.aiohttp import instrument_aiohttp_client
 from lens_rl.integrations.ray import accepts_context, actor_options, flush_actors, traced_actor
@@ -153,10 +154,10 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         print(text, file=out, flush=True)
 
     try:
-        import aiohttp  # noqa: F401
-        import ray
-    except ImportError:
-        print("lens-rl: error: the demo needs Ray and aiohttp: pip install 'lens-rl[ray,aiohttp]'", file=sys.stderr)
+        require("aiohttp", "ray,aiohttp", "the demo")
+        ray = require("ray", "ray,aiohttp", "the demo")
+    except MissingExtraError as exc:
+        print(f"lens-rl: error: {exc}", file=sys.stderr)
         return 2
     if steps < 1:
         print(f"lens-rl: error: --steps must be at least 1, got {steps}", file=sys.stderr)
@@ -175,7 +176,8 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         "cluster": {"num_nodes": 1, "gpus_per_node": 0},
     }
     handle = init_telemetry_driver(master, algorithm="grpo")
-    run_id = handle.resource.attributes["rl.run_id"]
+    assert handle is not None  # enabled above
+    run_id = str(handle.resource.attributes["rl.run_id"])
     say(f"lens-rl demo: run {run_id}, {steps} GRPO steps on a local Ray cluster")
     t_start = time.perf_counter()
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl import testing
+from lens_rl import _errors, testing
 
 _OWNED_PREFIXES = ("LENS_RL_", "OTEL_")
 _OWNED = (
@@ -35,7 +35,26 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test fails when lens_rl logs an internal error in its process, unless marked to expect one.
+
+    ``_isolated`` requests it, so its teardown runs after the reset's (a shutdown's faults
+    count too). Faults in a subprocess are not seen here.
+    """
+    before = sum(_errors.FAULTS.values())
+    yield
+    faults = sum(_errors.FAULTS.values()) - before
+    if faults and request.node.get_closest_marker("expects_internal_error") is None:
+        recent = list(_errors.RECENT)[-min(faults, len(_errors.RECENT)) :]
+        pytest.fail(
+            f"lens_rl logged {faults} internal error(s) (mark the test expects_internal_error if that is "
+            f"the behaviour under test): {recent}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, _no_internal_errors: None) -> Iterator[None]:
     """No telemetry env leaks in or out of a test; lens_rl globals are reset around it."""
     for key in list(os.environ):
         if key.startswith(_OWNED_PREFIXES) or key in _OWNED:

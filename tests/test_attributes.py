@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import types
 from typing import Any
 
@@ -125,8 +124,8 @@ def test_credentials_in_values_are_masked_whatever_the_key(value: str) -> None:
     assert SECRET not in _exported(out)
 
 
-def test_coercion_of_hostile_values_is_bounded() -> None:
-    """Self-referencing and deeply nested containers coerce in bounded time (the SPEC says ~10 ms)."""
+def hostile_values() -> tuple[Any, ...]:
+    """A self-referencing, a 10,000-deep and a 100,000-key container (benchmarks/test_speed.py times them)."""
     loop: list[Any] = [1]
     loop.append(loop)
     loop.append(loop)
@@ -136,12 +135,14 @@ def test_coercion_of_hostile_values_is_bounded() -> None:
         node.append([])
         node = node[0]
     wide = {f"k{i}": list(range(100)) for i in range(100_000)}
-    for value in (loop, deep, wide):
-        t0 = time.perf_counter()
+    return loop, deep, wide
+
+
+def test_coercion_of_hostile_values_is_bounded() -> None:
+    """Self-referencing, 10,000-deep and 100,000-key containers coerce to a bounded string (never a recursion error)."""
+    for value in hostile_values():
         out = clean_value(value)
-        elapsed_s = time.perf_counter() - t0
         assert isinstance(out, str) and len(out) <= 4096
-        assert elapsed_s < 0.25, elapsed_s  # ~ms here; wide headroom for a busy machine
 
 
 def test_lone_surrogates_are_repaired_when_recorded(receiver: OTLPReceiver) -> None:
@@ -184,7 +185,7 @@ class _Weird:
         ([1, 2, 3], list),
         (2**80, str),
         (float("nan"), float),
-        (_Weird(), "dropped"),
+        pytest.param(_Weird(), "dropped", marks=pytest.mark.expects_internal_error),
         (object(), str),
         ({"token": "s3cr3t"}, str),
     ],

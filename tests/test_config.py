@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pydantic
 import pytest
 
-from lens_rl.config import ENV, TelemetryConfig, parse_bool
+from lens_rl.config import ENV, PARAMS, TelemetryConfig, parse_bool
 
 
 def test_missing_block_means_disabled() -> None:
@@ -181,3 +183,40 @@ def test_a_model_default_does_not_hide_the_otel_fallback() -> None:
     )
     mine = TelemetryConfig(enabled=True, service_name="mine")
     assert TelemetryConfig.from_master_config({"telemetry": mine}, environ=env).service_name == "mine"
+
+
+def _readme_config_rows() -> dict[str, tuple[str, str]]:
+    """The README's configuration table: field -> (default cell, env var cell)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    header = section.index("| field | default | env var |")
+    rows: dict[str, tuple[str, str]] = {}
+    for line in section[header:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        field, default, env = (cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:4])
+        rows[field] = (default, env)
+    return rows
+
+
+def _documents_default(cell: str, default: object) -> bool:
+    """The default cell opens with the declared default (``none``, ``true``, a number, a backticked string or list)."""
+    token = cell.split(" ", 1)[0]
+    if default is None or isinstance(default, bool) or default == ():
+        return token == {None: "none", True: "true", False: "false", (): "none"}[default]
+    if isinstance(default, tuple):
+        return token == f"`{','.join(map(str, default))}`"
+    if isinstance(default, (int, float)):
+        return float(token) == default
+    return token == f"`{default}`"
+
+
+def test_the_readme_table_documents_every_declared_field() -> None:
+    """The README's configuration table has one row per field, with its env var, fallbacks and default."""
+    rows = _readme_config_rows()
+    assert list(rows) == list(PARAMS)
+    defaults = {f.name: f.default for f in dataclasses.fields(TelemetryConfig)}
+    for field, (default, env) in rows.items():
+        names = re.findall(r"`([A-Z][A-Z0-9_]+)`", env)
+        assert names == [ENV[field], *PARAMS[field].fallback], field
+        assert _documents_default(default, defaults[field]), (field, default)

@@ -76,7 +76,7 @@ def imports(path: Path, module: str) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: set[str] = set()
     for node in ast.walk(tree):
-        if _in_type_checking(node, parents):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _in_type_checking(node, parents):
             continue
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)

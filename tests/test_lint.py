@@ -36,6 +36,7 @@ def test_ruff_format_owns_the_layout() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_mypy_clean() -> None:
     """mypy finds no type errors in lens_rl."""
     pytest.importorskip("mypy")

@@ -185,5 +185,24 @@ def test_runtime_reset_serves_tests_and_forked_children(tmp_path: Path) -> None:
     assert "child_phase" not in parent and child == ["child_phase"]
 
 
+def test_reset_hooks_are_told_whether_the_process_was_forked() -> None:
+    """Reset hooks run at every reset, told whether it is a forked child's: the runtime's one fork hook runs them."""
+    out = run_python(
+        """
+        import os
+        from lens_rl._runtime import RUNTIME
+        seen = []
+        RUNTIME.reset_hooks.append(seen.append)
+        RUNTIME.reset()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if seen == [False, True] else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and seen == [False], seen
+        """
+    )
+    assert out.returncode == 0, out.stderr
+
+
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip("fork-based tests")

@@ -1,7 +1,10 @@
 """`TelemetryConfig`: the ``telemetry:`` block of a job's master config.
 
-One resolution rule for every field, one boolean parser for the whole package,
-and one validator that names the field, the value given and what is allowed.
+Each field is declared once, on :class:`TelemetryConfig` (type, default, env var,
+fallback variables, parser); the env table, the known-variable list and the env
+projection are derived from those declarations. One resolution rule for every field,
+one boolean parser for the whole package, and one validator that names the field, the
+value given and what is allowed.
 
 Precedence, highest first: a ``LENS_RL_OTEL_*`` variable already set in the
 environment > the YAML value > the standard ``OTEL_*`` fallback > the default.
@@ -25,23 +28,27 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl.config.values import (
+    Parser,
     as_endpoint,
-    as_non_negative_int,
     as_path,
     as_positive_float,
-    as_positive_int,
     as_rate,
     as_str,
     choice,
+    env_text,
     mask_url,
+    non_negative_int,
     parse_bool,
     parse_headers,
+    positive_int,
     strip_userinfo,
 )
 
 __all__ = [
     "ENV",
     "FALLBACK_ENV",
+    "PARAMS",
+    "Param",
     "TelemetryConfig",
     "mask_url",
     "parse_bool",
@@ -52,99 +59,67 @@ __all__ = [
 EXPORTERS = ("file", "otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
 
-#: field -> the ``LENS_RL_OTEL_*`` variable that carries it.
-ENV: dict[str, str] = {
-    "enabled": "LENS_RL_OTEL_ENABLED",
-    "service_name": "LENS_RL_OTEL_SERVICE_NAME",
-    "exporter": "LENS_RL_OTEL_EXPORTER",
-    "endpoint": "LENS_RL_OTEL_ENDPOINT",
-    "protocol": "LENS_RL_OTEL_PROTOCOL",
-    "trace_dir": "LENS_RL_OTEL_TRACE_DIR",
-    "traces_enabled": "LENS_RL_OTEL_TRACES_ENABLED",
-    "metrics_enabled": "LENS_RL_OTEL_METRICS_ENABLED",
-    "metrics_interval_ms": "LENS_RL_OTEL_METRICS_INTERVAL_MS",
-    "sample_rate": "LENS_RL_OTEL_SAMPLE_RATE",
-    "export_timeout_ms": "LENS_RL_OTEL_EXPORT_TIMEOUT_MS",
-    "vllm_native_tracing": "LENS_RL_OTEL_VLLM_NATIVE_TRACING",
-    "run_id": "LENS_RL_OTEL_RUN_ID",
-    # Extensions beyond the SPEC table (documented in the README).
-    "max_queue_spans": "LENS_RL_OTEL_MAX_QUEUE_SPANS",
-    "max_queue_bytes": "LENS_RL_OTEL_MAX_QUEUE_BYTES",
-    "flush_on_step": "LENS_RL_OTEL_FLUSH_ON_STEP",
-    "headers_file": "LENS_RL_OTEL_HEADERS_FILE",
-    "heartbeat_interval_ms": "LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS",
-    "hang_timeout_s": "LENS_RL_OTEL_HANG_TIMEOUT_S",
-}
 
-#: field -> the standard OpenTelemetry variable used when neither env nor YAML set it.
-FALLBACK_ENV: dict[str, str] = {
-    "service_name": "OTEL_SERVICE_NAME",
-    "endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "protocol": "OTEL_EXPORTER_OTLP_PROTOCOL",
-}
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """How one field of :class:`TelemetryConfig` is read and handed on (its type and default are the field's).
 
-CAMPAIGN_STAGE_ENV = "LENS_RL_OTEL_CAMPAIGN_STAGE"
-RESOURCE_ATTRIBUTES_ENV = "LENS_RL_OTEL_RESOURCE_ATTRIBUTES"
-#: The job's attempt (an int >= 0): set by the user or a launcher, else resolved by the driver and handed on.
-ATTEMPT_ENV = "LENS_RL_OTEL_ATTEMPT"
-#: When a launcher started the attempt (epoch seconds): the driver's ``launch`` span runs from it.
-LAUNCH_TIME_ENV = "LENS_RL_OTEL_LAUNCH_TIME"
-DEFAULT_ENDPOINT = "http://localhost:4318"
-#: Every ``LENS_RL_OTEL_*`` variable lens_rl reads; any other gets a did-you-mean warning.
-KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, ATTEMPT_ENV, LAUNCH_TIME_ENV}
+    ``env`` is the ``LENS_RL_OTEL_*`` variable that carries it; ``fallback`` the standard
+    OpenTelemetry variables used, in order, when neither that variable nor the YAML sets it;
+    ``parse(value, where)`` validates a YAML or env value; ``to_env`` writes a value for a worker.
+    """
 
-_PARSERS: dict[str, Callable[[object, str], Any]] = {
-    "enabled": parse_bool,
-    "service_name": as_str,
-    "exporter": choice(EXPORTERS),
-    "endpoint": as_endpoint,
-    "protocol": choice(PROTOCOLS),
-    "trace_dir": as_str,
-    "traces_enabled": parse_bool,
-    "metrics_enabled": parse_bool,
-    "metrics_interval_ms": as_positive_int,
-    "sample_rate": as_rate,
-    "export_timeout_ms": as_positive_int,
-    "vllm_native_tracing": parse_bool,
-    "run_id": as_str,
-    "max_queue_spans": as_positive_int,
-    "max_queue_bytes": as_positive_int,
-    "flush_on_step": parse_bool,
-    "headers_file": as_path,
-    "heartbeat_interval_ms": as_non_negative_int,
-    "hang_timeout_s": as_positive_float,
-}
+    env: str
+    parse: Parser
+    fallback: tuple[str, ...] = ()
+    to_env: Callable[[Any], str] = env_text
+
+
+def param(
+    default: Any, env: str, parse: Parser, *, fallback: tuple[str, ...] = (), to_env: Callable[[Any], str] = env_text
+) -> Any:
+    """Declare a config field: its default, env var, parser and fallbacks (the annotation is its type)."""
+    return dataclasses.field(default=default, metadata={"param": Param(env, parse, fallback, to_env)})
 
 
 @dataclasses.dataclass(frozen=True)
 class TelemetryConfig:
     """The resolved, validated telemetry settings of one process.
 
-    Fields, defaults and env vars are the SPEC's table; ``max_queue_spans`` (the
-    span queue's bound, the memory cap during a collector outage) and
-    ``flush_on_step`` (flush at the end of every step umbrella span) are extensions.
-    ``endpoint`` is ``None`` when unset; :attr:`resolved_endpoint` applies the default.
+    Each field is declared once, here: its type, default, env var, fallback and parser.
+    The first thirteen are the SPEC's table; the rest are its extensions. ``endpoint`` is
+    ``None`` when unset; :attr:`resolved_endpoint` applies the default. To add a field,
+    add one line here and one row to the README's configuration table (a test holds them).
     """
 
-    enabled: bool = False
-    service_name: str = "lens-rl"
-    exporter: str = "file"
-    endpoint: str | None = None
-    protocol: str = "http/protobuf"
-    trace_dir: str = "lens_traces"
-    traces_enabled: bool = True
-    metrics_enabled: bool = True
-    metrics_interval_ms: int = 10000
-    sample_rate: float = 1.0
-    export_timeout_ms: int = 10000
-    vllm_native_tracing: bool = False
-    run_id: str | None = None
-    max_queue_spans: int = 32768
-    max_queue_bytes: int = 64 * 1024 * 1024
-    flush_on_step: bool = False
-    headers_file: str | None = None
-    heartbeat_interval_ms: int = 10000
-    hang_timeout_s: float = 600.0
+    enabled: bool = param(False, "LENS_RL_OTEL_ENABLED", parse_bool)
+    service_name: str = param("lens-rl", "LENS_RL_OTEL_SERVICE_NAME", as_str, fallback=("OTEL_SERVICE_NAME",))
+    exporter: str = param("file", "LENS_RL_OTEL_EXPORTER", choice(EXPORTERS))
+    endpoint: str | None = param(
+        None, "LENS_RL_OTEL_ENDPOINT", as_endpoint, fallback=("OTEL_EXPORTER_OTLP_ENDPOINT",), to_env=strip_userinfo
+    )
+    protocol: str = param(
+        "http/protobuf", "LENS_RL_OTEL_PROTOCOL", choice(PROTOCOLS), fallback=("OTEL_EXPORTER_OTLP_PROTOCOL",)
+    )
+    trace_dir: str = param("lens_traces", "LENS_RL_OTEL_TRACE_DIR", as_str)
+    traces_enabled: bool = param(True, "LENS_RL_OTEL_TRACES_ENABLED", parse_bool)
+    metrics_enabled: bool = param(True, "LENS_RL_OTEL_METRICS_ENABLED", parse_bool)
+    metrics_interval_ms: int = param(10000, "LENS_RL_OTEL_METRICS_INTERVAL_MS", positive_int(86_400_000, "ms (1 day)"))
+    sample_rate: float = param(1.0, "LENS_RL_OTEL_SAMPLE_RATE", as_rate)
+    export_timeout_ms: int = param(10000, "LENS_RL_OTEL_EXPORT_TIMEOUT_MS", positive_int(3_600_000, "ms (1 hour)"))
+    vllm_native_tracing: bool = param(False, "LENS_RL_OTEL_VLLM_NATIVE_TRACING", parse_bool)
+    #: None until :meth:`with_run_id` fills it (``SLURM_JOB_ID``, else a short random hex).
+    run_id: str | None = param(None, "LENS_RL_OTEL_RUN_ID", as_str)
+    #: The span queue's bound: the memory cap during a collector outage.
+    max_queue_spans: int = param(32768, "LENS_RL_OTEL_MAX_QUEUE_SPANS", positive_int(100_000_000, "spans"))
+    max_queue_bytes: int = param(64 << 20, "LENS_RL_OTEL_MAX_QUEUE_BYTES", positive_int(1 << 40, "bytes (1 TiB)"))
+    #: Flush at the end of every step umbrella span.
+    flush_on_step: bool = param(False, "LENS_RL_OTEL_FLUSH_ON_STEP", parse_bool)
+    headers_file: str | None = param(None, "LENS_RL_OTEL_HEADERS_FILE", as_path)
+    heartbeat_interval_ms: int = param(
+        10000, "LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS", non_negative_int(86_400_000, "ms (1 day)")
+    )
+    hang_timeout_s: float = param(600.0, "LENS_RL_OTEL_HANG_TIMEOUT_S", as_positive_float)
 
     @property
     def resolved_endpoint(self) -> str:
@@ -171,31 +146,28 @@ class TelemetryConfig:
 
     @classmethod
     def _resolve(cls, block: Mapping[str, Any], environ: Mapping[str, str]) -> TelemetryConfig:
-        unknown = [k for k in block if k not in _PARSERS]
+        unknown = [k for k in block if k not in PARAMS]
         if unknown:
             key = unknown[0]
-            close = difflib.get_close_matches(str(key), list(_PARSERS), n=1)
+            close = difflib.get_close_matches(str(key), list(PARAMS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(_PARSERS))}")
+            raise ValueError(f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(PARAMS))}")
         values: dict[str, Any] = {}
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        for field, parse in _PARSERS.items():
-            env_name = ENV[field]
-            fallback = environ.get(FALLBACK_ENV[field], "").strip() if field in FALLBACK_ENV else ""
+        for field, p in PARAMS.items():
+            fallback = next((name for name in p.fallback if environ.get(name, "").strip()), None)
             # A dataclass or pydantic block carries every field; its default value must
             # not hide the standard OTEL_* fallback the way an explicit setting does.
-            in_block = block.get(field) is not None and not (fallback and block[field] == defaults[field])
-            if env_name in environ and (environ[env_name].strip() or parse is parse_bool):
-                raw: object = environ[env_name]
-                where = f"{field} (from ${env_name})"
+            in_block = block.get(field) is not None and not (fallback and block[field] == _DEFAULTS[field])
+            if p.env in environ and (environ[p.env].strip() or p.parse is parse_bool):
+                raw: object = environ[p.env]
+                where = f"{field} (from ${p.env})"
             elif in_block:
                 raw, where = block[field], field
             elif fallback:
-                raw = environ[FALLBACK_ENV[field]]
-                where = f"{field} (from ${FALLBACK_ENV[field]})"
+                raw, where = environ[fallback], f"{field} (from ${fallback})"
             else:
                 continue
-            values[field] = parse(raw, where)
+            values[field] = p.parse(raw, where)
         if "OTEL_SDK_DISABLED" in environ and parse_bool(environ["OTEL_SDK_DISABLED"], "OTEL_SDK_DISABLED"):
             values["enabled"] = False
         return cls(**values)
@@ -216,14 +188,7 @@ class TelemetryConfig:
         Credentials never travel: an endpoint's userinfo is left out (workers
         authenticate with ``headers_file`` or the nodes' own ``OTEL_EXPORTER_OTLP_HEADERS``).
         """
-        env: dict[str, str] = {}
-        for field in _PARSERS:
-            value = getattr(self, field)
-            if value is None:
-                continue
-            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            env[ENV[field]] = strip_userinfo(text) if field == "endpoint" else text
-        return env
+        return {p.env: p.to_env(value) for field, p in PARAMS.items() if (value := getattr(self, field)) is not None}
 
     def headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
         """OTLP headers: ``OTEL_EXPORTER_OTLP_HEADERS`` merged with ``headers_file`` (the file wins).
@@ -240,6 +205,25 @@ class TelemetryConfig:
             except OSError as exc:
                 raise ValueError(f"telemetry.headers_file: cannot read {self.headers_file!r}: {exc.strerror}") from None
         return out or None
+
+
+#: field -> its declaration.
+PARAMS: dict[str, Param] = {f.name: f.metadata["param"] for f in dataclasses.fields(TelemetryConfig)}
+#: field -> the ``LENS_RL_OTEL_*`` variable that carries it.
+ENV: dict[str, str] = {name: p.env for name, p in PARAMS.items()}
+#: field -> the standard OpenTelemetry variables used, in order, when neither env nor YAML set it.
+FALLBACK_ENV: dict[str, tuple[str, ...]] = {name: p.fallback for name, p in PARAMS.items() if p.fallback}
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TelemetryConfig)}
+
+CAMPAIGN_STAGE_ENV = "LENS_RL_OTEL_CAMPAIGN_STAGE"
+RESOURCE_ATTRIBUTES_ENV = "LENS_RL_OTEL_RESOURCE_ATTRIBUTES"
+#: The job's attempt (an int >= 0): set by the user or a launcher, else resolved by the driver and handed on.
+ATTEMPT_ENV = "LENS_RL_OTEL_ATTEMPT"
+#: When a launcher started the attempt (epoch seconds): the driver's ``launch`` span runs from it.
+LAUNCH_TIME_ENV = "LENS_RL_OTEL_LAUNCH_TIME"
+DEFAULT_ENDPOINT = "http://localhost:4318"
+#: Every ``LENS_RL_OTEL_*`` variable lens_rl reads; any other gets a did-you-mean warning.
+KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, ATTEMPT_ENV, LAUNCH_TIME_ENV}
 
 
 def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:

@@ -14,8 +14,10 @@ import os
 import re
 import urllib.parse
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
+    "Parser",
     "as_endpoint",
     "as_non_negative_int",
     "as_path",
@@ -24,20 +26,18 @@ __all__ = [
     "as_rate",
     "as_str",
     "choice",
+    "env_text",
     "mask_url",
+    "non_negative_int",
     "parse_bool",
     "parse_headers",
+    "positive_int",
     "strip_userinfo",
 ]
 
-#: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
-_MAXIMA: dict[str, tuple[int, str]] = {
-    "metrics_interval_ms": (86_400_000, "ms (1 day)"),
-    "export_timeout_ms": (3_600_000, "ms (1 hour)"),
-    "max_queue_spans": (100_000_000, "spans"),
-    "max_queue_bytes": (1 << 40, "bytes (1 TiB)"),
-    "heartbeat_interval_ms": (86_400_000, "ms (1 day)"),
-}
+#: A parser: ``(value, where) -> the field's value``; ``where`` names the field (and the variable it came from).
+Parser = Callable[[object, str], Any]
+
 #: The longest hang timeout taken (a week): past it a phase is never suspected.
 MAX_HANG_TIMEOUT_S = 7 * 86_400.0
 
@@ -75,7 +75,8 @@ def as_str(value: object, field: str, *, allow_empty: bool = False) -> str:
     return text
 
 
-def as_positive_int(value: object, field: str) -> int:
+def as_positive_int(value: object, field: str, maximum: int | None = None, unit: str = "") -> int:
+    """An integer > 0, at most ``maximum`` (an upper bound keeps a typo from killing a thread or the machine)."""
     if isinstance(value, bool):
         raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
     if isinstance(value, str):
@@ -87,24 +88,30 @@ def as_positive_int(value: object, field: str) -> int:
         value = int(value)
     if not isinstance(value, int) or value <= 0:
         raise ValueError(f"telemetry.{field}: expected an integer > 0, got {value!r}")
-    name = field.split(" ", 1)[0]
-    if name in _MAXIMA and value > _MAXIMA[name][0]:
-        limit, unit = _MAXIMA[name]
-        raise ValueError(f"telemetry.{field}: {value!r} is out of range; allowed: 1 to {limit} {unit}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"telemetry.{field}: {value!r} is out of range; allowed: 1 to {maximum} {unit}")
     return value
 
 
-def as_non_negative_int(value: object, field: str) -> int:
-    """An integer >= 0 (0 turns the feature off), within the field's maximum."""
+def as_non_negative_int(value: object, field: str, maximum: int | None = None, unit: str = "") -> int:
+    """An integer >= 0 (0 turns the feature off), at most ``maximum``."""
     if isinstance(value, str) and value.strip() == "0" or value == 0 and not isinstance(value, bool):
         return 0
     try:
-        return as_positive_int(value, field)
+        return as_positive_int(value, field, maximum, unit)
     except ValueError:
-        name = field.split(" ", 1)[0]
-        limit, unit = _MAXIMA.get(name, (None, ""))
-        allowed = f"0 (off) to {limit} {unit}" if limit else "an integer >= 0 (0: off)"
+        allowed = f"0 (off) to {maximum} {unit}" if maximum else "an integer >= 0 (0: off)"
         raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: {allowed}") from None
+
+
+def positive_int(maximum: int, unit: str) -> Parser:
+    """The parser of an integer field > 0 bounded by ``maximum`` (``unit`` names it in the error)."""
+    return lambda value, field: as_positive_int(value, field, maximum, unit)
+
+
+def non_negative_int(maximum: int, unit: str) -> Parser:
+    """The parser of an integer field >= 0 (0: off) bounded by ``maximum``."""
+    return lambda value, field: as_non_negative_int(value, field, maximum, unit)
 
 
 def as_positive_float(value: object, field: str) -> float:
@@ -185,7 +192,13 @@ def as_path(value: object, field: str) -> str:
     return text
 
 
-#: Upper bounds that keep a typo from killing a thread or the machine (field -> (max, unit)).
+def env_text(value: object) -> str:
+    """A field's value as an environment variable carries it: ``true``/``false``, a list comma-joined, else ``str``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)
 
 
 def parse_headers(text: str) -> dict[str, str]:

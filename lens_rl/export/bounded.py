@@ -17,13 +17,13 @@ Example::
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from lens_rl._errors import internal_error
+from lens_rl._runtime import RUNTIME
 
 __all__ = ["Job", "run_bounded", "start_helpers", "submit"]
 
@@ -113,12 +113,12 @@ def run_bounded(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
     return submit(fn).wait(timeout_s)
 
 
-def _forget_after_fork() -> None:
+def _forget_after_fork(after_fork: bool) -> None:
     global _QUEUE
-    _QUEUE = queue.SimpleQueue()
-    _HELPERS.clear()
-    _BUSY.clear()
+    if after_fork:  # the helpers did not survive the fork
+        _QUEUE = queue.SimpleQueue()
+        _HELPERS.clear()
+        _BUSY.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
+RUNTIME.reset_hooks.append(_forget_after_fork)

@@ -7,9 +7,9 @@ so ``import lens_rl`` stays light.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from lens_rl._errors import require
 from lens_rl.export._sdk import own_random, read_environment_once
 
 if TYPE_CHECKING:
@@ -18,21 +18,12 @@ if TYPE_CHECKING:
 
     from lens_rl.config import TelemetryConfig
 
-__all__ = ["MissingExtraError", "make_exporters"]
-
-
-class MissingExtraError(ImportError):
-    """An optional dependency is not installed; the message names the extra to install."""
+__all__ = ["make_exporters"]
 
 
 def _grpc_module(signal: str) -> Any:
-    try:
-        name = "trace_exporter" if signal == "traces" else "metric_exporter"
-        return importlib.import_module(f"opentelemetry.exporter.otlp.proto.grpc.{name}")
-    except ImportError as exc:
-        raise MissingExtraError(
-            "telemetry.protocol 'grpc' needs the OTLP gRPC exporter: pip install 'lens-rl[grpc]'"
-        ) from exc
+    name = "trace_exporter" if signal == "traces" else "metric_exporter"
+    return require(f"opentelemetry.exporter.otlp.proto.grpc.{name}", "grpc", "telemetry.protocol 'grpc'")
 
 
 def make_exporters(

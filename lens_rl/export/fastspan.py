@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,8 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from lens_rl._attributes import clean_attributes, clean_text, clean_value
-from lens_rl._errors import internal_error
+from lens_rl._attributes import clean_attributes, clean_text, exception_event
 from lens_rl.export._sdk import span_fan_out
 from lens_rl.export.ids import getrandbits
 from lens_rl.export.sampling import keep
@@ -176,21 +174,7 @@ class FastSpan(trace_api.Span, ReadableSpan):  # type: ignore[misc]
     def record_exception(
         self, exception: BaseException, attributes: Any = None, timestamp: int | None = None, escaped: bool = False
     ) -> None:
-        try:  # an exception whose __str__ (or traceback) raises is still recorded, by its type
-            message: Any = clean_value(str(exception))
-            stacktrace = "".join(traceback.format_exception(exception))
-        except Exception as err:
-            internal_error(err, "unprintable-exception")
-            message, stacktrace = f"<{type(exception).__name__}: unprintable>", ""
-        attrs: dict[str, Any] = {
-            "exception.type": type(exception).__qualname__,
-            "exception.message": message,
-            "exception.stacktrace": stacktrace,
-            "exception.escaped": str(escaped),
-        }
-        if attributes:
-            attrs.update(attributes)
-        self.add_event("exception", attrs, timestamp)
+        self.add_event("exception", exception_event(exception, attributes, escaped), timestamp)
 
     def end(self, end_time: int | None = None) -> None:
         if self._end_time is not None:

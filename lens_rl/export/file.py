@@ -100,7 +100,7 @@ def span_lines(spans: Sequence[ReadableSpan]) -> list[str]:
     A lens_rl phase span still as its shape made it (the common case) is written from
     its shape's name and attributes as JSON, encoded once, and the trace id, parent id
     and thread its neighbours in the batch share, formatted once: the same line
-    (``tests/test_export.py`` compares them), several times cheaper.
+    (``tests/export/test_file.py`` compares them), several times cheaper.
     """
     out = []
     trace_id = parent_id = thread = name = None

@@ -47,7 +47,7 @@ _log = logging.getLogger("lens_rl")
 
 
 class TelemetryHandle:
-    """One process's telemetry: ``.tracer``, ``.meter``, ``.resource``, ``.is_exporting``.
+    """One process's telemetry: ``.tracer``, ``.meter``, ``.resource``, ``.is_exporting`` (the runtime's ``Handle``).
 
     ``force_flush`` and ``shutdown`` are bounded by ``timeout_ms`` whatever the
     collector does, and return True only when everything recorded so far was exported.

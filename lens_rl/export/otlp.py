@@ -6,7 +6,7 @@ attributes) to group it: ~21 µs a span with one attribute, ~100 µs with 32, me
 here. :func:`encode_request` fills the official ``opentelemetry-proto`` messages in
 place instead (the upb backend makes that several times cheaper), groups by object
 identity first, and encodes a resource once per batch. Its output is the same
-``ExportTraceServiceRequest`` (``tests/test_export.py`` compares the two, field by
+``ExportTraceServiceRequest`` (``tests/export/test_otlp.py`` compares the two, field by
 field, on spans of every shape); what it does not handle inline (events, links, array
 and mapping values) it hands to OpenTelemetry's own helpers.
 

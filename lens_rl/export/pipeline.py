@@ -24,7 +24,6 @@ failed exports. This processor:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
@@ -38,6 +37,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from lens_rl._attributes import clean_text, scrub_attributes
 from lens_rl._errors import internal_error, warn_once
+from lens_rl._runtime import RUNTIME
 from lens_rl.export._sdk import attributes_dict
 from lens_rl.export.bounded import run_bounded
 from lens_rl.export.fastspan import remember
@@ -46,12 +46,15 @@ from lens_rl.export.retry import UNSENT, Outage, backoff, verdict
 _log = logging.getLogger("lens_rl")
 
 _PIPELINES: weakref.WeakSet[SpanPipeline] = weakref.WeakSet()
-_FORK_HOOK_SET = False
 
 
-def _after_fork_in_child() -> None:
-    for pipeline in list(_PIPELINES):
-        pipeline._forget_after_fork()
+def _forget_pipelines_after_fork(after_fork: bool) -> None:
+    if after_fork:
+        for pipeline in list(_PIPELINES):
+            pipeline._forget_after_fork()
+
+
+RUNTIME.reset_hooks.append(_forget_pipelines_after_fork)
 
 
 def span_bytes(span: ReadableSpan) -> int:
@@ -75,7 +78,7 @@ def scrub(span: ReadableSpan) -> ReadableSpan:
     """``span`` with secrets redacted and strings repaired in its name, attributes, events and links.
 
     The same object when nothing needed a change (the common case). A lens_rl phase span
-    (:class:`lens_rl._fastspan.FastSpan`) was cleaned as it was made and written (its name
+    (:class:`lens_rl.export.fastspan.FastSpan`) was cleaned as it was made and written (its name
     too: a phase's name is cleaned once, ``update_name`` cleans): nothing to do.
     """
     if getattr(span, "cleaned", False):
@@ -134,7 +137,6 @@ class SpanPipeline(SpanProcessor):
         delay_s: float = 0.5,
         retry_for_s: float = 300.0,
     ) -> None:
-        global _FORK_HOOK_SET
         self.exporter = exporter
         self.max_queue_spans = max_queue_spans
         self.max_queue_bytes = max_queue_bytes
@@ -165,9 +167,6 @@ class SpanPipeline(SpanProcessor):
         self.outage = Outage("span", exporter)
         self.target = self.outage.target
         _PIPELINES.add(self)
-        if not _FORK_HOOK_SET and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=_after_fork_in_child)
-            _FORK_HOOK_SET = True
 
     # ------------------------------------------------------------ SpanProcessor
 

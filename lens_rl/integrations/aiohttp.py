@@ -18,13 +18,12 @@ import logging
 import sys
 from typing import Any
 
-from lens_rl._errors import internal_error
+from lens_rl._errors import MissingExtraError, internal_error, require
 from lens_rl._runtime import RUNTIME
 
 __all__ = ["instrument_aiohttp_client", "tracing_middleware", "uninstrument_aiohttp_client"]
 
 _log = logging.getLogger("lens_rl")
-_EXTRA = "pip install 'lens-rl[aiohttp]'"
 
 
 def _sessions_exist() -> bool:
@@ -49,10 +48,11 @@ def instrument_aiohttp_client() -> bool:
     if handle is None:
         return False
     try:
-        from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
-    except ImportError:
-        _log.warning("lens_rl: aiohttp client tracing needs the aiohttp extra: %s", _EXTRA)
+        client = require("opentelemetry.instrumentation.aiohttp_client", "aiohttp", "aiohttp client tracing")
+    except MissingExtraError as exc:
+        _log.warning("lens_rl: %s", exc)
         return False
+    AioHttpClientInstrumentor = client.AioHttpClientInstrumentor  # noqa: N806 - a class
     try:
         instrumentor = AioHttpClientInstrumentor()
         if not instrumentor.is_instrumented_by_opentelemetry:
@@ -90,10 +90,7 @@ def tracing_middleware() -> Any:
     phases inside it are its children. Decided per request: cheap pass-through while
     telemetry is off. Raises ``ImportError`` naming the extra when aiohttp is missing.
     """
-    try:
-        from aiohttp import web
-    except ImportError as exc:
-        raise ImportError(f"tracing_middleware needs aiohttp: {_EXTRA}") from exc
+    web = require("aiohttp.web", "aiohttp", "tracing_middleware")
 
     @web.middleware
     async def lens_rl_tracing(request: Any, handler: Any) -> Any:

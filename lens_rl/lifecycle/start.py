@@ -7,13 +7,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
-import os
 import sys
 from typing import Any
 
 import lens_rl.propagation as propagation
-from lens_rl._errors import internal_error, warn_once
-from lens_rl._runtime import RUNTIME
+from lens_rl._errors import MissingExtraError, internal_error, warn_once
+from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
 from lens_rl.export.bounded import start_helpers
 from lens_rl.identity import for_driver, worker_attributes
@@ -25,12 +24,12 @@ __all__ = ["activate", "get_telemetry_handle", "init_telemetry_driver", "init_te
 _log = logging.getLogger("lens_rl")
 
 
-def get_telemetry_handle() -> Any:
+def get_telemetry_handle() -> Handle | None:
     """The process's :class:`~lens_rl.export.handle.TelemetryHandle`, or None. A plain global read."""
     return RUNTIME.handle
 
 
-def init_telemetry_driver(master_config: object, algorithm: str | None = None) -> Any:
+def init_telemetry_driver(master_config: object, algorithm: str | None = None) -> Handle | None:
     """Start the driver's telemetry and hand the job's config and identity to workers.
 
     Call once before ``ray.init()``. Raises ``ValueError`` on a bad config (field, value,
@@ -61,7 +60,6 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
                 "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
             )
         driver = for_driver(master_config, algorithm, config)
-        from lens_rl.export.exporters import MissingExtraError  # (the SDK side: imported once telemetry is on)
         from lens_rl.export.handle import TelemetryHandle
 
         try:
@@ -88,7 +86,7 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         return handle
 
 
-def _open_job(handle: Any, driver: Any) -> None:
+def _open_job(handle: Handle, driver: Any) -> None:
     """Open the job root ``rl.job`` (it ends at shutdown: its duration is the attempt's) and add its context
     to the workers' environment (``TRACEPARENT``), so every worker joins the job's trace. With a launch time,
     ``rl.job`` starts there and a ``launch`` span (overhead) covers it to now: queueing and start-up are part
@@ -142,7 +140,7 @@ def init_telemetry_worker(
     world_size: int | None = None,
     worker_group: str | None = None,
     resource_attributes: dict[str, Any] | None = None,
-) -> Any:
+) -> Handle | None:
     """Start this worker process's telemetry from its environment. Never raises.
 
     ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``; ``worker_group`` to
@@ -154,7 +152,7 @@ def init_telemetry_worker(
 
 def _init_worker_guarded(
     rank: int | None, world_size: int | None, worker_group: str | None, explicit: dict[str, Any] | None, role: str
-) -> Any:
+) -> Handle | None:
     """Under the lock, keep or replace the current handle; never raise (one warning, then off).
 
     A handle made lazily by a first phase is kept unless this call says something the
@@ -181,7 +179,7 @@ def _init_worker(
     explicit: dict[str, Any] | None,
     role: str,
     kept_run_id: str | None = None,
-) -> Any:
+) -> Handle | None:
     if not telemetry_enabled_in_env():
         RUNTIME.mark_off()
         return None
@@ -231,7 +229,7 @@ def _init_worker(
     return handle
 
 
-def _lazy_init() -> Any:
+def _lazy_init() -> Handle | None:
     """The runtime's resolver: called by ``RUNTIME.resolve()`` on the first phase of a process.
 
     The handle it makes has role ``lazy``: an explicit ``init_telemetry_driver`` or
@@ -263,13 +261,13 @@ def _with_run_id(config: TelemetryConfig, kept: str | None) -> TelemetryConfig:
     return dataclasses.replace(config, run_id=kept)
 
 
-def activate(handle: Any, role: str = "worker") -> None:
+def activate(handle: Handle, role: str = "worker") -> None:
     """Make a handle built elsewhere (``lens_rl.testing``) the process's; register the process hooks once."""
     with RUNTIME.lock:
         _activate(handle, role)
 
 
-def _activate(handle: Any, role: str) -> None:
+def _activate(handle: Handle, role: str) -> None:
     from lens_rl.export import providers
 
     handle.role = role
@@ -281,9 +279,8 @@ def _activate(handle: Any, role: str) -> None:
     if "atexit" not in registered:
         registered.add("atexit")
         atexit.register(shutdown_at_exit)
-    if "fork" not in registered and hasattr(os, "register_at_fork"):
+    if "fork" not in registered:  # a multiprocessing child skips atexit: it shuts down through its Finalize
         registered.add("fork")
-        os.register_at_fork(after_in_child=_after_fork_in_child)
         import multiprocessing.util
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
@@ -296,20 +293,13 @@ class _Token:
 _MP_TOKEN = _Token()
 
 
-def _after_fork_in_child() -> None:
-    old = RUNTIME.handle
-    RUNTIME.reset(after_fork=True)
-    if old is not None:  # the SDK restarts its metric thread in the child: stop the parent's copy
-        old.after_fork()
-
-
 def _after_mp_fork(_token: object) -> None:
     import multiprocessing.util
 
     multiprocessing.util.Finalize(None, shutdown_at_exit, exitpriority=100)
 
 
-def _init_from_decorator(rank: Any, world_size: Any, worker_group: Any) -> Any:
+def _init_from_decorator(rank: Any, world_size: Any, worker_group: Any) -> Handle | None:
     """``RUNTIME.worker_init``: what ``traced_worker_init`` calls before a constructor's body runs."""
     if not telemetry_enabled_in_env():
         if RUNTIME.handle is None:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from lens_rl._errors import require
+
 __all__ = ["default_jobs", "map_files", "no_gc"]
 
 
@@ -103,10 +105,7 @@ def _with_kept_args(fn: Callable[..., Any], path: Any) -> Any:
 def _map_ray(
     fn: Callable[..., Any], paths: Sequence[Path], args: tuple[Any, ...], address: str | None, desc: str
 ) -> Iterator[Any]:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("--ray needs Ray: pip install 'lens-rl[ray]'") from exc
+    ray = require("ray", "ray", "--ray")
     started = False
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=40)  # ERROR

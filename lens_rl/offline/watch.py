@@ -15,18 +15,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lens_rl._errors import require
+
 __all__ = ["LAST_STEPS", "frame", "watch"]
 
 #: Step rows a frame shows.
 LAST_STEPS = 8
-_EXTRA = "pip install 'lens-rl[analysis]'"
 
 
 def _need_rich() -> None:
-    try:
-        import rich  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(f"lens-rl watch needs rich: {_EXTRA}") from exc
+    require("rich", "analysis", "lens-rl watch")
 
 
 def _pct(value: Any) -> str:

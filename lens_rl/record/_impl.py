@@ -9,6 +9,7 @@ the on/off flags from the one runtime object.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -73,4 +74,10 @@ def traced_phase_entry(
         return python_impl
     by_value = {member.value: member for member in bucket_type}  # type: ignore[attr-defined]
     _speedups.configure(cache, python_impl, lazy_type, bucket_type, runtime, by_value, NOOP_SPAN, key_marker)
+    if hasattr(_speedups, "set_doc"):  # the C entry point shows python_impl's docstring (one text, not two)
+        _speedups.set_doc(f"traced_phase{_TEXT_SIGNATURE}\n--\n\n{inspect.cleandoc(python_impl.__doc__ or '')}")
     return _speedups.traced_phase  # type: ignore[no-any-return]
+
+
+#: ``traced_phase``'s signature as a C function's docstring states it (``inspect.signature`` reads it).
+_TEXT_SIGNATURE = "(name, /, *, bucket=None, parent=None, attributes=None, **rl_attributes)"

@@ -412,22 +412,36 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
     return (PyObject *)lazy;
 }
 
+/* Replaced at configure time by set_doc(): the one docstring is the Python implementation's. */
 PyDoc_STRVAR(traced_phase_doc,
              "traced_phase(name, /, *, bucket=None, parent=None, attributes=None, **rl_attributes)\n--\n\n"
-             "A training phase: ``with traced_phase(name): ...`` or ``@traced_phase(name)``.\n\n"
-             "Enabled, it opens a span ``name`` carrying ``rl.bucket``: the explicit ``bucket``, else the\n"
-             "innermost ``with_bucket``, else the default for a known RL phase name, else none (an\n"
-             "umbrella span such as a whole step). ``parent`` takes a carrier from ``inject_context()``.\n"
-             "Keyword attributes are recorded as ``rl.<key>``; ``attributes={...}`` takes exact keys. An\n"
-             "invalid bucket raises ValueError here, enabled or not. Disabled, it yields a no-op span and\n"
-             "touches no OpenTelemetry. (C entry point of lens_rl.record.phases.traced_phase.)");
+             "A training phase (C entry point of lens_rl.record.phases.traced_phase).");
+
+static PyObject *set_doc(PyObject *module, PyObject *doc);
 
 static PyMethodDef speedups_methods[] = {
     {"traced_phase", (PyCFunction)(void (*)(void))traced_phase, METH_FASTCALL | METH_KEYWORDS, traced_phase_doc},
     {"configure", configure, METH_VARARGS,
      "Set the cache, fallback, lazy type, Bucket type, runtime, bucket-by-value dict, no-op span and key marker."},
+    {"set_doc", set_doc, METH_O, "Make str doc traced_phase's docstring (its first line the text signature)."},
     {NULL, NULL, 0, NULL},
 };
+
+/* The docstring traced_phase shows: kept alive here, read through its method table entry on each access. */
+static PyObject *doc_text = NULL;
+
+static PyObject *
+set_doc(PyObject *module, PyObject *doc)
+{
+    const char *text = PyUnicode_AsUTF8(doc);
+    if (text == NULL) {
+        return NULL;
+    }
+    Py_INCREF(doc);
+    Py_XSETREF(doc_text, doc);
+    speedups_methods[0].ml_doc = text;
+    Py_RETURN_NONE;
+}
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT, "lens_rl.record._speedups", "C accelerator for lens_rl's hot path.", -1, speedups_methods,

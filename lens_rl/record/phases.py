@@ -158,14 +158,19 @@ else:
     def _traced_phase_py(name, /, **kwargs):
         """A training phase: ``with traced_phase(name): ...`` or ``@traced_phase(name)``.
 
-        Enabled, it opens a span ``name`` carrying ``rl.bucket``: the explicit
-        ``bucket``, else the innermost :func:`with_bucket`, else the default for a known
-        RL phase name, else none (an umbrella span such as a whole step). ``parent``
-        takes a carrier from :func:`inject_context`. Keyword attributes are recorded as
-        ``rl.<key>``; ``attributes={...}`` takes exact keys. An invalid bucket raises
-        ``ValueError`` here, enabled or not. Disabled, it yields a no-op span and
-        touches no OpenTelemetry. The first phase of a process whose environment says
-        enabled starts worker telemetry.
+        One object, a context manager and a decorator for sync and async functions and
+        methods, generators and async generators (a traced generator records one span per
+        resumption, under whatever is current for its consumer then). Enabled, it opens a
+        span ``name`` carrying ``rl.bucket``: the explicit ``bucket``, else the innermost
+        :func:`with_bucket`, else the default for a known RL phase name, else none (an
+        umbrella span such as a whole step). ``parent`` takes a carrier from
+        :func:`inject_context`. Keyword attributes are recorded as ``rl.<key>``;
+        ``attributes={...}`` takes exact keys. It yields a span-like object
+        (``set_attribute``, ``add_event``, ``record_exception``); user exceptions pass
+        through unchanged and are recorded with status ERROR. An invalid bucket raises
+        ``ValueError`` here, enabled or not. Disabled, it yields a no-op span and touches
+        no OpenTelemetry. The first phase of a process whose environment says enabled
+        starts worker telemetry. (This is the one docstring: the C entry point shows it.)
 
         Example::
 

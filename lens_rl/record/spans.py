@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lens_rl._attributes import clean_attributes, clean_text
+from lens_rl._attributes import clean_attributes, clean_text, exception_event, safe_str
 from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
 
@@ -183,26 +183,9 @@ class PhaseSpan:
         return True
 
 
-def safe_str(exc: BaseException) -> str:
-    try:
-        return clean_text(str(exc))
-    except Exception as err:  # an exception whose __str__ raises is still recorded, by its type
-        internal_error(err, "unprintable-exception")
-        return f"<{type(exc).__name__}: unprintable>"
-
-
 def record_exception(span: Any, exc: BaseException, attributes: Mapping[str, Any] | None = None) -> None:
-    """The exception event and ERROR status, built here so a hostile ``__str__`` cannot break it."""
-    attrs = {"exception.type": type(exc).__qualname__, "exception.message": safe_str(exc)}
-    try:
-        import traceback
-
-        attrs["exception.stacktrace"] = clean_text("".join(traceback.format_exception(exc)))
-    except Exception as err:
-        internal_error(err, "unprintable-exception")
-    if attributes:
-        attrs.update(attributes)
-    span.add_event("exception", attrs)
+    """Add the exception event to ``span`` (any span: the SDK's or the fast one)."""
+    span.add_event("exception", exception_event(exc, attributes))
 
 
 def current_span() -> Any:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lens_rl._runtime import RUNTIME
+from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.buckets import Bucket, exclusive_time
 
 __all__ = ["end_step", "step_goodput", "step_metrics"]
 
 
-def end_step(node: Any, end_ns: int, wall_s: float, handle: Any) -> None:
+def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> None:
     """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
     (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
     and goodput = productive / wall."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lens_rl._runtime import Handle
 
 __all__ = ["SpanRecorder"]
 
@@ -15,7 +18,7 @@ class SpanRecorder:
 
         self.exporter = InMemorySpanExporter()
         self.metric_reader: Any = None
-        self.handle: Any = None
+        self.handle: Handle | None = None
 
     @property
     def spans(self) -> list[Any]:

@@ -109,6 +109,7 @@ FULL_DISK = """
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_leaves_no_duplicate_and_no_garbage_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The file system fills mid-batch: what is on disk is whole lines, each span at most once, and the
     error is logged once with its message."""

@@ -31,6 +31,7 @@ def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
     assert span["trace_id"] == job["trace_id"] and span["parent_span_id"] == job["span_id"]
 
 
+@pytest.mark.slow
 def test_otlp_goes_through_the_proxy_the_environment_names(receiver: OTLPReceiver) -> None:
     """HTTP_PROXY set when telemetry starts is honoured for spans and metrics (read once, not per batch),
     and NO_PROXY still exempts a host."""

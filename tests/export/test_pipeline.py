@@ -95,6 +95,7 @@ def test_a_permanent_rejection_is_dropped_and_counted_not_retried() -> None:
         assert [s["name"] for s in rx.spans] == ["later"] and handle.stats()["failed"] == 1
 
 
+@pytest.mark.slow
 def test_the_queue_is_bounded_in_bytes_against_a_hung_collector() -> None:
     """4 KB attributes against a collector that never answers: RSS stays near the byte bound, drops are counted."""
     endpoint, sock = hung_endpoint()

@@ -123,6 +123,7 @@ def test_times_out_of_range_read_as_zero_in_every_tool(tmp_path: Path) -> None:
     assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events if e["ph"] == "X")
 
 
+@pytest.mark.slow
 def test_lines_of_other_json_types_are_skipped_and_odd_values_read_as_none_in_every_tool(tmp_path: Path) -> None:
     """A span line whose keys have other JSON types than the store's (a list for a name, text for the
     attributes, ...) or that has no name is skipped and counted; attribute values no tool can use (a
@@ -203,6 +204,7 @@ def test_python_dash_m_works_like_the_command() -> None:
     assert out.returncode == 0 and all(c in out.stdout for c in ("demo", "goodput", "perfetto", "replay"))
 
 
+@pytest.mark.slow
 def test_users_can_assert_their_spans_with_the_plugin_fixture(tmp_path: Path) -> None:
     """A user's own test file gets the lens_spans fixture from the installed pytest plugin."""
     (tmp_path / "test_user.py").write_text(

@@ -33,6 +33,7 @@ def _records(trace_dir: Path) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ outage
 
 
+@pytest.mark.slow
 def test_spans_ended_during_an_outage_are_delivered_when_the_collector_returns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -347,6 +348,7 @@ def test_otlp_headers_never_reach_logs_attributes_or_the_projection(
 # ------------------------------------------------------------------ long run (short version)
 
 
+@pytest.mark.slow
 def test_short_soak_against_a_hung_collector_stays_bounded() -> None:
     """benchmarks/soak_hung_collector.py for a few seconds: bounded memory, no slowdown, prompt shutdown."""
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "soak_hung_collector.py"

@@ -220,6 +220,7 @@ def test_process_that_forgets_shutdown_exports_at_exit(tmp_path: Path) -> None:
     assert sorted(names) == ["generation", "rl.job"]
 
 
+@pytest.mark.slow
 def test_exit_is_prompt_against_a_hung_collector() -> None:
     """A process that forgets shutdown and has a hung collector still exits within the 3 s bound."""
     out = run_python(

@@ -30,6 +30,7 @@ def _same(run: Path, **options: Any) -> dict[str, Any]:
     return warm
 
 
+@pytest.mark.slow
 def test_a_grown_store_reads_as_a_cold_read_does(tmp_path: Path) -> None:
     """About 50 k spans read cold, then grown by whole steps, by a line still being written, and the line
     finished: every warm read equals a cold one (spans, skipped lines, every figure)."""
@@ -146,6 +147,7 @@ def test_the_cli_reads_through_the_cache_and_no_cache_reads_cold(tmp_path: Path)
     assert _goodput(tmp_path) == cold and _goodput(tmp_path) == cold and (run / CACHE_DIR).is_dir()
 
 
+@pytest.mark.slow
 def test_ray_reads_through_the_cache_with_the_same_answer(tmp_path: Path) -> None:
     """--ray: the files read as Ray tasks through the cache (cold, then grown) print what a cold local read
     prints."""

@@ -126,20 +126,17 @@ def test_a_healthy_run_is_ok_and_garbage_files_are_named(tmp_path: Path) -> None
     assert [n.split(":")[0] for n in report["notes"]] == ["live-x-0-9.json", "live-y-0-9.json"]
 
 
-def test_two_thousand_processes_are_summarised_by_group_in_well_under_a_second(tmp_path: Path) -> None:
-    """2,000 heartbeats (one stale, one hung): read and summarised in under a second (it takes a fraction);
-    the table stays short: the groups, then only the two abnormal processes."""
+def test_two_thousand_processes_are_summarised_by_group(tmp_path: Path) -> None:
+    """2,000 heartbeats (one stale, one hung) make a short table: the groups, then only the two abnormal
+    processes (its time: benchmarks/test_speed.py)."""
     run = tmp_path / "r"
     beat(run, "driver", 0, 1)
     for rank in range(1999):
         group = "lm_policy" if rank < 1500 else "vllm_policy"
         opened = [phase("policy_training", 900, hung=True)] if rank == 1234 else [phase("policy_training", 5)]
         beat(run, group, rank, 100 + rank, age_s=30 if rank == 77 else 0.2, open_phases=opened)
-    started = time.perf_counter()
     report = run_status(run, NOW)
     text = format_status(report)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 1.0, elapsed
     assert len(report["processes"]) == 2000 and not report["ok"]
     lines = text.splitlines()
     assert len(lines) < 20, text

@@ -110,6 +110,7 @@ def _pty_run(args: list[str], *, interrupt_after: float | None = None, timeout: 
     return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_watch_draws_a_frame_on_a_terminal_and_quits_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     """--once on a pty prints the headline, the processes and the last steps; the live view quits on Ctrl-C
     with status 0 and no traceback."""

@@ -212,6 +212,7 @@ def test_a_with_phase_while_off_yields_the_noop_span_and_passes_exceptions(tp: C
 
 
 @pytest.mark.parametrize("tp", IMPLS)
+@pytest.mark.slow
 def test_no_reference_or_memory_leak_on_the_hot_paths(tp: Callable[..., Any]) -> None:
     """100,000 calls on each hot shape leave reference counts and traced memory where they were."""
     import gc
@@ -266,3 +267,18 @@ def test_one_call_shape_is_one_cache_entry_whichever_implementation_met_it(tp: C
             assert aspects._traced_phase_py("shape", bucket="productive", step=i, attributes={"k": i}) is phase
             assert tp("shape", bucket="productive", step=i, attributes={"k": i}) is phase
         assert len(RUNTIME.phase_cache) - before == 10
+
+
+def test_the_entry_point_shows_the_one_docstring() -> None:
+    """help(lens_rl.traced_phase) shows the one docstring and signature, whichever implementation serves."""
+    import inspect
+
+    assert inspect.getdoc(lens_rl.traced_phase) == inspect.getdoc(aspects._traced_phase_py)
+    assert "generators" in (inspect.getdoc(lens_rl.traced_phase) or "")
+    assert list(inspect.signature(lens_rl.traced_phase).parameters) == [
+        "name",
+        "bucket",
+        "parent",
+        "attributes",
+        "rl_attributes",
+    ]

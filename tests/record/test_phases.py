@@ -92,6 +92,7 @@ def test_keyword_attributes_are_rl_prefixed_and_exact_keys_kept(lens_spans: Span
     assert _attrs(lens_spans.find("generation")) == {"rl.step": 3, "gen_ai.model": "m", "rl.bucket": "wasted"}
 
 
+@pytest.mark.expects_internal_error
 def test_telemetry_faults_never_reach_user_code(
     lens_spans: SpanRecorder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

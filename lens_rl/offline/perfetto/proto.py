@@ -21,20 +21,15 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from lens_rl._errors import require
 from lens_rl.offline.perfetto.places import NO_ATTRS, SLICE, Places, Rows, category, dumps, process_name
 from lens_rl.store import INT64_END
 
 __all__ = ["Slot", "proto_events", "proto_module", "template", "uuid_of"]
 
-_EXTRA = "pip install 'lens-rl[analysis]'"
-
 
 def proto_module() -> Any:
-    try:
-        from perfetto.protos.perfetto.trace import perfetto_trace_pb2
-    except ImportError as exc:
-        raise ImportError(f"writing .pftrace needs the perfetto package: {_EXTRA}") from exc
-    return perfetto_trace_pb2
+    return require("perfetto.protos.perfetto.trace.perfetto_trace_pb2", "analysis", "writing .pftrace")
 
 
 @functools.lru_cache(maxsize=65536)

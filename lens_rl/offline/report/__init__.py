@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lens_rl._errors import require
 from lens_rl.offline.goodput import analyze_parts, rolled_up
 from lens_rl.offline.report.data import (
     MAX_COLUMNS,
@@ -60,15 +61,9 @@ __all__ = [
     "write_report",
 ]
 
-_EXTRA = "pip install 'lens-rl[report]'"
-
 
 def _plotly() -> Any:
-    try:
-        import plotly.graph_objects as go
-    except ImportError as exc:
-        raise ImportError(f"lens-rl report needs plotly: {_EXTRA}") from exc
-    return go
+    return require("plotly.graph_objects", "report", "lens-rl report")
 
 
 def build_report(
