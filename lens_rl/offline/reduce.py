@@ -22,16 +22,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.buckets import exclusive_time, kind_of
-from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
+from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, THIRD_PARTY, Columns, read_columns
 from lens_rl.offline.critical import CritPart, walk_file
 from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.offline.read.tree import JOB, UMBRELLA, parent_rows
+from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
+from lens_rl.offline.read.tree import resolve as resolve_tree
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
 __all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
 
 _BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+_THIRD_MASK = bytes(b & THIRD_PARTY for b in range(256))  # flags -> only their third-party bit
 
 
 class Tree:
@@ -51,9 +55,13 @@ class Tree:
         "flags",
         "steps",
         "outer",
+        "top",
+        "role",
+        "cycles",
         "ids",
         "remote",
         "flops",
+        "gen_tokens",
     )
     n: int
     names: list[Any]
@@ -68,9 +76,13 @@ class Tree:
     flags: bytearray
     steps: list[Any]
     outer: array
+    top: array
+    role: bytearray
+    cycles: int
     ids: Any
     remote: dict[int, Any]
     flops: dict[int, float]
+    gen_tokens: dict[int, tuple[float, float]]
 
 
 def link(cols: Columns) -> Tree:
@@ -79,21 +91,16 @@ def link(cols: Columns) -> Tree:
     n = tree.n = len(cols.names)
     tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
     tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
-    referenced = set(cols.parent_ids)  # (only the spans something points to: a fraction of them)
-    index = {span_id: i for i, span_id in enumerate(cols.ids) if span_id in referenced}
+    parents = tree.parents = parent_rows(cols.ids, cols.parent_ids)
     tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
     tree.remote = {}
-    del referenced
-    index_get = index.get
-    parents = tree.parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
     has_child = tree.has_child = bytearray(n)
     orphan = tree.orphan = bytearray(n)
     none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
     for i, p in enumerate(parents):
-        if p == i:
-            parents[i] = -1
-        elif p != -1:
-            has_child[p] = 1
+        if p != -1:
+            if p != i:  # (a self-parent: cut and counted by the tree rule)
+                has_child[p] = 1
         else:
             parent_id = cols.parent_ids[i]
             if flags[i] & REMOTE_PARENT:
@@ -101,10 +108,9 @@ def link(cols: Columns) -> Tree:
             elif parent_id != none and parent_id != root:
                 orphan[i] = 1
     cols.parent_ids = []
-    del index, index_get
-    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none
+    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none, a third party's too
     for i, b in enumerate(buckets):
-        if b is not None and b not in _BUCKET_SET:
+        if b is not None and (b not in _BUCKET_SET or flags[i] & THIRD_PARTY):
             buckets[i] = None
     tree.buckets, tree.own_steps = buckets, cols.steps
     tree.flops = cols.flops
@@ -113,56 +119,56 @@ def link(cols: Columns) -> Tree:
         for i, tok in enumerate(cols.tokens)
         if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
     }
+    tree.gen_tokens = cols.gen_tokens
     return tree
 
 
 def resolve(tree: Tree) -> None:
-    """Pass 2 (see the module docstring)."""
-    n, parents, buckets, own_steps = tree.n, tree.parents, tree.buckets, tree.own_steps
-    steps: list[Any] = [None] * n
-    outer = array("q", [-1]) * n
-    done = bytearray(n)
-    for i in range(n):
-        if done[i]:
+    """Pass 2 (see the module docstring): the one tree rule (:func:`lens_rl.offline.read.tree.resolve`);
+    then a third-party span's token counts go to the lens_rl phase it runs under, where that phase has
+    none of its own."""
+    third: bytearray | None = tree.flags.translate(_THIRD_MASK)
+    if THIRD_PARTY not in third:  # type: ignore[operator]
+        third = None
+    done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
+    tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
+    tree.has_child, tree.cycles = done.has_child, done.cycles
+    gen = tree.gen_tokens
+    if gen:
+        counts: dict[int, list[float]] = {}
+        role, parents = tree.role, tree.parents
+        for i, (out, into) in gen.items():
+            p = parents[i]
+            while p != -1 and role[p] == THIRD_ROLE:
+                p = parents[p]
+            if p != -1 and role[p] != JOB:
+                found = counts.setdefault(p, [0.0, 0.0])
+                found[0] += out
+                found[1] += into
+        for p, (out, into) in counts.items():
+            if p not in tree.tokens:
+                tree.tokens[p] = out or into
+    tree.gen_tokens = {}
+
+
+def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants; and each
+    unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive time:
+    what its time nested phases leave it, each instant counted once however deep the nesting)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    own: dict[int, list[tuple[int, int]]] = {}
+    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
+    parents, role = tree.parents, tree.role
+    for i in range(tree.n):
+        o = outer[i]
+        if o != -1:
+            if buckets[i] is not None:
+                out.setdefault(o, []).append((starts[i], ends[i]))
             continue
         p = parents[i]
-        if p == -1:  # the common cases first: a root, or a parent already resolved
-            steps[i] = own_steps[i]
-            done[i] = True
-            continue
-        if done[p]:
-            step = own_steps[i]
-            steps[i] = step if step is not None else steps[p]
-            outer[i] = p if buckets[p] is not None else outer[p]
-            done[i] = True
-            continue
-        trail = []
-        on_trail = set()
-        j = i
-        while j != -1 and not done[j] and j not in on_trail:  # a malformed cycle ends the walk
-            trail.append(j)
-            on_trail.add(j)
-            j = parents[j]
-        for k in reversed(trail):  # top-down: each parent is resolved before its child
-            p = parents[k]
-            if p == -1 or not done[p]:
-                steps[k] = own_steps[k]
-            else:
-                step = own_steps[k]
-                steps[k] = step if step is not None else steps[p]
-                outer[k] = p if buckets[p] is not None else outer[p]
-            done[k] = True
-    tree.steps, tree.outer = steps, outer
-
-
-def inner(tree: Tree) -> dict[int, list[tuple[int, int]]]:
-    """Pass 3 (see the module docstring)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
-    for i in range(tree.n):
-        if buckets[i] is not None and outer[i] != -1:
-            out.setdefault(outer[i], []).append((starts[i], ends[i]))
-    return out
+        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (a phase's phase: the parent's unbucketed)
+            own.setdefault(p, []).append((starts[i], ends[i]))
+    return out, own
 
 
 def part_from_columns(
@@ -192,7 +198,8 @@ def part_from_columns(
     if part.spans:
         tree = link(cols)
         resolve(tree)
-        accumulate(part, tree, inner(tree), step_rows, superseded)
+        part.cycles = tree.cycles
+        accumulate(part, tree, *inner(tree), step_rows, superseded)
         if critical:
             part.crit = _walks(key, tree, superseded)
         tree.ids = None
@@ -218,15 +225,12 @@ def _device(resource: Mapping[str, Any]) -> dict[str, Any]:
 
 def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
     """The process's critical-path walks: from the driver's final-run step umbrellas and from every entry."""
-    own_steps, buckets, names, steps = tree.own_steps, tree.buckets, tree.names, tree.steps
+    own_steps, role, steps = tree.own_steps, tree.role, tree.steps
     umbrellas = (
         [
             i
             for i in range(tree.n)
-            if own_steps[i] is not None
-            and buckets[i] is None
-            and names[i] != "rl.job"
-            and not (superseded and own_steps[i] in superseded)
+            if role[i] == UMBRELLA and not (superseded and own_steps[i] in superseded)
         ]
         if key.driver
         else []
@@ -239,25 +243,36 @@ def accumulate(
     part: ProcessPart,
     tree: Tree,
     kids_of: dict[int, list[tuple[int, int]]],
+    own_kids: dict[int, list[tuple[int, int]]],
     step_rows: bool,
     superseded: frozenset[Any] = frozenset(),
 ) -> None:
     """Pass 4 (see the module docstring): one loop over every span, the hot path of every read, so its
-    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval."""
+    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval; a third party's
+    span is no phase (its time is its nearest bucketed ancestor's, counted there once)."""
     names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
-    outer, own_steps, parents, has_child = tree.outer, tree.own_steps, tree.parents, tree.has_child
+    outer, role, top, has_child = tree.outer, tree.role, tree.top, tree.has_child
     orphan, flags, tokens = tree.orphan, tree.flags, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     rerun = array("q")  # rows of spans of superseded steps
+    in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
     lo = hi = None
     for i in range(tree.n):
         name = names[i]
         start, end = starts[i], ends[i]
-        if name == "rl.job":
-            part.jobs.append((start, end))
-            continue
+        kind = role[i]
+        if kind >= THIRD_ROLE:
+            if kind == JOB:
+                part.jobs.append((start, end))
+                continue
+            lo = start if lo is None or start < lo else lo
+            hi = end if hi is None or end > hi else hi
+            if superseded and steps[i] in superseded:
+                rerun.append(i)
+                part.rerun_steps.add(steps[i])
+            continue  # a third party's span: no phase, no bucket of its own
         lo = start if lo is None or start < lo else lo
         hi = end if hi is None or end > hi else hi
         if superseded and steps[i] in superseded:  # a run a later attempt did again: wasted, nothing else
@@ -279,6 +294,9 @@ def accumulate(
             bucket_ns[bucket] += excl
             if outer[i] == -1:
                 top_level.append(i)
+        elif outer[i] == -1:  # an unbucketed phase outside every bucketed one: what its phases leave it
+            kids = own_kids.get(i)
+            excl = exclusive_time(start, end, kids) if kids else duration
         phase = phases.get((name, bucket))
         if phase is None:
             phase = phases[(name, bucket)] = PhasePart()
@@ -291,11 +309,8 @@ def accumulate(
         step = steps[i]
         if step is None:
             continue
-        own = own_steps[i]
-        if bucket is None and not has_child[i]:  # an unbucketed leaf in a step (not the step's own umbrella)
-            p = parents[i]
-            if own is None or (p != -1 and steps[p] == own):
-                phase.leaf_ns += duration
+        if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
+            phase.leaf_ns += duration
         if bucket is not None and bucket in COMPUTE_BUCKETS:
             by_step: Any = compute.get(name)
             if by_step is None:
@@ -320,23 +335,51 @@ def accumulate(
         if orphan[i]:  # its parent never ended (a killed process): the step it belongs to never did either
             sp.incomplete = True
         if bucket is None:
-            if own is not None:
+            if kind == UMBRELLA:
                 if sp.umbrellas is None:
                     sp.umbrellas = []
                 sp.umbrellas.append(i)
+                in_umbrella.setdefault(i, [])
+                if outer[i] != -1:  # a step inside a bucketed phase: that bucket does not apply to it
+                    key = (names[outer[i]], buckets[outer[i]])
+                    part.enclosing[key] = part.enclosing.get(key, 0) + 1
                 if flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
                     sp.incomplete = True
             continue
         sp.ns[_BUCKET_INDEX[bucket]] += excl
+        t = top[i]
+        if t != -1 and role[t] == UMBRELLA and (outer[i] == -1 or top[outer[i]] != t):
+            in_umbrella.setdefault(t, []).append(i)
         if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
             if sp.bucketed is None:
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    if in_umbrella:
+        _gaps(part, tree, in_umbrella)
     if rerun:
         part.rerun = merge_indexed(rerun, starts, ends)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
+
+
+def _gaps(part: ProcessPart, tree: Tree, in_umbrella: dict[int, list[int]]) -> None:
+    """Where each step umbrella's time no bucketed span of its own covers falls: between which phases (by
+    the phase that ended last before the gap and the one that starts after it), summed into ``part.gaps``."""
+    starts, ends, names, gaps = tree.starts, tree.ends, tree.names, part.gaps
+    for u, rows in in_umbrella.items():
+        low, high = starts[u], ends[u]
+        at, before = low, "step start"
+        for r in sorted(rows, key=starts.__getitem__):
+            start, end = max(starts[r], low), min(ends[r], high)
+            if start > at:
+                key = (before, str(names[r]))
+                gaps[key] = gaps.get(key, 0) + start - at
+            if end >= at:
+                at, before = end, str(names[r])
+        if high > at:
+            key = (before, "step end")
+            gaps[key] = gaps.get(key, 0) + high - at
 
 
 def _tokens(part: ProcessPart, phase: PhasePart, tree: Tree, i: int, bucket: Any, duration: int) -> None:

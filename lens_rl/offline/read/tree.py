@@ -1,0 +1,228 @@
+"""The one tree rule: from one file's spans, each span's parent, step, nearest bucketed ancestor and place.
+
+Every command that needs a span's step or its bucket for time (``goodput``, the critical path, Perfetto
+``--steps``, the report's timeline) asks this module, so all of them agree on each span:
+
+* **Parents.** A span's parent is the span of the same file its parent id names (a parent in another
+  process, or never written, is none here). A span that is its own parent, and every cycle of parent links
+  (of any length, through a step umbrella too), is broken: the cycle's first span in file order loses its
+  parent (so the answer depends on the spans' order only, which any subset of the file keeps); each break
+  is counted.
+* **Step.** Its own ``rl.step``, else its parent's (so its nearest ancestor's).
+* **Bucketed ancestor** (``outer``): the nearest ancestor carrying a bucket: the span its time is taken
+  from, and whose bucket an unbucketed span's time counts in.
+* **Place** (``role``): :data:`UMBRELLA` for a step's umbrella: the outermost span with its own step (no
+  span above it has one), when it has no bucket (nested unbucketed spans with a step are one step's tree,
+  not several steps; a phase that carries its step, as a worker's do, is no umbrella); :data:`THIRD_PARTY` for a span recorded by another library (its scope is not lens_rl's: vLLM's
+  ``llm_request``, an aiohttp client span), never a phase; :data:`JOB` for the job root; else
+  :data:`PHASE`.
+
+Everything is iterative (no recursion: chains thousands deep are walked in loops) and each span is resolved
+once.
+
+Example::
+
+    parents, cycles = parent_rows(ids, parent_ids)
+    tree = resolve(parents, own_steps, buckets, names, third_party)
+    tree.steps[i], tree.outer[i], tree.role[i]
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["JOB", "PHASE", "THIRD_PARTY", "UMBRELLA", "Resolved", "parent_rows", "resolve", "steps_of_rows"]
+
+PHASE = 0
+UMBRELLA = 1
+THIRD_PARTY = 2
+JOB = 3
+
+_JOB_NAME = "rl.job"
+
+
+class Resolved:
+    """What :func:`resolve` decides per span (rows index the file's spans): ``steps``, ``outer`` (the
+    nearest bucketed ancestor's row, -1: none), ``top`` (the row of the outermost span with its own step
+    it lies under, itself included, -1: none: its step umbrella where that span is one), ``role`` (:data:`PHASE` ...), ``has_child`` and ``cycles`` (the parent cycles
+    broken, self-parents included)."""
+
+    __slots__ = ("steps", "outer", "top", "role", "has_child", "cycles")
+
+    def __init__(self, steps: list[Any], outer: array, top: array, role: bytearray, has_child: bytearray) -> None:
+        self.steps = steps
+        self.outer = outer
+        self.top = top
+        self.role = role
+        self.has_child = has_child
+        self.cycles = 0
+
+
+def parent_rows(ids: Sequence[Any], parent_ids: Sequence[Any]) -> array:
+    """Each span's parent row in the same file (-1: none there), from the span ids and parent ids (a
+    repeated span id names its last span). Self-parents and cycles are left to :func:`resolve`."""
+    referenced = set(parent_ids)  # (only the spans something points to: a fraction of them)
+    index = {span_id: i for i, span_id in enumerate(ids) if span_id in referenced}
+    index.pop(None, None)
+    get = index.get
+    return array("q", (get(p, -1) for p in parent_ids))
+
+
+def resolve(
+    parents: array,
+    own_steps: Sequence[Any],
+    buckets: Sequence[Any],
+    names: Sequence[Any],
+    third_party: Any = None,
+    has_child: bytearray | None = None,
+) -> Resolved:
+    """The tree rule (the module docstring) over one file's spans; ``parents`` is cut in place where it
+    loops. ``third_party``: a sequence of flags (truthy: not lens_rl's span), or None (all lens_rl's);
+    ``has_child``: each span's "a span names it as parent" when the caller made it (recomputed after a cut).
+    """
+    n = len(parents)
+    steps: list[Any] = [None] * n
+    outer = array("q", [-1]) * n
+    top = array("q", [-1]) * n
+    role = bytearray(n)
+    done = bytearray(n)
+    cycles = 0
+    job = _JOB_NAME
+    for i in range(n):
+        if done[i]:
+            continue
+        p = parents[i]
+        if p != -1 and not done[p]:
+            if p == i:
+                parents[i] = p = -1
+                cycles += 1
+            else:  # walk up to a resolved span or a root, then resolve the trail top-down
+                trail = [i]
+                j = p
+                while j != -1 and not done[j]:
+                    if j == i or j in trail:  # a cycle (rare: the set is only made on a long trail)
+                        cut = trail.index(j)
+                        first = min(trail[cut:])
+                        parents[first] = -1
+                        cycles += 1
+                        trail = trail[: trail.index(first) + 1]
+                        break
+                    trail.append(j)
+                    if len(trail) > 64:
+                        return _resolve_long(parents, own_steps, buckets, names, third_party, has_child)
+                    j = parents[j]
+                for k in reversed(trail):
+                    _one(k, parents[k], parents, own_steps, buckets, names, third_party, steps, outer, top, role, job)
+                    done[k] = 1
+                continue
+        _one(i, p, parents, own_steps, buckets, names, third_party, steps, outer, top, role, job)
+        done[i] = 1
+    if has_child is None or cycles:
+        has_child = bytearray(n)
+        for p in parents:
+            if p != -1:
+                has_child[p] = 1
+    out = Resolved(steps, outer, top, role, has_child)
+    out.cycles = cycles
+    return out
+
+
+def _one(
+    i: int,
+    p: int,
+    parents: array,
+    own_steps: Sequence[Any],
+    buckets: Sequence[Any],
+    names: Sequence[Any],
+    third_party: Any,
+    steps: list[Any],
+    outer: array,
+    top: array,
+    role: bytearray,
+    job: str,
+) -> None:
+    """Span ``i`` resolved, its parent ``p`` (-1: none) already resolved."""
+    own = own_steps[i]
+    if p == -1:
+        steps[i] = own
+        above = -1
+    else:
+        steps[i] = own if own is not None else steps[p]
+        outer[i] = p if buckets[p] is not None else outer[p]
+        above = top[p]
+    if third_party is not None and third_party[i]:
+        role[i] = THIRD_PARTY
+        top[i] = above
+    elif names[i] == job:
+        role[i] = JOB
+    elif own is not None and above == -1:  # the outermost span with its own step
+        top[i] = i
+        if buckets[i] is None:
+            role[i] = UMBRELLA
+    else:
+        top[i] = above
+
+
+def _resolve_long(
+    parents: array,
+    own_steps: Sequence[Any],
+    buckets: Sequence[Any],
+    names: Sequence[Any],
+    third_party: Any,
+    has_child: bytearray | None,
+) -> Resolved:
+    """:func:`resolve` for a file with a chain deeper than the short walk takes: the same rule, each
+    trail's membership kept in a state array (linear however deep the chains, cycles broken alike)."""
+    n = len(parents)
+    steps: list[Any] = [None] * n
+    outer = array("q", [-1]) * n
+    top = array("q", [-1]) * n
+    role = bytearray(n)
+    state = bytearray(n)  # 0 not yet, 1 on the current trail, 2 resolved
+    cycles = 0
+    for i in range(n):
+        if state[i]:
+            continue
+        trail = []
+        j = i
+        while j != -1 and state[j] == 0:
+            state[j] = 1
+            trail.append(j)
+            j = parents[j]
+        if j != -1 and state[j] == 1:  # the walk met itself: a cycle from j to the trail's end
+            at = trail.index(j)
+            first = min(trail[at:])
+            parents[first] = -1
+            cycles += 1
+            for k in trail[trail.index(first) + 1 :]:
+                state[k] = 0  # (above the cut: resolved by a later walk, as in file order)
+            trail = trail[: trail.index(first) + 1]
+        for k in reversed(trail):
+            _one(k, parents[k], parents, own_steps, buckets, names, third_party, steps, outer, top, role, _JOB_NAME)
+            state[k] = 2
+    has_child = bytearray(n)
+    for p in parents:
+        if p != -1:
+            has_child[p] = 1
+    out = Resolved(steps, outer, top, role, has_child)
+    out.cycles = cycles
+    return out
+
+
+def steps_of_rows(rows: Sequence[Any]) -> tuple[list[Any], int]:
+    """Each row's step by the tree rule (rows of one file: store rows with ``s``, ``p``, ``a``), and the
+    cycles broken: what Perfetto's ``--steps`` and the report's timeline window select by."""
+    ids = [row.s for row in rows]
+    parents = parent_rows(ids, [row.p for row in rows])
+    own: list[Any] = []
+    buckets: list[Any] = []
+    for row in rows:
+        attrs = row.a if type(row.a) is dict else None
+        step = attrs.get("rl.step") if attrs else None
+        own.append(step if type(step) in (int, str) and type(step) is not bool else None)
+        bucket = attrs.get("rl.bucket") if attrs else None
+        buckets.append(bucket if type(bucket) is str else None)
+    tree = resolve(parents, own, buckets, [row.n for row in rows])
+    return tree.steps, tree.cycles
