@@ -33,7 +33,21 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["JOB", "PHASE", "THIRD_PARTY", "UMBRELLA", "Resolved", "parent_rows", "resolve", "steps_of_rows"]
+from lens_rl.buckets import Bucket
+from lens_rl.store import OWN_SCOPE
+
+__all__ = [
+    "JOB",
+    "PHASE",
+    "THIRD_PARTY",
+    "UMBRELLA",
+    "Resolved",
+    "depths",
+    "parent_rows",
+    "resolve",
+    "rows_tree",
+    "steps_of_rows",
+]
 
 PHASE = 0
 UMBRELLA = 1
@@ -41,6 +55,8 @@ THIRD_PARTY = 2
 JOB = 3
 
 _JOB_NAME = "rl.job"
+_INT64 = 2**63
+_BUCKETS = frozenset(b.value for b in Bucket)
 
 
 class Resolved:
@@ -211,18 +227,54 @@ def _resolve_long(
     return out
 
 
-def steps_of_rows(rows: Sequence[Any]) -> tuple[list[Any], int]:
-    """Each row's step by the tree rule (rows of one file: store rows with ``s``, ``p``, ``a``), and the
-    cycles broken: what Perfetto's ``--steps`` and the report's timeline window select by."""
-    ids = [row.s for row in rows]
-    parents = parent_rows(ids, [row.p for row in rows])
+def depths(parents: array) -> array:
+    """Each span's depth in its file's tree (0: a root), from parents :func:`resolve` left without a cycle;
+    iterative (a chain thousands deep is a loop, not a recursion)."""
+    n = len(parents)
+    depth = array("q", [-1]) * n
+    for i in range(n):
+        if depth[i] != -1:
+            continue
+        trail = []
+        j = i
+        while j != -1 and depth[j] == -1:
+            trail.append(j)
+            j = parents[j]
+        d = -1 if j == -1 else depth[j]
+        for k in reversed(trail):
+            d += 1
+            depth[k] = d
+    return depth
+
+
+def rows_tree(rows: Sequence[Any]) -> tuple[array, Resolved]:
+    """One file's store rows (``s``, ``p``, ``a``, ``sc``, ``n``) linked and resolved by the tree rule: their
+    parents (cycles cut) and what :func:`resolve` decides. Steps and buckets are read as the goodput read
+    reads them (a list or an object is no step; an int past 64 bits neither; an unknown bucket is none)."""
+    parents = parent_rows([row.s for row in rows], [row.p for row in rows])
     own: list[Any] = []
     buckets: list[Any] = []
-    for row in rows:
+    third = bytearray(len(rows))
+    for n, row in enumerate(rows):
         attrs = row.a if type(row.a) is dict else None
-        step = attrs.get("rl.step") if attrs else None
-        own.append(step if type(step) in (int, str) and type(step) is not bool else None)
-        bucket = attrs.get("rl.bucket") if attrs else None
-        buckets.append(bucket if type(bucket) is str else None)
-    tree = resolve(parents, own, buckets, [row.n for row in rows])
+        step = bucket = None
+        if attrs:
+            step = attrs.get("rl.step")
+            if type(step) is int:
+                step = step if -_INT64 <= step < _INT64 else None
+            elif type(step) in (list, dict):
+                step = None
+            bucket = attrs.get("rl.bucket")
+            bucket = bucket if type(bucket) is str and bucket in _BUCKETS else None
+        own.append(step)
+        buckets.append(bucket)
+        if row.sc is not None and row.sc != OWN_SCOPE:
+            third[n] = 1
+    return parents, resolve(parents, own, buckets, [row.n for row in rows], third)
+
+
+def steps_of_rows(rows: Sequence[Any]) -> tuple[list[Any], int]:
+    """Each row's step by the tree rule (rows of one file), and the cycles broken: what Perfetto's
+    ``--steps`` and the report's timeline window select by."""
+    tree = rows_tree(rows)[1]
     return tree.steps, tree.cycles
