@@ -156,7 +156,7 @@ class Columns:
             found = 0.0
             for key in keys:
                 value = attrs.get(key)
-                if type(value) in (int, float) and 0 <= value < 1e15:
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e15:
                     found = float(value)
                     break
             counts.append(found)

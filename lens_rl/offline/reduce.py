@@ -227,11 +227,7 @@ def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
     """The process's critical-path walks: from the driver's final-run step umbrellas and from every entry."""
     own_steps, role, steps = tree.own_steps, tree.role, tree.steps
     umbrellas = (
-        [
-            i
-            for i in range(tree.n)
-            if role[i] == UMBRELLA and not (superseded and own_steps[i] in superseded)
-        ]
+        [i for i in range(tree.n) if role[i] == UMBRELLA and not (superseded and own_steps[i] in superseded)]
         if key.driver
         else []
     )
