@@ -97,44 +97,36 @@ def resolve(
     """The tree rule (the module docstring) over one file's spans; ``parents`` is cut in place where it
     loops. ``third_party``: a sequence of flags (truthy: not lens_rl's span), or None (all lens_rl's);
     ``has_child``: each span's "a span names it as parent" when the caller made it (recomputed after a cut).
-    """
+    Two passes: an order in which every parent comes before its children (cycles cut on the way), then one
+    tight loop that decides each span from its parent."""
+    order, cycles = _order(parents)
     n = len(parents)
     steps: list[Any] = [None] * n
     outer = array("q", [-1]) * n
     top = array("q", [-1]) * n
     role = bytearray(n)
-    done = bytearray(n)
-    cycles = 0
     job = _JOB_NAME
-    for i in range(n):
-        if done[i]:
-            continue
+    for i in order:
         p = parents[i]
-        if p != -1 and not done[p]:
-            if p == i:
-                parents[i] = p = -1
-                cycles += 1
-            else:  # walk up to a resolved span or a root, then resolve the trail top-down
-                trail = [i]
-                j = p
-                while j != -1 and not done[j]:
-                    if j == i or j in trail:  # a cycle (rare: the set is only made on a long trail)
-                        cut = trail.index(j)
-                        first = min(trail[cut:])
-                        parents[first] = -1
-                        cycles += 1
-                        trail = trail[: trail.index(first) + 1]
-                        break
-                    trail.append(j)
-                    if len(trail) > 64:
-                        return _resolve_long(parents, own_steps, buckets, names, third_party, has_child)
-                    j = parents[j]
-                for k in reversed(trail):
-                    _one(k, parents[k], parents, own_steps, buckets, names, third_party, steps, outer, top, role, job)
-                    done[k] = 1
-                continue
-        _one(i, p, parents, own_steps, buckets, names, third_party, steps, outer, top, role, job)
-        done[i] = 1
+        own = own_steps[i]
+        if p == -1:
+            steps[i] = own
+            above = -1
+        else:
+            steps[i] = own if own is not None else steps[p]
+            outer[i] = p if buckets[p] is not None else outer[p]
+            above = top[p]
+        if own is not None and above == -1 and not (third_party is not None and third_party[i]) and names[i] != job:
+            top[i] = i  # the outermost span with its own step
+            if buckets[i] is None:
+                role[i] = UMBRELLA
+        else:
+            top[i] = above
+    if third_party is not None:
+        for i, third in enumerate(third_party):
+            if third:
+                role[i] = THIRD_PARTY
+    _mark_jobs(names, role)
     if has_child is None or cycles:
         has_child = bytearray(n)
         for p in parents:
@@ -145,61 +137,36 @@ def resolve(
     return out
 
 
-def _one(
-    i: int,
-    p: int,
-    parents: array,
-    own_steps: Sequence[Any],
-    buckets: Sequence[Any],
-    names: Sequence[Any],
-    third_party: Any,
-    steps: list[Any],
-    outer: array,
-    top: array,
-    role: bytearray,
-    job: str,
-) -> None:
-    """Span ``i`` resolved, its parent ``p`` (-1: none) already resolved."""
-    own = own_steps[i]
-    if p == -1:
-        steps[i] = own
-        above = -1
-    else:
-        steps[i] = own if own is not None else steps[p]
-        outer[i] = p if buckets[p] is not None else outer[p]
-        above = top[p]
-    if third_party is not None and third_party[i]:
-        role[i] = THIRD_PARTY
-        top[i] = above
-    elif names[i] == job:
-        role[i] = JOB
-    elif own is not None and above == -1:  # the outermost span with its own step
-        top[i] = i
-        if buckets[i] is None:
-            role[i] = UMBRELLA
-    else:
-        top[i] = above
+def _mark_jobs(names: Sequence[Any], role: bytearray) -> None:
+    """The job root's spans (found at C speed) marked :data:`JOB`: no phase, no umbrella."""
+    if not isinstance(names, list):
+        names = list(names)
+    at = -1
+    while True:
+        try:
+            at = names.index(_JOB_NAME, at + 1)
+        except ValueError:
+            return
+        if role[at] != THIRD_PARTY:
+            role[at] = JOB
 
 
-def _resolve_long(
-    parents: array,
-    own_steps: Sequence[Any],
-    buckets: Sequence[Any],
-    names: Sequence[Any],
-    third_party: Any,
-    has_child: bytearray | None,
-) -> Resolved:
-    """:func:`resolve` for a file with a chain deeper than the short walk takes: the same rule, each
-    trail's membership kept in a state array (linear however deep the chains, cycles broken alike)."""
+def _order(parents: array) -> tuple[array, int]:
+    """The rows in an order where each parent comes before its children, and the cycles cut on the way: a
+    cycle loses the parent link of its first span in file order (the same span whichever span the walk met
+    first, and in any subset of the rows that keeps the cycle). Iterative: a chain of any depth is a loop."""
     n = len(parents)
-    steps: list[Any] = [None] * n
-    outer = array("q", [-1]) * n
-    top = array("q", [-1]) * n
-    role = bytearray(n)
-    state = bytearray(n)  # 0 not yet, 1 on the current trail, 2 resolved
+    order = array("q")
+    state = bytearray(n)  # 0 not yet, 1 on the current walk, 2 placed
     cycles = 0
+    append = order.append
     for i in range(n):
         if state[i]:
+            continue
+        p = parents[i]
+        if p == -1 or state[p] == 2:  # the common cases: a root, or a parent already placed
+            append(i)
+            state[i] = 2
             continue
         trail = []
         j = i
@@ -212,19 +179,14 @@ def _resolve_long(
             first = min(trail[at:])
             parents[first] = -1
             cycles += 1
-            for k in trail[trail.index(first) + 1 :]:
-                state[k] = 0  # (above the cut: resolved by a later walk, as in file order)
-            trail = trail[: trail.index(first) + 1]
+            cut = trail.index(first) + 1
+            for k in trail[cut:]:
+                state[k] = 0  # (above the cut: placed by a later walk, from the cut span down)
+            del trail[cut:]
         for k in reversed(trail):
-            _one(k, parents[k], parents, own_steps, buckets, names, third_party, steps, outer, top, role, _JOB_NAME)
+            append(k)
             state[k] = 2
-    has_child = bytearray(n)
-    for p in parents:
-        if p != -1:
-            has_child[p] = 1
-    out = Resolved(steps, outer, top, role, has_child)
-    out.cycles = cycles
-    return out
+    return order, cycles
 
 
 def depths(parents: array) -> array:
