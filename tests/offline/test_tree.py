@@ -452,3 +452,52 @@ def test_a_phase_with_its_own_token_count_keeps_it(tmp_path: Path) -> None:
     )
     report = analyze(span_files(run), jobs=1)
     assert next(r for r in report["phases"] if r["phase"] == "generation")["tokens_per_s"] == pytest.approx(10.0)
+
+
+# ------------------------------------------------------------------------------------------- the refresh cache
+
+
+@pytest.mark.timeout(60)
+def test_the_refresh_cache_answers_as_a_cold_read_on_every_shape(tmp_path: Path) -> None:
+    """A store with a 2-cycle, a self-parent, nested unbucketed steps, vLLM requests and a gap, read through
+    the cache while it grows (children first, their parents in the next look): every look equals a cold
+    read, cycles counted, warnings and tokens included."""
+    from lens_rl.offline.cache import cache_folder
+
+    run = tmp_path / "r1"
+    looped = span("reward", 1, 2, "self", bucket="overhead", step=0)
+    looped["p"] = span_id("self")
+    request = span("llm_request", 31, 33, "q", parent="g", **{"gen_ai.usage.completion_tokens": 64})
+    request["sc"] = "vllm"
+    children = [
+        looped,
+        span("generation", 1, 9, "p", parent="u", bucket="productive"),
+        request,
+        span("backward", 41, 41.3, "b", parent="cl", bucket="productive", step=9),
+        span("compute_loss", 40.5, 41.5, "cl", parent="ts", step=9),
+    ]
+    parents = [
+        span("step", 1, 10, "u", parent="p", step=7),
+        span("generation", 30, 38, "g", parent="s8", bucket="productive", step=8),
+        span("step", 30, 40, "s8", parent="job", step=8),
+        span("training_step", 40.2, 41.8, "ts", parent="tr", step=9),
+        span("train", 40, 42, "tr", parent="job", step=9),
+    ]
+    path = _driver(run, children, end=50)
+    paths = span_files(run)
+
+    def same() -> dict[str, Any]:
+        warm = analyze(paths, jobs=1, cache=cache_folder(run))
+        cold = json.loads(json.dumps(analyze(paths, jobs=1), default=str))
+        assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+        return warm
+
+    same()
+    with path.open("a") as handle:
+        handle.write("".join(json.dumps(s) + "\n" for s in parents))
+    report = same()
+    assert report["broken_cycles"] == 2
+    assert {r["step"] for r in report["steps"]} == {0, 7, 8, 9}
+    assert next(r for r in report["phases"] if r["phase"] == "generation" and r["tokens_per_s"])["tokens_per_s"]
+    assert any(w["kind"] == "unattributed" for w in report["warnings"])
+    assert same() == report  # an unchanged store, answered from the cache
