@@ -315,6 +315,7 @@ def test_a_bucketed_phase_around_the_steps_is_warned(tmp_path: Path) -> None:
     assert (inside[0]["phase"], inside[0]["bucket"], inside[0]["steps"]) == ("train", "productive", 3)
     assert "'train'" in inside[0]["message"] and "does not apply to the steps" in inside[0]["message"]
     assert "warning: 3 step umbrella(s) lie inside the productive phase 'train'" in format_table(report)
+    assert "does not apply to the steps" in build_report(span_files(run), jobs=1)
 
 
 @pytest.mark.timeout(30)
