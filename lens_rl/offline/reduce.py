@@ -3,10 +3,12 @@ offline tools over millions of spans, in four passes and no object per span.
 
 1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
    child (its local parent was never written: still open when the file ended, a killed process).
-2. :func:`resolve`: each span's step (its own ``rl.step``, else its nearest ancestor's) and its nearest
-   bucketed ancestor (memoised walks up: each span resolved once).
+2. :func:`resolve`: the one tree rule (:mod:`lens_rl.offline.read.tree`, which every command asks): each
+   span's step, nearest bucketed ancestor and place (step umbrella, phase, a third party's span), parent
+   cycles cut and counted.
 3. :func:`inner`: each bucketed span's nearest bucketed descendants (their time is taken from it:
-   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too).
+   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too), and each unbucketed phase's
+   child phases (its exclusive time in the phase table).
 4. :func:`accumulate`: every span's exclusive ns into the part's buckets, phases, compute series, steps.
 
 Example::
@@ -127,9 +129,8 @@ def resolve(tree: Tree) -> None:
     """Pass 2 (see the module docstring): the one tree rule (:func:`lens_rl.offline.read.tree.resolve`);
     then a third-party span's token counts go to the lens_rl phase it runs under, where that phase has
     none of its own."""
-    third: bytearray | None = tree.flags.translate(_THIRD_MASK)
-    if THIRD_PARTY not in third:  # type: ignore[operator]
-        third = None
+    mask = tree.flags.translate(_THIRD_MASK)
+    third = mask if THIRD_PARTY in mask else None
     done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
     tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
     tree.has_child, tree.cycles = done.has_child, done.cycles
@@ -166,7 +167,7 @@ def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[
                 out.setdefault(o, []).append((starts[i], ends[i]))
             continue
         p = parents[i]
-        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (a phase's phase: the parent's unbucketed)
+        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (no bucket above: its parent has none)
             own.setdefault(p, []).append((starts[i], ends[i]))
     return out, own
 

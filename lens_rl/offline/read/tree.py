@@ -13,18 +13,18 @@ Every command that needs a span's step or its bucket for time (``goodput``, the 
   from, and whose bucket an unbucketed span's time counts in.
 * **Place** (``role``): :data:`UMBRELLA` for a step's umbrella: the outermost span with its own step (no
   span above it has one), when it has no bucket (nested unbucketed spans with a step are one step's tree,
-  not several steps; a phase that carries its step, as a worker's do, is no umbrella); :data:`THIRD_PARTY` for a span recorded by another library (its scope is not lens_rl's: vLLM's
-  ``llm_request``, an aiohttp client span), never a phase; :data:`JOB` for the job root; else
-  :data:`PHASE`.
+  not several steps; a phase that carries its step, as a worker's do, is no umbrella); :data:`THIRD_PARTY`
+  for a span recorded by another library (its scope is not lens_rl's: vLLM's ``llm_request``, an aiohttp
+  client span), never a phase; :data:`JOB` for the job root; else :data:`PHASE`.
 
 Everything is iterative (no recursion: chains thousands deep are walked in loops) and each span is resolved
 once.
 
 Example::
 
-    parents, cycles = parent_rows(ids, parent_ids)
-    tree = resolve(parents, own_steps, buckets, names, third_party)
-    tree.steps[i], tree.outer[i], tree.role[i]
+    parents = parent_rows(ids, parent_ids)
+    tree = resolve(parents, own_steps, buckets, names, third_party)   # parents: cycles cut
+    tree.steps[i], tree.outer[i], tree.role[i], tree.cycles
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ _BUCKETS = frozenset(b.value for b in Bucket)
 class Resolved:
     """What :func:`resolve` decides per span (rows index the file's spans): ``steps``, ``outer`` (the
     nearest bucketed ancestor's row, -1: none), ``top`` (the row of the outermost span with its own step
-    it lies under, itself included, -1: none: its step umbrella where that span is one), ``role`` (:data:`PHASE` ...), ``has_child`` and ``cycles`` (the parent cycles
-    broken, self-parents included)."""
+    it lies under, itself included, -1: none; its step umbrella where that span is one), ``role``
+    (:data:`PHASE` ...), ``has_child``, and ``cycles`` (the parent cycles broken, self-parents included)."""
 
     __slots__ = ("steps", "outer", "top", "role", "has_child", "cycles")
 
