@@ -82,6 +82,7 @@ from lens_rl.offline.rows import (
     warning_rows,
 )
 from lens_rl.offline.stragglers import in_range, stragglers
+from lens_rl.offline.throughput import with_remote_tokens
 from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts", "rolled_up"]
@@ -132,7 +133,8 @@ def report_from_parts(
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = group_and_rank_rows(processes)
     run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
-    throughput = throughput_row(processes, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
+    tokened = with_remote_tokens(processes)  # (a vLLM process's requests give tokens to their phases)
+    throughput = throughput_row(tokened, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
@@ -153,7 +155,7 @@ def report_from_parts(
             {"step": r["step"], "wall_s": r["wall_s"]}
             for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
         ],
-        "phases": phase_rows(processes, job["wall_s"] if driver else None),
+        "phases": phase_rows(tokened, job["wall_s"] if driver else None),
         "unbucketed_phases": unbucketed_rows(
             processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9
         ),

@@ -270,6 +270,12 @@ class ProcessPart:
     #: (phase before, phase after) -> ns of its step umbrellas no bucketed span of theirs covers, by where the
     #: gap falls ("step start" / "step end" at the edges): where unattributed time is
     gaps: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: span id -> (phase, bucket, ns, step) of its generation phases with no token count of their own: what
+    #: requests in another file (a vLLM process's) may give tokens to, matched at the rollup
+    untokened: dict[str, tuple[Any, Any, int, Any]] = field(default_factory=dict)
+    #: parent span id -> [output, input] tokens of third-party spans (``gen_ai.usage``) whose phase is in
+    #: another file
+    remote_tokens: dict[str, list[float]] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -365,6 +371,11 @@ class ProcessPart:
             self.enclosing[key] = self.enclosing.get(key, 0) + count
         for key, ns in other.gaps.items():
             self.gaps[key] = self.gaps.get(key, 0) + ns
+        self.untokened.update(other.untokened)
+        for parent, (out, into) in other.remote_tokens.items():
+            found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
+            found[0] += out
+            found[1] += into
         if other.crit is not None:
             if self.crit is None:
                 self.crit = other.crit

@@ -28,7 +28,7 @@ from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, THIRD_PART
 from lens_rl.offline.critical import CritPart, walk_file
 from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
-from lens_rl.offline.read.tree import JOB, UMBRELLA, parent_rows
+from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
 from lens_rl.offline.read.tree import resolve as resolve_tree
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
@@ -64,6 +64,8 @@ class Tree:
         "remote",
         "flops",
         "gen_tokens",
+        "third_roots",
+        "remote_tokens",
     )
     n: int
     names: list[Any]
@@ -85,6 +87,8 @@ class Tree:
     remote: dict[int, Any]
     flops: dict[int, float]
     gen_tokens: dict[int, tuple[float, float]]
+    third_roots: dict[int, Any]
+    remote_tokens: dict[str, list[float]]
 
 
 def link(cols: Columns) -> Tree:
@@ -95,7 +99,7 @@ def link(cols: Columns) -> Tree:
     tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
     parents = tree.parents = parent_rows(cols.ids, cols.parent_ids)
     tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
-    tree.remote = {}
+    tree.remote, tree.third_roots = {}, {}
     has_child = tree.has_child = bytearray(n)
     orphan = tree.orphan = bytearray(n)
     none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
@@ -105,6 +109,8 @@ def link(cols: Columns) -> Tree:
                 has_child[p] = 1
         else:
             parent_id = cols.parent_ids[i]
+            if flags[i] & THIRD_PARTY and parent_id != none:
+                tree.third_roots[i] = parent_id  # (a third party's call from a phase in another file, likely)
             if flags[i] & REMOTE_PARENT:
                 tree.remote[i] = parent_id  # an entry: called from another process
             elif parent_id != none and parent_id != root:
@@ -135,17 +141,22 @@ def resolve(tree: Tree) -> None:
     tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
     tree.has_child, tree.cycles = done.has_child, done.cycles
     gen = tree.gen_tokens
+    tree.remote_tokens = {}
     if gen:
         counts: dict[int, list[float]] = {}
         role, parents = tree.role, tree.parents
         for i, (out, into) in gen.items():
-            p = parents[i]
+            r, p = i, parents[i]
             while p != -1 and role[p] == THIRD_ROLE:
-                p = parents[p]
-            if p != -1 and role[p] != JOB:
+                r, p = p, parents[p]
+            if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
+                found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
+            elif p != -1 and role[p] != JOB:
                 found = counts.setdefault(p, [0.0, 0.0])
-                found[0] += out
-                found[1] += into
+            else:
+                continue
+            found[0] += out
+            found[1] += into
         for p, (out, into) in counts.items():
             if p not in tree.tokens:
                 tree.tokens[p] = out or into
@@ -200,6 +211,7 @@ def part_from_columns(
         tree = link(cols)
         resolve(tree)
         part.cycles = tree.cycles
+        part.remote_tokens = tree.remote_tokens
         accumulate(part, tree, *inner(tree), step_rows, superseded)
         if critical:
             part.crit = _walks(key, tree, superseded)
@@ -255,6 +267,8 @@ def accumulate(
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     rerun = array("q")  # rows of spans of superseded steps
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
+    generation: dict[Any, bool] = {}  # name -> a generation phase's (whose tokens a remote request may give)
+    ids = tree.ids
     lo = hi = None
     for i in range(tree.n):
         name = names[i]
@@ -303,6 +317,12 @@ def accumulate(
         phase.durations.append(duration)
         if i in tokens:
             _tokens(part, phase, tree, i, bucket, duration)
+        else:
+            gen = generation.get(name)
+            if gen is None:
+                gen = generation[name] = kind_of(name) == "generation"
+            if gen and ids is not None:
+                part.untokened[id_key(ids[i])] = (name, bucket, duration, steps[i])
         step = steps[i]
         if step is None:
             continue

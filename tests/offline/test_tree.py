@@ -502,3 +502,52 @@ def test_the_refresh_cache_answers_as_a_cold_read_on_every_shape(tmp_path: Path)
     assert next(r for r in report["phases"] if r["phase"] == "generation" and r["tokens_per_s"])["tokens_per_s"]
     assert any(w["kind"] == "unattributed" for w in report["warnings"])
     assert same() == report  # an unchanged store, answered from the cache
+
+
+@pytest.mark.timeout(60)
+def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_path: Path) -> None:
+    """vLLM's requests written to a file of their own (a vLLM process's, as the loopback receiver writes them),
+    each a child of the worker's generation phase in another file: the job's goodput and steps are unchanged,
+    no request is a phase, and the generation phase's tokens/s and each step's tokens come from them."""
+
+    def job(run: Path, with_requests: bool) -> Path:
+        driver, worker, requests = [], [], []
+        for i in range(2):
+            t = 1 + 20 * i
+            driver += [
+                span("generation", t, t + 10, f"dg{i}", parent=f"u{i}", bucket="productive", step=i),
+                span("step", t, t + 16, f"u{i}", parent="job", step=i),
+            ]
+            worker.append(span("generation", t, t + 10, f"wg{i}", parent=f"dg{i}", remote=True, step=i))
+            worker[-1]["a"]["rl.bucket"] = "productive"
+            for k in range(4):
+                request = span(
+                    "llm_request",
+                    t + 1,
+                    t + 9,
+                    f"q{i}-{k}",
+                    parent=f"wg{i}",
+                    remote=True,
+                    **{"gen_ai.usage.completion_tokens": 100},
+                )
+                request["sc"] = "vllm.tracing"
+                requests.append(request)
+        _driver(run, driver, end=45)
+        write_process(run, "rollout", 0, 5, worker)
+        if with_requests:
+            write_process(run, "rollout", 0, 6, requests, name="spans-rollout-0-6-vllm.jsonl")
+        return run
+
+    bare = analyze(span_files(job(tmp_path / "bare", False)), jobs=1)
+    report = analyze(span_files(job(tmp_path / "vllm", True)), jobs=1)
+    assert report["goodput"] == bare["goodput"] and report["job"] == bare["job"]
+    assert [r["wall_s"] for r in report["steps"]] == [r["wall_s"] for r in bare["steps"]]
+    assert [r["tokens"] for r in report["steps"]] == [400, 400]
+    assert "llm_request" not in json.dumps(report["phases"]) and report["unbucketed_phases"] == []
+    rollout = next(r for r in report["phases"] if r["worker_group"] == "rollout" and r["phase"] == "generation")
+    assert rollout["tokens_per_s"] == pytest.approx(40.0)  # 400 tokens over each 10 s generation
+    assert next(r for r in bare["phases"] if r["worker_group"] == "rollout")["tokens_per_s"] is None
+    from lens_rl.offline.cache import cache_folder
+
+    warm = analyze(span_files(tmp_path / "vllm"), jobs=1, cache=cache_folder(tmp_path / "vllm"))
+    assert warm["phases"] == report["phases"] and warm["steps"] == report["steps"]

@@ -43,6 +43,7 @@ __all__ = [
     "UMBRELLA",
     "Resolved",
     "depths",
+    "id_key",
     "parent_rows",
     "resolve",
     "rows_tree",
@@ -74,6 +75,14 @@ class Resolved:
         self.role = role
         self.has_child = has_child
         self.cycles = 0
+
+
+def id_key(span_id: Any) -> str:
+    """A span id as one key whatever form a reader kept it in (a number, or text as written): 16 hex digits
+    where it is one of lens_rl's form, else its text (what matches a parent id across files)."""
+    if type(span_id) is int:
+        return f"{span_id:016x}"
+    return str(span_id).lower()
 
 
 def parent_rows(ids: Sequence[Any], parent_ids: Sequence[Any]) -> array:
