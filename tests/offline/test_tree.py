@@ -88,7 +88,7 @@ def test_a_span_that_is_its_own_parent(tmp_path: Path) -> None:
     """A phase naming itself as parent: every command finishes, agrees on its step (its own), counts one
     broken cycle and says so in a note."""
     run = tmp_path / "r1"
-    looped = span("reward", 1, 2, "self", bucket="overhead", step=0)
+    looped = span("reward", 1, 2, "self", bucket="overhead")
     looped["p"] = span_id("self")
     _driver(run, _steps([looped]))
     report = _every_command(run, tmp_path)
@@ -98,17 +98,20 @@ def test_a_span_that_is_its_own_parent(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
-def test_a_step_umbrella_and_its_phase_naming_each_other_as_parents(tmp_path: Path) -> None:
-    """The 2-cycle that made the critical path loop with unbounded memory: every command finishes, the cycle
-    is cut at its first span in the file (the phase), and the step keeps its wall."""
+@pytest.mark.parametrize("umbrella_first", [False, True])
+def test_a_step_umbrella_and_its_phase_naming_each_other_as_parents(tmp_path: Path, umbrella_first: bool) -> None:
+    """The 2-cycle that made the critical path loop with unbounded memory (both ending at once): every command
+    finishes, the cycle is cut at its first span in the file, and the step keeps its wall."""
     run = tmp_path / "r1"
     cycle = [
-        span("generation", 1, 9, "p", parent="u", bucket="productive"),
+        span("generation", 1, 10, "p", parent="u", bucket="productive"),
         span("step", 1, 10, "u", parent="p", step=7),
     ]
-    _driver(run, _steps(cycle))
+    _driver(run, _steps(cycle[::-1] if umbrella_first else cycle))
     report = _every_command(run, tmp_path)
     assert report["broken_cycles"] == 1
+    inside = [w for w in report["warnings"] if w["kind"] == "step_inside_phase"]
+    assert len(inside) == (0 if umbrella_first else 1)  # cut at the phase: the step lies inside it
     assert {r["step"] for r in report["steps"]} == {0, 1, 7}
     seven = next(r for r in report["steps"] if r["step"] == 7)
     assert seven["wall_s"] == 9.0
@@ -188,7 +191,7 @@ def test_the_cli_finishes_on_a_cycle(tmp_path: Path) -> None:
         run,
         _steps(
             [
-                span("generation", 1, 9, "p", parent="u", bucket="productive"),
+                span("generation", 1, 10, "p", parent="u", bucket="productive"),
                 span("step", 1, 10, "u", parent="p", step=7),
             ]
         ),
@@ -466,13 +469,13 @@ def test_the_refresh_cache_answers_as_a_cold_read_on_every_shape(tmp_path: Path)
     from lens_rl.offline.cache import cache_folder
 
     run = tmp_path / "r1"
-    looped = span("reward", 1, 2, "self", bucket="overhead", step=0)
+    looped = span("reward", 1, 2, "self", bucket="overhead")
     looped["p"] = span_id("self")
     request = span("llm_request", 31, 33, "q", parent="g", **{"gen_ai.usage.completion_tokens": 64})
     request["sc"] = "vllm"
     children = [
         looped,
-        span("generation", 1, 9, "p", parent="u", bucket="productive"),
+        span("generation", 1, 10, "p", parent="u", bucket="productive"),
         request,
         span("backward", 41, 41.3, "b", parent="cl", bucket="productive", step=9),
         span("compute_loss", 40.5, 41.5, "cl", parent="ts", step=9),
@@ -498,7 +501,7 @@ def test_the_refresh_cache_answers_as_a_cold_read_on_every_shape(tmp_path: Path)
         handle.write("".join(json.dumps(s) + "\n" for s in parents))
     report = same()
     assert report["broken_cycles"] == 2
-    assert {r["step"] for r in report["steps"]} == {0, 7, 8, 9}
+    assert {r["step"] for r in report["steps"]} == {7, 8, 9}
     assert next(r for r in report["phases"] if r["phase"] == "generation" and r["tokens_per_s"])["tokens_per_s"]
     assert any(w["kind"] == "unattributed" for w in report["warnings"])
     assert same() == report  # an unchanged store, answered from the cache
