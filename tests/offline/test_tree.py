@@ -4,6 +4,7 @@ broken cycles are counted; nested unbucketed spans make one step's tree."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -63,8 +64,8 @@ def _every_command(run: Path, tmp_path: Path) -> dict[str, Any]:
     that each command puts each span in the same step; returns the goodput report."""
     paths = span_files(run)
     report = analyze(paths, jobs=1)
-    html = build_report(paths, jobs=1)
-    assert "<html" in html
+    if importlib.util.find_spec("plotly") is not None:  # (the report's extra)
+        assert "<html" in build_report(paths, jobs=1)
     names_by_id = {row.s: row.n for path in paths for _, row in iter_rows(path)}
     by_rule: dict[str, Any] = {}
     for path in paths:
@@ -318,7 +319,8 @@ def test_a_bucketed_phase_around_the_steps_is_warned(tmp_path: Path) -> None:
     assert (inside[0]["phase"], inside[0]["bucket"], inside[0]["steps"]) == ("train", "productive", 3)
     assert "'train'" in inside[0]["message"] and "does not apply to the steps" in inside[0]["message"]
     assert "warning: 3 step umbrella(s) lie inside the productive phase 'train'" in format_table(report)
-    assert "does not apply to the steps" in build_report(span_files(run), jobs=1)
+    if importlib.util.find_spec("plotly") is not None:  # (the report's extra)
+        assert "does not apply to the steps" in build_report(span_files(run), jobs=1)
 
 
 @pytest.mark.timeout(30)
@@ -364,6 +366,7 @@ def test_no_warning_on_a_well_instrumented_job(tmp_path: Path) -> None:
 def test_the_timeline_draws_children_over_their_parents(tmp_path: Path) -> None:
     """An overhead parent over productive children: the children's trace comes after (over) the parent's, so
     a mostly productive step looks productive."""
+    pytest.importorskip("plotly")
     from tests.offline.test_report import figures
 
     run = tmp_path / "r1"
