@@ -388,6 +388,25 @@ def test_the_timeline_draws_children_over_their_parents(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- vLLM's spans
 
 
+def _requests(start: float, parent: str, label: str, *, remote: bool = False) -> list[dict[str, Any]]:
+    """Four concurrent vLLM ``llm_request`` spans of 8 s (another library's scope, 100 completion and 20
+    prompt tokens each) under the span ``parent``, from ``start`` + 1 s."""
+    out = []
+    for k in range(4):
+        request = span(
+            "llm_request",
+            start + 1,
+            start + 9,
+            f"{label}-{k}",
+            parent=parent,
+            remote=remote,
+            **{"gen_ai.usage.completion_tokens": 100, "gen_ai.usage.prompt_tokens": 20},
+        )
+        request["sc"] = "vllm.tracing"
+        out.append(request)
+    return out
+
+
 def _vllm_job(run: Path, *, with_requests: bool) -> Path:
     """Two steps; each a 10 s ``generation`` phase (productive) with four concurrent vLLM ``llm_request``
     spans (scope vLLM's, 100 completion tokens each, 8 s each) under it, then a 5 s ``policy_training``."""
@@ -395,17 +414,7 @@ def _vllm_job(run: Path, *, with_requests: bool) -> Path:
     for i in range(2):
         t = 1 + 20 * i
         if with_requests:
-            for k in range(4):
-                request = span(
-                    "llm_request",
-                    t + 1,
-                    t + 9,
-                    f"q{i}-{k}",
-                    parent=f"g{i}",
-                    **{"gen_ai.usage.completion_tokens": 100, "gen_ai.usage.prompt_tokens": 20},
-                )
-                request["sc"] = "vllm.tracing"
-                spans.append(request)
+            spans += _requests(t, f"g{i}", f"q{i}")
         spans += [
             span("generation", t, t + 10, f"g{i}", parent=f"u{i}", bucket="productive", step=i),
             span("policy_training", t + 10, t + 15, f"p{i}", parent=f"u{i}", bucket="productive", step=i),
@@ -526,18 +535,7 @@ def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_p
             ]
             worker.append(span("generation", t, t + 10, f"wg{i}", parent=f"dg{i}", remote=True, step=i))
             worker[-1]["a"]["rl.bucket"] = "productive"
-            for k in range(4):
-                request = span(
-                    "llm_request",
-                    t + 1,
-                    t + 9,
-                    f"q{i}-{k}",
-                    parent=f"wg{i}",
-                    remote=True,
-                    **{"gen_ai.usage.completion_tokens": 100},
-                )
-                request["sc"] = "vllm.tracing"
-                requests.append(request)
+            requests += _requests(t, f"wg{i}", f"q{i}", remote=True)
         _driver(run, driver, end=45)
         write_process(run, "rollout", 0, 5, worker)
         if with_requests:
