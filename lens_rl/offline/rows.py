@@ -184,12 +184,11 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
     steps' wall (``unattributed``), with the stretch of the steps where most of it falls (between which
     phases, on which process)."""
     out: list[dict[str, Any]] = []
-    enclosing: dict[tuple[str, Any, Any], list[Any]] = {}
+    enclosing: dict[tuple[str, Any, Any], int] = defaultdict(int)
     for part in view:
         for (name, bucket), count in part.enclosing.items():
-            found = enclosing.setdefault((part.key.group, name, bucket), [0, part])
-            found[0] += count
-    for (group, name, bucket), (count, _part) in sorted(enclosing.items(), key=lambda kv: str(kv[0])):
+            enclosing[(part.key.group, name, bucket)] += count
+    for (group, name, bucket), count in sorted(enclosing.items(), key=lambda kv: str(kv[0])):
         out.append(
             {
                 "kind": "step_inside_phase",
