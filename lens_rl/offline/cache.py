@@ -131,7 +131,7 @@ def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
         cols.add_head(head)
     if row.n == "rl.job":
         cols.add_job(row)
-    cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr)
+    cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
     return cols
 
 

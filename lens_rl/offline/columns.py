@@ -20,13 +20,18 @@ from array import array
 from itertools import compress
 from typing import Any
 
-from lens_rl.store import INT64_END, Process, ReadStats, iter_rows, time_ns
+from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, iter_rows, time_ns
 
-__all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "Columns", "read_columns"]
+__all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "THIRD_PARTY", "Columns", "read_columns"]
 
-#: :attr:`Columns.flags` bits: the span's parent was carried in from another process; it was ended by a shutdown.
+#: :attr:`Columns.flags` bits: the span's parent was carried in from another process; it was ended by a
+#: shutdown; its scope is not lens_rl's (another library's span: never a phase).
 REMOTE_PARENT = 1
 ENDED_BY_SHUTDOWN = 2
+THIRD_PARTY = 4
+#: Token counts another library's span carries (OpenTelemetry's GenAI conventions, old and new names).
+_OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+_INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
 
 _BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
 _NO_KEY = (list, dict)  # JSON values that key nothing (a step of these reads as none)
@@ -46,6 +51,7 @@ class Columns:
         "steps",
         "tokens",
         "flops",
+        "gen_tokens",
         "flags",
         "root",
         "since",
@@ -65,6 +71,8 @@ class Columns:
         self.tokens: list[Any] = []
         #: row -> its ``rl.flops_per_token`` (few spans set it: kept sparse)
         self.flops: dict[int, float] = {}
+        #: row -> (output, input) tokens of a third-party span that says them (``gen_ai.usage.*``), sparse
+        self.gen_tokens: dict[int, tuple[float, float]] = {}
         self.flags = bytearray()
         #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
         self.root: Any = None
@@ -75,7 +83,15 @@ class Columns:
         self._shared: dict[Any, Any] = {}
 
     def add(
-        self, name: Any, span_id: Any, parent_id: Any, start: Any, end: Any, attrs: Any, remote: Any = None
+        self,
+        name: Any,
+        span_id: Any,
+        parent_id: Any,
+        start: Any,
+        end: Any,
+        attrs: Any,
+        remote: Any = None,
+        scope: Any = None,
     ) -> None:
         shared = self._shared.setdefault
         self.names.append(shared(name, name) if type(name) is str else name)
@@ -106,6 +122,10 @@ class Columns:
         except (TypeError, OverflowError):
             self.ends.append(time_ns(end))
         flag = REMOTE_PARENT if remote is True else 0
+        if scope is not None and scope != OWN_SCOPE:
+            flag |= THIRD_PARTY
+            if attrs:
+                self._gen_tokens(attrs)
         if attrs:
             if attrs.get("rl.ended_by_shutdown") is True:
                 flag |= ENDED_BY_SHUTDOWN
@@ -128,6 +148,20 @@ class Columns:
             self.steps.append(None)
             self.tokens.append(None)
         self.flags.append(flag)
+
+    def _gen_tokens(self, attrs: dict[str, Any]) -> None:
+        """A third-party span's ``gen_ai.usage`` token counts (output, input), where it says any."""
+        counts = []
+        for keys in (_OUTPUT_TOKENS, _INPUT_TOKENS):
+            found = 0.0
+            for key in keys:
+                value = attrs.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e15:
+                    found = float(value)
+                    break
+            counts.append(found)
+        if counts[0] or counts[1]:
+            self.gen_tokens[len(self.names) - 1] = (counts[0], counts[1])
 
     def set_root(self, root: Any) -> None:
         """The job root's span id, as the header gives it (16 hex digits), kept as the ids are."""
@@ -159,6 +193,9 @@ class Columns:
         if self.flops:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
             out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
+        if self.gen_tokens:
+            new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
+            out.gen_tokens = {new_index[i]: v for i, v in self.gen_tokens.items() if i in new_index}
         out.flags = bytearray(compress(self.flags, keep))
         return out
 
@@ -204,5 +241,5 @@ def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -
             cols.add_head(head)
         if row.n == "rl.job":
             cols.add_job(row)
-        cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr)
+        cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
     return out

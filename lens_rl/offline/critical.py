@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from lens_rl.offline.read.tree import JOB, THIRD_PARTY
+
 __all__ = ["CritPart", "Memo", "critical_path", "walk_file"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
@@ -239,6 +241,14 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     part.k_start, part.k_end = _as_array(starts_of[kid_at]), _as_array(ends_of[kid_at])
     part.node_ids = ids if type(ids) is array else _ids(list(ids))
     pairs = list(zip(tree.names, tree.buckets, strict=True))
+    role = tree.role
+    if THIRD_PARTY in role:  # a third party's span is no phase: its stretches are its nearest phase's
+        for i in (i for i, r in enumerate(role) if r == THIRD_PARTY):
+            p = parents[i]
+            while p != -1 and role[p] == THIRD_PARTY:
+                p = parents[p]
+            if p != -1 and role[p] != JOB:
+                pairs[i] = pairs[p]
     part.attrs = list(dict.fromkeys(pairs))
     part.node_attr = array("i", map(dict(zip(part.attrs, itertools.count())).__getitem__, pairs))
     return part

@@ -30,8 +30,11 @@ JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"`` (ext
 [{``step``, ``attempt``, ``seconds``, ``wall_s``, ``unattributed_s``, ``goodput``, ``incomplete``}],
 ``step_range``, ``step_time`` {``p50_s``, ``p95_s``, ``max_s``},
 ``slowest_steps`` [{``step``, ``wall_s``}], ``phases`` [{``phase``, ``worker_group``, ``bucket``,
-``count``, ``total_s``, ``mean_s``, ``p95_s``, ``share``, ``share_of``, ``tokens_per_s``}],
-``unbucketed_phases`` [{``phase``, ``worker_group``, ``total_s``, ``share``, ``did_you_mean``}],
+``count``, ``total_s``, ``exclusive_s``, ``mean_s``, ``p95_s``, ``share`` (of ``exclusive_s``), ``share_of``,
+``tokens_per_s``}], ``unbucketed_phases`` [{``phase``, ``worker_group``, ``total_s``, ``share``,
+``did_you_mean``}], ``warnings`` [{``kind`` (``step_inside_phase`` | ``unattributed``), ``message``, and per
+kind: ``phase``, ``bucket``, ``worker_group``, ``steps`` | ``share``, ``unattributed_s``, ``between``,
+``worker_group``, ``rank``, ``pid``, ``gap_s``, ``gap_share``}], ``broken_cycles``,
 ``worker_groups`` [{``worker_group``, ``processes``, ``seconds``, ``goodput``, ``wall_s``}], ``ranks``
 [{``worker_group``, ``rank``, ``pid``, ``attempt``, ``seconds``, ``goodput``, ``wall_s``}], ``stragglers``
 {``per_step``, ``persistent``, ``degrading``}, ``critical_path`` {``phases``, ``steps``}, ``throughput``
@@ -70,8 +73,16 @@ from lens_rl.offline.critical import Memo, critical_path
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.parts import BUCKETS, ProcessPart, StepPart, merge_parts, share_steps, step_key
 from lens_rl.offline.reduce import file_steps
-from lens_rl.offline.rows import UNBUCKETED_SHARE, group_and_rank_rows, phase_rows, throughput_row, unbucketed_rows
+from lens_rl.offline.rows import (
+    UNBUCKETED_SHARE,
+    group_and_rank_rows,
+    phase_rows,
+    throughput_row,
+    unbucketed_rows,
+    warning_rows,
+)
 from lens_rl.offline.stragglers import in_range, stragglers
+from lens_rl.offline.throughput import with_remote_tokens
 from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts", "rolled_up"]
@@ -122,7 +133,8 @@ def report_from_parts(
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = group_and_rank_rows(processes)
     run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
-    throughput = throughput_row(processes, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
+    tokened = with_remote_tokens(processes)  # (a vLLM process's requests give tokens to their phases)
+    throughput = throughput_row(tokened, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
@@ -143,10 +155,12 @@ def report_from_parts(
             {"step": r["step"], "wall_s": r["wall_s"]}
             for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
         ],
-        "phases": phase_rows(processes, job["wall_s"] if driver else None),
+        "phases": phase_rows(tokened, job["wall_s"] if driver else None),
         "unbucketed_phases": unbucketed_rows(
             processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9
         ),
+        "warnings": warning_rows(view, step_rows),
+        "broken_cycles": sum(p.cycles for p in processes),
         "worker_groups": groups,
         "ranks": ranks,
         "stragglers": stragglers(processes, steps),
@@ -155,7 +169,7 @@ def report_from_parts(
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,
-        "notes": _notes(notes, driver, step_rows, runs, attempts),
+        "notes": _notes(notes, driver, step_rows, runs, attempts, sum(p.cycles for p in processes)),
         "spans": sum(p.spans for p in processes),
         "files": files,
         "skipped_lines": skipped_lines,
@@ -180,9 +194,15 @@ def _notes(
     step_rows: list[dict[str, Any]],
     runs: list[str],
     attempts: Attempts,
+    cycles: int = 0,
 ) -> list[str]:
     """What a reader should be told about the store: the readers' notes, then the rollup's own."""
     notes = list(given)
+    if cycles:
+        notes.append(
+            f"{cycles} parent cycle(s) broken (a span its own parent or ancestor): each cycle's first span in "
+            "its file was read as having no parent"
+        )
     if attempts.overlapping:
         notes.append(
             "attempts overlap (a later attempt started while an earlier one's processes were still writing): "

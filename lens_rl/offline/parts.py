@@ -263,6 +263,19 @@ class ProcessPart:
     step_tokens: dict[tuple[str, Any], float] = field(default_factory=dict)
     #: host, rl.num_gpus, rl.gpu_ids, rl.device.name, rl.device.peak_tflops, rl.model.num_params (as set)
     device: dict[str, Any] = field(default_factory=dict)
+    #: parent cycles (self-parents included) the tree rule broke in its spans
+    cycles: int = 0
+    #: (phase, bucket) -> step umbrellas inside a bucketed span of that phase (its bucket does not apply to them)
+    enclosing: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    #: (phase before, phase after) -> ns of its step umbrellas no bucketed span of theirs covers, by where the
+    #: gap falls ("step start" / "step end" at the edges): where unattributed time is
+    gaps: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: span id -> (phase, bucket, ns, step) of its generation phases with no token count of their own: what
+    #: requests in another file (a vLLM process's) may give tokens to, matched at the rollup
+    untokened: dict[str, tuple[Any, Any, int, Any]] = field(default_factory=dict)
+    #: parent span id -> [output, input] tokens of third-party spans (``gen_ai.usage``) whose phase is in
+    #: another file
+    remote_tokens: dict[str, list[float]] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -353,6 +366,16 @@ class ProcessPart:
         for key, count in other.step_tokens.items():
             self.step_tokens[key] = self.step_tokens.get(key, 0) + count
         self.device = self.device or other.device
+        self.cycles += other.cycles
+        for key, count in other.enclosing.items():
+            self.enclosing[key] = self.enclosing.get(key, 0) + count
+        for key, ns in other.gaps.items():
+            self.gaps[key] = self.gaps.get(key, 0) + ns
+        self.untokened.update(other.untokened)
+        for parent, (out, into) in other.remote_tokens.items():
+            found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
+            found[0] += out
+            found[1] += into
         if other.crit is not None:
             if self.crit is None:
                 self.crit = other.crit

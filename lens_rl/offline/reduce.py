@@ -3,10 +3,12 @@ offline tools over millions of spans, in four passes and no object per span.
 
 1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
    child (its local parent was never written: still open when the file ended, a killed process).
-2. :func:`resolve`: each span's step (its own ``rl.step``, else its nearest ancestor's) and its nearest
-   bucketed ancestor (memoised walks up: each span resolved once).
+2. :func:`resolve`: the one tree rule (:mod:`lens_rl.offline.read.tree`, which every command asks): each
+   span's step, nearest bucketed ancestor and place (step umbrella, phase, a third party's span), parent
+   cycles cut and counted.
 3. :func:`inner`: each bucketed span's nearest bucketed descendants (their time is taken from it:
-   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too).
+   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too), and each unbucketed phase's
+   child phases (its exclusive time in the phase table).
 4. :func:`accumulate`: every span's exclusive ns into the part's buckets, phases, compute series, steps.
 
 Example::
@@ -22,16 +24,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.buckets import exclusive_time, kind_of
-from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
+from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, THIRD_PARTY, Columns, read_columns
 from lens_rl.offline.critical import CritPart, walk_file
 from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
+from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
+from lens_rl.offline.read.tree import resolve as resolve_tree
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
 __all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
 
 _BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+_THIRD_MASK = bytes(b & THIRD_PARTY for b in range(256))  # flags -> only their third-party bit
 
 
 class Tree:
@@ -51,9 +57,15 @@ class Tree:
         "flags",
         "steps",
         "outer",
+        "top",
+        "role",
+        "cycles",
         "ids",
         "remote",
         "flops",
+        "gen_tokens",
+        "third_roots",
+        "remote_tokens",
     )
     n: int
     names: list[Any]
@@ -68,9 +80,15 @@ class Tree:
     flags: bytearray
     steps: list[Any]
     outer: array
+    top: array
+    role: bytearray
+    cycles: int
     ids: Any
     remote: dict[int, Any]
     flops: dict[int, float]
+    gen_tokens: dict[int, tuple[float, float]]
+    third_roots: dict[int, Any]
+    remote_tokens: dict[str, list[float]]
 
 
 def link(cols: Columns) -> Tree:
@@ -79,32 +97,28 @@ def link(cols: Columns) -> Tree:
     n = tree.n = len(cols.names)
     tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
     tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
-    referenced = set(cols.parent_ids)  # (only the spans something points to: a fraction of them)
-    index = {span_id: i for i, span_id in enumerate(cols.ids) if span_id in referenced}
+    parents = tree.parents = parent_rows(cols.ids, cols.parent_ids)
     tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
-    tree.remote = {}
-    del referenced
-    index_get = index.get
-    parents = tree.parents = array("q", (index_get(p, -1) for p in cols.parent_ids))
+    tree.remote, tree.third_roots = {}, {}
     has_child = tree.has_child = bytearray(n)
     orphan = tree.orphan = bytearray(n)
     none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
     for i, p in enumerate(parents):
-        if p == i:
-            parents[i] = -1
-        elif p != -1:
-            has_child[p] = 1
+        if p != -1:
+            if p != i:  # (a self-parent: cut and counted by the tree rule)
+                has_child[p] = 1
         else:
             parent_id = cols.parent_ids[i]
+            if flags[i] & THIRD_PARTY and parent_id != none:
+                tree.third_roots[i] = parent_id  # (a third party's call from a phase in another file, likely)
             if flags[i] & REMOTE_PARENT:
                 tree.remote[i] = parent_id  # an entry: called from another process
             elif parent_id != none and parent_id != root:
                 orphan[i] = 1
     cols.parent_ids = []
-    del index, index_get
-    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none
+    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none, a third party's too
     for i, b in enumerate(buckets):
-        if b is not None and b not in _BUCKET_SET:
+        if b is not None and (b not in _BUCKET_SET or flags[i] & THIRD_PARTY):
             buckets[i] = None
     tree.buckets, tree.own_steps = buckets, cols.steps
     tree.flops = cols.flops
@@ -113,56 +127,60 @@ def link(cols: Columns) -> Tree:
         for i, tok in enumerate(cols.tokens)
         if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
     }
+    tree.gen_tokens = cols.gen_tokens
     return tree
 
 
 def resolve(tree: Tree) -> None:
-    """Pass 2 (see the module docstring)."""
-    n, parents, buckets, own_steps = tree.n, tree.parents, tree.buckets, tree.own_steps
-    steps: list[Any] = [None] * n
-    outer = array("q", [-1]) * n
-    done = bytearray(n)
-    for i in range(n):
-        if done[i]:
+    """Pass 2 (see the module docstring): the one tree rule (:func:`lens_rl.offline.read.tree.resolve`);
+    then a third-party span's token counts go to the lens_rl phase it runs under, where that phase has
+    none of its own."""
+    mask = tree.flags.translate(_THIRD_MASK)
+    third = mask if THIRD_PARTY in mask else None
+    done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
+    tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
+    tree.has_child, tree.cycles = done.has_child, done.cycles
+    gen = tree.gen_tokens
+    tree.remote_tokens = {}
+    if gen:
+        counts: dict[int, list[float]] = {}
+        role, parents = tree.role, tree.parents
+        for i, (out, into) in gen.items():
+            r, p = i, parents[i]
+            while p != -1 and role[p] == THIRD_ROLE:
+                r, p = p, parents[p]
+            if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
+                found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
+            elif p != -1 and role[p] != JOB:
+                found = counts.setdefault(p, [0.0, 0.0])
+            else:
+                continue
+            found[0] += out
+            found[1] += into
+        for p, (out, into) in counts.items():
+            if p not in tree.tokens:
+                tree.tokens[p] = out or into
+    tree.gen_tokens = {}
+
+
+def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants; and each
+    unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive time:
+    what its time nested phases leave it, each instant counted once however deep the nesting)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    own: dict[int, list[tuple[int, int]]] = {}
+    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
+    parents, role = tree.parents, tree.role
+    for i in range(tree.n):
+        o = outer[i]
+        if o != -1:
+            if buckets[i] is not None:
+                out.setdefault(o, []).append((starts[i], ends[i]))
             continue
         p = parents[i]
-        if p == -1:  # the common cases first: a root, or a parent already resolved
-            steps[i] = own_steps[i]
-            done[i] = True
-            continue
-        if done[p]:
-            step = own_steps[i]
-            steps[i] = step if step is not None else steps[p]
-            outer[i] = p if buckets[p] is not None else outer[p]
-            done[i] = True
-            continue
-        trail = []
-        on_trail = set()
-        j = i
-        while j != -1 and not done[j] and j not in on_trail:  # a malformed cycle ends the walk
-            trail.append(j)
-            on_trail.add(j)
-            j = parents[j]
-        for k in reversed(trail):  # top-down: each parent is resolved before its child
-            p = parents[k]
-            if p == -1 or not done[p]:
-                steps[k] = own_steps[k]
-            else:
-                step = own_steps[k]
-                steps[k] = step if step is not None else steps[p]
-                outer[k] = p if buckets[p] is not None else outer[p]
-            done[k] = True
-    tree.steps, tree.outer = steps, outer
-
-
-def inner(tree: Tree) -> dict[int, list[tuple[int, int]]]:
-    """Pass 3 (see the module docstring)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
-    for i in range(tree.n):
-        if buckets[i] is not None and outer[i] != -1:
-            out.setdefault(outer[i], []).append((starts[i], ends[i]))
-    return out
+        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (no bucket above: its parent has none)
+            own.setdefault(p, []).append((starts[i], ends[i]))
+    return out, own
 
 
 def part_from_columns(
@@ -192,7 +210,9 @@ def part_from_columns(
     if part.spans:
         tree = link(cols)
         resolve(tree)
-        accumulate(part, tree, inner(tree), step_rows, superseded)
+        part.cycles = tree.cycles
+        part.remote_tokens = tree.remote_tokens
+        accumulate(part, tree, *inner(tree), step_rows, superseded)
         if critical:
             part.crit = _walks(key, tree, superseded)
         tree.ids = None
@@ -218,16 +238,9 @@ def _device(resource: Mapping[str, Any]) -> dict[str, Any]:
 
 def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
     """The process's critical-path walks: from the driver's final-run step umbrellas and from every entry."""
-    own_steps, buckets, names, steps = tree.own_steps, tree.buckets, tree.names, tree.steps
+    own_steps, role, steps = tree.own_steps, tree.role, tree.steps
     umbrellas = (
-        [
-            i
-            for i in range(tree.n)
-            if own_steps[i] is not None
-            and buckets[i] is None
-            and names[i] != "rl.job"
-            and not (superseded and own_steps[i] in superseded)
-        ]
+        [i for i in range(tree.n) if role[i] == UMBRELLA and not (superseded and own_steps[i] in superseded)]
         if key.driver
         else []
     )
@@ -239,25 +252,38 @@ def accumulate(
     part: ProcessPart,
     tree: Tree,
     kids_of: dict[int, list[tuple[int, int]]],
+    own_kids: dict[int, list[tuple[int, int]]],
     step_rows: bool,
     superseded: frozenset[Any] = frozenset(),
 ) -> None:
     """Pass 4 (see the module docstring): one loop over every span, the hot path of every read, so its
-    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval."""
+    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval; a third party's
+    span is no phase (its time is its nearest bucketed ancestor's, counted there once)."""
     names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
-    outer, own_steps, parents, has_child = tree.outer, tree.own_steps, tree.parents, tree.has_child
+    outer, role, top, has_child = tree.outer, tree.role, tree.top, tree.has_child
     orphan, flags, tokens = tree.orphan, tree.flags, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     rerun = array("q")  # rows of spans of superseded steps
+    in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
+    generation: dict[Any, bool] = {}  # name -> a generation phase's (whose tokens a remote request may give)
+    ids = tree.ids
     lo = hi = None
     for i in range(tree.n):
         name = names[i]
         start, end = starts[i], ends[i]
-        if name == "rl.job":
-            part.jobs.append((start, end))
-            continue
+        kind = role[i]
+        if kind >= THIRD_ROLE:
+            if kind == JOB:
+                part.jobs.append((start, end))
+                continue
+            lo = start if lo is None or start < lo else lo
+            hi = end if hi is None or end > hi else hi
+            if superseded and steps[i] in superseded:
+                rerun.append(i)
+                part.rerun_steps.add(steps[i])
+            continue  # a third party's span: no phase, no bucket of its own
         lo = start if lo is None or start < lo else lo
         hi = end if hi is None or end > hi else hi
         if superseded and steps[i] in superseded:  # a run a later attempt did again: wasted, nothing else
@@ -279,6 +305,9 @@ def accumulate(
             bucket_ns[bucket] += excl
             if outer[i] == -1:
                 top_level.append(i)
+        elif outer[i] == -1:  # an unbucketed phase outside every bucketed one: what its phases leave it
+            kids = own_kids.get(i)
+            excl = exclusive_time(start, end, kids) if kids else duration
         phase = phases.get((name, bucket))
         if phase is None:
             phase = phases[(name, bucket)] = PhasePart()
@@ -288,14 +317,17 @@ def accumulate(
         phase.durations.append(duration)
         if i in tokens:
             _tokens(part, phase, tree, i, bucket, duration)
+        else:
+            gen = generation.get(name)
+            if gen is None:
+                gen = generation[name] = kind_of(name) == "generation"
+            if gen and ids is not None:
+                part.untokened[id_key(ids[i])] = (name, bucket, duration, steps[i])
         step = steps[i]
         if step is None:
             continue
-        own = own_steps[i]
-        if bucket is None and not has_child[i]:  # an unbucketed leaf in a step (not the step's own umbrella)
-            p = parents[i]
-            if own is None or (p != -1 and steps[p] == own):
-                phase.leaf_ns += duration
+        if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
+            phase.leaf_ns += duration
         if bucket is not None and bucket in COMPUTE_BUCKETS:
             by_step: Any = compute.get(name)
             if by_step is None:
@@ -320,23 +352,51 @@ def accumulate(
         if orphan[i]:  # its parent never ended (a killed process): the step it belongs to never did either
             sp.incomplete = True
         if bucket is None:
-            if own is not None:
+            if kind == UMBRELLA:
                 if sp.umbrellas is None:
                     sp.umbrellas = []
                 sp.umbrellas.append(i)
+                in_umbrella.setdefault(i, [])
+                if outer[i] != -1:  # a step inside a bucketed phase: that bucket does not apply to it
+                    key = (names[outer[i]], buckets[outer[i]])
+                    part.enclosing[key] = part.enclosing.get(key, 0) + 1
                 if flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
                     sp.incomplete = True
             continue
         sp.ns[_BUCKET_INDEX[bucket]] += excl
+        t = top[i]
+        if t != -1 and role[t] == UMBRELLA and (outer[i] == -1 or top[outer[i]] != t):
+            in_umbrella.setdefault(t, []).append(i)
         if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
             if sp.bucketed is None:
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    if in_umbrella:
+        _gaps(part, tree, in_umbrella)
     if rerun:
         part.rerun = merge_indexed(rerun, starts, ends)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
+
+
+def _gaps(part: ProcessPart, tree: Tree, in_umbrella: dict[int, list[int]]) -> None:
+    """Where each step umbrella's time no bucketed span of its own covers falls: between which phases (by
+    the phase that ended last before the gap and the one that starts after it), summed into ``part.gaps``."""
+    starts, ends, names, gaps = tree.starts, tree.ends, tree.names, part.gaps
+    for u, rows in in_umbrella.items():
+        low, high = starts[u], ends[u]
+        at, before = low, "step start"
+        for r in sorted(rows, key=starts.__getitem__):
+            start, end = max(starts[r], low), min(ends[r], high)
+            if start > at:
+                key = (before, str(names[r]))
+                gaps[key] = gaps.get(key, 0) + start - at
+            if end >= at:
+                at, before = end, str(names[r])
+        if high > at:
+            key = (before, "step end")
+            gaps[key] = gaps.get(key, 0) + high - at
 
 
 def _tokens(part: ProcessPart, phase: PhasePart, tree: Tree, i: int, bucket: Any, duration: int) -> None:

@@ -15,10 +15,20 @@ from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart
 from lens_rl.offline.throughput import job_gpus, phase_rates, step_tokens
 
-__all__ = ["UNBUCKETED_SHARE", "group_and_rank_rows", "phase_rows", "throughput_row", "unbucketed_rows"]
+__all__ = [
+    "UNATTRIBUTED_SHARE",
+    "UNBUCKETED_SHARE",
+    "group_and_rank_rows",
+    "phase_rows",
+    "throughput_row",
+    "unbucketed_rows",
+    "warning_rows",
+]
 
 #: An unbucketed leaf phase covering more of the steps' wall than this is named, with a did-you-mean.
 UNBUCKETED_SHARE = 0.05
+#: Unattributed time over this share of the steps' wall is named, with where it falls.
+UNATTRIBUTED_SHARE = 0.20
 
 
 def throughput_row(
@@ -45,8 +55,10 @@ def throughput_row(
 
 
 def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[dict[str, Any]]:
-    """Every process's phases, by worker group: count, total, mean, p95, tokens/s, and the share of the group's
-    time (the driver's: the job's wall; a worker group's: its processes' lifetimes)."""
+    """Every process's phases, by worker group: count, total (inclusive) and exclusive seconds, mean, p95,
+    tokens/s, and the exclusive seconds' share of the group's time (the driver's: the job's wall; a worker
+    group's: its processes' lifetimes), so a parent phase never reads as the time its children took.
+    Third-party spans are no phases (never in these rows)."""
     merged: dict[tuple[str, str, str | None], PhasePart] = {}
     members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
     lifetimes: dict[str, int] = defaultdict(int)
@@ -70,9 +82,10 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
                 "bucket": bucket,
                 "count": ph.count,
                 "total_s": round(total_s, 6),
+                "exclusive_s": round(ph.excl_ns / 1e9, 6),
                 "mean_s": round(total_s / ph.count, 6) if ph.count else None,
                 "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
-                "share": round(total_s / of_s, 6) if of_s else None,
+                "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
                 "share_of": "job wall" if is_driver else "group lifetime",
                 "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
                 if ph.token_ns > 0 and ph.tokens > 0
@@ -162,3 +175,66 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
     group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
     ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["attempt"], r["pid"]))
     return group_rows, ranks, concurrent
+
+
+def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What looks like a mistake in the job's instrumentation, said (``--json`` ``warnings``, each with a
+    ``kind`` and a ``message``): a bucketed phase that encloses whole steps (``step_inside_phase``: its
+    bucket does not apply to the steps); unattributed time over :data:`UNATTRIBUTED_SHARE` of the complete
+    steps' wall (``unattributed``), with the stretch of the steps where most of it falls (between which
+    phases, on which process)."""
+    out: list[dict[str, Any]] = []
+    enclosing: dict[tuple[str, Any, Any], int] = defaultdict(int)
+    for part in view:
+        for (name, bucket), count in part.enclosing.items():
+            enclosing[(part.key.group, name, bucket)] += count
+    for (group, name, bucket), count in sorted(enclosing.items(), key=lambda kv: str(kv[0])):
+        out.append(
+            {
+                "kind": "step_inside_phase",
+                "phase": name,
+                "bucket": bucket,
+                "worker_group": group,
+                "steps": count,
+                "message": f"{count} step umbrella(s) lie inside the {bucket} phase {name!r} ({group}): its "
+                "bucket does not apply to the steps (their time no phase of theirs covers is unattributed "
+                "there, yet counts as "
+                f"{bucket} in the job's figure); open the phase inside the step, or give it no bucket",
+            }
+        )
+    complete = [r for r in step_rows if not r["incomplete"]]
+    wall = sum(r["wall_s"] for r in complete)
+    unattributed = sum(r["unattributed_s"] for r in complete)
+    if wall > 0 and unattributed / wall > UNATTRIBUTED_SHARE:
+        gaps = [(ns, key, part) for part in view for key, ns in part.gaps.items()]
+        row: dict[str, Any] = {
+            "kind": "unattributed",
+            "share": round(unattributed / wall, 6),
+            "unattributed_s": round(unattributed, 6),
+        }
+        where = ""
+        if gaps:
+            ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
+            of = sum(g[0] for g in gaps)
+            row.update(
+                {
+                    "between": [before, after],
+                    "worker_group": part.key.group,
+                    "rank": part.key.rank,
+                    "pid": part.key.pid,
+                    "gap_s": round(ns / 1e9, 6),
+                    "gap_share": round(ns / of, 6) if of else None,
+                }
+            )
+            where = (
+                f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
+                f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
+                if of
+                else ""
+            )
+        row["message"] = (
+            f"{unattributed / wall * 100:.0f}% of the steps' wall is unattributed (no bucketed phase covers it)"
+            f"{where}: a phase is likely missing there"
+        )
+        out.append(row)
+    return out

@@ -47,6 +47,9 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
                 mark = f"   attempt {step['attempt']}" + mark
             lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
     lines += _phase_table(report)
+    warnings = report.get("warnings") or ()
+    if warnings:
+        lines += ["", *(f"warning: {w['message']}" for w in warnings)]
     lines += _critical_lines(report)
     lines += _throughput_lines(report)
     lines += _group_lines(report)
@@ -131,15 +134,17 @@ def _phase_table(report: Mapping[str, Any]) -> list[str]:
         return []
     lines = [
         "",
-        f"{'phase':30s}{'group':>16s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'mean':>10s}{'p95':>10s}"
-        f"{'share':>8s}{'tokens/s':>11s}",
-        "  (share: of the job's wall for the driver's phases, of the group's lifetimes for a worker group's)",
+        f"{'phase':30s}{'group':>16s}{'bucket':>12s}{'count':>8s}{'total':>11s}{'excl':>10s}{'mean':>10s}"
+        f"{'p95':>10s}{'share':>8s}{'tokens/s':>11s}",
+        "  (total: inclusive; excl and share: its own time, less its nested phases'; share of the job's wall for",
+        "   the driver's phases, of the group's lifetimes for a worker group's)",
     ]
     for ph in report["phases"]:
         tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
         lines.append(
             f"{str(ph['phase'])[:29]:30s}{str(ph['worker_group'])[:15]:>16s}{str(ph['bucket'] or '-'):>12s}"
-            f"{ph['count']:8d}{ph['total_s']:10.2f}s{ph['mean_s'] or 0:9.3f}s{ph['p95_s'] or 0:9.3f}s"
+            f"{ph['count']:8d}{ph['total_s']:10.2f}s{ph.get('exclusive_s') or 0:9.2f}s{ph['mean_s'] or 0:9.3f}s"
+            f"{ph['p95_s'] or 0:9.3f}s"
             f"{_pct(ph['share']):>8s}{tps:>11s}"
         )
     for un in report.get("unbucketed_phases", ()):

@@ -18,12 +18,14 @@ Example::
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lens_rl.buckets import FLOP_FACTORS, kind_of
 
-__all__ = ["PEAK_TFLOPS", "job_gpus", "peak_tflops", "phase_rates", "step_tokens"]
+__all__ = ["PEAK_TFLOPS", "job_gpus", "peak_tflops", "phase_rates", "step_tokens", "with_remote_tokens"]
 
 #: Dense BF16 tensor-core peak per GPU, TFLOP/s (no sparsity), from NVIDIA's datasheets (docs/performance.md
 #: lists them). Matched on the device name, most specific first.
@@ -115,3 +117,35 @@ def step_tokens(processes: Sequence[Any]) -> dict[Any, float]:
             target = own if source == "own" else gen
             target[step] = target.get(step, 0) + count
     return {step: own.get(step, gen.get(step, 0.0)) for step in own.keys() | gen.keys()}
+
+
+def with_remote_tokens(processes: Sequence[Any]) -> list[Any]:
+    """The parts with the token counts of third-party requests (vLLM's ``llm_request`` in a vLLM process's
+    file, its ``gen_ai.usage`` counts) given to the generation phase span in another file that each hangs
+    from, where that span has no ``rl.num_tokens`` of its own: its phase's tokens and token time, and its
+    step's generation tokens. The parts given are left as they are (a part that gains is a copy)."""
+    remote: dict[str, list[float]] = {}
+    for part in processes:
+        for key, (out, into) in part.remote_tokens.items():
+            found = remote.setdefault(key, [0.0, 0.0])
+            found[0] += out
+            found[1] += into
+    if not remote:
+        return list(processes)
+    out_parts = []
+    for part in processes:
+        matched = [(remote[key], span) for key, span in part.untokened.items() if key in remote]
+        if not matched:
+            out_parts.append(part)
+            continue
+        part = copy.copy(part)
+        part.phases, part.step_tokens = dict(part.phases), dict(part.step_tokens)
+        for (out, into), (name, bucket, ns, step) in matched:
+            count = out or into
+            phase = part.phases[(name, bucket)] = dataclasses.replace(part.phases[(name, bucket)])
+            phase.tokens += count
+            phase.token_ns += ns
+            if step is not None:
+                part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
+        out_parts.append(part)
+    return out_parts

@@ -14,35 +14,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from lens_rl.offline.perfetto.chrome import json_events
-from lens_rl.offline.perfetto.places import NO_ATTRS, Calls, Chunk, Options, Places, Rows
+from lens_rl.offline.perfetto.places import Calls, Chunk, Options, Places, Rows
 from lens_rl.offline.perfetto.proto import proto_events
+from lens_rl.offline.read.tree import steps_of_rows
 from lens_rl.store import Head, Row, iter_rows
 
 __all__ = ["locate_file", "render_file"]
 
 
-def _steps_of(rows: Sequence[tuple[Head, Row]]) -> dict[Any, Any]:
-    """span id -> its step (own rl.step, else the nearest ancestor's in the same file)."""
-    own = {row.s: (row.a or NO_ATTRS).get("rl.step") for _, row in rows}
-    parent = {row.s: row.p for _, row in rows}
-    out: dict[Any, Any] = {}
-    for span_id in own:
-        node, trail = span_id, []
-        while node is not None and node not in out and own.get(node) is None and node in parent:
-            trail.append(node)
-            node = parent.get(node)
-        step = out.get(node) if node in out else own.get(node)
-        for item in trail:
-            out[item] = step
-        out[span_id] = step if own.get(span_id) is None else own[span_id]
-    return out
-
-
 def _in_window(rows: Sequence[tuple[Head, Row]], steps: tuple[int, int]) -> list[tuple[Head, Row]]:
-    """The rows of the steps ``steps`` selects (each span's step its own, else its nearest ancestor's)."""
-    of = _steps_of(rows)
+    """The rows of the steps ``steps`` selects (each span's step by the tree rule: its own, else its nearest
+    ancestor's; :mod:`lens_rl.offline.read.tree`)."""
+    of, _cycles = steps_of_rows([row for _, row in rows])
     lo, hi = steps
-    return [r for r in rows if isinstance(of.get(r[1].s), int) and lo <= of[r[1].s] <= hi]
+    return [r for r, step in zip(rows, of, strict=True) if type(step) is int and lo <= step <= hi]
 
 
 def _render(rows: Rows, opts: Options, callers: bool, number: int) -> Chunk:

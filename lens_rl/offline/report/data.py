@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.parts import median, step_key
+from lens_rl.offline.read.tree import depths, rows_tree
 from lens_rl.store import iter_rows, read_head, time_ns
 
 __all__ = [
@@ -54,29 +55,20 @@ def window_file(
     limit: int,
     shown: frozenset[tuple[str, int, int]] | None,
 ) -> list[dict[str, Any]]:
-    """The spans of one file inside the step window (steps inherited from parents within the file), of the
-    processes ``shown`` ((group, rank, pid); None: every one)."""
+    """The spans of one file inside the step window (each span's step by the tree rule, as every command
+    decides it: :mod:`lens_rl.offline.read.tree`), of the processes ``shown`` ((group, rank, pid); None:
+    every one)."""
     rows = list(iter_rows(path))
-    own = {row.s: (row.a or {}).get("rl.step") for _, row in rows}
-    parent = {row.s: row.p for _, row in rows}
-
-    def step_of(span_id: Any) -> Any:
-        seen = 0
-        while span_id is not None and seen < 64:
-            step = own.get(span_id)
-            if step is not None:
-                return step
-            span_id, seen = parent.get(span_id), seen + 1
-        return None
-
+    parents, tree = rows_tree([row for _, row in rows])
+    steps, depth = tree.steps, depths(parents)
     out = []
-    for head, row in rows:
+    for n, (head, row) in enumerate(rows):
         key = head.process
         if shown is not None and (key.group, key.rank, key.pid) not in shown:
             continue
         if window is not None:
-            step = step_of(row.s)
-            if not isinstance(step, int) or not window[0] <= step <= window[1]:
+            step = steps[n]
+            if type(step) is not int or not window[0] <= step <= window[1]:
                 continue
         attrs = row.a or {}
         out.append(
@@ -88,11 +80,17 @@ def window_file(
                 "end": time_ns(row.e),
                 "bucket": attrs.get("rl.bucket"),
                 "driver": key.driver,
+                "depth": depth[n],
                 "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
             }
         )
         if len(out) >= limit:
             break
+    least: dict[str, int] = {}  # (depth counted from each process's outermost span drawn)
+    for item in out:
+        least[item["process"]] = min(least.get(item["process"], item["depth"]), item["depth"])
+    for item in out:
+        item["depth"] -= least[item["process"]]
     return out
 
 

@@ -116,32 +116,45 @@ def heat_figures(go: Any, parts: Sequence[Any]) -> list[tuple[str, Any]]:
     return figures
 
 
+#: Spans nested deeper than this are drawn with this level's (a bounded number of traces).
+_MAX_LEVEL = 16
+
+
 def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, int] | None) -> tuple[str, Any]:
-    """One row per process, coloured by bucket; spans with no bucket (umbrellas) drawn first, under their phases."""
+    """One row per process, coloured by bucket; each span drawn over its parent (by depth in its file's tree,
+    outermost first), so a step whose phases are productive looks productive whatever its umbrella's or an
+    enclosing phase's bucket."""
     origin = min(s["start"] for s in timeline)
     drivers = {s["process"] for s in timeline if s["driver"]}
     procs = sorted({s["process"] for s in timeline}, key=lambda p: (p not in drivers, p))
     traces = []
-    for bucket in (None, *BUCKETS):
-        rows = [s for s in timeline if s["bucket"] == bucket]
-        if not rows:
-            continue
-        traces.append(
-            go.Bar(
-                y=[s["process"] for s in rows],
-                x=[(s["end"] - s["start"]) / 1e6 for s in rows],
-                base=[(s["start"] - origin) / 1e6 for s in rows],
-                orientation="h",
-                name=bucket or "no bucket (umbrellas)",
-                marker_color=COLORS[bucket],
-                opacity=0.55 if bucket is None else 0.9,
-                width=0.8 if bucket is None else 0.55,
-                customdata=[
-                    [s["name"], (s["end"] - s["start"]) / 1e9, json.dumps(s["attrs"], default=str)[:300]] for s in rows
-                ],
-                hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]:.3f} s<br>%{customdata[2]}<extra></extra>",
+    levels = sorted({min(s.get("depth", 0), _MAX_LEVEL) for s in timeline})
+    named: set[Any] = set()
+    for level in levels:
+        for bucket in (None, *BUCKETS):
+            rows = [s for s in timeline if s["bucket"] == bucket and min(s.get("depth", 0), _MAX_LEVEL) == level]
+            if not rows:
+                continue
+            traces.append(
+                go.Bar(
+                    y=[s["process"] for s in rows],
+                    x=[(s["end"] - s["start"]) / 1e6 for s in rows],
+                    base=[(s["start"] - origin) / 1e6 for s in rows],
+                    orientation="h",
+                    name=bucket or "no bucket (umbrellas)",
+                    legendgroup=bucket or "none",
+                    showlegend=bucket not in named,
+                    marker_color=COLORS[bucket],
+                    opacity=0.55 if bucket is None else 0.9,
+                    width=0.8 if bucket is None else 0.55,
+                    customdata=[
+                        [s["name"], (s["end"] - s["start"]) / 1e9, json.dumps(s["attrs"], default=str)[:300]]
+                        for s in rows
+                    ],
+                    hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]:.3f} s<br>%{customdata[2]}<extra></extra>",
+                )
             )
-        )
+            named.add(bucket)
     fig = go.Figure(traces)
     where = (
         "all steps"

@@ -31,7 +31,8 @@ def page(report: Mapping[str, Any], ident: Mapping[str, Any], charts: str, plotl
     groups = ", ".join(f"{esc(g)} x{n}" for g, n in ident["groups"].items())
     phases = "".join(
         f"<tr><td>{esc(str(p['phase']))}</td><td>{esc(str(p['worker_group']))}</td><td>{esc(str(p['bucket'] or '-'))}</td>"
-        f"<td>{p['count']}</td><td>{p['total_s']:.2f}</td><td>{p['mean_s'] or 0:.3f}</td><td>{p['p95_s'] or 0:.3f}</td>"
+        f"<td>{p['count']}</td><td>{p['total_s']:.2f}</td><td>{p.get('exclusive_s') or 0:.2f}</td>"
+        f"<td>{p['mean_s'] or 0:.3f}</td><td>{p['p95_s'] or 0:.3f}</td>"
         f"<td>{_pct(p['share'])}</td><td>{_rate(p['tokens_per_s'])}</td></tr>"
         for p in report["phases"][:_MAX_PHASE_ROWS]
     )
@@ -61,6 +62,7 @@ def page(report: Mapping[str, Any], ident: Mapping[str, Any], charts: str, plotl
         f"bucket" + (f"; did you mean {u['did_you_mean']!r}?" if u["did_you_mean"] else "")
         for u in report.get("unbucketed_phases", ())
     ]
+    notes += [f"Warning: {w['message']}" for w in report.get("warnings", ())]
     notes_html = "".join(f"<p class=note>{esc(n)}</p>" for n in notes)
     steps_done = sum(not s.get("incomplete") for s in report["steps"])
     attempts = report.get("attempts", ())
@@ -99,8 +101,9 @@ algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {
 {notes_html}
 {charts}
 <section id="phases"><h2>Phases</h2><table><tr><th>phase</th><th>group</th><th>bucket</th><th>count</th><th>total s</th>
-<th>mean s</th><th>p95 s</th><th>share</th><th>tokens/s</th></tr>{phases}</table>
-<p>share: of the job's wall for the driver's phases, of the group's lifetimes for a worker group's.</p></section>
+<th>exclusive s</th><th>mean s</th><th>p95 s</th><th>share</th><th>tokens/s</th></tr>{phases}</table>
+<p>total: inclusive; exclusive and share: the phase's own time, less its nested phases'; share of the job's wall
+for the driver's phases, of the group's lifetimes for a worker group's.</p></section>
 <section id="persistent-stragglers"><h2>Persistent stragglers</h2><ul>{persistent}</ul></section>
 <section id="degrading-ranks"><h2>Degrading ranks</h2><p>each rank's latest window of steps against its own best
 (under 0.8: it slowed, even if every rank slowed alike)</p><ul>{degrading}</ul></section>

@@ -1,0 +1,251 @@
+"""The one tree rule: from one file's spans, each span's parent, step, nearest bucketed ancestor and place.
+
+Every command that needs a span's step or its bucket for time (``goodput``, the critical path, Perfetto
+``--steps``, the report's timeline) asks this module, so all of them agree on each span:
+
+* **Parents.** A span's parent is the span of the same file its parent id names (a parent in another
+  process, or never written, is none here). A span that is its own parent, and every cycle of parent links
+  (of any length, through a step umbrella too), is broken: the cycle's first span in file order loses its
+  parent (so the answer depends on the spans' order only, which any subset of the file keeps); each break
+  is counted.
+* **Step.** Its own ``rl.step``, else its parent's (so its nearest ancestor's).
+* **Bucketed ancestor** (``outer``): the nearest ancestor carrying a bucket: the span its time is taken
+  from, and whose bucket an unbucketed span's time counts in.
+* **Place** (``role``): :data:`UMBRELLA` for a step's umbrella: the outermost span with its own step (no
+  span above it has one), when it has no bucket (nested unbucketed spans with a step are one step's tree,
+  not several steps; a phase that carries its step, as a worker's do, is no umbrella); :data:`THIRD_PARTY`
+  for a span recorded by another library (its scope is not lens_rl's: vLLM's ``llm_request``, an aiohttp
+  client span), never a phase; :data:`JOB` for the job root; else :data:`PHASE`.
+
+Everything is iterative (no recursion: chains thousands deep are walked in loops) and each span is resolved
+once.
+
+Example::
+
+    parents = parent_rows(ids, parent_ids)
+    tree = resolve(parents, own_steps, buckets, names, third_party)   # parents: cycles cut
+    tree.steps[i], tree.outer[i], tree.role[i], tree.cycles
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from lens_rl.buckets import Bucket
+from lens_rl.store import OWN_SCOPE
+
+__all__ = [
+    "JOB",
+    "PHASE",
+    "THIRD_PARTY",
+    "UMBRELLA",
+    "Resolved",
+    "depths",
+    "id_key",
+    "parent_rows",
+    "resolve",
+    "rows_tree",
+    "steps_of_rows",
+]
+
+PHASE = 0
+UMBRELLA = 1
+THIRD_PARTY = 2
+JOB = 3
+
+_JOB_NAME = "rl.job"
+_INT64 = 2**63
+_BUCKETS = frozenset(b.value for b in Bucket)
+
+
+class Resolved:
+    """What :func:`resolve` decides per span (rows index the file's spans): ``steps``, ``outer`` (the
+    nearest bucketed ancestor's row, -1: none), ``top`` (the row of the outermost span with its own step
+    it lies under, itself included, -1: none; its step umbrella where that span is one), ``role``
+    (:data:`PHASE` ...), ``has_child``, and ``cycles`` (the parent cycles broken, self-parents included)."""
+
+    __slots__ = ("steps", "outer", "top", "role", "has_child", "cycles")
+
+    def __init__(self, steps: list[Any], outer: array, top: array, role: bytearray, has_child: bytearray) -> None:
+        self.steps = steps
+        self.outer = outer
+        self.top = top
+        self.role = role
+        self.has_child = has_child
+        self.cycles = 0
+
+
+def id_key(span_id: Any) -> str:
+    """A span id as one key whatever form a reader kept it in (a number, or text as written): 16 hex digits
+    where it is one of lens_rl's form, else its text (what matches a parent id across files)."""
+    if type(span_id) is int:
+        return f"{span_id:016x}"
+    return str(span_id).lower()
+
+
+def parent_rows(ids: Sequence[Any], parent_ids: Sequence[Any]) -> array:
+    """Each span's parent row in the same file (-1: none there), from the span ids and parent ids (a
+    repeated span id names its last span). Self-parents and cycles are left to :func:`resolve`."""
+    referenced = set(parent_ids)  # (only the spans something points to: a fraction of them)
+    index = {span_id: i for i, span_id in enumerate(ids) if span_id in referenced}
+    index.pop(None, None)
+    get = index.get
+    return array("q", (get(p, -1) for p in parent_ids))
+
+
+def resolve(
+    parents: array,
+    own_steps: Sequence[Any],
+    buckets: Sequence[Any],
+    names: Sequence[Any],
+    third_party: Any = None,
+    has_child: bytearray | None = None,
+) -> Resolved:
+    """The tree rule (the module docstring) over one file's spans; ``parents`` is cut in place where it
+    loops. ``third_party``: a sequence of flags (truthy: not lens_rl's span), or None (all lens_rl's);
+    ``has_child``: each span's "a span names it as parent" when the caller made it (recomputed after a cut).
+    Two passes: an order in which every parent comes before its children (cycles cut on the way), then one
+    tight loop that decides each span from its parent."""
+    order, cycles = _order(parents)
+    n = len(parents)
+    steps: list[Any] = [None] * n
+    outer = array("q", [-1]) * n
+    top = array("q", [-1]) * n
+    role = bytearray(n)
+    job = _JOB_NAME
+    for i in order:
+        p = parents[i]
+        own = own_steps[i]
+        if p == -1:
+            steps[i] = own
+            above = -1
+        else:
+            steps[i] = own if own is not None else steps[p]
+            outer[i] = p if buckets[p] is not None else outer[p]
+            above = top[p]
+        if own is not None and above == -1 and not (third_party is not None and third_party[i]) and names[i] != job:
+            top[i] = i  # the outermost span with its own step
+            if buckets[i] is None:
+                role[i] = UMBRELLA
+        else:
+            top[i] = above
+    if third_party is not None:
+        for i, third in enumerate(third_party):
+            if third:
+                role[i] = THIRD_PARTY
+    _mark_jobs(names, role)
+    if has_child is None or cycles:
+        has_child = bytearray(n)
+        for p in parents:
+            if p != -1:
+                has_child[p] = 1
+    out = Resolved(steps, outer, top, role, has_child)
+    out.cycles = cycles
+    return out
+
+
+def _mark_jobs(names: Sequence[Any], role: bytearray) -> None:
+    """The job root's spans (found at C speed) marked :data:`JOB`: no phase, no umbrella."""
+    if not isinstance(names, list):
+        names = list(names)
+    at = -1
+    while True:
+        try:
+            at = names.index(_JOB_NAME, at + 1)
+        except ValueError:
+            return
+        if role[at] != THIRD_PARTY:
+            role[at] = JOB
+
+
+def _order(parents: array) -> tuple[array, int]:
+    """The rows in an order where each parent comes before its children, and the cycles cut on the way: a
+    cycle loses the parent link of its first span in file order (the same span whichever span the walk met
+    first, and in any subset of the rows that keeps the cycle). Iterative: a chain of any depth is a loop."""
+    n = len(parents)
+    order = array("q")
+    state = bytearray(n)  # 0 not yet, 1 on the current walk, 2 placed
+    cycles = 0
+    append = order.append
+    for i in range(n):
+        if state[i]:
+            continue
+        p = parents[i]
+        if p == -1 or state[p] == 2:  # the common cases: a root, or a parent already placed
+            append(i)
+            state[i] = 2
+            continue
+        trail = []
+        j = i
+        while j != -1 and state[j] == 0:
+            state[j] = 1
+            trail.append(j)
+            j = parents[j]
+        if j != -1 and state[j] == 1:  # the walk met itself: a cycle from j to the trail's end
+            at = trail.index(j)
+            first = min(trail[at:])
+            parents[first] = -1
+            cycles += 1
+            cut = trail.index(first) + 1
+            for k in trail[cut:]:
+                state[k] = 0  # (above the cut: placed by a later walk, from the cut span down)
+            del trail[cut:]
+        for k in reversed(trail):
+            append(k)
+            state[k] = 2
+    return order, cycles
+
+
+def depths(parents: array) -> array:
+    """Each span's depth in its file's tree (0: a root), from parents :func:`resolve` left without a cycle;
+    iterative (a chain thousands deep is a loop, not a recursion)."""
+    n = len(parents)
+    depth = array("q", [-1]) * n
+    for i in range(n):
+        if depth[i] != -1:
+            continue
+        trail = []
+        j = i
+        while j != -1 and depth[j] == -1:
+            trail.append(j)
+            j = parents[j]
+        d = -1 if j == -1 else depth[j]
+        for k in reversed(trail):
+            d += 1
+            depth[k] = d
+    return depth
+
+
+def rows_tree(rows: Sequence[Any]) -> tuple[array, Resolved]:
+    """One file's store rows (``s``, ``p``, ``a``, ``sc``, ``n``) linked and resolved by the tree rule: their
+    parents (cycles cut) and what :func:`resolve` decides. Steps and buckets are read as the goodput read
+    reads them (a list or an object is no step; an int past 64 bits neither; an unknown bucket is none)."""
+    parents = parent_rows([row.s for row in rows], [row.p for row in rows])
+    own: list[Any] = []
+    buckets: list[Any] = []
+    third = bytearray(len(rows))
+    for n, row in enumerate(rows):
+        attrs = row.a if type(row.a) is dict else None
+        step = bucket = None
+        if attrs:
+            step = attrs.get("rl.step")
+            if type(step) is int:
+                step = step if -_INT64 <= step < _INT64 else None
+            elif type(step) in (list, dict):
+                step = None
+            bucket = attrs.get("rl.bucket")
+            bucket = bucket if type(bucket) is str and bucket in _BUCKETS else None
+        own.append(step)
+        buckets.append(bucket)
+        if row.sc is not None and row.sc != OWN_SCOPE:
+            third[n] = 1
+    return parents, resolve(parents, own, buckets, [row.n for row in rows], third)
+
+
+def steps_of_rows(rows: Sequence[Any]) -> tuple[list[Any], int]:
+    """Each row's step by the tree rule (rows of one file), and the cycles broken: what Perfetto's
+    ``--steps`` and the report's timeline window select by."""
+    tree = rows_tree(rows)[1]
+    return tree.steps, tree.cycles
