@@ -112,10 +112,12 @@ class Process(NamedTuple):
 
 
 def _int(value: Any, default: int = 0) -> int:
+    """``value`` as an int64 (a rank, pid or attempt); ``default`` for anything else (past 64 bits too)."""
     try:
-        return int(value) if value is not None and not isinstance(value, bool) else default
-    except (TypeError, ValueError):
+        number = int(value) if value is not None and not isinstance(value, bool) else default
+    except (TypeError, ValueError, OverflowError):
         return default
+    return number if -(2**63) <= number < 2**63 else default
 
 
 def process_of(resource: Mapping[str, Any] | None, head: Mapping[str, Any] | None = None) -> Process:

@@ -18,17 +18,27 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import stat as _stat
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, Process, process_of
 
 __all__ = [
     "CacheRead",
     "INT64_END",
+    "LINE_MAX",
+    "TIME_MAX_NS",
+    "TIME_MIN_NS",
+    "listed",
+    "open_file",
+    "read_capped",
+    "unreadable",
     "HEADER_PREFIX",
     "Head",
     "ReadStats",
@@ -48,6 +58,12 @@ __all__ = [
 
 #: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
 INT64_END = 2**63
+#: The longest line a reader takes (its newline included): a longer one is skipped, read in bounded memory.
+LINE_MAX = 1 << 24
+#: Plausible span times (ns since the epoch): from 2000-01-01 to 2200-01-01 (UTC); a span outside, or ending
+#: before it starts, is a bad line.
+TIME_MIN_NS = 946_684_800 * 10**9
+TIME_MAX_NS = 7_258_118_400 * 10**9
 
 loads: Any
 try:  # the analysis extra: a parser several times faster than the standard library's
@@ -90,7 +106,8 @@ if _msgspec is not None:
         root: Any = None
 
     decode_row: Any = _msgspec.json.Decoder(Row).decode
-    _BAD_LINE: tuple[type[Exception], ...] = (ValueError, _msgspec.DecodeError)
+    # (RecursionError: a value nested deeper than the parser allows)
+    _BAD_LINE: tuple[type[Exception], ...] = (ValueError, RecursionError, _msgspec.DecodeError)
 else:  # pragma: no cover - exercised where the extra is missing
 
     class Row:  # type: ignore[no-redef]
@@ -128,7 +145,7 @@ else:  # pragma: no cover - exercised where the extra is missing
         return row
 
     _KEY_SET = frozenset(ROW_KEYS)
-    _BAD_LINE = (ValueError,)
+    _BAD_LINE = (ValueError, RecursionError)
 
 #: what ``decode_row`` raises on a line that is no span row (half a line, garbage, a wrong type)
 BAD_LINE = _BAD_LINE
@@ -169,11 +186,14 @@ class ReadStats:
 
 class Head:
     """A header as read: the header itself, the process's resource and :class:`~lens_rl.store.Process`,
-    and the job root's span id (the driver's; None elsewhere). Every row under it shares this object."""
+    and the job root's span id (the driver's; None elsewhere). Every row under it shares this object.
+    A header field no reader can hold (an integer past 64 bits, a resource value that is no attribute value)
+    is left out and counted in ``dropped``."""
 
-    __slots__ = ("header", "resource", "process", "root")
+    __slots__ = ("header", "resource", "process", "root", "dropped")
 
     def __init__(self, header: Mapping[str, Any]) -> None:
+        header, self.dropped = _held(header)
         self.header = header
         resource = header.get("resource")
         self.resource: dict[str, Any] = resource if type(resource) is dict else {}
@@ -185,14 +205,171 @@ class Head:
         return f"Head({self.process})"
 
 
-_HEAD_MAX = 1 << 24  # bytes of a file's first line read for its header (~1 KB typically)
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is an attribute value a reader can hold: text, a bool, a float, an int64, or a
+    list of those."""
+    kind = type(value)
+    if kind is int:
+        return -INT64_END <= value < INT64_END
+    if kind is list:
+        return all(type(v) is not list and _plain(v) for v in value)
+    return kind in (str, bool, float) or value is None
+
+
+#: Header and resource fields that are integers: another number there (a parser reads an integer past 64
+#: bits as a float) is left out.
+_INTS = frozenset({"v", "pid", "since", "nv.dl.rank", "nv.dl.world_size", "rl.attempt", "process.pid", "rl.num_gpus"})
+
+
+def _kept(key: str, value: Any) -> bool:
+    return _plain(value) and not (type(value) is float and key in _INTS)
+
+
+def _held(header: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """``header`` without the fields no reader can hold (see :class:`Head`), and how many were left out."""
+    out = {k: v for k, v in header.items() if type(v) is dict or _kept(k, v)}
+    resource = out.get("resource")
+    if type(resource) is dict:
+        out["resource"] = {k: v for k, v in resource.items() if _kept(k, v)}
+        dropped_resource = len(resource) - len(out["resource"])
+    else:
+        dropped_resource = 0
+    return out, len(header) - len(out) + dropped_resource
+
+
+# ------------------------------------------------------------------------------------ guarded reads
+
+
+class UnreadableError(OSError):
+    """A store entry that is not read: not a regular file, or one that cannot be opened (the message says
+    which, in a few words: ``a FIFO``, ``a symbolic link loop``, ``not readable (permission denied)``)."""
+
+
+def _kind(mode: int) -> str:
+    if _stat.S_ISDIR(mode):
+        return "a directory"
+    if _stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode):
+        return "a device"
+    if _stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _why(path: str | os.PathLike[str], exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link loop"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return "a dangling symbolic link"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "not readable (permission denied)"
+    return f"not readable ({exc.strerror or exc})"
+
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_file(path: str | os.PathLike[str]) -> IO[bytes]:
+    """A store file opened for reading (binary, buffered): a regular file only. Anything else raises
+    :class:`UnreadableError` without being opened (a FIFO would block, a device could act on the open); the open
+    itself never blocks. The one way every reading command opens a store file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UnreadableError(_why(path, exc)) from None
+    if not _stat.S_ISREG(mode):
+        raise UnreadableError(_kind(mode))
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        raise UnreadableError(_why(path, exc)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not _stat.S_ISREG(mode):  # (replaced between the two looks)
+            raise UnreadableError(_kind(mode))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def unreadable(path: str | os.PathLike[str]) -> str | None:
+    """Why a store entry cannot be read (a few words), or None when it opens as a regular file."""
+    try:
+        open_file(path).close()
+    except OSError as exc:
+        return str(exc) if isinstance(exc, UnreadableError) else _why(path, exc)
+    return None
+
+
+def listed(
+    folder: str | os.PathLike[str], pattern: str, notes: list[str] | None = None, *, recursive: bool = False
+) -> list[Path]:
+    """The entries of ``folder`` matching ``pattern`` (at any depth with ``recursive``) that can be read, in a
+    stable order; each one that cannot (see :func:`open_file`) is left out and named in one line of
+    ``notes``."""
+    root = Path(folder)
+    try:
+        found = sorted(root.rglob(pattern) if recursive else root.glob(pattern))
+    except OSError:
+        return []
+    kept: list[Path] = []
+    for path in found:
+        why = unreadable(path)
+        if why is None:
+            kept.append(path)
+        elif notes is not None:
+            notes.append(f"{path.name}: {why}; skipped")
+    return kept
+
+
+def read_capped(path: str | os.PathLike[str], limit: int = LINE_MAX) -> bytes:
+    """A whole (small) store file, such as a heartbeat: :class:`UnreadableError` when it is not a regular file or
+    holds more than ``limit`` bytes (so a file of any size costs at most ``limit`` bytes)."""
+    with open_file(path) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise UnreadableError(f"larger than {limit} bytes")
+    return data
+
+
+def _rest_of_line(handle: IO[bytes]) -> int:
+    """Skip what is left of an overlong line (up to and with its newline), in bounded memory; its bytes."""
+    skipped = 0
+    while True:
+        chunk = handle.readline(1 << 20)
+        skipped += len(chunk)
+        if not chunk or chunk[-1:] == b"\n":
+            return skipped
+
+
+def _first_line(handle: IO[bytes]) -> tuple[bytes, int]:
+    """A file's first line (empty when longer than :data:`LINE_MAX`) and its size in bytes."""
+    first = handle.readline(LINE_MAX)
+    if len(first) == LINE_MAX and first[-1:] != b"\n":
+        return b"", len(first) + _rest_of_line(handle)
+    return first, len(first)
+
+
+def _count_lines(handle: IO[bytes]) -> int:
+    """The lines left in a file, counted in bounded memory."""
+    count, last = 0, b"\n"
+    for chunk in iter(partial(handle.read, 1 << 20), b""):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+    return count + (last != b"\n")
 
 
 def read_head(path: str | os.PathLike[str]) -> tuple[Head | None, bool]:
-    """A file's first header (None when its first line is no v2 header) and whether any line follows it."""
-    with open(path, "rb") as handle:
-        first = handle.readline(_HEAD_MAX)
-        more = bool(handle.readline(1))
+    """A file's first header (None when its first line is no v2 header, or the file cannot be read) and
+    whether any line follows it."""
+    try:
+        with open_file(path) as handle:
+            first = handle.readline(LINE_MAX)  # (an overlong first line is no header: not read further)
+            more = first[-1:] != b"\n" and len(first) == LINE_MAX or bool(handle.read(1))
+    except OSError:
+        return None, False
     return _head(first), more
 
 
@@ -203,39 +380,47 @@ HEADER_PREFIX = b'{"v"'
 
 def heads(path: str | os.PathLike[str]) -> list[Head]:
     """Every header of a file, in order: its first, then any a re-init appended (a process of a later attempt
-    with the same pid writes the same file). Found by a byte scan, without decoding a span line."""
+    with the same pid writes the same file). Found by a byte scan, without decoding a span line; none for a
+    file that cannot be read."""
     found: list[Head] = []
-    needle = b"\n" + HEADER_PREFIX
-    with open(path, "rb") as handle:
-        first = handle.readline(_HEAD_MAX)
-        head = _head(first)
-        if head is None:
-            return found
-        found.append(head)
-        offset, tail = len(first), b"\n"  # the scan window starts with the byte before it
-        while True:
-            chunk = handle.read(1 << 20)
-            if not chunk:
-                break
-            window = tail + chunk
-            at = window.find(needle)
-            while at != -1:
-                handle.seek(offset - len(tail) + at + 1)
-                line = handle.readline(_HEAD_MAX)
-                later = _head(line)
-                if later is not None:
-                    found.append(later)
-                at = window.find(needle, at + 1)
-            offset += len(chunk)
-            handle.seek(offset)
-            tail = window[-len(needle) :]
+    try:
+        with open_file(path) as handle:
+            _scan_heads(handle, found)
+    except OSError:
+        pass
     return found
+
+
+def _scan_heads(handle: IO[bytes], found: list[Head]) -> None:
+    needle = b"\n" + HEADER_PREFIX
+    first = handle.readline(LINE_MAX)
+    offset = len(first)
+    head = _head(first)  # (an overlong first line is no header: nothing more is read)
+    if head is None:
+        return
+    found.append(head)
+    tail = b"\n"  # the scan window starts with the byte before it
+    while True:
+        chunk = handle.read(1 << 20)
+        if not chunk:
+            break
+        window = tail + chunk
+        at = window.find(needle)
+        while at != -1:
+            handle.seek(offset - len(tail) + at + 1)
+            later = _head(handle.readline(LINE_MAX))
+            if later is not None:
+                found.append(later)
+            at = window.find(needle, at + 1)
+        offset += len(chunk)
+        handle.seek(offset)
+        tail = window[-len(needle) :]
 
 
 def _head(raw: bytes) -> Head | None:
     try:
         header = loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if type(header) is dict and header.get("header") is True and header.get("v") == 2:
         return Head(header)
@@ -267,36 +452,50 @@ def driver_attempts(run_dir: str | os.PathLike[str]) -> tuple[set[int], int | No
 
 def read_live(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """Every heartbeat (``live-*.json``) of one run's folder, in a stable order, and notes on the files that
-    are not (unreadable, not JSON, another format). A heartbeat is rewritten whole by a rename: a reader
-    sees the last one or the one before, never part of one."""
+    are not (unreadable, not JSON, another format), one line each. Each heartbeat gains ``path`` and
+    ``mtime_ns`` (its file's modification time). A heartbeat is rewritten whole by a rename: a reader sees the
+    last one or the one before, never part of one."""
     from lens_rl.store.format import LIVE_FORMAT
 
     beats: list[dict[str, Any]] = []
     notes: list[str] = []
     for path in sorted(Path(run_dir).glob("live-*.json")):
         try:
-            beat = loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            notes.append(f"{path.name}: not readable ({exc}); skipped")
+            beat = loads(read_capped(path))
+        except UnreadableError as exc:
+            notes.append(f"{path.name}: {exc}; skipped")
+            continue
+        except OSError as exc:
+            notes.append(f"{path.name}: {_why(path, exc)}; skipped")
+            continue
+        except (ValueError, RecursionError):
+            notes.append(f"{path.name}: not JSON; skipped")
             continue
         if type(beat) is not dict or beat.get("format") != LIVE_FORMAT:
             notes.append(f"{path.name}: not a lens_rl heartbeat ({LIVE_FORMAT}); skipped")
             continue
         beat["path"] = str(path)
+        try:  # (when it was written by this machine's clock: a writer's clock can run ahead)
+            beat["mtime_ns"] = path.stat().st_mtime_ns
+        except OSError:
+            beat["mtime_ns"] = None
         beats.append(beat)
     return beats, notes
 
 
-def span_files(trace_dir: str | os.PathLike[str]) -> list[Path]:
-    """Every span file under ``trace_dir`` (any depth), in a stable order."""
-    return sorted(Path(trace_dir).rglob("spans-*.jsonl"))
+def span_files(trace_dir: str | os.PathLike[str], notes: list[str] | None = None) -> list[Path]:
+    """Every span file under ``trace_dir`` (any depth) that can be read, in a stable order; each entry named
+    like one that cannot (a directory, a FIFO, a device, a dangling link or a link loop, no permission) is
+    left out and named in one line of ``notes``."""
+    return listed(trace_dir, "spans-*.jsonl", notes, recursive=True)
 
 
 def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> Iterator[tuple[Head, Row]]:
     """``(head, row)`` for every span line of one file: the one loop every reader builds on.
 
     Bad lines and repeated span ids are skipped and counted in ``stats``; a later header applies to the
-    lines after it. A file that does not start with a v2 header yields nothing, with a note in ``stats``.
+    lines after it. A file that does not start with a v2 header (or cannot be read) yields nothing, with a
+    note in ``stats``.
     """
     stats = stats if stats is not None else ReadStats()
     seen: set[Any] = set()
@@ -327,32 +526,47 @@ def scan(
     (its first line must be a v2 header), or from byte ``start`` under ``head`` (a read resumed where an
     earlier one ended), up to byte ``stop`` (the end of the file). Lines and bad lines are counted in
     ``stats`` (the header line too, on a read from the start); a file counts once, on a read from its start.
-    ``heads`` gets every header met, in order (the first one too)."""
-    lines = skipped = 0
-    decode, bad = decode_row, BAD_LINE
+    ``heads`` gets every header met, in order (the first one too).
+
+    A bad line is one that is not JSON, longer than :data:`LINE_MAX`, nested deeper than the parser allows,
+    has a key of another JSON type than the format's, no name or id, or times that are not integers in
+    [:data:`TIME_MIN_NS`, :data:`TIME_MAX_NS`) with the end not before the start."""
     try:
-        with open(path, "rb") as handle:
+        handle = open_file(path)
+    except OSError as exc:
+        if head is None:
+            stats.notes.append(
+                f"{Path(path).name}: {exc if isinstance(exc, UnreadableError) else _why(path, exc)}; skipped"
+            )
+        return
+    lines = skipped = 0
+    decode, bad, lo, hi = decode_row, BAD_LINE, TIME_MIN_NS, TIME_MAX_NS
+    try:
+        with handle:
             at = start
             if head is None:
                 stats.files += 1
-                first = handle.readline()
+                first, at = _first_line(handle)
                 head = _head(first)
                 if head is None:
-                    if first:
+                    if at:
                         stats.notes.append(
                             f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped"
                         )
-                        lines += 1 + sum(1 for _ in handle)
+                        lines += 1 + _count_lines(handle)
                         skipped += lines
                     return
                 lines += 1
-                at = len(first)
+                skipped += head.dropped
                 if heads is not None:
                     heads.append(head)
             else:
                 handle.seek(start)
-            for raw in handle:
+            for raw in iter(partial(handle.readline, LINE_MAX), b""):
                 size = len(raw)
+                if size == LINE_MAX and raw[-1] != 10:  # longer than any line a reader takes: skipped
+                    size += _rest_of_line(handle)
+                    raw = b""
                 if stop is not None and at + size > stop:
                     break
                 lines += 1
@@ -363,12 +577,18 @@ def scan(
                     skipped += 1
                     continue
                 if row.s is None or row.n is None or row.v is not None:
-                    if row.header is True and row.v == 2:  # a re-init in the same process: applies from here
-                        head = Head(_header_of(raw))
+                    later = _later_head(raw, row)
+                    if later is not None:  # a re-init in the same process: applies from here
+                        head = later
+                        skipped += head.dropped
                         if heads is not None:
                             heads.append(head)
                     else:
                         skipped += 1
+                    continue
+                b, e = row.b, row.e
+                if type(b) is not int or type(e) is not int or not lo <= b <= e < hi:
+                    skipped += 1
                     continue
                 yield head, row, offset, size
     finally:
@@ -376,10 +596,16 @@ def scan(
         stats.skipped += skipped
 
 
-def _header_of(raw: bytes) -> dict[str, Any]:
-    """A later header line, whole (a Row keeps only a header's resource and root)."""
-    header = loads(raw)
-    return header if type(header) is dict else {}
+def _later_head(raw: bytes, row: Row) -> Head | None:
+    """A later header line as a Head (a Row keeps only a header's resource and root); None for any other
+    line with no span."""
+    if row.header is not True or row.v != 2:
+        return None
+    try:
+        header = loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return Head(header) if type(header) is dict else None
 
 
 def time_ns(value: Any) -> int:

@@ -91,6 +91,7 @@ def test_each_process_is_running_stale_ended_or_hung(tmp_path: Path) -> None:
         "running": 2,
         "stale": 1,
         "ended": 0,
+        "unreadable": 0,
         "hung": 1,
         "min_step": 7,
         "max_step": 8,
