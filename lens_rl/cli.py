@@ -10,8 +10,11 @@
     lens-rl watch TRACE_DIR [--run RUN_ID] [--interval S] [--once]
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
-most recent run is used unless ``--run`` names one) or a run folder itself. Bad input
-is one line on stderr and exit status 2, never a traceback.
+most recent run is used unless ``--run`` names one) or a run folder itself. Exit statuses
+mean one thing each: 0 read and nothing wrong; 1 (``status``, ``watch --once``) a process
+stale or hung; 2 bad input or usage (one line on stderr, never a traceback), a folder with
+no readable span included; 70 a defect of lens-rl (with its traceback, to report). An entry
+that cannot be read is skipped and named on stderr.
 """
 
 from __future__ import annotations
@@ -475,6 +478,22 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception:  # a defect: said as one, never as an exit status that means something (1: stale or hung)
+        import traceback
+
+        traceback.print_exc()
+        print(f"lens-rl: internal error (a defect of lens-rl {_version()}: please report it)", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+#: The exit status of a defect (``EX_SOFTWARE``): no input's answer, so that 1 and 2 keep their meaning.
+INTERNAL_ERROR = 70
+
+
+def _version() -> str:
+    from lens_rl._version import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from lens_rl.offline.cache_files import (
 from lens_rl.offline.columns import REMOTE_PARENT, Columns
 from lens_rl.offline.parts import ProcessPart
 from lens_rl.offline.reduce import file_parts, reduce_columns
-from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, scan
+from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
 __all__ = [
     "CACHE_DIR",
@@ -417,6 +417,9 @@ def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStat
         return None
     if row.s is None or row.n is None or row.v is not None:
         stats.skipped += 0 if row.header is True and row.v == 2 else 1
+        return None
+    if not plausible(row):
+        stats.skipped += 1
         return None
     if row.s in seen or _contains(ids, _id_key(row.s)):
         stats.duplicates += 1

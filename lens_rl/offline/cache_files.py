@@ -25,7 +25,7 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.critical import Memo
 from lens_rl.offline.parts import ProcessPart
-from lens_rl.store import CacheRead, Process, ReadStats, loads
+from lens_rl.store import CacheRead, Process, ReadStats, loads, open_file
 
 __all__ = [
     "CACHE_DIR",
@@ -218,14 +218,23 @@ def options_key(options: tuple[bool, Mapping[int, frozenset[Any]], bool]) -> str
     return repr((__version__, FORMAT, bool(driver_in_run), later, bool(critical)))
 
 
+def _read(path: Path) -> bytes:
+    """A cache file's bytes, read as a store file is (a regular file only: a FIFO or device planted under a
+    cache file's name is not opened); ``FileNotFoundError`` when there is none."""
+    if not os.path.lexists(path):
+        raise FileNotFoundError(path)
+    with open_file(path) as handle:
+        return handle.read()
+
+
 def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Entry | None, str | None]:
     """The cache entry at ``path`` if it is this lens_rl's and this file's; else None and why (None: none)."""
     try:
-        data = path.read_bytes()
+        data = _read(path)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        return None, f"unreadable ({exc.strerror})"
+        return None, f"unreadable ({exc.strerror or exc})"
     if not data.startswith(_MAGIC):
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     try:
@@ -281,9 +290,9 @@ def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> 
 def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
     """The report kept for this very store (JSON: nothing in it is trusted to run), or None."""
     try:
-        data = (Path(folder) / f"report-{fingerprint}.json").read_bytes()
+        data = _read(Path(folder) / f"report-{fingerprint}.json")
         report = loads(data)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return report if type(report) is dict and report.get("schema") else None
 
@@ -309,11 +318,11 @@ def grown_bytes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> float:
     """Bytes the files hold beyond what the last look through this cache saw (a file it did not see: all of
     its bytes; no record of a last look: infinity)."""
     try:
-        seen = loads((Path(folder) / _SIZES).read_bytes())
+        seen = loads(_read(Path(folder) / _SIZES))
         if type(seen) is not dict:
             return math.inf
         return sum(max(os.stat(p).st_size - int(seen.get(str(p), 0)), 0) for p in paths)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return math.inf
 
 
@@ -337,7 +346,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
     than the same as JSON, 0.03 s against 0.12 s at 1 M spans); a memo changed since it was written is not used.
     Also why a memo there was not used, where that is worth a line (None: used, none, or out of date)."""
     try:
-        data = (Path(folder) / _MEMO).read_bytes()
+        data = _read(Path(folder) / _MEMO)
     except OSError:
         return Memo(), None
     try:

@@ -4,7 +4,10 @@ One row per process of the run's latest attempt (group, rank, host, pid, attempt
 (no heartbeat for 3 of its intervals) or ``ended`` (said so, or alive until its driver ended: launchers
 such as Ray kill their workers without a goodbye); its step; its innermost open phase, how long it has been
 open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it), groups summed,
-the driver's step first. Processes of earlier attempts are counted apart (superseded), never as stale. The
+the driver's step first. A heartbeat with a field of the wrong JSON type is a note and its row says
+``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
+modification time and its row says ``clock ahead``. Processes of earlier attempts are counted apart
+(superseded), never as stale. The
 run is ``ok`` when nothing is stale or hung: the command's exit status (0, else 1) is what a cron job or a
 Slurm script alerts on. Above :data:`MAX_ROWS` processes, the table shows each group's summary and the
 abnormal processes only.
@@ -92,13 +95,14 @@ def _wrong(fields: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str
 def malformed(beat: Mapping[str, Any]) -> str | None:
     """Which field of a heartbeat has a JSON type the format does not give it (None: none): such a heartbeat
     is read as nothing but its process's identity, where that is readable."""
-    why = _wrong(beat, _FIELDS, "")
-    if why is None:
-        why = _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
+    why = _wrong(beat, _FIELDS, "") or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
+    if why is not None:
+        return why
     for n, phase in enumerate(beat.get("open") or ()):
-        if why is None:
-            why = f"open[{n}]" if type(phase) is not dict else _wrong(phase, _OPEN, f"open[{n}].")
-    if why is None and beat.get("last_step") is not None:
+        why = f"open[{n}]" if type(phase) is not dict else _wrong(phase, _OPEN, f"open[{n}].")
+        if why is not None:
+            return why
+    if beat.get("last_step") is not None:
         why = _wrong(beat["last_step"], _LAST, "last_step.")
     for name, usual in (beat.get("phases") or {}).items():
         if why is None:

@@ -1,7 +1,7 @@
 """The embedded file store: its format (:mod:`lens_rl.store.format`) and its reader (:mod:`lens_rl.store.reader`).
 
 The store is the only contract between recording (``lens_rl.export`` writes it) and reading (the offline
-tools read it); this package imports nothing else of lens_rl and no OpenTelemetry. The format is
+tools read it, opening its files through :mod:`lens_rl.store.files` alone); this package imports nothing else of lens_rl and no OpenTelemetry. The format is
 documented in ``docs/store-format.md``.
 
 Example::
@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from lens_rl.store.files import LINE_MAX, UnreadableError, listed, open_file, read_capped, unreadable
 from lens_rl.store.format import (
     FIELD_TYPES,
     FORMAT_VERSION,
@@ -21,6 +22,8 @@ from lens_rl.store.format import (
     LIVE_FORMAT,
     OWN_SCOPE,
     ROW_KEYS,
+    TIME_MAX_NS,
+    TIME_MIN_NS,
     Process,
     file_name,
     header,
@@ -33,9 +36,6 @@ from lens_rl.store.reader import (
     BAD_LINE,
     HEADER_PREFIX,
     INT64_END,
-    LINE_MAX,
-    TIME_MAX_NS,
-    TIME_MIN_NS,
     CacheRead,
     Head,
     ReadStats,
@@ -44,17 +44,14 @@ from lens_rl.store.reader import (
     driver_attempts,
     heads,
     iter_rows,
-    listed,
     loads,
-    open_file,
-    read_capped,
+    plausible,
     read_head,
     read_live,
     scan,
     span_files,
     time_ns,
     trace_time_ns,
-    unreadable,
 )
 
 __all__ = [
@@ -75,6 +72,7 @@ __all__ = [
     "CacheRead",
     "ReadStats",
     "Row",
+    "UnreadableError",
     "decode_row",
     "driver_attempts",
     "heads",
@@ -85,6 +83,7 @@ __all__ = [
     "listed",
     "loads",
     "open_file",
+    "plausible",
     "read_capped",
     "process_of",
     "read_head",

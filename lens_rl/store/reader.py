@@ -18,27 +18,29 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import os
-import stat as _stat
 from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
-from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, Process, process_of
+from lens_rl.store.files import (
+    LINE_MAX,
+    UnreadableError,
+    count_lines,
+    first_line,
+    listed,
+    open_file,
+    read_capped,
+    rest_of_line,
+    why_not,
+)
+from lens_rl.store.format import FIELD_TYPES, ROW_KEYS, TIME_MAX_NS, TIME_MIN_NS, Process, process_of
 
 __all__ = [
     "CacheRead",
     "INT64_END",
-    "LINE_MAX",
-    "TIME_MAX_NS",
-    "TIME_MIN_NS",
-    "listed",
-    "open_file",
-    "read_capped",
-    "unreadable",
     "HEADER_PREFIX",
     "Head",
     "ReadStats",
@@ -48,6 +50,7 @@ __all__ = [
     "heads",
     "iter_rows",
     "loads",
+    "plausible",
     "read_head",
     "read_live",
     "scan",
@@ -58,12 +61,6 @@ __all__ = [
 
 #: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
 INT64_END = 2**63
-#: The longest line a reader takes (its newline included): a longer one is skipped, read in bounded memory.
-LINE_MAX = 1 << 24
-#: Plausible span times (ns since the epoch): from 2000-01-01 to 2200-01-01 (UTC); a span outside, or ending
-#: before it starts, is a bad line.
-TIME_MIN_NS = 946_684_800 * 10**9
-TIME_MAX_NS = 7_258_118_400 * 10**9
 
 loads: Any
 try:  # the analysis extra: a parser several times faster than the standard library's
@@ -80,17 +77,19 @@ except ImportError:  # pragma: no cover - exercised where the extra is missing
     _msgspec = None
 
 if _msgspec is not None:
+    # (checked as the line is decoded: a time that is no int in the plausible range makes the line garbage)
+    _Time = Annotated[int, _msgspec.Meta(ge=TIME_MIN_NS, lt=TIME_MAX_NS)]
 
     class Row(_msgspec.Struct, gc=False):  # type: ignore[call-arg]  # gc=False: rows form no cycle
-        """One line of a span file, by its short keys (a key the line lacks is None); times are read as ns."""
+        """One line of a span file, by its short keys (a key the line lacks is None); times in ns."""
 
         n: str | None = None
         t: str | None = None
         s: str | int | None = None
         p: str | int | None = None
         pr: bool | None = None
-        b: Any = None
-        e: Any = None
+        b: _Time | None = None  # type: ignore[valid-type]
+        e: _Time | None = None  # type: ignore[valid-type]
         a: dict[str, Any] | None = None
         th: int | str | None = None
         tn: str | None = None
@@ -140,6 +139,8 @@ else:  # pragma: no cover - exercised where the extra is missing
             value = getattr(row, key)
             if value is not None and type(value) not in types:
                 raise ValueError(f"a span line's {key!r} is no {' or '.join(t.__name__ for t in types)}")
+        if any(t is not None and not TIME_MIN_NS <= t < TIME_MAX_NS for t in (row.b, row.e)):
+            raise ValueError("a span line's time is out of the plausible range")
         if any(type(item) is not dict for key in ("ev", "ln") for item in getattr(row, key) or ()):
             raise ValueError("a span line's events and links are objects")
         return row
@@ -235,130 +236,6 @@ def _held(header: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     else:
         dropped_resource = 0
     return out, len(header) - len(out) + dropped_resource
-
-
-# ------------------------------------------------------------------------------------ guarded reads
-
-
-class UnreadableError(OSError):
-    """A store entry that is not read: not a regular file, or one that cannot be opened (the message says
-    which, in a few words: ``a FIFO``, ``a symbolic link loop``, ``not readable (permission denied)``)."""
-
-
-def _kind(mode: int) -> str:
-    if _stat.S_ISDIR(mode):
-        return "a directory"
-    if _stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if _stat.S_ISCHR(mode) or _stat.S_ISBLK(mode):
-        return "a device"
-    if _stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def _why(path: str | os.PathLike[str], exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "a symbolic link loop"
-    if exc.errno == errno.ENOENT and os.path.islink(path):
-        return "a dangling symbolic link"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "not readable (permission denied)"
-    return f"not readable ({exc.strerror or exc})"
-
-
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def open_file(path: str | os.PathLike[str]) -> IO[bytes]:
-    """A store file opened for reading (binary, buffered): a regular file only. Anything else raises
-    :class:`UnreadableError` without being opened (a FIFO would block, a device could act on the open); the open
-    itself never blocks. The one way every reading command opens a store file."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise UnreadableError(_why(path, exc)) from None
-    if not _stat.S_ISREG(mode):
-        raise UnreadableError(_kind(mode))
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError as exc:
-        raise UnreadableError(_why(path, exc)) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not _stat.S_ISREG(mode):  # (replaced between the two looks)
-            raise UnreadableError(_kind(mode))
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def unreadable(path: str | os.PathLike[str]) -> str | None:
-    """Why a store entry cannot be read (a few words), or None when it opens as a regular file."""
-    try:
-        open_file(path).close()
-    except OSError as exc:
-        return str(exc) if isinstance(exc, UnreadableError) else _why(path, exc)
-    return None
-
-
-def listed(
-    folder: str | os.PathLike[str], pattern: str, notes: list[str] | None = None, *, recursive: bool = False
-) -> list[Path]:
-    """The entries of ``folder`` matching ``pattern`` (at any depth with ``recursive``) that can be read, in a
-    stable order; each one that cannot (see :func:`open_file`) is left out and named in one line of
-    ``notes``."""
-    root = Path(folder)
-    try:
-        found = sorted(root.rglob(pattern) if recursive else root.glob(pattern))
-    except OSError:
-        return []
-    kept: list[Path] = []
-    for path in found:
-        why = unreadable(path)
-        if why is None:
-            kept.append(path)
-        elif notes is not None:
-            notes.append(f"{path.name}: {why}; skipped")
-    return kept
-
-
-def read_capped(path: str | os.PathLike[str], limit: int = LINE_MAX) -> bytes:
-    """A whole (small) store file, such as a heartbeat: :class:`UnreadableError` when it is not a regular file or
-    holds more than ``limit`` bytes (so a file of any size costs at most ``limit`` bytes)."""
-    with open_file(path) as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise UnreadableError(f"larger than {limit} bytes")
-    return data
-
-
-def _rest_of_line(handle: IO[bytes]) -> int:
-    """Skip what is left of an overlong line (up to and with its newline), in bounded memory; its bytes."""
-    skipped = 0
-    while True:
-        chunk = handle.readline(1 << 20)
-        skipped += len(chunk)
-        if not chunk or chunk[-1:] == b"\n":
-            return skipped
-
-
-def _first_line(handle: IO[bytes]) -> tuple[bytes, int]:
-    """A file's first line (empty when longer than :data:`LINE_MAX`) and its size in bytes."""
-    first = handle.readline(LINE_MAX)
-    if len(first) == LINE_MAX and first[-1:] != b"\n":
-        return b"", len(first) + _rest_of_line(handle)
-    return first, len(first)
-
-
-def _count_lines(handle: IO[bytes]) -> int:
-    """The lines left in a file, counted in bounded memory."""
-    count, last = 0, b"\n"
-    for chunk in iter(partial(handle.read, 1 << 20), b""):
-        count += chunk.count(b"\n")
-        last = chunk[-1:]
-    return count + (last != b"\n")
 
 
 def read_head(path: str | os.PathLike[str]) -> tuple[Head | None, bool]:
@@ -466,7 +343,7 @@ def read_live(run_dir: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], li
             notes.append(f"{path.name}: {exc}; skipped")
             continue
         except OSError as exc:
-            notes.append(f"{path.name}: {_why(path, exc)}; skipped")
+            notes.append(f"{path.name}: {why_not(path, exc)}; skipped")
             continue
         except (ValueError, RecursionError):
             notes.append(f"{path.name}: not JSON; skipped")
@@ -532,28 +409,28 @@ def scan(
     has a key of another JSON type than the format's, no name or id, or times that are not integers in
     [:data:`TIME_MIN_NS`, :data:`TIME_MAX_NS`) with the end not before the start."""
     try:
-        handle = open_file(path)
+        handle = open_file(path, _SCAN_BUFFER)
     except OSError as exc:
         if head is None:
             stats.notes.append(
-                f"{Path(path).name}: {exc if isinstance(exc, UnreadableError) else _why(path, exc)}; skipped"
+                f"{Path(path).name}: {exc if isinstance(exc, UnreadableError) else why_not(path, exc)}; skipped"
             )
         return
     lines = skipped = 0
-    decode, bad, lo, hi = decode_row, BAD_LINE, TIME_MIN_NS, TIME_MAX_NS
+    decode, bad = decode_row, BAD_LINE
     try:
         with handle:
             at = start
             if head is None:
                 stats.files += 1
-                first, at = _first_line(handle)
+                first, at = first_line(handle)
                 head = _head(first)
                 if head is None:
                     if at:
                         stats.notes.append(
                             f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped"
                         )
-                        lines += 1 + _count_lines(handle)
+                        lines += 1 + count_lines(handle)
                         skipped += lines
                     return
                 lines += 1
@@ -565,7 +442,7 @@ def scan(
             for raw in iter(partial(handle.readline, LINE_MAX), b""):
                 size = len(raw)
                 if size == LINE_MAX and raw[-1] != 10:  # longer than any line a reader takes: skipped
-                    size += _rest_of_line(handle)
+                    size += rest_of_line(handle)
                     raw = b""
                 if stop is not None and at + size > stop:
                     break
@@ -586,14 +463,27 @@ def scan(
                     else:
                         skipped += 1
                     continue
-                b, e = row.b, row.e
-                if type(b) is not int or type(e) is not int or not lo <= b <= e < hi:
+                try:  # (each time an int in the plausible range, or none: the decoder checked)
+                    if row.b > row.e:
+                        skipped += 1
+                        continue
+                except TypeError:  # a time missing
                     skipped += 1
                     continue
                 yield head, row, offset, size
     finally:
         stats.lines += lines
         stats.skipped += skipped
+
+
+def plausible(row: Row) -> bool:
+    """Whether a span row's times are integers in [:data:`TIME_MIN_NS`, :data:`TIME_MAX_NS`), the end not
+    before the start (:func:`scan` skips any other as a bad line)."""
+    b, e = row.b, row.e
+    return type(b) is int and type(e) is int and TIME_MIN_NS <= b <= e < TIME_MAX_NS
+
+
+_SCAN_BUFFER = 1 << 20  # (line by line with a cap, a larger buffer reads as fast as plain iteration)
 
 
 def _later_head(raw: bytes, row: Row) -> Head | None:

@@ -213,7 +213,7 @@ def _line(**fields: Any) -> str:
 
 
 _BAD_LINES = [
-    '{"n": "deep", "s": "1234567812345678", "b": 1, "e": 2, "a": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}",
+    _line(a={"x": 0})[:-1].replace('{"x": 0}', '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}") + "}",
     _line(b=-(2**63), e=2**63 - 1),
     _line(b=2**70, e=2**71),
     _line(b=1_000_000_000, e=2_000_000_000),  # 1970
@@ -309,3 +309,61 @@ def test_a_command_that_rejects_its_input_leaves_no_cache(tmp_path: Path) -> Non
     out = lens_child("goodput", str(tmp_path / "run"), "--steps", "90-99")
     assert out.returncode == 2 and "selects no step" in out.stderr
     assert not (tmp_path / "run" / ".lens_rl-cache").exists()
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+
+
+def _planted_memo(body: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.sha1(body).hexdigest().encode() + b"\n" + body
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_planted_cache_can_neither_run_code_nor_allocate(tmp_path: Path) -> None:
+    """Cache entries replaced by small pickles that would build a 1.5 GB bytearray, grow the unpickler's
+    memo to 2^31 slots, announce a 2^62-byte string, or run a command: the answer is a cold read's, the child's
+    peak memory stays small, nothing runs, and stderr says so in one line."""
+    import pickle
+
+    from lens_rl.offline.cache_files import FORMAT
+
+    run = good_run(tmp_path / "run")
+    first = lens_child("goodput", str(run), "--json")
+    assert first.returncode == 0
+    cache = run / ".lens_rl-cache"
+    entries = sorted(cache.glob("*.cache"))
+    assert len(entries) == 2 and (cache / "critical-memo.pickle").exists()
+    magic = FORMAT.encode() + b"\n"
+    marker = tmp_path / "ran"
+    allocate = b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR."  # bytearray(1_500_000_000)
+    assert len(magic + allocate) < 51
+    entries[0].write_bytes(magic + allocate)
+    entries[1].write_bytes(magic + pickle.dumps(_Runs(f"touch {marker}")))
+    (cache / "critical-memo.pickle").write_bytes(_planted_memo(b"\x80\x04]r\xff\xff\xff\x7f."))
+    for report in cache.glob("report-*.json"):
+        report.unlink()
+    again = lens_child("goodput", str(run), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(first.stdout)
+    assert again.peak < 300 << 20, again.peak
+    assert not marker.exists()
+    said = [line for line in again.stderr.splitlines() if "cache" in line]
+    assert len(said) == 1 and "3 cache file(s) not used" in said[0], again.stderr
+    entries[0].write_bytes(magic + b"\x80\x05\x8e" + (1 << 62).to_bytes(8, "little") + b"x.")  # BINBYTES8
+    for report in cache.glob("report-*.json"):
+        report.unlink()
+    third = lens_child("goodput", str(run), "--json", address_space=1 << 30)
+    assert third.returncode == 0 and json.loads(third.stdout) == json.loads(first.stdout)
+    assert "corrupt (UnpicklingError)" in third.stderr
+
+
+class _Runs:
+    """What a planted pickle would run when loaded: a shell command."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (self.command,))
