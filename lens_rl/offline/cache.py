@@ -33,7 +33,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lens_rl.offline.cache_files import (
     CACHE_DIR,
@@ -214,24 +214,28 @@ def cached_file_parts(
     entry, why = load_entry(where, key, identity)
     if entry is not None:
         try:
-            return _through(path, stat, entry, key, identity, options, where)
+            return _through(_Look(path, stat, key, identity, options), entry, where)
         except Exception as exc:  # an entry of the right shape outside, wrong inside: never trusted
             why = f"corrupt ({type(exc).__name__})"
-    return _through(path, stat, None, key, identity, options, where, why)
+    return _through(_Look(path, stat, key, identity, options), None, where, why)
+
+
+class _Look(NamedTuple):
+    """One file as a look found it: its path and stat, the cache key of the read's options, its identity."""
+
+    path: str | os.PathLike[str]
+    stat: os.stat_result
+    key: str
+    identity: tuple[Any, ...]
+    options: tuple[bool, Mapping[int, frozenset[Any]], bool]
 
 
 def _through(
-    path: str | os.PathLike[str],
-    stat: os.stat_result,
-    entry: Entry | None,
-    key: str,
-    identity: tuple[Any, ...],
-    options: tuple[bool, Mapping[int, frozenset[Any]], bool],
-    where: Path,
-    why: str | None = None,
+    look: _Look, entry: Entry | None, where: Path, why: str | None = None
 ) -> tuple[list[ProcessPart], ReadStats]:
     """One file's parts through its cache ``entry`` (None: cold), saved back to ``where``; ``why``: why an
     entry there was not used, for the read's notes."""
+    path, stat = look.path, look.stat
     stats = ReadStats()
     if why is not None:
         stats.cache_notes.append(f"{where.name}: {why}; read cold")
@@ -247,10 +251,10 @@ def _through(
         stats.cache_reads.append((where.name, entry.token, entry.token, None))
         return list(entry.settled.values()), stats
     before = None if entry is None else entry.token
-    result = _refresh(path, stat, entry, key, identity, options) if entry is not None else None
+    result = _refresh(look, entry) if entry is not None else None
     if result is None:  # cold, or a late child sent it cold
         before = None  # (what an earlier look made of this file does not hold)
-        result = _refresh(path, stat, None, key, identity, options)
+        result = _refresh(look, None)
     assert result is not None
     fresh, parts, answer, fresh_from = result
     if fresh is not None:
@@ -262,17 +266,11 @@ def _through(
     return parts, stats
 
 
-def _refresh(
-    path: str | os.PathLike[str],
-    stat: os.stat_result,
-    entry: Entry | None,
-    key: str,
-    identity: tuple[Any, ...],
-    options: tuple[bool, Mapping[int, frozenset[Any]], bool],
-) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
+def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
     """One read from where ``entry`` stopped (None: from the start): the new entry (None: nothing to keep),
     the answer's parts and stats, and the earliest start of the spans it reduced (None: none); None when the
     file must be read cold after all (a late child)."""
+    path, stat, key, identity, options = look
     driver_in_run, superseded, critical = options
     cold = entry is None
     entry = entry if entry is not None else Entry(key, identity)
