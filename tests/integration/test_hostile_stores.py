@@ -194,6 +194,21 @@ def test_a_line_with_no_end_costs_bounded_memory(tmp_path: Path, cache: bool) ->
     assert out.peak < 400 << 20
 
 
+@pytest.mark.timeout(300)
+def test_a_huge_heartbeat_costs_bounded_memory(tmp_path: Path) -> None:
+    """A sparse 1 GiB heartbeat file is named as too large (read up to 16 MiB), under a 768 MiB address-space
+    limit; status reads the others and says so."""
+    run = tmp_path / "run"
+    run.mkdir()
+    beat = {**_LIVE, "role": "driver", "resource": {"rl.worker_group": "driver"}, "pid": 1}
+    (run / "live-driver-0-1.json").write_text(json.dumps({**beat, "written_ns": time.time_ns(), "interval_ms": 10000}))
+    _sparse(run / "live-huge-0-2.json", 1 << 30, b'{"format": "lens_rl.live/1", "pad": "')
+    for command in (["status"], ["watch", "--once"]):
+        out = lens_child(*command, str(run), address_space=768 << 20)
+        assert out.returncode == 0 and "live-huge-0-2.json: larger than 16777216 bytes" in out.stdout, out.stderr
+        assert out.peak < 300 << 20
+
+
 @pytest.mark.timeout(120)
 def test_a_run_folder_that_is_a_link_loop_is_said_to_be_one(tmp_path: Path) -> None:
     """A folder given on the command line that is a symbolic link loop is reported as such (not as missing)."""
