@@ -335,7 +335,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from lens_rl.offline.status import format_status, run_status
 
-    report = run_status(_run_dir(args.trace_dir, args.run, "live-*.json"))
+    path = _run_dir(args.trace_dir, args.run, "live-*.json")
+    report = run_status(path)
+    if not report["superseded"] and all(r["state"] == "unreadable" for r in report["processes"]):
+        notes = report["notes"]
+        raise CliError(
+            f"no readable lens_rl heartbeat under {str(path)!r} ({len(notes)} not read: {notes[0] if notes else '-'})"
+        )
     if args.json:
         _print_json(report)
     else:

@@ -151,7 +151,7 @@ def test_two_thousand_processes_are_summarised_by_group_in_well_under_a_second(t
 
 def test_the_command_exits_1_on_trouble_and_says_when_there_is_no_heartbeat(tmp_path: Path) -> None:
     """Exit 0 when all is well, 1 when a process is stale or hung, 2 (one line) when there are no
-    heartbeat files; --json is the report."""
+    heartbeat files or none can be read; --json is the report."""
     good, bad = tmp_path / "good", tmp_path / "bad"
     now_age = (time.time_ns() - NOW) / 1e9
     beat(good / "r1", "driver", 0, 1, age_s=-now_age)  # written just now
@@ -165,6 +165,12 @@ def test_the_command_exits_1_on_trouble_and_says_when_there_is_no_heartbeat(tmp_
     assert out.returncode == 1 and json.loads(out.stdout)["schema"] == "lens_rl.status/1"
     empty = run(str(tmp_path / "none_here"))
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "does not exist" in empty.stderr
+    unreadable = tmp_path / "unreadable" / "r"
+    unreadable.mkdir(parents=True)
+    (unreadable / "live-x-0-9.json").write_text("{not json")
+    _malformed(unreadable, "pid", "seven")
+    out = run(str(unreadable))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no readable lens_rl heartbeat" in out.stderr
     (tmp_path / "spans_only" / "r").mkdir(parents=True)
     none = run(str(tmp_path / "spans_only"))
     assert none.returncode == 2 and "no lens_rl heartbeat files (live-*.json)" in none.stderr
