@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,16 +78,24 @@ def _attributes(value: Any) -> dict[str, Any]:
     return clean_attributes(value) if type(value) is dict else {}
 
 
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^\"')]+")
+
+
 class _Outcome(logging.Handler):
-    """Keeps the OpenTelemetry exporter's last log line (its outcome, said once by :func:`replay`)."""
+    """Keeps why the OpenTelemetry exporter failed, from its first log line (said once by :func:`replay`):
+    an OS error's own words where it names one (``[Errno 111] Connection refused``)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.last: str | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.last is not None:
+            return
         with contextlib.suppress(Exception):
-            self.last = record.getMessage().splitlines()[0][:300]
+            message = record.getMessage()
+            cause = _ERRNO.search(message)
+            self.last = cause.group(0).strip() if cause else message.splitlines()[0][:200]
 
 
 @contextlib.contextmanager

@@ -310,6 +310,7 @@ def test_replay_to_a_refused_collector_says_one_line_of_its_own(tmp_path: Path) 
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lens-rl: error: the collector at"), out.stderr
+    assert "Connection refused" in lines[0]
     assert out.stdout == ""
 
 
