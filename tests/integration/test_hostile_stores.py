@@ -383,3 +383,24 @@ class _Runs:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (os.system, (self.command,))
+
+
+@pytest.mark.timeout(300)
+def test_a_fifo_or_device_planted_in_the_cache_blocks_nothing(tmp_path: Path) -> None:
+    """FIFOs and a link to /dev/zero in place of the cache's entries, its memo, its sizes and its report are
+    never opened: goodput answers as a cold read does, with one line about the cache."""
+    run = good_run(tmp_path / "run")
+    first = lens_child("goodput", str(run), "--json")
+    cache = run / ".lens_rl-cache"
+    entries = sorted(cache.glob("*.cache"))
+    planted = [*entries, cache / "critical-memo.pickle", cache / "sizes.json", *cache.glob("report-*.json")]
+    for n, path in enumerate(planted):
+        path.unlink()
+        if n % 2:
+            os.mkfifo(path)
+        else:
+            path.symlink_to("/dev/zero")
+    again = lens_child("goodput", str(run), "--json", timeout=120)
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(first.stdout)
+    said = [line for line in again.stderr.splitlines() if "cache" in line]
+    assert len(said) == 1, again.stderr
