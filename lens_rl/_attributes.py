@@ -7,8 +7,9 @@ so a value of any type is coerced or dropped, never raised on, in bounded time.
 Redaction (SPEC, Secrets):
 
 * A key is split into segments (``.``, ``_``, ``-``, spaces, camelCase). A key with a
-  secret segment (``password``, ``secret``, ``apikey`` / ``api`` + ``key``, ``auth``,
-  ``jwt``, ``dsn`` ...) has its value redacted whatever it is, numbers included.
+  secret segment (``password`` / ``pass`` + ``word``, ``passphrase`` / ``pass`` +
+  ``phrase``, ``secret``, ``apikey`` / ``api`` + ``key``, ``auth``, ``oauth``, ``jwt``,
+  ``dsn`` ...) has its value redacted whatever it is, numbers included.
 * ``token`` alone is different: token *counts* are the central numbers of an RL job.
   ``tokens`` is not secret at all (``rl.num_tokens``); under a key whose only secret
   segment is ``token``, numbers and booleans are kept (``pad_token_id=0``) and
@@ -44,10 +45,14 @@ _SEGMENT_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _SECRET_SEGMENTS = frozenset({
     "password", "passwords", "passwd", "pwd", "passphrase", "secret", "secrets", "apikey", "apikeys",
-    "auth", "authorization", "credential", "credentials", "cookie", "cookies", "jwt", "bearer",
+    "passphrases", "auth", "oauth", "authorization", "credential", "credentials", "cookie", "cookies", "jwt",
+    "bearer",
     "hmac", "dsn", "signature", "privatekey", "sshkey", "accesskey", "secretkey",
 })  # fmt: skip
-_SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("ssh", "key"), ("access", "key"), ("secret", "key")})
+_SECRET_PAIRS = frozenset({
+    ("api", "key"), ("private", "key"), ("ssh", "key"), ("access", "key"), ("secret", "key"),
+    ("pass", "word"), ("pass", "words"), ("pass", "phrase"), ("pass", "phrases"),
+})  # fmt: skip
 _TOKEN_SEGMENTS = frozenset({"token"})
 
 # Credentials inside any string: a URL's userinfo password, a Bearer / Basic credential.

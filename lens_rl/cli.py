@@ -10,16 +10,23 @@
     lens-rl watch TRACE_DIR [--run RUN_ID] [--interval S] [--once]
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
-most recent run is used unless ``--run`` names one) or a run folder itself. Bad input
-is one line on stderr and exit status 2, never a traceback.
+most recent run is used unless ``--run`` names one) or a run folder itself. Exit statuses
+mean one thing each: 0 read and nothing wrong; 1 (``status``, ``watch --once``) a process
+stale or hung; 2 bad input or usage (one line on stderr, never a traceback), a folder with
+no readable span included; 70 a defect of lens-rl (with its traceback, to report). An entry
+that cannot be read is skipped and named on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
+import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,31 +37,75 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+def _folder_problem(path: Path) -> str | None:
+    """What is wrong with a folder named on the command line, in a few words (None: nothing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if exc.errno == errno.ENOENT:
+            return "is a dangling symbolic link" if os.path.islink(path) else "does not exist"
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISDIR(mode) else "is not a directory"
+
+
+def _holds(folder: Path, pattern: str) -> bool:
+    try:
+        return any(folder.glob(pattern))
+    except OSError:
+        return False
+
+
+def _last_write(folder: Path, pattern: str) -> float:
+    """The latest modification of ``folder``'s entries matching ``pattern`` (a link's own, where its target
+    cannot be read)."""
+    latest = 0.0
+    for entry in folder.glob(pattern):
+        with contextlib.suppress(OSError):
+            latest = max(latest, entry.lstat().st_mtime)
+    return latest
+
+
 def _run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> Path:
     root = Path(trace_dir)
-    if not root.exists():
+    why = _folder_problem(root)
+    if why == "does not exist":
         raise CliError(f"{trace_dir!r} does not exist (give the telemetry trace_dir, or one run's folder in it)")
-    if not root.is_dir():
-        raise CliError(f"{trace_dir!r} is not a directory")
+    if why is not None:
+        raise CliError(f"{trace_dir!r} {why}")
+    try:
+        folders = sorted(p for p in root.iterdir() if _folder_problem(p) is None)
+    except OSError as exc:
+        raise CliError(f"{trace_dir!r} cannot be listed ({exc.strerror or exc})") from None
     if run is not None:
         path = root / run
-        if not path.is_dir():
-            names = sorted(p.name for p in root.iterdir() if p.is_dir())
+        why = _folder_problem(path)
+        if why == "does not exist":
+            names = [p.name for p in folders]
             raise CliError(f"no run {run!r} under {trace_dir!r} (runs: {', '.join(names) or 'none'})")
+        if why is not None:
+            raise CliError(f"the run folder {str(path)!r} {why}")
         return path
-    if any(root.glob(pattern)):
+    if _holds(root, pattern):
         return root
-    runs = [p for p in root.iterdir() if p.is_dir() and any(p.glob(pattern))]
+    runs = [p for p in folders if _holds(p, pattern)]
     if not runs:
         what = "span files" if pattern.startswith("spans") else "heartbeat files"
         raise CliError(f"no lens_rl {what} ({pattern}) under {trace_dir!r}")
-    latest = max(runs, key=lambda p: max(f.stat().st_mtime for f in p.glob(pattern)))
+    latest = max(runs, key=lambda p: _last_write(p, pattern))
     if len(runs) > 1:
         print(
             f"lens-rl: {len(runs)} runs under {trace_dir}; using the latest, {latest.name} (--run to choose)",
             file=sys.stderr,
         )
     return latest
+
+
+def _say(notes: list[str]) -> None:
+    """Notes on what was not read (an entry that is no readable file), one line each on stderr."""
+    for note in notes:
+        print(f"lens-rl: {note}", file=sys.stderr)
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -79,7 +130,9 @@ def _files(trace_dir: str, run: str | None) -> tuple[list[Path], Path]:
     from lens_rl.store import read_head, span_files
 
     path = _run_dir(trace_dir, run)
-    paths = span_files(path)
+    notes: list[str] = []
+    paths = span_files(path, notes)
+    _say(notes)
     runs = set()
     for file in paths:
         head, _ = read_head(file)
@@ -108,17 +161,51 @@ def _parallel(args: argparse.Namespace) -> dict[str, Any]:
     return {"jobs": args.jobs, "use_ray": args.ray is not None, "ray_address": args.ray or None}
 
 
-def _cache(args: argparse.Namespace, run_dir: Path) -> str | None:
-    """The refresh cache's folder for this run (None with --no-cache, or where none can be made)."""
+@contextlib.contextmanager
+def _cache(args: argparse.Namespace, run_dir: Path) -> Iterator[str | None]:
+    """The refresh cache's folder for this run (None with --no-cache, or where none can be made). A command
+    that rejects its input leaves no cache behind: what it wrote there is removed (the folder too, when it
+    made it)."""
     if getattr(args, "no_cache", False):
-        return None
-    from lens_rl.offline.cache import cache_folder
+        yield None
+        return
+    from lens_rl.offline.cache import CACHE_DIR, cache_folder
 
+    made = not (run_dir / CACHE_DIR).exists()
     try:
-        return cache_folder(run_dir)
+        folder = cache_folder(run_dir)
     except OSError as exc:
         print(f"lens-rl: no refresh cache ({exc}); reading cold", file=sys.stderr)
-        return None
+        yield None
+        return
+    before = _entries(folder)
+    try:
+        yield folder
+    except BaseException:
+        _forget(folder, before, made and Path(folder) == (run_dir / CACHE_DIR).resolve())
+        raise
+
+
+def _entries(folder: str) -> dict[str, tuple[int, int]]:
+    """Each file of a folder with its inode and modification time."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                out[entry.name] = (info.st_ino, info.st_mtime_ns)
+    return out
+
+
+def _forget(folder: str, before: dict[str, tuple[int, int]], whole: bool) -> None:
+    """Remove what was written to a cache folder since ``before`` (and the folder, if ``whole`` and empty)."""
+    for name, state in _entries(folder).items():
+        if before.get(name) != state:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+    if whole:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def _print_json(report: Any) -> None:
@@ -147,13 +234,15 @@ def cmd_goodput(args: argparse.Namespace) -> int:
         raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
     steps = parse_steps(args.steps)
     paths, path = _files(args.trace_dir, args.run)
-    report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, cache=_cache(args, path), **_parallel(args))
-    _check_steps(steps, report["step_range"])
-    if not report["spans"]:
-        raise CliError(
-            f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
-            f"{report['skipped_lines']} bad lines)"
-        )
+    parallel = _parallel(args)
+    with _cache(args, path) as cache:
+        report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, cache=cache, **parallel)
+        _check_steps(steps, report["step_range"])
+        if not report["spans"]:
+            raise CliError(
+                f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
+                f"{report['skipped_lines']} bad lines)"
+            )
     if report["skipped_lines"]:
         print(
             f"lens-rl: skipped {report['skipped_lines']} unreadable line(s) (e.g. a killed process's last line)",
@@ -211,28 +300,34 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lens_rl.offline.report import write_report
-
     steps = parse_steps(args.steps)
     size, output, _ = _write(
         args,
         "report.html",
-        lambda paths, output, run_dir: write_report(
-            paths, output, steps=steps, warmup_steps=args.warmup_steps, cache=_cache(args, run_dir), **_parallel(args)
-        ),
+        lambda paths, output, run_dir: _report(args, paths, output, run_dir, steps),
     )
     print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: open it in any browser, offline)")
     return 0
 
 
+def _report(args: argparse.Namespace, paths: list[Path], output: str, run_dir: Path, steps: Any) -> int:
+    from lens_rl.offline.report import write_report
+
+    parallel = _parallel(args)
+    with _cache(args, run_dir) as cache:
+        return write_report(paths, output, steps=steps, warmup_steps=args.warmup_steps, cache=cache, **parallel)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from lens_rl.offline.replay import replay
 
-    path = _run_dir(args.trace_dir, args.run)
+    paths, path = _files(args.trace_dir, args.run)
     try:
-        sent, skipped = replay(path, args.otlp, timeout_ms=args.timeout_ms)
+        sent, skipped = replay(path, args.otlp, timeout_ms=args.timeout_ms, paths=paths)
     except RuntimeError as exc:
         raise CliError(str(exc)) from None
+    if not sent:
+        raise CliError(f"no readable lens_rl spans under {str(path)!r}; nothing replayed")
     print(f"replayed {sent} spans from {path} to {args.otlp}" + (f" ({skipped} bad lines skipped)" if skipped else ""))
     return 0
 
@@ -240,7 +335,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from lens_rl.offline.status import format_status, run_status
 
-    report = run_status(_run_dir(args.trace_dir, args.run, "live-*.json"))
+    path = _run_dir(args.trace_dir, args.run, "live-*.json")
+    report = run_status(path)
+    if not report["superseded"] and all(r["state"] == "unreadable" for r in report["processes"]):
+        notes = report["notes"]
+        raise CliError(
+            f"no readable lens_rl heartbeat under {str(path)!r} ({len(notes)} not read: {notes[0] if notes else '-'})"
+        )
     if args.json:
         _print_json(report)
     else:
@@ -383,6 +484,22 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception:  # a defect: said as one, never as an exit status that means something (1: stale or hung)
+        import traceback
+
+        traceback.print_exc()
+        print(f"lens-rl: internal error (a defect of lens-rl {_version()}: please report it)", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+#: The exit status of a defect (``EX_SOFTWARE``): no input's answer, so that 1 and 2 keep their meaning.
+INTERNAL_ERROR = 70
+
+
+def _version() -> str:
+    from lens_rl._version import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":

@@ -19,6 +19,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+#: Where hand-written stores' clocks start: their times are seconds after it (a reader takes only times from
+#: 2000 on, as a real clock gives them).
+EPOCH_NS = 1_700_000_000 * 10**9
+
+
+def at_ns(ns: int) -> int:
+    """A hand-written time (ns after :data:`EPOCH_NS`) as stored; a real clock's time as it is."""
+    return ns + EPOCH_NS if type(ns) is int and -EPOCH_NS < ns < EPOCH_NS // 2 else ns
+
 
 def span_id(label: str) -> str:
     """A 16-hex-digit span id made from a readable label (the same label, the same id)."""
@@ -46,7 +55,7 @@ def span(
         row["p"] = span_id(parent)
         if remote:
             row["pr"] = True
-    row["b"], row["e"] = int(round(start_s * 1e9)), int(round(end_s * 1e9))
+    row["b"], row["e"] = at_ns(int(round(start_s * 1e9))), at_ns(int(round(end_s * 1e9)))
     a = dict(attrs)
     if bucket is not None:
         a["rl.bucket"] = bucket
@@ -77,7 +86,7 @@ def header(
         "kind": "spans",
         "resource": res,
         "pid": pid,
-        "since": int(since_s * 1e9),
+        "since": at_ns(int(since_s * 1e9)),
         "remote_parents": True,
     }
     if root is not None:
@@ -126,6 +135,7 @@ def write_received(spans: Iterable[Mapping[str, Any]], run_dir: Path) -> Path:
             pid,
             since_s=min(s["start_ns"] for s in group) / 1e9,
         )
+        head["since"] = at_ns(min(s["start_ns"] for s in group))
         head["resource"] = res
         head["role"] = "driver" if res.get("rl.worker_group") == "driver" else "worker"
         lines = [json.dumps(head)]
@@ -136,7 +146,7 @@ def write_received(spans: Iterable[Mapping[str, Any]], run_dir: Path) -> Path:
                 row["p"] = parent
                 if parent not in ids[key] and parent in everyone:
                     row["pr"] = True
-            row["b"], row["e"] = s["start_ns"], s["end_ns"]
+            row["b"], row["e"] = at_ns(s["start_ns"]), at_ns(s["end_ns"])
             if s.get("attributes"):
                 row["a"] = dict(s["attributes"])
             if s.get("status") not in (None, "UNSET"):

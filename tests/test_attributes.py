@@ -57,7 +57,24 @@ SECRET_KEYS = [
     "aws.credentials",
     "signature",
     "x-bearer",
+    "passWord",
+    "PassWord",
+    "pass_word",
+    "user.pass-word",
+    "passPhrase",
+    "pass_phrase",
+    "oauth",
+    "oauth_client_secret_id",
+    "oauthRefresh",
+    "OAuthState",
+    "smtp.passwd",
+    "apikeys",
+    "credential",
+    "DB_PASSWORDS",
 ]
+
+#: Keys that look like a secret's to a substring match but whose segments are not secret.
+PLAIN_KEYS = ["passenger", "bypass_word_count", "compass", "author", "passage", "keyword", "tokens_per_s"]
 
 
 @given(key=st.sampled_from(TOKEN_COUNT_KEYS), value=st.one_of(st.integers(-(2**62), 2**62), st.floats(), st.booleans()))
@@ -66,6 +83,11 @@ def test_numbers_under_token_count_keys_are_never_redacted(key: str, value: Any)
     """Token counts are the central numbers of an RL job: never "[REDACTED]"."""
     out = clean_attributes({key: value})
     assert out[key] == value or (value != value and out[key] != out[key])
+
+
+def test_keys_whose_segments_are_not_secret_keep_their_values() -> None:
+    """A secret word inside another word (``passenger``, ``author``) is no secret segment: the value is kept."""
+    assert clean_attributes({key: "v" for key in PLAIN_KEYS}) == {key: "v" for key in PLAIN_KEYS}
 
 
 @given(

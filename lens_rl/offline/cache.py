@@ -33,7 +33,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lens_rl.offline.cache_files import (
     CACHE_DIR,
@@ -54,7 +54,7 @@ from lens_rl.offline.cache_files import (
 from lens_rl.offline.columns import REMOTE_PARENT, Columns
 from lens_rl.offline.parts import ProcessPart
 from lens_rl.offline.reduce import file_parts, reduce_columns
-from lens_rl.store import BAD_LINE, Head, Process, ReadStats, decode_row, scan
+from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
 __all__ = [
     "CACHE_DIR",
@@ -72,7 +72,6 @@ __all__ = [
 ]
 
 _TAIL = 4096  # bytes before where the last read stopped, hashed: a rewrite there is caught
-_HEAD_MAX = 1 << 24
 
 
 # ------------------------------------------------------------------------------------------- reads
@@ -103,7 +102,7 @@ def _contains(ids: Any, key: Any) -> bool:
 
 def _complete_end(path: str | os.PathLike[str], size: int) -> int:
     """The end of the file's last whole line (what a read may settle; the rest is still being written)."""
-    with open(path, "rb") as handle:
+    with open_file(path) as handle:
         at = size
         while at > 0:
             start = max(at - 65536, 0)
@@ -117,7 +116,7 @@ def _complete_end(path: str | os.PathLike[str], size: int) -> int:
 
 
 def _tail_hash(path: str | os.PathLike[str], end: int) -> bytes:
-    with open(path, "rb") as handle:
+    with open_file(path) as handle:
         handle.seek(max(end - _TAIL, 0))
         return hashlib.sha1(handle.read(min(end, _TAIL))).digest()
 
@@ -204,27 +203,58 @@ def cached_file_parts(
     """:func:`lens_rl.offline.reduce.file_parts` through the cache in ``folder``: what is new is read; the
     answer is a cold read's."""
     key = options_key(options)
-    stat = os.stat(path)
-    with open(path, "rb") as handle:
-        first = handle.readline(_HEAD_MAX)
+    try:
+        with open_file(path) as handle:
+            stat = os.fstat(handle.fileno())
+            first = handle.readline(LINE_MAX)
+    except OSError:  # gone or unreadable since it was listed: a cold read says so
+        return file_parts(path, *options)
     identity = (stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest())
     where = Path(folder) / f"{Path(path).name}.cache"
     entry, why = load_entry(where, key, identity)
+    if entry is not None:
+        try:
+            return _through(_Look(path, stat, key, identity, options), entry, where)
+        except Exception as exc:  # an entry of the right shape outside, wrong inside: never trusted
+            why = f"corrupt ({type(exc).__name__})"
+    return _through(_Look(path, stat, key, identity, options), None, where, why)
+
+
+class _Look(NamedTuple):
+    """One file as a look found it: its path and stat, the cache key of the read's options, its identity."""
+
+    path: str | os.PathLike[str]
+    stat: os.stat_result
+    key: str
+    identity: tuple[Any, ...]
+    options: tuple[bool, Mapping[int, frozenset[Any]], bool]
+
+
+def _through(
+    look: _Look, entry: Entry | None, where: Path, why: str | None = None
+) -> tuple[list[ProcessPart], ReadStats]:
+    """One file's parts through its cache ``entry`` (None: cold), saved back to ``where``; ``why``: why an
+    entry there was not used, for the read's notes."""
+    path, stat = look.path, look.stat
     stats = ReadStats()
     if why is not None:
         stats.cache_notes.append(f"{where.name}: {why}; read cold")
-    if entry is not None and (stat.st_size < entry.end or _tail_hash(path, entry.end) != entry.tail):
-        entry = None  # shrunk or rewritten: cold
-    if entry is not None and stat.st_size == entry.size and stat.st_mtime_ns == entry.mtime_ns and not entry.held:
+    if entry is not None and (
+        stat.st_size < entry.end
+        or (stat.st_size == entry.size and not _unchanged(stat, entry))
+        or _tail_hash(path, entry.end) != entry.tail
+    ):
+        entry = None  # shrunk, written to without growing (rewritten in place), or its tail rewritten: cold
+    if entry is not None and _unchanged(stat, entry) and not entry.held:
         stats.add(entry.stats)  # unchanged, nothing held: the settled parts are the answer
         stats.cache_hits += 1
         stats.cache_reads.append((where.name, entry.token, entry.token, None))
         return list(entry.settled.values()), stats
     before = None if entry is None else entry.token
-    result = _refresh(path, stat, entry, key, identity, options) if entry is not None else None
+    result = _refresh(look, entry) if entry is not None else None
     if result is None:  # cold, or a late child sent it cold
         before = None  # (what an earlier look made of this file does not hold)
-        result = _refresh(path, stat, None, key, identity, options)
+        result = _refresh(look, None)
     assert result is not None
     fresh, parts, answer, fresh_from = result
     if fresh is not None:
@@ -236,17 +266,11 @@ def cached_file_parts(
     return parts, stats
 
 
-def _refresh(
-    path: str | os.PathLike[str],
-    stat: os.stat_result,
-    entry: Entry | None,
-    key: str,
-    identity: tuple[Any, ...],
-    options: tuple[bool, Mapping[int, frozenset[Any]], bool],
-) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
+def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
     """One read from where ``entry`` stopped (None: from the start): the new entry (None: nothing to keep),
     the answer's parts and stats, and the earliest start of the spans it reduced (None: none); None when the
     file must be read cold after all (a late child)."""
+    path, stat, key, identity, options = look
     driver_in_run, superseded, critical = options
     cold = entry is None
     entry = entry if entry is not None else Entry(key, identity)
@@ -320,7 +344,7 @@ def _refresh(
     entry.held = _in_file_order(still)
     entry.heads = [dict(h.header) for h in heads]
     entry.stats.add(read)
-    entry.end, entry.size, entry.mtime_ns = end, stat.st_size, stat.st_mtime_ns
+    entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = end, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
     entry.tail = _tail_hash(path, end)
     answer = ReadStats()
     answer.add(entry.stats)
@@ -330,6 +354,12 @@ def _refresh(
     fresh_from = min((t for t in (fresh_from, _earliest(pending)) if t is not None), default=None)
     parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
     return entry, parts, answer, fresh_from
+
+
+def _unchanged(stat: os.stat_result, entry: Entry) -> bool:
+    """Whether the file is as the entry's read left it: the same size, mtime and ctime (any write changes
+    one of them, even one in place at the same size and with the same first line and tail)."""
+    return stat.st_size == entry.size and stat.st_mtime_ns == entry.mtime_ns and stat.st_ctime_ns == entry.ctime_ns
 
 
 def _earliest(columns: Mapping[Process, Columns]) -> int | None:
@@ -371,10 +401,13 @@ def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStat
     id), else a skipped line; counted in ``stats``."""
     if size <= end:
         return None
-    with open(path, "rb") as handle:
+    stats.lines += 1
+    if size - end >= LINE_MAX:  # longer than any line a reader takes (a cold read skips it too)
+        stats.skipped += 1
+        return None
+    with open_file(path) as handle:
         handle.seek(end)
         raw = handle.read(size - end)
-    stats.lines += 1
     try:
         row = decode_row(raw)
     except BAD_LINE:  # (half a line: not JSON, or not a row)
@@ -382,6 +415,9 @@ def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStat
         return None
     if row.s is None or row.n is None or row.v is not None:
         stats.skipped += 0 if row.header is True and row.v == 2 else 1
+        return None
+    if not plausible(row):
+        stats.skipped += 1
         return None
     if row.s in seen or _contains(ids, _id_key(row.s)):
         stats.duplicates += 1

@@ -15,6 +15,7 @@ import io
 import math
 import os
 import pickle
+import pickletools
 import tempfile
 from array import array
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.critical import Memo
 from lens_rl.offline.parts import ProcessPart
-from lens_rl.store import CacheRead, Process, ReadStats, loads
+from lens_rl.store import CacheRead, Process, ReadStats, loads, open_file
 
 __all__ = [
     "CACHE_DIR",
@@ -75,6 +76,7 @@ class Entry:
         "end",
         "size",
         "mtime_ns",
+        "ctime_ns",
         "tail",
         "heads",
         "head_at_end",
@@ -91,6 +93,7 @@ class Entry:
         self.end = 0
         self.size = 0
         self.mtime_ns = 0
+        self.ctime_ns = 0
         self.tail = b""
         self.heads: list[dict[str, Any]] = []  # the header dicts spans are under, by index
         self.head_at_end: int | None = None
@@ -125,7 +128,6 @@ _ALLOWED = {
     ("builtins", "set"),
     ("builtins", "frozenset"),
     ("builtins", "object"),
-    ("builtins", "bytearray"),
 }
 
 
@@ -145,24 +147,98 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name}: the critical path's cache file holds plain values only")
 
 
+# What follows each opcode: a fixed number of bytes (>= 0), or how its length is given (pickletools' codes:
+# -1 up to a newline, -2/-3/-4/-5 a length of 1, 4 (signed), 4 or 8 bytes before the data); -9: an opcode
+# a cache file never holds and a reader never needs (unknown, the extension registry, persistent ids,
+# out-of-band buffers); -8: one whose argument is checked (a memo index, a frame's length).
+_ARG_SIZE = [-9] * 256
+for _op in pickletools.opcodes:
+    _ARG_SIZE[ord(_op.code.encode("latin-1"))] = _op.arg.n if _op.arg is not None else 0
+for _refused in b"\x82\x83\x84PQ\x97\x98":
+    _ARG_SIZE[_refused] = -9
+_PUT_WIDTH = {ord("q"): 1, ord("r"): 4, ord("\x95"): 8}  # BINPUT, LONG_BINPUT: a memo index; FRAME: a length
+for _checked in _PUT_WIDTH:
+    _ARG_SIZE[_checked] = -8
+_TWO_LINES = {ord("c"), ord("i")}  # GLOBAL and INST: module and name, a line each
+_TEXT_PUT = ord("p")
+_FRAME = ord("\x95")
+_COUNT_WIDTH = {-2: 1, -3: 4, -4: 4, -5: 8}
+
+
+def checked_pickle(data: bytes) -> bytes:
+    """``data`` if unpickling it allocates no more than a small multiple of its size; else
+    :class:`pickle.UnpicklingError`. Every length an opcode gives must fit in the bytes left (an unpickler
+    allocates a counted string or frame before reading it), every memo index lie within the data's size (the
+    memo grows to the largest index), and no opcode of the extension registry, persistent ids or out-of-band
+    buffers may appear. What builds objects by an argument is stopped by the unpicklers' class lists."""
+    end, i, sizes = len(data), 0, _ARG_SIZE
+    while i < end:
+        op = data[i]
+        n = sizes[op]
+        i += 1
+        if n >= 0:
+            i += n
+            continue
+        if n == -8:
+            width = _PUT_WIDTH[op]
+            value = int.from_bytes(data[i : i + width], "little")
+            i += width
+            if value > end - (i if op == _FRAME else 0):
+                raise pickle.UnpicklingError("a memo index or frame past the data")
+        elif n == -1:
+            for _ in range(2 if op in _TWO_LINES else 1):
+                newline = data.find(b"\n", i)
+                if newline == -1:
+                    raise pickle.UnpicklingError("a text argument with no end")
+                if op == _TEXT_PUT and not (data[i:newline].isdigit() and int(data[i:newline]) <= end):
+                    raise pickle.UnpicklingError("a memo index past the data")
+                i = newline + 1
+        elif n == -9:
+            raise pickle.UnpicklingError(f"opcode {op:#x} is not read from a cache file")
+        else:
+            width = _COUNT_WIDTH[n]
+            length = int.from_bytes(data[i : i + width], "little", signed=n == -3)
+            i += width
+            if not 0 <= length <= end - i:
+                raise pickle.UnpicklingError("a length past the data")
+            i += length
+    if i > end:
+        raise pickle.UnpicklingError("truncated")
+    return data
+
+
+def _unpickled(unpickler: type[pickle.Unpickler], data: bytes) -> Any:
+    """``data`` unpickled by ``unpickler`` from memory, once :func:`checked_pickle` passed it."""
+    return unpickler(io.BytesIO(checked_pickle(data))).load()
+
+
 def options_key(options: tuple[bool, Mapping[int, frozenset[Any]], bool]) -> str:
     driver_in_run, superseded, critical = options
     later = sorted((attempt, sorted(map(repr, steps))) for attempt, steps in superseded.items())
     return repr((__version__, FORMAT, bool(driver_in_run), later, bool(critical)))
 
 
+def _read(path: Path) -> bytes:
+    """A cache file's bytes, read as a store file is (a regular file only: a FIFO or device planted under a
+    cache file's name is not opened); ``FileNotFoundError`` when there is none."""
+    if not os.path.lexists(path):
+        raise FileNotFoundError(path)
+    with open_file(path) as handle:
+        return handle.read()
+
+
 def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Entry | None, str | None]:
     """The cache entry at ``path`` if it is this lens_rl's and this file's; else None and why (None: none)."""
     try:
-        data = path.read_bytes()
+        data = _read(path)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
-        return None, f"unreadable ({exc.strerror})"
+        return None, f"unreadable ({exc.strerror or exc})"
     if not data.startswith(_MAGIC):
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     try:
-        entry = _Unpickler(io.BytesIO(data[len(_MAGIC) :])).load()
+        entry = _unpickled(_Unpickler, data[len(_MAGIC) :])
     except Exception as exc:  # a corrupt or foreign file: never trusted
         return None, f"corrupt ({type(exc).__name__})"
     if not isinstance(entry, Entry):
@@ -202,17 +278,21 @@ def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> 
     lens_rl's version (a file that changed in any way changes it)."""
     parts = [repr((__version__, FORMAT, options))]
     for path in sorted(map(str, paths)):
-        stat = os.stat(path)
-        parts.append(f"{path}\0{stat.st_dev}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}")
+        try:
+            stat = os.stat(path)
+        except OSError:
+            parts.append(f"{path}\0gone")
+            continue
+        parts.append(f"{path}\0{stat.st_dev}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ctime_ns}")
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()
 
 
 def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
     """The report kept for this very store (JSON: nothing in it is trusted to run), or None."""
     try:
-        data = (Path(folder) / f"report-{fingerprint}.json").read_bytes()
+        data = _read(Path(folder) / f"report-{fingerprint}.json")
         report = loads(data)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return report if type(report) is dict and report.get("schema") else None
 
@@ -238,11 +318,11 @@ def grown_bytes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> float:
     """Bytes the files hold beyond what the last look through this cache saw (a file it did not see: all of
     its bytes; no record of a last look: infinity)."""
     try:
-        seen = loads((Path(folder) / _SIZES).read_bytes())
+        seen = loads(_read(Path(folder) / _SIZES))
         if type(seen) is not dict:
             return math.inf
         return sum(max(os.stat(p).st_size - int(seen.get(str(p), 0)), 0) for p in paths)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return math.inf
 
 
@@ -266,7 +346,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
     than the same as JSON, 0.03 s against 0.12 s at 1 M spans); a memo changed since it was written is not used.
     Also why a memo there was not used, where that is worth a line (None: used, none, or out of date)."""
     try:
-        data = (Path(folder) / _MEMO).read_bytes()
+        data = _read(Path(folder) / _MEMO)
     except OSError:
         return Memo(), None
     try:
@@ -274,7 +354,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
         if checksum != hashlib.sha1(body).hexdigest().encode():
             return Memo(), "corrupt (its checksum does not match)"
         try:
-            kept = _PlainUnpickler(io.BytesIO(body)).load()
+            kept = _unpickled(_PlainUnpickler, body)
         except Exception as exc:  # a corrupt or planted file: never trusted
             return Memo(), f"corrupt ({type(exc).__name__})"
         if kept["key"] != _memo_key():

@@ -373,14 +373,18 @@ def analyze_parts(
             stats.add(file_stats)
     if cache is not None:
         save_sizes(cache, paths)
-    if stats.cache_notes:  # said once, on stderr: the report is the same either way
+    return parts, stats
+
+
+def _cache_notes(notes: Sequence[str]) -> None:
+    """The cache files a look did not use, said once on stderr (the report is the same either way)."""
+    if notes:
         _log.warning(
             "lens-rl: %d cache file(s) not used (%s%s): read cold",
-            len(stats.cache_notes),
-            stats.cache_notes[0],
-            ", ..." if len(stats.cache_notes) > 1 else "",
+            len(notes),
+            notes[0],
+            ", ..." if len(notes) > 1 else "",
         )
-    return parts, stats
 
 
 def _superseded(paths: Sequence[Path], driven: frozenset[int], options: Mapping[str, Any]) -> dict[int, frozenset[Any]]:
@@ -405,8 +409,9 @@ def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None,
     with no_gc():  # (the memo's and the report's many small objects, beside the parts' millions)
         if cache is not None:
             memo, why = load_memo(cache, stats.cache_reads)
-            if why is not None:  # (the report is the same either way)
-                _log.warning("lens-rl: the critical path's cache file not used (%s): its steps walked afresh", why)
+            if why is not None:
+                stats.cache_notes.append(f"the critical path's: {why}")
+        _cache_notes(stats.cache_notes)
         report = report_from_parts(
             parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, memo=memo, **options
         )

@@ -4,7 +4,10 @@ One row per process of the run's latest attempt (group, rank, host, pid, attempt
 (no heartbeat for 3 of its intervals) or ``ended`` (said so, or alive until its driver ended: launchers
 such as Ray kill their workers without a goodbye); its step; its innermost open phase, how long it has been
 open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it), groups summed,
-the driver's step first. Processes of earlier attempts are counted apart (superseded), never as stale. The
+the driver's step first. A heartbeat with a field of the wrong JSON type is a note and its row says
+``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
+modification time and its row says ``clock ahead``. Processes of earlier attempts are counted apart
+(superseded), never as stale. The
 run is ``ok`` when nothing is stale or hung: the command's exit status (0, else 1) is what a cron job or a
 Slurm script alerts on. Above :data:`MAX_ROWS` processes, the table shows each group's summary and the
 abnormal processes only.
@@ -25,7 +28,7 @@ from typing import Any
 
 from lens_rl.store import read_live
 
-__all__ = ["MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "run_status"]
+__all__ = ["CLOCK_AHEAD_S", "MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "malformed", "run_status"]
 
 SCHEMA = "lens_rl.status/1"
 #: A process whose heartbeat is older than this many of its intervals is stale (killed, frozen, lost).
@@ -36,6 +39,79 @@ MAX_ROWS = 32
 MAX_LISTED = 50
 
 
+_NUM = (int, float)
+_NONE = type(None)
+#: A heartbeat's fields and the JSON types each may have (absent is always fine): any other makes the
+#: heartbeat malformed, its row ``unreadable``.
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "resource": (dict,),
+    "pid": (int,),
+    "role": (str,),
+    "state": (str,),
+    "written_ns": (int,),
+    "interval_ms": _NUM,
+    "open": (list,),
+    "last_step": (dict, _NONE),
+    "phases": (dict,),
+    "hangs": (int,),
+}
+_RESOURCE: dict[str, tuple[type, ...]] = {
+    "rl.worker_group": (str,),
+    "nv.dl.rank": (int,),
+    "host.name": (str,),
+    "rl.attempt": (int,),
+}
+_OPEN: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "step": (int, str, _NONE),
+    "start_ns": (int, _NONE),
+    "age_s": (*_NUM, _NONE),
+    "timeout_s": (*_NUM, _NONE),
+    "hang": (dict, bool, _NONE),
+}
+_LAST: dict[str, tuple[type, ...]] = {"step": (int, str, _NONE)}
+_USUAL: dict[str, tuple[type, ...]] = {"p95_s": (*_NUM, _NONE), "max_s": (*_NUM, _NONE)}
+#: A heartbeat dated this far ahead of the reader's clock (and more than one of its intervals) was written
+#: on a node whose clock runs ahead: it is judged by its file's modification time instead.
+CLOCK_AHEAD_S = 60.0
+
+
+def _int64(value: Any) -> bool:
+    return type(value) is int and -(2**63) <= value < 2**63
+
+
+def _wrong(fields: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str | None:
+    """The first field of ``fields`` whose JSON type ``spec`` does not allow (an int must fit in 64 bits), as
+    ``where.field``; None when all are fine."""
+    for key, types in spec.items():
+        value = fields.get(key)
+        if key not in fields or value is None and _NONE in types:
+            continue
+        if type(value) not in types or (type(value) is int and not _int64(value)):
+            return f"{where}{key}"
+    return None
+
+
+def malformed(beat: Mapping[str, Any]) -> str | None:
+    """Which field of a heartbeat has a JSON type the format does not give it (None: none): such a heartbeat
+    is read as nothing but its process's identity, where that is readable."""
+    why = _wrong(beat, _FIELDS, "") or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
+    if why is not None:
+        return why
+    for n, phase in enumerate(beat.get("open") or ()):
+        why = f"open[{n}]" if type(phase) is not dict else _wrong(phase, _OPEN, f"open[{n}].")
+        if why is not None:
+            return why
+    if beat.get("last_step") is not None:
+        why = _wrong(beat["last_step"], _LAST, "last_step.")
+    for name, usual in (beat.get("phases") or {}).items():
+        if why is None:
+            why = f"phases.{name}" if type(usual) is not dict else _wrong(usual, _USUAL, f"phases.{name}.")
+    if why is None and (beat.get("interval_ms") or 0) < 0:
+        why = "interval_ms"
+    return why
+
+
 def _innermost(open_phases: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The open phase to show: the latest opened among the flagged ones, else the latest opened."""
     if not open_phases:
@@ -44,10 +120,41 @@ def _innermost(open_phases: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | 
     return max(hung or open_phases, key=lambda p: p.get("start_ns") or 0)
 
 
+def _unreadable_row(beat: Mapping[str, Any]) -> dict[str, Any]:
+    """A malformed heartbeat's row: who wrote it, where that reads, and ``unreadable``."""
+    resource: Mapping[str, Any] = beat["resource"] if type(beat.get("resource")) is dict else {}
+
+    def field(value: Any, kind: type, default: Any) -> Any:
+        return value if (_int64(value) if kind is int else type(value) is kind) else default
+
+    return {
+        "worker_group": field(resource.get("rl.worker_group"), str, "worker"),
+        "rank": field(resource.get("nv.dl.rank"), int, 0),
+        "host": field(resource.get("host.name"), str, None),
+        "pid": field(beat.get("pid"), int, None),
+        "attempt": field(resource.get("rl.attempt"), int, 0),
+        "driver": beat.get("role") == "driver",
+        "state": "unreadable",
+        "heartbeat_age_s": None,
+        "step": None,
+        "phase": None,
+        "hung": False,
+        "hangs": 0,
+        "open_phases": 0,
+        "written_ns": None,
+        "interval_ms": 0,
+        "clock_ahead": False,
+    }
+
+
 def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
     resource = beat.get("resource") or {}
     interval_ms = beat.get("interval_ms") or 0
     written = beat.get("written_ns") or 0
+    ahead = (written - now_ns) / 1e9 > max(interval_ms / 1000, CLOCK_AHEAD_S)
+    mtime = beat.get("mtime_ns")
+    if ahead and type(mtime) is int:  # the writer's clock runs ahead: its file's time says when it wrote
+        written = mtime
     age_s = max(now_ns - written, 0) / 1e9
     if beat.get("state") == "ended":
         state = "ended"
@@ -62,11 +169,15 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
     shown = None
     if phase is not None:
         usual = (beat.get("phases") or {}).get(phase.get("name")) or {}
-        opened = phase.get("start_ns")
+        opened, age = phase.get("start_ns"), phase.get("age_s")
+        if ahead:  # (its start is in the writer's clock: its age when written, plus the time since)
+            open_s = round(age + age_s, 3) if isinstance(age, (int, float)) else None
+        else:
+            open_s = round(max(now_ns - opened, 0) / 1e9, 3) if isinstance(opened, int) else age
         shown = {
             "name": phase.get("name"),
             "step": phase.get("step"),
-            "open_s": round(max(now_ns - opened, 0) / 1e9, 3) if isinstance(opened, int) else phase.get("age_s"),
+            "open_s": open_s,
             "p95_s": usual.get("p95_s"),
             "max_s": usual.get("max_s"),
             "timeout_s": phase.get("timeout_s"),
@@ -88,6 +199,7 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
         "open_phases": len(open_phases),
         "written_ns": written,
         "interval_ms": interval_ms,
+        "clock_ahead": ahead,
     }
 
 
@@ -122,7 +234,16 @@ def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]
     """The run's status from its heartbeat files (see the module docstring), as the ``--json`` output."""
     now_ns = time.time_ns() if now_ns is None else now_ns
     beats, notes = read_live(run_dir)
-    rows = [_row(beat, now_ns) for beat in beats]
+    rows = []
+    for beat in beats:
+        why = malformed(beat)
+        if why is None:
+            rows.append(_row(beat, now_ns))
+        else:
+            notes.append(
+                f"{Path(beat['path']).name}: a malformed heartbeat ({why} has the wrong JSON type); unreadable"
+            )
+            rows.append(_unreadable_row(beat))
     attempt = max((r["attempt"] for r in rows if isinstance(r["attempt"], int)), default=0)
     current = [r for r in rows if r["attempt"] == attempt]
     _reaped(current)
@@ -131,7 +252,15 @@ def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]
     for r in current:
         g = groups.setdefault(
             r["worker_group"],
-            {"worker_group": r["worker_group"], "processes": 0, "running": 0, "stale": 0, "ended": 0, "hung": 0},
+            {
+                "worker_group": r["worker_group"],
+                "processes": 0,
+                "running": 0,
+                "stale": 0,
+                "ended": 0,
+                "unreadable": 0,
+                "hung": 0,
+            },
         )
         g["processes"] += 1
         g[r["state"]] += 1
@@ -176,6 +305,7 @@ def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     lines = [
         f"run {report['run']} · attempt {report['attempt']} · {len(rows)} processes: {counts['running']} running, "
         f"{counts['stale']} stale, {counts['ended']} ended"
+        + (f", {counts['unreadable']} unreadable" if counts["unreadable"] else "")
         + (f" · {hung} HUNG" if hung else "")
         + " · "
         + ("ok" if report["ok"] else "NOT OK"),
@@ -198,14 +328,14 @@ def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     else:
         lines.append("")
     lines.append(
-        f"{'group':20s}{'rank':>6s}  {'host':14s}{'pid':>8s}{'att':>4s}  {'state':8s}{'beat':>7s}{'step':>7s}  "
+        f"{'group':20s}{'rank':>6s}  {'host':14s}{'pid':>8s}{'att':>4s}  {'state':10s}{'beat':>7s}{'step':>7s}  "
         "open phase: open for / p95 / longest"
     )
     for r in shown[: len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS)]:
         lines.append(
             f"{r['worker_group'][:19]:20s}{str(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{str(r['pid']):>8s}"
-            f"{str(r['attempt']):>4s}  {r['state']:8s}{_secs(r['heartbeat_age_s']):>7s}{str(r['step']):>7s}  "
-            f"{_phase_text(r['phase'])}"
+            f"{str(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{str(r['step']):>7s}  "
+            f"{_phase_text(r['phase'])}" + ("  clock ahead" if r["clock_ahead"] else "")
         )
     hidden = len(shown) - (len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS))
     if hidden > 0:

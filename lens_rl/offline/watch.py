@@ -2,7 +2,8 @@
 
 Each frame: the run's headline (goodput, steady state, step time), its processes (running, stale, ended,
 hung, per group, from the heartbeats), the last steps, and the suspected hangs. Drawn with rich; ``--once``
-prints one frame and exits (for a log, a pipe, a non-terminal); Ctrl-C quits cleanly.
+prints one frame and exits (for a log, a pipe, a non-terminal) with ``status``'s exit status (1: a process
+is stale or hung); Ctrl-C quits cleanly.
 
 Example::
 
@@ -21,6 +22,8 @@ __all__ = ["LAST_STEPS", "frame", "watch"]
 
 #: Step rows a frame shows.
 LAST_STEPS = 8
+#: Notes (files not read, malformed heartbeats) a frame shows.
+MAX_NOTES = 10
 
 
 def _need_rich() -> None:
@@ -37,6 +40,11 @@ def _secs(value: Any) -> str:
 
 def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
     """One frame for the run in ``run_dir``: a rich renderable."""
+    return _look(run_dir, jobs)[0]
+
+
+def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
+    """One frame, and whether the run is ok (no process stale or hung: what ``status`` exits 0 on)."""
     from lens_rl.offline.cache import cache_folder
     from lens_rl.offline.goodput import analyze
     from lens_rl.offline.status import run_status
@@ -49,7 +57,8 @@ def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
     from rich.text import Text
 
     parts: list[Any] = []
-    paths = span_files(run_dir)
+    notes: list[str] = []
+    paths = span_files(run_dir, notes)
     report = analyze(paths, jobs=jobs, cache=cache_folder(run_dir)) if paths else None
     status = run_status(run_dir) if any(run_dir.glob("live-*.json")) else None
     title = Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")
@@ -125,7 +134,12 @@ def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
             parts.append(Text("no suspected hang, no stale process", style="green"))
     if report is None and status is None:
         parts.append(Text("nothing recorded yet (no span or heartbeat file)"))
-    return Group(*parts)
+    notes += status["notes"] if status is not None else []
+    for note in notes[:MAX_NOTES]:
+        parts.append(Text(f"note: {note}", style="dim"))
+    if len(notes) > MAX_NOTES:
+        parts.append(Text(f"... {len(notes) - MAX_NOTES} more notes (lens-rl status, lens-rl goodput)", style="dim"))
+    return Group(*parts), status is None or status["ok"]
 
 
 def watch(run_dir: Path, *, interval: float = 10.0, once: bool = False, jobs: int | None = None) -> int:
@@ -136,8 +150,9 @@ def watch(run_dir: Path, *, interval: float = 10.0, once: bool = False, jobs: in
 
     console = Console()
     if once:
-        console.print(frame(run_dir, jobs=jobs))
-        return 0
+        shown, ok = _look(run_dir, jobs)
+        console.print(shown)
+        return 0 if ok else 1
     try:
         with Live(frame(run_dir, jobs=jobs), console=console, refresh_per_second=4, screen=False) as live:
             while True:

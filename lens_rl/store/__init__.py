@@ -1,7 +1,7 @@
 """The embedded file store: its format (:mod:`lens_rl.store.format`) and its reader (:mod:`lens_rl.store.reader`).
 
 The store is the only contract between recording (``lens_rl.export`` writes it) and reading (the offline
-tools read it); this package imports nothing else of lens_rl and no OpenTelemetry. The format is
+tools read it, opening its files through :mod:`lens_rl.store.files` alone); this package imports nothing else of lens_rl and no OpenTelemetry. The format is
 documented in ``docs/store-format.md``.
 
 Example::
@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from lens_rl.store.files import LINE_MAX, UnreadableError, listed, open_file, read_capped, unreadable
 from lens_rl.store.format import (
     FIELD_TYPES,
     FORMAT_VERSION,
@@ -21,6 +22,8 @@ from lens_rl.store.format import (
     LIVE_FORMAT,
     OWN_SCOPE,
     ROW_KEYS,
+    TIME_MAX_NS,
+    TIME_MIN_NS,
     Process,
     file_name,
     header,
@@ -42,6 +45,7 @@ from lens_rl.store.reader import (
     heads,
     iter_rows,
     loads,
+    plausible,
     read_head,
     read_live,
     scan,
@@ -58,6 +62,9 @@ __all__ = [
     "LIVE_FORMAT",
     "HEADER_PREFIX",
     "INT64_END",
+    "LINE_MAX",
+    "TIME_MAX_NS",
+    "TIME_MIN_NS",
     "OWN_SCOPE",
     "ROW_KEYS",
     "Head",
@@ -65,6 +72,7 @@ __all__ = [
     "CacheRead",
     "ReadStats",
     "Row",
+    "UnreadableError",
     "decode_row",
     "driver_attempts",
     "heads",
@@ -72,7 +80,11 @@ __all__ = [
     "header",
     "live_path",
     "iter_rows",
+    "listed",
     "loads",
+    "open_file",
+    "plausible",
+    "read_capped",
     "process_of",
     "read_head",
     "read_live",
@@ -82,4 +94,5 @@ __all__ = [
     "store_path",
     "time_ns",
     "trace_time_ns",
+    "unreadable",
 ]

@@ -38,6 +38,8 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "FIELD_TYPES",
+    "TIME_MAX_NS",
+    "TIME_MIN_NS",
     "LIVE_FORMAT",
     "FORMAT_VERSION",
     "HEADER_FORMAT",
@@ -53,6 +55,9 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 2
+#: Plausible span times (ns since the epoch): from 2000-01-01 to 2200-01-01 (UTC).
+TIME_MIN_NS = 946_684_800 * 10**9
+TIME_MAX_NS = 7_258_118_400 * 10**9
 HEADER_FORMAT = "lens_rl.spans/2"
 #: A heartbeat file's ``format`` (``live-<group>-<rank>-<pid>.json``, rewritten whole, atomically).
 LIVE_FORMAT = "lens_rl.live/1"
@@ -81,9 +86,12 @@ ROW_KEYS = (
     "resource",
     "root",
 )
-#: The JSON types a span line's keys may have (besides null; times are any, read as int64 ns): a line with
-#: another is garbage, skipped and counted, so no reader meets a list for a name or text for attributes.
+#: The JSON types a span line's keys may have (besides null): a line with another is garbage, skipped and
+#: counted, so no reader meets a list for a name or text for attributes. Times are integers of ns in
+#: [TIME_MIN_NS, TIME_MAX_NS) (2000 to 2200, UTC), the end not before the start.
 FIELD_TYPES: Mapping[str, tuple[type, ...]] = {
+    "b": (int,),
+    "e": (int,),
     "n": (str,),
     "t": (str,),
     "s": (str, int),
@@ -112,10 +120,12 @@ class Process(NamedTuple):
 
 
 def _int(value: Any, default: int = 0) -> int:
+    """``value`` as an int64 (a rank, pid or attempt); ``default`` for anything else (past 64 bits too)."""
     try:
-        return int(value) if value is not None and not isinstance(value, bool) else default
-    except (TypeError, ValueError):
+        number = int(value) if value is not None and not isinstance(value, bool) else default
+    except (TypeError, ValueError, OverflowError):
         return default
+    return number if -(2**63) <= number < 2**63 else default
 
 
 def process_of(resource: Mapping[str, Any] | None, head: Mapping[str, Any] | None = None) -> Process:

@@ -11,6 +11,7 @@ import pytest
 
 from lens_rl.testing import OTLPReceiver
 from tests.conftest import clean_env, lens, run_python
+from tests.stores import EPOCH_NS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,29 +99,37 @@ def test_perfetto_is_valid_chrome_trace(traced_run: Path, tmp_path: Path) -> Non
     assert all(e["ts"] >= 0 for e in spans)
 
 
-def test_times_out_of_range_read_as_zero_in_every_tool(tmp_path: Path) -> None:
-    """A line whose times are valid JSON but no time (negative, past 64 bits, text) breaks no tool:
-    goodput, both Perfetto formats and the report read it with its times as 0."""
+def test_times_out_of_range_are_skipped_in_every_tool(tmp_path: Path) -> None:
+    """A line whose times are valid JSON but no plausible time (negative, before 2000, from 2200 on, past
+    64 bits, text, missing, an end before the start) is a bad line: goodput, both Perfetto formats and the
+    report skip and count it and read the rest."""
     run = tmp_path / "store" / "run"
     run.mkdir(parents=True)
     header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
-    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
+    t0 = EPOCH_NS
+    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": t0 + 2_000, "e": t0 + 5_000}
+    good["a"] = {"rl.bucket": "productive"}
     odd = [
         {**good, "s": "2" * 16, "b": -5, "e": 10},
         {**good, "s": "3" * 16, "b": 10**30, "e": 10**30 + 1},
         {**good, "s": "4" * 16, "b": "soon", "e": None},
+        {**good, "s": "5" * 16, "b": 2_000, "e": 5_000},
+        {**good, "s": "6" * 16, "b": 8 * 10**18, "e": 8 * 10**18 + 1},
+        {**good, "s": "7" * 16, "b": t0 + 5_000, "e": t0 + 2_000},
+        {**good, "s": "8" * 16, "b": None},
     ]
     (run / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, good, *odd]) + "\n")
-    for command in (["goodput", "--json"], ["report", "-o", str(tmp_path / "r.html")]):
-        out = lens(command[0], str(tmp_path / "store"), *command[1:])
-        assert out.returncode == 0, out.stderr
+    out = lens("goodput", "--json", str(tmp_path / "store"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["skipped_lines"] == len(odd) and json.loads(out.stdout)["spans"] == 1
+    out = lens("report", str(tmp_path / "store"), "-o", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
     for target in (tmp_path / "t.json", tmp_path / "t.pftrace"):
         out = lens("perfetto", str(tmp_path / "store"), "-o", str(target))
         assert out.returncode == 0, out.stderr
-        assert "4 spans" in out.stdout
+        assert "1 spans" in out.stdout
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-    assert sorted(e["args"]["span_id"] for e in events if e["ph"] == "X") == ["1" * 16, "2" * 16, "3" * 16, "4" * 16]
-    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in events if e["ph"] == "X")
+    assert [e["args"]["span_id"] for e in events if e["ph"] == "X"] == ["1" * 16]
 
 
 @pytest.mark.slow
@@ -132,7 +141,8 @@ def test_lines_of_other_json_types_are_skipped_and_odd_values_read_as_none_in_ev
     run = tmp_path / "store" / "run"
     run.mkdir(parents=True)
     header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
-    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": 2_000, "e": 5_000, "a": {"rl.bucket": "productive"}}
+    good = {"n": "generation", "t": "a" * 32, "s": "1" * 16, "b": EPOCH_NS + 2_000, "e": EPOCH_NS + 5_000}
+    good["a"] = {"rl.bucket": "productive"}
     bad_types = [
         {"n": [1]},
         {"n": None},

@@ -235,7 +235,7 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45 and not marker.exists()
-    said = [r.getMessage() for r in caplog.records if "critical path's cache file not used" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "(the critical path's: " in r.getMessage()]
     assert len(said) == 4 and "checksum" in said[0] and "checksum" in said[1] and "shape" in said[2], said
     assert "corrupt (UnpicklingError)" in said[3]
 
@@ -266,3 +266,24 @@ def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, mon
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
     assert analyze(span_files(run), cache=folder)["spans"] == analyze(span_files(run), jobs=1)["spans"]
+
+
+@pytest.mark.timeout(120)
+def test_a_file_rewritten_in_place_is_read_cold(tmp_path: Path) -> None:
+    """A span file rewritten in place (same size, inode, first line and last 4 KB; even its mtime put back)
+    is read cold: the cached answer is the new content's, as --no-cache gives it."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 200)
+    before = _same(run)
+    path = span_files(run)[0]
+    data = path.read_bytes()
+    at = data.index(b'"productive"', len(data) // 3)
+    assert at < len(data) - 4096
+    info = os.stat(path)
+    with open(path, "r+b") as handle:  # (one bucket changed: the same length, the same inode)
+        handle.seek(at)
+        handle.write(b'"overhead"  ')
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (info.st_ino, info.st_size, info.st_mtime_ns)
+    assert _same(run) != before

@@ -155,3 +155,35 @@ def test_a_report_read_from_the_cache_is_the_report_a_cold_read_returns(tmp_path
         assert list(Path(cache_folder(run)).glob("report-*.json"))  # kept
         assert _plain(analyze(paths, cache=cache_folder(run), **options)) == _plain(built)
         assert _plain(json.loads(json.dumps(built))) == _plain(built)
+
+
+def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_read() -> None:
+    """The cache's own pickles pass the check; a length past the data (a string, bytes, a bytearray, a frame),
+    a memo index past the data, the extension registry and persistent ids are refused before unpickling,
+    and a bytearray class is no cache class."""
+    import pickle
+    from array import array
+
+    from lens_rl.offline.cache_files import _unpickled, _Unpickler, checked_pickle
+
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        value = {"a": [1, 2**70, 1.5, "x" * 300, b"y" * 70_000, bytearray(3), array("q", range(9))], "b": (None,)}
+        assert pickle.loads(checked_pickle(pickle.dumps(value, protocol=protocol))) == value
+    huge = (1 << 62).to_bytes(8, "little")
+    refused = [
+        b"\x80\x05\x8e" + huge + b"x.",  # BINBYTES8
+        b"\x80\x05\x8d" + huge + b"x.",  # BINUNICODE8
+        b"\x80\x05\x96" + huge + b"x.",  # BYTEARRAY8
+        b"\x80\x04\x95" + huge + b"N.",  # FRAME
+        b"\x80\x02B\xff\xff\xff\x7fx.",  # BINBYTES
+        b"\x80\x04]r\xff\xff\xff\x7f.",  # LONG_BINPUT
+        b"(lp4000000000\n.",  # PUT
+        b"\x80\x02\x82\x01.",  # EXT1
+        b"P1\n.",  # PERSID
+        b"S'x",  # a text argument with no end
+    ]
+    for data in refused:
+        with pytest.raises(pickle.UnpicklingError):
+            checked_pickle(data)
+    with pytest.raises(pickle.UnpicklingError, match="not a cache class"):
+        _unpickled(_Unpickler, b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR.")

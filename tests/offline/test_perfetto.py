@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import lens
-from tests.stores import read_spans, synthesized_store
+from tests.stores import at_ns, read_spans, synthesized_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +102,14 @@ def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(
     parents = {"first": "parent", "meets": "parent", "inner": "meets"}
     ids = {name: f"{n + 1:016x}" for n, name in enumerate(times)}
     lines = [
-        {"n": name, "t": "a" * 32, "s": ids[name], "p": ids.get(parents.get(name, ""), None), "b": b, "e": e}
+        {
+            "n": name,
+            "t": "a" * 32,
+            "s": ids[name],
+            "p": ids.get(parents.get(name, ""), None),
+            "b": at_ns(b),
+            "e": at_ns(e),
+        }
         for name, (b, e) in reversed(list(times.items()))
     ]
     (tricky / "spans-driver-0-1.jsonl").write_text("\n".join(json.dumps(r) for r in [header, *lines]) + "\n")
@@ -176,8 +183,8 @@ def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path
             "t": "a" * 32,
             "s": f"{span_id:016x}",
             "p": None if parent is None else f"{parent:016x}",
-            "b": start,
-            "e": end,
+            "b": at_ns(start),
+            "e": at_ns(end),
             **more,
         }
 
@@ -250,7 +257,7 @@ def test_flow_ids_are_unique_whatever_the_span_ids(tmp_path: Path) -> None:
         "spans-gen-1-3.jsonl": ("gen", 3, "0000000002008894"),
     }
     driver = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
-    step = {"n": "step", "t": "a" * 32, "s": "d" * 16, "b": 100, "e": 900}
+    step = {"n": "step", "t": "a" * 32, "s": "d" * 16, "b": at_ns(100), "e": at_ns(900)}
     (run / "spans-driver-0-1.jsonl").write_text(json.dumps(driver) + "\n" + json.dumps(step) + "\n")
     for name, (group, pid, span_id) in calls.items():
         header = {
@@ -264,8 +271,8 @@ def test_flow_ids_are_unique_whatever_the_span_ids(tmp_path: Path) -> None:
             "s": span_id,
             "p": "d" * 16,
             "pr": True,
-            "b": 100 * pid,
-            "e": 100 * pid + 50,
+            "b": at_ns(100 * pid),
+            "e": at_ns(100 * pid + 50),
         }
         (run / name).write_text(json.dumps(header) + "\n" + json.dumps(callee) + "\n")
     write_trace(span_files(run), tmp_path / "t.json", jobs=1)
@@ -287,12 +294,12 @@ def test_json_times_count_from_the_earliest_header_else_from_the_first_start(tmp
         run.mkdir()
         header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
         if since is not None:
-            header["since"] = since
-        late = {"n": "late", "t": "a" * 32, "s": "2" * 16, "b": 5_000, "e": 6_000}
-        early = {**late, "n": "early", "s": "1" * 16, "b": first, "e": first + 10}
+            header["since"] = at_ns(since)
+        late = {"n": "late", "t": "a" * 32, "s": "2" * 16, "b": at_ns(5_000), "e": at_ns(6_000)}
+        early = {**late, "n": "early", "s": "1" * 16, "b": at_ns(first), "e": at_ns(first + 10)}
         (run / "spans-driver-0-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (header, late, early)))
         worker = {"v": 2, "header": True, "resource": {"rl.worker_group": "w", "nv.dl.rank": 0, "process.pid": 9}}
-        old = {"n": "old", "t": "a" * 32, "s": "3" * 16, "b": 4_000, "e": 4_500}
+        old = {"n": "old", "t": "a" * 32, "s": "3" * 16, "b": at_ns(4_000), "e": at_ns(4_500)}
         (run / "spans-w-0-9.jsonl").write_text(json.dumps(worker) + "\n" + json.dumps(old) + "\n")  # (no since)
         return span_files(run)
 
@@ -308,7 +315,7 @@ def test_json_times_count_from_the_earliest_header_else_from_the_first_start(tmp
 
 def test_protobuf_annotations_keep_each_attribute_type(tmp_path: Path) -> None:
     """A slice's debug annotations keep its attributes' types (bool, int, float, text; past 64 bits or a
-    list as text); the bucket is the category; an end before the start is a zero-length slice."""
+    list as text); the bucket is the category; a span of no length is a zero-length slice."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
     from lens_rl.offline.perfetto import write_trace
@@ -318,7 +325,7 @@ def test_protobuf_annotations_keep_each_attribute_type(tmp_path: Path) -> None:
     run.mkdir()
     header = {"v": 2, "header": True, "resource": {"rl.worker_group": "driver", "nv.dl.rank": 0, "process.pid": 1}}
     attrs = {"rl.bucket": "idle", "flag": True, "n": 3, "x": 1.5, "big": 2**70, "l": [1, 2], "s": "text"}
-    line = {"n": "odd", "t": "a" * 32, "s": "1" * 16, "b": 500, "e": 400, "a": attrs}
+    line = {"n": "odd", "t": "a" * 32, "s": "1" * 16, "b": at_ns(500), "e": at_ns(500), "a": attrs}
     (run / "spans-driver-0-1.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(line) + "\n")
     write_trace(span_files(run), tmp_path / "t.pftrace", jobs=1)
     trace = Trace()
@@ -326,7 +333,7 @@ def test_protobuf_annotations_keep_each_attribute_type(tmp_path: Path) -> None:
     events = [p for p in trace.packet if p.HasField("track_event")]
     begin = next(p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN)
     end = next(p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_END)
-    assert begin.timestamp == end.timestamp == 500 and list(begin.track_event.categories) == ["idle"]
+    assert begin.timestamp == end.timestamp == at_ns(500) and list(begin.track_event.categories) == ["idle"]
     notes = {a.name: getattr(a, a.WhichOneof("value")) for a in begin.track_event.debug_annotations}
     assert notes == {"flag": True, "n": 3, "x": 1.5, "big": str(2**70), "l": "[1,2]", "s": "text", "span_id": "1" * 16}
 
@@ -347,7 +354,7 @@ def test_calls_are_told_from_orphans_without_another_read(tmp_path: Path, monkey
         return json.dumps({"v": 2, "header": True, "resource": resource, "since": 0, "remote_parents": True})
 
     def span(name: str, span_id: int, start: int, parent: int | None = None, remote: bool = False) -> str:
-        line = {"n": name, "t": "a" * 32, "s": f"{span_id:016x}", "b": start, "e": start + 50}
+        line = {"n": name, "t": "a" * 32, "s": f"{span_id:016x}", "b": at_ns(start), "e": at_ns(start + 50)}
         if parent is not None:
             line.update({"p": f"{parent:016x}", **({"pr": True} if remote else {})})
         return json.dumps(line)

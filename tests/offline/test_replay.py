@@ -9,7 +9,7 @@ import pytest
 from lens_rl.offline.replay import replay, row_to_span
 from lens_rl.store import iter_rows, span_files
 from lens_rl.testing import OTLPReceiver
-from tests.stores import span, write_process
+from tests.stores import at_ns, span, write_process
 
 
 def test_a_row_becomes_the_span_it_was(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_a_row_becomes_the_span_it_was(tmp_path: Path) -> None:
     ((head, row),) = list(iter_rows(span_files(tmp_path)[0]))
     rebuilt = row_to_span(head, row, {})
     assert rebuilt.name == "train" and f"{rebuilt.context.span_id:016x}" == row.s and rebuilt.parent.is_remote
-    assert (rebuilt.start_time, rebuilt.end_time) == (1_000_000_000, 2_000_000_000)
+    assert (rebuilt.start_time, rebuilt.end_time) == (at_ns(1_000_000_000), at_ns(2_000_000_000))
     assert dict(rebuilt.attributes) == {"rl.bucket": "productive", "rl.step": 3}
     assert rebuilt.kind.name == "CLIENT" and rebuilt.status.status_code.name == "ERROR"
     assert rebuilt.resource.attributes["rl.worker_group"] == "lm_policy"

@@ -91,6 +91,7 @@ def test_each_process_is_running_stale_ended_or_hung(tmp_path: Path) -> None:
         "running": 2,
         "stale": 1,
         "ended": 0,
+        "unreadable": 0,
         "hung": 1,
         "min_step": 7,
         "max_step": 8,
@@ -147,7 +148,7 @@ def test_two_thousand_processes_are_summarised_by_group(tmp_path: Path) -> None:
 
 def test_the_command_exits_1_on_trouble_and_says_when_there_is_no_heartbeat(tmp_path: Path) -> None:
     """Exit 0 when all is well, 1 when a process is stale or hung, 2 (one line) when there are no
-    heartbeat files; --json is the report."""
+    heartbeat files or none can be read; --json is the report."""
     good, bad = tmp_path / "good", tmp_path / "bad"
     now_age = (time.time_ns() - NOW) / 1e9
     beat(good / "r1", "driver", 0, 1, age_s=-now_age)  # written just now
@@ -161,6 +162,105 @@ def test_the_command_exits_1_on_trouble_and_says_when_there_is_no_heartbeat(tmp_
     assert out.returncode == 1 and json.loads(out.stdout)["schema"] == "lens_rl.status/1"
     empty = run(str(tmp_path / "none_here"))
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "does not exist" in empty.stderr
+    unreadable = tmp_path / "unreadable" / "r"
+    unreadable.mkdir(parents=True)
+    (unreadable / "live-x-0-9.json").write_text("{not json")
+    _malformed(unreadable, "pid", "seven")
+    out = run(str(unreadable))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no readable lens_rl heartbeat" in out.stderr
     (tmp_path / "spans_only" / "r").mkdir(parents=True)
     none = run(str(tmp_path / "spans_only"))
     assert none.returncode == 2 and "no lens_rl heartbeat files (live-*.json)" in none.stderr
+
+
+_WRONG = {  # a heartbeat's field (dotted: inside it) -> values of a JSON type the format does not give it
+    "resource": [[], "x", 3, None],
+    "pid": ["7", 1.5, [], True, 2**70],
+    "role": [1, [], {}],
+    "state": [1, [], {}, True],
+    "written_ns": ["now", 1.5, [], {}, 2**70],
+    "interval_ms": ["1000", [], {}, True, -5],
+    "open": [{}, "x", 3, [1], [[]]],
+    "last_step": [[], "x", 3, {"step": []}, {"step": 1.5}],
+    "phases": [[], "x", {"policy_training": []}, {"policy_training": {"p95_s": "x"}}],
+    "hangs": ["1", 1.5, []],
+    "resource.rl.worker_group": [1, [], {}, None],
+    "resource.nv.dl.rank": ["0", 1.5, [], 2**64],
+    "resource.host.name": [1, []],
+    "resource.rl.attempt": ["0", 1.5, {}],
+    "open.name": [1, [], {}],
+    "open.step": [[], {}, 1.5],
+    "open.start_ns": ["x", 1.5, [], 2**70],
+    "open.age_s": ["x", [], {}],
+    "open.timeout_s": ["x", []],
+    "open.hang": ["x", 3, []],
+}
+
+
+def _malformed(run: Path, field: str, value: Any) -> Path:
+    path = beat(run, "lm_policy", 1, 11, open_phases=[phase("policy_training", 5)])
+    content = json.loads(path.read_text())
+    where, _, key = field.partition(".")
+    if where == "resource" and key:
+        content["resource"][key] = value
+    elif where == "open" and key:
+        content["open"][0][key] = value
+    else:
+        content[field] = value
+    path.write_text(json.dumps(content))
+    return path
+
+
+def test_a_heartbeat_field_of_the_wrong_type_is_a_note_and_an_unreadable_row(tmp_path: Path) -> None:
+    """Every field of a heartbeat, given several values of a wrong JSON type (or an integer past 64 bits):
+    the status is read, its table and JSON written, that file named in a note and its process's row
+    ``unreadable``; the healthy driver beside it is read as before and the run stays ok."""
+    import orjson
+
+    for n, (field, values) in enumerate(_WRONG.items()):
+        for m, value in enumerate(values):
+            run = tmp_path / f"r{n}-{m}"
+            beat(run, "driver", 0, 1)
+            bad = _malformed(run, field, value)
+            report = run_status(run, NOW)
+            rows = {r["pid"]: r for r in report["processes"]}
+            assert rows[1]["state"] == "running" and report["ok"], (field, value)
+            assert any(r["state"] == "unreadable" for r in report["processes"]), (field, value)
+            assert any(note.startswith(bad.name) and "malformed" in note for note in report["notes"]), (field, value)
+            assert "unreadable" in format_status(report) and orjson.dumps(report)
+
+
+def test_the_commands_read_malformed_heartbeats_without_a_traceback(tmp_path: Path) -> None:
+    """status and watch --once on a run whose worker heartbeats have fields of the wrong type: exit 0 (the
+    driver is running), the rows say unreadable, no traceback."""
+    run = tmp_path / "r"
+    now_age = (time.time_ns() - NOW) / 1e9
+    beat(run, "driver", 0, 1, age_s=-now_age)
+    for n, (field, values) in enumerate(_WRONG.items()):
+        path = _malformed(run, field, values[0])
+        path.rename(run / f"live-lm_policy-{n}-{100 + n}.json")
+    for command in (["status"], ["status", "--json"], ["watch", "--once"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "lens_rl", *command, str(run)], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        assert "unreadable" in out.stdout or command[0] == "watch"
+
+
+def test_a_clock_ahead_is_judged_by_the_files_time(tmp_path: Path) -> None:
+    """A heartbeat dated an hour ahead of the reader's clock is judged by its file's modification time and
+    its row says ``clock ahead``: written just now, it is running; its file an hour old, it is stale and
+    ``status`` exits 1."""
+    import os
+
+    now = time.time_ns()
+    for name, file_age_s, state, code in (("fresh", 0, "running", 0), ("dead", 3600, "stale", 1)):
+        run = tmp_path / name / "r"
+        path = beat(run, "driver", 0, 1, age_s=-(now - NOW) / 1e9 - 3600, interval_ms=10_000)
+        os.utime(path, ns=(now - file_age_s * 10**9, now - file_age_s * 10**9))
+        report = run_status(run)
+        (row,) = report["processes"]
+        assert row["state"] == state and row["clock_ahead"], row
+        assert "clock ahead" in format_status(report)
+        out = subprocess.run([sys.executable, "-m", "lens_rl", "status", str(run)], capture_output=True, text=True)
+        assert out.returncode == code and "clock ahead" in out.stdout, out.stdout + out.stderr

@@ -122,3 +122,23 @@ def test_watch_draws_a_frame_on_a_terminal_and_quits_cleanly_on_ctrl_c(tmp_path:
     code, live = _pty_run(["watch", str(tmp_path / "traces"), "--interval", "0.3"], interrupt_after=4.0)
     assert code == 0, live
     assert "goodput" in live and "Traceback" not in live
+
+
+@pytest.mark.timeout(180)
+def test_watch_once_exits_as_status_does(tmp_path: Path) -> None:
+    """``watch --once`` exits 0 when every process is running and 1 when one is stale or hung, as ``status``
+    does."""
+    import subprocess
+
+    def once(run: Path) -> int:
+        out = subprocess.run(
+            [sys.executable, "-m", "lens_rl", "watch", "--once", str(run)], capture_output=True, text=True, timeout=120
+        )
+        assert "Traceback" not in out.stderr, out.stderr
+        return out.returncode
+
+    healthy, stale, hung = tmp_path / "ok" / "r", tmp_path / "stale" / "r", tmp_path / "hung" / "r"
+    _now(beat(healthy, "lm_policy", 0, 100))
+    _now(beat(stale, "lm_policy", 0, 100), age_s=100)
+    _now(beat(hung, "lm_policy", 0, 100, open_phases=[phase("policy_training", 900.0, hung=True)]))
+    assert [once(healthy), once(stale), once(hung)] == [0, 1, 1]

@@ -7,12 +7,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lens_rl.store import ReadStats, iter_rows, read_head, span_files
 from tests.conftest import clean_env
-from tests.stores import header, span, write_process
+from tests.stores import EPOCH_NS, header, span, write_process
 
 #: a plain read's cache counters (the refresh cache's, which a read of the store alone never touches)
 NO_CACHE = {"cache_hits": 0, "cache_notes": [], "cache_reads": []}
@@ -84,8 +85,8 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
         "s": "3" * 16,
         "p": "1" * 16,
         "t": "2" * 32,
-        "b": 3,
-        "e": 4,
+        "b": EPOCH_NS + 3,
+        "e": EPOCH_NS + 4,
         "a": {"rl.bucket": "idle"},
         "th": 7,
         "tn": "MainThread",
@@ -138,9 +139,8 @@ def test_the_reader_reads_the_same_without_the_fast_parsers(tmp_path: Path) -> N
     ]
     assert outs[0] == outs[1]
     read = json.loads(outs[0])
-    assert read["stats"] == {"files": 1, "lines": 16, "skipped": 9, "duplicates": 1, "notes": [], **NO_CACHE}
-    assert [(r["s"], p[2]) for p, r in read["rows"]] == [("3" * 16, 1), ("5" * 16, 1), ("6" * 16, 3), (9, 3)]
-    assert read["rows"][1][1]["b"] == "x"  # (a bad time is the reader's to read as 0, not garbage)
+    assert read["stats"] == {"files": 1, "lines": 16, "skipped": 10, "duplicates": 1, "notes": [], **NO_CACHE}
+    assert [(r["s"], p[2]) for p, r in read["rows"]] == [("3" * 16, 1), ("6" * 16, 3), (9, 3)]  # (a text time: bad)
 
 
 def test_the_fast_and_the_plain_reader_allow_the_same_json_types() -> None:
@@ -151,10 +151,15 @@ def test_the_fast_and_the_plain_reader_allow_the_same_json_types() -> None:
     msgspec = pytest.importorskip("msgspec")
     from lens_rl.store import FIELD_TYPES, Row
 
+    def plain(kind: Any) -> Any:  # (a constrained type, Annotated[int, Meta(...)], is its base type)
+        return typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Annotated else kind
+
     typed = {}
     for field in msgspec.structs.fields(Row):
         if field.type is not typing.Any:
-            allowed = [typing.get_origin(t) or t for t in typing.get_args(field.type) if t is not type(None)]
+            allowed = [
+                typing.get_origin(plain(t)) or plain(t) for t in typing.get_args(field.type) if t is not type(None)
+            ]
             typed[field.name] = set(allowed)
     assert typed == {key: set(types) for key, types in FIELD_TYPES.items()}
 
@@ -185,3 +190,80 @@ def test_heads_finds_every_header_of_a_file_whatever_the_chunk_boundaries(tmp_pa
     assert driver_attempts(tmp_path / "absent") == (set(), None)
     (tmp_path / "spans-other.jsonl").write_text("not a store file\n")
     assert heads(tmp_path / "spans-other.jsonl") == []
+
+
+@pytest.mark.timeout(60)
+def test_only_regular_files_are_opened_and_each_other_entry_is_named(tmp_path: Path) -> None:
+    """span_files keeps the regular files (a link to one too) and names, in one note each, a directory, a
+    dangling link, a link loop, a FIFO and a device named like span files; none is opened (a FIFO would
+    block) and reading the kept ones ignores them."""
+    import os
+
+    from lens_rl.store import UnreadableError, open_file
+
+    good = write_process(tmp_path, "driver", 0, 1, [span("x", 0, 1, "x")])
+    (tmp_path / "spans-link-0-2.jsonl").symlink_to(good)
+    (tmp_path / "spans-dir-0-3.jsonl").mkdir()
+    (tmp_path / "spans-dangling-0-4.jsonl").symlink_to(tmp_path / "gone")
+    (tmp_path / "spans-loop-0-5.jsonl").symlink_to(tmp_path / "spans-loop-0-5.jsonl")
+    os.mkfifo(tmp_path / "spans-fifo-0-6.jsonl")
+    (tmp_path / "spans-zero-0-7.jsonl").symlink_to("/dev/zero")
+    notes: list[str] = []
+    assert [p.name for p in span_files(tmp_path, notes)] == ["spans-driver-0-1.jsonl", "spans-link-0-2.jsonl"]
+    assert notes == [
+        "spans-dangling-0-4.jsonl: a dangling symbolic link; skipped",
+        "spans-dir-0-3.jsonl: a directory; skipped",
+        "spans-fifo-0-6.jsonl: a FIFO; skipped",
+        "spans-loop-0-5.jsonl: a symbolic link loop; skipped",
+        "spans-zero-0-7.jsonl: a device; skipped",
+    ]
+    for name in ("spans-fifo-0-6.jsonl", "spans-zero-0-7.jsonl", "spans-dir-0-3.jsonl"):
+        with pytest.raises(UnreadableError):
+            open_file(tmp_path / name)
+        stats = ReadStats()
+        assert list(iter_rows(tmp_path / name, stats)) == [] and len(stats.notes) == 1
+        assert read_head(tmp_path / name) == (None, False)
+
+
+@pytest.mark.timeout(60)
+def test_an_overlong_line_is_skipped_and_the_lines_after_it_read(tmp_path: Path) -> None:
+    """A line longer than 16 MiB (first or later) is one skipped line, read in bounded chunks; the lines
+    after it read, at their right offsets."""
+    from lens_rl.store import LINE_MAX, scan
+
+    path = write_process(tmp_path, "driver", 0, 1, [span("a", 0, 1, "a")])
+    with open(path, "a") as handle:
+        handle.write(json.dumps(span("huge", 1, 2, "h", note="x" * LINE_MAX)) + "\n")
+        handle.write(json.dumps(span("b", 2, 3, "b")) + "\n")
+    stats = ReadStats()
+    found = [(row.n, at, size) for _, row, at, size in scan(path, stats)]
+    data = path.read_bytes()
+    assert [n for n, _, _ in found] == ["a", "b"] and stats.skipped == 1 and stats.lines == 4
+    assert all(data[at : at + size].startswith(b'{"n": "' + n.encode()) for n, at, size in found)
+    first = tmp_path / "spans-long-0-2.jsonl"
+    first.write_bytes(b"x" * (LINE_MAX + 10) + b"\n" + data)
+    stats = ReadStats()
+    assert list(iter_rows(first, stats)) == [] and stats.lines == 5 and stats.skipped == 5
+    assert read_head(first) == (None, True)
+
+
+def test_a_span_outside_plausible_times_is_a_bad_line(tmp_path: Path) -> None:
+    """Times before 2000 or from 2200 on, an end before the start, times that are not integers, and times
+    past 64 bits: each such line is skipped and counted; a span of no length reads."""
+    from lens_rl.store import TIME_MAX_NS, TIME_MIN_NS
+
+    good = span("ok", 0, 0, "ok")
+    lines = [
+        good,
+        {**good, "s": "1" * 16, "b": TIME_MIN_NS - 1},
+        {**good, "s": "2" * 16, "e": TIME_MAX_NS},
+        {**good, "s": "3" * 16, "e": good["b"] - 1},
+        {**good, "s": "4" * 16, "b": float(good["b"])},
+        {**good, "s": "5" * 16, "b": -(2**63), "e": 2**63 - 1},
+        {**good, "s": "6" * 16, "e": 2**64},
+        {**good, "s": "7" * 16, "b": None},
+        {**good, "s": "8" * 16, "b": TIME_MIN_NS, "e": TIME_MAX_NS - 1},
+    ]
+    path = write_process(tmp_path, "driver", 0, 1, lines)
+    stats = ReadStats()
+    assert [row.s for _, row in iter_rows(path, stats)] == [good["s"], "8" * 16] and stats.skipped == 7

@@ -84,6 +84,10 @@ def build_report(
 
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
     report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
+    if not report["spans"]:  # (no page at all: an empty one would read as a run that did nothing)
+        raise ValueError(
+            f"no readable lens_rl spans ({report['files']} files, {report['skipped_lines']} bad lines); no page written"
+        )
     window = step_window(report, steps)
     shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in shown_ranks(report["ranks"]))
     timeline: list[dict[str, Any]] = []
