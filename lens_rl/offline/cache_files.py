@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 CACHE_DIR = ".lens_rl-cache"
-FORMAT = "lens_rl.cache/4"
+FORMAT = "lens_rl.cache/5"
 _MAGIC = FORMAT.encode() + b"\n"
 
 

@@ -20,6 +20,7 @@ from array import array
 from itertools import compress
 from typing import Any
 
+from lens_rl.offline.requests import REQUEST_SPAN, request_numbers
 from lens_rl.store import INT64_END, Process, ReadStats, iter_rows, time_ns
 
 __all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "Columns", "read_columns"]
@@ -47,6 +48,7 @@ class Columns:
         "tokens",
         "flops",
         "flags",
+        "requests",
         "root",
         "since",
         "job_error",
@@ -66,6 +68,8 @@ class Columns:
         #: row -> its ``rl.flops_per_token`` (few spans set it: kept sparse)
         self.flops: dict[int, float] = {}
         self.flags = bytearray()
+        #: row -> a vLLM request span's numbers (:func:`lens_rl.offline.requests.request_numbers`; sparse)
+        self.requests: dict[int, tuple[float, ...]] = {}
         #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
         self.root: Any = None
         #: the earliest header's ``since`` (ns: no span of the process starts before it), None when absent
@@ -123,6 +127,10 @@ class Columns:
             flops = attrs.get("rl.flops_per_token")
             if flops is not None and type(flops) in (int, float) and 0 < flops < 1e15:
                 self.flops[len(self.tokens) - 1] = float(flops)
+            if name == REQUEST_SPAN:
+                numbers = request_numbers(attrs)
+                if numbers is not None:
+                    self.requests[len(self.tokens) - 1] = numbers
         else:
             self.buckets.append(None)
             self.steps.append(None)
@@ -156,9 +164,10 @@ class Columns:
         out.buckets = list(compress(self.buckets, keep))
         out.steps = list(compress(self.steps, keep))
         out.tokens = list(compress(self.tokens, keep))
-        if self.flops:
+        if self.flops or self.requests:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
             out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
+            out.requests = {new_index[i]: v for i, v in self.requests.items() if i in new_index}
         out.flags = bytearray(compress(self.flags, keep))
         return out
 

@@ -263,6 +263,8 @@ class ProcessPart:
     step_tokens: dict[tuple[str, Any], float] = field(default_factory=dict)
     #: host, rl.num_gpus, rl.gpu_ids, rl.device.name, rl.device.peak_tflops, rl.model.num_params (as set)
     device: dict[str, Any] = field(default_factory=dict)
+    #: its vLLM request spans' numbers (:class:`lens_rl.offline.requests.RequestsPart`), or None
+    requests: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -353,6 +355,11 @@ class ProcessPart:
         for key, count in other.step_tokens.items():
             self.step_tokens[key] = self.step_tokens.get(key, 0) + count
         self.device = self.device or other.device
+        if other.requests is not None:
+            if self.requests is None:
+                self.requests = other.requests
+            else:
+                self.requests.merge(other.requests)
         if other.crit is not None:
             if self.crit is None:
                 self.crit = other.crit
