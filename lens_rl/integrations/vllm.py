@@ -48,7 +48,14 @@ from urllib.parse import quote, unquote
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
 
-__all__ = ["BSP_DELAY_MS", "RESOURCE_KEYS", "stop_receiver", "vllm_server_args", "vllm_tracing_env", "vllm_tracing_kwargs"]
+__all__ = [
+    "BSP_DELAY_MS",
+    "RESOURCE_KEYS",
+    "stop_receiver",
+    "vllm_server_args",
+    "vllm_tracing_env",
+    "vllm_tracing_kwargs",
+]
 
 #: The caller's resource keys vLLM's processes are given through ``OTEL_RESOURCE_ATTRIBUTES``.
 RESOURCE_KEYS = ("rl.run_id", "rl.attempt", "rl.worker_group", "nv.dl.rank")
@@ -101,7 +108,12 @@ def vllm_server_args(kwargs: Mapping[str, object] | None = None) -> list[str]:
 
 def vllm_tracing_env() -> dict[str, str]:
     """The environment :func:`vllm_tracing_kwargs` sets for vLLM's processes (as it stands now), or ``{}``."""
-    names = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_BSP_SCHEDULE_DELAY")
+    names = (
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_BSP_SCHEDULE_DELAY",
+    )
     return {name: os.environ[name] for name in names if name in os.environ} if _tracing_wanted() else {}
 
 
@@ -138,7 +150,9 @@ def _kwargs(detail: str | None) -> dict[str, object]:
         modules = [part.strip() for part in detail.split(",") if part.strip()]
         unknown = [m for m in modules if m not in _DETAIL_MODULES]
         if unknown:
-            warn_once("vllm-detail", "lens_rl: vLLM knows no detailed traces of %s (known: %s)", unknown, _DETAIL_MODULES)
+            warn_once(
+                "vllm-detail", "lens_rl: vLLM knows no detailed traces of %s (known: %s)", unknown, _DETAIL_MODULES
+            )
         modules = [m for m in modules if m in _DETAIL_MODULES]
         if modules:
             out["collect_detailed_traces"] = modules
@@ -175,7 +189,9 @@ def _set_env(protocol: str, service_name: str, resource: Mapping[str, Any]) -> N
     # vLLM's front-end kills its engine core and workers at shutdown (no grace with the server's default):
     # their batch processors export every half second, so what they recorded has left before that.
     os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", BSP_DELAY_MS)
-    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = merged_resource_env(os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""), resource)
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = merged_resource_env(
+        os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""), resource
+    )
 
 
 def merged_resource_env(current: str, resource: Mapping[str, Any]) -> str:

@@ -73,7 +73,11 @@ def process_kind(scopes: Iterable[str], resource: Mapping[str, Any]) -> str:
     if own in ("front-end", "engine-core", "worker"):
         return own
     module = str(resource.get("vllm.instrumenting_module_name", "")).lower()
-    for kind, name in (("worker", "vllm.worker"), ("engine-core", "vllm.engine_core"), ("front-end", "vllm.llm_engine")):
+    for kind, name in (
+        ("worker", "vllm.worker"),
+        ("engine-core", "vllm.engine_core"),
+        ("front-end", "vllm.llm_engine"),
+    ):
         if module == name:
             return kind
     names = [s.lower() for s in scopes]
@@ -241,7 +245,11 @@ class StoreReceiver:
             if target is not None or self.closed:
                 return target
             if len(self._files) >= self.max_files:
-                warn_once("vllm-receiver-files", "lens_rl: over %d vLLM processes; spans of more are dropped", len(self._files))
+                warn_once(
+                    "vllm-receiver-files",
+                    "lens_rl: over %d vLLM processes; spans of more are dropped",
+                    len(self._files),
+                )
                 return None
             kind = process_kind(scopes, resource)
             pid = pid_of(resource)
@@ -254,7 +262,9 @@ class StoreReceiver:
                 merged.pop("process.pid", None)  # the caller's pid is not this process's
             name = self._name(merged, kind, pid, len(self._files))
             path = Path(self.trace_dir) / safe_part(self.run_id, "run") / name
-            writer = _StoreWriter(self.trace_dir, self.run_id, "spans", merged, "worker", pid=pid, path=path, since_ns=self.since_ns)
+            writer = _StoreWriter(
+                self.trace_dir, self.run_id, "spans", merged, "worker", pid=pid, path=path, since_ns=self.since_ns
+            )
             target = self._files[key] = _ProcessFile(writer, name)
             return target
 

@@ -24,9 +24,9 @@ from typing import Any
 from lens_rl.buckets import exclusive_time, kind_of
 from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
 from lens_rl.offline.critical import CritPart, walk_file
-from lens_rl.offline.requests import requests_part
 from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.offline.requests import requests_part
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
 __all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]

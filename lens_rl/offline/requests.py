@@ -99,7 +99,9 @@ class RequestsPart:
         self.busy = merge_packed(self.busy, other.busy)
 
 
-def requests_part(found: Mapping[int, tuple[float, ...]], starts: Sequence[int], ends: Sequence[int]) -> RequestsPart | None:
+def requests_part(
+    found: Mapping[int, tuple[float, ...]], starts: Sequence[int], ends: Sequence[int]
+) -> RequestsPart | None:
     """A process's :class:`RequestsPart` from the numbers kept per row (``found``: row -> numbers) and the
     rows' start and end ns; None when it has no request span."""
     if not found:

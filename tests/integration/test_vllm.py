@@ -113,15 +113,23 @@ def test_environment_is_set_only_where_unset(tmp_path: Path, monkeypatch: pytest
     assert vllm_tracing_kwargs()
     assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
     assert os.environ["OTEL_SERVICE_NAME"] == "mine"
-    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=a%20b,rl.worker_group=gen,rl.run_id=r1,rl.attempt=0,nv.dl.rank=0"
+    assert (
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"]
+        == "team=a%20b,rl.worker_group=gen,rl.run_id=r1,rl.attempt=0,nv.dl.rank=0"
+    )
 
 
 def test_resource_values_are_percent_encoded() -> None:
     """A value with a comma or equals sign cannot break OTEL_RESOURCE_ATTRIBUTES apart."""
-    assert merged_resource_env("", {"rl.run_id": "a,b=c", "rl.worker_group": "g"}) == "rl.run_id=a%2Cb%3Dc,rl.worker_group=g"
+    assert (
+        merged_resource_env("", {"rl.run_id": "a,b=c", "rl.worker_group": "g"})
+        == "rl.run_id=a%2Cb%3Dc,rl.worker_group=g"
+    )
 
 
-def test_otlp_endpoints_and_detail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_otlp_endpoints_and_detail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """With otlp, vLLM exports to the job's collector (HTTP: the traces path; gRPC: the bare endpoint); only the
     detailed-trace modules vLLM knows are passed."""
     _fake_vllm(tmp_path, monkeypatch)

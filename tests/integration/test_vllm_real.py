@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -139,12 +138,14 @@ def test_offline_llm_traces_every_vllm_process_into_the_file_store(offline_file:
     store = _store(run_dir)
     _check_identity(store, seen, KINDS)
     where = _check_one_trace(store)
-    caller = next(name for name, (h, _) in store.items() if h["pid"] == seen["pid"] and "vllm.process_kind" not in h["resource"])
+    caller = next(
+        name for name, (h, _) in store.items() if h["pid"] == seen["pid"] and "vllm.process_kind" not in h["resource"]
+    )
     requests = [r for r in store[caller][1] if r["n"] == "llm_request"]
     assert len(requests) == REQUESTS  # made in the calling thread, under the current phase, by lens_rl's provider
     assert {r["p"] for r in requests} == set(seen["phase_ids"])
     assert all(r["sc"] == "vllm.tracing.otel" for r in requests)
-    for name, (head, rows) in _vllm_files(store).items():  # each process's top span hangs off its parent process's
+    for name, (_, rows) in _vllm_files(store).items():  # each process's top span hangs off its parent process's
         tops = [r for r in rows if r.get("p") not in {x["s"] for x in rows}]
         assert tops and all(r.get("pr") and where.get(r["p"]) not in (None, name) for r in tops), name
 
@@ -155,7 +156,9 @@ def test_offline_llm_requests_rollup_matches_what_was_sent(offline_file: tuple[P
     _check_requests(_requests_row(run_dir)[1], seen)
 
 
-@pytest.mark.xfail(reason="needs the offline rule of branch store-tree (third-party spans are not phases)", strict=False)
+@pytest.mark.xfail(
+    reason="needs the offline rule of branch store-tree (third-party spans are not phases)", strict=False
+)
 def test_offline_llm_goodput_and_tokens(offline_file: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """Goodput is what lens_rl's phases alone give, and tokens/s comes from vLLM's spans.
 
@@ -189,7 +192,9 @@ def test_server_traces_every_vllm_process_into_the_file_store(server_file: tuple
     store = _store(run_dir)
     _check_identity(store, seen, KINDS | {"front-end"})
     where = _check_one_trace(store)
-    front = next(rows for head, rows in _vllm_files(store).values() if head["resource"]["vllm.process_kind"] == "front-end")
+    front = next(
+        rows for head, rows in _vllm_files(store).values() if head["resource"]["vllm.process_kind"] == "front-end"
+    )
     requests = [r for r in front if r["n"] == "llm_request"]
     assert len(requests) == REQUESTS
     caller = {r["s"]: r for head, rows in store.values() if head["pid"] == seen["pid"] for r in rows}

@@ -22,7 +22,14 @@ import pytest
 from lens_rl.integrations.vllm_receiver import StoreReceiver, pid_of, process_kind
 from lens_rl.store import iter_rows, span_files
 
-CALLER = {"rl.run_id": "r1", "rl.attempt": 0, "rl.worker_group": "gen", "nv.dl.rank": 3, "process.pid": 1, "host.name": "h"}
+CALLER = {
+    "rl.run_id": "r1",
+    "rl.attempt": 0,
+    "rl.worker_group": "gen",
+    "nv.dl.rank": 3,
+    "process.pid": 1,
+    "host.name": "h",
+}
 PARENT = "00f067aa0ba902b7"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -43,13 +50,13 @@ EXPORTER = """
     }))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1])))
     tracer = provider.get_tracer("vllm.v1.engine.core")
-    caller = TraceContextTextMapPropagator().extract({"traceparent": "00-%s-%s-01"})
+    caller = TraceContextTextMapPropagator().extract({"traceparent": "00-TRACE-PARENT-01"})
     with tracer.start_as_current_span("EngineCoreProc init", context=caller):
         with tracer.start_as_current_span("Load model", attributes={"code.lineno": "7"}):
             pass
     provider.shutdown()
     print(os.getpid())
-""" % (TRACE, PARENT)
+""".replace("TRACE", TRACE).replace("PARENT", PARENT)
 
 
 def _export(endpoint: str, kind: str) -> int:
@@ -122,9 +129,13 @@ def _body() -> bytes:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"vllm.process_id": "4242", "vllm.instrumenting_module_name": "vllm.llm_engine"}))
+    provider = TracerProvider(
+        resource=Resource.create({"vllm.process_id": "4242", "vllm.instrumenting_module_name": "vllm.llm_engine"})
+    )
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    with provider.get_tracer("vllm.tracing.otel").start_as_current_span("llm_request", attributes={"gen_ai.latency.e2e": 0.5}):
+    with provider.get_tracer("vllm.tracing.otel").start_as_current_span(
+        "llm_request", attributes={"gen_ai.latency.e2e": 0.5}
+    ):
         pass
     provider.shutdown()
     return encode_spans(memory.get_finished_spans()).SerializeToString()

@@ -57,8 +57,9 @@ def _free_port() -> int:
 
 
 def _offline(model: str, kwargs: dict) -> dict:
-    import lens_rl
     from vllm import LLM, SamplingParams
+
+    import lens_rl
 
     llm = LLM(model=model, **ENGINE, **kwargs)
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -97,7 +98,9 @@ def _server(model: str, kwargs: dict) -> dict:
     port = _free_port()
     args = ["--model", model, "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "128"]
     args += ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.1"]
-    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args, *vllm_server_args(kwargs)])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args, *vllm_server_args(kwargs)]
+    )
     base = f"http://127.0.0.1:{port}"
     lens_rl.instrument_aiohttp_client()
 
@@ -145,7 +148,10 @@ def main() -> None:
         telemetry.update({"exporter": "otlp", "endpoint": sys.argv[5]})
     lens_rl.init_telemetry_driver({"telemetry": telemetry}, "grpo")
     kwargs = vllm_tracing_kwargs()
-    env = {k: os.environ[k] for k in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")}
+    env = {
+        k: os.environ[k]
+        for k in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
+    }
     started = time.monotonic()
     seen = _offline(model, kwargs) if mode == "llm" else _server(model, kwargs)
     root = lens_rl.get_telemetry_handle().root_span_id

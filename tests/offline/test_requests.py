@@ -20,7 +20,9 @@ from lens_rl.store import span_files
 from tests.stores import span, write_process
 
 
-def _request(label: str, start_s: float, e2e: float, queue: float, ttft: float, tokens: int, parent: str) -> dict[str, Any]:
+def _request(
+    label: str, start_s: float, e2e: float, queue: float, ttft: float, tokens: int, parent: str
+) -> dict[str, Any]:
     row = span(
         "llm_request",
         start_s,
@@ -51,13 +53,18 @@ def _store(run: Path) -> None:
         "driver",
         0,
         1,
-        [span("rl.job", 0, 12, "job"), span("step", 0, 11, "s0", parent="job", step=0),
-         span("generate", 0, 10, "g0", parent="s0", bucket="productive")],
+        [
+            span("rl.job", 0, 12, "job"),
+            span("step", 0, 11, "s0", parent="job", step=0),
+            span("generate", 0, 10, "g0", parent="s0", bucket="productive"),
+        ],
         root="job",
         role="driver",
     )
     gen = [_request(f"r{i}", (i // 2) * 1.0, 1.0, (i % 10) / 100, 0.2, 50, "g0") for i in range(20)]
-    write_process(run, "gen", 0, 2, gen, name="spans-gen-0-vllm-front-end-2.jsonl", **{"vllm.process_kind": "front-end"})
+    write_process(
+        run, "gen", 0, 2, gen, name="spans-gen-0-vllm-front-end-2.jsonl", **{"vllm.process_kind": "front-end"}
+    )
     write_process(run, "other", 0, 3, [_request("x", 0, 2.0, 0.5, 1.0, 10, "g0")])
 
 
