@@ -260,15 +260,34 @@ def json_line(record: Any) -> str:
 class _StoreWriter:
     """What both file exporters share: the file and its header, the fork guard, one warning per write error."""
 
-    def __init__(self, trace_dir: str, run_id: str, kind: str, attributes: dict[str, Any], role: str) -> None:
+    def __init__(
+        self,
+        trace_dir: str,
+        run_id: str,
+        kind: str,
+        attributes: dict[str, Any],
+        role: str,
+        *,
+        pid: int | None = None,
+        path: Path | None = None,
+        since_ns: int | None = None,
+    ) -> None:
+        """``pid``, ``path``, ``since_ns``: another process's file written here (vLLM's, by the loopback
+        receiver): the header's pid, the file, and its time origin (default: this process's, now)."""
         self._pid = os.getpid()
-        self._file = _AppendFile(store_path(trace_dir, run_id, kind, attributes, self._pid))
+        pid = self._pid if pid is None else pid
+        self._file = _AppendFile(path or store_path(trace_dir, run_id, kind, attributes, pid))
         # since: made as telemetry starts, before any span of this process can start (readers' time origin)
-        self._header: dict[str, Any] | None = header(kind, attributes, self._pid, time.time_ns(), role=role)
+        since_ns = time.time_ns() if since_ns is None else since_ns
+        self._header: dict[str, Any] | None = header(kind, attributes, pid, since_ns, role=role)
 
     @property
     def path(self) -> Path:
         return self._file.path
+
+    def close(self, wait_s: float = _CLOSE_WAIT_S) -> None:
+        """No more writes; waits for one in progress at most ``wait_s``."""
+        self._file.close(wait_s)
 
     def set_root(self, span_id: int) -> None:
         """Name the job root's span id in the header (the driver's: its top-level spans' parent)."""

@@ -20,6 +20,7 @@ from array import array
 from itertools import compress
 from typing import Any
 
+from lens_rl.offline.requests import REQUEST_SPAN, request_numbers
 from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, iter_rows, time_ns
 
 __all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "THIRD_PARTY", "Columns", "read_columns"]
@@ -53,6 +54,7 @@ class Columns:
         "flops",
         "gen_tokens",
         "flags",
+        "requests",
         "root",
         "since",
         "job_error",
@@ -74,6 +76,8 @@ class Columns:
         #: row -> (output, input) tokens of a third-party span that says them (``gen_ai.usage.*``), sparse
         self.gen_tokens: dict[int, tuple[float, float]] = {}
         self.flags = bytearray()
+        #: row -> a vLLM request span's numbers (:func:`lens_rl.offline.requests.request_numbers`; sparse)
+        self.requests: dict[int, tuple[float, ...]] = {}
         #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
         self.root: Any = None
         #: the earliest header's ``since`` (ns: no span of the process starts before it), None when absent
@@ -143,6 +147,10 @@ class Columns:
             flops = attrs.get("rl.flops_per_token")
             if flops is not None and type(flops) in (int, float) and 0 < flops < 1e15:
                 self.flops[len(self.tokens) - 1] = float(flops)
+            if name == REQUEST_SPAN:
+                numbers = request_numbers(attrs)
+                if numbers is not None:
+                    self.requests[len(self.tokens) - 1] = numbers
         else:
             self.buckets.append(None)
             self.steps.append(None)
@@ -190,9 +198,10 @@ class Columns:
         out.buckets = list(compress(self.buckets, keep))
         out.steps = list(compress(self.steps, keep))
         out.tokens = list(compress(self.tokens, keep))
-        if self.flops:
+        if self.flops or self.requests:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
             out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
+            out.requests = {new_index[i]: v for i, v in self.requests.items() if i in new_index}
         if self.gen_tokens:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
             out.gen_tokens = {new_index[i]: v for i, v in self.gen_tokens.items() if i in new_index}

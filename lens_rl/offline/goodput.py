@@ -38,7 +38,9 @@ kind: ``phase``, ``bucket``, ``worker_group``, ``steps`` | ``share``, ``unattrib
 ``worker_groups`` [{``worker_group``, ``processes``, ``seconds``, ``goodput``, ``wall_s``}], ``ranks``
 [{``worker_group``, ``rank``, ``pid``, ``attempt``, ``seconds``, ``goodput``, ``wall_s``}], ``stragglers``
 {``per_step``, ``persistent``, ``degrading``}, ``critical_path`` {``phases``, ``steps``}, ``throughput``
-{``gpus``, ``tokens``, ``e2e_tokens_per_s_per_gpu``}, ``sampled``, ``concurrent``, ``runs``, ``notes``,
+{``gpus``, ``tokens``, ``e2e_tokens_per_s_per_gpu``}, ``requests`` [{``worker_group``, ``requests``, ``e2e_p50_s``,
+``e2e_p95_s``, ``queue_share``, ``queue_p95_s``, ``ttft_p50_s``, ``ttft_p95_s``, ``prefill_s``, ``decode_s``,
+``output_tokens``, ``busy_s``, ``output_tokens_per_s``}] (vLLM's request spans, :mod:`lens_rl.offline.requests`), ``sampled``, ``concurrent``, ``runs``, ``notes``,
 ``spans``, ``files``, ``skipped_lines``. Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
 ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (docs/optimise.md).
 
@@ -73,6 +75,7 @@ from lens_rl.offline.critical import Memo, critical_path
 from lens_rl.offline.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.parts import BUCKETS, ProcessPart, StepPart, merge_parts, share_steps, step_key
 from lens_rl.offline.reduce import file_steps
+from lens_rl.offline.requests import requests_rows
 from lens_rl.offline.rows import (
     UNBUCKETED_SHARE,
     group_and_rank_rows,
@@ -166,6 +169,7 @@ def report_from_parts(
         "stragglers": stragglers(processes, steps),
         "critical_path": critical_path(processes, step_rows, memo),
         "throughput": throughput,
+        "requests": requests_rows(processes),
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,

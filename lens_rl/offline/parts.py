@@ -276,6 +276,8 @@ class ProcessPart:
     #: parent span id -> [output, input] tokens of third-party spans (``gen_ai.usage``) whose phase is in
     #: another file
     remote_tokens: dict[str, list[float]] = field(default_factory=dict)
+    #: its vLLM request spans' numbers (:class:`lens_rl.offline.requests.RequestsPart`), or None
+    requests: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -376,6 +378,11 @@ class ProcessPart:
             found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
             found[0] += out
             found[1] += into
+        if other.requests is not None:
+            if self.requests is None:
+                self.requests = other.requests
+            else:
+                self.requests.merge(other.requests)
         if other.crit is not None:
             if self.crit is None:
                 self.crit = other.crit

@@ -31,6 +31,7 @@ from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPa
 from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
 from lens_rl.offline.read.tree import resolve as resolve_tree
+from lens_rl.offline.requests import requests_part
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
 __all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
@@ -207,6 +208,7 @@ def part_from_columns(
         if isinstance(rate, (int, float)) and rate < 1:
             part.sampled = True
     part.spans = len(cols.names)
+    part.requests = requests_part(cols.requests, cols.starts, cols.ends)
     if part.spans:
         tree = link(cols)
         resolve(tree)

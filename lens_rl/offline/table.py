@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.offline.parts import BUCKETS
+from lens_rl.offline.requests import format_requests
 
 __all__ = ["MAX_STEP_ROWS", "format_table"]
 
@@ -52,6 +53,7 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
         lines += ["", *(f"warning: {w['message']}" for w in warnings)]
     lines += _critical_lines(report)
     lines += _throughput_lines(report)
+    lines += format_requests(report)
     lines += _group_lines(report)
     lines += _straggler_lines(report)
     return "\n".join(lines)

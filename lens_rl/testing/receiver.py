@@ -21,20 +21,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from lens_rl.integrations.otlp_proto import attributes, trace_spans
+
 __all__ = ["OTLPReceiver", "hung_endpoint", "refused_endpoint"]
-
-
-def _any_value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_any_value(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: _any_value(kv.value) for kv in value.kvlist_value.values}
-    return getattr(value, kind) if kind else None
-
-
-def _attrs(key_values: Any) -> dict[str, Any]:
-    return {kv.key: _any_value(kv.value) for kv in key_values}
 
 
 class OTLPReceiver:
@@ -127,31 +116,23 @@ class OTLPReceiver:
             self.requests += 1
             self.headers.append(headers)
         if path.endswith("/v1/traces"):
-            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            decoded = []
-            for rs in request.resource_spans:
-                resource = _attrs(rs.resource.attributes)
-                for ss in rs.scope_spans:
-                    for span in ss.spans:
-                        decoded.append(
-                            {
-                                "name": span.name,
-                                "trace_id": span.trace_id.hex(),
-                                "span_id": span.span_id.hex(),
-                                "parent_span_id": span.parent_span_id.hex() or None,
-                                "start_ns": span.start_time_unix_nano,
-                                "end_ns": span.end_time_unix_nano,
-                                "kind": span.kind,
-                                "status_code": span.status.code,
-                                "attributes": _attrs(span.attributes),
-                                "events": [{"name": e.name, "attributes": _attrs(e.attributes)} for e in span.events],
-                                "resource": resource,
-                                "scope": ss.scope.name,
-                            }
-                        )
+            decoded = [
+                {
+                    "name": span.name,
+                    "trace_id": span.trace_id.hex(),
+                    "span_id": span.span_id.hex(),
+                    "parent_span_id": span.parent_span_id.hex() or None,
+                    "start_ns": span.start_time_unix_nano,
+                    "end_ns": span.end_time_unix_nano,
+                    "kind": span.kind,
+                    "status_code": span.status.code,
+                    "attributes": attributes(span.attributes),
+                    "events": [{"name": e.name, "attributes": attributes(e.attributes)} for e in span.events],
+                    "resource": resource,
+                    "scope": scope,
+                }
+                for resource, scope, span in trace_spans(body)
+            ]
             with self._cond:
                 self.spans.extend(decoded)
                 self._cond.notify_all()

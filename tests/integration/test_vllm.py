@@ -1,35 +1,173 @@
-"""vLLM native tracing: the flags follow the resolved config and the master switch."""
+"""vLLM's tracing switched on by lens_rl (no vLLM needed): the engine arguments, the environment its
+processes read, and the loopback receiver's lifecycle.
+
+vLLM itself is stood in for by a two-line ``vllm/tracing.py`` (its public ``is_otel_available``), the only
+part of it :func:`vllm_tracing_kwargs` looks at; ``test_vllm_real.py`` runs the real engine.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
-from lens_rl.integrations.vllm import vllm_tracing_env, vllm_tracing_kwargs
+import lens_rl
+from lens_rl.integrations import vllm as integration
+from lens_rl.integrations.vllm import merged_resource_env, vllm_server_args, vllm_tracing_env, vllm_tracing_kwargs
 
 
-def test_nothing_when_not_requested(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Off, or on without vllm_native_tracing, gives no engine arguments."""
+@pytest.fixture(autouse=True)
+def _no_vllm_module() -> Iterator[None]:
+    """Each test imports its own stand-in (or none)."""
+    for name in ("vllm", "vllm.tracing"):
+        sys.modules.pop(name, None)
+    yield
+    for name in ("vllm", "vllm.tracing"):
+        sys.modules.pop(name, None)
+
+
+def _fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, available: bool = True) -> None:
+    package = tmp_path / "fake_site" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tracing.py").write_text(f"def is_otel_available():\n    return {available}\n")
+    monkeypatch.syspath_prepend(str(package.parent))
+
+
+def _driver(tmp_path: Path, **telemetry: object) -> None:
+    config = {"enabled": True, "trace_dir": str(tmp_path / "traces"), "run_id": "r1", "vllm_native_tracing": True}
+    lens_rl.init_telemetry_driver({"telemetry": {**config, **telemetry}}, "grpo")
+
+
+def _refuses(url: str) -> bool:
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    with socket.socket() as sock:
+        return sock.connect_ex((host, int(port))) != 0
+
+
+def test_nothing_when_not_requested(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off, or on without vllm_native_tracing, gives no engine arguments and leaves the environment alone."""
+    _fake_vllm(tmp_path, monkeypatch)
     assert vllm_tracing_kwargs() == {} and vllm_tracing_env() == {}
-    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
+    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(tmp_path)}}, "grpo")
     assert vllm_tracing_kwargs() == {}
-    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "0")
-    monkeypatch.setenv("LENS_RL_OTEL_VLLM_NATIVE_TRACING", "1")
-    assert vllm_tracing_kwargs() == {}  # the master switch wins
+    assert not [k for k in os.environ if k.startswith("OTEL_")]
 
 
-def test_http_and_grpc_endpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HTTP gets the /v1/traces path and the protocol env; gRPC the bare endpoint."""
-    monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
-    monkeypatch.setenv("LENS_RL_OTEL_VLLM_NATIVE_TRACING", "true")
-    monkeypatch.setenv("LENS_RL_OTEL_ENDPOINT", "http://collector:4318/")
-    assert vllm_tracing_kwargs() == {
-        "otlp_traces_endpoint": "http://collector:4318/v1/traces",
-        "collect_detailed_traces": ["all"],
-    }
-    assert vllm_tracing_env()["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
-    monkeypatch.setenv("LENS_RL_OTEL_PROTOCOL", "grpc")
-    monkeypatch.setenv("LENS_RL_OTEL_ENDPOINT", "http://collector:4317")
-    assert vllm_tracing_kwargs("model,worker") == {
-        "otlp_traces_endpoint": "http://collector:4317",
-        "collect_detailed_traces": ["model", "worker"],
-    }
+def test_nothing_without_vllm_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Without vLLM installed: {} and one warning, however often it is asked."""
+    _driver(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        assert vllm_tracing_kwargs() == {} and vllm_tracing_kwargs() == {}
+    assert [r.getMessage() for r in caplog.records if "vLLM" in r.getMessage()] == [
+        "lens_rl: vllm_native_tracing is on but vLLM is not installed"
+    ]
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" not in os.environ
+
+
+def test_nothing_when_this_vllm_cannot_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A vLLM whose tracing cannot run here (its OpenTelemetry exporters missing) gets no tracing arguments,
+    which would make its engine refuse to start."""
+    _fake_vllm(tmp_path, monkeypatch, available=False)
+    _driver(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        assert vllm_tracing_kwargs() == {}
+    assert any("cannot trace" in r.getMessage() for r in caplog.records)
+
+
+def test_file_store_kwargs_env_and_receiver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the file store: the loopback endpoint, stats on, the HTTP protocol, the job's identity for vLLM's
+    processes; one receiver, stopped by shutdown_telemetry."""
+    _fake_vllm(tmp_path, monkeypatch)
+    _driver(tmp_path)
+    kwargs = vllm_tracing_kwargs()
+    assert set(kwargs) == {"otlp_traces_endpoint", "disable_log_stats"}
+    assert kwargs["disable_log_stats"] is False
+    endpoint = str(kwargs["otlp_traces_endpoint"])
+    assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/v1/traces")
+    assert vllm_tracing_kwargs()["otlp_traces_endpoint"] == endpoint  # started once
+    assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert os.environ["OTEL_SERVICE_NAME"] == "lens-rl-vllm"
+    assert os.environ["OTEL_BSP_SCHEDULE_DELAY"] == "500"
+    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "rl.run_id=r1,rl.attempt=0,rl.worker_group=driver,nv.dl.rank=0"
+    assert vllm_tracing_env()["OTEL_SERVICE_NAME"] == "lens-rl-vllm"
+    assert not _refuses(endpoint)
+    assert lens_rl.shutdown_telemetry(5000) is True
+    assert _refuses(endpoint)
+
+
+def test_environment_is_set_only_where_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's own values win: setdefault per variable, and per key of OTEL_RESOURCE_ATTRIBUTES."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "mine")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=a%20b,rl.worker_group=gen")
+    _driver(tmp_path, service_name="job")
+    assert vllm_tracing_kwargs()
+    assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+    assert os.environ["OTEL_SERVICE_NAME"] == "mine"
+    assert (
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"]
+        == "team=a%20b,rl.worker_group=gen,rl.run_id=r1,rl.attempt=0,nv.dl.rank=0"
+    )
+
+
+def test_resource_values_are_percent_encoded() -> None:
+    """A value with a comma or equals sign cannot break OTEL_RESOURCE_ATTRIBUTES apart."""
+    assert (
+        merged_resource_env("", {"rl.run_id": "a,b=c", "rl.worker_group": "g"})
+        == "rl.run_id=a%2Cb%3Dc,rl.worker_group=g"
+    )
+
+
+def test_otlp_endpoints_and_detail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With otlp, vLLM exports to the job's collector (HTTP: the traces path; gRPC: the bare endpoint); only the
+    detailed-trace modules vLLM knows are passed."""
+    _fake_vllm(tmp_path, monkeypatch)
+    _driver(tmp_path, exporter="otlp", endpoint="http://collector:4318/")
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        assert vllm_tracing_kwargs("model, bogus") == {
+            "otlp_traces_endpoint": "http://collector:4318/v1/traces",
+            "disable_log_stats": False,
+            "collect_detailed_traces": ["model"],
+        }
+    assert any("bogus" in r.getMessage() for r in caplog.records)
+    assert integration._RECEIVER[0] is None  # a collector needs no loopback receiver
+    lens_rl.shutdown_telemetry(2000)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+    _driver(tmp_path, exporter="otlp", endpoint="http://collector:4317", protocol="grpc")
+    assert vllm_tracing_kwargs()["otlp_traces_endpoint"] == "http://collector:4317"
+    assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+
+
+def test_server_args() -> None:
+    """The server's flags carry the endpoint and the detail; logging stats is its default (no flag)."""
+    kwargs = {"otlp_traces_endpoint": "http://127.0.0.1:9/v1/traces", "disable_log_stats": False}
+    assert vllm_server_args(kwargs) == ["--otlp-traces-endpoint", "http://127.0.0.1:9/v1/traces"]
+    assert vllm_server_args({**kwargs, "collect_detailed_traces": ["model", "worker"]})[-2:] == [
+        "--collect-detailed-traces",
+        "model,worker",
+    ]
+    assert vllm_server_args({}) == []
+
+
+@pytest.mark.expects_internal_error
+def test_a_fault_of_its_own_never_fails_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault inside lens_rl (here: the receiver cannot start) gives {}: the engine runs untraced."""
+    _fake_vllm(tmp_path, monkeypatch)
+    _driver(tmp_path)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("no sockets today")
+
+    monkeypatch.setattr("lens_rl.integrations.vllm_receiver.StoreReceiver", broken)
+    assert vllm_tracing_kwargs() == {}

@@ -48,6 +48,7 @@ from lens_rl.offline.report.figures import (
     timeline_figure,
 )
 from lens_rl.offline.report.page import page
+from lens_rl.offline.requests import requests_figure
 
 __all__ = [
     "HEAT_LIMIT",
@@ -107,6 +108,7 @@ def build_report(
         attempts_figure(go, report, parts),
         *step_figures(go, report),
         critical_figure(go, report),
+        requests_figure(go, report),
         rank_figure(go, report),
         *heat_figures(go, parts),
     ]
