@@ -10,7 +10,6 @@ Example::
 from __future__ import annotations
 
 import difflib
-
 import math
 import os
 import re
