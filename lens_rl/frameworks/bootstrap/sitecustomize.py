@@ -28,8 +28,8 @@ except Exception as exc:  # the job's own sitecustomize failed: as Python's site
     print(f"Error in sitecustomize (chained by lens-rl run): {exc!r}", file=sys.stderr)
 
 try:
-    from lens_rl.frameworks._bootstrap import start
+    from lens_rl.frameworks import _bootstrap
 except Exception:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
-    start = None
-if start is not None:
-    start()
+    _bootstrap = None  # type: ignore[assignment]
+if _bootstrap is not None:
+    _bootstrap.start()
