@@ -32,9 +32,7 @@ def _job(tmp_path: Path, *args: str, run: bool = False, extra_env: dict[str, str
     if run:
         command = [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--"]
         command += [sys.executable, str(JOB), str(out), *args]
-    done = subprocess.run(
-        command, env=clean_env(extra_env), cwd=tmp_path, capture_output=True, text=True, timeout=900
-    )
+    done = subprocess.run(command, env=clean_env(extra_env), cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     result: dict[str, Any] = json.loads(out.read_text())
     result["stderr"] = done.stderr
