@@ -56,7 +56,6 @@ Example (a framework module)::
 
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 import re
@@ -70,6 +69,7 @@ from typing import Any
 from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket
+from lens_rl.record import wrappers
 from lens_rl.record.engine import Node, close_node, open_node
 from lens_rl.record.phases import Phase
 
@@ -232,18 +232,26 @@ def _own_dict(owner: Any) -> Mapping[str, Any]:
 
 
 def _generate(func: Any, on_call: Callable[..., Any], framework: Framework) -> Any:
-    """The plain function standing in for ``func``: one flag check and a call while off."""
-    state = framework.state
-    rt = _RT
-
-    def woven(*args: Any, **kwargs: Any) -> Any:
-        if rt.on and state.active:
-            return _on(framework, func, on_call, args, kwargs)
-        return func(*args, **kwargs)
-
-    functools.update_wrapper(woven, func)
-    woven.__lens_rl_framework__ = framework.name  # type: ignore[attr-defined]
+    """The plain function standing in for ``func``, with its exact signature (``record.wrappers``): one flag
+    check and a call while off (no ``*args`` packing: that alone costs ~250 ns a call here)."""
+    woven = wrappers.wrap(func, _Woven(framework, on_call), kind="sync")
+    woven.__lens_rl_framework__ = framework.name
     return woven
+
+
+class _Woven(wrappers.Runner):  # type: ignore[misc]
+    """What a generated stand-in calls while telemetry is on: the framework's ``on_call``, if it is woven."""
+
+    __slots__ = ("framework", "on_call")
+
+    def __init__(self, framework: Framework, on_call: Callable[..., Any]) -> None:
+        self.framework = framework
+        self.on_call = on_call
+
+    def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        if self.framework.state.active:
+            return _on(self.framework, fn, self.on_call, args, kwargs)
+        return fn(*args, **kwargs)
 
 
 def _gated(wrapper: Callable[..., Any], state: _State) -> Callable[..., Any]:
