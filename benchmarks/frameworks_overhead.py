@@ -130,7 +130,7 @@ def measure(rounds: int, number: int) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for shape, (stmt, classes, var) in shapes.items():
 
-        def env(kind: str) -> dict[str, Any]:
+        def env(kind: str, classes: dict[str, type] = classes, var: str = var) -> dict[str, Any]:
             cls = classes[kind]
             return {var: cls() if var == "t" else cls}
 
@@ -141,7 +141,9 @@ def measure(rounds: int, number: int) -> dict[str, dict[str, float]]:
             for label, kind in (("bare", "bare"), ("woven off", "plain"), ("wrapt off", "wrapt")):
                 samples[label].append(timeit.Timer(stmt, globals=env(kind)).timeit(number) / number * 1e9)
             with null_pipeline():
-                samples["woven on"].append(timeit.Timer(stmt, globals=env("plain")).timeit(number // 10) / (number // 10) * 1e9)
+                samples["woven on"].append(
+                    timeit.Timer(stmt, globals=env("plain")).timeit(number // 10) / (number // 10) * 1e9
+                )
         out[shape] = {label: statistics.median(values) for label, values in samples.items()}
     return out
 
