@@ -61,6 +61,7 @@ import itertools
 import re
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -198,6 +199,8 @@ class Weaver:
                 return False
             kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
             func = raw.__func__ if kind is not None else raw
+            if kind is None and isinstance(owner, type) and type(func) is not types.FunctionType:
+                func = _bound_through(func)  # another tool's descriptor (a wrapt wrapper): bound as it binds
             woven = _generate(func, on_call, self.framework)
             ours = kind(woven) if kind is not None else woven
             return self._put(owner, attr, raw if attr in _own_dict(owner) else None, ours)
@@ -225,6 +228,16 @@ class Weaver:
         _OURS[id(ours)] = patch
         self.framework.state.patches.append(patch)
         return True
+
+
+def _bound_through(descriptor: Any) -> Any:
+    """A function calling ``descriptor`` bound to its first argument, as attribute access would bind it."""
+
+    def through(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return descriptor.__get__(self, type(self))(*args, **kwargs)
+
+    through.__wrapped__ = descriptor  # type: ignore[attr-defined]
+    return through
 
 
 def _own_dict(owner: Any) -> Mapping[str, Any]:

@@ -87,6 +87,11 @@ def test_uninstrument_restores_the_originals_and_leaves_another_tools_wrapper(st
         timer.start("gen")
         timer.stop("gen")
     assert rec.names() == [] and calls == ["gen"]
+    assert _registry.instrument(fw.name) == [fw.name]  # woven again, over the other tool's wrapper
+    with recording() as rec:
+        timer.start("gen")
+        timer.stop("gen")
+    assert rec.names() == ["gen"] and calls == ["gen", "gen"]
 
 
 def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) -> None:
