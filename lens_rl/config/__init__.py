@@ -37,6 +37,7 @@ from lens_rl.config.values import (
     choice,
     env_text,
     mask_url,
+    name_list,
     non_negative_int,
     parse_bool,
     parse_headers,
@@ -58,6 +59,8 @@ __all__ = [
 
 EXPORTERS = ("file", "otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
+#: What the field ``instrument`` may name (``lens_rl.frameworks`` weaves each; a test keeps the two in step).
+FRAMEWORKS = ("trl", "transformers", "verl", "nemo_rl", "skyrl", "openrlhf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +123,8 @@ class TelemetryConfig:
         10000, "LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS", non_negative_int(86_400_000, "ms (1 day)")
     )
     hang_timeout_s: float = param(600.0, "LENS_RL_OTEL_HANG_TIMEOUT_S", as_positive_float)
+    #: Frameworks woven at every init (``lens_rl.instrument``): ``trl``, ``verl``, ... or ``all``; none by default.
+    instrument: tuple[str, ...] = param((), "LENS_RL_OTEL_INSTRUMENT", name_list(FRAMEWORKS))
 
     @property
     def resolved_endpoint(self) -> str:
@@ -188,7 +193,9 @@ class TelemetryConfig:
         Credentials never travel: an endpoint's userinfo is left out (workers
         authenticate with ``headers_file`` or the nodes' own ``OTEL_EXPORTER_OTLP_HEADERS``).
         """
-        return {p.env: p.to_env(value) for field, p in PARAMS.items() if (value := getattr(self, field)) is not None}
+        return {
+            p.env: p.to_env(value) for field, p in PARAMS.items() if (value := getattr(self, field)) not in (None, ())
+        }
 
     def headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
         """OTLP headers: ``OTEL_EXPORTER_OTLP_HEADERS`` merged with ``headers_file`` (the file wins).
