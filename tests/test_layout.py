@@ -23,6 +23,7 @@ ROOMS = {
     "export": ("export",),
     "store": ("store",),
     "offline": ("offline",),
+    "frameworks": ("frameworks",),
     "integrations": ("integrations",),
     "testing": ("testing",),
 }
@@ -36,6 +37,7 @@ ALLOWED = {
     "export": {"vocabulary", "runtime", "store"},
     "store": set(),
     "offline": {"store", "vocabulary"},
+    "frameworks": {"vocabulary", "runtime", "record", "setup"},
     "integrations": set(ROOMS) - {"offline"},
     "testing": set(ROOMS),
 }

@@ -1,0 +1,436 @@
+"""What a framework module declares, and the weaving tools it uses (the contract of ``lens_rl.frameworks``).
+
+A framework module (``lens_rl/frameworks/<name>.py``, listed in :data:`lens_rl.frameworks._registry.MODULES`)
+defines one module-level ``FRAMEWORK = Framework(...)``:
+
+- ``name``: what ``lens_rl.instrument(name)`` takes (``"verl"``);
+- ``distribution`` and ``tested``: the pip distribution whose version is checked before anything is patched,
+  and the range it was tested with (``">=0.9,<0.10"``: comma-separated ``>=``, ``>``, ``<=``, ``<``, ``==``
+  clauses). Outside it: one warning, the framework stays unwoven. When the distribution is not installed
+  (a stand-in), the target module's ``__version__`` is read instead;
+- ``targets``: target module name -> ``weave(module, weaver)``. Each weave runs once per weaving, in a wrapt
+  post-import hook: when that module is imported, or at once if it already is. It patches *class or module
+  attributes* (so names bound elsewhere still see the patch) only through ``weaver`` (:class:`Weaver`), which
+  records every patch so that ``uninstrument`` undoes exactly lens_rl's own. A weave that raises (a target
+  that moved) is one warning; its framework's patches are undone and it stays unwoven. It never fails the
+  import;
+- ``requires``: other frameworks woven with it (``trl`` weaves ``transformers``: the step comes from there);
+- ``unweave`` (optional): forgets per-process state of the module's own (open steps) after its patches are undone;
+- ``stands_down`` (optional): a reason string when the framework's own OpenTelemetry layer is on (lens_rl's
+  weaving then stays off, one line says why), else None. Asked at the first on-path use of each woven call.
+
+How a timer becomes a phase (everything below never raises into the framework; faults go to the one error
+boundary, :func:`lens_rl._errors.internal_error`):
+
+- ``weaver.around(owner, attr, on_call)`` replaces a function or method with a generated plain function:
+  while telemetry is off (or the framework unwoven) it calls the original at the cost of one flag check and
+  one call (the hot timers: ``start``/``stop``, ``__enter__``/``__exit__``); while on it calls
+  ``on_call(original, args, kwargs)`` (``args[0]`` is ``self`` for a method), which calls ``original`` itself.
+- ``weaver.wrap(owner, attr, wrapper)`` wraps with wrapt (``wrap_function_wrapper``), ``wrapper(wrapped,
+  instance, args, kwargs)`` called only while on: for the rarer calls (a trainer's ``fit``, ``__init__``).
+- A start/stop timer: ``phases.start(key, name, **rl_attributes)`` opens the phase ``name`` (made current,
+  bucketed by the default table) and ``phases.stop(key)`` closes it, with ``phases = OpenPhases()`` and
+  ``key`` e.g. ``(id(timer), name)``; an enter/exit timer the same with ``key = id(self)`` (entries of one
+  key stack, so re-entry nests). :func:`open_phase` / :func:`close_phase` do it with a token instead.
+- A step umbrella: ``steps = StepUmbrella("step")``; ``steps.begin(number)`` opens phase ``step`` carrying
+  ``rl.step = number`` and no bucket (what the goodput rollup calls a step; the phases opened until it ends
+  are its children); ``steps.end()`` closes it. ``steps.begin()`` with no number counts from ``first``
+  per process. A ``begin`` while one is open ends that one first.
+- :func:`record_interval` writes a phase that already happened (a back-dated span, e.g. a timer's ``record``).
+
+Example (a framework module)::
+
+    phases = OpenPhases()
+    steps = StepUmbrella("step")
+
+    def _start(original, args, kwargs):
+        phases.start((id(args[0]), args[1]), args[1])
+        return original(*args, **kwargs)
+
+    def _weave(module, weaver):
+        weaver.around(module.Timer, "start", _start)
+
+    FRAMEWORK = Framework("mylib", "mylib", ">=1.2,<2", {"mylib.timer": _weave})
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from lens_rl._errors import internal_error
+from lens_rl._runtime import RUNTIME
+from lens_rl.buckets import Bucket, coerce_bucket
+from lens_rl.record.engine import Node, close_node, open_node
+from lens_rl.record.phases import Phase
+
+__all__ = [
+    "Framework",
+    "OpenPhases",
+    "Patch",
+    "StepUmbrella",
+    "Weaver",
+    "close_phase",
+    "in_range",
+    "open_phase",
+    "record_interval",
+]
+
+_RT = RUNTIME  # the off paths read ``_RT.on``
+
+Weave = Callable[[ModuleType, "Weaver"], None]
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework lens_rl weaves into (see the module docstring for each field)."""
+
+    name: str
+    distribution: str
+    tested: str
+    targets: Mapping[str, Weave]
+    requires: tuple[str, ...] = ()
+    unweave: Callable[[], None] | None = None
+    stands_down: Callable[[], str | None] | None = None
+    #: one ``active`` flag per framework, read by its woven functions (False: pass straight through)
+    state: _State = field(default_factory=lambda: _State(), compare=False, repr=False)
+
+
+class _State:
+    """A framework's per-process weaving state (read on every woven call: ``active`` only)."""
+
+    __slots__ = ("active", "patches", "refused", "standing_down")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.patches: list[Patch] = []
+        self.refused: str | None = None  # why it stays unwoven (version, a target that moved)
+        self.standing_down: bool | None = None  # None: not asked yet
+
+
+# ---------------------------------------------------------------------- version ranges
+
+_CLAUSE = re.compile(r"^\s*(>=|<=|==|>|<)\s*([0-9][0-9.]*)")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numeric release of a version string (``"1.16.0rc1"`` -> ``(1, 16, 0)``)."""
+    parts = []
+    for piece in version.strip().split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+        if digits.group() != piece:
+            break
+    return tuple(parts)
+
+
+def in_range(version: str, spec: str) -> bool:
+    """Whether ``version`` satisfies every comma-separated clause of ``spec`` (release numbers compared,
+    missing parts as 0: ``1.16`` == ``1.16.0``)."""
+    have = _release(version)
+    for clause in spec.split(","):
+        if not clause.strip():
+            continue
+        match = _CLAUSE.match(clause)
+        if match is None:
+            raise ValueError(f"version range clause {clause!r} is not one of >=, >, <=, <, == and a version")
+        op, want = match.group(1), _release(match.group(2))
+        width = max(len(have), len(want))
+        a, b = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
+        ok = {">=": a >= b, ">": a > b, "<=": a <= b, "<": a < b, "==": a == b}[op]
+        if not ok:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------- patches
+
+
+@dataclass
+class Patch:
+    """One attribute lens_rl replaced: where, what was there, what lens_rl put."""
+
+    owner: Any
+    attr: str
+    original: Any  # the raw attribute as found in ``owner.__dict__`` (a staticmethod stays one)
+    ours: Any
+
+
+#: id -> patch of every wrapper lens_rl has put in place (what "ours" means; a set of ids stays cheap).
+_OURS: dict[int, Patch] = {}
+_LOCK = threading.RLock()
+
+
+def is_ours(obj: Any) -> bool:
+    """Whether ``obj`` is a wrapper lens_rl put in place (and still holds)."""
+    return id(obj) in _OURS and _OURS[id(obj)].ours is obj
+
+
+def _raw(owner: Any, attr: str) -> Any:
+    """The attribute as stored (a class's own ``__dict__`` first, then its bases: no descriptor bound)."""
+    return inspect.getattr_static(owner, attr)
+
+
+class Weaver:
+    """Patches one framework's targets and records them (see the module docstring)."""
+
+    def __init__(self, framework: Framework) -> None:
+        self.framework = framework
+
+    def around(self, owner: Any, attr: str, on_call: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]) -> bool:
+        """Replace ``owner.attr`` with a generated plain function; False when it already is lens_rl's
+        (here or on a base class: never wrapped twice). A staticmethod / classmethod stays one."""
+        with _LOCK:
+            raw = _raw(owner, attr)
+            if is_ours(raw):
+                return False
+            kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+            func = raw.__func__ if kind is not None else raw
+            woven = _generate(func, on_call, self.framework)
+            ours = kind(woven) if kind is not None else woven
+            return self._put(owner, attr, raw if attr in _own_dict(owner) else None, ours)
+
+    def wrap(self, owner: Any, attr: str, wrapper: Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]) -> bool:
+        """Wrap ``owner.attr`` with wrapt; ``wrapper(wrapped, instance, args, kwargs)`` runs only while on.
+        False when it already is lens_rl's (here or on a base class)."""
+        import wrapt
+
+        with _LOCK:
+            raw = _raw(owner, attr)
+            if is_ours(raw):
+                return False
+            original = raw if attr in _own_dict(owner) else None
+            gate = _gated(wrapper, self.framework.state)
+            ours = wrapt.wrap_function_wrapper(owner, attr, gate)  # positional: 2.x renamed an argument
+            return self._record(owner, attr, original, ours)
+
+    def _put(self, owner: Any, attr: str, original: Any, ours: Any) -> bool:
+        setattr(owner, attr, ours)
+        return self._record(owner, attr, original, ours)
+
+    def _record(self, owner: Any, attr: str, original: Any, ours: Any) -> bool:
+        patch = Patch(owner, attr, original, ours)
+        _OURS[id(ours)] = patch
+        self.framework.state.patches.append(patch)
+        return True
+
+
+def _own_dict(owner: Any) -> Mapping[str, Any]:
+    return owner.__dict__ if isinstance(owner, (type, ModuleType)) else vars(owner)
+
+
+def _generate(func: Any, on_call: Callable[..., Any], framework: Framework) -> Any:
+    """The plain function standing in for ``func``: one flag check and a call while off."""
+    state = framework.state
+    rt = _RT
+
+    def woven(*args: Any, **kwargs: Any) -> Any:
+        if rt.on and state.active:
+            return _on(framework, func, on_call, args, kwargs)
+        return func(*args, **kwargs)
+
+    functools.update_wrapper(woven, func)
+    woven.__lens_rl_framework__ = framework.name  # type: ignore[attr-defined]
+    return woven
+
+
+def _gated(wrapper: Callable[..., Any], state: _State) -> Callable[..., Any]:
+    rt = _RT
+
+    def gate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if rt.on and state.active:
+            return wrapper(wrapped, instance, args, kwargs)
+        return wrapped(*args, **kwargs)
+
+    return gate
+
+
+def _on(framework: Framework, func: Any, on_call: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """The on path of a woven call: the framework's ``on_call``, unless it stands down."""
+    state = framework.state
+    if state.standing_down is None and framework.stands_down is not None:
+        reason = None
+        try:
+            reason = framework.stands_down()
+        except Exception as exc:
+            internal_error(exc, f"framework-{framework.name}")
+        state.standing_down = bool(reason)
+        if reason:
+            from lens_rl._errors import warn_once
+
+            warn_once(f"stand-down-{framework.name}", "lens_rl: %s weaving stands down: %s", framework.name, reason)
+    if state.standing_down:
+        return func(*args, **kwargs)
+    return on_call(func, args, kwargs)
+
+
+def unpatch(patch: Patch) -> bool:
+    """Undo one of lens_rl's patches, leaving any other tool's wrapper in place; True when lens_rl's is gone
+    (on top: the original put back; under a wrapt proxy of another tool: spliced out of its chain)."""
+    owner, attr, ours = patch.owner, patch.attr, patch.ours
+    with _LOCK:
+        current = _own_dict(owner).get(attr)
+        if current is ours:
+            if patch.original is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, patch.original)
+            _OURS.pop(id(ours), None)
+            return True
+        node = current
+        inner = patch.original
+        while node is not None:
+            below = getattr(node, "__wrapped__", None)
+            if below is ours or below is _unwrapped(ours):
+                try:
+                    node.__wrapped__ = inner if inner is not None else _raw(owner, attr)
+                except (AttributeError, TypeError):
+                    return False  # a plain wrapper of another tool holds ours: ours stays, a pass-through
+                _OURS.pop(id(ours), None)
+                return True
+            node = below
+        return False
+
+
+def _unwrapped(obj: Any) -> Any:
+    return obj.__func__ if isinstance(obj, (staticmethod, classmethod)) else obj
+
+
+# ---------------------------------------------------------------------- timers to phases
+
+_PHASES: dict[tuple[Any, ...], Phase] = {}
+_PHASES_MAX = 4096
+
+
+def _phase(name: str, bucket: Bucket | str | None, rl_attributes: Mapping[str, Any]) -> Phase:
+    key = (name, bucket, *sorted(rl_attributes.items()))
+    try:
+        phase = _PHASES.get(key)
+    except TypeError:  # an unhashable value
+        return Phase(name, coerce_bucket(bucket), None, None, dict(rl_attributes))
+    if phase is None:
+        if len(_PHASES) >= _PHASES_MAX:
+            _PHASES.clear()
+        phase = _PHASES[key] = Phase(name, coerce_bucket(bucket), None, None, dict(rl_attributes))
+    return phase
+
+
+def open_phase(name: str, *, bucket: Bucket | str | None = None, **rl_attributes: Any) -> Node | None:
+    """Open phase ``name`` (made current; ``rl_attributes`` recorded as ``rl.<key>``); its token, or None
+    while telemetry is off. Never raises."""
+    try:
+        return open_node(_phase(name, bucket, rl_attributes))
+    except Exception as exc:
+        internal_error(exc, "framework-phase")
+        return None
+
+
+def close_phase(node: Node | None, exc: BaseException | None = None) -> None:
+    """Close what :func:`open_phase` opened (None: nothing). Never raises."""
+    if node is not None:
+        close_node(node, exc)
+
+
+class OpenPhases:
+    """Phases opened by one call and closed by another (a timer's start/stop, enter/exit), by key.
+
+    Entries under one key stack: a key entered twice before it ends closes the inner one first.
+    """
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[Any, list[Node]] = {}
+
+    def start(self, key: Any, name: str, *, bucket: Bucket | str | None = None, **rl_attributes: Any) -> None:
+        node = open_phase(name, bucket=bucket, **rl_attributes)
+        if node is not None:
+            self._open.setdefault(key, []).append(node)
+
+    def stop(self, key: Any, exc: BaseException | None = None) -> bool:
+        """Close the innermost phase open under ``key``; False when none was."""
+        stack = self._open.get(key)
+        if not stack:
+            return False
+        node = stack.pop()
+        if not stack:
+            self._open.pop(key, None)
+        close_phase(node, exc)
+        return True
+
+    def is_open(self, key: Any) -> bool:
+        return bool(self._open.get(key))
+
+    def clear(self) -> None:
+        """Close everything still open (an unweave; a framework reset)."""
+        for key in list(self._open):
+            while self.stop(key):
+                pass
+
+
+class StepUmbrella:
+    """A framework's step: phase ``name`` with ``rl.step`` and no bucket, opened by one call, closed by another."""
+
+    __slots__ = ("name", "first", "_counter", "_node", "number")
+
+    def __init__(self, name: str = "step", *, first: int = 1) -> None:
+        self.name = name
+        self.first = first
+        self._counter = itertools.count(first)
+        self._node: Node | None = None
+        #: the number of the open step (or the last one), None before any
+        self.number: Any = None
+
+    def begin(self, number: Any = None) -> None:
+        """Open the umbrella for step ``number`` (None: the next of a per-process count). Never raises."""
+        try:
+            if self._node is not None:
+                self.end()
+            if number is None:
+                number = next(self._counter)
+            self.number = number
+            self._node = open_phase(self.name, **{"step": number})
+        except Exception as exc:
+            internal_error(exc, "framework-step")
+
+    def end(self, exc: BaseException | None = None) -> None:
+        """Close the open umbrella (none: nothing)."""
+        node, self._node = self._node, None
+        close_phase(node, exc)
+
+    @property
+    def is_open(self) -> bool:
+        return self._node is not None
+
+    def reset(self) -> None:
+        self.end()
+        self._counter = itertools.count(self.first)
+        self.number = None
+
+
+def record_interval(
+    name: str, start_ns: int, end_ns: int | None = None, *, bucket: Bucket | str | None = None, **rl_attributes: Any
+) -> None:
+    """Write phase ``name`` that ran from ``start_ns`` to ``end_ns`` (default now; ``time.time_ns`` clock) under
+    the current context: a back-dated span (a timer's ``record(name, seconds)``). Never raises."""
+    try:
+        handle = _RT.handle or _RT.resolve()
+        if handle is None:
+            return
+        phase = _phase(name, bucket, rl_attributes)
+        chosen = phase.bucket or phase._default
+        attributes = phase._attributes(chosen)
+        span = handle.tracer.start_span(phase.name, attributes=attributes, start_time=start_ns)
+        span.end(end_ns if end_ns is not None else time.time_ns())
+    except Exception as exc:
+        internal_error(exc, "framework-record")

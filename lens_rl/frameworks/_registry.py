@@ -1,0 +1,222 @@
+"""The registry of frameworks and their post-import hooks: what ``lens_rl.instrument`` / ``uninstrument`` do.
+
+One :class:`~lens_rl.frameworks._base.Framework` per name, loaded lazily from its module (:data:`MODULES`).
+Weaving a framework (the shape of OpenTelemetry contrib's ``BaseInstrumentor``): its version is checked
+against its tested range before anything is patched, its ``active`` flag is set, and a wrapt post-import hook
+is registered once per target module (wrapt calls it at once when the module is already imported). Every
+hook body runs behind the one error boundary: a fault is one warning, the framework's patches are undone and
+it stays unwoven; the framework's import goes on. Unweaving undoes lens_rl's own patches only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+import threading
+from collections.abc import Iterable
+from types import ModuleType
+
+from lens_rl._errors import internal_error, warn_once
+from lens_rl.frameworks._base import Framework, Weaver, in_range, unpatch
+
+__all__ = ["MODULES", "SUPPORTED", "framework", "instrument", "installed", "names_from", "register", "uninstrument"]
+
+#: name -> the module that defines its ``FRAMEWORK`` (one per framework; the order is the weaving order).
+MODULES: dict[str, str] = {
+    "transformers": "lens_rl.frameworks.transformers",
+    "trl": "lens_rl.frameworks.trl",
+    "verl": "lens_rl.frameworks.verl",
+    "nemo_rl": "lens_rl.frameworks.nemo_rl",
+    "skyrl": "lens_rl.frameworks.skyrl",
+    "openrlhf": "lens_rl.frameworks.openrlhf",
+}
+SUPPORTED: tuple[str, ...] = tuple(MODULES)
+
+_LOADED: dict[str, Framework] = {}
+#: (framework name, target module) pairs whose post-import hook is registered (wrapt keeps hooks for good).
+_HOOKED: set[tuple[str, str]] = set()
+#: (framework name, target module) pairs woven since the framework was last activated.
+_WOVEN: set[tuple[str, str]] = set()
+_LOCK = threading.RLock()
+
+
+def register(fw: Framework) -> Framework:
+    """Make ``fw`` known by its name (a framework module's own, or a test's stand-in)."""
+    _LOADED[fw.name] = fw
+    return fw
+
+
+def framework(name: str) -> Framework | None:
+    """The framework called ``name``, its module imported on first use; None (one warning) if it cannot be."""
+    fw = _LOADED.get(name)
+    if fw is not None:
+        return fw
+    path = MODULES.get(name)
+    if path is None:
+        return None
+    try:
+        fw = importlib.import_module(path).FRAMEWORK
+    except Exception as exc:  # a module of ours that is missing or broken: that framework stays unwoven
+        warn_once(f"framework-module-{name}", "lens_rl: cannot weave %s: %r", name, exc)
+        return None
+    return register(fw)
+
+
+def names_from(names: Iterable[str]) -> list[str]:
+    """``names`` checked (``all`` = every supported one), in weaving order; ``ValueError`` with a did-you-mean."""
+    wanted: list[str] = []
+    for name in names:
+        key = str(name).strip().lower().replace("-", "_")
+        if not key:
+            continue
+        if key == "all":
+            wanted.extend(SUPPORTED)
+        elif key in MODULES or key in _LOADED:
+            wanted.append(key)
+        else:
+            close = difflib.get_close_matches(key, [*MODULES, *_LOADED], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"instrument: unknown framework {name!r}{hint} supported: {', '.join(SUPPORTED)}, all")
+    order = [*MODULES, *_LOADED]
+    return sorted(dict.fromkeys(wanted), key=order.index)
+
+
+def installed(name: str) -> bool:
+    """Whether any target module of framework ``name`` can be imported here (found, not imported)."""
+    fw = framework(name)
+    if fw is None:
+        return False
+    for target in fw.targets:
+        try:
+            if target in sys.modules or importlib.util.find_spec(target.split(".")[0]) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def instrument(*names: str) -> list[str]:
+    """Weave the named frameworks (none: every supported one installed); the names now woven."""
+    with _LOCK:
+        wanted = names_from(names) if names else [n for n in SUPPORTED if installed(n)]
+        for name in list(wanted):
+            fw = framework(name)
+            if fw is not None:
+                wanted[wanted.index(name) : wanted.index(name)] = [r for r in fw.requires if r not in wanted]
+        for name in wanted:
+            fw = framework(name)
+            if fw is not None and not fw.state.active:
+                _activate(fw)
+        return [n for n in wanted if n in _LOADED and _LOADED[n].state.active]
+
+
+def uninstrument(*names: str) -> list[str]:
+    """Undo lens_rl's weaving of the named frameworks (none: all); the names unwoven."""
+    with _LOCK:
+        chosen = names_from(names) if names else list(_LOADED)
+        done = []
+        for name in reversed(chosen):
+            fw = _LOADED.get(name)
+            if fw is not None and (fw.state.active or fw.state.patches):
+                _deactivate(fw)
+                done.append(name)
+        return done[::-1]
+
+
+def _activate(fw: Framework) -> None:
+    state = fw.state
+    state.refused = None
+    state.standing_down = None
+    version = _distribution_version(fw)
+    if version is not None and not _version_ok(fw, version):
+        return
+    state.active = True
+    for target in fw.targets:
+        if (fw.name, target) not in _HOOKED:
+            _HOOKED.add((fw.name, target))
+            _register_hook(fw, target)
+        module = sys.modules.get(target)
+        if module is not None:
+            _weave(fw, target, module)
+
+
+def _register_hook(fw: Framework, target: str) -> None:
+    import wrapt
+
+    def hook(module: ModuleType) -> None:
+        try:
+            _weave(fw, target, module)
+        except BaseException as exc:  # never fail the framework's import, whatever happened
+            internal_error(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)), f"framework-{fw.name}")
+
+    wrapt.register_post_import_hook(hook, target)
+
+
+def _weave(fw: Framework, target: str, module: ModuleType) -> None:
+    """The hook body: weave ``target`` of ``fw`` once per activation; a fault unweaves ``fw`` (one warning)."""
+    with _LOCK:
+        state = fw.state
+        if not state.active or (fw.name, target) in _WOVEN:
+            return
+        try:
+            if _distribution_version(fw) is None:  # a stand-in, or a source checkout: the module says
+                version = getattr(sys.modules.get(target.split(".")[0]), "__version__", None)
+                if isinstance(version, str) and not _version_ok(fw, version):
+                    _deactivate(fw)
+                    return
+            _WOVEN.add((fw.name, target))
+            fw.targets[target](module, Weaver(fw))
+        except Exception as exc:
+            state.refused = f"{target}: {exc!r}"
+            warn_once(
+                f"framework-moved-{fw.name}",
+                "lens_rl: %s stays unwoven: its target %s is not as tested (%r); lens_rl weaves %s %s",
+                fw.name,
+                target,
+                exc,
+                fw.distribution,
+                fw.tested,
+            )
+            _deactivate(fw)
+
+
+def _deactivate(fw: Framework) -> None:
+    state = fw.state
+    state.active = False
+    for patch in reversed(state.patches):
+        try:
+            unpatch(patch)
+        except Exception as exc:
+            internal_error(exc, f"framework-{fw.name}")
+    state.patches.clear()
+    for key in [k for k in _WOVEN if k[0] == fw.name]:
+        _WOVEN.discard(key)
+    if fw.unweave is not None:
+        try:
+            fw.unweave()
+        except Exception as exc:
+            internal_error(exc, f"framework-{fw.name}")
+
+
+def _distribution_version(fw: Framework) -> str | None:
+    try:
+        return importlib.metadata.version(fw.distribution)
+    except Exception:  # not installed as a distribution (a stand-in, a checkout on sys.path)
+        return None
+
+
+def _version_ok(fw: Framework, version: str) -> bool:
+    if in_range(version, fw.tested):
+        return True
+    fw.state.refused = f"version {version} outside {fw.tested}"
+    warn_once(
+        f"framework-version-{fw.name}",
+        "lens_rl: %s %s is outside the tested range %s: left unwoven",
+        fw.distribution,
+        version,
+        fw.tested,
+    )
+    return False

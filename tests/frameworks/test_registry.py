@@ -1,0 +1,248 @@
+"""The registry and its post-import hooks, on small stand-in modules written to a temporary folder."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import wrapt
+
+from lens_rl.frameworks import _base, _registry
+from lens_rl.frameworks._base import Framework, OpenPhases, StepUmbrella
+from lens_rl.testing import recording
+
+TIMER_SOURCE = """
+__version__ = "{version}"
+
+class Timer:
+    def __init__(self):
+        self.log = []
+
+    def start(self, name):
+        self.log.append(("start", name))
+
+    def stop(self, name):
+        self.log.append(("stop", name))
+
+
+class FastTimer(Timer):
+    pass
+
+
+def run_step(timer, step):
+    timer.start("step")
+    timer.start("gen")
+    timer.stop("gen")
+    timer.stop("step")
+"""
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A factory: a stand-in timer library ``fakelib_<n>`` (not yet imported) and its Framework, registered."""
+    made: list[Framework] = []
+
+    def make(version: str = "1.2.0", tested: str = ">=1.0,<2", weave: Any = None, extra: str = "") -> Framework:
+        name = f"fakelib_{len(made)}_{abs(hash(tmp_path)) % 10_000}"
+        (tmp_path / f"{name}.py").write_text(TIMER_SOURCE.format(version=version) + textwrap.dedent(extra))
+        phases = OpenPhases()
+        steps = StepUmbrella("step")
+
+        def start(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            timer, label = args[0], args[1]
+            if label == "step":
+                steps.begin()
+            else:
+                phases.start((id(timer), label), label)
+            return original(*args, **kwargs)
+
+        def stop(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            result = original(*args, **kwargs)
+            timer, label = args[0], args[1]
+            if label == "step":
+                steps.end()
+            else:
+                phases.stop((id(timer), label))
+            return result
+
+        def default_weave(module: Any, weaver: _base.Weaver) -> None:
+            weaver.around(module.Timer, "start", start)
+            weaver.around(module.Timer, "stop", stop)
+
+        fw = Framework(name, f"no-such-dist-{name}", tested, {name: weave or default_weave}, unweave=steps.reset)
+        _registry.register(fw)
+        made.append(fw)
+        return fw
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield make
+    for fw in made:
+        _registry.uninstrument(fw.name)
+        _registry._LOADED.pop(fw.name, None)
+        sys.modules.pop(fw.name, None)
+
+
+def _run(module: Any, steps: int = 2) -> None:
+    timer = module.Timer()
+    for step in range(steps):
+        module.run_step(timer, step)
+
+
+def test_weaving_before_the_import_makes_timer_calls_phases(standin: Any) -> None:
+    """instrument() before the framework is imported: its timer's start/stop become phases under a step."""
+    fw = standin()
+    assert _registry.instrument(fw.name) == [fw.name]
+    module = importlib.import_module(fw.name)
+    with recording() as rec:
+        _run(module)
+    assert sorted(rec.names()) == ["gen", "gen", "step", "step"]
+    steps = rec.find_all("step")
+    assert [s.attributes["rl.step"] for s in steps] == [1, 2]
+    gen = rec.find_all("gen")[0]
+    assert gen.parent.span_id == steps[0].context.span_id and gen.attributes["rl.bucket"] == "productive"
+
+
+def test_weaving_after_the_import_patches_the_class_so_names_bound_elsewhere_see_it(standin: Any) -> None:
+    """instrument() after the import: a Timer bound under another name before weaving is woven too."""
+    fw = standin()
+    module = importlib.import_module(fw.name)
+    bound_before = module.Timer
+    _registry.instrument(fw.name)
+    with recording() as rec:
+        timer = bound_before()
+        timer.start("gen")
+        timer.stop("gen")
+    assert rec.names() == ["gen"] and timer.log == [("start", "gen"), ("stop", "gen")]
+
+
+def test_instrument_is_idempotent_and_a_subclass_is_not_wrapped_twice(standin: Any) -> None:
+    """Weaving twice, or weaving a subclass that inherits a woven method, leaves one wrapper: one span per call."""
+    fw = standin()
+    module = importlib.import_module(fw.name)
+    _registry.instrument(fw.name)
+    _registry.instrument(fw.name)
+    weaver = _base.Weaver(fw)
+    assert weaver.around(module.FastTimer, "start", lambda o, a, k: o(*a, **k)) is False
+    assert "start" not in module.FastTimer.__dict__ and len(fw.state.patches) == 2
+    with recording() as rec:
+        timer = module.FastTimer()
+        timer.start("gen")
+        timer.stop("gen")
+    assert rec.names() == ["gen"]
+
+
+def test_uninstrument_restores_the_originals_and_leaves_another_tools_wrapper(standin: Any) -> None:
+    """After uninstrument the class holds its own functions again; a wrapt wrapper another tool put over
+    lens_rl's stays and still runs, with lens_rl's spliced out from under it."""
+    fw = standin()
+    module = importlib.import_module(fw.name)
+    original_start = module.Timer.__dict__["start"]
+    original_stop = module.Timer.__dict__["stop"]
+    _registry.instrument(fw.name)
+    calls = []
+
+    def theirs(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        calls.append(args[0])
+        return wrapped(*args, **kwargs)
+
+    wrapt.wrap_function_wrapper(module.Timer, "start", theirs)
+    assert _registry.uninstrument(fw.name) == [fw.name]
+    assert module.Timer.__dict__["stop"] is original_stop
+    still = module.Timer.__dict__["start"]
+    assert isinstance(still, wrapt.FunctionWrapper) and still.__wrapped__ is original_start
+    with recording() as rec:
+        timer = module.Timer()
+        timer.start("gen")
+        timer.stop("gen")
+    assert rec.names() == [] and calls == ["gen"]
+
+
+def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) -> None:
+    """A plain (non-wrapt) wrapper of another tool over lens_rl's stays; lens_rl's beneath it records nothing."""
+    fw = standin()
+    module = importlib.import_module(fw.name)
+    _registry.instrument(fw.name)
+    woven = module.Timer.start
+
+    @functools.wraps(woven)
+    def theirs(*args: Any, **kwargs: Any) -> Any:
+        return woven(*args, **kwargs)
+
+    module.Timer.start = theirs
+    _registry.uninstrument(fw.name)
+    assert module.Timer.__dict__["start"] is theirs
+    with recording() as rec:
+        timer = module.Timer()
+        timer.start("gen")
+    assert rec.names() == [] and timer.log == [("start", "gen")]
+
+
+def test_a_version_outside_the_tested_range_warns_once_and_stays_unwoven(
+    standin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stand-in at 3.0 against a tested range <2: one warning naming the range, nothing patched."""
+    fw = standin(version="3.0.1")
+    module = importlib.import_module(fw.name)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        assert _registry.instrument(fw.name) == []
+        assert _registry.instrument(fw.name) == []
+    warnings = [r.getMessage() for r in caplog.records if "outside the tested range" in r.getMessage()]
+    assert len(warnings) == 1 and ">=1.0,<2" in warnings[0]
+    assert "__wrapped__" not in vars(module.Timer.start) and fw.state.patches == []
+
+
+def test_a_weave_that_fails_does_not_fail_the_import_and_leaves_the_framework_unwoven(
+    standin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A target that moved (the weave raises mid-way): the import succeeds, one warning, the patch already made
+    is undone."""
+
+    def weave(module: Any, weaver: _base.Weaver) -> None:
+        weaver.around(module.Timer, "start", lambda o, a, k: o(*a, **k))
+        weaver.around(module.Timer, "moved_away", lambda o, a, k: o(*a, **k))
+
+    fw = standin(weave=weave)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        _registry.instrument(fw.name)
+        module = importlib.import_module(fw.name)
+    assert module.Timer().start("x") is None
+    assert "__wrapped__" not in vars(module.Timer.start)
+    assert not fw.state.active and fw.state.refused and "moved_away" in fw.state.refused
+    assert any("stays unwoven" in r.getMessage() for r in caplog.records)
+
+
+def test_user_exceptions_pass_through_a_woven_timer_unchanged(standin: Any) -> None:
+    """An exception raised by the framework's own timer reaches the caller as the same object."""
+    boom = RuntimeError("theirs")
+
+    def weave(module: Any, weaver: _base.Weaver) -> None:
+        weaver.around(module.Timer, "start", lambda o, a, k: o(*a, **k))
+
+    fw = standin(weave=weave, extra="\ndef _boom(self, name):\n    raise self.exc\nTimer.start = _boom\n")
+    module = importlib.import_module(fw.name)
+    _registry.instrument(fw.name)
+    timer = module.Timer()
+    timer.exc = boom
+    with recording(), pytest.raises(RuntimeError) as caught:
+        timer.start("gen")
+    assert caught.value is boom
+
+
+def test_unknown_names_raise_with_a_did_you_mean() -> None:
+    """instrument('trll') is a ValueError that suggests 'trl' and lists what is supported."""
+    with pytest.raises(ValueError, match="did you mean 'trl'.*verl"):
+        _registry.instrument("trll")
+
+
+def test_version_ranges() -> None:
+    """Clauses are release numbers compared with missing parts as zero; a pre-release counts as its release."""
+    assert _base.in_range("1.16.0", ">=1.16,<2") and _base.in_range("1.16", ">=1.16.0")
+    assert not _base.in_range("2.0.0rc1", ">=1.16,<2") and not _base.in_range("0.9.1", ">0.9.1")
+    assert _base.in_range("0.9.1", "==0.9.1")
