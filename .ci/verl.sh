@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The veRL stage: a venv of its own with CPU torch and veRL 0.9.1 (no GPU extras), then lens_rl installed into it
+# beside veRL's own OpenTelemetry and Ray, then the real-veRL tests (tests/frameworks/test_verl.py) and a
+# `ray.init()` in that venv. Called from .ci/run; exits non-zero on failure.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.ci-venvs/verl"
+PY="$VENV/bin/python"
+start=$(date +%s)
+
+install() {
+    if ! "$PY" -m pip install -q "$@"; then
+        echo "!!!! .ci/verl.sh: could not download or install: $* !!!!" >&2
+        exit 1
+    fi
+}
+
+otel_and_ray() {
+    echo "--- .ci/verl.sh: OpenTelemetry and Ray $1 installing lens_rl:"
+    "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true
+}
+
+if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+fi
+# torch first, the CPU wheel (a plain `torch` would pull a multi-GB CUDA build); then veRL without its GPU extras
+# and the three modules its trainer module imports that its base requirements leave out
+"$PY" -c 'import torch' 2>/dev/null || install 'torch==2.13.0'
+"$PY" -c 'import verl' 2>/dev/null || install 'verl==0.9.1'
+"$PY" -c 'import cachetools, uvicorn, fastapi' 2>/dev/null || install cachetools uvicorn fastapi
+before="$("$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true)"
+otel_and_ray before
+install -e "$ROOT[test]"
+otel_and_ray after
+after="$("$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true)"
+if [ "$before" != "$after" ]; then
+    echo "--- .ci/verl.sh: installing lens_rl changed veRL's OpenTelemetry or Ray:"
+    diff <(echo "$before") <(echo "$after") || true
+fi
+
+cd "$ROOT"
+"$PY" -c 'import verl, verl.trainer.ppo.ray_trainer; print("veRL", verl.__version__)'
+"$PY" -m pytest tests/frameworks/test_verl.py -q -p no:cacheprovider -m 'slow or not slow' "$@"
+# veRL's Ray still starts with lens_rl installed beside it (a local cluster, then stopped)
+"$PY" - <<'EOF'
+import ray
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42
+ray.shutdown()
+print("ray.init() works beside lens_rl:", ray.__version__)
+EOF
+echo ".ci/verl.sh: passed in $(( $(date +%s) - start )) s"
