@@ -10,9 +10,10 @@ Example::
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["caller_counter", "logged_name"]
+__all__ = ["called_from", "caller_counter", "logged_name"]
 
 #: The prefixes the frameworks log their timers under (veRL ``timing_s/``, NeMo-RL, SkyRL and OpenRLHF
 #: ``timing/``): dropped, so a phase is named as the timer is (``timing_s/gen`` -> ``gen``).
@@ -33,17 +34,28 @@ def logged_name(label: Any) -> str:
 
 
 def caller_counter(attribute: str) -> int | None:
-    """The int ``self.<attribute>`` of the nearest calling method (up to a few frames up) that has one: the
-    step counter of the trainer whose loop opened the timer, read where it runs (a Ray actor's loop too, woven
-    at any time). None when no caller has one. Reads only; costs about a microsecond, once per step."""
-    frame = sys._getframe(1)
+    """The int ``self.<attribute>`` of the nearest calling method (up to a few frames above the woven call)
+    that has one: the step counter of the trainer whose loop opened the timer, read where it runs (a Ray
+    actor's loop too, woven at any time). None when no caller has one. Reads only; about a microsecond."""
+    for obj in _callers(sys._getframe(2)):
+        value = getattr(obj, attribute, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def called_from(attribute: str) -> bool:
+    """Whether a calling method (up to a few frames above the woven call) belongs to an object that has
+    ``attribute`` (a trainer's loop, told from a generation worker's by a method only the trainer has)."""
+    return any(hasattr(obj, attribute) for obj in _callers(sys._getframe(2)))
+
+
+def _callers(frame: Any) -> Iterator[Any]:
+    """The ``self`` of each method among ``frame`` and the few frames above it."""
     for _ in range(_MAX_DEPTH):
-        frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
-            return None
+            return
         code = frame.f_code
         if code.co_argcount and code.co_varnames[0] == "self":
-            value = getattr(frame.f_locals.get("self"), attribute, None)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-    return None
+            yield frame.f_locals.get("self")
+        frame = frame.f_back
