@@ -28,14 +28,22 @@ fi
 "$PY" -c 'import torch' 2>/dev/null || install 'torch==2.13.0'
 "$PY" -c 'import verl' 2>/dev/null || install 'verl==0.9.1'
 "$PY" -c 'import cachetools, uvicorn, fastapi' 2>/dev/null || install cachetools uvicorn fastapi
-before="$("$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true)"
-otel_and_ray before
+# what veRL brought, before lens_rl was first installed here (kept beside the venv: a rerun compares with it)
+BEFORE="$VENV/otel-and-ray-before-lens-rl.txt"
+[ -f "$BEFORE" ] || { "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' >"$BEFORE" || true; }
+before="$(cat "$BEFORE")"
+echo "--- .ci/verl.sh: OpenTelemetry and Ray before installing lens_rl:"
+echo "$before"
 install -e "$ROOT[test]"
 otel_and_ray after
 after="$("$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true)"
-if [ "$before" != "$after" ]; then
-    echo "--- .ci/verl.sh: installing lens_rl changed veRL's OpenTelemetry or Ray:"
-    diff <(echo "$before") <(echo "$after") || true
+# every package veRL brought is still there at its version (lens_rl's own additions aside)
+changed=0
+moved="$(comm -23 <(echo "$before" | sort) <(echo "$after" | sort))"
+if [ -n "$moved" ]; then
+    changed=1
+    echo "!!!! .ci/verl.sh: installing lens_rl changed veRL's OpenTelemetry or Ray (lens_rl's exact pins):" >&2
+    echo "$moved" | sed 's/^/  was: /' >&2
 fi
 
 cd "$ROOT"
@@ -50,4 +58,8 @@ assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42
 ray.shutdown()
 print("ray.init() works beside lens_rl:", ray.__version__)
 EOF
+if [ "$changed" = 1 ]; then
+    echo "!!!! .ci/verl.sh: the tests ran, but lens_rl's install changed veRL's OpenTelemetry (see above) !!!!" >&2
+    exit 1
+fi
 echo ".ci/verl.sh: passed in $(( $(date +%s) - start )) s"

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import lens_rl
-
 from lens_rl.buckets import default_bucket
 from lens_rl.frameworks import instrument, uninstrument
 from lens_rl.testing import recording
