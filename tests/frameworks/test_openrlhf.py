@@ -48,7 +48,7 @@ def test_a_ppo_fit_is_steps_of_phases_agreeing_with_openrlhfs_timing(orl: None) 
         steps = _done(rec)
     assert [s.attributes["rl.step"] for s in steps] == [row["global_step"] for row in trainer.logged] == [1, 2, 3]
     by_id = {s.context.span_id: s for s in rec.spans}
-    for umbrella, logged in zip(steps, trainer.logged):
+    for umbrella, logged in zip(steps, trainer.logged, strict=True):
         inside = [s for s in rec.spans if s.parent is not None and s.parent.span_id == umbrella.context.span_id]
         assert {s.name for s in inside} == PHASES
         for span in inside:

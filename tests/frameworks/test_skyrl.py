@@ -44,7 +44,7 @@ def test_an_async_trainer_loop_is_steps_of_phases_agreeing_with_all_timings(sky:
     umbrellas = rec.find_all("step")
     assert [s.attributes["rl.step"] for s in umbrellas] == [1, 2, 3]
     by_id = {s.context.span_id: s for s in rec.spans}
-    for logged, umbrella in zip(trainer.logged, umbrellas):
+    for logged, umbrella in zip(trainer.logged, umbrellas, strict=True):
         assert _agree(_seconds(umbrella), logged["timing/step"])
         inside = [s for s in rec.spans if s.attributes.get("rl.step") == logged["step"] and s is not umbrella]
         assert {s.name for s in inside} == {k.removeprefix("timing/") for k in logged if k.startswith("timing/")} - {
