@@ -60,6 +60,7 @@ __all__ = [
     "init_telemetry_driver",
     "init_telemetry_worker",
     "inject_context",
+    "instrument",
     "instrument_aiohttp_client",
     "shutdown_telemetry",
     "step_goodput",
@@ -67,9 +68,35 @@ __all__ = [
     "telemetry_enabled_in_env",
     "traced_phase",
     "traced_worker_init",
+    "uninstrument",
     "vllm_native_tracing_requested",
     "with_bucket",
 ]
+
+
+def instrument(*names: str) -> list[str]:
+    """Weave lens_rl's phases into the named frameworks' own timers; no names: every supported one installed.
+
+    ``trl``, ``transformers``, ``verl``, ``nemo_rl``, ``skyrl``, ``openrlhf``. Works before or after the
+    framework is imported; idempotent; returns the names woven. While telemetry is off a woven timer costs
+    about one flag check a use. See ``docs/frameworks.md`` for what each framework gives.
+
+    Example::
+
+        lens_rl.init_telemetry_driver(config, algorithm="grpo")
+        lens_rl.instrument("trl")        # ['transformers', 'trl']
+        trainer.train()                  # each optimizer step an umbrella, TRL's profiled blocks its phases
+    """
+    from lens_rl.frameworks import instrument as _instrument  # (imported on first use: import lens_rl stays light)
+
+    return _instrument(*names)
+
+
+def uninstrument(*names: str) -> list[str]:
+    """Remove lens_rl's own wrappers from the named frameworks (none: every woven one); any other tool's stay."""
+    from lens_rl.frameworks import uninstrument as _uninstrument
+
+    return _uninstrument(*names)
 
 
 def __getattr__(name: str) -> Any:

@@ -133,6 +133,14 @@ PHASE_SOURCES: Mapping[str, Mapping[str, Bucket]] = MappingProxyType({
         "dump_eval_results": _O, "log_train_results": _O, "log_eval_results": _O, "update_ref_with_policy": _O,
         "wait_for_generation_buffer": _I,
     },
+    # trl/extras/profiling.py blocks of trl/trainer/ (profiling_context names and @profiling_decorator methods,
+    # without the trainer class TRL prefixes), and the transformers Trainer phases lens_rl weaves
+    "TRL": {
+        "compute_loss": _P, "_prepare_inputs": _P, "_calculate_rewards": _P, "training_step": _P,
+        "_get_per_token_logps_and_entropies": _P, "_get_per_token_logps": _P, "_get_last_hidden_state": _P,
+        "generate_batch": _P, "_generate_on_policy_for_slices": _P, "_generate_student_completions": _P,
+        "sync_weights": _O, "_fill_buffer": _O,
+    },
 })
 # fmt: on
 
@@ -186,12 +194,12 @@ PHASE_KINDS: Mapping[str, str] = MappingProxyType({
     ), "training"),
     **dict.fromkeys((
         "generation", "generate", "rollout", "rollouts", "gen", "generate_sequences", "generate_async",
-        "_run_rollouts_total",
+        "_run_rollouts_total", "generate_batch", "_generate_on_policy_for_slices", "_generate_student_completions",
     ), "generation"),
     **dict.fromkeys((
         "logprob", "logprobs", "policy_logprob", "ref_logprob", "reference_logprob", "get_logprobs",
         "get_reference_policy_logprobs", "policy_and_reference_logprobs", "old_log_prob", "ref",
-        "fwd_logprobs_values_reward",
+        "fwd_logprobs_values_reward", "_get_per_token_logps_and_entropies", "_get_per_token_logps",
     ), "logprob"),
 })
 # fmt: on

@@ -8,6 +8,7 @@
     lens-rl replay TRACE_DIR --otlp ENDPOINT [--run RUN_ID]
     lens-rl status TRACE_DIR [--run RUN_ID] [--json] [--all]      (exit 1 when a process is stale or hung)
     lens-rl watch TRACE_DIR [--run RUN_ID] [--interval S] [--once]
+    lens-rl run [--trace-dir D] [--instrument NAMES] [--run-id R] -- COMMAND ...   (exit status: COMMAND's)
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
 most recent run is used unless ``--run`` names one) or a run folder itself. Bad input
@@ -269,6 +270,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(steps=args.steps, trace_dir=args.trace_dir, otlp=args.otlp)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from lens_rl.frameworks.run import run
+
+    command = args.job[1:] if args.job[:1] == ["--"] else args.job
+    if not command:
+        raise CliError("run: give the command to run after --, e.g. lens-rl run -- python train.py")
+    try:
+        return run(command, trace_dir=args.trace_dir, instrument=args.instrument, run_id=args.run_id)
+    except ValueError as exc:
+        raise CliError(f"run: {exc}") from None
+    except OSError as exc:  # the command cannot be started (not found, not executable)
+        raise CliError(f"run: cannot start {command[0]!r}: {exc.strerror or exc}") from None
+
+
 def _add_parallel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, metavar="N", help="files read in parallel (default: the cores, at most 4)")
     parser.add_argument(
@@ -363,6 +378,12 @@ def _parser() -> argparse.ArgumentParser:
     wt.add_argument("--once", action="store_true", help="print one frame and exit (for a log or a pipe)")
     wt.add_argument("--jobs", type=int, metavar="N", help="files read in parallel (default: the cores, at most 4)")
     wt.set_defaults(func=cmd_watch)
+    run = sub.add_parser("run", help="run an unmodified job traced, every Python process it starts woven")
+    run.add_argument("--trace-dir", help="file store directory (default: LENS_RL_OTEL_TRACE_DIR, else lens_traces)")
+    run.add_argument("--instrument", metavar="NAMES", help="frameworks to weave, comma-separated (default all)")
+    run.add_argument("--run-id", help="the run's id (default: LENS_RL_OTEL_RUN_ID, SLURM_JOB_ID, else random)")
+    run.add_argument("job", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    run.set_defaults(func=cmd_run)
     return parser
 
 

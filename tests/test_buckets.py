@@ -19,7 +19,7 @@ def test_the_phase_table_knows_the_frameworks_and_their_hierarchies() -> None:
     assert default_bucket("policy_training/submit_training_futures") is Bucket.PRODUCTIVE
     assert default_bucket("Update-Actor") is Bucket.PRODUCTIVE
     assert default_bucket("step") is None and default_bucket("total_step_time") is None
-    assert set(PHASE_SOURCES) == {"lens_rl", "NeMo-RL", "veRL", "OpenRLHF", "SkyRL"}
+    assert set(PHASE_SOURCES) == {"lens_rl", "NeMo-RL", "veRL", "OpenRLHF", "SkyRL", "TRL"}
     assert closest_phase_name("reward_calc") == "reward_calculation" and closest_phase_name("zzz") is None
 
 

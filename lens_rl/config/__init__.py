@@ -34,6 +34,7 @@ from lens_rl.config.values import (
     as_str,
     choice,
     mask_url,
+    name_list,
     parse_bool,
     parse_headers,
     strip_userinfo,
@@ -51,6 +52,8 @@ __all__ = [
 
 EXPORTERS = ("file", "otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
+#: What the field ``instrument`` may name (``lens_rl.frameworks`` weaves each; a test keeps the two in step).
+FRAMEWORKS = ("trl", "transformers", "verl", "nemo_rl", "skyrl", "openrlhf")
 
 #: field -> the ``LENS_RL_OTEL_*`` variable that carries it.
 ENV: dict[str, str] = {
@@ -74,6 +77,7 @@ ENV: dict[str, str] = {
     "headers_file": "LENS_RL_OTEL_HEADERS_FILE",
     "heartbeat_interval_ms": "LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS",
     "hang_timeout_s": "LENS_RL_OTEL_HANG_TIMEOUT_S",
+    "instrument": "LENS_RL_OTEL_INSTRUMENT",
 }
 
 #: field -> the standard OpenTelemetry variable used when neither env nor YAML set it.
@@ -113,6 +117,7 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "headers_file": as_path,
     "heartbeat_interval_ms": as_non_negative_int,
     "hang_timeout_s": as_positive_float,
+    "instrument": name_list(FRAMEWORKS),
 }
 
 
@@ -145,6 +150,8 @@ class TelemetryConfig:
     headers_file: str | None = None
     heartbeat_interval_ms: int = 10000
     hang_timeout_s: float = 600.0
+    #: frameworks woven at init (``lens_rl.instrument``): ``trl``, ``verl``, ... or ``all``; none by default
+    instrument: tuple[str, ...] = ()
 
     @property
     def resolved_endpoint(self) -> str:
@@ -219,9 +226,12 @@ class TelemetryConfig:
         env: dict[str, str] = {}
         for field in _PARSERS:
             value = getattr(self, field)
-            if value is None:
+            if value is None or value == ():
                 continue
-            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            if isinstance(value, tuple):
+                text = ",".join(value)
+            else:
+                text = ("true" if value else "false") if isinstance(value, bool) else str(value)
             env[ENV[field]] = strip_userinfo(text) if field == "endpoint" else text
         return env
 

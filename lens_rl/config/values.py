@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -146,6 +147,38 @@ def choice(allowed: tuple[str, ...]) -> Callable[[object, str], str]:
         if text not in allowed:
             raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: {', '.join(allowed)}")
         return text
+
+    return parse
+
+
+def name_list(allowed: tuple[str, ...]) -> Callable[[object, str], tuple[str, ...]]:
+    """A parser of a list of names from ``allowed``, or a comma-separated string of them (``all``: every one),
+    given back in ``allowed``'s order; an unknown name is a ``ValueError`` with a did-you-mean."""
+
+    def parse(value: object, field: str) -> tuple[str, ...]:
+        if isinstance(value, str):
+            items = value.split(",")
+        elif isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            items = list(value)
+        else:
+            raise ValueError(
+                f"telemetry.{field}: expected a list or a comma-separated string, got {value!r}; "
+                f"allowed: {', '.join(allowed)}, all"
+            )
+        chosen: set[str] = set()
+        for item in items:
+            key = item.strip().lower().replace("-", "_")
+            if key == "all":
+                chosen.update(allowed)
+            elif key in allowed:
+                chosen.add(key)
+            elif key:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"telemetry.{field}: unknown framework {item.strip()!r}{hint} allowed: {', '.join(allowed)}, all"
+                )
+        return tuple(name for name in allowed if name in chosen)
 
     return parse
 

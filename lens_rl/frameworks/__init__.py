@@ -89,6 +89,8 @@ def apply_configured(value: object = None) -> list[str]:
         return []
     if not names:
         return []
+    if "all" in [str(item).strip().lower() for item in items] or set(names) >= set(SUPPORTED):
+        names = ["all"]  # (the config spells ``all`` as every name): every supported one installed
     try:
         return _instrument(*names)
     except Exception as exc:

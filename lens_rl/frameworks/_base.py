@@ -28,6 +28,7 @@ boundary, :func:`lens_rl._errors.internal_error`):
   ``on_call(original, args, kwargs)`` (``args[0]`` is ``self`` for a method), which calls ``original`` itself.
 - ``weaver.wrap(owner, attr, wrapper)`` wraps with wrapt (``wrap_function_wrapper``), ``wrapper(wrapped,
   instance, args, kwargs)`` called only while on: for the rarer calls (a trainer's ``fit``, ``__init__``).
+- A method that is a phase as a whole: ``weaver.around(owner, attr, call_in_phase(name))``.
 - A start/stop timer: ``phases.start(key, name, **rl_attributes)`` opens the phase ``name`` (made current,
   bucketed by the default table) and ``phases.stop(key)`` closes it, with ``phases = OpenPhases()`` and
   ``key`` e.g. ``(id(timer), name)``; an enter/exit timer the same with ``key = id(self)`` (entries of one
@@ -78,6 +79,7 @@ __all__ = [
     "Patch",
     "StepUmbrella",
     "Weaver",
+    "call_in_phase",
     "close_phase",
     "in_range",
     "open_phase",
@@ -339,6 +341,23 @@ def close_phase(node: Node | None, exc: BaseException | None = None) -> None:
     """Close what :func:`open_phase` opened (None: nothing). Never raises."""
     if node is not None:
         close_node(node, exc)
+
+
+def call_in_phase(name: str, **rl_attributes: Any) -> Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]:
+    """An ``on_call`` for ``weaver.around`` that runs the original inside phase ``name`` (a user exception
+    is recorded on it and re-raised unchanged)."""
+
+    def on_call(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        node = open_phase(name, **rl_attributes)
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            close_phase(node, exc)
+            raise
+        close_phase(node)
+        return result
+
+    return on_call
 
 
 class OpenPhases:

@@ -49,8 +49,9 @@ def register(fw: Framework) -> Framework:
     return fw
 
 
-def framework(name: str) -> Framework | None:
-    """The framework called ``name``, its module imported on first use; None (one warning) if it cannot be."""
+def framework(name: str, *, quiet: bool = False) -> Framework | None:
+    """The framework called ``name``, its module imported on first use; None (one warning unless ``quiet``)
+    if it cannot be."""
     fw = _LOADED.get(name)
     if fw is not None:
         return fw
@@ -60,7 +61,8 @@ def framework(name: str) -> Framework | None:
     try:
         fw = importlib.import_module(path).FRAMEWORK
     except Exception as exc:  # a module of ours that is missing or broken: that framework stays unwoven
-        warn_once(f"framework-module-{name}", "lens_rl: cannot weave %s: %r", name, exc)
+        if not quiet:
+            warn_once(f"framework-module-{name}", "lens_rl: cannot weave %s: %r", name, exc)
         return None
     return register(fw)
 
@@ -86,7 +88,7 @@ def names_from(names: Iterable[str]) -> list[str]:
 
 def installed(name: str) -> bool:
     """Whether any target module of framework ``name`` can be imported here (found, not imported)."""
-    fw = framework(name)
+    fw = framework(name, quiet=True)
     if fw is None:
         return False
     for target in fw.targets:
@@ -101,7 +103,9 @@ def installed(name: str) -> bool:
 def instrument(*names: str) -> list[str]:
     """Weave the named frameworks (none: every supported one installed); the names now woven."""
     with _LOCK:
-        wanted = names_from(names) if names else [n for n in SUPPORTED if installed(n)]
+        wanted = names_from(names)
+        if not names or "all" in [str(n).strip().lower() for n in names]:  # every supported one installed
+            wanted = [n for n in wanted or SUPPORTED if installed(n)]
         for name in list(wanted):
             fw = framework(name)
             if fw is not None:
@@ -110,7 +114,7 @@ def instrument(*names: str) -> list[str]:
             fw = framework(name)
             if fw is not None and not fw.state.active:
                 _activate(fw)
-        return [n for n in wanted if n in _LOADED and _LOADED[n].state.active]
+        return [n for n in wanted if n in _LOADED and _LOADED[n].state.active and installed(n)]
 
 
 def uninstrument(*names: str) -> list[str]:

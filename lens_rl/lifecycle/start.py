@@ -5,6 +5,7 @@ too, and what a forked child does (starts afresh under its own pid)."""
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import sys
@@ -275,6 +276,19 @@ def _activate(handle: Any, role: str) -> None:
         import multiprocessing.util
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
+    _weave_configured(handle)
+
+
+def _weave_configured(handle: Any) -> None:
+    """Weave the frameworks the config's ``instrument`` names (driver, worker, lazy alike). ``frameworks/``
+    sits above setup: reached by name, never imported at module level."""
+    names = getattr(getattr(handle, "config", None), "instrument", ())
+    if not names:
+        return
+    try:
+        importlib.import_module("lens_rl.frameworks").apply_configured(names)
+    except Exception as exc:
+        internal_error(exc, "frameworks")
 
 
 class _Token:

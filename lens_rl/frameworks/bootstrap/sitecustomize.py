@@ -1,0 +1,35 @@
+"""lens_rl's ``sitecustomize``: ``lens-rl run`` puts this folder first on ``PYTHONPATH``, so every Python
+process of the job runs it at start-up. It runs the ``sitecustomize`` that was there before (the next one on
+``sys.path``) first, then weaves this process (:func:`lens_rl.frameworks._bootstrap.start`). Nothing here may
+fail the process: a fault is one line on stderr, and an interpreter without lens_rl is left alone.
+"""
+
+import sys
+
+
+def _chain() -> None:
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module  # the job's own sitecustomize is the one the process knows
+    spec.loader.exec_module(module)
+
+
+try:
+    _chain()
+except Exception as exc:  # the job's own sitecustomize failed: as Python's site would, say so and go on
+    print(f"Error in sitecustomize (chained by lens-rl run): {exc!r}", file=sys.stderr)
+
+try:
+    from lens_rl.frameworks import _bootstrap
+except Exception:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
+    _bootstrap = None  # type: ignore[assignment]
+if _bootstrap is not None:
+    _bootstrap.start()

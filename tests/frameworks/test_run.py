@@ -1,0 +1,234 @@
+"""``lens-rl run -- COMMAND``: the job's exit status and signals pass through, every Python process is woven
+by a sitecustomize that chains the one already there, and the store is named at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import clean_env
+
+LENS_RL = [sys.executable, "-m", "lens_rl"]
+
+#: A stand-in framework a job imports: its timer is woven by a framework registered from the job's own
+#: sitecustomize (what a framework module of lens_rl does, without a real framework installed).
+STANDIN = """
+__version__ = "1.0"
+
+class Timer:
+    def start(self, name):
+        pass
+
+    def stop(self, name):
+        pass
+"""
+
+JOB_SITECUSTOMIZE = """
+import os
+os.environ["JOB_SITECUSTOMIZE_RAN"] = "yes"
+try:
+    from lens_rl.frameworks import _base, _registry
+
+    phases = _base.OpenPhases()
+    steps = _base.StepUmbrella("step")
+
+    def start(original, args, kwargs):
+        if args[1] == "step":
+            steps.begin()
+        else:
+            phases.start((id(args[0]), args[1]), args[1])
+        return original(*args, **kwargs)
+
+    def stop(original, args, kwargs):
+        if args[1] == "step":
+            steps.end()
+        else:
+            phases.stop((id(args[0]), args[1]))
+        return original(*args, **kwargs)
+
+    def weave(module, weaver):
+        weaver.around(module.Timer, "start", start)
+        weaver.around(module.Timer, "stop", stop)
+
+    _registry.register(_base.Framework("standin", "no-such-distribution", ">=1,<2", {"standin_timer": weave}))
+    _registry.SUPPORTED = (*_registry.SUPPORTED, "standin")
+except ImportError:
+    pass
+"""
+
+JOB = """
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import standin_timer
+
+
+def one_step(step):
+    timer = standin_timer.Timer()
+    timer.start("step")
+    timer.start("generation")
+    time.sleep(0.02)
+    timer.stop("generation")
+    timer.stop("step")
+
+
+def child():
+    one_step(0)
+
+
+if __name__ == "__main__":
+    print("sitecustomize:", os.environ.get("JOB_SITECUSTOMIZE_RAN"), flush=True)
+    for step in range(2):
+        one_step(step)
+    ctx = mp.get_context("spawn")
+    proc = ctx.Process(target=child)
+    proc.start()
+    proc.join()
+    sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """A job folder: the job script, a stand-in framework, and a sitecustomize of the job's own on its path."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(JOB_SITECUSTOMIZE)
+    (site / "standin_timer.py").write_text(STANDIN)
+    (tmp_path / "job.py").write_text(JOB)
+    return tmp_path
+
+
+def _env(job: Path) -> dict[str, str]:
+    return clean_env({"PYTHONPATH": str(job / "site")})
+
+
+def _spans(store: Path) -> list[dict[str, object]]:
+    rows = []
+    for path in store.glob("spans-*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if "n" in row:
+                rows.append(row)
+    return rows
+
+
+@pytest.mark.slow
+def test_run_weaves_every_python_process_and_chains_the_jobs_sitecustomize(job: Path) -> None:
+    """The job's own sitecustomize still runs; the driver and a spawned child both record the woven timer's
+    phases under step umbrellas in one store; the last line names the store and the command to read it."""
+    out = subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", str(job / "traces"), "--run-id", "r1", "--", sys.executable, "job.py"],
+        cwd=job,
+        env=_env(job),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "sitecustomize: yes" in out.stdout
+    store = job / "traces" / "r1"
+    assert f"the store is {store}" in out.stderr.replace(str(job / "traces") + "/r1", str(store))
+    assert "lens-rl goodput" in out.stderr.splitlines()[-1]
+    rows = _spans(store)
+    pids = {path.name.rsplit("-", 1)[-1] for path in store.glob("spans-*.jsonl")}
+    assert len(pids) == 2  # the driver and the spawned child
+    steps = [r for r in rows if r["n"] == "step"]
+    assert len(steps) == 3 and all(r["a"]["rl.step"] for r in steps)  # type: ignore[index]
+    gens = [r for r in rows if r["n"] == "generation"]
+    assert len(gens) == 3 and all(r["a"]["rl.bucket"] == "productive" for r in gens)  # type: ignore[index]
+    root = [r for r in rows if r["n"] == "rl.job"]
+    assert len(root) == 1 and {r["t"] for r in rows} == {root[0]["t"]}  # one job, one trace
+
+
+@pytest.mark.slow
+def test_run_exits_with_the_jobs_status(job: Path) -> None:
+    """A job that exits 3 makes lens-rl run exit 3; a missing command is one line and status 2."""
+    code = subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", str(job / "traces"), "--", sys.executable, "job.py", "3"],
+        cwd=job,
+        env=_env(job),
+        capture_output=True,
+        timeout=180,
+    )
+    assert code.returncode == 3
+    missing = subprocess.run(
+        [*LENS_RL, "run", "--", "no-such-command-lens-rl"], env=clean_env(), capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "cannot start" in missing.stderr
+
+
+def test_run_rejects_an_unknown_framework_with_a_did_you_mean(tmp_path: Path) -> None:
+    """--instrument trll is refused before the job starts, naming trl."""
+    out = subprocess.run(
+        [*LENS_RL, "run", "--instrument", "trll", "--", sys.executable, "-c", "raise SystemExit(7)"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "did you mean 'trl'" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_signals_are_forwarded_and_a_killed_job_exits_like_a_shell_says(tmp_path: Path, signame: str) -> None:
+    """SIGTERM / SIGINT sent to lens-rl run reach the job: a job that handles it exits with its own status;
+    a job killed by it makes lens-rl run exit 128 + N."""
+    signum = getattr(signal, signame)
+    handled = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        signal.signal(signal.{signame}, lambda *a: sys.exit(42))
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    killed = textwrap.dedent(
+        f"""
+        import os, signal, time
+        signal.signal(signal.{signame}, signal.SIG_DFL)
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    for code, expected in ((handled, 42), (killed, 128 + signum)):
+        proc = subprocess.Popen(
+            [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable, "-c", code],
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            start_new_session=True,  # a signal to lens-rl run alone, as `kill PID` sends it
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        os.kill(proc.pid, signum)
+        assert proc.wait(timeout=60) == expected
+
+
+def test_job_environment_turns_telemetry_on_and_puts_the_bootstrap_first() -> None:
+    """The job's environment: enabled, all frameworks by default, a fixed run id, lens_rl's id generator, the
+    bootstrap first on PYTHONPATH with the job's entries kept after it (once)."""
+    from lens_rl.frameworks.run import BOOTSTRAP_DIR, job_environment
+
+    env = job_environment({"PYTHONPATH": f"/a{os.pathsep}{BOOTSTRAP_DIR}"}, trace_dir="/x")
+    assert env["LENS_RL_OTEL_ENABLED"] == "true" and env["LENS_RL_OTEL_INSTRUMENT"] == "all"
+    assert env["LENS_RL_OTEL_TRACE_DIR"] == "/x" and env["LENS_RL_OTEL_RUN_ID"]
+    assert env["OTEL_PYTHON_ID_GENERATOR"] == "lens_rl"
+    assert env["PYTHONPATH"].split(os.pathsep) == [BOOTSTRAP_DIR, "/a"]
+    assert job_environment({"LENS_RL_OTEL_INSTRUMENT": "verl"})["LENS_RL_OTEL_INSTRUMENT"] == "verl"
+    assert job_environment({}, instrument="trl", run_id="r9")["LENS_RL_OTEL_RUN_ID"] == "r9"
