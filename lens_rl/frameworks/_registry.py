@@ -153,8 +153,8 @@ def _register_hook(fw: Framework, target: str) -> None:
     def hook(module: ModuleType) -> None:
         try:
             _weave(fw, target, module)
-        except BaseException as exc:  # never fail the framework's import, whatever happened
-            internal_error(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)), f"framework-{fw.name}")
+        except Exception as exc:  # never fail the framework's import (a Ctrl-C still interrupts it)
+            internal_error(exc, f"framework-{fw.name}")
 
     wrapt.register_post_import_hook(hook, target)
 

@@ -52,6 +52,7 @@ __all__ = [
     "telemetry_runtime_env",
     "traced_actor",
     "worker_env",
+    "worker_process_setup",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,6 +88,9 @@ def telemetry_runtime_env(runtime_env: Mapping[str, Any] | None = None) -> dict[
     """A copy of ``runtime_env`` with the telemetry environment merged into ``env_vars``.
 
     ``setdefault`` semantics: a variable the given runtime_env already sets is kept.
+    When the config's ``instrument`` names frameworks, it also sets Ray's ``worker_process_setup_hook`` to
+    :func:`worker_process_setup` (every worker weaves them before any actor class loads), chaining a hook
+    the runtime_env already has (a callable or an import path: it runs right after lens_rl's).
     The input is not mutated.
     """
     merged: dict[str, Any] = copy.deepcopy(dict(runtime_env or {}))
@@ -94,7 +98,44 @@ def telemetry_runtime_env(runtime_env: Mapping[str, Any] | None = None) -> dict[
     for key, value in telemetry_env().items():
         env_vars.setdefault(key, value)
     merged["env_vars"] = env_vars
+    if env_vars.get(_INSTRUMENT_ENV, "").strip():
+        merged["worker_process_setup_hook"] = _setup_hook(merged.get("worker_process_setup_hook"))
     return merged
+
+
+_INSTRUMENT_ENV = "LENS_RL_OTEL_INSTRUMENT"
+#: Ray's import path of :func:`worker_process_setup` (a string hook needs no export through Ray's GCS).
+SETUP_HOOK = "lens_rl.integrations.ray.worker_process_setup"
+
+
+def worker_process_setup() -> None:
+    """Ray's ``worker_process_setup_hook``: weave the frameworks ``LENS_RL_OTEL_INSTRUMENT`` names in this
+    worker, before any actor class loads (Ray loads an actor's methods once). Never raises."""
+    try:
+        from lens_rl.frameworks import apply_configured
+
+        apply_configured()
+    except Exception as exc:
+        internal_error(exc, "ray-setup-hook")
+
+
+def _setup_hook(previous: Any) -> Any:
+    """lens_rl's setup hook, followed by ``previous`` (a callable or an import path) when the job set one."""
+    if previous is None or previous == SETUP_HOOK or getattr(previous, "lens_rl_chains", None) is not None:
+        return SETUP_HOOK if previous is None else previous
+
+    def lens_rl_worker_process_setup() -> None:
+        worker_process_setup()
+        hook = previous
+        if isinstance(hook, str):  # "module.function", as Ray imports it
+            import importlib
+
+            module, _, name = hook.rpartition(".")
+            hook = getattr(importlib.import_module(module), name)
+        hook()  # the job's own hook: its exceptions are the job's (Ray reports them)
+
+    lens_rl_worker_process_setup.lens_rl_chains = previous  # type: ignore[attr-defined]
+    return lens_rl_worker_process_setup
 
 
 def worker_env(worker_group: str, rank: int, world_size: int) -> dict[str, str]:

@@ -232,3 +232,22 @@ def test_job_environment_turns_telemetry_on_and_puts_the_bootstrap_first() -> No
     assert env["PYTHONPATH"].split(os.pathsep) == [BOOTSTRAP_DIR, "/a"]
     assert job_environment({"LENS_RL_OTEL_INSTRUMENT": "verl"})["LENS_RL_OTEL_INSTRUMENT"] == "verl"
     assert job_environment({}, instrument="trl", run_id="r9")["LENS_RL_OTEL_RUN_ID"] == "r9"
+
+
+@pytest.mark.parametrize(
+    ("argv", "launcher"),
+    [
+        (["python", "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"], True),
+        (["python", "-m", "torch.distributed.run", "train.py"], True),
+        (["python", "-u", "train.py"], False),
+        (["python", "-m", "trl.cli"], False),
+    ],
+)
+def test_a_launcher_does_not_claim_the_drivers_role(
+    argv: list[str], launcher: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun and its kind start the ranks and train nothing: the first rank, not the launcher, is the driver."""
+    from lens_rl.frameworks import _bootstrap
+
+    monkeypatch.setattr(sys, "orig_argv", argv, raising=False)
+    assert _bootstrap._launcher() is launcher

@@ -1,0 +1,118 @@
+"""A TRL / transformers job for tests/frameworks/test_trl.py, with its own measurements written as JSON.
+
+    python trl_job.py OUT.json [--plain-trainer] [--steps N] [--instrument on|off]
+
+No lens_rl code unless ``--instrument``: ``on`` starts telemetry (from the environment) and weaves TRL;
+``off`` weaves TRL with telemetry left off. The job measures itself: each optimizer step's wall and its
+optimizer step from its own callback's clock (``on_step_begin`` -> ``on_step_end``, ``on_pre_optimizer_step``
+-> ``on_optimizer_step``), TRL's profiling figures (what ``ProfilingContext`` would log), and the losses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import trl_grpo
+from transformers import TrainerCallback
+
+
+class Clock(TrainerCallback):  # type: ignore[misc]
+    """The job's own clock: step walls and optimizer steps, by ``state.global_step`` after the step."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, float] = {}
+        self.optimizer: dict[int, float] = {}
+        self._t0 = 0.0
+        self._o0 = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._o0 = time.perf_counter()
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.optimizer[state.global_step + 1] = time.perf_counter() - self._o0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.steps[state.global_step] = time.perf_counter() - self._t0
+
+
+def profiled() -> list[tuple[str, float]]:
+    """TRL's profiling figures, as its ProfilingContext reports them (name, seconds), in order."""
+    from trl.extras import profiling
+
+    seen: list[tuple[str, float]] = []
+    report = profiling.ProfilingContext._log_metrics
+
+    def log_metrics(self: Any, duration: float) -> None:
+        seen.append((self.name, duration))
+        report(self, duration)
+
+    profiling.ProfilingContext._log_metrics = log_metrics
+    return seen
+
+
+def plain_trainer(steps: int, output_dir: str, callbacks: list[Any]) -> Any:
+    """A plain transformers Trainer: the tiny Qwen2 model learning to continue a fixed token pattern."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    tokenizer = trl_grpo.tiny_tokenizer()
+    ids = [[3, 4, 5, 6, 7, 8, 9, 10]] * 32
+    data = Dataset.from_dict({"input_ids": ids, "labels": ids, "attention_mask": [[1] * 8] * 32})
+    args = TrainingArguments(
+        output_dir=output_dir,
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    return Trainer(model=trl_grpo.tiny_model(tokenizer), args=args, train_dataset=data, callbacks=callbacks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--plain-trainer", action="store_true")
+    parser.add_argument("--instrument", choices=["on", "off"])
+    args = parser.parse_args()
+    if args.instrument:
+        import lens_rl
+
+        if args.instrument == "on":
+            lens_rl.init_telemetry_driver(None, algorithm="grpo")
+        woven = lens_rl.instrument("trl")
+        assert woven == ["transformers", "trl"], woven
+    figures = profiled()
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as scratch:
+        make = plain_trainer if args.plain_trainer else trl_grpo.trainer
+        trainer = make(args.steps, scratch, [clock])
+        trainer.train()
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    Path(args.out).write_text(
+        json.dumps({"steps": clock.steps, "optimizer": clock.optimizer, "profiling": figures, "losses": losses})
+    )
+    if args.instrument == "on":
+        import lens_rl
+
+        lens_rl.shutdown_telemetry()
+
+
+if __name__ == "__main__":
+    main()
