@@ -28,7 +28,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, close_phase, open_phase
+from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, call_in_phase
 from lens_rl.frameworks._trainers import called_from
 
 __all__ = ["FRAMEWORK"]
@@ -39,38 +39,22 @@ _steps = StepUmbrella(UMBRELLA, first=1)
 _last_step: list[Any] = [None]
 
 
-def _phase(name: str) -> Any:
-    """A wrapt wrapper running the call inside phase ``name``."""
-
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        node = open_phase(name)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            close_phase(node, exc)
-            raise
-        close_phase(node)
-        return result
-
-    return wrapper
+_generation = call_in_phase("generation")
 
 
-_generation = _phase("generation")
-
-
-def _generate_samples(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _generate_samples(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if not _steps.is_open and called_from("train_step"):
         last = _last_step[0]
         _steps.begin(last + 1 if isinstance(last, int) else None)
-    return _generation(wrapped, instance, args, kwargs)
+    return _generation(original, args, kwargs)
 
 
-def _train_step(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _train_step(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if not _steps.is_open:
-        given = args[1] if len(args) > 1 else kwargs.get("global_step")
+        given = args[2] if len(args) > 2 else kwargs.get("global_step")
         _steps.begin(given + 1 if isinstance(given, int) and not isinstance(given, bool) else None)
     try:
-        result = wrapped(*args, **kwargs)
+        result = original(*args, **kwargs)
     except BaseException as exc:
         _steps.end(exc)
         raise
@@ -81,8 +65,8 @@ def _train_step(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict
     return result
 
 
-def _checkpoint_states(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    states = wrapped(*args, **kwargs)
+def _checkpoint_states(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    states = original(*args, **kwargs)
     step = states.get("global_step") if isinstance(states, dict) else None
     if isinstance(step, int) and not isinstance(step, bool) and step > 0:
         _last_step[0] = step  # a resumed run: its first step is the one after the checkpoint's
@@ -91,19 +75,19 @@ def _checkpoint_states(wrapped: Any, instance: Any, args: tuple[Any, ...], kwarg
 
 def _weave_trainer(module: ModuleType, weaver: Weaver) -> None:
     trainer = module.BasePPOTrainer
-    weaver.wrap(trainer, "train_step", _train_step)
-    weaver.wrap(trainer, "ppo_train", _phase("ppo_train"))
-    weaver.wrap(trainer, "broadcast_to_vllm", _phase("broadcast"))
-    weaver.wrap(trainer, "save_logs_and_checkpoints", _phase("save_logs_and_checkpoints"))
-    weaver.wrap(trainer, "init_checkpoint_states", _checkpoint_states)
+    weaver.around(trainer, "train_step", _train_step)
+    weaver.around(trainer, "ppo_train", call_in_phase("ppo_train"))
+    weaver.around(trainer, "broadcast_to_vllm", call_in_phase("broadcast"))
+    weaver.around(trainer, "save_logs_and_checkpoints", call_in_phase("save_logs_and_checkpoints"))
+    weaver.around(trainer, "init_checkpoint_states", _checkpoint_states)
 
 
 def _weave_generator(module: ModuleType, weaver: Weaver) -> None:
-    weaver.wrap(module.SamplesGenerator, "generate_samples", _generate_samples)
+    weaver.around(module.SamplesGenerator, "generate_samples", _generate_samples)
 
 
 def _weave_experience(module: ModuleType, weaver: Weaver) -> None:
-    weaver.wrap(module.RemoteExperienceMaker, "make_experience_batch", _phase("make_experience"))
+    weaver.around(module.RemoteExperienceMaker, "make_experience_batch", call_in_phase("make_experience"))
 
 
 def _unweave() -> None:

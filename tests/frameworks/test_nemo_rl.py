@@ -18,7 +18,7 @@ import lens_rl
 from lens_rl.buckets import default_bucket
 from lens_rl.frameworks import instrument, uninstrument
 from lens_rl.testing import recording
-from tests.frameworks.standins import standin
+from tests.frameworks.standins import agree, assert_agree, standin
 
 
 @pytest.fixture
@@ -29,10 +29,6 @@ def nemo() -> Iterator[None]:
 
 def _seconds(span: Any) -> float:
     return (span.end_time - span.start_time) / 1e9
-
-
-def _agree(mine: float, theirs: float) -> bool:
-    return abs(mine - theirs) <= 0.001 + 0.01 * theirs
 
 
 def _per_step(rec: Any) -> dict[int, dict[str, float]]:
@@ -59,11 +55,12 @@ def test_a_grpo_loop_is_steps_of_phases_agreeing_with_the_timers_own_figures(nem
         live = lens_rl.step_goodput()
     steps = _per_step(rec)
     assert sorted(steps) == [1, 2, 3]
+    pairs = []
     for number, theirs in enumerate(logged, start=1):
         mine = steps[number]
         assert set(mine) == {name.removeprefix("timing/") for name in theirs}
-        for label, seconds in theirs.items():
-            assert _agree(mine[label.removeprefix("timing/")], seconds), (number, label, mine, seconds)
+        pairs += [(f"{number} {label}", mine[label.removeprefix("timing/")], s) for label, s in theirs.items()]
+    assert_agree(pairs)
     for span in rec.spans:
         if span.name != "total_step_time":
             assert span.attributes["rl.bucket"] == str(default_bucket(span.name)), span.name
@@ -71,7 +68,7 @@ def test_a_grpo_loop_is_steps_of_phases_agreeing_with_the_timers_own_figures(nem
     assert rec.spans[[s.context.span_id for s in rec.spans].index(nested.parent.span_id)].name == (
         "prepare_for_generation/total"
     )
-    assert live["step"] == 3 and _agree(live["wall_s"], logged[-1]["total_step_time"])
+    assert live["step"] == 3 and agree(live["wall_s"], logged[-1]["total_step_time"])
 
 
 def test_woven_after_the_import_the_algorithms_bound_names_are_seen(nemo: None) -> None:
@@ -115,10 +112,10 @@ def test_record_is_a_back_dated_phase_and_thread_safe_timers_are_woven(nemo: Non
         thread.start()
         thread.join()
     failed = rec.find("wasted/failed_trajectory")
-    assert failed.attributes["rl.bucket"] == "wasted" and _agree(_seconds(failed), 0.25)
+    assert failed.attributes["rl.bucket"] == "wasted" and agree(_seconds(failed), 0.25)
     assert failed.start_time < before and failed.end_time >= before
     wait = rec.find("idle/refit_event_wait")
-    assert wait.attributes["rl.bucket"] == "idle" and _agree(_seconds(wait), timer._timers["idle/refit_event_wait"][0])
+    assert wait.attributes["rl.bucket"] == "idle" and agree(_seconds(wait), timer._timers["idle/refit_event_wait"][0])
 
 
 def test_reset_closes_what_nemo_rl_dropped(nemo: None) -> None:
