@@ -74,12 +74,14 @@ def _checkpoint_states(original: Any, args: tuple[Any, ...], kwargs: dict[str, A
 
 
 def _weave_trainer(module: ModuleType, weaver: Weaver) -> None:
-    trainer = module.BasePPOTrainer
-    weaver.around(trainer, "train_step", _train_step)
-    weaver.around(trainer, "ppo_train", call_in_phase("ppo_train"))
-    weaver.around(trainer, "broadcast_to_vllm", call_in_phase("broadcast"))
-    weaver.around(trainer, "save_logs_and_checkpoints", call_in_phase("save_logs_and_checkpoints"))
-    weaver.around(trainer, "init_checkpoint_states", _checkpoint_states)
+    for attr, on_call in {
+        "train_step": _train_step,
+        "ppo_train": call_in_phase("ppo_train"),
+        "broadcast_to_vllm": call_in_phase("broadcast"),
+        "save_logs_and_checkpoints": call_in_phase("save_logs_and_checkpoints"),
+        "init_checkpoint_states": _checkpoint_states,
+    }.items():
+        weaver.around(module.BasePPOTrainer, attr, on_call)
 
 
 def _weave_generator(module: ModuleType, weaver: Weaver) -> None:

@@ -17,7 +17,7 @@ import pytest
 from lens_rl.buckets import default_bucket
 from lens_rl.store import iter_rows, span_files
 from lens_rl.store.reader import time_ns
-from tests.conftest import clean_env
+from tests.conftest import clean_env, lens
 from tests.frameworks.standins import assert_agree
 
 pytest.importorskip("verl.utils.profiler")
@@ -39,13 +39,7 @@ def _run(cmd: list[str], tmp_path: Path) -> dict[str, Any]:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    report = subprocess.run(
-        [sys.executable, "-m", "lens_rl", "goodput", str(trace_dir), "--json"],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    report = lens("goodput", str(trace_dir), "--json")
     assert report.returncode == 0, report.stderr[-4000:]
     spans = [row for path in span_files(trace_dir) for _, row in iter_rows(path) if row.n is not None]
     return {"own": json.loads(own_path.read_text()), "report": json.loads(report.stdout), "spans": spans}

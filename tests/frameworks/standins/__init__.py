@@ -43,7 +43,7 @@ def standin(framework: str, *packages: str) -> Iterator[None]:
         uninstrument(framework)
         sys.path.remove(str(HERE))
         for name in list(sys.modules):
-            if name.split(".")[0] in packages:
+            if name.split(".")[0] in (*packages, "_skyrl_timer"):
                 del sys.modules[name]
         # wrapt runs a post-import hook once (it pops it): the stand-ins are imported afresh by the next test,
         # so the registry must register its hooks again

@@ -1,31 +1,5 @@
-"""Stand-in for ``skyrl.train.utils.utils``: ``Timer(message, update_dict=None)``, a sync and async context
-manager adding its seconds (``time.time``) to ``update_dict[message]``, as SkyRL's does."""
+"""Stand-in for ``skyrl.train.utils.utils``: its ``Timer``."""
 
-from __future__ import annotations
+from _skyrl_timer import timer_class
 
-import time
-from typing import Any
-
-
-class Timer:
-    def __init__(self, message: str, update_dict: dict[str, float] | None = None) -> None:
-        self.message = message
-        self.update_dict = update_dict
-
-    def __enter__(self) -> Timer:
-        self.start_time = time.time()
-        return self
-
-    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        self._add(time.time() - self.start_time)
-
-    async def __aenter__(self) -> Timer:
-        self.start_time = time.time()
-        return self
-
-    async def __aexit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
-        self._add(time.time() - self.start_time)
-
-    def _add(self, seconds: float) -> None:
-        if self.update_dict is not None:
-            self.update_dict[self.message] = self.update_dict.get(self.message, 0.0) + seconds
+Timer = timer_class()
