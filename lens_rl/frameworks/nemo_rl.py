@@ -23,8 +23,9 @@ import time
 from types import ModuleType
 from typing import Any
 
-from lens_rl.frameworks._base import Framework, Node, StepUmbrella, Weaver, close_phase, open_phase, record_interval
+from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, close_phase, open_phase, record_interval
 from lens_rl.frameworks._trainers import logged_name
+from lens_rl.record.engine import Node
 
 __all__ = ["FRAMEWORK"]
 
