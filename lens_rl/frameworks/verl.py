@@ -9,6 +9,9 @@ umbrella, its ``rl.step`` the ``global_steps`` of the trainer whose ``fit`` open
 frame when the timer runs: any trainer class, on the driver or in a Ray actor, woven at any time), else a
 per-process count from 1. The phase opens before veRL's own clock starts and closes after it stops, so
 lens_rl's seconds contain veRL's ``timing_raw`` by a few microseconds.
+
+veRL's ``main_ppo`` runs ``fit`` in its ``TaskRunner`` Ray actor, not on the driver: the weave reaches it through
+``lens-rl run`` or the config field ``instrument`` (every worker's init); nothing Ray dispatches is patched.
 """
 
 from __future__ import annotations
