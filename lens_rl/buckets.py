@@ -91,7 +91,8 @@ PHASE_SOURCES: Mapping[str, Mapping[str, Bucket]] = MappingProxyType({
         "wait": _I, "waiting": _I, "idle": _I, "barrier": _I, "queue_wait": _I, "sync_wait": _I,
         "wasted": _W, "discarded": _W, "retry": _W, "failed_rollout": _W,
     },
-    # nemo_rl/algorithms/grpo.py (sync and async GRPO), grpo_sync.py, async_utils/, models/policy/
+    # NeMo-RL main of 2026-08-22 (7ea279a; package_info 0.6.0): nemo_rl/algorithms/grpo.py (sync and async
+    # GRPO), grpo_sync.py, async_utils/, experience/rollouts.py (timing/rollout/...), models/policy/
     "NeMo-RL": {
         "reward_calculation": _P, "policy_and_reference_logprobs": _P, "advantage_calculation": _P,
         "get_logprobs": _P, "get_reference_policy_logprobs": _P, "get_values": _P, "get_topk_logits": _P,
@@ -102,32 +103,34 @@ PHASE_SOURCES: Mapping[str, Mapping[str, Bucket]] = MappingProxyType({
         "dynamic_sampling": _O, "overlong_filter": _O, "mask_sample_filter": _O, "recompute_kv_scales": _O,
         "offload_before_refit": _O, "offload_after_refit": _O, "policy_offload_after_refit": _O,
         "total_validation_time": _O, "validation_total": _O, "load_data": _O, "sharding_data": _O,
-        "shard_data": _O, "shard_meta": _O,
+        "shard_data": _O, "shard_meta": _O, "use_reference_model": _O, "rollout/prepare_for_metrics_calculation": _O,
+        "rollout/aggregate_metrics": _O, "rollout/per_agent_misc_metrics": _O, "rollout/compute_metrics": _O,
         "exposed_generation": _I, "buffer_starvation": _I, "refit_bubble": _I, "refit_event_wait": _I,
         "generation_limit_pause": _I,
     },
-    # verl/trainer/ppo/ray_trainer.py and the fully async trainer (marked_timer names)
+    # veRL 0.9.1: every name its trainers pass to marked_timer / simple_timer (verl/trainer/ppo/ray_trainer.py,
+    # v1/, experimental/ fully async, one-step-off, separation, agent loop), logged as timing_s/<name>
     "veRL": {
-        "gen": _P, "gen_max": _P, "generate_sequences": _P, "generate_async": _P, "old_log_prob": _P,
-        "ref": _P, "values": _P, "adv": _P, "update_critic": _P, "update_actor": _P, "tool_calls": _P,
-        "update_weights": _O, "sync_rollout_weights": _O, "param_sync": _O, "testing": _O, "validate_time": _O,
-        "merge_val": _O, "dump_rollout_generations": _O, "start_profile": _O, "stop_profile": _O,
-        "wait_last_valid": _I,
+        "gen": _P, "generate_sequences": _P, "generate_async": _P, "old_log_prob": _P, "ref": _P, "values": _P,
+        "adv": _P, "update_critic": _P, "update_actor": _P, "tool_calls": _P, "compute_score": _P,
+        "update_weights": _O, "sync_rollout_weights": _O, "param_sync": _O, "switch_to_rollout": _O,
+        "switch_to_trainer": _O, "testing": _O, "validate_time": _O, "dump_rollout_generations": _O,
+        "start_profile": _O, "stop_profile": _O,
+        "switch_wait": _I, "wait_for_enough_samples": _I,
     },
-    # openrlhf/trainer/ppo_trainer.py, ppo_trainer_async.py ("timing/..." keys)
-    "OpenRLHF": {"make_experience": _P, "ppo_train": _P, "broadcast": _O},
-    # skyrl/train/ (Timer names, and the async trainer's macro-phases)
+    # OpenRLHF 0.11.0: openrlhf/trainer/ppo_trainer.py, ppo_trainer_async.py ("timing/..." keys; the checkpoint
+    # step is named by its method, which OpenRLHF does not time)
+    "OpenRLHF": {"make_experience": _P, "ppo_train": _P, "broadcast": _O, "save_logs_and_checkpoints": _O},
+    # SkyRL 0.3.0: skyrl/train/ (Timer names of the trainers, the fully async trainer's macro-phases, the
+    # workers), as in skyrl_train 0.3.1; logged as timing/<name>
     "SkyRL": {
-        "generate_with_vllm": _P, "generate_responses": _P, "generate_with_router_replay": _P,
-        "fwd_logprobs_values_reward": _P, "calc_values_logprobs_rewards_kl": _P, "compute_rewards": _P,
-        "apply_reward_kl_penalty": _P, "compute_advantages_and_returns": _P, "calc_advantages_and_returns": _P,
-        "train_critic_and_policy": _P, "run_training": _P, "policy_train": _P, "critic_train": _P,
-        "forward_backward": _P, "optim_step": _P,
+        "fwd_logprobs_values_reward": _P, "apply_reward_kl_penalty": _P,
+        "compute_advantages_and_returns": _P, "train_critic_and_policy": _P, "run_training": _P, "policy_train": _P,
+        "critic_train": _P, "forward_backward": _P, "optim_step": _P,
         "sync_weights": _O, "sync_weights_to_inference_engines": _O, "init_weight_sync_state": _O,
         "save_checkpoints": _O, "save_hf_model": _O, "load_checkpoints": _O, "cleanup_old_checkpoints": _O,
-        "convert_to_training_input": _O, "convert_to_batch_regular": _O, "postprocess_generator_output": _O,
-        "dump_data_batch": _O, "dump_eval_results": _O, "log_train_results": _O, "log_eval_results": _O,
-        "update_ref_with_policy": _O,
+        "convert_to_training_input": _O, "postprocess_generator_output": _O, "dump_data_batch": _O,
+        "dump_eval_results": _O, "log_train_results": _O, "log_eval_results": _O, "update_ref_with_policy": _O,
         "wait_for_generation_buffer": _I,
     },
     # trl/extras/profiling.py blocks of trl/trainer/ (profiling_context names and @profiling_decorator methods,
@@ -190,15 +193,13 @@ PHASE_KINDS: Mapping[str, str] = MappingProxyType({
         "critic_train", "forward_backward",
     ), "training"),
     **dict.fromkeys((
-        "generation", "generate", "rollout", "rollouts", "gen", "gen_max", "generate_sequences", "generate_async",
-        "generate_with_vllm", "generate_responses", "generate_with_router_replay", "_run_rollouts_total",
-        "generate_batch", "_generate_on_policy_for_slices", "_generate_student_completions",
+        "generation", "generate", "rollout", "rollouts", "gen", "generate_sequences", "generate_async",
+        "_run_rollouts_total", "generate_batch", "_generate_on_policy_for_slices", "_generate_student_completions",
     ), "generation"),
     **dict.fromkeys((
         "logprob", "logprobs", "policy_logprob", "ref_logprob", "reference_logprob", "get_logprobs",
         "get_reference_policy_logprobs", "policy_and_reference_logprobs", "old_log_prob", "ref",
-        "fwd_logprobs_values_reward", "calc_values_logprobs_rewards_kl", "_get_per_token_logps_and_entropies",
-        "_get_per_token_logps",
+        "fwd_logprobs_values_reward", "_get_per_token_logps_and_entropies", "_get_per_token_logps",
     ), "logprob"),
 })
 # fmt: on

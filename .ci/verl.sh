@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The veRL stage: a venv of its own with CPU torch and veRL 0.9.1 (no GPU extras), then lens_rl installed into it
+# beside veRL's own OpenTelemetry and Ray, then the real-veRL tests (tests/frameworks/test_verl.py) and a
+# `ray.init()` in that venv. Called from .ci/run; exits non-zero on failure.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.ci-venvs/verl"
+PY="$VENV/bin/python"
+start=$(date +%s)
+
+install() {
+    if ! "$PY" -m pip install -q "$@"; then
+        echo "!!!! .ci/verl.sh: could not download or install: $* !!!!" >&2
+        exit 1
+    fi
+}
+
+otel_and_ray() {
+    echo "--- .ci/verl.sh: OpenTelemetry and Ray $1 installing lens_rl:"
+    "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true
+}
+
+if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+fi
+# torch first, the CPU wheel (a plain `torch` would pull a multi-GB CUDA build); then veRL without its GPU extras
+# and the three modules its trainer module imports that its base requirements leave out
+"$PY" -c 'import torch' 2>/dev/null || install 'torch==2.13.0'
+"$PY" -c 'import verl' 2>/dev/null || install 'verl==0.9.1'
+"$PY" -c 'import cachetools, uvicorn, fastapi' 2>/dev/null || install cachetools uvicorn fastapi
+# what veRL brought, before lens_rl was first installed here (kept beside the venv: a rerun compares with it)
+BEFORE="$VENV/otel-and-ray-before-lens-rl.txt"
+[ -f "$BEFORE" ] || { "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' >"$BEFORE" || true; }
+before="$(cat "$BEFORE")"
+echo "--- .ci/verl.sh: OpenTelemetry and Ray before installing lens_rl:"
+echo "$before"
+install -e "$ROOT[test]"
+otel_and_ray after
+after="$("$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true)"
+# every package veRL brought is still there at its version (lens_rl's own additions aside)
+changed=0
+moved="$(comm -23 <(echo "$before" | sort) <(echo "$after" | sort))"
+if [ -n "$moved" ]; then
+    changed=1
+    echo "!!!! .ci/verl.sh: installing lens_rl changed veRL's OpenTelemetry or Ray (lens_rl's exact pins):" >&2
+    echo "$moved" | sed 's/^/  was: /' >&2
+fi
+
+cd "$ROOT"
+"$PY" -c 'import verl, verl.trainer.ppo.ray_trainer; print("veRL", verl.__version__)'
+"$PY" -m pytest tests/frameworks/test_verl.py -q -p no:cacheprovider -m 'slow or not slow' "$@"
+# veRL's Ray still starts with lens_rl installed beside it (a local cluster, then stopped)
+"$PY" - <<'EOF'
+import ray
+
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42
+ray.shutdown()
+print("ray.init() works beside lens_rl:", ray.__version__)
+EOF
+if [ "$changed" = 1 ]; then
+    echo "!!!! .ci/verl.sh: the tests ran, but lens_rl's install changed veRL's OpenTelemetry (see above) !!!!" >&2
+    exit 1
+fi
+echo ".ci/verl.sh: passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,146 @@
+"""NeMo-RL: every ``Timer`` label is a phase; ``total_step_time`` is the step umbrella.
+
+Read at NeMo-RL main of 2026-08-22 (7ea279a, ``package_info`` 0.6.0; ``nemo_rl/utils/timer.py``, ``utils/nsys.py``,
+``algorithms/``); v0.7.0's ``Timer`` has the same ``start`` / ``stop`` / ``time`` and no ``record``. Woven:
+``nemo_rl.utils.timer.Timer`` ``start`` / ``stop`` / ``record`` / ``reset``. ``time()`` and ``ThreadSafeTimer``
+(whose methods call these under its lock) go through them, so every timer of the driver, the policy workers
+and the trajectory collector is seen. ``start(label)`` opens phase ``label`` (its ``timing/`` prefix dropped:
+``timing/rollout/total`` -> ``rollout/total``) after NeMo-RL's own clock starts, ``stop`` closes it after the
+clock stops; ``record(label, elapsed)`` writes a back-dated phase ending now; ``reset`` closes what NeMo-RL
+dropped. Phases of one timer and label nest as NeMo-RL's calls do; labels under ``idle/`` and ``wasted/``
+take that bucket.
+
+The step: ``total_step_time`` is the umbrella; its ``rl.step`` is the step the loop last passed to
+``maybe_gpu_profile_step(policy, step)`` (woven where the algorithms bind it: ``nemo_rl.algorithms.*``), else a
+per-process count from 0. When NeMo-RL's own OpenTelemetry layer is on (nemo-lens: ``NEMO_RL_OTEL_ENABLED`` or
+``NEMO_LENS_ENABLED``), lens_rl's weaving stands down with one line: no span is counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import ModuleType
+from typing import Any
+
+from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, close_phase, open_phase, record_interval
+from lens_rl.frameworks._trainers import logged_name
+from lens_rl.record.engine import Node
+
+__all__ = ["FRAMEWORK"]
+
+UMBRELLA = "total_step_time"
+_steps = StepUmbrella(UMBRELLA, first=0)
+#: (id(timer), label) -> the phases open under it, innermost last
+_open: dict[tuple[int, str], list[Node]] = {}
+#: the step last passed to maybe_gpu_profile_step, until a step umbrella takes it
+_profiled_step: list[Any] = [None]
+
+#: The algorithm modules that bind ``maybe_gpu_profile_step`` by name (``from nemo_rl.utils.nsys import ...``).
+_ALGORITHMS = ("grpo", "grpo_sync", "ppo", "dpo", "distillation", "sft", "rm", "xtoken_off_policy_distillation")
+_OWN_OTEL_ENV = ("NEMO_RL_OTEL_ENABLED", "NEMO_LENS_ENABLED")
+
+
+def _label(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return args[1] if len(args) > 1 else kwargs.get("label")
+
+
+def _start(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = original(*args, **kwargs)  # raises when the label runs already: nothing is opened then
+    label = _label(args, kwargs)
+    name = logged_name(label)
+    if name == UMBRELLA:
+        number, _profiled_step[0] = _profiled_step[0], None
+        _steps.begin(number)
+    else:
+        node = open_phase(name)
+        if node is not None:
+            _open.setdefault((id(args[0]), label), []).append(node)
+    return result
+
+
+def _stop(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = original(*args, **kwargs)
+    label = _label(args, kwargs)
+    if logged_name(label) == UMBRELLA:
+        _steps.end()
+    else:
+        _close((id(args[0]), label))
+    return result
+
+
+def _close(key: tuple[int, str]) -> None:
+    stack = _open.get(key)
+    if stack:
+        node = stack.pop()
+        if not stack:
+            del _open[key]
+        close_phase(node)
+
+
+def _record(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = original(*args, **kwargs)
+    elapsed = args[2] if len(args) > 2 else kwargs.get("elapsed")
+    if isinstance(elapsed, (int, float)) and elapsed >= 0:
+        end_ns = time.time_ns()
+        record_interval(logged_name(_label(args, kwargs)), end_ns - int(elapsed * 1e9), end_ns)
+    return result
+
+
+def _reset(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = original(*args, **kwargs)
+    label = args[1] if len(args) > 1 else kwargs.get("label")
+    timer = id(args[0])
+    for key in [k for k in _open if k[0] == timer and (not label or k[1] == label)]:
+        while key in _open:
+            _close(key)
+    return result
+
+
+def _profile_step(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    step = args[1] if len(args) > 1 else kwargs.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        _profiled_step[0] = step
+    return wrapped(*args, **kwargs)
+
+
+def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
+    timer = module.Timer
+    weaver.around(timer, "start", _start)
+    weaver.around(timer, "stop", _stop)
+    weaver.around(timer, "reset", _reset)
+    if "record" in vars(timer):  # main since 2026-06; v0.7.0 has none
+        weaver.around(timer, "record", _record)
+
+
+def _weave_algorithm(module: ModuleType, weaver: Weaver) -> None:
+    if callable(getattr(module, "maybe_gpu_profile_step", None)):
+        weaver.wrap(module, "maybe_gpu_profile_step", _profile_step)
+
+
+def _stands_down() -> str | None:
+    for name in _OWN_OTEL_ENV:
+        if os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"NeMo-RL's own OpenTelemetry layer (nemo-lens) is on ({name}); its spans are the timers'"
+    return None
+
+
+def _unweave() -> None:
+    for key in list(_open):
+        while key in _open:
+            _close(key)
+    _steps.reset()
+    _profiled_step[0] = None
+
+
+FRAMEWORK = Framework(
+    "nemo_rl",
+    "nemo-rl",
+    ">=0.6,<0.8",
+    {
+        "nemo_rl.utils.timer": _weave_timer,
+        **{f"nemo_rl.algorithms.{name}": _weave_algorithm for name in _ALGORITHMS},
+    },
+    unweave=_unweave,
+    stands_down=_stands_down,
+)

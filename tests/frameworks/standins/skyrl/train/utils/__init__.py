@@ -1,0 +1,3 @@
+from skyrl.train.utils.utils import Timer
+
+__all__ = ["Timer"]

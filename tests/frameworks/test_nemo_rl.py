@@ -1,0 +1,171 @@
+"""NeMo-RL's ``Timer`` woven, on stand-ins at its module paths (``tests/frameworks/standins/nemo_rl``): a
+GRPO-shaped loop's labels become phases under the ``total_step_time`` umbrella, numbered as the loop numbers
+its steps, agreeing with the timer's own figures."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import lens_rl
+from lens_rl.buckets import default_bucket
+from lens_rl.frameworks import instrument, uninstrument
+from lens_rl.testing import recording
+from tests.frameworks.standins import agree, assert_agree, standin
+
+
+@pytest.fixture
+def nemo() -> Iterator[None]:
+    with standin("nemo_rl", "nemo_rl"):
+        yield
+
+
+def _seconds(span: Any) -> float:
+    return (span.end_time - span.start_time) / 1e9
+
+
+def _per_step(rec: Any) -> dict[int, dict[str, float]]:
+    """Each step's phases' seconds, by the name NeMo-RL logs (the umbrella's own under total_step_time)."""
+    umbrellas = {s.context.span_id: s.attributes["rl.step"] for s in rec.find_all("total_step_time")}
+    by_id = {s.context.span_id: s for s in rec.spans}
+    steps: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for span in rec.spans:
+        node = span
+        while node is not None and node.context.span_id not in umbrellas:
+            node = by_id.get(node.parent.span_id) if node.parent is not None else None
+        if node is not None:
+            steps[umbrellas[node.context.span_id]][span.name] += _seconds(span)
+    return steps
+
+
+def test_a_grpo_loop_is_steps_of_phases_agreeing_with_the_timers_own_figures(nemo: None) -> None:
+    """Woven before the import: total_step_time is the umbrella numbered by maybe_gpu_profile_step's step, every
+    label a phase under it (timing/ dropped), bucketed by the table, each within 1 ms + 1 % of the Timer's own."""
+    assert instrument("nemo_rl") == ["nemo_rl"]
+    grpo = importlib.import_module("nemo_rl.algorithms.grpo")
+    with recording() as rec:
+        logged = grpo.grpo_train(policy=object(), max_num_steps=3)
+        live = lens_rl.step_goodput()
+    steps = _per_step(rec)
+    assert sorted(steps) == [1, 2, 3]
+    pairs = []
+    for number, theirs in enumerate(logged, start=1):
+        mine = steps[number]
+        assert set(mine) == {name.removeprefix("timing/") for name in theirs}
+        pairs += [(f"{number} {label}", mine[label.removeprefix("timing/")], s) for label, s in theirs.items()]
+    assert_agree(pairs)
+    for span in rec.spans:
+        if span.name != "total_step_time":
+            assert span.attributes["rl.bucket"] == str(default_bucket(span.name)), span.name
+    nested = rec.find("prepare_for_generation/transfer_and_update_weights")
+    assert rec.spans[[s.context.span_id for s in rec.spans].index(nested.parent.span_id)].name == (
+        "prepare_for_generation/total"
+    )
+    assert live["step"] == 3 and agree(live["wall_s"], logged[-1]["total_step_time"])
+
+
+def test_woven_after_the_import_the_algorithms_bound_names_are_seen(nemo: None) -> None:
+    """Imported first, woven after: the Timer class and grpo's own binding of maybe_gpu_profile_step are
+    patched; uninstrument puts both back as they were."""
+    grpo = importlib.import_module("nemo_rl.algorithms.grpo")
+    timer_mod = importlib.import_module("nemo_rl.utils.timer")
+    originals = (grpo.maybe_gpu_profile_step, dict(vars(timer_mod.Timer)))
+    instrument("nemo_rl")
+    with recording() as rec:
+        grpo.grpo_train(policy=object(), max_num_steps=2)
+    assert [s.attributes["rl.step"] for s in rec.find_all("total_step_time")] == [1, 2]
+    uninstrument("nemo_rl")
+    assert grpo.maybe_gpu_profile_step is originals[0] and dict(vars(timer_mod.Timer)) == originals[1]
+
+
+def test_without_the_profile_hook_steps_are_counted_from_zero(nemo: None) -> None:
+    """A loop that never calls maybe_gpu_profile_step: its steps are a per-process count from 0."""
+    instrument("nemo_rl")
+    grpo = importlib.import_module("nemo_rl.algorithms.grpo")
+    with recording() as rec:
+        grpo.grpo_train(policy=object(), max_num_steps=2, profile=False)
+    assert [s.attributes["rl.step"] for s in rec.find_all("total_step_time")] == [0, 1]
+
+
+def test_record_is_a_back_dated_phase_and_thread_safe_timers_are_woven(nemo: None) -> None:
+    """A collector thread's ThreadSafeTimer: record(label, elapsed) is a phase ending now that lasted elapsed,
+    bucketed by its idle/ or wasted/ prefix; its time() blocks are phases of that thread."""
+    instrument("nemo_rl")
+    timer_mod = importlib.import_module("nemo_rl.utils.timer")
+    timer = timer_mod.ThreadSafeTimer({"worker": "collector"})
+
+    def collect() -> None:
+        with timer.time("idle/refit_event_wait"):
+            time.sleep(0.01)
+        timer.record("wasted/failed_trajectory", 0.25)
+
+    with recording() as rec:
+        before = time.time_ns()
+        thread = threading.Thread(target=collect)
+        thread.start()
+        thread.join()
+    failed = rec.find("wasted/failed_trajectory")
+    assert failed.attributes["rl.bucket"] == "wasted" and agree(_seconds(failed), 0.25)
+    assert failed.start_time < before and failed.end_time >= before
+    wait = rec.find("idle/refit_event_wait")
+    assert wait.attributes["rl.bucket"] == "idle" and agree(_seconds(wait), timer._timers["idle/refit_event_wait"][0])
+
+
+def test_reset_closes_what_nemo_rl_dropped(nemo: None) -> None:
+    """A label still running at reset() is dropped by NeMo-RL; its phase ends there instead of staying open."""
+    instrument("nemo_rl")
+    timer = importlib.import_module("nemo_rl.utils.timer").Timer()
+    with recording() as rec:
+        timer.start("load_data")
+        timer.reset()
+        timer.start("load_data")
+        timer.stop("load_data")
+    assert rec.names() == ["load_data", "load_data"]
+
+
+def test_nemo_lens_on_makes_lens_rl_stand_down(nemo: None, monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    """NEMO_RL_OTEL_ENABLED=1 (NeMo-RL's own OpenTelemetry layer): one line says lens_rl stands down, no phase
+    is recorded, NeMo-RL's timers work as ever."""
+    monkeypatch.setenv("NEMO_RL_OTEL_ENABLED", "1")
+    instrument("nemo_rl")
+    grpo = importlib.import_module("nemo_rl.algorithms.grpo")
+    with caplog.at_level(logging.WARNING, logger="lens_rl"), recording() as rec:
+        logged = grpo.grpo_train(policy=object(), max_num_steps=2)
+    assert rec.names() == [] and len(logged) == 2 and logged[0]["generation"] > 0
+    assert len([r for r in caplog.records if "stands down" in r.getMessage()]) == 1
+
+
+def test_off_the_woven_timer_is_nemo_rls_own(nemo: None) -> None:
+    """Telemetry off: the woven timer measures and raises exactly as NeMo-RL's (a label started twice)."""
+    instrument("nemo_rl")
+    timer = importlib.import_module("nemo_rl.utils.timer").Timer()
+    with timer.time("generation"):
+        pass
+    with pytest.raises(ValueError, match="already running"):
+        timer.start("x")
+        timer.start("x")
+    assert list(timer.get_timing_metrics()) == ["generation"]
+
+
+def test_every_label_nemo_rl_times_is_bucketed() -> None:
+    """The labels NeMo-RL's main times (with their timing/ prefix dropped) have a default bucket, the umbrella
+    none: a NeMo-RL job shows no unbucketed phase of its own."""
+    labels = [
+        "data_processing", "prepare_for_generation/total", "prepare_for_generation/transfer_and_update_weights",
+        "generation", "rollout/total", "rollout/run_rollouts", "rollout/aggregate_metrics", "reward_calculation",
+        "advantage_calculation", "logprob_inference_prep", "policy_and_reference_logprobs", "training_prep",
+        "policy_training", "policy_training/submit_training_futures", "policy_training/sharding_data",
+        "checkpointing", "exposed_generation", "dynamic_sampling", "weight_sync", "recompute_kv_scales",
+        "total_validation_time", "value_training", "value_inference", "get_logprobs", "get_logprobs/shard_data",
+        "train", "use_reference_model", "init/total", "idle/buffer_full_backoff", "wasted/failed_trajectory",
+        "_run_rollouts_total", "offload_before_refit", "offload_after_refit", "load_data", "save_checkpoint",
+    ]  # fmt: skip
+    assert [label for label in labels if default_bucket(label) is None] == []
+    assert default_bucket("total_step_time") is None

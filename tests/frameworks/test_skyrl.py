@@ -1,0 +1,117 @@
+"""SkyRL's ``Timer`` woven, on stand-ins at its module paths (``tests/frameworks/standins/skyrl``,
+``skyrl_train``): an async trainer-shaped loop's timers become phases under the ``step`` umbrella, numbered by
+the trainer's ``global_step``, agreeing with the seconds the timer adds to ``all_timings``."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import lens_rl
+from lens_rl.buckets import default_bucket
+from lens_rl.frameworks import instrument, uninstrument
+from lens_rl.testing import recording
+from tests.frameworks.standins import agree, assert_agree, standin
+
+
+@pytest.fixture
+def sky() -> Iterator[None]:
+    with standin("skyrl", "skyrl", "skyrl_train"):
+        yield
+
+
+def _seconds(span: Any) -> float:
+    return (span.end_time - span.start_time) / 1e9
+
+
+def test_an_async_trainer_loop_is_steps_of_phases_agreeing_with_all_timings(sky: None) -> None:
+    """Woven before the import: Timer("step") is the umbrella numbered by global_step; every Timer block (with
+    and async with) is a phase under it, nested as in the loop, bucketed, within 1 ms + 1 % of SkyRL's own."""
+    assert instrument("skyrl") == ["skyrl"]
+    trainer_mod = importlib.import_module("skyrl.train.trainer")
+    trainer = trainer_mod.RayPPOTrainer(steps=3)
+    with recording() as rec:
+        asyncio.run(trainer.train())
+        live = lens_rl.step_goodput()
+    umbrellas = rec.find_all("step")
+    assert [s.attributes["rl.step"] for s in umbrellas] == [1, 2, 3]
+    by_id = {s.context.span_id: s for s in rec.spans}
+    pairs = []
+    for logged, umbrella in zip(trainer.logged, umbrellas, strict=True):
+        pairs.append((f"{logged['step']} step", _seconds(umbrella), logged["timing/step"]))
+        inside = [s for s in rec.spans if s.attributes.get("rl.step") == logged["step"] and s is not umbrella]
+        assert {s.name for s in inside} == {k.removeprefix("timing/") for k in logged if k.startswith("timing/")} - {
+            "step"
+        }
+        for span in inside:
+            pairs.append((f"{logged['step']} {span.name}", _seconds(span), logged[f"timing/{span.name}"]))
+            assert span.attributes["rl.bucket"] == str(default_bucket(span.name))
+    assert_agree(pairs)
+    generate = rec.find("generate")
+    assert by_id[generate.parent.span_id].name == "step"  # the async with block is in its step
+    penalty = rec.find("apply_reward_kl_penalty")
+    assert by_id[penalty.parent.span_id].name == "fwd_logprobs_values_reward"
+    assert rec.find("init_weight_sync_state").attributes.get("rl.step") is None  # before the first step
+    assert live["step"] == 3 and agree(live["wall_s"], trainer.logged[-1]["timing/step"])
+
+
+def test_the_earlier_skyrl_train_package_is_woven_too(sky: None) -> None:
+    """skyrl_train.utils.utils.Timer (sync and async) is woven beside skyrl's; a step with no trainer around it
+    is counted per process from 1."""
+    instrument("skyrl")
+    timer = importlib.import_module("skyrl_train.utils.utils").Timer
+
+    async def loop() -> None:
+        for _ in range(2):
+            with timer("step"):
+                async with timer("generate"):
+                    await asyncio.sleep(0.001)
+
+    with recording() as rec:
+        asyncio.run(loop())
+    assert [s.attributes["rl.step"] for s in rec.find_all("step")] == [1, 2]
+    assert len(rec.find_all("generate")) == 2
+
+
+def test_a_failing_block_ends_its_phase_with_the_error_and_the_error_passes_through(sky: None) -> None:
+    """An exception inside a Timer block reaches the caller unchanged; the phase ends, marked as an error."""
+    instrument("skyrl")
+    timer = importlib.import_module("skyrl.train.utils.utils").Timer
+    boom = RuntimeError("theirs")
+    with recording() as rec, pytest.raises(RuntimeError) as caught:
+        with timer("sync_weights"):
+            raise boom
+    assert caught.value is boom
+    assert rec.find("sync_weights").status.status_code.name == "ERROR"
+
+
+def test_off_and_after_uninstrument_the_timer_is_skyrls_own(sky: None) -> None:
+    """Telemetry off, the woven Timer still adds its seconds; uninstrument puts SkyRL's methods back."""
+    module = importlib.import_module("skyrl.train.utils.utils")
+    originals = dict(vars(module.Timer))
+    instrument("skyrl")
+    timings: dict[str, float] = {}
+    with module.Timer("generate", timings):
+        pass
+    assert list(timings) == ["generate"]
+    uninstrument("skyrl")
+    assert dict(vars(module.Timer)) == originals
+
+
+def test_every_timer_name_skyrl_uses_is_bucketed() -> None:
+    """The Timer names of SkyRL 0.3.0's trainers have a default bucket, the step umbrella none."""
+    names = [
+        "generate", "postprocess_generator_output", "convert_to_training_input", "fwd_logprobs_values_reward",
+        "apply_reward_kl_penalty", "compute_advantages_and_returns", "train_critic_and_policy", "critic_train",
+        "policy_train", "sync_weights", "sync_weights_to_inference_engines", "init_weight_sync_state",
+        "load_checkpoints", "save_checkpoints", "save_checkpoint", "save_hf_model", "update_ref_with_policy",
+        "eval", "dump_data_batch", "dump_eval_results", "log_train_results", "log_eval_results",
+        "cleanup_old_checkpoints", "data_loading", "forward_backward", "optim_step", "run_training",
+        "wait_for_generation_buffer",
+    ]  # fmt: skip
+    assert [name for name in names if default_bucket(name) is None] == []
+    assert default_bucket("step") is None

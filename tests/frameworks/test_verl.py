@@ -1,0 +1,147 @@
+"""Real veRL (0.9.1): its own ``marked_timer`` / ``simple_timer`` in a loop shaped like its trainer's ``fit``
+(``examples/verl_loop.py``), woven by lens_rl; lens_rl's seconds against veRL's ``timing_raw``. Skipped where
+veRL is not installed (``.ci/verl.sh`` builds a venv that has it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.buckets import default_bucket
+from lens_rl.store import iter_rows, span_files
+from lens_rl.store.reader import time_ns
+from tests.conftest import clean_env, lens
+from tests.frameworks.standins import assert_agree
+
+pytest.importorskip("verl.utils.profiler")
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "verl_loop.py"
+STEPS = 5
+
+
+def _run(cmd: list[str], tmp_path: Path) -> dict[str, Any]:
+    """Run one woven job; veRL's own timing of it, lens-rl goodput --json of its store, and its spans."""
+    own_path, trace_dir = tmp_path / "own.json", tmp_path / "traces"
+    done = subprocess.run(
+        [*cmd, "--steps", str(STEPS), "--own", str(own_path), "--trace-dir", str(trace_dir)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = lens("goodput", str(trace_dir), "--json")
+    assert report.returncode == 0, report.stderr[-4000:]
+    spans = [row for path in span_files(trace_dir) for _, row in iter_rows(path) if row.n is not None]
+    return {"own": json.loads(own_path.read_text()), "report": json.loads(report.stdout), "spans": spans}
+
+
+def _check(job: dict[str, Any]) -> None:
+    own, report, spans = job["own"], job["report"], job["spans"]
+    rows = {row["step"]: row for row in report["steps"]}
+    umbrellas = {row.a["rl.step"]: row for row in spans if row.n == "step"}
+    assert sorted(rows) == sorted(umbrellas) == [s["step"] for s in own] == list(range(1, STEPS + 1))
+    assert not any(row["incomplete"] for row in rows.values())
+    # every timed block: its span against veRL's own figure for it (each name runs once a step; the profile
+    # timers run outside the step, one a step, in order)
+    outside = {name: iter(sorted((r for r in spans if r.n == name), key=lambda r: time_ns(r.b))) for name in PROFILE}
+    pairs = []
+    for step in own:
+        for name, theirs in step["timing_raw"].items():
+            span = next(outside[name]) if name in PROFILE else _span_of(spans, step["step"], name)
+            pairs.append((f"{step['step']} {name}", (time_ns(span.e) - time_ns(span.b)) / 1e9, theirs))
+    assert_agree(pairs)
+    # the report's figures are the spans' (per step wall, per phase seconds), to the microsecond
+    for step in own:
+        span = umbrellas[step["step"]]
+        assert rows[step["step"]]["wall_s"] == pytest.approx((time_ns(span.e) - time_ns(span.b)) / 1e9, abs=2e-6)
+    in_report: dict[str, float] = defaultdict(float)
+    for row in report["phases"]:
+        in_report[row["phase"]] += row["total_s"]
+    in_spans: dict[str, float] = defaultdict(float)
+    for row in spans:
+        if row.n != "rl.job":  # the job's own root span
+            in_spans[row.n] += (time_ns(row.e) - time_ns(row.b)) / 1e9
+    assert set(in_report) == set(in_spans) == {name for step in own for name in step["timing_raw"]}
+    for name, seconds in in_report.items():
+        assert seconds == pytest.approx(in_spans[name], abs=1e-5), name
+    # bucketed by the default table, no unbucketed warning from veRL's names, each step's goodput its productive
+    # seconds over its wall
+    assert report["unbucketed_phases"] == []
+    buckets = {row["phase"]: row["bucket"] for row in report["phases"]}
+    assert buckets["gen"] == "productive" and buckets["update_weights"] == "overhead"
+    for row in report["steps"]:
+        assert row["seconds"]["productive"] > 0
+        assert row["goodput"] == pytest.approx(row["seconds"]["productive"] / row["wall_s"], rel=1e-6)
+    # each phase of a step is a child of that step's umbrella, carrying its number
+    by_id = {row.s: row for row in spans}
+    gen = [row for row in spans if row.n == "gen"]
+    assert len(gen) == STEPS and all(by_id[row.p].n == "step" for row in gen)
+    assert sorted(row.a["rl.step"] for row in gen) == list(range(1, STEPS + 1))
+
+
+PROFILE = ("start_profile", "stop_profile")
+
+
+def _span_of(spans: list[Any], step: int, name: str) -> Any:
+    (span,) = [row for row in spans if row.n == name and row.a.get("rl.step") == step]
+    return span
+
+
+@pytest.mark.slow
+def test_instrument_verl_agrees_with_verls_own_timing_raw(tmp_path: Path) -> None:
+    """lens_rl.instrument("verl") in a fit-shaped loop of veRL's own timers: every step's wall and every timed
+    block's seconds agree with veRL's timing_raw within 1 ms + 1 %, and lens-rl goodput reports those spans;
+    steps numbered by global_steps; all bucketed."""
+    _check(_run([sys.executable, str(EXAMPLE)], tmp_path))
+
+
+@pytest.mark.slow
+def test_lens_rl_run_weaves_an_unmodified_verl_loop(tmp_path: Path) -> None:
+    """`lens-rl run --instrument verl -- python loop --plain` (no lens_rl code in the job): the same agreement."""
+    if importlib.util.find_spec("lens_rl.frameworks.run") is None:
+        pytest.skip("lens-rl run is not in this checkout yet")
+    cmd = [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(tmp_path / "traces"), "--instrument", "verl"]
+    _check(_run([*cmd, "--", sys.executable, str(EXAMPLE), "--plain"], tmp_path))
+
+
+def test_every_timer_name_of_verl_0_9_1_is_bucketed() -> None:
+    """The names veRL 0.9.1's trainers pass to marked_timer / simple_timer have a default bucket (the step
+    umbrella none): a veRL job shows no unbucketed phase of its own."""
+    names = {
+        "gen", "generate_sequences", "generate_async", "reward", "old_log_prob", "ref", "values", "adv",
+        "update_critic", "update_actor", "update_weights", "tool_calls", "compute_score", "testing",
+        "save_checkpoint", "start_profile", "stop_profile", "dump_rollout_generations", "sync_rollout_weights",
+        "switch_to_rollout", "switch_to_trainer", "switch_wait", "wait_for_enough_samples",
+        "rollouter/validate_time", "param_sync",
+    }  # fmt: skip
+    assert [name for name in sorted(names) if default_bucket(name) is None] == []
+    assert default_bucket("step") is None
+
+
+def test_the_woven_timer_is_verls_own_when_off_and_after_uninstrument() -> None:
+    """While telemetry is off a woven veRL timer still fills timing_raw; uninstrument puts veRL's _timer back."""
+    from verl.utils.profiler import marked_timer, performance
+
+    from lens_rl.frameworks import instrument, uninstrument
+
+    original = performance._timer
+    assert instrument("verl") == ["verl"]
+    try:
+        assert performance._timer is not original
+        timing_raw: dict[str, float] = {}
+        with marked_timer("gen", timing_raw):
+            pass
+        assert set(timing_raw) == {"gen"}
+    finally:
+        uninstrument("verl")
+    assert performance._timer is original
