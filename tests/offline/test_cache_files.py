@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.cache_files import (
+from lens_rl.offline.rollup.goodput import analyze
+from lens_rl.offline.run.cache_files import (
     CACHE_DIR,
     Entry,
     cache_folder,
@@ -22,7 +23,6 @@ from lens_rl.offline.cache_files import (
     save_report,
     store_fingerprint,
 )
-from lens_rl.offline.goodput import analyze
 from lens_rl.store import span_files
 from tests.stores import grow_store
 

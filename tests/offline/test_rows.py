@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.goodput import analyze_parts
-from lens_rl.offline.parts import ProcessPart, merge_parts
-from lens_rl.offline.rows import (
+from lens_rl.offline.read.parts import ProcessPart, merge_parts
+from lens_rl.offline.rollup.goodput import analyze_parts
+from lens_rl.offline.rollup.rows import (
     UNBUCKETED_SHARE,
     group_and_rank_rows,
     phase_rows,

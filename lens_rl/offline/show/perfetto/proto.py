@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lens_rl.offline.perfetto.places import NO_ATTRS, SLICE, Places, Rows, category, dumps, process_name
+from lens_rl.offline.show.perfetto.places import NO_ATTRS, SLICE, Places, Rows, category, dumps, process_name
 from lens_rl.store import INT64_END
 
 __all__ = ["Slot", "proto_events", "proto_module", "template", "uuid_of"]

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.parts import median, step_key
+from lens_rl.offline.read.parts import median, step_key
 from lens_rl.store import iter_rows, read_head, time_ns
 
 __all__ = [

@@ -4,7 +4,7 @@ A :class:`ProcessPart` holds one process's exclusive bucket time, lifetime, step
 rows), phase numbers (count, durations for the p95, tokens) and compute time per phase and step (what
 stragglers are judged on). Every duration is an int of nanoseconds, so parts merge exactly and in any
 order: files reduce one at a time, in parallel, on a Ray cluster, or a grown file from where its last read
-stopped, with identical results. :mod:`lens_rl.offline.reduce` makes them.
+stopped, with identical results. :mod:`lens_rl.offline.read.reduce` makes them.
 
 Example::
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
-from lens_rl.offline.intervals import covered, merge_packed, pairs
+from lens_rl.offline.read.intervals import covered, merge_packed, pairs
 from lens_rl.store import Process
 
 __all__ = [
@@ -257,7 +257,7 @@ class ProcessPart:
     #: (packed; none of them is in the buckets, phases, steps or compute above) and which steps they were
     rerun: array = field(default_factory=lambda: array("q"))
     rerun_steps: set[Any] = field(default_factory=set)
-    #: the critical path's walks of this process (:class:`lens_rl.offline.critical.CritPart`), or None
+    #: the critical path's walks of this process (:class:`lens_rl.offline.read.critical.CritPart`), or None
     crit: Any = None
     #: ("own" | "gen", step) -> tokens: a step umbrella's own rl.num_tokens, its generation phases' sum
     step_tokens: dict[tuple[str, Any], float] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""One file's events: its rows walked (:class:`~lens_rl.offline.perfetto.places.Places`) into the chosen format.
+"""One file's events: its rows walked (:class:`~lens_rl.offline.show.perfetto.places.Places`) into the chosen format.
 
 Example::
 
@@ -13,9 +13,9 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from lens_rl.offline.perfetto.chrome import json_events
-from lens_rl.offline.perfetto.places import NO_ATTRS, Calls, Chunk, Options, Places, Rows
-from lens_rl.offline.perfetto.proto import proto_events
+from lens_rl.offline.show.perfetto.chrome import json_events
+from lens_rl.offline.show.perfetto.places import NO_ATTRS, Calls, Chunk, Options, Places, Rows
+from lens_rl.offline.show.perfetto.proto import proto_events
 from lens_rl.store import Head, Row, iter_rows
 
 __all__ = ["locate_file", "render_file"]

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.goodput import analyze_parts, rolled_up
-from lens_rl.offline.report.data import (
+from lens_rl.offline.rollup.goodput import analyze_parts, rolled_up
+from lens_rl.offline.show.report.data import (
     MAX_COLUMNS,
     MAX_RANKS,
     MAX_TIMELINE_SPANS,
@@ -37,7 +37,7 @@ from lens_rl.offline.report.data import (
     step_window,
     window_file,
 )
-from lens_rl.offline.report.figures import (
+from lens_rl.offline.show.report.figures import (
     HEAT_LIMIT,
     attempts_figure,
     critical_figure,
@@ -46,7 +46,7 @@ from lens_rl.offline.report.figures import (
     step_figures,
     timeline_figure,
 )
-from lens_rl.offline.report.page import page
+from lens_rl.offline.show.report.page import page
 
 __all__ = [
     "HEAT_LIMIT",
@@ -85,7 +85,7 @@ def build_report(
     go = _plotly()
     from plotly.offline import get_plotlyjs
 
-    from lens_rl.offline.parallel import map_files
+    from lens_rl.offline.run.parallel import map_files
 
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
     report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)

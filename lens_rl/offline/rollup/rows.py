@@ -1,5 +1,5 @@
 """The goodput report's rows per phase, per worker group and per rank, the unbucketed phases it names and the
-job's throughput: what :func:`lens_rl.offline.goodput.report_from_parts` lays out from the merged parts.
+job's throughput: what :func:`lens_rl.offline.rollup.goodput.report_from_parts` lays out from the merged parts.
 
 Example::
 
@@ -12,8 +12,8 @@ from collections import defaultdict
 from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
-from lens_rl.offline.parts import BUCKETS, PhasePart, ProcessPart
-from lens_rl.offline.throughput import job_gpus, phase_rates, step_tokens
+from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart
+from lens_rl.offline.rollup.throughput import job_gpus, phase_rates, step_tokens
 
 __all__ = ["UNBUCKETED_SHARE", "group_and_rank_rows", "phase_rows", "throughput_row", "unbucketed_rows"]
 
@@ -25,7 +25,7 @@ def throughput_row(
     processes: list[ProcessPart], step_rows: list[dict[str, Any]], walls_ns: list[int]
 ) -> dict[str, Any]:
     """The job's GPUs and end-to-end tokens per second per GPU, for the run (complete steps); each step row
-    gains ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (:mod:`lens_rl.offline.throughput`)."""
+    gains ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (:mod:`lens_rl.offline.rollup.throughput`)."""
     gpus = job_gpus(processes)
     tokens = step_tokens(processes)
     total = wall = 0.0

@@ -14,10 +14,10 @@ Goodput = productive seconds / wall-clock seconds of the view.
   else its nearest ancestor's. A step's wall is its umbrellas' (unbucketed spans carrying ``rl.step``),
   else first start to last end; one whose umbrella never ended is incomplete, out of the step figures.
 * **Streaming.** Each process is reduced to a compact part as soon as its spans are read
-  (:mod:`lens_rl.offline.reduce`); parts merge exactly, so files can be read one at a time, in parallel,
+  (:mod:`lens_rl.offline.read.reduce`); parts merge exactly, so files can be read one at a time, in parallel,
   or on a Ray cluster, with identical results.
 
-* **Attempts.** A run's attempts (``rl.attempt``) are one job (:mod:`lens_rl.offline.attempts`): steps a
+* **Attempts.** A run's attempts (``rl.attempt``) are one job (:mod:`lens_rl.offline.rollup.attempts`): steps a
   later attempt ran again are wasted (reason ``rerun``) on every process, the downtime between attempts
   wasted (reason ``restart``); the job's wall runs from the first start to the last end; the steady state
   skips each attempt's first ``warmup_steps``; every other figure uses each step's final run.
@@ -55,8 +55,20 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.buckets import goodput_of
-from lens_rl.offline.attempts import Attempts, attempts_of, superseded_steps
-from lens_rl.offline.cache import (
+from lens_rl.offline.read.critical import Memo, critical_path
+from lens_rl.offline.read.intervals import covered, merge_intervals, pairs
+from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, merge_parts, share_steps, step_key
+from lens_rl.offline.read.reduce import file_steps
+from lens_rl.offline.rollup.attempts import Attempts, attempts_of, superseded_steps
+from lens_rl.offline.rollup.rows import (
+    UNBUCKETED_SHARE,
+    group_and_rank_rows,
+    phase_rows,
+    throughput_row,
+    unbucketed_rows,
+)
+from lens_rl.offline.rollup.stragglers import in_range, stragglers
+from lens_rl.offline.run.cache import (
     grown_bytes,
     load_memo,
     load_report,
@@ -66,12 +78,6 @@ from lens_rl.offline.cache import (
     save_sizes,
     store_fingerprint,
 )
-from lens_rl.offline.critical import Memo, critical_path
-from lens_rl.offline.intervals import covered, merge_intervals, pairs
-from lens_rl.offline.parts import BUCKETS, ProcessPart, StepPart, merge_parts, share_steps, step_key
-from lens_rl.offline.reduce import file_steps
-from lens_rl.offline.rows import UNBUCKETED_SHARE, group_and_rank_rows, phase_rows, throughput_row, unbucketed_rows
-from lens_rl.offline.stragglers import in_range, stragglers
 from lens_rl.store import ReadStats, heads, read_head
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "analyze", "analyze_parts", "report_from_parts", "rolled_up"]
@@ -109,7 +115,7 @@ def report_from_parts(
     memo: Memo | None = None,
 ) -> dict[str, Any]:
     """The goodput report (the module docstring's schema) from process parts; ``steps`` (A, B) selects steps;
-    ``memo``: the critical path's per-step results of an earlier look (:class:`~lens_rl.offline.critical.Memo`)."""
+    ``memo``: the critical path's per-step results of an earlier look (:class:`~lens_rl.offline.read.critical.Memo`)."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes
@@ -316,7 +322,7 @@ def analyze_parts(
 
     Whether the run has a driver is read from the files' headers (a driver's file with no span line is none,
     and said so); which file is whose is never read from its name."""
-    from lens_rl.offline.parallel import map_files, no_gc
+    from lens_rl.offline.run.parallel import map_files, no_gc
 
     parts: list[ProcessPart] = []
     stats = ReadStats()
@@ -367,7 +373,7 @@ def _superseded(paths: Sequence[Path], driven: frozenset[int], options: Mapping[
     """attempt -> its steps a later attempt ran again, in a run of several attempts: the steps of each
     attempt's view (its driver's, or every process's of an attempt without a driver file) read once more,
     before the files are reduced."""
-    from lens_rl.offline.parallel import map_files
+    from lens_rl.offline.run.parallel import map_files
 
     steps: dict[int, set[Any]] = defaultdict(set)
     for found in map_files(file_steps, paths, driven, desc="attempts", **options):
@@ -379,7 +385,7 @@ def _superseded(paths: Sequence[Path], driven: frozenset[int], options: Mapping[
 def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None, **options: Any) -> dict[str, Any]:
     """:func:`report_from_parts` of what :func:`analyze_parts` read, the critical path's per-step results
     kept in the refresh cache's folder ``cache`` between looks (None: walked afresh, nothing kept)."""
-    from lens_rl.offline.parallel import no_gc
+    from lens_rl.offline.run.parallel import no_gc
 
     memo = None
     with no_gc():  # (the memo's and the report's many small objects, beside the parts' millions)
@@ -407,7 +413,7 @@ def analyze(
 ) -> dict[str, Any]:
     """The report for these span files, read in bounded memory (see :func:`analyze_parts`); ``critical``
     False leaves the critical path out (its ``phases`` and ``steps`` empty); ``cache``: the refresh cache's
-    folder (:func:`lens_rl.offline.cache.cache_folder`), or None to read cold."""
+    folder (:func:`lens_rl.offline.run.cache.cache_folder`), or None to read cold."""
     fingerprint = None
     if cache is not None:  # an unchanged store: the report kept for it
         fingerprint = store_fingerprint(paths, (critical, sorted(options.items(), key=str)))

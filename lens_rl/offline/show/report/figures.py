@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lens_rl.offline.parts import BUCKETS
-from lens_rl.offline.report.data import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks
+from lens_rl.offline.read.parts import BUCKETS
+from lens_rl.offline.show.report.data import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks
 
 __all__ = [
     "COLORS",

@@ -37,10 +37,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.perfetto.flows import Flows
-from lens_rl.offline.perfetto.places import BUCKET_COLORS, Options, Scan, head_file, scan_file
-from lens_rl.offline.perfetto.proto import proto_module
-from lens_rl.offline.perfetto.render import locate_file, render_file
+from lens_rl.offline.show.perfetto.flows import Flows
+from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, Options, Scan, head_file, scan_file
+from lens_rl.offline.show.perfetto.proto import proto_module
+from lens_rl.offline.show.perfetto.render import locate_file, render_file
 from lens_rl.store import Process
 
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
@@ -107,7 +107,7 @@ def write_trace(
     ray_address: str | None = None,
 ) -> int:
     """Write the trace of these span files to ``output`` (format by extension); returns the spans written."""
-    from lens_rl.offline.parallel import map_files, no_gc
+    from lens_rl.offline.run.parallel import map_files, no_gc
 
     fmt = format_of(output)
     if fmt is None:
@@ -134,7 +134,7 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
     """The events of every file, then the caller ends of calls across processes; the spans written, or
     -1 when a file met a process ``opts`` does not number, or (JSON) a start before ``opts.origin``
     (the output is then incomplete)."""
-    from lens_rl.offline.parallel import map_files
+    from lens_rl.offline.run.parallel import map_files
 
     spans = 0
     # callers first (the driver's files), so callees resolve as they arrive

@@ -1,4 +1,4 @@
-"""``lens-rl goodput``'s table: the report (:func:`lens_rl.offline.goodput.report_from_parts`) for people.
+"""``lens-rl goodput``'s table: the report (:func:`lens_rl.offline.rollup.goodput.report_from_parts`) for people.
 
 At most 20 step rows unless every one is asked for; the job and steady state first, then the steps, the
 phases of every group, each group and rank, and the stragglers.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lens_rl.offline.parts import BUCKETS
+from lens_rl.offline.read.parts import BUCKETS
 
 __all__ = ["MAX_STEP_ROWS", "format_table"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.parts import ProcessPart, Series, median, step_key
+from lens_rl.offline.read.parts import ProcessPart, Series, median, step_key
 
 __all__ = ["DEGRADING_SCORE", "DEGRADING_WINDOW", "STRAGGLER_MADS", "STRAGGLER_RATIO", "in_range", "stragglers"]
 

@@ -4,7 +4,7 @@ Per span file, the cache (``<run>/.lens_rl-cache/<file>.cache``, or the user's c
 folder is read-only) keeps what the last read found, keyed by the file's identity (device, inode, its first
 line) and lens_rl's version and the read's options:
 
-* the **settled** part: the reduction (:class:`~lens_rl.offline.parts.ProcessPart`) of every span whose whole
+* the **settled** part: the reduction (:class:`~lens_rl.offline.read.parts.ProcessPart`) of every span whose whole
   ancestor chain was written (up to a span with no parent, the job root, or a parent in another process).
   Whole subtrees reduce independently and parts merge exactly, so a grown file adds its new subtrees;
 * the **held** spans: those whose parent is not written yet (children are written before their parents),
@@ -35,7 +35,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.cache_files import (
+from lens_rl.offline.read.columns import REMOTE_PARENT, Columns
+from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.read.reduce import file_parts, reduce_columns
+from lens_rl.offline.run.cache_files import (
     CACHE_DIR,
     FORMAT,
     Entry,
@@ -51,9 +54,6 @@ from lens_rl.offline.cache_files import (
     save_sizes,
     store_fingerprint,
 )
-from lens_rl.offline.columns import REMOTE_PARENT, Columns
-from lens_rl.offline.parts import ProcessPart
-from lens_rl.offline.reduce import file_parts, reduce_columns
 from lens_rl.store import BAD_LINE, Head, Process, ReadStats, decode_row, scan
 
 __all__ = [
@@ -192,7 +192,7 @@ def read_parts(
     critical: bool = True,
     cache: str | None = None,
 ) -> tuple[list[ProcessPart], ReadStats]:
-    """:func:`lens_rl.offline.reduce.file_parts` through the cache in folder ``cache`` (None: a cold read)."""
+    """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in folder ``cache`` (None: a cold read)."""
     if cache is None:
         return file_parts(path, driver_in_run, superseded, critical)
     return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache)
@@ -201,7 +201,7 @@ def read_parts(
 def cached_file_parts(
     path: str | os.PathLike[str], options: tuple[bool, Mapping[int, frozenset[Any]], bool], folder: str
 ) -> tuple[list[ProcessPart], ReadStats]:
-    """:func:`lens_rl.offline.reduce.file_parts` through the cache in ``folder``: what is new is read; the
+    """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in ``folder``: what is new is read; the
     answer is a cold read's."""
     key = options_key(options)
     stat = os.stat(path)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lens_rl.buckets import goodput_of
-from lens_rl.offline.parts import ProcessPart, step_key
+from lens_rl.offline.read.parts import ProcessPart, step_key
 
 __all__ = ["Attempts", "attempts_of", "superseded_steps"]
 

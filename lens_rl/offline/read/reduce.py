@@ -1,4 +1,4 @@
-"""One process's columns reduced to its :class:`~lens_rl.offline.parts.ProcessPart`: the hot path of the
+"""One process's columns reduced to its :class:`~lens_rl.offline.read.parts.ProcessPart`: the hot path of the
 offline tools over millions of spans, in four passes and no object per span.
 
 1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.buckets import exclusive_time, kind_of
-from lens_rl.offline.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
-from lens_rl.offline.critical import CritPart, walk_file
-from lens_rl.offline.intervals import merge_indexed, pack, sorted_by
-from lens_rl.offline.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, Columns, read_columns
+from lens_rl.offline.read.critical import CritPart, walk_file
+from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
+from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
 __all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
@@ -178,7 +178,7 @@ def part_from_columns(
     ``step_rows`` False (a worker of a run with a driver, whose view makes the step rows): no step rows are
     kept (memory: O(steps) for the driver, not for every process). ``superseded``: the steps of this
     process's attempt that a later attempt ran again; their spans are kept apart as re-runs (wasted).
-    ``critical``: walk the critical path's roots too (:mod:`lens_rl.offline.critical`)."""
+    ``critical``: walk the critical path's roots too (:mod:`lens_rl.offline.read.critical`)."""
     part = ProcessPart(key, since=cols.since, job_error=cols.job_error)
     for resource in cols.resources:
         part.device = part.device or _device(resource)
@@ -405,8 +405,8 @@ def file_parts(
 ) -> tuple[list[ProcessPart], ReadStats]:
     """One span file reduced to its process part(s) (a re-init under another identity is another) and what
     its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows; ``superseded``:
-    attempt -> the steps a later attempt ran again (see :func:`lens_rl.offline.attempts.superseded_steps`);
-    through the refresh cache: :func:`lens_rl.offline.cache.read_parts`."""
+    attempt -> the steps a later attempt ran again (see :func:`lens_rl.offline.rollup.attempts.superseded_steps`);
+    through the refresh cache: :func:`lens_rl.offline.run.cache.read_parts`."""
     stats = ReadStats()
     return reduce_columns(read_columns(path, stats), driver_in_run, superseded, critical), stats
 
