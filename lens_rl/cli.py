@@ -140,7 +140,7 @@ def _print_json(report: Any) -> None:
 
 
 def cmd_goodput(args: argparse.Namespace) -> int:
-    from lens_rl.offline.rollup.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.offline.show.table import format_table
 
     if args.warmup_steps < 0:

@@ -245,7 +245,7 @@ def _step(ray: Any, gen: Any, policy: list[Any], step: int, steps: int) -> list[
 
 def _read_back(trace_dir: str, run_id: str, say: Any) -> None:
     """The goodput table, the Perfetto trace and the HTML report of the run just written."""
-    from lens_rl.offline.rollup.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.offline.show.table import format_table
     from lens_rl.store import span_files

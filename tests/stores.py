@@ -151,7 +151,7 @@ def rollup(spans: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]
     import shutil
     import tempfile
 
-    from lens_rl.offline.rollup.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.store import span_files
 
     scratch = Path(tempfile.mkdtemp(prefix="lens-rl-test-"))
@@ -166,7 +166,7 @@ def rollup_recorded(spans: Iterable[Any], **options: Any) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    from lens_rl.offline.rollup.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.store import span_files
     from lens_rl.testing import write_spans
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.rollup.goodput import analyze, analyze_parts
+from lens_rl.offline.run.analyze import analyze, analyze_parts
 from lens_rl.offline.run.cache import CACHE_DIR, FORMAT, cache_folder
 from lens_rl.store import span_files
 from tests.conftest import lens

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.rollup.goodput import analyze
+from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.run.cache_files import (
     CACHE_DIR,
     Entry,

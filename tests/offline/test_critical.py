@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.rollup.goodput import analyze
+from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.show.table import format_table
 from lens_rl.store import span_files
 from tests.stores import span, span_id, write_process
@@ -201,7 +201,7 @@ def test_the_walks_kept_until_the_rollup_are_compact_numbers(tmp_path: Path) -> 
     from array import array
 
     from lens_rl.offline.read.critical import CritPart
-    from lens_rl.offline.rollup.goodput import analyze_parts
+    from lens_rl.offline.run.analyze import analyze_parts
     from tests.stores import synthesized_store
 
     parts, _ = analyze_parts(span_files(synthesized_store(tmp_path, 20_000, 9) / "run"), jobs=1)

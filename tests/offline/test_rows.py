@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from lens_rl.offline.read.parts import ProcessPart, merge_parts
-from lens_rl.offline.rollup.goodput import analyze_parts
 from lens_rl.offline.rollup.rows import (
     UNBUCKETED_SHARE,
     group_and_rank_rows,
@@ -18,6 +17,7 @@ from lens_rl.offline.rollup.rows import (
     throughput_row,
     unbucketed_rows,
 )
+from lens_rl.offline.run.analyze import analyze_parts
 from lens_rl.store import span_files
 from tests.stores import span, write_process
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lens_rl.buckets import default_bucket
-from lens_rl.offline.rollup.goodput import analyze
+from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.show.table import format_table
 from lens_rl.store import span_files
 from tests.stores import span, write_process

@@ -39,7 +39,7 @@ def _secs(value: Any) -> str:
 
 def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
     """One frame for the run in ``run_dir``: a rich renderable."""
-    from lens_rl.offline.rollup.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.offline.run.cache import cache_folder
     from lens_rl.offline.show.status import run_status
     from lens_rl.store import span_files

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.rollup.goodput import analyze_parts, rolled_up
+from lens_rl.offline.run.analyze import analyze_parts, rolled_up
 from lens_rl.offline.show.report.data import (
     MAX_COLUMNS,
     MAX_RANKS,
