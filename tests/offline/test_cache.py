@@ -174,7 +174,7 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     """The critical path of a step that ended before every span read since the last look is kept, not walked
     again: 5 steps appended to 40 walk 5. A late worker span of step 10 walks step 10 on; a rewritten or
     removed file, or a corrupt or planted memo, walks every step. Every answer is a cold read's."""
-    import lens_rl.offline.read.critical as critical
+    import lens_rl.offline.rollup.critical as critical
 
     walked: list[int] = []
     walk = critical._walked

@@ -369,7 +369,8 @@ def test_a_refresh_indexes_exactly_the_entries_that_ended_after_its_bound() -> N
     from array import array
     from types import SimpleNamespace
 
-    from lens_rl.offline.read.critical import CritPart, _Index
+    from lens_rl.offline.read.critical import CritPart
+    from lens_rl.offline.rollup.critical import _Index
 
     rng = random.Random(3)
     ends = [i * 10 + rng.randrange(-50, 50) for i in range(5000)]  # nearly in order, as a process writes them

@@ -50,10 +50,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lens_rl.buckets import goodput_of
-from lens_rl.offline.read.critical import Memo, critical_path
 from lens_rl.offline.read.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, merge_parts, step_key
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
+from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.rows import (
     UNBUCKETED_SHARE,
     group_and_rank_rows,
@@ -96,7 +96,7 @@ def report_from_parts(
     memo: Memo | None = None,
 ) -> dict[str, Any]:
     """The goodput report (the module docstring's schema) from process parts; ``steps`` (A, B) selects steps;
-    ``memo``: the critical path's per-step results of an earlier look (:class:`~lens_rl.offline.read.critical.Memo`)."""
+    ``memo``: the critical path's per-step results of an earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`)."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes

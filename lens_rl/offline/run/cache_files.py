@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._version import __version__
-from lens_rl.offline.read.critical import Memo
 from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.rollup.critical import Memo
 from lens_rl.store import CacheRead, Process, ReadStats, loads
 
 __all__ = [
@@ -98,7 +98,7 @@ class Entry:
         self.held = array("q")  # (offset, size, head index) of each held line, flat
         self.ids: Any = array("Q")  # the settled spans' ids, sorted (a list if one is not 16 hex digits)
         self.stats = ReadStats()
-        #: new at every save: what a look's per-step results were made from (:class:`~lens_rl.offline.read.critical.Memo`)
+        #: new at every save: what a look's per-step results were made from (:class:`~lens_rl.offline.rollup.critical.Memo`)
         self.token: str | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
@@ -259,7 +259,7 @@ _MEMO = "critical-memo.pickle"
 
 
 def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None]:
-    """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.read.critical.Memo`),
+    """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.rollup.critical.Memo`),
     if every file it was made from is as that look left it (``reads``: this look's
     :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. Plain values pickled after their
     checksum, read by an unpickler that builds no class (nothing in it is trusted to run: 4x faster to read
@@ -294,7 +294,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
 
 
 def _memo_ok(records: list[Any], keys: list[Any]) -> bool:
-    """Whether a memo's records and keys have the shape :class:`~lens_rl.offline.read.critical.Memo` reads (its
+    """Whether a memo's records and keys have the shape :class:`~lens_rl.offline.rollup.critical.Memo` reads (its
     checksum says it is as written; this says it was written by this reader's rules)."""
     if not all(type(key) is list and len(key) == 4 for key in keys):
         return False
