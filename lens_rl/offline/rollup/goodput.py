@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.intervals import covered, merge_intervals, pairs
@@ -60,6 +60,19 @@ from lens_rl.offline.rollup.rows import (
     phase_rows,
     throughput_row,
     unbucketed_rows,
+)
+from lens_rl.offline.rollup.schema import (
+    AttemptRow,
+    CriticalPath,
+    GoodputReport,
+    GroupRow,
+    JobRow,
+    PhaseRow,
+    RankRow,
+    StepRow,
+    Stragglers,
+    Throughput,
+    UnbucketedRow,
 )
 from lens_rl.offline.rollup.stragglers import in_range, stragglers
 
@@ -94,8 +107,8 @@ def report_from_parts(
     skipped_lines: int = 0,
     notes: Sequence[str] = (),
     memo: Memo | None = None,
-) -> dict[str, Any]:
-    """The goodput report (the module docstring's schema) from process parts; ``steps`` (A, B) selects steps;
+) -> GoodputReport:
+    """The goodput report (the module docstring's schema, typed in :mod:`~lens_rl.offline.rollup.schema`) from process parts; ``steps`` (A, B) selects steps;
     ``memo``: the critical path's per-step results of an earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`)."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
@@ -117,9 +130,9 @@ def report_from_parts(
         if steady
         else None,
         "warmup_steps": warmup_steps,
-        "job": {k: v for k, v in job.items() if k != "ns"},
-        "attempts": attempts.rows,
-        "steps": [{k: v for k, v in r.items() if k != "ns"} for r in step_rows],
+        "job": cast(JobRow, {k: v for k, v in job.items() if k != "ns"}),
+        "attempts": cast("list[AttemptRow]", attempts.rows),
+        "steps": cast("list[StepRow]", [{k: v for k, v in r.items() if k != "ns"} for r in step_rows]),
         "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
         "step_time": {
             "p50_s": _percentile(walls, 0.5),
@@ -130,15 +143,16 @@ def report_from_parts(
             {"step": r["step"], "wall_s": r["wall_s"]}
             for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
         ],
-        "phases": phase_rows(processes, job["wall_s"] if driver else None),
-        "unbucketed_phases": unbucketed_rows(
-            processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9
+        "phases": cast("list[PhaseRow]", phase_rows(processes, job["wall_s"] if driver else None)),
+        "unbucketed_phases": cast(
+            "list[UnbucketedRow]",
+            unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9),
         ),
-        "worker_groups": groups,
-        "ranks": ranks,
-        "stragglers": stragglers(processes, steps),
-        "critical_path": critical_path(processes, step_rows, memo),
-        "throughput": throughput,
+        "worker_groups": cast("list[GroupRow]", groups),
+        "ranks": cast("list[RankRow]", ranks),
+        "stragglers": cast(Stragglers, stragglers(processes, steps)),
+        "critical_path": cast(CriticalPath, critical_path(processes, step_rows, memo)),
+        "throughput": cast(Throughput, throughput),
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,

@@ -15,12 +15,13 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lens_rl.offline.read.parts import ProcessPart, share_steps
 from lens_rl.offline.read.reduce import file_steps
 from lens_rl.offline.rollup.attempts import superseded_steps
 from lens_rl.offline.rollup.goodput import report_from_parts
+from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.cache import (
     grown_bytes,
     load_memo,
@@ -114,7 +115,7 @@ def _superseded(paths: Sequence[Path], driven: frozenset[int], options: Mapping[
     return superseded_steps(steps)
 
 
-def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None, **options: Any) -> dict[str, Any]:
+def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None, **options: Any) -> GoodputReport:
     """:func:`report_from_parts` of what :func:`analyze_parts` read, the critical path's per-step results
     kept in the refresh cache's folder ``cache`` between looks (None: walked afresh, nothing kept)."""
     memo = None
@@ -140,7 +141,7 @@ def analyze(
     critical: bool = True,
     cache: str | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> GoodputReport:
     """The report for these span files, read in bounded memory (see :func:`analyze_parts`); ``critical``
     False leaves the critical path out (its ``phases`` and ``steps`` empty); ``cache``: the refresh cache's
     folder (:func:`lens_rl.offline.run.cache.cache_folder`), or None to read cold."""
@@ -149,7 +150,7 @@ def analyze(
         fingerprint = store_fingerprint(paths, (critical, sorted(options.items(), key=str)))
         kept = load_report(cache, fingerprint)
         if kept is not None:
-            return kept
+            return cast(GoodputReport, kept)
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lens_rl.offline.read.parts import BUCKETS
+from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
 
 __all__ = ["MAX_STEP_ROWS", "format_table"]
 
@@ -28,7 +28,7 @@ def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}s"
 
 
-def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
+def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     """The report as a human-readable table: at most 20 step rows unless ``all_steps``."""
     lines = _headline(report)
     lines += ["", _HEAD, _row("job", report["job"]["seconds"], report["job"]["goodput"], _wall(report["job"]))]
@@ -37,7 +37,7 @@ def format_table(report: Mapping[str, Any], *, all_steps: bool = False) -> str:
     if steps:
         lines.append("")
         many = not all_steps and len(steps) > MAX_STEP_ROWS
-        shown = steps[: MAX_STEP_ROWS // 2] + [None] + steps[-(MAX_STEP_ROWS // 2) :] if many else steps
+        shown = [*steps[: MAX_STEP_ROWS // 2], None, *steps[-(MAX_STEP_ROWS // 2) :]] if many else steps
         for step in shown:
             if step is None:
                 lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
@@ -68,7 +68,7 @@ def _wall(row: Mapping[str, Any]) -> str:
     return f"   wall {row['wall_s']:.2f}s" + ("" if unattributed is None else f", unattributed {unattributed:.2f}s")
 
 
-def _headline(report: Mapping[str, Any]) -> list[str]:
+def _headline(report: GoodputReport) -> list[str]:
     job = report["job"]
     lines = [
         f"goodput {_pct(report['goodput']).strip()} (productive over the whole job's wall, start-up included)   "
@@ -96,7 +96,7 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _attempt_lines(report: Mapping[str, Any]) -> list[str]:
+def _attempt_lines(report: GoodputReport) -> list[str]:
     """With more than one attempt: why time was wasted, then one line per attempt (its steps, how it ended,
     what a later attempt ran again, the downtime before it)."""
     attempts = report.get("attempts", ())
@@ -126,7 +126,7 @@ def _attempt_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _phase_table(report: Mapping[str, Any]) -> list[str]:
+def _phase_table(report: GoodputReport) -> list[str]:
     if not report["phases"]:
         return []
     lines = [
@@ -155,7 +155,7 @@ def _phase_table(report: Mapping[str, Any]) -> list[str]:
 CRITICAL_ROWS = 10
 
 
-def _critical_lines(report: Mapping[str, Any]) -> list[str]:
+def _critical_lines(report: GoodputReport) -> list[str]:
     """What held the steps up: the critical path's top (group, phase) rows and the most frequent top stretch."""
     critical = report.get("critical_path") or {}
     phases, steps = critical.get("phases") or [], critical.get("steps") or []
@@ -185,7 +185,7 @@ def _critical_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _throughput_lines(report: Mapping[str, Any]) -> list[str]:
+def _throughput_lines(report: GoodputReport) -> list[str]:
     """Tokens per second (per GPU) of the phases that count tokens, MFU where known, and end to end."""
     rows = [p for p in report["phases"] if p.get("tokens_per_s") is not None]
     throughput = report.get("throughput") or {}
@@ -202,7 +202,7 @@ def _throughput_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"{'  phase':40s}{'group':>16s}{'bucket':>12s}{'tokens/s':>12s}{'per GPU':>12s}{'MFU':>8s}")
     for p in rows:
         per_gpu = "-" if p.get("tokens_per_s_per_gpu") is None else f"{p['tokens_per_s_per_gpu']:.1f}"
-        mfu = "-" if p.get("mfu") is None else f"{p['mfu'] * 100:.1f}%"
+        mfu = "-" if p["mfu"] is None else f"{p['mfu'] * 100:.1f}%"
         lines.append(
             f"  {str(p['phase'])[:37]:38s}{str(p['worker_group'])[:15]:>16s}{str(p['bucket'] or '-'):>12s}"
             f"{p['tokens_per_s']:12.1f}{per_gpu:>12s}{mfu:>8s}"
@@ -210,7 +210,7 @@ def _throughput_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _group_lines(report: Mapping[str, Any]) -> list[str]:
+def _group_lines(report: GoodputReport) -> list[str]:
     job = report["job"]
     lines = [
         "",
@@ -235,7 +235,7 @@ def _group_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _straggler_lines(report: Mapping[str, Any]) -> list[str]:
+def _straggler_lines(report: GoodputReport) -> list[str]:
     strag = report["stragglers"]
     degrading = strag.get("degrading") or []
     lines: list[str] = []

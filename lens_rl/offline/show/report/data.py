@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.read.parts import median, step_key
+from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.store import iter_rows, read_head, time_ns
 
 __all__ = [
@@ -31,7 +32,7 @@ MAX_RANKS = 32
 WORST_RANKS = 16
 
 
-def step_window(report: Mapping[str, Any], steps: tuple[int, int] | None) -> tuple[int, int] | None:
+def step_window(report: GoodputReport, steps: tuple[int, int] | None) -> tuple[int, int] | None:
     """The timeline's steps: ``steps`` as asked (``ValueError`` when the run has none of them), else the
     slowest step and its neighbours, clamped to the steps that exist."""
     known = report.get("step_range")

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lens_rl.offline.read.parts import BUCKETS
+from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
 from lens_rl.offline.show.report.data import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks
 
 __all__ = [
@@ -31,7 +31,7 @@ HEAT_TICKS = ([-1.0, -0.5, -0.2, 0.0, 0.2, 0.5, 1.0], ["-100%", "-50%", "-20%", 
 _LAYOUT = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b": 40}, "height": 360}
 
 
-def step_figures(go: Any, report: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def step_figures(go: Any, report: GoodputReport) -> list[tuple[str, Any]]:
     step_rows = [r for r in report["steps"] if not r.get("incomplete")]
     if not step_rows:
         return []
@@ -61,7 +61,7 @@ def step_figures(go: Any, report: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [("goodput-per-step", fig), ("bucket-seconds-per-step", bars)]
 
 
-def rank_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any]:
+def rank_figure(go: Any, report: GoodputReport) -> tuple[str, Any]:
     """Resource-seconds per rank; a group above MAX_RANKS ranks as its mean, then its worst ranks."""
     rows: list[tuple[str, Mapping[str, float]]] = []
     for group in report["worker_groups"]:
@@ -161,7 +161,7 @@ def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, 
 ENDED_COLORS = {"shutdown": "#2ca02c", "error": "#d62728", "lost": "#7f7f7f"}
 
 
-def attempts_figure(go: Any, report: Mapping[str, Any], parts: Sequence[Any]) -> tuple[str, Any] | None:
+def attempts_figure(go: Any, report: GoodputReport, parts: Sequence[Any]) -> tuple[str, Any] | None:
     """The attempts on one time axis (s from the job's start): each attempt's run coloured by how it ended,
     the downtime before it, the stretches a later attempt ran again, the error it ended with. None for a
     single attempt."""
@@ -193,7 +193,7 @@ def attempts_figure(go: Any, report: Mapping[str, Any], parts: Sequence[Any]) ->
             go.Bar(
                 y=[f"attempt {a['attempt']}" for a in gaps],
                 x=[a["downtime_before_s"] for a in gaps],
-                base=[a["start_s"] - a["downtime_before_s"] for a in gaps],
+                base=[(a["start_s"] or 0.0) - a["downtime_before_s"] for a in gaps],
                 orientation="h",
                 name="downtime (wasted: restart)",
                 marker_color="#bdbdbd",
@@ -220,7 +220,7 @@ def attempts_figure(go: Any, report: Mapping[str, Any], parts: Sequence[Any]) ->
         traces.append(
             go.Scatter(
                 y=[f"attempt {a['attempt']}" for a in errors],
-                x=[a["start_s"] + a["wall_s"] for a in errors],
+                x=[(a["start_s"] or 0.0) + a["wall_s"] for a in errors],
                 mode="markers",
                 marker={"symbol": "x", "size": 14, "color": "#000000"},
                 name="error",
@@ -251,7 +251,7 @@ def _steps(attempt: Mapping[str, Any]) -> str:
 CRITICAL_SERIES = 8
 
 
-def critical_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any] | None:
+def critical_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
     """Critical-path seconds per step, stacked by (group, phase): the few that held the most steps up, the
     rest as other. None without a critical path (no driver steps)."""
     critical = report.get("critical_path") or {}

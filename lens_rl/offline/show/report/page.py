@@ -7,6 +7,8 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from lens_rl.offline.rollup.schema import GoodputReport
+
 __all__ = ["page"]
 
 
@@ -25,7 +27,7 @@ def _secs(value: float | None) -> str:
 _MAX_PHASE_ROWS = 60
 
 
-def page(report: Mapping[str, Any], ident: Mapping[str, Any], charts: str, plotly_js: str) -> str:
+def page(report: GoodputReport, ident: Mapping[str, Any], charts: str, plotly_js: str) -> str:
     esc = html.escape
     st = report["step_time"]
     groups = ", ".join(f"{esc(g)} x{n}" for g, n in ident["groups"].items())
