@@ -112,7 +112,7 @@ def _cache(args: argparse.Namespace, run_dir: Path) -> str | None:
     """The refresh cache's folder for this run (None with --no-cache, or where none can be made)."""
     if getattr(args, "no_cache", False):
         return None
-    from lens_rl.offline.run.cache import cache_folder
+    from lens_rl.offline import cache_folder
 
     try:
         return cache_folder(run_dir)
@@ -140,8 +140,7 @@ def _print_json(report: Any) -> None:
 
 
 def cmd_goodput(args: argparse.Namespace) -> int:
-    from lens_rl.offline.run.analyze import analyze
-    from lens_rl.offline.show.table import format_table
+    from lens_rl.offline import analyze, format_table
 
     if args.warmup_steps < 0:
         raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
@@ -181,7 +180,7 @@ def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any
 
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
-    from lens_rl.offline.show.perfetto import FORMATS, format_of, write_trace
+    from lens_rl.offline import FORMATS, format_of, write_trace
 
     steps = parse_steps(args.steps)
     if args.output is not None and format_of(args.output) is None:
@@ -211,7 +210,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from lens_rl.offline.show.report import write_report
+    from lens_rl.offline import write_report
 
     steps = parse_steps(args.steps)
     size, output, _ = _write(
@@ -226,7 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from lens_rl.offline.show.replay import replay
+    from lens_rl.offline import replay
 
     path = _run_dir(args.trace_dir, args.run)
     try:
@@ -238,7 +237,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from lens_rl.offline.show.status import format_status, run_status
+    from lens_rl.offline import format_status, run_status
 
     report = run_status(_run_dir(args.trace_dir, args.run, "live-*.json"))
     if args.json:
@@ -249,7 +248,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from lens_rl.offline.show.watch import watch
+    from lens_rl.offline import watch
 
     if args.interval <= 0:
         raise CliError(f"--interval: {args.interval} is not a duration; allowed: seconds > 0")
