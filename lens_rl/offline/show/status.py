@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lens_rl.offline.show.formats import age as _secs
 from lens_rl.store import read_live
 
 __all__ = ["MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "run_status"]
@@ -152,10 +153,6 @@ def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]
         "superseded": len(rows) - len(current),
         "notes": notes,
     }
-
-
-def _secs(value: Any) -> str:
-    return "-" if not isinstance(value, (int, float)) else f"{value:.1f}s"
 
 
 def _phase_text(phase: Mapping[str, Any] | None) -> str:

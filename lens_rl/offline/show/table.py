@@ -14,18 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
+from lens_rl.offline.show.formats import percent as _pct
+from lens_rl.offline.show.formats import seconds as _secs
+from lens_rl.offline.show.formats import share
 
 __all__ = ["MAX_STEP_ROWS", "format_table"]
 
 MAX_STEP_ROWS = 20
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:5.1f}%"
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}s"
 
 
 def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
@@ -145,7 +140,7 @@ def _phase_table(report: GoodputReport) -> list[str]:
     for un in report.get("unbucketed_phases", ()):
         hint = f"; did you mean {un['did_you_mean']!r}?" if un["did_you_mean"] else ""
         lines.append(
-            f"  unbucketed: {un['phase']!r} ({un['worker_group']}) covers {un['share'] * 100:.0f}% of the "
+            f"  unbucketed: {un['phase']!r} ({un['worker_group']}) covers {share(un['share'])} of the "
             f"steps' wall and counts in no bucket (pass bucket=, or name it as the table does{hint})"
         )
     return lines
@@ -169,7 +164,7 @@ def _critical_lines(report: GoodputReport) -> list[str]:
     ]
     for row in phases[:CRITICAL_ROWS]:
         label = f"  {row['worker_group']} {row['phase']} ({row['bucket'] or 'no bucket'})"
-        exposed = "-" if row["exposed_share"] is None else f"{row['exposed_share'] * 100:.0f}%"
+        exposed = share(row["exposed_share"])
         lines.append(f"{label[:56]:56s}{row['critical_s']:9.2f}s{_pct(row['critical_share']):>9s}{exposed:>9s}")
     if len(phases) > CRITICAL_ROWS:
         lines.append(f"  ... {len(phases) - CRITICAL_ROWS} more (--json critical_path)")

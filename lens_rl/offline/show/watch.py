@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lens_rl.offline.show.formats import percent as _pct
+from lens_rl.offline.show.formats import wall as _secs
+
 __all__ = ["LAST_STEPS", "frame", "watch"]
 
 #: Step rows a frame shows.
@@ -27,14 +30,6 @@ def _need_rich() -> None:
         import rich  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"lens-rl watch needs rich: {_EXTRA}") from exc
-
-
-def _pct(value: Any) -> str:
-    return "-" if not isinstance(value, (int, float)) else f"{value * 100:.1f}%"
-
-
-def _secs(value: Any) -> str:
-    return "-" if not isinstance(value, (int, float)) else f"{value:.2f}s"
 
 
 def frame(run_dir: Path, *, jobs: int | None = None) -> Any:

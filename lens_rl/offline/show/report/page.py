@@ -8,20 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.offline.rollup.schema import GoodputReport
+from lens_rl.offline.show.formats import percent as _pct
+from lens_rl.offline.show.formats import seconds as _secs
+from lens_rl.offline.show.formats import share
 
 __all__ = ["page"]
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
 
 
 _MAX_PHASE_ROWS = 60
@@ -59,7 +54,7 @@ def page(report: GoodputReport, ident: Mapping[str, Any], charts: str, plotly_js
     if report.get("sampled"):
         notes.append("Sampled run: seconds are those of the sampled phases; ratios are estimates.")
     notes += [
-        f"Unbucketed: {u['phase']!r} ({u['worker_group']}) covers {u['share'] * 100:.0f}% of the steps' wall in no "
+        f"Unbucketed: {u['phase']!r} ({u['worker_group']}) covers {share(u['share'])} of the steps' wall in no "
         f"bucket" + (f"; did you mean {u['did_you_mean']!r}?" if u["did_you_mean"] else "")
         for u in report.get("unbucketed_phases", ())
     ]
