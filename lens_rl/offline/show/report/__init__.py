@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
+from lens_rl.offline.run.kept import load_page, save_page, store_fingerprint
 from lens_rl.offline.show.report.data import (
     MAX_COLUMNS,
     MAX_RANKS,
@@ -81,7 +82,14 @@ def build_report(
     ray_address: str | None = None,
     cache: str | None = None,
 ) -> str:
-    """The HTML page for these span files (see the module docstring)."""
+    """The HTML page for these span files (see the module docstring); ``cache``: the refresh cache's folder,
+    where the page of an unchanged store is kept and returned as it is (None: built afresh)."""
+    fingerprint = None
+    if cache is not None:
+        fingerprint = store_fingerprint(paths, ("report", steps, warmup_steps))
+        kept = load_page(cache, fingerprint)
+        if kept is not None:
+            return kept
     go = _plotly()
     from plotly.offline import get_plotlyjs
 
@@ -119,7 +127,10 @@ def build_report(
         f'<section id="{name}">{fig.to_html(full_html=False, include_plotlyjs=False, config=config)}</section>'
         for name, fig in figures
     )
-    return page(report, identity(paths), charts, get_plotlyjs())
+    html = page(report, identity(paths), charts, get_plotlyjs())
+    if cache is not None and fingerprint is not None:
+        save_page(cache, fingerprint, html)
+    return html
 
 
 def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **options: Any) -> int:
