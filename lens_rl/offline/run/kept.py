@@ -4,11 +4,13 @@ the files, their identities and sizes, the options and lens_rl's version: :func:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from lens_rl.offline.run.cache_files import _write_atomic, store_fingerprint
 
-__all__ = ["load_page", "save_page", "store_fingerprint"]
+__all__ = ["kept_page", "load_page", "save_page"]
 
 _PREFIX, _SUFFIX = "page-", ".html"
 
@@ -32,3 +34,16 @@ def save_page(folder: str, fingerprint: str, page: str) -> None:
     except OSError:
         pass
     _write_atomic(target, page.encode("utf-8"))
+
+
+def kept_page(cache: str | None, paths: Sequence[Path], options: Any, build: Callable[[], str]) -> str:
+    """The page kept for these files and ``options`` in the cache folder ``cache``, else ``build()``'s
+    (kept for the next look); ``cache`` None: built every time, nothing kept."""
+    if cache is None:
+        return build()
+    fingerprint = store_fingerprint(paths, ("report", options))
+    page = load_page(cache, fingerprint)
+    if page is None:
+        page = build()
+        save_page(cache, fingerprint, page)
+    return page

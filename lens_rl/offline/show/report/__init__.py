@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
-from lens_rl.offline.run.kept import load_page, save_page, store_fingerprint
+from lens_rl.offline.run.kept import kept_page
 from lens_rl.offline.show.report.data import (
     MAX_COLUMNS,
     MAX_RANKS,
@@ -84,12 +84,33 @@ def build_report(
 ) -> str:
     """The HTML page for these span files (see the module docstring); ``cache``: the refresh cache's folder,
     where the page of an unchanged store is kept and returned as it is (None: built afresh)."""
-    fingerprint = None
-    if cache is not None:
-        fingerprint = store_fingerprint(paths, ("report", steps, warmup_steps))
-        kept = load_page(cache, fingerprint)
-        if kept is not None:
-            return kept
+    return kept_page(
+        cache,
+        paths,
+        (steps, warmup_steps),
+        lambda: _built(
+            paths,
+            steps=steps,
+            warmup_steps=warmup_steps,
+            jobs=jobs,
+            use_ray=use_ray,
+            ray_address=ray_address,
+            cache=cache,
+        ),
+    )
+
+
+def _built(
+    paths: Sequence[Path],
+    *,
+    steps: tuple[int, int] | None = None,
+    warmup_steps: int = 1,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    cache: str | None = None,
+) -> str:
+    """The page, built: the goodput pass through the cache, the timeline's window, the figures."""
     go = _plotly()
     from plotly.offline import get_plotlyjs
 
@@ -127,10 +148,7 @@ def build_report(
         f'<section id="{name}">{fig.to_html(full_html=False, include_plotlyjs=False, config=config)}</section>'
         for name, fig in figures
     )
-    html = page(report, identity(paths), charts, get_plotlyjs())
-    if cache is not None and fingerprint is not None:
-        save_page(cache, fingerprint, html)
-    return html
+    return page(report, identity(paths), charts, get_plotlyjs())
 
 
 def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **options: Any) -> int:
