@@ -82,35 +82,7 @@ def build_report(
     ray_address: str | None = None,
     cache: str | None = None,
 ) -> str:
-    """The HTML page for these span files (see the module docstring); ``cache``: the refresh cache's folder,
-    where the page of an unchanged store is kept and returned as it is (None: built afresh)."""
-    return kept_page(
-        cache,
-        paths,
-        (steps, warmup_steps),
-        lambda: _built(
-            paths,
-            steps=steps,
-            warmup_steps=warmup_steps,
-            jobs=jobs,
-            use_ray=use_ray,
-            ray_address=ray_address,
-            cache=cache,
-        ),
-    )
-
-
-def _built(
-    paths: Sequence[Path],
-    *,
-    steps: tuple[int, int] | None = None,
-    warmup_steps: int = 1,
-    jobs: int | None = None,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    cache: str | None = None,
-) -> str:
-    """The page, built: the goodput pass through the cache, the timeline's window, the figures."""
+    """The HTML page for these span files (see the module docstring)."""
     go = _plotly()
     from plotly.offline import get_plotlyjs
 
@@ -152,7 +124,9 @@ def _built(
 
 
 def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **options: Any) -> int:
-    """Write the page to ``output``; returns its size in bytes."""
-    page = build_report(paths, **options)
+    """Write the page to ``output``; returns its size in bytes. With ``cache`` (the refresh cache's folder),
+    the page of an unchanged store is the one kept there by the last look, else built and kept."""
+    key = (options.get("steps"), options.get("warmup_steps", 1))
+    page = kept_page(options.get("cache"), paths, key, lambda: build_report(paths, **options))
     Path(output).write_text(page, encoding="utf-8")
     return len(page.encode("utf-8"))
