@@ -15,8 +15,9 @@ Streaming, in two halves that meet at the rollup:
   end backwards) and, per entry, the parent id it hangs from: a few int arrays, merged exactly. An entry
   that is a leaf, or whose one child is a leaf (the common worker shape), is not walked here: its child's
   row and interval are kept, and the rollup applies the rule to them when a walk reaches the entry.
-* **At the rollup** (:func:`lens_rl.offline.rollup.critical.critical_path`). Entries are indexed by the parent they hang from. A stretch
-  of a span's own time that has entries hanging from that span is walked again over those remote
+* **At the rollup** (:func:`lens_rl.offline.rollup.critical.critical_path`). Entries are indexed by the
+  parent they hang from. A stretch of a span's own time that has entries hanging from that span is walked
+  again over those remote
   children (the same rule; their own stretches, cut at the walk's bound, go in its place): a driver phase
   that waited on two workers becomes the slower worker's chain, then the driver phase's own rest.
 

@@ -108,8 +108,9 @@ def report_from_parts(
     notes: Sequence[str] = (),
     memo: Memo | None = None,
 ) -> GoodputReport:
-    """The goodput report (the module docstring's schema, typed in :mod:`~lens_rl.offline.rollup.schema`) from process parts; ``steps`` (A, B) selects steps;
-    ``memo``: the critical path's per-step results of an earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`)."""
+    """The goodput report (the module docstring's schema, typed in :mod:`~lens_rl.offline.rollup.schema`)
+    from process parts; ``steps`` (A, B) selects steps; ``memo``: the critical path's per-step results of an
+    earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`)."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes

@@ -98,7 +98,7 @@ class Entry:
         self.held = array("q")  # (offset, size, head index) of each held line, flat
         self.ids: Any = array("Q")  # the settled spans' ids, sorted (a list if one is not 16 hex digits)
         self.stats = ReadStats()
-        #: new at every save: what a look's per-step results were made from (:class:`~lens_rl.offline.rollup.critical.Memo`)
+        #: new at every save: what a look's per-step results were made from (:class:`~.Memo`)
         self.token: str | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
@@ -259,7 +259,7 @@ _MEMO = "critical-memo.pickle"
 
 
 def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None]:
-    """The critical path's per-step results an earlier look kept (:class:`~lens_rl.offline.rollup.critical.Memo`),
+    """The critical path's per-step results an earlier look kept (:class:`~.Memo`),
     if every file it was made from is as that look left it (``reads``: this look's
     :attr:`~lens_rl.store.ReadStats.cache_reads`); else an empty one. Plain values pickled after their
     checksum, read by an unpickler that builds no class (nothing in it is trusted to run: 4x faster to read

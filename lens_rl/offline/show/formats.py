@@ -27,7 +27,8 @@ def seconds(value: object) -> str:
 
 
 def wall(value: object) -> str:
-    """A wall-clock span to the hundredth: a step's wall, a lifetime, a phase open so far (``12.3456`` -> ``12.35s``)."""
+    """A wall-clock span to the hundredth: a step's wall, a lifetime, a phase open so far
+    (``12.3456`` -> ``12.35s``)."""
     return f"{value:.2f}s" if _number(value) else "-"
 
 
