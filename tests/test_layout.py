@@ -41,7 +41,7 @@ ALLOWED = {
     "store": set(),
     "offline": {"store", "vocabulary", "offline.read", "offline.rollup", "offline.run", "offline.show"},
     "offline.read": {"store", "vocabulary"},
-    "offline.rollup": {"offline.read", "vocabulary"},
+    "offline.rollup": {"offline.read.parts", "offline.read.intervals", "vocabulary"},  # (the parts, not the reading)
     "offline.run": {"offline.read", "offline.rollup", "store", "vocabulary"},
     "offline.show": {"offline.run", "offline.rollup.schema", "vocabulary"},
     "integrations": {room for room in ROOMS if not room.startswith("offline")},

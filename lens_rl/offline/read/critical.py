@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from lens_rl.offline.read.intervals import int64_array
+
 __all__ = ["CritPart", "walk_file"]
 
 
@@ -232,18 +234,11 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     part.e_node, part.k_node = array("i", rows), array("i", kid)
     at, kid_at = np.frombuffer(part.e_node, np.int32), np.frombuffer(part.k_node, np.int32)
     starts_of, ends_of = np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)
-    part.e_start, part.e_end = _as_array(starts_of[at]), _as_array(ends_of[at])
+    part.e_start, part.e_end = int64_array(starts_of[at]), int64_array(ends_of[at])
     # (where there is no child, -1 reads the last span: never read)
-    part.k_start, part.k_end = _as_array(starts_of[kid_at]), _as_array(ends_of[kid_at])
+    part.k_start, part.k_end = int64_array(starts_of[kid_at]), int64_array(ends_of[kid_at])
     part.node_ids = ids if type(ids) is array else _ids(list(ids))
     pairs = list(zip(tree.names, tree.buckets, strict=True))
     part.attrs = list(dict.fromkeys(pairs))
     part.node_attr = array("i", map(dict(zip(part.attrs, itertools.count())).__getitem__, pairs))
     return part
-
-
-def _as_array(values: Any) -> array:
-    """An int64 numpy array as an ``array("q")`` (whose items Python reads one at a time fast)."""
-    out = array("q")
-    out.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
-    return out

@@ -18,7 +18,17 @@ from typing import Any
 
 from lens_rl.buckets import union_length
 
-__all__ = ["clipped", "covered", "merge_indexed", "merge_intervals", "merge_packed", "pack", "pairs", "sorted_by"]
+__all__ = [
+    "clipped",
+    "covered",
+    "int64_array",
+    "merge_indexed",
+    "merge_intervals",
+    "merge_packed",
+    "pack",
+    "pairs",
+    "sorted_by",
+]
 
 
 def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -100,4 +110,14 @@ def merge_indexed(indexes: Sequence[int], starts: Sequence[int], ends: Sequence[
         else:
             out.append(start)
             out.append(end)
+    return out
+
+
+def int64_array(values: Any) -> array:
+    """An int64 numpy array (or anything numpy reads as one) as an ``array("q")``, whose items Python reads
+    one at a time fast."""
+    import numpy as np  # (numpy only where the critical path's arrays are made: the readers of parts stay light)
+
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
     return out

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.critical import _as_array
+from lens_rl.offline.read.intervals import int64_array
 
 __all__ = ["Memo", "critical_path"]
 
@@ -63,8 +63,8 @@ class _Index:
         order = np.lexsort((-taken_ends, groups))  # (stable: ties in the order read)
         self.first = array("q", [0])
         self.first.frombytes(np.cumsum(np.bincount(groups, minlength=len(self.group))).tobytes())
-        self.ends = _as_array(taken_ends[order])
-        self.refs = _as_array(np.concatenate(refs)[order] if refs else taken_ends)  # (no entries: both empty)
+        self.ends = int64_array(taken_ends[order])
+        self.refs = int64_array(np.concatenate(refs)[order] if refs else taken_ends)  # (no entries: both empty)
 
     def run(self, p: int, stretches: Any, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches ((start, node) pairs, its root ending at ``end``), cut at
