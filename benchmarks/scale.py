@@ -193,7 +193,7 @@ print(json.dumps({"s": s, "code": code, "rss_mb": max(own.ru_maxrss, workers.ru_
 
 NO_CRITICAL = """
 import json, resource, sys, time
-from lens_rl.offline.goodput import analyze
+from lens_rl.offline.run.analyze import analyze
 from lens_rl.store import span_files
 jobs = int(sys.argv[2]) if len(sys.argv) > 2 else None
 t = time.perf_counter()

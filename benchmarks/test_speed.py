@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from lens_rl._attributes import clean_value
-from lens_rl.offline.status import format_status, run_status
+from lens_rl.offline.show.status import format_status, run_status
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tests' helpers (a heartbeat as a process writes it)

@@ -170,7 +170,8 @@ def _cache(args: argparse.Namespace, run_dir: Path) -> Iterator[str | None]:
     if getattr(args, "no_cache", False):
         yield None
         return
-    from lens_rl.offline.cache import CACHE_DIR, cache_folder
+    from lens_rl.offline import cache_folder
+    from lens_rl.offline.run.cache import CACHE_DIR
 
     made = not (run_dir / CACHE_DIR).exists()
     try:
@@ -228,8 +229,7 @@ def _print_json(report: Any) -> None:
 
 
 def cmd_goodput(args: argparse.Namespace) -> int:
-    from lens_rl.offline.goodput import analyze
-    from lens_rl.offline.table import format_table
+    from lens_rl.offline import analyze, format_table
 
     if args.warmup_steps < 0:
         raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
@@ -271,7 +271,7 @@ def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any
 
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
-    from lens_rl.offline.perfetto import FORMATS, format_of, write_trace
+    from lens_rl.offline import FORMATS, format_of, write_trace
 
     steps = parse_steps(args.steps)
     if args.output is not None and format_of(args.output) is None:
@@ -312,7 +312,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, paths: list[Path], output: str, run_dir: Path, steps: Any) -> int:
-    from lens_rl.offline.report import write_report
+    from lens_rl.offline import write_report
 
     parallel = _parallel(args)
     with _cache(args, run_dir) as cache:
@@ -320,7 +320,7 @@ def _report(args: argparse.Namespace, paths: list[Path], output: str, run_dir: P
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from lens_rl.offline.replay import replay
+    from lens_rl.offline import replay
 
     paths, path = _files(args.trace_dir, args.run)
     try:
@@ -334,7 +334,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from lens_rl.offline.status import format_status, run_status
+    from lens_rl.offline import format_status, run_status
 
     path = _run_dir(args.trace_dir, args.run, "live-*.json")
     report = run_status(path)
@@ -351,7 +351,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from lens_rl.offline.watch import watch
+    from lens_rl.offline import watch
 
     if args.interval <= 0:
         raise CliError(f"--interval: {args.interval} is not a duration; allowed: seconds > 0")

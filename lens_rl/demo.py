@@ -247,9 +247,7 @@ def _step(ray: Any, gen: Any, policy: list[Any], step: int, steps: int) -> list[
 
 def _read_back(trace_dir: str, run_id: str, say: Any) -> None:
     """The goodput table, the Perfetto trace and the HTML report of the run just written."""
-    from lens_rl.offline.goodput import analyze
-    from lens_rl.offline.perfetto import write_trace
-    from lens_rl.offline.table import format_table
+    from lens_rl.offline import analyze, format_table, write_trace
     from lens_rl.store import span_files
 
     run_dir = Path(trace_dir) / run_id
@@ -263,7 +261,7 @@ def _read_back(trace_dir: str, run_id: str, say: Any) -> None:
     say(f"trace:    {run_dir}/  ({report['spans']} spans; `lens-rl goodput {trace_dir} --json` for machines)")
     say(f"perfetto: {perfetto_path}  (open it at https://ui.perfetto.dev)")
     try:
-        from lens_rl.offline.report import write_report
+        from lens_rl.offline import write_report
 
         report_path = run_dir / "report.html"
         write_report(paths, report_path, jobs=1)

@@ -161,7 +161,7 @@ def rollup(spans: Iterable[Mapping[str, Any]], **options: Any) -> dict[str, Any]
     import shutil
     import tempfile
 
-    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.store import span_files
 
     scratch = Path(tempfile.mkdtemp(prefix="lens-rl-test-"))
@@ -176,7 +176,7 @@ def rollup_recorded(spans: Iterable[Any], **options: Any) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.store import span_files
     from lens_rl.testing import write_spans
 

@@ -22,7 +22,11 @@ ROOMS = {
     "record": ("record",),
     "export": ("export",),
     "store": ("store",),
-    "offline": ("offline",),
+    "offline": ("offline",),  # the face: offline/__init__ (its sub-floors are rooms of their own)
+    "offline.read": ("offline.read",),
+    "offline.rollup": ("offline.rollup",),
+    "offline.run": ("offline.run",),
+    "offline.show": ("offline.show",),
     "frameworks": ("frameworks",),
     "integrations": ("integrations",),
     "testing": ("testing",),
@@ -36,20 +40,56 @@ ALLOWED = {
     "record": {"vocabulary", "runtime"},
     "export": {"vocabulary", "runtime", "store"},
     "store": set(),
-    "offline": {"store", "vocabulary"},
+    "offline": {"store", "vocabulary", "offline.read", "offline.rollup", "offline.run", "offline.show"},
+    "offline.read": {"store", "vocabulary"},
+    "offline.rollup": {"offline.read.parts", "offline.read.intervals", "vocabulary"},  # (the parts, not the reading)
+    "offline.run": {"offline.read", "offline.rollup", "store", "vocabulary"},
+    "offline.show": {"offline.run", "offline.rollup.schema", "vocabulary"},
     "frameworks": {"vocabulary", "runtime", "record", "setup"},
-    "integrations": set(ROOMS) - {"offline"},
+    "integrations": {room for room in ROOMS if not room.startswith("offline")},
     "testing": set(ROOMS),
 }
 
 
+#: (module, module it imports) the Layout table forbids and that stay until a larger change (issue 38):
+#: show/ still reads the store itself (Perfetto, the report's timeline, replay, status's and watch's live
+#: files), and the report/table/figures take the bucket order from read/parts. Perfetto's --steps and the
+#: report's timeline apply the tree rule (read/tree) to the rows they read themselves: those arrows go with
+#: their reads of the store, when the passes move into run/.
+NOT_YET = {
+    ("offline.show.perfetto", "store"),
+    ("offline.show.perfetto.places", "store"),
+    ("offline.show.perfetto.proto", "store"),
+    ("offline.show.perfetto.render", "offline.read.tree"),
+    ("offline.show.perfetto.render", "store"),
+    ("offline.show.replay", "store"),
+    ("offline.show.report.data", "offline.read.parts"),
+    ("offline.show.report.data", "offline.read.tree"),
+    ("offline.show.report.data", "store"),
+    ("offline.show.status", "store"),
+    ("offline.show.watch", "store"),
+}
+
+
 def room_of(module: str) -> str:
-    """The room of ``lens_rl.<module>`` (its first part decides for a folder)."""
-    head = module.split(".")[0]
-    for room, names in ROOMS.items():
-        if head in names:
-            return room
+    """The room of ``lens_rl.<module>`` (the longest dotted prefix named in ROOMS decides: ``offline.read.x``
+    is in ``offline.read``, ``offline`` itself the offline face)."""
+    parts = module.split(".")
+    for cut in range(len(parts), 0, -1):
+        head = ".".join(parts[:cut])
+        for room, names in ROOMS.items():
+            if head in names:
+                return room
     raise AssertionError(f"lens_rl.{module} belongs to no room of the Layout table")
+
+
+def allowed(module: str, target: str) -> bool:
+    """May ``module`` import ``target`` (both dotted under lens_rl)? Its own room, _version, a room the table
+    allows, or (a room allowed by module, such as ``offline.rollup.schema``) that module and what is under it."""
+    room, other = room_of(module), room_of(target)
+    if other == room or target == "_version" or other in ALLOWED[room]:
+        return True
+    return any(target == name or target.startswith(name + ".") for name in ALLOWED[room] if name not in ROOMS)
 
 
 def modules() -> dict[str, Path]:
@@ -117,12 +157,27 @@ def test_every_module_stands_in_a_room_and_imports_only_what_its_room_may() -> N
     """The Layout table, arrow by arrow: a room imports its own, _version, and the rooms the table allows."""
     broken = []
     for module, targets in graph().items():
-        room = room_of(module)
         for target in targets:
-            other = room_of(target)
-            if other != room and other not in ALLOWED[room] and target != "_version":
-                broken.append(f"lens_rl.{module} ({room}) imports lens_rl.{target} ({other})")
+            if not allowed(module, target) and (module, target) not in NOT_YET:
+                broken.append(f"lens_rl.{module} ({room_of(module)}) imports lens_rl.{target} ({room_of(target)})")
     assert broken == []
+
+
+def test_the_offline_sub_floors_waivers_are_still_needed() -> None:
+    """Every import NOT_YET waives is still made and still forbidden (a fixed one leaves the list)."""
+    g = graph()
+    stale = [pair for pair in sorted(NOT_YET) if pair[1] not in g.get(pair[0], ()) or allowed(*pair)]
+    assert stale == []
+
+
+def test_the_rollup_is_pure() -> None:
+    """offline/rollup/ opens no file, starts no process, touches no cache: it imports none of the modules that do."""
+    io = ("os", "pathlib", "subprocess", "multiprocessing", "concurrent", "tempfile", "shutil", "pickle", "ray")
+    found = []
+    for module, path in modules().items():
+        if room_of(module) == "offline.rollup":
+            found += [f"lens_rl.{module}: {n}" for n in imports(path, module) if n.split(".")[0] in io]
+    assert found == []
 
 
 def test_nothing_imports_the_package_face_from_inside() -> None:
@@ -137,7 +192,7 @@ def test_the_hot_path_never_touches_the_sdk_or_the_exporters() -> None:
         names = imports(path, module)
         if room_of(module) == "record":
             assert not [n for n in names if n.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))], module
-        if room_of(module) == "offline":
+        if room_of(module).startswith("offline"):
             assert not [n for n in names if n.startswith("lens_rl._runtime")], module
 
 

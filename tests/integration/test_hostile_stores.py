@@ -344,7 +344,7 @@ def test_a_planted_cache_can_neither_run_code_nor_allocate(tmp_path: Path) -> No
     peak memory stays small, nothing runs, and stderr says so in one line."""
     import pickle
 
-    from lens_rl.offline.cache_files import FORMAT
+    from lens_rl.offline.run.cache_files import FORMAT
 
     run = good_run(tmp_path / "run")
     first = lens_child("goodput", str(run), "--json")

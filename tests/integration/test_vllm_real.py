@@ -96,7 +96,7 @@ def _check_one_trace(store: dict[str, Any]) -> dict[str, str]:
 
 
 def _requests_row(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.store import span_files
 
     report = analyze(span_files(run_dir))
@@ -172,7 +172,7 @@ def test_offline_llm_goodput_and_tokens(offline_file: tuple[Path, dict[str, Any]
         if "vllm.process_kind" not in head["resource"]:
             own = [r for r in rows if r.get("sc", "lens_rl") == "lens_rl"]
             (bare / name).write_text("".join(json.dumps(r) + "\n" for r in [head, *own]))
-    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
     from lens_rl.store import span_files
 
     alone = analyze(span_files(bare))

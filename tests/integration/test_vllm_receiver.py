@@ -114,7 +114,7 @@ def test_each_process_gets_its_file_identity_ids_and_parents(rx: StoreReceiver, 
 @pytest.mark.slow
 def test_the_offline_tools_read_the_files(rx: StoreReceiver, tmp_path: Path) -> None:
     """What the receiver writes is a store the offline tools read without a skipped line."""
-    from lens_rl.offline.goodput import analyze
+    from lens_rl.offline.run.analyze import analyze
 
     _export(rx.endpoint, "worker")
     report = analyze(span_files(tmp_path / "r1"))

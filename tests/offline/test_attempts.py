@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.attempts import superseded_steps
-from lens_rl.offline.goodput import analyze
-from lens_rl.offline.table import format_table
+from lens_rl.offline.rollup.attempts import superseded_steps
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.show.table import format_table
 from lens_rl.store import span_files
 from tests.stores import header, span, write_process
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.cache import CACHE_DIR, FORMAT, cache_folder
-from lens_rl.offline.goodput import analyze, analyze_parts
+from lens_rl.offline.run.analyze import analyze, analyze_parts
+from lens_rl.offline.run.cache import CACHE_DIR, FORMAT, cache_folder
 from lens_rl.store import span_files
 from tests.conftest import lens
 from tests.stores import grow_store, header, span, step_lines
@@ -176,7 +176,7 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     """The critical path of a step that ended before every span read since the last look is kept, not walked
     again: 5 steps appended to 40 walk 5. A late worker span of step 10 walks step 10 on; a rewritten or
     removed file, or a corrupt or planted memo, walks every step. Every answer is a cold read's."""
-    import lens_rl.offline.critical as critical
+    import lens_rl.offline.rollup.critical as critical
 
     walked: list[int] = []
     walk = critical._walked
@@ -245,7 +245,7 @@ def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, mon
     (0), an appended line (its bytes), a new file (all of it); a look at that little reads in its own process."""
     import concurrent.futures
 
-    from lens_rl.offline.cache import grown_bytes
+    from lens_rl.offline.run.cache import grown_bytes
 
     run = tmp_path / "r"
     grow_store(run, 0, 3)

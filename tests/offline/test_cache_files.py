@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.cache_files import (
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.run.cache_files import (
     CACHE_DIR,
     Entry,
     cache_folder,
@@ -22,7 +23,6 @@ from lens_rl.offline.cache_files import (
     save_report,
     store_fingerprint,
 )
-from lens_rl.offline.goodput import analyze
 from lens_rl.store import span_files
 from tests.stores import grow_store
 
@@ -164,7 +164,7 @@ def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_rea
     import pickle
     from array import array
 
-    from lens_rl.offline.cache_files import _unpickled, _Unpickler, checked_pickle
+    from lens_rl.offline.run.cache_files import _unpickled, _Unpickler, checked_pickle
 
     for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         value = {"a": [1, 2**70, 1.5, "x" * 300, b"y" * 70_000, bytearray(3), array("q", range(9))], "b": (None,)}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.goodput import analyze
-from lens_rl.offline.table import format_table
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.show.table import format_table
 from lens_rl.store import span_files
 from tests.stores import span, span_id, write_process
 
@@ -200,8 +200,8 @@ def test_the_walks_kept_until_the_rollup_are_compact_numbers(tmp_path: Path) -> 
     bytes, no Python object per span or entry), well under 72 bytes a span on the benchmark's GRPO shape."""
     from array import array
 
-    from lens_rl.offline.critical import CritPart
-    from lens_rl.offline.goodput import analyze_parts
+    from lens_rl.offline.read.critical import CritPart
+    from lens_rl.offline.run.analyze import analyze_parts
     from tests.stores import synthesized_store
 
     parts, _ = analyze_parts(span_files(synthesized_store(tmp_path, 20_000, 9) / "run"), jobs=1)
@@ -369,7 +369,8 @@ def test_a_refresh_indexes_exactly_the_entries_that_ended_after_its_bound() -> N
     from array import array
     from types import SimpleNamespace
 
-    from lens_rl.offline.critical import CritPart, _Index
+    from lens_rl.offline.read.critical import CritPart
+    from lens_rl.offline.rollup.critical import _Index
 
     rng = random.Random(3)
     ends = [i * 10 + rng.randrange(-50, 50) for i in range(5000)]  # nearly in order, as a process writes them

@@ -10,7 +10,7 @@ import pytest
 
 import lens_rl
 from lens_rl import traced_phase, with_bucket
-from lens_rl.offline.table import format_table
+from lens_rl.offline.show.table import format_table
 from lens_rl.testing import recording
 from tests.stores import rollup, rollup_recorded, v1_record
 
@@ -200,7 +200,8 @@ def test_phase_breakdown_with_tokens_per_second() -> None:
 def test_parts_merge_exactly_whatever_the_order(tmp_path: Path) -> None:
     """Each file reduces to its process's part; parts merge exactly (integer nanoseconds), so the report is
     the same read serially, in parallel, or with the files in any order."""
-    from lens_rl.offline.goodput import analyze, analyze_parts, report_from_parts
+    from lens_rl.offline.rollup.goodput import report_from_parts
+    from lens_rl.offline.run.analyze import analyze, analyze_parts
     from lens_rl.store import span_files
     from tests.stores import write_received
 

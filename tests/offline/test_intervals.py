@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from array import array
 
-from lens_rl.offline.intervals import covered, merge_intervals, merge_packed, pack
+from lens_rl.offline.read.intervals import covered, merge_intervals, merge_packed, pack
 
 
 def test_merge_packed_is_the_union_whether_the_arrays_follow_each_other_or_overlap() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lens_rl.offline.parallel import default_jobs, map_files, no_gc
+from lens_rl.offline.run.parallel import default_jobs, map_files, no_gc
 
 
 def _size_with(path: str | os.PathLike[str], extra: int) -> int:

@@ -7,8 +7,8 @@ import json
 from array import array
 from pathlib import Path
 
-from lens_rl.offline.parts import Series, merge_parts
-from lens_rl.offline.reduce import file_parts
+from lens_rl.offline.read.parts import Series, merge_parts
+from lens_rl.offline.read.reduce import file_parts
 from tests.stores import grow_store
 
 

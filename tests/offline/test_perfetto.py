@@ -82,7 +82,7 @@ def test_perfetto_slices_are_the_spans_with_their_times_and_nesting(
     thread's track unless it overlaps a sibling without nesting. Ties included: a child that starts or
     ends with its parent, spans that meet end to start, zero-length spans, equal twins. Packets written
     a few at a time give the same slices."""
-    from lens_rl.offline.perfetto import proto, write_trace
+    from lens_rl.offline.show.perfetto import proto, write_trace
     from lens_rl.store import span_files
 
     tricky = tmp_path / "tricky" / "run"
@@ -135,7 +135,7 @@ def test_a_spilled_part_is_appended_whole_however_the_kernel_copies(
     import errno
     import os
 
-    from lens_rl.offline.perfetto import _append_file
+    from lens_rl.offline.show.perfetto import _append_file
 
     part = tmp_path / "part"
     part.write_bytes(bytes(range(256)) * 40_000)
@@ -168,7 +168,7 @@ def test_every_call_across_processes_gets_its_arrow_whoever_calls(tmp_path: Path
     identity) is named like the others. Every way of running gives the same bytes."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
-    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.store import span_files
 
     run = tmp_path / "run"
@@ -247,7 +247,7 @@ def test_flow_ids_are_unique_whatever_the_span_ids(tmp_path: Path) -> None:
     """Each call has its own flow id, even for span ids a 32-bit hash maps alike (these two do, under
     CRC-32): in a run of millions of calls, a hash of the span id would link some callers to the wrong
     callee."""
-    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.store import span_files
 
     run = tmp_path / "run"
@@ -286,7 +286,7 @@ def test_json_times_count_from_the_earliest_header_else_from_the_first_start(tmp
     """The Chrome JSON's times count from the earliest header's ``since`` (read from the files' first lines);
     a file without one has its starts read, and a span starting before its header's bound (a clock set
     back) makes every start read: no time is ever negative."""
-    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.store import span_files
 
     def store(name: str, since: int | None, first: int) -> list[Path]:
@@ -318,7 +318,7 @@ def test_protobuf_annotations_keep_each_attribute_type(tmp_path: Path) -> None:
     list as text); the bucket is the category; a span of no length is a zero-length slice."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
-    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.store import span_files
 
     run = tmp_path / "run"
@@ -342,8 +342,8 @@ def test_calls_are_told_from_orphans_without_another_read(tmp_path: Path, monkey
     """A call is a span whose line marks its parent as remote ("pr"): a span whose local parent was never
     written (its process killed mid-span) is no call and sends nobody looking for its parent in the other
     files; a call from another worker still gets its arrow."""
-    from lens_rl.offline import perfetto
-    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.show import perfetto
+    from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.store import span_files
 
     run = tmp_path / "run"
@@ -382,7 +382,7 @@ def test_calls_are_told_from_orphans_without_another_read(tmp_path: Path, monkey
 def test_processes_are_named_with_their_attempt_after_a_restart(tmp_path: Path) -> None:
     """In the Chrome JSON, a process of a later attempt is named with it (two drivers of one job, one per
     attempt, stay apart); the first attempt's processes keep the plain name."""
-    from lens_rl.offline.perfetto import write_trace
+    from lens_rl.offline.show.perfetto import write_trace
     from lens_rl.store import span_files
     from tests.stores import span, write_process
 

@@ -7,8 +7,8 @@ from typing import Any
 
 def _part(rows: list[tuple[Any, ...]]) -> Any:
     """The part of one process's rows (name, span id, parent id, start, end, attributes), as a file's read makes it."""
-    from lens_rl.offline.columns import Columns
-    from lens_rl.offline.reduce import part_from_columns
+    from lens_rl.offline.read.columns import Columns
+    from lens_rl.offline.read.reduce import part_from_columns
     from lens_rl.store import Process
 
     cols = Columns()
@@ -23,7 +23,7 @@ def test_compact_reductions_equal_the_plain_ones() -> None:
     import random
     from array import array
 
-    from lens_rl.offline.intervals import merge_indexed, merge_intervals, pack
+    from lens_rl.offline.read.intervals import merge_indexed, merge_intervals, pack
 
     rng = random.Random(7)
     starts = array("q", (rng.randrange(0, 1000) for _ in range(500)))
@@ -76,7 +76,7 @@ def test_a_process_part_pickles_exactly() -> None:
     import pickle
     from array import array
 
-    from lens_rl.offline.parts import ProcessPart, StepPart
+    from lens_rl.offline.read.parts import ProcessPart, StepPart
     from lens_rl.store import Process
 
     part = ProcessPart(Process("driver", 0, 1, 2, True))

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.goodput import analyze
+from lens_rl.offline.run.analyze import analyze
 from lens_rl.store import span_files
 from tests.integration.attempt_job import run_attempt, timeline
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lens_rl.offline.replay import replay, row_to_span
+from lens_rl.offline.show.replay import replay, row_to_span
 from lens_rl.store import iter_rows, span_files
 from lens_rl.testing import OTLPReceiver
 from tests.stores import at_ns, span, write_process

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.report import HEAT_LIMIT, build_report
+from lens_rl.offline.show.report import HEAT_LIMIT, build_report
 from lens_rl.store import span_files
 from tests.browser import browser
 from tests.stores import span, write_process

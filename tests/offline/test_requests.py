@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.cache import cache_folder
-from lens_rl.offline.goodput import analyze
-from lens_rl.offline.requests import RequestsPart, format_requests, request_numbers, requests_part
-from lens_rl.offline.table import format_table
+from lens_rl.offline.read.parts import RequestsPart
+from lens_rl.offline.read.requests import request_numbers, requests_part
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.run.cache import cache_folder
+from lens_rl.offline.show.requests import format_requests
+from lens_rl.offline.show.table import format_table
 from lens_rl.store import span_files
 from tests.stores import span, write_process
 
@@ -144,6 +146,6 @@ def test_table_and_report_show_requests(tmp_path: Path) -> None:
     line = next(x for x in section if x.strip().startswith("gen "))
     assert line.split()[1] == "20" and line.split()[-1] == "100.0"
     pytest.importorskip("plotly")
-    from lens_rl.offline.report import build_report
+    from lens_rl.offline.show.report import build_report
 
     assert 'id="requests"' in build_report(span_files(run))

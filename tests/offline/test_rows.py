@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.goodput import analyze_parts
-from lens_rl.offline.parts import ProcessPart, merge_parts
-from lens_rl.offline.rows import (
+from lens_rl.offline.read.parts import ProcessPart, merge_parts
+from lens_rl.offline.rollup.rows import (
     UNBUCKETED_SHARE,
     group_and_rank_rows,
     phase_rows,
     throughput_row,
     unbucketed_rows,
 )
+from lens_rl.offline.run.analyze import analyze_parts
 from lens_rl.store import span_files
 from tests.stores import span, write_process
 

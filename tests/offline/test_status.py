@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.status import format_status, run_status
+from lens_rl.offline.show.status import format_status, run_status
 
 NOW = 2_000_000_000 * 10**9
 

@@ -7,9 +7,9 @@ from array import array
 
 import pytest
 
-from lens_rl.offline.parts import ProcessPart, Series
-from lens_rl.offline.stragglers import stragglers
-from lens_rl.offline.table import format_table
+from lens_rl.offline.read.parts import ProcessPart, Series
+from lens_rl.offline.rollup.stragglers import stragglers
+from lens_rl.offline.show.table import format_table
 from lens_rl.store import Process
 from tests.stores import rollup, v1_record
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lens_rl.offline.goodput import analyze
-from lens_rl.offline.throughput import peak_tflops
+from lens_rl.offline.rollup.throughput import peak_tflops
+from lens_rl.offline.run.analyze import analyze
 from lens_rl.store import span_files
 from tests.stores import span, write_process
 

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from lens_rl.offline.columns import read_columns
-from lens_rl.offline.goodput import analyze
-from lens_rl.offline.perfetto import write_trace
+from lens_rl.offline.read.columns import read_columns
+from lens_rl.offline.read.reduce import link
+from lens_rl.offline.read.reduce import resolve as reduce_resolve
 from lens_rl.offline.read.tree import depths, parent_rows, resolve, steps_of_rows
-from lens_rl.offline.reduce import link
-from lens_rl.offline.reduce import resolve as reduce_resolve
-from lens_rl.offline.report import build_report
-from lens_rl.offline.report.data import window_file
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.show.perfetto import write_trace
+from lens_rl.offline.show.report import build_report
+from lens_rl.offline.show.report.data import window_file
 from lens_rl.store import iter_rows, span_files
 from tests.stores import span, span_id, write_process
 
@@ -301,7 +301,7 @@ def test_a_parent_phase_shares_only_its_own_time(tmp_path: Path) -> None:
 def test_a_bucketed_phase_around_the_steps_is_warned(tmp_path: Path) -> None:
     """``with traced_phase("train"): trainer.train()``: the productive ``train`` encloses the step umbrellas;
     a warning names it, in ``--json`` and in the table."""
-    from lens_rl.offline.table import format_table
+    from lens_rl.offline.show.table import format_table
 
     run = tmp_path / "r1"
     spans = []
@@ -327,7 +327,7 @@ def test_a_bucketed_phase_around_the_steps_is_warned(tmp_path: Path) -> None:
 def test_unattributed_time_is_warned_with_where_it_falls(tmp_path: Path) -> None:
     """A forgotten backward: 46 % of every step between ``forward`` and ``optimizer`` on the driver is covered
     by no bucketed phase; the warning names the share, the two phases and the process."""
-    from lens_rl.offline.table import format_table
+    from lens_rl.offline.show.table import format_table
 
     run = tmp_path / "r1"
     spans = []
@@ -478,7 +478,7 @@ def test_the_refresh_cache_answers_as_a_cold_read_on_every_shape(tmp_path: Path)
     """A store with a 2-cycle, a self-parent, nested unbucketed steps, vLLM requests and a gap, read through
     the cache while it grows (children first, their parents in the next look): every look equals a cold
     read, cycles counted, warnings and tokens included."""
-    from lens_rl.offline.cache import cache_folder
+    from lens_rl.offline.run.cache import cache_folder
 
     run = tmp_path / "r1"
     looped = span("reward", 1, 2, "self", bucket="overhead")
@@ -551,7 +551,7 @@ def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_p
     rollout = next(r for r in report["phases"] if r["worker_group"] == "rollout" and r["phase"] == "generation")
     assert rollout["tokens_per_s"] == pytest.approx(40.0)  # 400 tokens over each 10 s generation
     assert next(r for r in bare["phases"] if r["worker_group"] == "rollout")["tokens_per_s"] is None
-    from lens_rl.offline.cache import cache_folder
+    from lens_rl.offline.run.cache import cache_folder
 
     warm = analyze(span_files(tmp_path / "vllm"), jobs=1, cache=cache_folder(tmp_path / "vllm"))
     assert warm["phases"] == report["phases"] and warm["steps"] == report["steps"]

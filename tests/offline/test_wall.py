@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lens_rl.buckets import default_bucket
-from lens_rl.offline.goodput import analyze
-from lens_rl.offline.table import format_table
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.show.table import format_table
 from lens_rl.store import span_files
 from tests.stores import span, write_process
 
@@ -181,7 +181,7 @@ def test_spans_of_several_runs_in_one_folder_get_a_note(tmp_path: Path) -> None:
 
 def test_p95_of_a_long_run_stays_within_half_a_percent_in_bounded_memory(tmp_path: Path) -> None:
     """Past 65,536 durations a phase keeps a log-scale sketch: its p95 is within 0.5 % of the exact one."""
-    from lens_rl.offline.parts import EXACT_DURATIONS, PhasePart
+    from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart
 
     part = PhasePart()
     values = [1_000_000 * (1 + (i * 7919) % 1000) for i in range(EXACT_DURATIONS + 10)]  # 1 ms to 1 s, in ns

@@ -25,7 +25,7 @@ pytest.importorskip("rich")
 def _render(run: Path) -> str:
     from rich.console import Console
 
-    from lens_rl.offline.watch import frame
+    from lens_rl.offline.show.watch import frame
 
     console = Console(width=140, record=True, file=open(os.devnull, "w"))
     console.print(frame(run, jobs=1))

@@ -1,0 +1,254 @@
+"""One process's spans as flat columns: what the offline reductions read (no object per span).
+
+Of the attributes only what the analysis reads is kept (``rl.bucket``, ``rl.step``, ``rl.num_tokens``,
+``rl.flops_per_token``, ``rl.ended_by_shutdown``): a run's attribute dicts would be most of its memory. Times are int64 arrays of
+ns (a missing or bad value reads as 0); repeated values (names, parent ids, buckets, steps) share one
+object. Span and parent ids, 16 hex digits as lens_rl writes them, are kept as numbers in uint64 arrays
+(8 bytes a span, not ~70; a missing parent is 0); at the first id of another form the columns switch to
+keeping them as they came.
+
+Example::
+
+    for process, cols in read_columns(path).items():
+        print(process.group, len(cols.names))
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from itertools import compress
+from typing import Any
+
+from lens_rl.offline.read.requests import REQUEST_SPAN, request_numbers
+from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, iter_rows, time_ns
+
+__all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "THIRD_PARTY", "Columns", "read_columns"]
+
+#: :attr:`Columns.flags` bits: the span's parent was carried in from another process; it was ended by a
+#: shutdown; its scope is not lens_rl's (another library's span: never a phase).
+REMOTE_PARENT = 1
+ENDED_BY_SHUTDOWN = 2
+THIRD_PARTY = 4
+#: Token counts another library's span carries (OpenTelemetry's GenAI conventions, old and new names).
+_OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+_INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+
+_BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
+_NO_KEY = (list, dict)  # JSON values that key nothing (a step of these reads as none)
+
+
+class Columns:
+    """One process's spans, column by column (see the module docstring)."""
+
+    __slots__ = (
+        "resources",
+        "names",
+        "ids",
+        "parent_ids",
+        "starts",
+        "ends",
+        "buckets",
+        "steps",
+        "tokens",
+        "flops",
+        "gen_tokens",
+        "flags",
+        "requests",
+        "root",
+        "since",
+        "job_error",
+        "_shared",
+    )
+
+    def __init__(self) -> None:
+        self.resources: list[dict[str, Any]] = []
+        self.names: list[Any] = []
+        self.ids: Any = array("Q")  # a list once an id is not 16 hex digits
+        self.parent_ids: Any = array("Q")
+        self.starts = array("q")
+        self.ends = array("q")
+        self.buckets: list[Any] = []
+        self.steps: list[Any] = []
+        self.tokens: list[Any] = []
+        #: row -> its ``rl.flops_per_token`` (few spans set it: kept sparse)
+        self.flops: dict[int, float] = {}
+        #: row -> (output, input) tokens of a third-party span that says them (``gen_ai.usage.*``), sparse
+        self.gen_tokens: dict[int, tuple[float, float]] = {}
+        self.flags = bytearray()
+        #: row -> a vLLM request span's numbers (:func:`lens_rl.offline.read.requests.request_numbers`; sparse)
+        self.requests: dict[int, tuple[float, ...]] = {}
+        #: the job root's span id (as the ids are kept), from the file's header: a parent that is no orphan
+        self.root: Any = None
+        #: the earliest header's ``since`` (ns: no span of the process starts before it), None when absent
+        self.since: int | None = None
+        #: how the job root ended when it ended in error: {"type", "message"} (from its exception event)
+        self.job_error: dict[str, str] | None = None
+        self._shared: dict[Any, Any] = {}
+
+    def add(
+        self,
+        name: Any,
+        span_id: Any,
+        parent_id: Any,
+        start: Any,
+        end: Any,
+        attrs: Any,
+        remote: Any = None,
+        scope: Any = None,
+    ) -> None:
+        shared = self._shared.setdefault
+        self.names.append(shared(name, name) if type(name) is str else name)
+        ids = self.ids
+        if type(ids) is array:
+            try:
+                if len(span_id) != 16 or (parent_id is not None and len(parent_id) != 16):
+                    raise ValueError(span_id)
+                number, parent = int(span_id, 16), int(parent_id, 16) if parent_id is not None else 0
+                if number <= 0 or parent < 0 or (parent_id is not None and not parent):
+                    raise ValueError(span_id)  # (0 stands for "no parent"; a sign is not lens_rl's form)
+            except (TypeError, ValueError):
+                self._ids_as_given()
+            else:
+                ids.append(number)
+                self.parent_ids.append(parent)
+        if type(self.ids) is list:
+            self.ids.append(span_id)
+            self.parent_ids.append(
+                shared(parent_id, parent_id) if type(parent_id) is str else parent_id
+            )  # siblings share
+        try:
+            self.starts.append(start)
+        except (TypeError, OverflowError):
+            self.starts.append(time_ns(start))
+        try:
+            self.ends.append(end)
+        except (TypeError, OverflowError):
+            self.ends.append(time_ns(end))
+        flag = REMOTE_PARENT if remote is True else 0
+        if scope is not None and scope != OWN_SCOPE:
+            flag |= THIRD_PARTY
+            if attrs:
+                self._gen_tokens(attrs)
+        if attrs:
+            if attrs.get("rl.ended_by_shutdown") is True:
+                flag |= ENDED_BY_SHUTDOWN
+            bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
+            self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
+            if type(step) is int:
+                step = shared(step, step) if -INT64_END <= step < INT64_END else None  # past int64: no step
+            elif type(step) in _NO_KEY:
+                step = None
+            self.steps.append(step)
+            tokens = attrs.get("rl.num_tokens")  # a number (an int within int64), else none
+            self.tokens.append(
+                tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
+            )
+            flops = attrs.get("rl.flops_per_token")
+            if flops is not None and type(flops) in (int, float) and 0 < flops < 1e15:
+                self.flops[len(self.tokens) - 1] = float(flops)
+            if name == REQUEST_SPAN:
+                numbers = request_numbers(attrs)
+                if numbers is not None:
+                    self.requests[len(self.tokens) - 1] = numbers
+        else:
+            self.buckets.append(None)
+            self.steps.append(None)
+            self.tokens.append(None)
+        self.flags.append(flag)
+
+    def _gen_tokens(self, attrs: dict[str, Any]) -> None:
+        """A third-party span's ``gen_ai.usage`` token counts (output, input), where it says any."""
+        counts = []
+        for keys in (_OUTPUT_TOKENS, _INPUT_TOKENS):
+            found = 0.0
+            for key in keys:
+                value = attrs.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e15:
+                    found = float(value)
+                    break
+            counts.append(found)
+        if counts[0] or counts[1]:
+            self.gen_tokens[len(self.names) - 1] = (counts[0], counts[1])
+
+    def set_root(self, root: Any) -> None:
+        """The job root's span id, as the header gives it (16 hex digits), kept as the ids are."""
+        if type(root) is not str:
+            return
+        if type(self.ids) is array:
+            try:
+                self.root = int(root, 16) if len(root) == 16 else None
+            except ValueError:
+                self.root = None
+        else:
+            self.root = root
+
+    def subset(self, keep: bytearray) -> Columns:
+        """A new Columns of the rows ``keep`` marks (1), in their order (the same header facts)."""
+        out = Columns()
+        out.resources, out.root, out.since, out.job_error = self.resources, self.root, self.since, self.job_error
+        out.names = list(compress(self.names, keep))
+        out.ids = array("Q", compress(self.ids, keep)) if type(self.ids) is array else list(compress(self.ids, keep))
+        parents = self.parent_ids
+        out.parent_ids = (
+            array("Q", compress(parents, keep)) if type(parents) is array else list(compress(parents, keep))
+        )
+        out.starts = array("q", compress(self.starts, keep))
+        out.ends = array("q", compress(self.ends, keep))
+        out.buckets = list(compress(self.buckets, keep))
+        out.steps = list(compress(self.steps, keep))
+        out.tokens = list(compress(self.tokens, keep))
+        if self.flops or self.requests:
+            new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
+            out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
+            out.requests = {new_index[i]: v for i, v in self.requests.items() if i in new_index}
+        if self.gen_tokens:
+            new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
+            out.gen_tokens = {new_index[i]: v for i, v in self.gen_tokens.items() if i in new_index}
+        out.flags = bytearray(compress(self.flags, keep))
+        return out
+
+    def add_head(self, head: Any) -> None:
+        """A header of this process: its resource, the job root it names, its ``since``."""
+        self.resources.append(head.resource)
+        self.set_root(head.root)
+        since = head.header.get("since")
+        if type(since) is int and (self.since is None or since < self.since):
+            self.since = since
+
+    def add_job(self, row: Any) -> None:
+        """The job root's line: an error it ended with (status ERROR), as its exception event says."""
+        if row.st != "ERROR":
+            return
+        error = {"type": "", "message": str(row.sm or "")}
+        for event in row.ev or ():
+            attrs = event.get("a") if type(event) is dict else None
+            if type(attrs) is dict and event.get("n") == "exception":
+                error = {
+                    "type": str(attrs.get("exception.type", "")),
+                    "message": str(attrs.get("exception.message", "")),
+                }
+        self.job_error = error
+
+    def _ids_as_given(self) -> None:
+        """Keep ids as they come from now on (those so far back in lens_rl's 16-hex-digit form)."""
+        self.ids = [f"{number:016x}" for number in self.ids]
+        self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
+        if self.root is not None:
+            self.root = f"{self.root:016x}"
+
+
+def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[Process, Columns]:
+    """One file's spans by process (a re-init under another identity is another), as :class:`Columns`."""
+    out: dict[Process, Columns] = {}
+    last: Any = None
+    cols = Columns()
+    for head, row in iter_rows(path, stats):
+        if head is not last:
+            last = head
+            cols = out.get(head.process) or out.setdefault(head.process, Columns())
+            cols.add_head(head)
+        if row.n == "rl.job":
+            cols.add_job(row)
+        cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+    return out

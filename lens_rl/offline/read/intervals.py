@@ -1,0 +1,123 @@
+"""Interval arithmetic over nanoseconds, kept flat: what the reductions use for unions and coverage.
+
+Intervals are ``(start, end)`` int pairs; a run's millions of them are kept *packed*: one flat int64
+``array`` (start, end, start, end ...), 16 bytes an interval instead of a ~120-byte tuple.
+
+Example::
+
+    packed = merge_indexed(rows, starts, ends)           # the union of some spans' intervals
+    covered([packed], [(lo, hi)])                        # how much of [lo, hi] it covers, in ns
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from lens_rl.buckets import union_length
+
+__all__ = [
+    "clipped",
+    "covered",
+    "int64_array",
+    "merge_indexed",
+    "merge_intervals",
+    "merge_packed",
+    "pack",
+    "pairs",
+    "sorted_by",
+]
+
+
+def merge_intervals(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of ``intervals`` as sorted, disjoint intervals."""
+    out: list[tuple[int, int]] = []
+    for interval in sorted(intervals):
+        if out and interval[0] <= out[-1][1]:
+            if interval[1] > out[-1][1]:
+                out[-1] = (out[-1][0], interval[1])
+        else:  # kept as it is (no copy: a run's intervals are millions)
+            out.append(interval if type(interval) is tuple else (interval[0], interval[1]))
+    return out
+
+
+def pack(intervals: Iterable[tuple[int, int]]) -> array:
+    """Intervals as one flat int64 array (start, end, start, end ...)."""
+    out = array("q")
+    for start, end in intervals:
+        out.append(start)
+        out.append(end)
+    return out
+
+
+def merge_packed(a: array, b: array) -> array:
+    """The union of two packed, merged interval arrays, as a new array: where ``b`` starts after ``a`` ends (a
+    file's next lines, a later step) the two end to end, else merged."""
+    if not a or not b or b[0] > a[-1]:
+        return a + b
+    return pack(merge_intervals(pairs(a + b)))
+
+
+def pairs(packed: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """The (start, end) intervals of a :func:`pack`-ed array."""
+    it = iter(packed)
+    return zip(it, it, strict=False)
+
+
+def clipped(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """``intervals`` cut to ``[lo, hi]`` (those outside left out), lazily, in their order."""
+    return ((max(a, lo), min(b, hi)) for a, b in intervals if min(b, hi) > max(a, lo))
+
+
+def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> int:
+    """The length (ns) the union of ``packed`` interval arrays (each merged, so sorted) covers inside
+    ``windows`` (merged too), streamed: no list of a run's intervals is ever built."""
+    packed = [p for p in packed if len(p)]
+    windows = list(windows)
+    if len(packed) == 1 and len(windows) == 1:  # one merged array in one window: summed in C, cut at the edges
+        only, (lo, hi) = packed[0], windows[0]
+        if only[0] >= lo and only[-1] <= hi:
+            return sum(only[1::2]) - sum(only[0::2])
+    streams = [clipped(pairs(p), lo, hi) for lo, hi in windows for p in packed]
+    if not streams:
+        return 0
+    return int(union_length(streams[0] if len(streams) == 1 else heapq.merge(*streams), ordered=True))
+
+
+def sorted_by(indexes: Sequence[int], key: Any) -> Sequence[int]:
+    """``indexes`` (read twice at most) stably sorted by ``key``: as they are when already in order (the common
+    case: spans written as they end, one after another), so no list of a run's indexes is made."""
+    last = None
+    for i in indexes:
+        value = key(i)
+        if last is not None and value < last:
+            return sorted(indexes, key=key)
+        last = value
+    return indexes
+
+
+def merge_indexed(indexes: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> array:
+    """The merged union of the intervals ``(starts[i], ends[i])`` for ``i`` in ``indexes``, packed (as
+    ``pack(merge_intervals(...))`` gives it, without a tuple per interval)."""
+    out = array("q")
+    for i in sorted_by(indexes, starts.__getitem__):
+        start, end = starts[i], ends[i]
+        if out and start <= out[-1]:
+            if end > out[-1]:
+                out[-1] = end
+        else:
+            out.append(start)
+            out.append(end)
+    return out
+
+
+def int64_array(values: Any) -> array:
+    """An int64 numpy array (or anything numpy reads as one) as an ``array("q")``, whose items Python reads
+    one at a time fast."""
+    import numpy as np  # (numpy only where the critical path's arrays are made: the readers of parts stay light)
+
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
+    return out

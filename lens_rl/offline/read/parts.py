@@ -1,0 +1,502 @@
+"""Each process's spans reduced to a compact, mergeable part: what every offline tool builds on.
+
+A :class:`ProcessPart` holds one process's exclusive bucket time, lifetime, steps (for the job view's step
+rows), phase numbers (count, durations for the p95, tokens) and compute time per phase and step (what
+stragglers are judged on). Every duration is an int of nanoseconds, so parts merge exactly and in any
+order: files reduce one at a time, in parallel, on a Ray cluster, or a grown file from where its last read
+stopped, with identical results. :mod:`lens_rl.offline.read.reduce` makes them.
+
+Example::
+
+    parts = merge_parts(file_parts(path)[0] for path in paths)
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lens_rl.buckets import Bucket
+from lens_rl.offline.read.intervals import covered, merge_packed, pairs
+from lens_rl.store import Process
+
+__all__ = [
+    "BUCKETS",
+    "COMPUTE_BUCKETS",
+    "EXACT_DURATIONS",
+    "PhasePart",
+    "ProcessPart",
+    "RequestsPart",
+    "Series",
+    "StepPart",
+    "median",
+    "merge_parts",
+    "share_steps",
+    "step_key",
+]
+
+BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
+#: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
+COMPUTE_BUCKETS = ("productive", "overhead", "wasted")
+
+
+def step_key(step: Any) -> tuple[str, Any]:
+    """A sort key for steps of any JSON type (ints in order, then the others)."""
+    return (type(step).__name__, step)
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+class Series(Mapping[Any, int]):
+    """step -> ns for integer steps, as two arrays (16 bytes a step instead of ~100 in a dict).
+
+    A read-only mapping; ``steps`` are sorted, so two ranks with the same steps have equal ``steps``
+    arrays and can be compared index by index (``ns`` is the matching array).
+    """
+
+    __slots__ = ("steps", "ns", "_index")
+
+    def __init__(self, steps: array, ns: array) -> None:
+        self.steps = steps
+        self.ns = ns
+        self._index: dict[Any, int] | None = None
+
+    @staticmethod
+    def of(by_step: Mapping[Any, int]) -> Mapping[Any, int]:
+        """A Series when every step is an int (a dict otherwise, unchanged)."""
+        if isinstance(by_step, Series) or not all(type(k) is int for k in by_step):
+            return by_step
+        keys = sorted(by_step)
+        return Series(array("q", keys), array("q", (by_step[k] for k in keys)))
+
+    @staticmethod
+    def merged(a: Mapping[Any, int], b: Mapping[Any, int]) -> Mapping[Any, int]:
+        """``a`` and ``b`` summed step by step, as a new mapping (:meth:`of`'s kind): two Series where ``b``'s
+        steps all follow ``a``'s (a file's next lines) end to end, without a dict."""
+        if type(a) is Series and type(b) is Series and (not a.steps or not b.steps or b.steps[0] > a.steps[-1]):
+            return Series(a.steps + b.steps, a.ns + b.ns)
+        mine = dict(a)
+        for step, value in b.items():
+            mine[step] = mine.get(step, 0) + value
+        return Series.of(mine)
+
+    def _lookup(self) -> dict[Any, int]:
+        if self._index is None:
+            self._index = {step: i for i, step in enumerate(self.steps)}
+        return self._index
+
+    def __getitem__(self, step: Any) -> int:
+        return self.ns[self._lookup()[step]]
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._lookup()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def items(self) -> Any:
+        return zip(self.steps, self.ns, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Series):
+            return self.steps == other.steps and self.ns == other.ns
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __hash__(self) -> int:  # pragma: no cover - mutable-looking; never hashed
+        raise TypeError("Series is unhashable")
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.steps, self.ns
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.steps, self.ns = state
+        self._index = None
+
+
+class StepPart:
+    """One process's share of one step, compact (a run has processes x steps of these).
+
+    ``ns`` is a list of the buckets' exclusive ns in :data:`BUCKETS` order; interval lists stay None until used.
+    """
+
+    __slots__ = ("ns", "umbrellas", "lo", "hi", "bucketed", "incomplete")
+
+    def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
+        self.ns = [0, 0, 0, 0]
+        self.umbrellas: Any = None  # umbrella spans' intervals: a list while built, then packed
+        self.lo = lo
+        self.hi = hi
+        self.bucketed: Any = None  # bucketed spans' merged intervals: a list while built, then packed
+        #: its umbrella never ended (a span of it lost its parent) or was cut short by a shutdown
+        self.incomplete = False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def merge(self, other: StepPart) -> None:
+        for i in range(4):
+            self.ns[i] += other.ns[i]
+        if other.umbrellas:
+            self.umbrellas = (self.umbrellas or array("q")) + other.umbrellas
+        self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
+        self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
+        if other.bucketed:
+            self.bucketed = merge_packed(self.bucketed or array("q"), other.bucketed)
+        self.incomplete = self.incomplete or other.incomplete
+
+
+#: Durations a phase keeps exactly (per process, and merged per group); past it, a log-scale sketch.
+EXACT_DURATIONS = 65_536
+#: The sketch's bucket ratio: a quantile read from it is within 0.5 % of the exact one.
+_GAMMA = 1.01
+_LOG_GAMMA = math.log(_GAMMA)
+_ZERO = -(2**31)  # the sketch's bucket for durations of 0
+
+
+@dataclass
+class PhasePart:
+    """One (phase, bucket)'s numbers in one process (or merged, in a worker group): count, total, tokens,
+    and its durations (ns) for the p95: exactly while at most :data:`EXACT_DURATIONS`, else as a sketch
+    (log-scale buckets, 0.5 % relative accuracy) so memory stays bounded however long the run.
+
+    ``leaf_ns``: time of its spans that were unbucketed leaves inside a step (time no bucket covers)."""
+
+    count: int = 0
+    total_ns: int = 0
+    #: exclusive ns (a bucketed phase's: what its nearest bucketed descendants leave it)
+    excl_ns: int = 0
+    durations: array = field(default_factory=lambda: array("q"))
+    tokens: float = 0
+    token_ns: int = 0
+    #: FLOPs of the spans that said their FLOPs per token (``rl.flops_per_token``), and their tokens
+    flops: float = 0.0
+    flops_tokens: float = 0
+    leaf_ns: int = 0
+    sketch: dict[int, int] | None = None
+
+    def bound(self) -> None:
+        """Past :data:`EXACT_DURATIONS`, fold the durations into the sketch."""
+        if len(self.durations) > EXACT_DURATIONS or (self.sketch is not None and self.durations):
+            sketch = self.sketch if self.sketch is not None else {}
+            for value in self.durations:
+                k = math.ceil(math.log(value / 1e9) / _LOG_GAMMA) if value > 0 else _ZERO
+                sketch[k] = sketch.get(k, 0) + 1
+            self.sketch, self.durations = sketch, array("q")
+
+    def quantile_s(self, q: float) -> float | None:
+        """Nearest-rank quantile of the durations, in seconds (exact, or within 0.5 % from the sketch)."""
+        if self.sketch is not None and self.durations:
+            self.bound()  # (exact durations beside a sketch: folded in)
+        if self.sketch is None:
+            if not self.durations:
+                return None
+            ordered = sorted(self.durations)
+            return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] / 1e9
+        total = sum(self.sketch.values())
+        rank = max(math.ceil(q * total), 1)
+        seen = 0
+        for k in sorted(self.sketch):
+            seen += self.sketch[k]
+            if seen >= rank:
+                return 0.0 if k == _ZERO else 2 * _GAMMA**k / (_GAMMA + 1)
+        return None  # pragma: no cover - rank <= total
+
+    def merge(self, other: PhasePart, bound: bool = True) -> None:
+        """Fold ``other`` in; ``bound`` False keeps the durations exact past the bound (a rollup's transient
+        merge: the quantile then sorts them in C instead of folding each into the sketch)."""
+        self.count += other.count
+        self.total_ns += other.total_ns
+        self.excl_ns += other.excl_ns
+        self.durations.extend(other.durations)
+        self.tokens += other.tokens
+        self.token_ns += other.token_ns
+        self.flops += other.flops
+        self.flops_tokens += other.flops_tokens
+        self.leaf_ns += other.leaf_ns
+        if other.sketch is not None:
+            self.sketch = dict(self.sketch or {})
+            for k, c in other.sketch.items():
+                self.sketch[k] = self.sketch.get(k, 0) + c
+        if bound:
+            self.bound()
+
+
+class RequestsPart:
+    """One process's requests: their latencies (seconds, one array each), summed prefill / decode seconds and
+    output tokens, and the union of their spans' intervals (packed ns). Exact and mergeable."""
+
+    __slots__ = ("e2e", "queue", "ttft", "prefill_s", "decode_s", "output_tokens", "busy")
+
+    def __init__(self) -> None:
+        self.e2e, self.queue, self.ttft = array("d"), array("d"), array("d")
+        self.prefill_s = self.decode_s = self.output_tokens = 0.0
+        self.busy = array("q")
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for key, value in zip(self.__slots__, state, strict=True):
+            setattr(self, key, value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RequestsPart) and self.__getstate__() == other.__getstate__()
+
+    @property
+    def count(self) -> int:
+        return len(self.e2e)
+
+    def merge(self, other: RequestsPart) -> None:
+        """Fold another part of the same process in."""
+        self.e2e.extend(other.e2e)
+        self.queue.extend(other.queue)
+        self.ttft.extend(other.ttft)
+        self.prefill_s += other.prefill_s
+        self.decode_s += other.decode_s
+        self.output_tokens += other.output_tokens
+        self.busy = merge_packed(self.busy, other.busy)
+
+
+@dataclass
+class ProcessPart:
+    """Everything the reports need of one process, compact and mergeable (picklable for --jobs / --ray)."""
+
+    key: Process
+    spans: int = 0
+    runs: set[str] = field(default_factory=set)
+    sampled: bool = False
+    #: exclusive ns per bucket (a worker's idle: its bucketed spans' own, the uncovered lifetime is added
+    #: by :attr:`idle_ns`)
+    bucket_ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0))
+    lifetime: tuple[int, int] | None = None
+    jobs: list[tuple[int, int]] = field(default_factory=list)
+    bucketed: array = field(default_factory=lambda: array("q"))  # merged top-level bucketed intervals, packed
+    steps: dict[Any, StepPart] = field(default_factory=dict)
+    phases: dict[tuple[str, str | None], PhasePart] = field(default_factory=dict)
+    #: phase -> step -> exclusive ns of compute phases (what stragglers are judged on);
+    #: a :class:`Series` (two arrays) when the steps are integers, else a dict
+    compute: dict[str, Mapping[Any, int]] = field(default_factory=dict)
+    #: the earliest header's ``since`` (ns), None when absent
+    since: int | None = None
+    #: the job root's error ({"type", "message"}) when it ended in one (a driver's)
+    job_error: dict[str, str] | None = None
+    #: runs of steps a later attempt ran again (wasted, reason rerun): their spans' merged intervals
+    #: (packed; none of them is in the buckets, phases, steps or compute above) and which steps they were
+    rerun: array = field(default_factory=lambda: array("q"))
+    rerun_steps: set[Any] = field(default_factory=set)
+    #: the critical path's walks of this process (:class:`lens_rl.offline.read.critical.CritPart`), or None
+    crit: Any = None
+    #: ("own" | "gen", step) -> tokens: a step umbrella's own rl.num_tokens, its generation phases' sum
+    step_tokens: dict[tuple[str, Any], float] = field(default_factory=dict)
+    #: host, rl.num_gpus, rl.gpu_ids, rl.device.name, rl.device.peak_tflops, rl.model.num_params (as set)
+    device: dict[str, Any] = field(default_factory=dict)
+    #: parent cycles (self-parents included) the tree rule broke in its spans
+    cycles: int = 0
+    #: (phase, bucket) -> step umbrellas inside a bucketed span of that phase (its bucket does not apply to them)
+    enclosing: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    #: (phase before, phase after) -> ns of its step umbrellas no bucketed span of theirs covers, by where the
+    #: gap falls ("step start" / "step end" at the edges): where unattributed time is
+    gaps: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: span id -> (phase, bucket, ns, step) of its generation phases with no token count of their own: what
+    #: requests in another file (a vLLM process's) may give tokens to, matched at the rollup
+    untokened: dict[str, tuple[Any, Any, int, Any]] = field(default_factory=dict)
+    #: parent span id -> [output, input] tokens of third-party spans (``gen_ai.usage``) whose phase is in
+    #: another file
+    remote_tokens: dict[str, list[float]] = field(default_factory=dict)
+    #: its vLLM request spans' numbers (:class:`RequestsPart`), or None
+    requests: RequestsPart | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
+        # entry per object it writes: per step object, that memo was the worker's peak)
+        state = dict(self.__dict__)
+        state["steps"] = _step_columns(self.steps)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["steps"] = _steps_from_columns(state["steps"])
+        self.__dict__.update(state)
+
+    @property
+    def is_driver(self) -> bool:
+        return self.key.driver
+
+    @property
+    def first_ns(self) -> int | None:
+        """When the process began: its earliest header ``since``, job root or span start."""
+        starts = [t for t in (self.since, self.lifetime and self.lifetime[0]) if t is not None]
+        starts += [start for start, _ in self.jobs]
+        return min(starts) if starts else None
+
+    @property
+    def last_ns(self) -> int | None:
+        """Its last recorded end (a span's or the job root's)."""
+        ends = [end for _, end in self.jobs] + ([self.lifetime[1]] if self.lifetime is not None else [])
+        return max(ends) if ends else None
+
+    @property
+    def lifetime_ns(self) -> int:
+        return 0 if self.lifetime is None else self.lifetime[1] - self.lifetime[0]
+
+    @property
+    def rerun_ns(self) -> int:
+        """Wasted time of its re-run steps: their runs' union, less what bucketed spans of final runs cover
+        (a phase of a later step running beside them keeps its own bucket)."""
+        if not self.rerun:
+            return 0
+        total = sum(end - start for start, end in pairs(self.rerun))
+        return total - covered([self.bucketed], pairs(self.rerun))
+
+    @property
+    def coverage(self) -> list[array]:
+        """What its spans cover of its time: bucketed spans and re-run steps (the rest is unattributed, or a
+        worker's idle)."""
+        return [self.bucketed, self.rerun] if self.rerun else [self.bucketed]
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds per bucket, the resource view: re-run steps are wasted; a worker's lifetime not covered by a
+        bucketed span (or a re-run step) is idle (measured, never negative); the driver's is not (it
+        orchestrates: its gaps are unattributed)."""
+        out = {b: ns / 1e9 for b, ns in self.bucket_ns.items()}
+        if self.rerun:
+            out["wasted"] += self.rerun_ns / 1e9
+        if not self.is_driver and self.lifetime is not None:
+            out["idle"] += max(self.lifetime_ns - covered(self.coverage, [self.lifetime]), 0) / 1e9
+        return out
+
+    def compute_items(self) -> Iterator[tuple[str, Any, int]]:
+        """(phase, step, exclusive ns) of the compute phases stragglers are judged on."""
+        for phase, by_step in self.compute.items():
+            for step, value in by_step.items():
+                yield phase, step, value
+
+    def merge(self, other: ProcessPart) -> None:
+        """Fold another part of the same process in (another file of it, or a file's next lines)."""
+        self.spans += other.spans
+        self.runs |= other.runs
+        self.sampled = self.sampled or other.sampled
+        for b in BUCKETS:
+            self.bucket_ns[b] += other.bucket_ns[b]
+        if other.lifetime is not None:
+            self.lifetime = (
+                other.lifetime
+                if self.lifetime is None
+                else (min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))
+            )
+        self.jobs.extend(other.jobs)
+        self.bucketed = merge_packed(self.bucketed, other.bucketed)
+        if other.since is not None and (self.since is None or other.since < self.since):
+            self.since = other.since
+        self.job_error = self.job_error or other.job_error
+        if other.rerun:
+            self.rerun = merge_packed(self.rerun, other.rerun)
+        self.rerun_steps |= other.rerun_steps
+        for key, count in other.step_tokens.items():
+            self.step_tokens[key] = self.step_tokens.get(key, 0) + count
+        self.device = self.device or other.device
+        self.cycles += other.cycles
+        for key, count in other.enclosing.items():
+            self.enclosing[key] = self.enclosing.get(key, 0) + count
+        for key, ns in other.gaps.items():
+            self.gaps[key] = self.gaps.get(key, 0) + ns
+        self.untokened.update(other.untokened)
+        for parent, (out, into) in other.remote_tokens.items():
+            found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
+            found[0] += out
+            found[1] += into
+        if other.requests is not None:
+            if self.requests is None:
+                self.requests = other.requests
+            else:
+                self.requests.merge(other.requests)
+        if other.crit is not None:
+            if self.crit is None:
+                self.crit = other.crit
+            else:
+                self.crit.merge(other.crit)
+        for step, part in other.steps.items():
+            self.steps.setdefault(step, StepPart()).merge(part)
+        for key, phase in other.phases.items():
+            self.phases.setdefault(key, PhasePart()).merge(phase)
+        for name, by_step in other.compute.items():
+            self.compute[name] = Series.merged(self.compute.get(name, {}), by_step)
+
+
+def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
+    """Parts of the same process folded together, in a stable order (the merge is exact)."""
+    merged: dict[Process, ProcessPart] = {}
+    for part in parts:
+        if part.key in merged:
+            merged[part.key].merge(part)
+        else:
+            merged[part.key] = part
+    return [merged[k] for k in sorted(merged)]
+
+
+def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
+    """Make ``part``'s :class:`Series` use one ``steps`` array per distinct set of steps seen (``seen``):
+    ranks of a run mostly share their steps, so a 1,000-rank, 100 k-step run keeps one copy, not 1,000."""
+    for series in part.compute.values():
+        if isinstance(series, Series):
+            series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
+
+
+def _intervals_column(values: Iterable[array | None]) -> tuple[array, array]:
+    """Optional packed interval arrays as (lengths, -1 for None; their items, concatenated)."""
+    lengths, items = array("q"), array("q")
+    for value in values:
+        if value is None:
+            lengths.append(-1)
+        else:
+            lengths.append(len(value))
+            items.extend(value)
+    return lengths, items
+
+
+def _intervals_from_column(lengths: array, items: array) -> Iterator[array | None]:
+    at = 0
+    for length in lengths:
+        if length < 0:
+            yield None
+        else:
+            yield items[at : at + length]
+            at += length
+
+
+def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
+    """``steps`` as a few flat columns (see :meth:`ProcessPart.__getstate__`); exact."""
+    parts = steps.values()
+    ns = array("q")
+    for sp in parts:
+        ns.extend(sp.ns)
+    flags = bytes(4 * sp.incomplete + 2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
+    lows = array("q", (sp.lo or 0 for sp in parts))
+    highs = array("q", (sp.hi or 0 for sp in parts))
+    umbrellas = _intervals_column(sp.umbrellas for sp in parts)
+    bucketed = _intervals_column(sp.bucketed for sp in parts)
+    return list(steps), ns, flags, lows, highs, umbrellas, bucketed
+
+
+def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
+    keys, ns, flags, lows, highs, umbrellas, bucketed = columns
+    out = {}
+    for n, (key, umbrella, spans) in enumerate(
+        zip(keys, _intervals_from_column(*umbrellas), _intervals_from_column(*bucketed), strict=True)
+    ):
+        sp = StepPart(None if flags[n] & 2 else lows[n], None if flags[n] & 1 else highs[n])
+        sp.incomplete = bool(flags[n] & 4)
+        sp.ns = list(ns[4 * n : 4 * n + 4])
+        sp.umbrellas, sp.bucketed = umbrella, spans
+        out[key] = sp
+    return out

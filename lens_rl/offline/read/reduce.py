@@ -1,0 +1,517 @@
+"""One process's columns reduced to its :class:`~lens_rl.offline.read.parts.ProcessPart`: the hot path of the
+offline tools over millions of spans, in four passes and no object per span.
+
+1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
+   child (its local parent was never written: still open when the file ended, a killed process).
+2. :func:`resolve`: the one tree rule (:mod:`lens_rl.offline.read.tree`, which every command asks): each
+   span's step, nearest bucketed ancestor and place (step umbrella, phase, a third party's span), parent
+   cycles cut and counted.
+3. :func:`inner`: each bucketed span's nearest bucketed descendants (their time is taken from it:
+   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too), and each unbucketed phase's
+   child phases (its exclusive time in the phase table).
+4. :func:`accumulate`: every span's exclusive ns into the part's buckets, phases, compute series, steps.
+
+Example::
+
+    parts, stats = file_parts("lens_traces/run42/spans-lm_policy-0-123.jsonl")
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Mapping
+from typing import Any
+
+from lens_rl.buckets import exclusive_time, kind_of
+from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, THIRD_PARTY, Columns, read_columns
+from lens_rl.offline.read.critical import CritPart, walk_file
+from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
+from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.offline.read.requests import requests_part
+from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
+from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
+from lens_rl.offline.read.tree import resolve as resolve_tree
+from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
+
+__all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
+
+_BUCKET_SET = frozenset(BUCKETS)
+_BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+_THIRD_MASK = bytes(b & THIRD_PARTY for b in range(256))  # flags -> only their third-party bit
+
+
+class Tree:
+    """One process's spans linked: what the passes share (rows are indexes into the columns)."""
+
+    __slots__ = (
+        "n",
+        "names",
+        "starts",
+        "ends",
+        "parents",
+        "buckets",
+        "own_steps",
+        "tokens",
+        "has_child",
+        "orphan",
+        "flags",
+        "steps",
+        "outer",
+        "top",
+        "role",
+        "cycles",
+        "ids",
+        "remote",
+        "flops",
+        "gen_tokens",
+        "third_roots",
+        "remote_tokens",
+    )
+    n: int
+    names: list[Any]
+    starts: array
+    ends: array
+    parents: array
+    buckets: list[Any]
+    own_steps: list[Any]
+    tokens: dict[int, float]
+    has_child: bytearray
+    orphan: bytearray
+    flags: bytearray
+    steps: list[Any]
+    outer: array
+    top: array
+    role: bytearray
+    cycles: int
+    ids: Any
+    remote: dict[int, Any]
+    flops: dict[int, float]
+    gen_tokens: dict[int, tuple[float, float]]
+    third_roots: dict[int, Any]
+    remote_tokens: dict[str, list[float]]
+
+
+def link(cols: Columns) -> Tree:
+    """Pass 1 (see the module docstring). Consumes the columns' ids (memory on large files)."""
+    tree = Tree()
+    n = tree.n = len(cols.names)
+    tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
+    tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
+    parents = tree.parents = parent_rows(cols.ids, cols.parent_ids)
+    tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
+    tree.remote, tree.third_roots = {}, {}
+    has_child = tree.has_child = bytearray(n)
+    orphan = tree.orphan = bytearray(n)
+    none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
+    for i, p in enumerate(parents):
+        if p != -1:
+            if p != i:  # (a self-parent: cut and counted by the tree rule)
+                has_child[p] = 1
+        else:
+            parent_id = cols.parent_ids[i]
+            if flags[i] & THIRD_PARTY and parent_id != none:
+                tree.third_roots[i] = parent_id  # (a third party's call from a phase in another file, likely)
+            if flags[i] & REMOTE_PARENT:
+                tree.remote[i] = parent_id  # an entry: called from another process
+            elif parent_id != none and parent_id != root:
+                orphan[i] = 1
+    cols.parent_ids = []
+    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none, a third party's too
+    for i, b in enumerate(buckets):
+        if b is not None and (b not in _BUCKET_SET or flags[i] & THIRD_PARTY):
+            buckets[i] = None
+    tree.buckets, tree.own_steps = buckets, cols.steps
+    tree.flops = cols.flops
+    tree.tokens = {
+        i: tok
+        for i, tok in enumerate(cols.tokens)
+        if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
+    }
+    tree.gen_tokens = cols.gen_tokens
+    return tree
+
+
+def resolve(tree: Tree) -> None:
+    """Pass 2 (see the module docstring): the one tree rule (:func:`lens_rl.offline.read.tree.resolve`);
+    then a third-party span's token counts go to the lens_rl phase it runs under, where that phase has
+    none of its own."""
+    mask = tree.flags.translate(_THIRD_MASK)
+    third = mask if THIRD_PARTY in mask else None
+    done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
+    tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
+    tree.has_child, tree.cycles = done.has_child, done.cycles
+    gen = tree.gen_tokens
+    tree.remote_tokens = {}
+    if gen:
+        counts: dict[int, list[float]] = {}
+        role, parents = tree.role, tree.parents
+        for i, (out, into) in gen.items():
+            r, p = i, parents[i]
+            while p != -1 and role[p] == THIRD_ROLE:
+                r, p = p, parents[p]
+            if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
+                found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
+            elif p != -1 and role[p] != JOB:
+                found = counts.setdefault(p, [0.0, 0.0])
+            else:
+                continue
+            found[0] += out
+            found[1] += into
+        for p, (out, into) in counts.items():
+            if p not in tree.tokens:
+                tree.tokens[p] = out or into
+    tree.gen_tokens = {}
+
+
+def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants; and each
+    unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive time:
+    what its time nested phases leave it, each instant counted once however deep the nesting)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    own: dict[int, list[tuple[int, int]]] = {}
+    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
+    parents, role = tree.parents, tree.role
+    for i in range(tree.n):
+        o = outer[i]
+        if o != -1:
+            if buckets[i] is not None:
+                out.setdefault(o, []).append((starts[i], ends[i]))
+            continue
+        p = parents[i]
+        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (no bucket above: its parent has none)
+            own.setdefault(p, []).append((starts[i], ends[i]))
+    return out, own
+
+
+def part_from_columns(
+    key: Process,
+    cols: Columns,
+    *,
+    step_rows: bool = True,
+    superseded: frozenset[Any] = frozenset(),
+    critical: bool = True,
+) -> ProcessPart:
+    """One process's columns reduced to its part (it consumes ``cols``).
+
+    ``step_rows`` False (a worker of a run with a driver, whose view makes the step rows): no step rows are
+    kept (memory: O(steps) for the driver, not for every process). ``superseded``: the steps of this
+    process's attempt that a later attempt ran again; their spans are kept apart as re-runs (wasted).
+    ``critical``: walk the critical path's roots too (:mod:`lens_rl.offline.read.critical`)."""
+    part = ProcessPart(key, since=cols.since, job_error=cols.job_error)
+    for resource in cols.resources:
+        part.device = part.device or _device(resource)
+        run = resource.get("rl.run_id")
+        if run is not None:
+            part.runs.add(str(run))
+        rate = resource.get("rl.sample_rate")
+        if isinstance(rate, (int, float)) and rate < 1:
+            part.sampled = True
+    part.spans = len(cols.names)
+    part.requests = requests_part(cols.requests, cols.starts, cols.ends)
+    if part.spans:
+        tree = link(cols)
+        resolve(tree)
+        part.cycles = tree.cycles
+        part.remote_tokens = tree.remote_tokens
+        accumulate(part, tree, *inner(tree), step_rows, superseded)
+        if critical:
+            part.crit = _walks(key, tree, superseded)
+        tree.ids = None
+    return part
+
+
+def _device(resource: Mapping[str, Any]) -> dict[str, Any]:
+    """What throughput and MFU need of a process's resource: host, GPUs (count and ids), device, model size."""
+    out: dict[str, Any] = {}
+    for key in (
+        "host.name",
+        "rl.num_gpus",
+        "rl.gpu_ids",
+        "rl.device.name",
+        "rl.device.peak_tflops",
+        "rl.model.num_params",
+    ):
+        value = resource.get(key)
+        if value is not None and not isinstance(value, (dict, list)):
+            out[key] = value
+    return out
+
+
+def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
+    """The process's critical-path walks: from the driver's final-run step umbrellas and from every entry."""
+    own_steps, role, steps = tree.own_steps, tree.role, tree.steps
+    umbrellas = (
+        [i for i in range(tree.n) if role[i] == UMBRELLA and not (superseded and own_steps[i] in superseded)]
+        if key.driver
+        else []
+    )
+    skip = (lambda row: steps[row] in superseded) if superseded else None
+    return walk_file(tree, tree.ids, tree.remote, umbrellas, skip)
+
+
+def accumulate(
+    part: ProcessPart,
+    tree: Tree,
+    kids_of: dict[int, list[tuple[int, int]]],
+    own_kids: dict[int, list[tuple[int, int]]],
+    step_rows: bool,
+    superseded: frozenset[Any] = frozenset(),
+) -> None:
+    """Pass 4 (see the module docstring): one loop over every span, the hot path of every read, so its
+    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval; a third party's
+    span is no phase (its time is its nearest bucketed ancestor's, counted there once)."""
+    names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
+    outer, role, top, has_child = tree.outer, tree.role, tree.top, tree.has_child
+    orphan, flags, tokens = tree.orphan, tree.flags, tree.tokens
+    bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
+    compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
+    top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
+    rerun = array("q")  # rows of spans of superseded steps
+    in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
+    generation: dict[Any, bool] = {}  # name -> a generation phase's (whose tokens a remote request may give)
+    ids = tree.ids
+    lo = hi = None
+    for i in range(tree.n):
+        name = names[i]
+        start, end = starts[i], ends[i]
+        kind = role[i]
+        if kind >= THIRD_ROLE:
+            if kind == JOB:
+                part.jobs.append((start, end))
+                continue
+            lo = start if lo is None or start < lo else lo
+            hi = end if hi is None or end > hi else hi
+            if superseded and steps[i] in superseded:
+                rerun.append(i)
+                part.rerun_steps.add(steps[i])
+            continue  # a third party's span: no phase, no bucket of its own
+        lo = start if lo is None or start < lo else lo
+        hi = end if hi is None or end > hi else hi
+        if superseded and steps[i] in superseded:  # a run a later attempt did again: wasted, nothing else
+            rerun.append(i)
+            part.rerun_steps.add(steps[i])
+            continue
+        duration = end - start
+        bucket = buckets[i]
+        excl = 0
+        if bucket is not None:
+            kids = kids_of.get(i)
+            if not kids:
+                excl = duration
+            elif len(kids) == 1:
+                a, b = kids[0]
+                excl = max(duration - max(min(b, end) - max(a, start), 0), 0)
+            else:
+                excl = exclusive_time(start, end, kids)
+            bucket_ns[bucket] += excl
+            if outer[i] == -1:
+                top_level.append(i)
+        elif outer[i] == -1:  # an unbucketed phase outside every bucketed one: what its phases leave it
+            kids = own_kids.get(i)
+            excl = exclusive_time(start, end, kids) if kids else duration
+        phase = phases.get((name, bucket))
+        if phase is None:
+            phase = phases[(name, bucket)] = PhasePart()
+        phase.count += 1
+        phase.total_ns += duration
+        phase.excl_ns += excl
+        phase.durations.append(duration)
+        if i in tokens:
+            _tokens(part, phase, tree, i, bucket, duration)
+        else:
+            gen = generation.get(name)
+            if gen is None:
+                gen = generation[name] = kind_of(name) == "generation"
+            if gen and ids is not None:
+                part.untokened[id_key(ids[i])] = (name, bucket, duration, steps[i])
+        step = steps[i]
+        if step is None:
+            continue
+        if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
+            phase.leaf_ns += duration
+        if bucket is not None and bucket in COMPUTE_BUCKETS:
+            by_step: Any = compute.get(name)
+            if by_step is None:
+                by_step = compute[name] = [array("q"), array("q")]
+            if type(by_step) is list and type(step) is int and -INT64_END <= step < INT64_END:
+                by_step[0].append(step)  # (16 bytes a span; summed per step at the end)
+                by_step[1].append(excl)
+            else:  # a step that is not an int: this phase's steps stay a dict
+                if type(by_step) is list:
+                    by_step = compute[name] = _step_dict(by_step)
+                by_step[step] = by_step.get(step, 0) + excl
+        if not step_rows:
+            continue
+        sp = part_steps.get(step)
+        if sp is None:
+            sp = part_steps[step] = StepPart(lo=start, hi=end)
+        else:
+            if start < sp.lo:  # type: ignore[operator]
+                sp.lo = start
+            if end > sp.hi:  # type: ignore[operator]
+                sp.hi = end
+        if orphan[i]:  # its parent never ended (a killed process): the step it belongs to never did either
+            sp.incomplete = True
+        if bucket is None:
+            if kind == UMBRELLA:
+                if sp.umbrellas is None:
+                    sp.umbrellas = []
+                sp.umbrellas.append(i)
+                in_umbrella.setdefault(i, [])
+                if outer[i] != -1:  # a step inside a bucketed phase: that bucket does not apply to it
+                    key = (names[outer[i]], buckets[outer[i]])
+                    part.enclosing[key] = part.enclosing.get(key, 0) + 1
+                if flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
+                    sp.incomplete = True
+            continue
+        sp.ns[_BUCKET_INDEX[bucket]] += excl
+        t = top[i]
+        if t != -1 and role[t] == UMBRELLA and (outer[i] == -1 or top[outer[i]] != t):
+            in_umbrella.setdefault(t, []).append(i)
+        if outer[i] == -1 or steps[outer[i]] != step:  # nested ones lie inside it: union unchanged
+            if sp.bucketed is None:
+                sp.bucketed = []
+            sp.bucketed.append(i)
+    _finish(part, tree, compute, top_level)
+    if in_umbrella:
+        _gaps(part, tree, in_umbrella)
+    if rerun:
+        part.rerun = merge_indexed(rerun, starts, ends)
+    if lo is not None and hi is not None:
+        part.lifetime = (lo, hi)
+
+
+def _gaps(part: ProcessPart, tree: Tree, in_umbrella: dict[int, list[int]]) -> None:
+    """Where each step umbrella's time no bucketed span of its own covers falls: between which phases (by
+    the phase that ended last before the gap and the one that starts after it), summed into ``part.gaps``."""
+    starts, ends, names, gaps = tree.starts, tree.ends, tree.names, part.gaps
+    for u, rows in in_umbrella.items():
+        low, high = starts[u], ends[u]
+        at, before = low, "step start"
+        for r in sorted(rows, key=starts.__getitem__):
+            start, end = max(starts[r], low), min(ends[r], high)
+            if start > at:
+                key = (before, str(names[r]))
+                gaps[key] = gaps.get(key, 0) + start - at
+            if end >= at:
+                at, before = end, str(names[r])
+        if high > at:
+            key = (before, "step end")
+            gaps[key] = gaps.get(key, 0) + high - at
+
+
+def _tokens(part: ProcessPart, phase: PhasePart, tree: Tree, i: int, bucket: Any, duration: int) -> None:
+    """A span's ``rl.num_tokens``: its phase's tokens, time and FLOPs (where ``rl.flops_per_token`` says),
+    and its step's tokens (a step umbrella's own count, else its generation phases')."""
+    count = tree.tokens[i]
+    phase.tokens += count
+    phase.token_ns += duration
+    flops = tree.flops.get(i) if tree.flops else None
+    if flops is not None:
+        phase.flops += count * flops
+        phase.flops_tokens += count
+    step = tree.steps[i]
+    if step is None:
+        return
+    if bucket is None and tree.own_steps[i] is not None:
+        part.step_tokens[("own", step)] = part.step_tokens.get(("own", step), 0) + count
+    elif kind_of(tree.names[i]) == "generation":
+        part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
+
+
+def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: array) -> None:
+    """After pass 4: rows packed into intervals (a run has steps x processes of these), compute time summed
+    per step, durations bounded."""
+    starts, ends = tree.starts, tree.ends
+    for sp in part.steps.values():
+        if sp.bucketed is not None:
+            sp.bucketed = merge_indexed(sp.bucketed, starts, ends)
+        if sp.umbrellas is not None:
+            sp.umbrellas = pack((starts[i], ends[i]) for i in sp.umbrellas)
+    part.compute = {
+        name: _summed(by_step) if type(by_step) is list else Series.of(by_step) for name, by_step in compute.items()
+    }
+    for phase in part.phases.values():
+        phase.bound()
+    part.bucketed = merge_indexed(top_level, starts, ends)
+
+
+def _step_dict(pairs_: list[array]) -> dict[Any, int]:
+    """``[steps, ns]`` arrays as the step -> summed ns dict, in the order they came."""
+    out: dict[Any, int] = {}
+    for step, value in zip(pairs_[0], pairs_[1], strict=True):
+        out[step] = out.get(step, 0) + value
+    return out
+
+
+def _summed(pairs_: list[array]) -> Series:
+    """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed."""
+    steps, values = pairs_
+    keys, sums = array("q"), array("q")
+    for i in sorted_by(range(len(steps)), steps.__getitem__):
+        step = steps[i]
+        if keys and keys[-1] == step:
+            sums[-1] += values[i]
+        else:
+            keys.append(step)
+            sums.append(values[i])
+    return Series(keys, sums)
+
+
+def file_parts(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+) -> tuple[list[ProcessPart], ReadStats]:
+    """One span file reduced to its process part(s) (a re-init under another identity is another) and what
+    its read found. ``driver_in_run``: the run has a driver, whose view makes the step rows; ``superseded``:
+    attempt -> the steps a later attempt ran again (see :func:`lens_rl.offline.rollup.attempts.superseded_steps`);
+    through the refresh cache: :func:`lens_rl.offline.run.cache.read_parts`."""
+    stats = ReadStats()
+    return reduce_columns(read_columns(path, stats), driver_in_run, superseded, critical), stats
+
+
+def reduce_columns(
+    columns: Mapping[Process, Columns],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+) -> list[ProcessPart]:
+    """Each process's columns reduced to its part (see :func:`file_parts` for the options)."""
+    later = superseded or {}
+    return [
+        part_from_columns(
+            k,
+            c,
+            step_rows=not driver_in_run or k.driver,
+            superseded=later.get(k.attempt, frozenset()),
+            critical=critical,
+        )
+        for k, c in columns.items()
+    ]
+
+
+def file_steps(path: str | os.PathLike[str], driven: frozenset[int] = frozenset()) -> dict[int, set[Any]]:
+    """attempt -> the steps (spans' own ``rl.step``) one file's processes ran, as the job's view sees them:
+    of an attempt in ``driven`` (it has a driver file), its driver's only; of any other, every process's.
+    What tells re-run steps apart, before the files are reduced. A worker file of a driven attempt is
+    not read past its header."""
+    head, _ = read_head(path)
+    if head is None or (not head.process.driver and head.process.attempt in driven and len(heads(path)) == 1):
+        return {}
+    out: dict[int, set[Any]] = {}
+    last: Any = None
+    steps: set[Any] | None = None
+    for head, row in iter_rows(path):
+        if head is not last:
+            last = head
+            process = head.process
+            viewed = process.driver or process.attempt not in driven
+            steps = out.setdefault(process.attempt, set()) if viewed else None
+        if steps is not None and row.a:
+            step = row.a.get("rl.step")
+            if type(step) is int or type(step) is str:
+                steps.add(step)
+    return {attempt: found for attempt, found in out.items() if found}

@@ -1,0 +1,1 @@
+"""Parts -> the report, pure (no files, no processes, no cache): goodput, rows, attempts, stragglers."""

@@ -1,0 +1,305 @@
+"""The critical path's rollup: the per-file walks (:mod:`lens_rl.offline.read.critical`, whose docstring
+tells the whole rule) joined across processes, entries indexed by the parent they hang from, per step and
+per phase; the per-step results of an earlier look reused (:class:`Memo`).
+
+Example::
+
+    rollup = critical_path(processes, step_rows)
+    rollup["phases"][0]      # {"worker_group", "phase", "bucket", "critical_s", "critical_share", "exposed_share"}
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import int64_array
+
+__all__ = ["Memo", "critical_path"]
+
+_BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
+
+
+def _groups(parents: Sequence[Any]) -> tuple[dict[Any, int], Any]:
+    """The taken entries' parent ids (per part, a uint64 array or a list) as groups: parent id -> its group,
+    and each entry's group in the order read."""
+    if all(type(ids) is np.ndarray for ids in parents):
+        ids, groups = np.unique(np.concatenate(parents) if parents else np.zeros(0, np.uint64), return_inverse=True)
+        return dict(zip(ids.tolist(), itertools.count())), groups
+    listed = [i for ids in parents for i in (ids.tolist() if type(ids) is np.ndarray else ids)]
+    group = dict(zip(dict.fromkeys(listed), itertools.count()))
+    return group, np.fromiter(map(group.__getitem__, listed), np.int64, len(listed))
+
+
+class _Index:
+    """Every process's entries by the parent they hang from, compact: an entry is one int (its part's
+    position << 32 | its own), the entries of one parent a slice of two flat int arrays (their ends and refs,
+    latest end first, ties in the order they were read), found by the parent's id. Entries that ended at or
+    before ``after`` are left out (no walk whose bounds lie after it can take them). Built in bulk (numpy):
+    the rollup's only pass over every entry."""
+
+    def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
+        self.parts = parts
+        ends, refs, parents = [], [], []  # per part with entries: those taken
+        for p, part in enumerate(parts):
+            crit = part.crit
+            if crit is None or not len(crit.e_parent):
+                continue
+            all_ends = np.frombuffer(crit.e_end, np.int64)
+            kept = np.flatnonzero(all_ends > after)  # (the positions of the entries that ended after it)
+            ends.append(all_ends[kept])
+            refs.append(kept | (p << 32))
+            ids = crit.e_parent
+            parents.append(np.frombuffer(ids, np.uint64)[kept] if type(ids) is array else [ids[e] for e in kept])
+        #: parent id -> its group; a group's entries are ``first[g]:first[g + 1]`` of ``ends`` and ``refs``
+        self.group, groups = _groups(parents)
+        taken_ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        order = np.lexsort((-taken_ends, groups))  # (stable: ties in the order read)
+        self.first = array("q", [0])
+        self.first.frombytes(np.cumsum(np.bincount(groups, minlength=len(self.group))).tobytes())
+        self.ends = int64_array(taken_ends[order])
+        self.refs = int64_array(np.concatenate(refs)[order] if refs else taken_ends)  # (no entries: both empty)
+
+    def run(self, p: int, stretches: Any, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
+        """Add a run of part ``p``'s stretches ((start, node) pairs, its root ending at ``end``), cut at
+        ``low``, into ``acc`` ((part, node) -> ns), each span's own time walked again over the entries hanging
+        from it."""
+        for start, n in stretches:
+            if end <= low:
+                break  # (from the end backwards: the rest lie below the bound)
+            self.own(p, n, start if start > low else low, end, acc)
+            end = start
+
+    def stored(self, p: int, off: int, count: int) -> Any:
+        """Part ``p``'s stored run of ``count`` stretches from ``off``, as (start, node) pairs."""
+        crit = self.parts[p].crit
+        return zip(crit.a[off : off + count], crit.node[off : off + count], strict=True)
+
+    def entry(self, q: int, e: int, low: int, acc: dict[tuple[int, int], int]) -> None:
+        """Entry ``e`` of part ``q`` walked from its end down to ``low``: its stretches where it was walked;
+        for one with one leaf child (not walked per file), the walk's rule on that child here; else (a leaf)
+        its own time."""
+        crit = self.parts[q].crit
+        end, row, start = crit.e_end[e], crit.e_node[e], crit.e_start[e]
+        w = bisect_left(crit.w_entry, e)
+        if w < len(crit.w_entry) and crit.w_entry[w] == e:
+            self.run(q, self.stored(q, crit.w_off[w], crit.w_len[w]), end, low, acc)
+            return
+        k = crit.k_node[e]
+        c_end = crit.k_end[e]
+        if k == -1 or not start < c_end <= end:  # (a leaf; or a child still running at the entry's end, or
+            self.own(q, row, low, end, acc)  # ended before it began: the entry's own time)
+            return
+        c_start = crit.k_start[e]
+        c_low = c_start if c_start > start else start
+        stretches = [(c_low, k)]
+        if end > c_end:
+            stretches.insert(0, (c_end, row))
+        if c_low > start:
+            stretches.append((start, row))
+        self.run(q, stretches, end, low, acc)
+
+    def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
+        """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
+        the rule (each time the one that ended last before the current point; each at most once, in the
+        order of their ends, latest first, ties in the order they were read), the rest its own."""
+        parts = self.parts
+        g = self.group.get(parts[p].crit.node_ids[n])
+        key = (p, n)
+        if g is None:
+            acc[key] = acc.get(key, 0) + high - low
+            return
+        ends, refs = self.ends, self.refs
+        t = high
+        for i in range(self.first[g], self.first[g + 1]):
+            end = ends[i]
+            if end > t:
+                continue  # still running at the current point
+            if end <= low:
+                break
+            if t > end:
+                acc[key] = acc.get(key, 0) + t - end
+            ref = refs[i]
+            q, e = ref >> 32, ref & 0xFFFFFFFF
+            start = parts[q].crit.e_start[e]
+            bound = start if start > low else low
+            self.entry(q, e, bound, acc)
+            t = bound
+            if t <= low:
+                break
+        if t > low:
+            acc[key] = acc.get(key, 0) + t - low
+
+
+class Memo:
+    """The per-step results of an earlier look at a growing run, and this look's (the refresh cache keeps
+    them as JSON). A step's walk reads nothing outside its umbrella's interval, so a step that ended before
+    the earliest span read since the earlier look (``fresh_from``; None: nothing was read since) comes out
+    as it did then, and is not walked again.
+
+    ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
+    wall s, [stretch key, ns, ...], the step's row], a stretch key an index into ``keys`` ([group, rank,
+    phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is)."""
+
+    def __init__(
+        self, records: Sequence[Sequence[Any]] = (), keys: Sequence[Sequence[Any]] = (), fresh_from: int | None = None
+    ) -> None:
+        self.kept = {(r[0], repr(r[1])): r for r in records}
+        self.fresh_from = fresh_from
+        self.made: list[Sequence[Any]] = []
+        self.keys: list[tuple[Any, ...]] = [tuple(k) for k in keys]
+        self._slots = {key: slot for slot, key in enumerate(self.keys)}
+
+    def keep(
+        self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int], row: dict[str, Any]
+    ) -> None:
+        """This look's record of one step: its walk's ns per stretch key and its row."""
+        flat: list[Any] = []
+        slots = self._slots
+        for key, ns in by_key.items():
+            slot = slots.get(key)
+            if slot is None:
+                slot = slots[key] = len(self.keys)
+                self.keys.append(key)
+            flat += (slot, ns)
+        self.made.append([driver, step, end, wall_s, flat, row])
+
+    def add_totals(self, slots: Mapping[int, int], totals: dict[tuple[str, str, Any], int]) -> None:
+        """Kept records' critical ns summed per stretch key (``slots``), added into ``totals`` per (group,
+        phase, bucket)."""
+        keys = self.keys
+        for slot, ns in slots.items():
+            group, _rank, name, bucket = keys[slot]
+            totals[(group, name, bucket)] += ns
+
+    def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
+        """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
+        record = self.kept.get((driver, repr(step)))
+        if record is None or end is None or record[2] != end or record[3] != wall_s:
+            return None
+        if self.fresh_from is not None and end >= self.fresh_from:
+            return None
+        self.made.append(record)
+        return record
+
+
+def critical_path(
+    processes: Sequence[Any], steps: Sequence[Mapping[str, Any]], memo: Memo | None = None
+) -> dict[str, Any]:
+    """The rollup (``--json`` ``critical_path``): per (worker group, phase, bucket) ``critical_s``,
+    ``critical_share`` of the steps' wall and ``exposed_share`` (critical over exclusive seconds); per step
+    its critical seconds by group and by "<group> <phase>", and the top stretch (group, rank, phase, seconds).
+    ``memo``: an earlier look's per-step results, reused where they still hold (:class:`Memo`)."""
+    wall = {row["step"]: row["wall_s"] for row in steps if not row.get("incomplete")}
+    totals: dict[tuple[str, str, Any], int] = defaultdict(int)
+    step_rows = []
+    todo = []  # the steps to walk
+    kept_ns: dict[int, int] = defaultdict(int)  # the reused steps' critical ns per stretch key
+    labels: dict[Any, Any] = {}
+    for p, part in enumerate(processes):
+        crit = part.crit
+        if crit is None or not part.is_driver:
+            continue
+        driver = repr(part.key)
+        for step, runs in crit.steps.items():
+            if step not in wall:
+                continue
+            walked = [(crit.a[off + count - 1], end) for off, count, end in runs if count]  # (start, end)
+            end = max(e for _s, e in walked) if walked else None
+            if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
+                step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
+                flat = record[4]
+                for k in range(0, len(flat), 2):
+                    kept_ns[flat[k]] += flat[k + 1]
+                continue
+            todo.append((min(s for s, _e in walked) if walked else None, p, driver, step, runs, end))
+    if todo:
+        index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
+        for _start, p, driver, step, runs, end in todo:
+            by_key = _walked(index, p, runs)
+            row = _step_row(step, by_key, totals, labels)
+            step_rows.append(row)
+            if memo is not None:
+                memo.keep(driver, step, end, wall[step], by_key, row)
+    if memo is not None:
+        memo.add_totals(kept_ns, totals)
+    step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
+    walls = sum(wall[r["step"]] for r in step_rows)
+    exclusive = _exclusive(processes)
+    phases = []
+    for (group, name, bucket), ns in totals.items():
+        seconds = ns / 1e9
+        excl = exclusive.get((group, name, bucket))
+        phases.append(
+            {
+                "worker_group": group,
+                "phase": name,
+                "bucket": bucket,
+                "critical_s": round(seconds, 6),
+                "critical_share": round(seconds / walls, 6) if walls else None,
+                "exposed_share": round(min(seconds / excl, 1.0), 6) if excl else None,
+            }
+        )
+    phases.sort(key=lambda r: (-r["critical_s"], r["worker_group"], str(r["phase"]), str(r["bucket"])))
+    return {"phases": phases, "steps": step_rows}
+
+
+def _walked(index: _Index, p: int, runs: Sequence[tuple[int, int, int]]) -> dict[tuple[str, int, str, Any], int]:
+    """One step's walk from its umbrellas: its critical ns per (group, rank, phase, bucket)."""
+    processes = index.parts
+    per: dict[tuple[int, int], int] = {}
+    for off, count, end in runs:
+        index.run(p, index.stored(p, off, count), end, _BEFORE_ALL, per)
+    by_key: dict[tuple[str, int, str, Any], int] = defaultdict(int)
+    for (q, n), ns in per.items():
+        owner = processes[q]
+        node_crit = owner.crit
+        name, bucket = node_crit.attrs[node_crit.node_attr[n]]
+        by_key[(owner.key.group, owner.key.rank, name, bucket)] += ns
+    return by_key
+
+
+def _step_row(
+    step: Any, by_key: Mapping[tuple[str, int, str, Any], int], totals: dict[Any, int], labels: dict[Any, Any]
+) -> dict[str, Any]:
+    """A step's row from its critical ns per (group, rank, phase, bucket), added into ``totals`` too;
+    ``labels``: what each key is called, made once per rollup."""
+    by_group: dict[str, int] = {}
+    by_phase: dict[str, int] = {}
+    top, top_ns, top_str = None, -1, ""
+    for key, ns in by_key.items():
+        label = labels.get(key)
+        if label is None:
+            group, _rank, name, bucket = key
+            label = labels[key] = (group, f"{group} {name}", (group, name, bucket), str(key))
+        group, phase = label[0], label[1]
+        totals[label[2]] += ns
+        by_group[group] = by_group.get(group, 0) + ns
+        by_phase[phase] = by_phase.get(phase, 0) + ns
+        if ns > top_ns or (ns == top_ns and label[3] > top_str):
+            top, top_ns, top_str = key, ns, label[3]
+    return {
+        "step": step,
+        "critical_s": round(sum(by_key.values()) / 1e9, 6),
+        "by_group": {g: round(ns / 1e9, 6) for g, ns in sorted(by_group.items())},
+        "by_phase": {k: round(ns / 1e9, 6) for k, ns in sorted(by_phase.items())},
+        "top": None
+        if top is None
+        else {"worker_group": top[0], "rank": top[1], "phase": top[2], "seconds": round(top_ns / 1e9, 6)},
+    }
+
+
+def _exclusive(processes: Sequence[Any]) -> dict[tuple[str, str, Any], float]:
+    """(group, phase, bucket) -> exclusive seconds of its final runs (bucketed phases only)."""
+    out: dict[tuple[str, str, Any], float] = defaultdict(float)
+    for part in processes:
+        for (name, bucket), phase in part.phases.items():
+            if bucket is not None:
+                out[(part.key.group, name, bucket)] += phase.excl_ns / 1e9
+    return out

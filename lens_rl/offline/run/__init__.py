@@ -1,0 +1,1 @@
+"""Every pass over the files: analyze, the parallel map, the refresh cache."""

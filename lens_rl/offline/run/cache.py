@@ -1,0 +1,425 @@
+"""The refresh cache: a second look at a run reads only the bytes appended since the last one.
+
+Per span file, the cache (``<run>/.lens_rl-cache/<file>.cache``, or the user's cache directory where the run
+folder is read-only) keeps what the last read found, keyed by the file's identity (device, inode, its first
+line) and lens_rl's version and the read's options:
+
+* the **settled** part: the reduction (:class:`~lens_rl.offline.read.parts.ProcessPart`) of every span whose whole
+  ancestor chain was written (up to a span with no parent, the job root, or a parent in another process).
+  Whole subtrees reduce independently and parts merge exactly, so a grown file adds its new subtrees;
+* the **held** spans: those whose parent is not written yet (children are written before their parents),
+  kept as byte ranges of the file and read again with the new bytes until their chain is complete;
+* the sorted ids of the settled spans: a new line repeating one is a duplicate (skipped, as a cold read
+  skips it), and a new span whose parent is a settled span (a child that outlived its parent) sends the file
+  to a cold read: its parent's exclusive time would change;
+* where the last read stopped (the end of its last whole line), the size, mtime and the bytes before that end
+  (a hash): a file that shrank, was rewritten or replaced is read cold.
+
+A query's answer is the settled part, plus the held spans (and a last line still being written) reduced as a
+cold read would reduce them: identical to a cold read, always. A cache that is corrupt, of another version or
+another shape is ignored (never trusted: it is read with an unpickler that builds nothing but these classes)
+and rewritten.
+
+Example::
+
+    parts, stats = cached_file_parts(path, (True, {}, True), cache_folder(run_dir))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from array import array
+from bisect import bisect_left
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from lens_rl.offline.read.columns import REMOTE_PARENT, Columns
+from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.read.reduce import file_parts, reduce_columns
+from lens_rl.offline.run.cache_files import (
+    CACHE_DIR,
+    FORMAT,
+    Entry,
+    cache_folder,
+    grown_bytes,
+    load_entry,
+    load_memo,
+    load_report,
+    options_key,
+    save_entry,
+    save_memo,
+    save_report,
+    save_sizes,
+    store_fingerprint,
+)
+from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
+
+__all__ = [
+    "CACHE_DIR",
+    "FORMAT",
+    "cache_folder",
+    "cached_file_parts",
+    "grown_bytes",
+    "read_parts",
+    "load_memo",
+    "load_report",
+    "save_memo",
+    "save_report",
+    "save_sizes",
+    "store_fingerprint",
+]
+
+_TAIL = 4096  # bytes before where the last read stopped, hashed: a rewrite there is caught
+
+
+# ------------------------------------------------------------------------------------------- reads
+
+
+def _id_key(span_id: Any) -> Any:
+    """A span id as the settled ids keep it: an int for lens_rl's 16 hex digits, else as given."""
+    if type(span_id) is str and len(span_id) == 16:
+        try:
+            return int(span_id, 16)
+        except ValueError:
+            return span_id
+    return span_id
+
+
+def _contains(ids: Any, key: Any) -> bool:
+    if type(ids) is array:
+        if type(key) is not int:
+            return False
+        at = bisect_left(ids, key)
+        return at < len(ids) and ids[at] == key
+    try:
+        at = bisect_left(ids, key)
+    except TypeError:
+        return key in ids
+    return at < len(ids) and ids[at] == key
+
+
+def _complete_end(path: str | os.PathLike[str], size: int) -> int:
+    """The end of the file's last whole line (what a read may settle; the rest is still being written)."""
+    with open_file(path) as handle:
+        at = size
+        while at > 0:
+            start = max(at - 65536, 0)
+            handle.seek(start)
+            chunk = handle.read(at - start)
+            newline = chunk.rfind(b"\n")
+            if newline != -1:
+                return start + newline + 1
+            at = start
+    return 0
+
+
+def _tail_hash(path: str | os.PathLike[str], end: int) -> bytes:
+    with open_file(path) as handle:
+        handle.seek(max(end - _TAIL, 0))
+        return hashlib.sha1(handle.read(min(end, _TAIL))).digest()
+
+
+def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
+    """``row`` into its process's columns (made, and told its header, as needed)."""
+    cols = columns.get(head.process)
+    if cols is None:
+        cols = columns[head.process] = Columns()
+    if not cols.resources or cols.resources[-1] is not head.resource:
+        cols.add_head(head)
+    if row.n == "rl.job":
+        cols.add_job(row)
+    cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+    return cols
+
+
+class _Batch:
+    """The spans one read reduces, per process: their columns, and where each line is in the file."""
+
+    def __init__(self) -> None:
+        self.columns: dict[Process, Columns] = {}
+        self.where: dict[Process, array] = {}  # (offset, size, head index), flat, in row order
+
+    def add(self, head: Head, head_index: int, row: Any, offset: int, size: int) -> None:
+        _add_row(self.columns, head, row)
+        self.where.setdefault(head.process, array("q")).extend((offset, size, head_index))
+
+
+def _complete(cols: Columns, settled: Any) -> tuple[bytearray, bool]:
+    """Which rows have their whole ancestor chain in the batch (1), and whether a row hangs from a span an
+    earlier read settled (a late child: the file must be read cold)."""
+    ids, parents, flags, root = cols.ids, cols.parent_ids, cols.flags, cols.root
+    none = 0 if type(parents) is array else None
+    index = {span_id: i for i, span_id in enumerate(ids)}
+    state = bytearray(len(ids))  # 0 not yet, 1 complete, 2 held
+    late = False
+    for i in range(len(ids)):
+        if state[i]:
+            continue
+        trail: list[int] = []
+        on_trail: set[int] = set()
+        j = i
+        while True:
+            if state[j]:
+                result = state[j]
+                break
+            trail.append(j)
+            on_trail.add(j)
+            parent = parents[j]
+            if parent == none or parent == root or flags[j] & REMOTE_PARENT:
+                result = 1
+                break
+            k = index.get(parent)
+            if k is None:  # not written yet, or settled by an earlier read
+                late = late or _contains(settled, parent if type(parent) is not str else _id_key(parent))
+                result = 2
+                break
+            if k == j or k in on_trail:  # a malformed cycle: reduced as a cold read reduces it
+                result = 1
+                break
+            j = k
+        for t in trail:
+            state[t] = result
+    return bytearray(1 if s == 1 else 0 for s in state), late
+
+
+def read_parts(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+    cache: str | None = None,
+) -> tuple[list[ProcessPart], ReadStats]:
+    """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in folder ``cache`` (None: a cold read)."""
+    if cache is None:
+        return file_parts(path, driver_in_run, superseded, critical)
+    return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache)
+
+
+def cached_file_parts(
+    path: str | os.PathLike[str], options: tuple[bool, Mapping[int, frozenset[Any]], bool], folder: str
+) -> tuple[list[ProcessPart], ReadStats]:
+    """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in ``folder``: what is new is read; the
+    answer is a cold read's."""
+    key = options_key(options)
+    try:
+        with open_file(path) as handle:
+            stat = os.fstat(handle.fileno())
+            first = handle.readline(LINE_MAX)
+    except OSError:  # gone or unreadable since it was listed: a cold read says so
+        return file_parts(path, *options)
+    identity = (stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest())
+    where = Path(folder) / f"{Path(path).name}.cache"
+    entry, why = load_entry(where, key, identity)
+    if entry is not None:
+        try:
+            return _through(_Look(path, stat, key, identity, options), entry, where)
+        except Exception as exc:  # an entry of the right shape outside, wrong inside: never trusted
+            why = f"corrupt ({type(exc).__name__})"
+    return _through(_Look(path, stat, key, identity, options), None, where, why)
+
+
+class _Look(NamedTuple):
+    """One file as a look found it: its path and stat, the cache key of the read's options, its identity."""
+
+    path: str | os.PathLike[str]
+    stat: os.stat_result
+    key: str
+    identity: tuple[Any, ...]
+    options: tuple[bool, Mapping[int, frozenset[Any]], bool]
+
+
+def _through(
+    look: _Look, entry: Entry | None, where: Path, why: str | None = None
+) -> tuple[list[ProcessPart], ReadStats]:
+    """One file's parts through its cache ``entry`` (None: cold), saved back to ``where``; ``why``: why an
+    entry there was not used, for the read's notes."""
+    path, stat = look.path, look.stat
+    stats = ReadStats()
+    if why is not None:
+        stats.cache_notes.append(f"{where.name}: {why}; read cold")
+    if entry is not None and (
+        stat.st_size < entry.end
+        or (stat.st_size == entry.size and not _unchanged(stat, entry))
+        or _tail_hash(path, entry.end) != entry.tail
+    ):
+        entry = None  # shrunk, written to without growing (rewritten in place), or its tail rewritten: cold
+    if entry is not None and _unchanged(stat, entry) and not entry.held:
+        stats.add(entry.stats)  # unchanged, nothing held: the settled parts are the answer
+        stats.cache_hits += 1
+        stats.cache_reads.append((where.name, entry.token, entry.token, None))
+        return list(entry.settled.values()), stats
+    before = None if entry is None else entry.token
+    result = _refresh(look, entry) if entry is not None else None
+    if result is None:  # cold, or a late child sent it cold
+        before = None  # (what an earlier look made of this file does not hold)
+        result = _refresh(look, None)
+    assert result is not None
+    fresh, parts, answer, fresh_from = result
+    if fresh is not None:
+        fresh.token = os.urandom(8).hex()
+        save_entry(where, fresh)  # (before the rollup merges into the parts it is given)
+    stats.add(answer)
+    stats.cache_hits += before is not None
+    stats.cache_reads.append((where.name, before, None if fresh is None else fresh.token, fresh_from))
+    return parts, stats
+
+
+def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
+    """One read from where ``entry`` stopped (None: from the start): the new entry (None: nothing to keep),
+    the answer's parts and stats, and the earliest start of the spans it reduced (None: none); None when the
+    file must be read cold after all (a late child)."""
+    path, stat, key, identity, options = look
+    driver_in_run, superseded, critical = options
+    cold = entry is None
+    entry = entry if entry is not None else Entry(key, identity)
+    end = _complete_end(path, stat.st_size)
+    heads: list[Head] = [Head(h) for h in entry.heads]
+    index = {id(h): n for n, h in enumerate(heads)}
+    batch = _Batch()
+    seen: set[Any] = set()
+    held = entry.held
+    for k in range(0, len(held), 3):  # the held lines first, in file order
+        offset, size, h = held[k], held[k + 1], held[k + 2]
+        for head, row, at, length in scan(path, ReadStats(), start=offset, head=heads[h], stop=offset + size):
+            seen.add(row.s)
+            batch.add(head, h, row, at, length)
+    read = ReadStats()
+    met: list[Head] = []
+    start_head = None if cold or entry.head_at_end is None else heads[entry.head_at_end]
+    if cold or end > entry.end:
+        rows = (
+            scan(path, read, stop=end, heads=met)
+            if cold
+            else scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
+        )
+        for head, row, at, length in rows:
+            h = index.get(id(head), -1)
+            if h == -1:
+                h = index[id(head)] = len(heads)
+                heads.append(head)
+            span_id = row.s
+            if span_id in seen or _contains(entry.ids, _id_key(span_id)):
+                read.duplicates += 1  # (a cold read keeps a span id's first line)
+                continue
+            seen.add(span_id)
+            batch.add(head, h, row, at, length)
+        if cold and read.notes:  # no store file: nothing to keep, the read says why
+            return None, [], read, None
+    for head in met:  # headers met after the last span line too: the one in effect at the end
+        if id(head) not in index:
+            index[id(head)] = len(heads)
+            heads.append(head)
+    if met:
+        entry.head_at_end = index[id(met[-1])]
+    settled: dict[Process, Columns] = {}
+    pending: dict[Process, Columns] = {}
+    still = array("q")
+    new_ids: list[Any] = []
+    for process, cols in batch.columns.items():
+        keep, late = _complete(cols, entry.ids)
+        if late:
+            return None
+        new_ids.extend(_id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
+        places = batch.where[process]
+        for n, k in enumerate(keep):
+            if not k:
+                still.extend(places[3 * n : 3 * n + 3])
+        if all(keep):
+            settled[process] = cols
+        elif any(keep):
+            settled[process] = cols.subset(keep)
+            pending[process] = cols.subset(bytearray(1 - k for k in keep))
+        else:
+            pending[process] = cols
+    fresh_from = _earliest(settled)
+    for part in reduce_columns(settled, driver_in_run, superseded, critical):
+        mine = entry.settled.get(part.key)
+        if mine is None:
+            entry.settled[part.key] = part
+        else:
+            mine.merge(part)
+    entry.ids = _merged_ids(entry.ids, new_ids)
+    entry.held = _in_file_order(still)
+    entry.heads = [dict(h.header) for h in heads]
+    entry.stats.add(read)
+    entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = end, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+    entry.tail = _tail_hash(path, end)
+    answer = ReadStats()
+    answer.add(entry.stats)
+    tail = _tail_row(path, end, stat.st_size, answer, seen, entry.ids)
+    if tail is not None and entry.head_at_end is not None:  # reduced with the held spans, kept by no one
+        _add_row(pending, heads[entry.head_at_end], tail)
+    fresh_from = min((t for t in (fresh_from, _earliest(pending)) if t is not None), default=None)
+    parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
+    return entry, parts, answer, fresh_from
+
+
+def _unchanged(stat: os.stat_result, entry: Entry) -> bool:
+    """Whether the file is as the entry's read left it: the same size, mtime and ctime (any write changes
+    one of them, even one in place at the same size and with the same first line and tail)."""
+    return stat.st_size == entry.size and stat.st_mtime_ns == entry.mtime_ns and stat.st_ctime_ns == entry.ctime_ns
+
+
+def _earliest(columns: Mapping[Process, Columns]) -> int | None:
+    """The earliest start (ns) of these columns' spans (None: no span)."""
+    return min((min(cols.starts) for cols in columns.values() if len(cols.starts)), default=None)
+
+
+def _in_file_order(flat: array) -> array:
+    """(offset, size, head) triples sorted by offset, flat again."""
+    out = array("q")
+    for triple in sorted(zip(flat[0::3], flat[1::3], flat[2::3], strict=True)):
+        out.extend(triple)
+    return out
+
+
+def _merged_ids(ids: Any, new: list[Any]) -> Any:
+    """The settled ids with ``new`` ones, sorted (an int array while every id is lens_rl's form)."""
+    if not new:
+        return ids
+    if type(ids) is array and all(type(i) is int and 0 <= i < 2**64 for i in new):
+        new.sort()
+        out, at = array("Q"), 0  # (the few new ones slotted in: no sort of the whole run)
+        for i in new:
+            to = bisect_left(ids, i, at)
+            out += ids[at:to]
+            out.append(i)
+            at = to
+        out += ids[at:]
+        return out
+    merged = list(ids) + new
+    try:
+        return sorted(merged)
+    except TypeError:  # ids of several types: kept as they are (looked up one by one)
+        return merged
+
+
+def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStats, seen: set[Any], ids: Any) -> Any:
+    """A last line still being written, as a cold read takes it: a span row if it decodes (and repeats no
+    id), else a skipped line; counted in ``stats``."""
+    if size <= end:
+        return None
+    stats.lines += 1
+    if size - end >= LINE_MAX:  # longer than any line a reader takes (a cold read skips it too)
+        stats.skipped += 1
+        return None
+    with open_file(path) as handle:
+        handle.seek(end)
+        raw = handle.read(size - end)
+    try:
+        row = decode_row(raw)
+    except BAD_LINE:  # (half a line: not JSON, or not a row)
+        stats.skipped += 1
+        return None
+    if row.s is None or row.n is None or row.v is not None:
+        stats.skipped += 0 if row.header is True and row.v == 2 else 1
+        return None
+    if not plausible(row):
+        stats.skipped += 1
+        return None
+    if row.s in seen or _contains(ids, _id_key(row.s)):
+        stats.duplicates += 1
+        return None
+    return row

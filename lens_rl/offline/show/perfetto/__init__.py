@@ -1,0 +1,168 @@
+"""Perfetto traces from the file store: Chrome trace-event JSON, or Perfetto's native protobuf.
+
+One process per worker group and rank (named ``"<group> rank <r> (pid <p>)"``, the
+driver first), one track per thread (named as the thread was: ``MainThread``,
+``ThreadPoolExecutor-0_1``), one slice per span with its attributes, coloured by bucket
+(Chrome JSON: ``cname`` productive ``good``, overhead ``yellow``, idle ``grey``, wasted
+``terrible``, unbucketed ``generic_work``; both: the bucket as the category), and a
+flow arrow from a span to each child that ran in another process (a driver's call into
+a worker). ``steps=(A, B)`` and ``group=G`` cut a window, so a month-long run opens
+as a readable slice.
+
+It streams: each file's events are written as it is read (files in parallel with
+``jobs``), so memory is O(jobs x the largest file), in one pass over the lines: the
+processes are named from each file's header, and the Chrome JSON's times count from
+the earliest header's ``since`` (when that process's telemetry started; a file without
+one has its starts read first; the protobuf's times are absolute). A call from another
+process is a span whose line marks its parent as remote (``"pr"``). Its caller end is
+joined in the parent from the callers' locations: every span of the driver's file (its
+header says it is the driver's) and every client or producer span; a call whose caller is
+none of those (a worker calling another) is located by one more pass over the other
+files, for those spans only. The modules: :mod:`.places` (what every file shares),
+:mod:`.render` (a file's events), :mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf,
+built with the ``perfetto`` package's trace protos), :mod:`.flows` (calls as arrows).
+
+Example::
+
+    write_trace(span_files("lens_traces/run42"), "trace.pftrace")     # or trace.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lens_rl.offline.show.perfetto.flows import Flows
+from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, Options, Scan, head_file, scan_file
+from lens_rl.offline.show.perfetto.proto import proto_module
+from lens_rl.offline.show.perfetto.render import locate_file, render_file
+from lens_rl.store import Process
+
+__all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
+
+
+def _options(
+    scans: Iterable[Scan],
+    fmt: str,
+    steps: tuple[int, int] | None,
+    group: str | None,
+    paths: Sequence[Path],
+    callers: frozenset[str],
+) -> Options:
+    keys: set[Process] = set()
+    origins = []
+    for scan in scans:
+        keys |= scan.keys
+        if scan.origin is not None:
+            origins.append(scan.origin)
+    processes = {key: i + 1 for i, key in enumerate(sorted(keys, key=lambda k: (not k.driver, k)))}
+    numbers = {str(path): i + 1 for i, path in enumerate(paths)}
+    return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers, callers=callers)
+
+
+#: Output extensions and the format each writes.
+FORMATS = {
+    ".json": "Chrome trace-event JSON",
+    ".pftrace": "Perfetto protobuf",
+    ".perfetto-trace": "Perfetto protobuf",
+    ".pb": "Perfetto protobuf",
+}
+
+
+def format_of(output: str | os.PathLike[str]) -> str | None:
+    """``json`` or ``pftrace`` by the output's extension (:data:`FORMATS`); None for any other."""
+    name = str(output).lower()
+    if name.endswith(".json"):
+        return "json"
+    return "pftrace" if name.endswith((".pftrace", ".perfetto-trace", ".pb")) else None
+
+
+def _append_file(path: str, out: Any) -> None:
+    """Append the file at ``path`` to ``out``: copied inside the kernel where it can be
+    (``copy_file_range``: no pass through this process's memory), else read and written."""
+    with open(path, "rb") as part:
+        out.flush()
+        try:
+            while os.copy_file_range(part.fileno(), out.fileno(), 1 << 30):
+                pass
+            return
+        except (AttributeError, OSError):  # no such call here, or not between these files: copy the rest ourselves
+            pass  # (the kernel moved both files' offsets past what it copied)
+        shutil.copyfileobj(part, out, 1 << 20)
+
+
+def write_trace(
+    paths: Sequence[Path],
+    output: str | os.PathLike[str],
+    *,
+    steps: tuple[int, int] | None = None,
+    group: str | None = None,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+) -> int:
+    """Write the trace of these span files to ``output`` (format by extension); returns the spans written."""
+    from lens_rl.offline.run.parallel import map_files, no_gc
+
+    fmt = format_of(output)
+    if fmt is None:
+        raise ValueError(f"{str(output)!r}: no trace format has that extension; allowed: {', '.join(FORMATS)}")
+    if fmt == "pftrace":
+        proto_module()  # fail before any work when the extra is missing
+    parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
+    with no_gc():  # (the parent too builds millions of acyclic objects: the callers' locations, the calls)
+        heads = [head_file(path) for path in paths]  # the processes, when each file's spans may start
+        callers = frozenset(str(path) for path, head in zip(paths, heads, strict=True) if head.driver)
+        scans = list(heads)
+        if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
+            unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
+            scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
+        spans = _write(paths, output, _options(scans, fmt, steps, group, paths, callers), parallel)
+        if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
+            # starting before its header's bound (the clock set back): the processes and the origin from every line
+            scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
+            spans = _write(paths, output, _options(scans, fmt, steps, group, paths, callers), parallel)
+    return spans
+
+
+def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any]) -> int:
+    """The events of every file, then the caller ends of calls across processes; the spans written, or
+    -1 when a file met a process ``opts`` does not number, or (JSON) a start before ``opts.origin``
+    (the output is then incomplete)."""
+    from lens_rl.offline.run.parallel import map_files
+
+    spans = 0
+    # callers first (the driver's files), so callees resolve as they arrive
+    ordered = sorted(paths, key=lambda p: str(p) not in opts.callers)
+    with (
+        open(output, "wb") as out,
+        tempfile.TemporaryDirectory(dir=Path(output).parent, prefix=".lens-parts-") as spill,
+    ):
+        if not parallel["use_ray"]:  # local workers write their events next to the output; a Ray task sends them back
+            opts.spill = spill
+        if opts.fmt == "json":
+            out.write(b'{"displayTimeUnit":"ms","otherData":{"source":"lens_rl"},"traceEvents":[\n')
+        flows = Flows(opts.fmt, opts.origin, out.write)
+        for chunk in map_files(render_file, ordered, opts, **parallel, desc="perfetto"):
+            if chunk.path is not None:
+                _append_file(chunk.path, out)
+                os.unlink(chunk.path)
+            out.write(chunk.data)
+            if chunk.unknown or (opts.fmt == "json" and chunk.first < opts.origin):
+                return -1
+            spans += chunk.spans
+            flows.add(chunk)
+        wanted = frozenset(flows.pending.callers)
+        others = [path for path in ordered if str(path) not in opts.callers]
+        if wanted and others:  # calls whose caller is neither a driver's span nor a client: one pass locates them
+            located = dataclasses.replace(opts, wanted=wanted, spill=None)
+            for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
+                flows.add(chunk)
+        if opts.fmt == "json":
+            out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
+    return spans

@@ -1,0 +1,75 @@
+"""Perfetto's Chrome trace-event JSON: one ``X`` event per span, flow events for calls across processes.
+
+Example::
+
+    json_events(rows, places, out.write)       # one file's events, written in slices
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, SLICE, Places, Rows, category, dumps, process_name
+
+__all__ = ["event_lines", "json_events"]
+
+
+def json_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
+    opts = places.opts
+    events: list[dict[str, Any]] = []
+    append = events.append
+    origin = opts.origin
+    colors = BUCKET_COLORS
+    for pid, tid, start, end, row in places.walk(rows):
+        args = row.a
+        if args is None:
+            args = {}
+        cat = category(args)
+        args["trace_id"] = row.t
+        args["span_id"] = row.s
+        args["parent_span_id"] = row.p
+        args["status"] = "UNSET" if row.st is None else row.st
+        ts = (start - origin) / 1000.0
+        append(
+            {
+                "ph": "X",
+                "name": row.n,
+                "cat": cat,
+                "pid": pid,
+                "tid": tid,
+                "ts": ts,
+                "dur": (end - start) / 1000.0,
+                "cname": colors.get(cat, "generic_work"),
+                "args": args,
+            }
+        )
+        if len(events) >= SLICE:
+            write(event_lines(events))
+            events.clear()
+    for flow, pid, tid, start in places.callees().values():  # the callee ends of calls from other processes
+        append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": flow,
+                "name": "call",
+                "cat": "flow",
+                "pid": pid,
+                "tid": tid,
+                "ts": (start - origin) / 1000.0,
+            }
+        )
+    for pid in sorted(set(places.pid_of.values())):
+        append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name(opts, pid)}})
+        append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+    for key, tid in places.threads.items():
+        append({"ph": "M", "name": "thread_name", "pid": key[0], "tid": tid, "args": {"name": places.names[key]}})
+    write(event_lines(events))
+
+
+def event_lines(events: list[dict[str, Any]]) -> bytes:
+    """Events as the comma-terminated members of the traceEvents array (one dumps call)."""
+    if not events:
+        return b""
+    return dumps(events)[1:-1] + b",\n"

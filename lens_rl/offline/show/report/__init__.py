@@ -1,0 +1,133 @@
+"""``lens-rl report``: one self-contained HTML page that shows where the time went.
+
+Headline figures (job and steady-state goodput, step time, run, model, algorithm, ranks per group), goodput
+per step and bucket seconds per step, bucket seconds per worker group and rank (idle made visible), the
+phase breakdown, a straggler heatmap (rank x step, time over the group median) with the persistent
+stragglers, and a timeline of a window of steps, one row per process, coloured by bucket with hover details.
+Built with plotly, its JavaScript inlined: the file opens offline, from disk, with no network fetch
+(air-gapped clusters).
+
+It reads right at any size. Aggregates cover every step (downsampled to at most :data:`MAX_COLUMNS`
+columns); the timeline covers a window of steps that exist (default: the slowest step and its neighbours)
+of at most :data:`MAX_TIMELINE_SPANS` spans, umbrellas drawn under their phases. The heatmap's colour scale
+is fixed and symmetric around the straggler rule (white within +-20 %, saturated at +-100 %). Above
+:data:`MAX_RANKS` ranks in a group, the rank charts show the group's mean and its :data:`WORST_RANKS` worst
+ranks (the heatmap sorted by deviation), so a 2,000-rank run's page stays a few screens tall.
+
+Example::
+
+    lens-rl report lens_traces -o report.html --steps 100-105
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lens_rl._errors import require
+from lens_rl.offline.run.analyze import analyze_parts, rolled_up
+from lens_rl.offline.run.kept import kept_page
+from lens_rl.offline.show.report.data import (
+    MAX_COLUMNS,
+    MAX_RANKS,
+    MAX_TIMELINE_SPANS,
+    WORST_RANKS,
+    identity,
+    shown_ranks,
+    step_window,
+    window_file,
+)
+from lens_rl.offline.show.report.figures import (
+    HEAT_LIMIT,
+    attempts_figure,
+    critical_figure,
+    heat_figures,
+    rank_figure,
+    step_figures,
+    timeline_figure,
+)
+from lens_rl.offline.show.report.page import page
+from lens_rl.offline.show.requests import requests_figure
+
+__all__ = [
+    "HEAT_LIMIT",
+    "MAX_COLUMNS",
+    "MAX_RANKS",
+    "MAX_TIMELINE_SPANS",
+    "WORST_RANKS",
+    "build_report",
+    "shown_ranks",
+    "step_window",
+    "write_report",
+]
+
+
+def _plotly() -> Any:
+    return require("plotly.graph_objects", "report", "lens-rl report")
+
+
+def build_report(
+    paths: Sequence[Path],
+    *,
+    steps: tuple[int, int] | None = None,
+    warmup_steps: int = 1,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    cache: str | None = None,
+) -> str:
+    """The HTML page for these span files (see the module docstring)."""
+    go = _plotly()
+    from plotly.offline import get_plotlyjs
+
+    from lens_rl.offline.run.parallel import map_files
+
+    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
+    report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
+    if not report["spans"]:  # (no page at all: an empty one would read as a run that did nothing)
+        raise ValueError(
+            f"no readable lens_rl spans ({report['files']} files, {report['skipped_lines']} bad lines); no page written"
+        )
+    window = step_window(report, steps)
+    shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in shown_ranks(report["ranks"]))
+    timeline: list[dict[str, Any]] = []
+    for chunk in map_files(
+        window_file,
+        paths,
+        window,
+        MAX_TIMELINE_SPANS,
+        shown,
+        jobs=jobs,
+        use_ray=use_ray,
+        ray_address=ray_address,
+        desc="report",
+    ):
+        timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
+    drawn: list[tuple[str, Any] | None] = [
+        attempts_figure(go, report, parts),
+        *step_figures(go, report),
+        critical_figure(go, report),
+        requests_figure(go, report),
+        rank_figure(go, report),
+        *heat_figures(go, parts),
+    ]
+    figures = [figure for figure in drawn if figure is not None]  # (a single attempt, no driver steps)
+    if timeline:
+        figures.append(timeline_figure(go, timeline, window))
+    config = {"displaylogo": False, "responsive": True}
+    charts = "\n".join(
+        f'<section id="{name}">{fig.to_html(full_html=False, include_plotlyjs=False, config=config)}</section>'
+        for name, fig in figures
+    )
+    return page(report, identity(paths), charts, get_plotlyjs())
+
+
+def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **options: Any) -> int:
+    """Write the page to ``output``; returns its size in bytes. With ``cache`` (the refresh cache's folder),
+    the page of an unchanged store is the one kept there by the last look, else built and kept."""
+    key = (options.get("steps"), options.get("warmup_steps", 1))
+    page = kept_page(options.get("cache"), paths, key, lambda: build_report(paths, **options))
+    Path(output).write_text(page, encoding="utf-8")
+    return len(page.encode("utf-8"))

@@ -1,0 +1,70 @@
+"""vLLM's requests for people: the goodput table's requests section and the HTML report's requests figure,
+from the report's ``requests`` rows (:mod:`lens_rl.offline.rollup.requests`). Neither shows anything
+without request spans.
+
+Example::
+
+    print("\n".join(format_requests(report)))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lens_rl.offline.rollup.schema import GoodputReport
+
+__all__ = ["format_requests", "requests_figure"]
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def format_requests(report: GoodputReport) -> list[str]:
+    """The table's requests section (no lines without request spans)."""
+    rows = report.get("requests") or []
+    if not rows:
+        return []
+    lines = [
+        "",
+        "requests (vLLM's llm_request spans): end to end, time in queue, time to first token (s)",
+        f"{'  group':20s}{'requests':>9s}{'e2e p50':>9s}{'p95':>8s}{'queue':>8s}{'q p95':>8s}"
+        f"{'ttft p50':>9s}{'p95':>8s}{'prefill':>9s}{'decode':>9s}{'out tok/s':>11s}",
+    ]
+    for r in rows:
+        share = "-" if r["queue_share"] is None else f"{r['queue_share'] * 100:.1f}%"
+        rate = "-" if r["output_tokens_per_s"] is None else f"{r['output_tokens_per_s']:.1f}"
+        lines.append(
+            f"  {str(r['worker_group'])[:17]:18s}{r['requests']:>9d}{_secs(r['e2e_p50_s']):>9s}{_secs(r['e2e_p95_s']):>8s}"
+            f"{share:>8s}{_secs(r['queue_p95_s']):>8s}{_secs(r['ttft_p50_s']):>9s}{_secs(r['ttft_p95_s']):>8s}"
+            f"{r['prefill_s']:9.2f}{r['decode_s']:9.2f}{rate:>11s}"
+        )
+    return lines
+
+
+def requests_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
+    """Per worker group, a request's median and p95 seconds in queue, to first token and end to end: whether
+    generation waits on the queue or on compute. None without request spans."""
+    rows = report.get("requests") or []
+    if not rows:
+        return None
+    xs = [str(r["worker_group"]) for r in rows]
+    traces = [
+        go.Bar(x=xs, y=[value or 0.0 for value in values], name=name)
+        for values, name in (
+            ([r["queue_p95_s"] for r in rows], "queue p95"),
+            ([r["ttft_p50_s"] for r in rows], "first token p50"),
+            ([r["ttft_p95_s"] for r in rows], "first token p95"),
+            ([r["e2e_p50_s"] for r in rows], "end to end p50"),
+            ([r["e2e_p95_s"] for r in rows], "end to end p95"),
+        )
+    ]
+    fig = go.Figure(traces)
+    fig.update_layout(
+        title="vLLM requests per worker group: time in queue, to first token, end to end (s)",
+        barmode="group",
+        yaxis_title="s",
+        xaxis_title="worker group",
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+    )
+    return "requests", fig

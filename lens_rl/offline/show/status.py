@@ -1,0 +1,340 @@
+"""``lens-rl status``: what every process of a run is doing now, from its heartbeats.
+
+One row per process of the run's latest attempt (group, rank, host, pid, attempt; ``running``, ``stale``
+(no heartbeat for 3 of its intervals) or ``ended`` (said so, or alive until its driver ended: launchers
+such as Ray kill their workers without a goodbye); its step; its innermost open phase, how long it has been
+open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it), groups summed,
+the driver's step first. A heartbeat with a field of the wrong JSON type is a note and its row says
+``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
+modification time and its row says ``clock ahead``. Processes of earlier attempts are counted apart
+(superseded), never as stale. The
+run is ``ok`` when nothing is stale or hung: the command's exit status (0, else 1) is what a cron job or a
+Slurm script alerts on. Above :data:`MAX_ROWS` processes, the table shows each group's summary and the
+abnormal processes only.
+
+Example::
+
+    report = run_status(Path("lens_traces/run42"))
+    print(format_status(report))
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lens_rl.offline.show.formats import age as _secs
+from lens_rl.store import read_live
+
+__all__ = ["CLOCK_AHEAD_S", "MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "malformed", "run_status"]
+
+SCHEMA = "lens_rl.status/1"
+#: A process whose heartbeat is older than this many of its intervals is stale (killed, frozen, lost).
+STALE_INTERVALS = 3
+#: Up to this many processes every row is shown; above, group summaries and the abnormal rows.
+MAX_ROWS = 32
+#: Abnormal rows listed at most (the rest counted).
+MAX_LISTED = 50
+
+
+_NUM = (int, float)
+_NONE = type(None)
+#: A heartbeat's fields and the JSON types each may have (absent is always fine): any other makes the
+#: heartbeat malformed, its row ``unreadable``.
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "resource": (dict,),
+    "pid": (int,),
+    "role": (str,),
+    "state": (str,),
+    "written_ns": (int,),
+    "interval_ms": _NUM,
+    "open": (list,),
+    "last_step": (dict, _NONE),
+    "phases": (dict,),
+    "hangs": (int,),
+}
+_RESOURCE: dict[str, tuple[type, ...]] = {
+    "rl.worker_group": (str,),
+    "nv.dl.rank": (int,),
+    "host.name": (str,),
+    "rl.attempt": (int,),
+}
+_OPEN: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "step": (int, str, _NONE),
+    "start_ns": (int, _NONE),
+    "age_s": (*_NUM, _NONE),
+    "timeout_s": (*_NUM, _NONE),
+    "hang": (dict, bool, _NONE),
+}
+_LAST: dict[str, tuple[type, ...]] = {"step": (int, str, _NONE)}
+_USUAL: dict[str, tuple[type, ...]] = {"p95_s": (*_NUM, _NONE), "max_s": (*_NUM, _NONE)}
+#: A heartbeat dated this far ahead of the reader's clock (and more than one of its intervals) was written
+#: on a node whose clock runs ahead: it is judged by its file's modification time instead.
+CLOCK_AHEAD_S = 60.0
+
+
+def _int64(value: Any) -> bool:
+    return type(value) is int and -(2**63) <= value < 2**63
+
+
+def _wrong(fields: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str | None:
+    """The first field of ``fields`` whose JSON type ``spec`` does not allow (an int must fit in 64 bits), as
+    ``where.field``; None when all are fine."""
+    for key, types in spec.items():
+        value = fields.get(key)
+        if key not in fields or value is None and _NONE in types:
+            continue
+        if type(value) not in types or (type(value) is int and not _int64(value)):
+            return f"{where}{key}"
+    return None
+
+
+def malformed(beat: Mapping[str, Any]) -> str | None:
+    """Which field of a heartbeat has a JSON type the format does not give it (None: none): such a heartbeat
+    is read as nothing but its process's identity, where that is readable."""
+    why = _wrong(beat, _FIELDS, "") or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
+    if why is not None:
+        return why
+    for n, phase in enumerate(beat.get("open") or ()):
+        why = f"open[{n}]" if type(phase) is not dict else _wrong(phase, _OPEN, f"open[{n}].")
+        if why is not None:
+            return why
+    if beat.get("last_step") is not None:
+        why = _wrong(beat["last_step"], _LAST, "last_step.")
+    for name, usual in (beat.get("phases") or {}).items():
+        if why is None:
+            why = f"phases.{name}" if type(usual) is not dict else _wrong(usual, _USUAL, f"phases.{name}.")
+    if why is None and (beat.get("interval_ms") or 0) < 0:
+        why = "interval_ms"
+    return why
+
+
+def _innermost(open_phases: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The open phase to show: the latest opened among the flagged ones, else the latest opened."""
+    if not open_phases:
+        return None
+    hung = [p for p in open_phases if p.get("hang")]
+    return max(hung or open_phases, key=lambda p: p.get("start_ns") or 0)
+
+
+def _unreadable_row(beat: Mapping[str, Any]) -> dict[str, Any]:
+    """A malformed heartbeat's row: who wrote it, where that reads, and ``unreadable``."""
+    resource: Mapping[str, Any] = beat["resource"] if type(beat.get("resource")) is dict else {}
+
+    def field(value: Any, kind: type, default: Any) -> Any:
+        return value if (_int64(value) if kind is int else type(value) is kind) else default
+
+    return {
+        "worker_group": field(resource.get("rl.worker_group"), str, "worker"),
+        "rank": field(resource.get("nv.dl.rank"), int, 0),
+        "host": field(resource.get("host.name"), str, None),
+        "pid": field(beat.get("pid"), int, None),
+        "attempt": field(resource.get("rl.attempt"), int, 0),
+        "driver": beat.get("role") == "driver",
+        "state": "unreadable",
+        "heartbeat_age_s": None,
+        "step": None,
+        "phase": None,
+        "hung": False,
+        "hangs": 0,
+        "open_phases": 0,
+        "written_ns": None,
+        "interval_ms": 0,
+        "clock_ahead": False,
+    }
+
+
+def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
+    resource = beat.get("resource") or {}
+    interval_ms = beat.get("interval_ms") or 0
+    written = beat.get("written_ns") or 0
+    ahead = (written - now_ns) / 1e9 > max(interval_ms / 1000, CLOCK_AHEAD_S)
+    mtime = beat.get("mtime_ns")
+    if ahead and type(mtime) is int:  # the writer's clock runs ahead: its file's time says when it wrote
+        written = mtime
+    age_s = max(now_ns - written, 0) / 1e9
+    if beat.get("state") == "ended":
+        state = "ended"
+    elif interval_ms and age_s > STALE_INTERVALS * interval_ms / 1000:
+        state = "stale"
+    else:
+        state = "running"
+    open_phases = beat.get("open") or []
+    phase = _innermost(open_phases)
+    last = beat.get("last_step") or {}
+    step = phase.get("step") if phase is not None and phase.get("step") is not None else last.get("step")
+    shown = None
+    if phase is not None:
+        usual = (beat.get("phases") or {}).get(phase.get("name")) or {}
+        opened, age = phase.get("start_ns"), phase.get("age_s")
+        if ahead:  # (its start is in the writer's clock: its age when written, plus the time since)
+            open_s = round(age + age_s, 3) if isinstance(age, (int, float)) else None
+        else:
+            open_s = round(max(now_ns - opened, 0) / 1e9, 3) if isinstance(opened, int) else age
+        shown = {
+            "name": phase.get("name"),
+            "step": phase.get("step"),
+            "open_s": open_s,
+            "p95_s": usual.get("p95_s"),
+            "max_s": usual.get("max_s"),
+            "timeout_s": phase.get("timeout_s"),
+            "hung": bool(phase.get("hang")),
+        }
+    return {
+        "worker_group": str(resource.get("rl.worker_group", "worker")),
+        "rank": resource.get("nv.dl.rank", 0),
+        "host": resource.get("host.name"),
+        "pid": beat.get("pid"),
+        "attempt": resource.get("rl.attempt", 0),
+        "driver": beat.get("role") == "driver",
+        "state": state,
+        "heartbeat_age_s": round(age_s, 3),
+        "step": step,
+        "phase": shown,
+        "hung": any(p.get("hang") for p in open_phases),
+        "hangs": beat.get("hangs", 0),
+        "open_phases": len(open_phases),
+        "written_ns": written,
+        "interval_ms": interval_ms,
+        "clock_ahead": ahead,
+    }
+
+
+def _reaped(rows: list[dict[str, Any]]) -> None:
+    """A worker alive until its driver ended (its last heartbeat within 3 of its intervals before the driver's
+    last one, ``ended``) ended with the job: Ray and other launchers kill their workers without a goodbye.
+    One that went quiet earlier stays stale (killed mid-run)."""
+    ends = [r["written_ns"] for r in rows if r["driver"] and r["state"] == "ended"]
+    if not ends:
+        return
+    driver_end = max(ends)
+    for r in rows:
+        if r["state"] == "stale" and not r["driver"]:
+            if r["written_ns"] >= driver_end - STALE_INTERVALS * r["interval_ms"] * 1_000_000:
+                r["state"], r["ended_with_job"] = "ended", True
+
+
+def _order(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The driver first, then by group and rank (numbers in order), then pid."""
+    rank = row["rank"]
+    return (
+        not row["driver"],
+        row["worker_group"],
+        not isinstance(rank, int),
+        rank if isinstance(rank, int) else 0,
+        str(rank),
+        str(row["pid"]),
+    )
+
+
+def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]:
+    """The run's status from its heartbeat files (see the module docstring), as the ``--json`` output."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    beats, notes = read_live(run_dir)
+    rows = []
+    for beat in beats:
+        why = malformed(beat)
+        if why is None:
+            rows.append(_row(beat, now_ns))
+        else:
+            notes.append(
+                f"{Path(beat['path']).name}: a malformed heartbeat ({why} has the wrong JSON type); unreadable"
+            )
+            rows.append(_unreadable_row(beat))
+    attempt = max((r["attempt"] for r in rows if isinstance(r["attempt"], int)), default=0)
+    current = [r for r in rows if r["attempt"] == attempt]
+    _reaped(current)
+    current.sort(key=_order)
+    groups: dict[str, dict[str, Any]] = {}
+    for r in current:
+        g = groups.setdefault(
+            r["worker_group"],
+            {
+                "worker_group": r["worker_group"],
+                "processes": 0,
+                "running": 0,
+                "stale": 0,
+                "ended": 0,
+                "unreadable": 0,
+                "hung": 0,
+            },
+        )
+        g["processes"] += 1
+        g[r["state"]] += 1
+        g["hung"] += r["hung"]
+        steps = [s for s in (r["step"], g.get("min_step"), g.get("max_step")) if isinstance(s, int)]
+        if steps:
+            g["min_step"], g["max_step"] = min(steps), max(steps)
+    driver = next((r for r in current if r["driver"]), None)
+    return {
+        "schema": SCHEMA,
+        "run": str(Path(run_dir).name),
+        "attempt": attempt,
+        "now_ns": now_ns,
+        "ok": not any(r["state"] == "stale" or r["hung"] for r in current),
+        "driver_step": driver["step"] if driver is not None else None,
+        "processes": current,
+        "groups": list(groups.values()),
+        "superseded": len(rows) - len(current),
+        "notes": notes,
+    }
+
+
+def _phase_text(phase: Mapping[str, Any] | None) -> str:
+    if phase is None:
+        return "-"
+    text = f"{phase['name']} {_secs(phase['open_s'])} / {_secs(phase['p95_s'])} / {_secs(phase['max_s'])}"
+    return text + ("  HUNG" if phase["hung"] else "")
+
+
+def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
+    """The status for people: a headline, the groups, the processes (all of them up to :data:`MAX_ROWS`,
+    else the stale and hung ones)."""
+    rows = report["processes"]
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[r["state"]] += 1
+    hung = sum(r["hung"] for r in rows)
+    lines = [
+        f"run {report['run']} · attempt {report['attempt']} · {len(rows)} processes: {counts['running']} running, "
+        f"{counts['stale']} stale, {counts['ended']} ended"
+        + (f", {counts['unreadable']} unreadable" if counts["unreadable"] else "")
+        + (f" · {hung} HUNG" if hung else "")
+        + " · "
+        + ("ok" if report["ok"] else "NOT OK"),
+        f"driver step: {report['driver_step'] if report['driver_step'] is not None else '-'}",
+    ]
+    if report["superseded"]:
+        lines.append(f"({report['superseded']} heartbeat(s) of earlier attempts not counted)")
+    lines += [f"note: {n}" for n in report["notes"]]
+    lines += ["", f"{'group':24s}{'procs':>7s}{'running':>9s}{'stale':>7s}{'ended':>7s}{'hung':>6s}  steps"]
+    for g in report["groups"]:
+        steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
+        lines.append(
+            f"{g['worker_group'][:23]:24s}{g['processes']:7d}{g['running']:9d}{g['stale']:7d}{g['ended']:7d}"
+            f"{g['hung']:6d}  {steps}"
+        )
+    shown = rows
+    if not all_rows and len(rows) > MAX_ROWS:
+        shown = [r for r in rows if r["state"] == "stale" or r["hung"]]
+        lines += ["", f"abnormal processes ({len(shown)} of {len(rows)}; --all for every one):"]
+    else:
+        lines.append("")
+    lines.append(
+        f"{'group':20s}{'rank':>6s}  {'host':14s}{'pid':>8s}{'att':>4s}  {'state':10s}{'beat':>7s}{'step':>7s}  "
+        "open phase: open for / p95 / longest"
+    )
+    for r in shown[: len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS)]:
+        lines.append(
+            f"{r['worker_group'][:19]:20s}{str(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{str(r['pid']):>8s}"
+            f"{str(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{str(r['step']):>7s}  "
+            f"{_phase_text(r['phase'])}" + ("  clock ahead" if r["clock_ahead"] else "")
+        )
+    hidden = len(shown) - (len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS))
+    if hidden > 0:
+        lines.append(f"  ... {hidden} more (--json, or --all)")
+    return "\n".join(lines)
