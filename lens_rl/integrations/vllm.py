@@ -236,8 +236,9 @@ def stop_receiver(timeout_ms: int = _STOP_BUDGET_MS) -> bool:
     return ok
 
 
-def _forget_receiver() -> None:
-    """On a runtime reset (tests, a forked child): stop this process's receiver, or forget the parent's."""
+def _forget_receiver(after_fork: bool = False) -> None:
+    """On a runtime reset (tests, a forked child: ``after_fork``, as every reset hook is called): stop this
+    process's receiver, or forget the parent's."""
     rx, _RECEIVER[0] = _RECEIVER[0], None
     if rx is not None:
         rx.close(timeout_s=0.5)  # a no-op in a forked child: the server and files are the parent's
