@@ -99,8 +99,9 @@ def test_cold_cached_and_parallel_reads_agree(tmp_path: Path) -> None:
     assert analyze(paths, jobs=1, cache=cache_folder(run))["requests"] == cold
 
 
-def test_a_grown_file_adds_its_new_requests(tmp_path: Path) -> None:
-    """A second look through the cache counts the requests written since the first, once."""
+def test_a_grown_file_adds_its_new_requests(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A second look through the cache counts the requests written since the first, once, from the cache
+    entries the first kept (a vLLM process's part loads from the cache: it is not read cold)."""
     run = tmp_path / "r1"
     _store(run)
     folder = cache_folder(run)
@@ -109,6 +110,7 @@ def test_a_grown_file_adds_its_new_requests(tmp_path: Path) -> None:
     with front.open("a") as handle:
         handle.write(json.dumps(_request("late", 10.0, 1.0, 0.0, 0.2, 50, "g0")) + "\n")
     assert analyze(span_files(run), cache=folder)["requests"][0]["requests"] == 21
+    assert "not used" not in caplog.text
     assert analyze(span_files(run))["requests"][0]["requests"] == 21
 
 
