@@ -227,7 +227,7 @@ def test_the_cut_depends_on_the_order_of_the_spans_only() -> None:
         tree = resolve(parents, [None] * 4, [None] * 4, order)
         assert tree.cycles == 1
         assert [order[i] for i, p in enumerate(parents) if p == -1] == [order[0]]
-        assert sorted(depths(parents)) == [0, 1, 2, 3]
+        assert sorted(depths(parents).values()) == [0, 1, 2, 3]
 
 
 # ------------------------------------------------------------------------------ nested unbucketed spans
