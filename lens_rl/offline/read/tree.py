@@ -216,19 +216,27 @@ def depths(parents: array, wanted: Sequence[int] | None = None) -> dict[int, int
 def rows_tree(rows: Sequence[Any]) -> tuple[array, list[Any], int]:
     """One file's store rows (``s``, ``p``, ``a``) linked by the tree rule: their parents (cycles cut), each
     row's step and the cycles broken. A step is read as the goodput read reads it (a list or an object is no
-    step; an int past 64 bits neither). (A span's step depends on no bucket nor scope: only steps are made.)"""
+    step; an int past 64 bits neither). A span's step depends on no bucket nor scope, so only steps are made
+    (the same rule as :func:`resolve`'s, without its other columns)."""
     parents = parent_rows([row.s for row in rows], [row.p for row in rows])
-    own: list[Any] = []
-    for row in rows:
-        step = row.a.get("rl.step") if type(row.a) is dict else None
-        if type(step) is int:
-            step = step if -_INT64 <= step < _INT64 else None
-        elif type(step) in (list, dict):
-            step = None
-        own.append(step)
-    names = [row.n for row in rows]
-    tree = resolve(parents, own, [None] * len(rows), names)
-    return parents, tree.steps, tree.cycles
+    empty: dict[str, Any] = {}
+    own = [(row.a or empty).get("rl.step") for row in rows]
+    kinds = set(map(type, own))  # (the rare odd values looked for only where they are)
+    ints = [step for step in own if type(step) is int] if int in kinds else []
+    if list in kinds or dict in kinds or (ints and (min(ints) < -_INT64 or max(ints) >= _INT64)):
+        for i, step in enumerate(own):
+            if type(step) in (list, dict) or (type(step) is int and not -_INT64 <= step < _INT64):
+                own[i] = None
+    order, cycles = _order(parents)
+    steps: list[Any] = [None] * len(rows)
+    for i in order:
+        step = own[i]
+        if step is None:
+            p = parents[i]
+            if p != -1:
+                step = steps[p]
+        steps[i] = step
+    return parents, steps, cycles
 
 
 def steps_of_rows(rows: Sequence[Any]) -> tuple[list[Any], int]:
