@@ -227,7 +227,7 @@ def test_the_cut_depends_on_the_order_of_the_spans_only() -> None:
         tree = resolve(parents, [None] * 4, [None] * 4, order)
         assert tree.cycles == 1
         assert [order[i] for i, p in enumerate(parents) if p == -1] == [order[0]]
-        assert sorted(depths(parents)) == [0, 1, 2, 3]
+        assert sorted(depths(parents).values()) == [0, 1, 2, 3]
 
 
 # ------------------------------------------------------------------------------ nested unbucketed spans
@@ -555,3 +555,21 @@ def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_p
 
     warm = analyze(span_files(tmp_path / "vllm"), jobs=1, cache=cache_folder(tmp_path / "vllm"))
     assert warm["phases"] == report["phases"] and warm["steps"] == report["steps"]
+
+
+@pytest.mark.timeout(30)
+def test_odd_step_values_are_read_alike_by_every_command(tmp_path: Path) -> None:
+    """A step that is a list, an object or an int past 64 bits is no step in any command: its span takes its
+    parent's step, in goodput as in Perfetto --steps and the report's timeline."""
+    run = tmp_path / "r1"
+    _driver(
+        run,
+        [
+            span("a", 1, 2, "a", parent="u", bucket="productive", step=[1]),
+            span("b", 2, 3, "b", parent="u", bucket="productive", step={"x": 1}),
+            span("c", 3, 4, "c", parent="u", bucket="productive", step=2**70),
+            span("step", 1, 5, "u", parent="job", step=4),
+        ],
+    )
+    _every_command(run, tmp_path)
+    assert set(_rows_steps(run / "spans-driver-0-1.jsonl").values()) == {None, 4}

@@ -33,9 +33,6 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from lens_rl.buckets import Bucket
-from lens_rl.store import OWN_SCOPE
-
 __all__ = [
     "JOB",
     "PHASE",
@@ -57,7 +54,6 @@ JOB = 3
 
 _JOB_NAME = "rl.job"
 _INT64 = 2**63
-_BUCKETS = frozenset(b.value for b in Bucket)
 
 
 class Resolved:
@@ -198,17 +194,16 @@ def _order(parents: array) -> tuple[array, int]:
     return order, cycles
 
 
-def depths(parents: array) -> array:
-    """Each span's depth in its file's tree (0: a root), from parents :func:`resolve` left without a cycle;
-    iterative (a chain thousands deep is a loop, not a recursion)."""
-    n = len(parents)
-    depth = array("q", [-1]) * n
-    for i in range(n):
-        if depth[i] != -1:
+def depths(parents: array, wanted: Sequence[int] | None = None) -> dict[int, int]:
+    """Span row -> its depth in its file's tree (0: a root), for the rows ``wanted`` (None: every row), from
+    parents :func:`resolve` left without a cycle; iterative (a chain thousands deep is a loop)."""
+    depth: dict[int, int] = {}
+    for i in range(len(parents)) if wanted is None else wanted:
+        if i in depth:
             continue
         trail = []
         j = i
-        while j != -1 and depth[j] == -1:
+        while j != -1 and j not in depth:
             trail.append(j)
             j = parents[j]
         d = -1 if j == -1 else depth[j]
@@ -218,34 +213,34 @@ def depths(parents: array) -> array:
     return depth
 
 
-def rows_tree(rows: Sequence[Any]) -> tuple[array, Resolved]:
-    """One file's store rows (``s``, ``p``, ``a``, ``sc``, ``n``) linked and resolved by the tree rule: their
-    parents (cycles cut) and what :func:`resolve` decides. Steps and buckets are read as the goodput read
-    reads them (a list or an object is no step; an int past 64 bits neither; an unknown bucket is none)."""
+def rows_tree(rows: Sequence[Any]) -> tuple[array, list[Any], int]:
+    """One file's store rows (``s``, ``p``, ``a``) linked by the tree rule: their parents (cycles cut), each
+    row's step and the cycles broken. A step is read as the goodput read reads it (a list or an object is no
+    step; an int past 64 bits neither). A span's step depends on no bucket nor scope, so only steps are made
+    (the same rule as :func:`resolve`'s, without its other columns)."""
     parents = parent_rows([row.s for row in rows], [row.p for row in rows])
-    own: list[Any] = []
-    buckets: list[Any] = []
-    third = bytearray(len(rows))
-    for n, row in enumerate(rows):
-        attrs = row.a if type(row.a) is dict else None
-        step = bucket = None
-        if attrs:
-            step = attrs.get("rl.step")
-            if type(step) is int:
-                step = step if -_INT64 <= step < _INT64 else None
-            elif type(step) in (list, dict):
-                step = None
-            bucket = attrs.get("rl.bucket")
-            bucket = bucket if type(bucket) is str and bucket in _BUCKETS else None
-        own.append(step)
-        buckets.append(bucket)
-        if row.sc is not None and row.sc != OWN_SCOPE:
-            third[n] = 1
-    return parents, resolve(parents, own, buckets, [row.n for row in rows], third)
+    empty: dict[str, Any] = {}
+    own = [(row.a or empty).get("rl.step") for row in rows]
+    kinds = set(map(type, own))  # (the rare odd values looked for only where they are)
+    ints = [step for step in own if type(step) is int] if int in kinds else []
+    if list in kinds or dict in kinds or (ints and (min(ints) < -_INT64 or max(ints) >= _INT64)):
+        for i, step in enumerate(own):
+            if type(step) in (list, dict) or (type(step) is int and not -_INT64 <= step < _INT64):
+                own[i] = None
+    order, cycles = _order(parents)
+    steps: list[Any] = [None] * len(rows)
+    for i in order:
+        step = own[i]
+        if step is None:
+            p = parents[i]
+            if p != -1:
+                step = steps[p]
+        steps[i] = step
+    return parents, steps, cycles
 
 
 def steps_of_rows(rows: Sequence[Any]) -> tuple[list[Any], int]:
     """Each row's step by the tree rule (rows of one file), and the cycles broken: what Perfetto's
     ``--steps`` and the report's timeline window select by."""
-    tree = rows_tree(rows)[1]
-    return tree.steps, tree.cycles
+    _parents, steps, cycles = rows_tree(rows)
+    return steps, cycles

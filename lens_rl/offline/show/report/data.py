@@ -60,9 +60,9 @@ def window_file(
     decides it: :mod:`lens_rl.offline.read.tree`), of the processes ``shown`` ((group, rank, pid); None:
     every one)."""
     rows = list(iter_rows(path))
-    parents, tree = rows_tree([row for _, row in rows])
-    steps, depth = tree.steps, depths(parents)
-    out = []
+    parents, steps, _cycles = rows_tree([row for _, row in rows])
+    out: list[dict[str, Any]] = []
+    kept: list[int] = []  # (each drawn span's row)
     for n, (head, row) in enumerate(rows):
         key = head.process
         if shown is not None and (key.group, key.rank, key.pid) not in shown:
@@ -81,17 +81,18 @@ def window_file(
                 "end": time_ns(row.e),
                 "bucket": attrs.get("rl.bucket"),
                 "driver": key.driver,
-                "depth": depth[n],
                 "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
             }
         )
+        kept.append(n)
         if len(out) >= limit:
             break
+    depth = depths(parents, kept)
     least: dict[str, int] = {}  # (depth counted from each process's outermost span drawn)
-    for item in out:
-        least[item["process"]] = min(least.get(item["process"], item["depth"]), item["depth"])
-    for item in out:
-        item["depth"] -= least[item["process"]]
+    for item, n in zip(out, kept, strict=True):
+        least[item["process"]] = min(least.get(item["process"], depth[n]), depth[n])
+    for item, n in zip(out, kept, strict=True):
+        item["depth"] = depth[n] - least[item["process"]]
     return out
 
 
