@@ -17,7 +17,7 @@ Quantiles are nearest-rank, exact.
 Example::
 
     rows = requests_rows(parts)          # [] when no process has vLLM request spans
-    print(format_requests(report))
+    print(format_requests(report))      # the table's section (the report's figure: report/figures.py)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.offline.intervals import merge_intervals, merge_packed, pack, pairs
@@ -34,7 +35,6 @@ __all__ = [
     "RequestsPart",
     "format_requests",
     "request_numbers",
-    "requests_figure",
     "requests_part",
     "requests_rows",
 ]
@@ -63,26 +63,18 @@ def request_numbers(attrs: Mapping[str, Any]) -> tuple[float, ...] | None:
     return (e2e, *(_number(attrs.get(k)) for k in (_QUEUE, _TTFT, _PREFILL, _DECODE)), _number(output))
 
 
+@dataclass
 class RequestsPart:
     """One process's requests: their latencies (seconds, one array each), summed prefill / decode seconds and
     output tokens, and the union of their spans' intervals (packed ns). Exact and mergeable."""
 
-    __slots__ = ("e2e", "queue", "ttft", "prefill_s", "decode_s", "output_tokens", "busy")
-
-    def __init__(self) -> None:
-        self.e2e, self.queue, self.ttft = array("d"), array("d"), array("d")
-        self.prefill_s = self.decode_s = self.output_tokens = 0.0
-        self.busy = array("q")
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for key, value in zip(self.__slots__, state, strict=True):
-            setattr(self, key, value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RequestsPart) and self.__getstate__() == other.__getstate__()
+    e2e: array = field(default_factory=lambda: array("d"))
+    queue: array = field(default_factory=lambda: array("d"))
+    ttft: array = field(default_factory=lambda: array("d"))
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    output_tokens: float = 0.0
+    busy: array = field(default_factory=lambda: array("q"))
 
     @property
     def count(self) -> int:
@@ -191,31 +183,3 @@ def format_requests(report: Mapping[str, Any]) -> list[str]:
             f"{r['prefill_s']:9.2f}{r['decode_s']:9.2f}{rate:>11s}"
         )
     return lines
-
-
-def requests_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any] | None:
-    """Per worker group, a request's median and p95 seconds in queue, to first token and end to end: whether
-    generation waits on the queue or on compute. None without request spans."""
-    rows = report.get("requests") or []
-    if not rows:
-        return None
-    xs = [str(r["worker_group"]) for r in rows]
-    traces = [
-        go.Bar(x=xs, y=[r[key] or 0.0 for r in rows], name=name)
-        for key, name in (
-            ("queue_p95_s", "queue p95"),
-            ("ttft_p50_s", "first token p50"),
-            ("ttft_p95_s", "first token p95"),
-            ("e2e_p50_s", "end to end p50"),
-            ("e2e_p95_s", "end to end p95"),
-        )
-    ]
-    fig = go.Figure(traces)
-    fig.update_layout(
-        title="vLLM requests per worker group: time in queue, to first token, end to end (s)",
-        barmode="group",
-        yaxis_title="s",
-        xaxis_title="worker group",
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-    )
-    return "requests", fig

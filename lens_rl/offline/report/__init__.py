@@ -43,11 +43,11 @@ from lens_rl.offline.report.figures import (
     critical_figure,
     heat_figures,
     rank_figure,
+    requests_figure,
     step_figures,
     timeline_figure,
 )
 from lens_rl.offline.report.page import page
-from lens_rl.offline.requests import requests_figure
 
 __all__ = [
     "HEAT_LIMIT",
