@@ -26,6 +26,9 @@ takes the ``traceparent`` an instrumented aiohttp client stamps (``instrument_ai
 calling process vLLM's spans go through lens_rl's provider (OpenTelemetry's global one), into this
 process's own file; its engine-core and worker processes export to the endpoint.
 
+Merge it with your own engine arguments (``{**mine, **vllm_tracing_kwargs()}``): it sets
+``disable_log_stats``, which vLLM's tracing cannot do without.
+
 ``{}`` (and no environment change) when off, when vLLM is not installed, when its version cannot trace
 (one warning), or with the ``console`` / ``none`` exporter. It never makes an engine fail that would
 have run without it: any fault of its own is logged and answered with ``{}``.

@@ -235,3 +235,17 @@ def test_otlp_store_gets_every_vllm_process(mode: str, model: str, tmp_path: Pat
         if mode == "server":
             parent = by_id[parent["parent_span_id"]]  # the aiohttp client span's parent
         assert parent["span_id"] in seen["phase_ids"]
+
+
+def test_async_llm_requests_are_children_of_the_phase_that_sent_them(model: str, tmp_path: Path) -> None:
+    """AsyncLLM with trace_headers=inject_context(): each request's span is the sending phase's child (its
+    output handler runs in a task of its own), and the rollup counts them."""
+    seen = _run("async", "file", model, tmp_path)
+    store = _store(tmp_path / "vllm-run")
+    _check_identity(store, seen, KINDS)
+    _check_one_trace(store)
+    requests = [
+        r for head, rows in store.values() if head["pid"] == seen["pid"] for r in rows if r["n"] == "llm_request"
+    ]
+    assert len(requests) == REQUESTS and {r["p"] for r in requests} == set(seen["phase_ids"])
+    _check_requests(_requests_row(tmp_path / "vllm-run")[1], seen)

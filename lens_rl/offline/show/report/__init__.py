@@ -45,11 +45,11 @@ from lens_rl.offline.show.report.figures import (
     critical_figure,
     heat_figures,
     rank_figure,
+    requests_figure,
     step_figures,
     timeline_figure,
 )
 from lens_rl.offline.show.report.page import page
-from lens_rl.offline.show.requests import requests_figure
 
 __all__ = [
     "HEAT_LIMIT",

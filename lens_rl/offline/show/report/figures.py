@@ -17,6 +17,7 @@ __all__ = [
     "critical_figure",
     "heat_figures",
     "rank_figure",
+    "requests_figure",
     "step_figures",
     "timeline_figure",
 ]
@@ -293,3 +294,31 @@ def critical_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
         **_LAYOUT,
     )
     return "critical-path", fig
+
+
+def requests_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """Per worker group, a request's median and p95 seconds in queue, to first token and end to end: whether
+    generation waits on the queue or on compute. None without request spans."""
+    rows = report.get("requests") or []
+    if not rows:
+        return None
+    xs = [str(r["worker_group"]) for r in rows]
+    traces = [
+        go.Bar(x=xs, y=[r[key] or 0.0 for r in rows], name=name)
+        for key, name in (
+            ("queue_p95_s", "queue p95"),
+            ("ttft_p50_s", "first token p50"),
+            ("ttft_p95_s", "first token p95"),
+            ("e2e_p50_s", "end to end p50"),
+            ("e2e_p95_s", "end to end p95"),
+        )
+    ]
+    fig = go.Figure(traces)
+    fig.update_layout(
+        title="vLLM requests per worker group: time in queue, to first token, end to end (s)",
+        barmode="group",
+        yaxis_title="s",
+        xaxis_title="worker group",
+        **_LAYOUT,
+    )
+    return "requests", fig
