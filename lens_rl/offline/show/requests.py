@@ -1,6 +1,6 @@
-"""vLLM's requests for people: the goodput table's requests section and the HTML report's requests figure,
-from the report's ``requests`` rows (:mod:`lens_rl.offline.rollup.requests`). Neither shows anything
-without request spans.
+"""vLLM's requests for people: the goodput table's requests section, from the report's ``requests`` rows
+(:mod:`lens_rl.offline.rollup.requests`); nothing without request spans. The HTML report's requests figure
+is with its other figures (:func:`lens_rl.offline.show.report.figures.requests_figure`).
 
 Example::
 
