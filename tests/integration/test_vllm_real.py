@@ -156,14 +156,8 @@ def test_offline_llm_requests_rollup_matches_what_was_sent(offline_file: tuple[P
     _check_requests(_requests_row(run_dir)[1], seen)
 
 
-@pytest.mark.xfail(
-    reason="needs the offline rule of branch store-tree (third-party spans are not phases)", strict=False
-)
 def test_offline_llm_goodput_and_tokens(offline_file: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
-    """Goodput is what lens_rl's phases alone give, and tokens/s comes from vLLM's spans.
-
-    Needs the offline rule "third-party spans are not phases" and gen_ai.usage token counts (branch store-tree).
-    """
+    """Goodput is what lens_rl's phases alone give, and tokens/s comes from vLLM's spans."""
     run_dir, seen = offline_file
     report, _ = _requests_row(run_dir)
     bare = tmp_path / "bare"
