@@ -523,7 +523,8 @@ def test_the_refresh_cache_answers_as_a_cold_read_on_every_shape(tmp_path: Path)
 def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_path: Path) -> None:
     """vLLM's requests written to a file of their own (a vLLM process's, as the loopback receiver writes them),
     each a child of the worker's generation phase in another file: the job's goodput and steps are unchanged,
-    no request is a phase, and the generation phase's tokens/s and each step's tokens come from them."""
+    no request is a phase, the vLLM process adds no idle process to its group, and the generation phase's
+    tokens/s and each step's tokens come from them."""
 
     def job(run: Path, with_requests: bool) -> Path:
         driver, worker, requests = [], [], []
@@ -551,6 +552,8 @@ def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_p
     rollout = next(r for r in report["phases"] if r["worker_group"] == "rollout" and r["phase"] == "generation")
     assert rollout["tokens_per_s"] == pytest.approx(40.0)  # 400 tokens over each 10 s generation
     assert next(r for r in bare["phases"] if r["worker_group"] == "rollout")["tokens_per_s"] is None
+    # the vLLM process is no resource of its own: its group's and ranks' seconds are the caller's alone
+    assert report["worker_groups"] == bare["worker_groups"] and report["ranks"] == bare["ranks"]
     from lens_rl.offline.run.cache import cache_folder
 
     warm = analyze(span_files(tmp_path / "vllm"), jobs=1, cache=cache_folder(tmp_path / "vllm"))

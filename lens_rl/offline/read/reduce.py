@@ -280,12 +280,12 @@ def accumulate(
             if kind == JOB:
                 part.jobs.append((start, end))
                 continue
-            lo = start if lo is None or start < lo else lo
-            hi = end if hi is None or end > hi else hi
+            # a third party's span: no phase, no bucket of its own, and not the process's lifetime (a file of
+            # them alone, a vLLM engine's, is no resource of its own: its time is the calling phase's)
             if superseded and steps[i] in superseded:
                 rerun.append(i)
                 part.rerun_steps.add(steps[i])
-            continue  # a third party's span: no phase, no bucket of its own
+            continue
         lo = start if lo is None or start < lo else lo
         hi = end if hi is None or end > hi else hi
         if superseded and steps[i] in superseded:  # a run a later attempt did again: wasted, nothing else
