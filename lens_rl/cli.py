@@ -505,10 +505,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception:  # a defect: said as one, never as an exit status that means something (1: stale or hung)
+    except Exception as exc:  # a defect: said as one, never as an exit status that means something (1: stale or hung)
         import traceback
 
-        traceback.print_exc()
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
         print(f"lens-rl: internal error (a defect of lens-rl {_version()}: please report it)", file=sys.stderr)
         return INTERNAL_ERROR
 

@@ -208,8 +208,8 @@ def _deactivate(fw: Framework) -> None:
 def _distribution_version(fw: Framework) -> str | None:
     try:
         return importlib.metadata.version(fw.distribution)
-    except Exception:  # not installed as a distribution (a stand-in, a checkout on sys.path)
-        return None
+    except (importlib.metadata.PackageNotFoundError, OSError, ValueError):  # no distribution (a stand-in, a
+        return None  # checkout on sys.path) or unreadable metadata: the version is unknown
 
 
 def _version_ok(fw: Framework, version: str) -> bool:

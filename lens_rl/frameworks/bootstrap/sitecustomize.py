@@ -29,7 +29,10 @@ except Exception as exc:  # the job's own sitecustomize failed: as Python's site
 
 try:
     from lens_rl.frameworks import _bootstrap
-except Exception:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
+except ImportError:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
+    _bootstrap = None  # type: ignore[assignment]
+except Exception as exc:  # a broken lens_rl in this interpreter: the job runs on, unwoven, and says why
+    print(f"lens-rl run: this process is not woven: {exc!r}", file=sys.stderr)
     _bootstrap = None  # type: ignore[assignment]
 if _bootstrap is not None:
     _bootstrap.start()
