@@ -42,12 +42,13 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.intervals import int64_array
+from lens_rl.offline.read.parts import SlotsState
 from lens_rl.offline.read.tree import JOB, THIRD_PARTY
 
 __all__ = ["CritPart", "walk_file"]
 
 
-class CritPart:
+class CritPart(SlotsState):
     """One process's walks: its walk roots (driver steps, entries) and their stretches, compact.
 
     ``nodes``: the process's spans (a stretch, an entry, a child names one by its row), each as its span id and
@@ -94,16 +95,6 @@ class CritPart:
         self.w_entry = array("i")
         self.w_off = array("q")
         self.w_len = array("i")
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for key, value in zip(self.__slots__, state, strict=True):
-            setattr(self, key, value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CritPart) and self.__getstate__() == other.__getstate__()
 
     def merge(self, other: CritPart) -> None:
         """Fold another part of the same process in (its nodes, stretches and entries after this one's)."""

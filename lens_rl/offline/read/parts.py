@@ -31,6 +31,7 @@ __all__ = [
     "ProcessPart",
     "RequestsPart",
     "Series",
+    "SlotsState",
     "StepPart",
     "median",
     "merge_parts",
@@ -52,6 +53,23 @@ def median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     n = len(ordered)
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+class SlotsState:
+    """Pickling and equality of a part kept in ``__slots__`` (its fields as one tuple, in slot order): the
+    refresh cache stores it with no per-field dict."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for key, value in zip(self.__slots__, state, strict=True):
+            setattr(self, key, value)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.__getstate__() == other.__getstate__()  # type: ignore[attr-defined]
 
 
 class Series(Mapping[Any, int]):
@@ -231,7 +249,7 @@ class PhasePart:
             self.bound()
 
 
-class RequestsPart:
+class RequestsPart(SlotsState):
     """One process's requests: their latencies (seconds, one array each), summed prefill / decode seconds and
     output tokens, and the union of their spans' intervals (packed ns). Exact and mergeable."""
 
@@ -241,16 +259,6 @@ class RequestsPart:
         self.e2e, self.queue, self.ttft = array("d"), array("d"), array("d")
         self.prefill_s = self.decode_s = self.output_tokens = 0.0
         self.busy = array("q")
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for key, value in zip(self.__slots__, state, strict=True):
-            setattr(self, key, value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RequestsPart) and self.__getstate__() == other.__getstate__()
 
     @property
     def count(self) -> int:
