@@ -56,8 +56,11 @@ def _pre_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 
 def _post_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    _close_optimizer()
-    return original(*args, **kwargs)
+    # the job's callbacks first, then lens_rl's clock: the phase's own bookkeeping falls after both clocks
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _close_optimizer()
 
 
 def _close_optimizer() -> None:

@@ -97,7 +97,8 @@ def _check_profiling(figures: dict[str, Any], rows: list[dict[str, Any]]) -> set
     for name, durations in theirs.items():
         ours = [_seconds(row) for row in by_block[name]]
         assert len(ours) == len(durations)
-        assert all(_agree(a, b) for a, b in zip(ours, durations, strict=True)), (name, ours, durations)
+        apart = [(i, a, b) for i, (a, b) in enumerate(zip(ours, durations, strict=True)) if not _agree(a, b)]
+        assert apart == [], name
     return {row["n"] for row in rows}
 
 
