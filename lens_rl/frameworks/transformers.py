@@ -16,6 +16,7 @@ accelerate 1.x (``Accelerator.backward``):
 from __future__ import annotations
 
 import contextvars
+import time
 from typing import Any
 
 from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, call_in_phase, close_phase, open_phase
@@ -48,24 +49,26 @@ def _step_end(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         STEPS.end()
 
 
+# The job's callbacks run first and lens_rl's clock is read right after they return: the phase's own
+# bookkeeping falls after both clocks, so a callback's clock and lens_rl's measure the optimizer step alike.
 def _pre_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = original(*args, **kwargs)
-    _close_optimizer()
-    _OPTIMIZER.append(open_phase("optimizer_step"))
+    start_ns = time.time_ns()
+    _close_optimizer(start_ns)
+    _OPTIMIZER.append(open_phase("optimizer_step", start_ns=start_ns))
     return result
 
 
 def _post_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # the job's callbacks first, then lens_rl's clock: the phase's own bookkeeping falls after both clocks
     try:
         return original(*args, **kwargs)
     finally:
-        _close_optimizer()
+        _close_optimizer(time.time_ns())
 
 
-def _close_optimizer() -> None:
+def _close_optimizer(end_ns: int | None = None) -> None:
     while _OPTIMIZER:
-        close_phase(_OPTIMIZER.pop())
+        close_phase(_OPTIMIZER.pop(), end_ns=end_ns)
 
 
 _LOSS_PHASE = call_in_phase("compute_loss")

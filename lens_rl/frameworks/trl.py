@@ -18,6 +18,7 @@ TRL's ``name`` is kept as ``rl.trl_block``. The step comes from ``transformers``
 from __future__ import annotations
 
 import contextvars
+import time
 from typing import Any
 
 from lens_rl._errors import internal_error
@@ -48,8 +49,8 @@ def phase_of(block: str) -> tuple[str, dict[str, Any]]:
 
 
 def _enter(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    # TRL's clock starts first and lens_rl's right after: what lies between is the phase's lookup only (it is
-    # made ready before TRL's clock starts), so both measure the block alike.
+    # TRL's clock starts first and lens_rl's is read right after it returns (the phase made ready before, its
+    # opening after both clocks), so both measure the block alike.
     context = args[0]
     name = ""
     attributes: dict[str, Any] = {}
@@ -68,7 +69,7 @@ def _enter(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         internal_error(exc, "framework-trl")
     result = original(*args, **kwargs)
     if name:
-        _OPEN.start(id(context), name, **attributes)
+        _OPEN.start(id(context), name, start_ns=time.time_ns(), **attributes)
     return result
 
 
@@ -78,9 +79,10 @@ def _exit(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         return original(*args, **kwargs)
     finally:
+        end_ns = time.time_ns()
         try:
             exc = args[2] if len(args) > 2 else kwargs.get("exc_val")
-            _OPEN.stop(id(context), exc if isinstance(exc, BaseException) else None)
+            _OPEN.stop(id(context), exc if isinstance(exc, BaseException) else None, end_ns=end_ns)
             tokens = _TOKENS.get(id(context))
             if tokens:
                 entry = tokens.pop()
