@@ -197,7 +197,7 @@ def _deactivate(fw: Framework) -> None:
 def _distribution_version(fw: Framework) -> str | None:
     try:
         return importlib.metadata.version(fw.distribution)
-    except Exception:  # not installed as a distribution (a stand-in, a checkout on sys.path)
+    except (importlib.metadata.PackageNotFoundError, ValueError):  # not installed as a distribution (a stand-in)
         return None
 
 

@@ -29,7 +29,7 @@ except Exception as exc:  # the job's own sitecustomize failed: as Python's site
 
 try:
     from lens_rl.frameworks import _bootstrap
-except Exception:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
+except ImportError:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
     _bootstrap = None  # type: ignore[assignment]
 if _bootstrap is not None:
     _bootstrap.start()
