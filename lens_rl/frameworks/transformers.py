@@ -6,8 +6,8 @@ accelerate 1.x (``Accelerator.backward``):
 - the step umbrella ``step`` opens as ``CallbackHandler.on_step_begin`` starts (before the job's callbacks run)
   and closes once ``on_step_end``'s callbacks have run, numbered ``state.global_step + 1`` (the optimizer step
   it makes; ``global_step`` is raised just before ``on_step_end``);
-- ``optimizer_step`` runs from ``on_pre_optimizer_step`` to ``on_optimizer_step`` (the ``optimizer.step()``
-  between them);
+- ``optimizer_step`` runs from right after the ``on_pre_optimizer_step`` callbacks to right after the
+  ``on_optimizer_step`` ones (the ``optimizer.step()`` between them), lens_rl's clock read beside theirs;
 - ``compute_loss`` (``Trainer.compute_loss``, the forward and the loss), ``backward`` (``Accelerator.backward``);
 - outside the step: ``data_loading`` (``get_batch_samples``, the batches of the next step), ``logging``
   (``Trainer.log``), ``checkpoint`` (``_save_checkpoint``), ``evaluation`` (``Trainer.evaluate``).
