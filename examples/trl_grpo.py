@@ -60,11 +60,15 @@ def letters_reward(completions: list[str], **kwargs: Any) -> list[float]:
 
 
 def trainer(steps: int, output_dir: str, callbacks: list[Any] | None = None) -> Any:
-    """The GRPO trainer: 4 prompts a step, 4 completions of 8 tokens each, no vLLM, on the CPU."""
+    """The GRPO trainer: 4 prompts a step, 4 completions of 8 tokens each, no vLLM, on the CPU. The model is
+    saved to ``output_dir`` and loaded by path, so TRL can load the reference policy (``beta`` > 0) from it too;
+    each generation serves two steps (``num_iterations=2``), so the old policy's logprobs are computed."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = tiny_tokenizer()
+    model_dir = f"{output_dir}/tiny-qwen2"
+    tiny_model(tokenizer).save_pretrained(model_dir)
     prompts = Dataset.from_dict({"prompt": ["say letters please now", "say a b c", "letters now", "say d e"] * 8})
     config = GRPOConfig(
         output_dir=output_dir,
@@ -73,6 +77,8 @@ def trainer(steps: int, output_dir: str, callbacks: list[Any] | None = None) -> 
         num_generations=4,
         max_completion_length=8,
         learning_rate=1e-3,
+        beta=0.04,
+        num_iterations=2,
         use_vllm=False,
         use_cpu=True,
         bf16=False,
@@ -84,7 +90,7 @@ def trainer(steps: int, output_dir: str, callbacks: list[Any] | None = None) -> 
         disable_tqdm=True,
     )
     return GRPOTrainer(
-        model=tiny_model(tokenizer),
+        model=model_dir,
         reward_funcs=[letters_reward],
         args=config,
         train_dataset=prompts,

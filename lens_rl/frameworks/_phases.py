@@ -13,14 +13,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lens_rl._errors import internal_error
-from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket
 from lens_rl.record.engine import Node, close_node, open_node
 from lens_rl.record.phases import Phase
 
-__all__ = ["OpenPhases", "StepUmbrella", "call_in_phase", "close_phase", "open_phase", "record_interval"]
-
-_RT = RUNTIME
+__all__ = ["OpenPhases", "StepUmbrella", "call_in_phase", "close_phase", "open_phase", "phase_for", "record_interval"]
 
 _PHASES: dict[tuple[Any, ...], Phase] = {}
 _PHASES_MAX = 4096
@@ -39,20 +36,29 @@ def _phase(name: str, bucket: Bucket | str | None, rl_attributes: Mapping[str, A
     return phase
 
 
-def open_phase(name: str, *, bucket: Bucket | str | None = None, **rl_attributes: Any) -> Node | None:
+def phase_for(name: str, *, bucket: Bucket | str | None = None, **rl_attributes: Any) -> Phase:
+    """The phase :func:`open_phase` opens for these arguments, made now (and cached): call it before a
+    framework's clock starts, so the phase's first-use cost falls outside the interval both measure."""
+    return _phase(name, bucket, rl_attributes)
+
+
+def open_phase(
+    name: str, *, bucket: Bucket | str | None = None, start_ns: int | None = None, **rl_attributes: Any
+) -> Node | None:
     """Open phase ``name`` (made current; ``rl_attributes`` recorded as ``rl.<key>``); its token, or None
-    while telemetry is off. Never raises."""
+    while telemetry is off. ``start_ns`` (``time.time_ns()``): when it began, read right beside the framework's
+    own clock (default: now). Never raises."""
     try:
-        return open_node(_phase(name, bucket, rl_attributes))
+        return open_node(_phase(name, bucket, rl_attributes), start_ns)
     except Exception as exc:
         internal_error(exc, "framework-phase")
         return None
 
 
-def close_phase(node: Node | None, exc: BaseException | None = None) -> None:
-    """Close what :func:`open_phase` opened (None: nothing). Never raises."""
+def close_phase(node: Node | None, exc: BaseException | None = None, *, end_ns: int | None = None) -> None:
+    """Close what :func:`open_phase` opened (None: nothing); ``end_ns`` as ``start_ns`` there. Never raises."""
     if node is not None:
-        close_node(node, exc)
+        close_node(node, exc, end_ns)
 
 
 def call_in_phase(name: str, **rl_attributes: Any) -> Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]:
@@ -83,12 +89,20 @@ class OpenPhases:
     def __init__(self) -> None:
         self._open: dict[Any, list[Node]] = {}
 
-    def start(self, key: Any, name: str, *, bucket: Bucket | str | None = None, **rl_attributes: Any) -> None:
-        node = open_phase(name, bucket=bucket, **rl_attributes)
+    def start(
+        self,
+        key: Any,
+        name: str,
+        *,
+        bucket: Bucket | str | None = None,
+        start_ns: int | None = None,
+        **rl_attributes: Any,
+    ) -> None:
+        node = open_phase(name, bucket=bucket, start_ns=start_ns, **rl_attributes)
         if node is not None:
             self._open.setdefault(key, []).append(node)
 
-    def stop(self, key: Any, exc: BaseException | None = None) -> bool:
+    def stop(self, key: Any, exc: BaseException | None = None, *, end_ns: int | None = None) -> bool:
         """Close the innermost phase open under ``key``; False when none was."""
         stack = self._open.get(key)
         if not stack:
@@ -96,7 +110,7 @@ class OpenPhases:
         node = stack.pop()
         if not stack:
             self._open.pop(key, None)
-        close_phase(node, exc)
+        close_phase(node, exc, end_ns=end_ns)
         return True
 
     def is_open(self, key: Any) -> bool:
@@ -153,15 +167,7 @@ def record_interval(
     name: str, start_ns: int, end_ns: int | None = None, *, bucket: Bucket | str | None = None, **rl_attributes: Any
 ) -> None:
     """Write phase ``name`` that ran from ``start_ns`` to ``end_ns`` (default now; ``time.time_ns`` clock) under
-    the current context: a back-dated span (a timer's ``record(name, seconds)``). Never raises."""
-    try:
-        handle = _RT.handle or _RT.resolve()
-        if handle is None:
-            return
-        phase = _phase(name, bucket, rl_attributes)
-        chosen = phase.bucket or phase._default
-        attributes = phase._attributes(chosen)
-        span = handle.tracer.start_span(phase.name, attributes=attributes, start_time=start_ns)
-        span.end(end_ns if end_ns is not None else time.time_ns())
-    except Exception as exc:
-        internal_error(exc, "framework-record")
+    the current context: a back-dated phase (a timer's ``record(name, seconds)``), its time credited to its
+    bucket like any other. Never raises."""
+    end = time.time_ns() if end_ns is None else end_ns
+    close_phase(open_phase(name, bucket=bucket, start_ns=start_ns, **rl_attributes), end_ns=end)

@@ -10,7 +10,6 @@ it stays unwoven; the framework's import goes on. Unweaving undoes lens_rl's own
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -68,22 +67,12 @@ def framework(name: str, *, quiet: bool = False) -> Framework | None:
 
 
 def names_from(names: Iterable[str]) -> list[str]:
-    """``names`` checked (``all`` = every supported one), in weaving order; ``ValueError`` with a did-you-mean."""
-    wanted: list[str] = []
-    for name in names:
-        key = str(name).strip().lower().replace("-", "_")
-        if not key:
-            continue
-        if key == "all":
-            wanted.extend(SUPPORTED)
-        elif key in MODULES or key in _LOADED:
-            wanted.append(key)
-        else:
-            close = difflib.get_close_matches(key, [*MODULES, *_LOADED], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"instrument: unknown framework {name!r}{hint} supported: {', '.join(SUPPORTED)}, all")
-    order = [*MODULES, *_LOADED]
-    return sorted(dict.fromkeys(wanted), key=order.index)
+    """``names`` checked (``all`` = every supported one), in weaving order: the config field's own parser, so
+    an unknown name is the same ``ValueError`` with a did-you-mean (a registered stand-in counts as known)."""
+    from lens_rl.config.values import name_list  # (setup, reached lazily)
+
+    known = (*MODULES, *[name for name in _LOADED if name not in MODULES])
+    return list(name_list(known)(list(names), "instrument"))
 
 
 def installed(name: str) -> bool:

@@ -6,8 +6,8 @@ accelerate 1.x (``Accelerator.backward``):
 - the step umbrella ``step`` opens as ``CallbackHandler.on_step_begin`` starts (before the job's callbacks run)
   and closes once ``on_step_end``'s callbacks have run, numbered ``state.global_step + 1`` (the optimizer step
   it makes; ``global_step`` is raised just before ``on_step_end``);
-- ``optimizer_step`` runs from ``on_pre_optimizer_step`` to ``on_optimizer_step`` (the ``optimizer.step()``
-  between them);
+- ``optimizer_step`` runs from right after the ``on_pre_optimizer_step`` callbacks to right after the
+  ``on_optimizer_step`` ones (the ``optimizer.step()`` between them), lens_rl's clock read beside theirs;
 - ``compute_loss`` (``Trainer.compute_loss``, the forward and the loss), ``backward`` (``Accelerator.backward``);
 - outside the step: ``data_loading`` (``get_batch_samples``, the batches of the next step), ``logging``
   (``Trainer.log``), ``checkpoint`` (``_save_checkpoint``), ``evaluation`` (``Trainer.evaluate``).
@@ -16,6 +16,7 @@ accelerate 1.x (``Accelerator.backward``):
 from __future__ import annotations
 
 import contextvars
+import time
 from typing import Any
 
 from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, call_in_phase, close_phase, open_phase
@@ -48,21 +49,26 @@ def _step_end(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         STEPS.end()
 
 
+# The job's callbacks run first and lens_rl's clock is read right after they return: the phase's own
+# bookkeeping falls after both clocks, so a callback's clock and lens_rl's measure the optimizer step alike.
 def _pre_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = original(*args, **kwargs)
-    _close_optimizer()
-    _OPTIMIZER.append(open_phase("optimizer_step"))
+    start_ns = time.time_ns()
+    _close_optimizer(start_ns)
+    _OPTIMIZER.append(open_phase("optimizer_step", start_ns=start_ns))
     return result
 
 
 def _post_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    _close_optimizer()
-    return original(*args, **kwargs)
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _close_optimizer(time.time_ns())
 
 
-def _close_optimizer() -> None:
+def _close_optimizer(end_ns: int | None = None) -> None:
     while _OPTIMIZER:
-        close_phase(_OPTIMIZER.pop())
+        close_phase(_OPTIMIZER.pop(), end_ns=end_ns)
 
 
 _LOSS_PHASE = call_in_phase("compute_loss")

@@ -18,11 +18,13 @@ TRL's ``name`` is kept as ``rl.trl_block``. The step comes from ``transformers``
 from __future__ import annotations
 
 import contextvars
+import time
 from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl.frameworks import transformers as _transformers
 from lens_rl.frameworks._base import Framework, OpenPhases, Weaver
+from lens_rl.frameworks._phases import phase_for
 
 __all__ = ["FRAMEWORK", "phase_of"]
 
@@ -47,10 +49,15 @@ def phase_of(block: str) -> tuple[str, dict[str, Any]]:
 
 
 def _enter(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # TRL's clock starts first and lens_rl's is read right after it returns (the phase made ready before, its
+    # opening after both clocks), so both measure the block alike.
     context = args[0]
+    name = ""
+    attributes: dict[str, Any] = {}
     try:
         block = str(context.name)
         name, attributes = phase_of(block)
+        phase_for(name, **attributes)
         tokens = _TOKENS.setdefault(id(context), [])
         if block.endswith(".compute_loss"):
             tokens.append((_transformers.IN_LOSS, _transformers.IN_LOSS.set(True)))
@@ -58,27 +65,33 @@ def _enter(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             tokens.append((_ROLE, _ROLE.set("reward")))
         else:
             tokens.append(None)
-        _OPEN.start(id(context), name, **attributes)
     except Exception as exc:
         internal_error(exc, "framework-trl")
-    return original(*args, **kwargs)
+    result = original(*args, **kwargs)
+    if name:
+        _OPEN.start(id(context), name, start_ns=time.time_ns(), **attributes)
+    return result
 
 
 def _exit(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # TRL's clock stops first (in its __exit__), lens_rl's right after.
     context = args[0]
     try:
-        exc = args[2] if len(args) > 2 else kwargs.get("exc_val")
-        _OPEN.stop(id(context), exc if isinstance(exc, BaseException) else None)
-        tokens = _TOKENS.get(id(context))
-        if tokens:
-            entry = tokens.pop()
-            if not tokens:
-                _TOKENS.pop(id(context), None)
-            if entry is not None:
-                entry[0].reset(entry[1])
-    except Exception as err:
-        internal_error(err, "framework-trl")
-    return original(*args, **kwargs)
+        return original(*args, **kwargs)
+    finally:
+        end_ns = time.time_ns()
+        try:
+            exc = args[2] if len(args) > 2 else kwargs.get("exc_val")
+            _OPEN.stop(id(context), exc if isinstance(exc, BaseException) else None, end_ns=end_ns)
+            tokens = _TOKENS.get(id(context))
+            if tokens:
+                entry = tokens.pop()
+                if not tokens:
+                    _TOKENS.pop(id(context), None)
+                if entry is not None:
+                    entry[0].reset(entry[1])
+        except Exception as err:
+            internal_error(err, "framework-trl")
 
 
 def _weave_profiling(module: Any, weaver: Weaver) -> None:

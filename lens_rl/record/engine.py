@@ -104,8 +104,11 @@ def resolve_bucket(spec: Any, carried_bucket: str | None = None) -> Bucket | Non
 _BUCKETS = {b.value: b for b in Bucket}
 
 
-def open_node(spec: Any) -> Node | None:
-    """Open ``spec``'s span and make it current; None when telemetry turns out to be off. Never raises."""
+def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
+    """Open ``spec``'s span and make it current; None when telemetry turns out to be off. Never raises.
+
+    ``start_ns`` (``time.time_ns``): when it began, if read before this call (a woven framework timer reads
+    it right beside the framework's own clock)."""
     try:
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
@@ -121,7 +124,8 @@ def open_node(spec: Any) -> Node | None:
         outer = None
         if parent_node is not None:
             outer = parent_node if parent_node.bucket is not None else parent_node.outer
-        start_ns = time.time_ns()
+        if start_ns is None:
+            start_ns = time.time_ns()
         fast = handle.fast
         if fast is not None:  # the common case: no SDK span on the phase's thread
             # spans of one phase object, bucket and step start with equal names and attributes: exporters
@@ -148,9 +152,11 @@ def open_node(spec: Any) -> Node | None:
         return None
 
 
-def close_node(node: Node, exc: BaseException | None) -> None:
-    """Close ``node``: restore the context, record the exception, end the span, credit its time. Never raises."""
-    end_ns = time.time_ns()
+def close_node(node: Node, exc: BaseException | None, end_ns: int | None = None) -> None:
+    """Close ``node``: restore the context, record the exception, end the span, credit its time. Never raises.
+    ``end_ns``: when it ended, if read before this call."""
+    if end_ns is None:
+        end_ns = time.time_ns()
     if node.otel_token is not None:
         try:
             runtime_context().detach(node.otel_token)

@@ -176,3 +176,22 @@ def test_version_ranges() -> None:
     assert _base.in_range("1.16.0", ">=1.16,<2") and _base.in_range("1.16", ">=1.16.0")
     assert not _base.in_range("2.0.0rc1", ">=1.16,<2") and not _base.in_range("0.9.1", ">0.9.1")
     assert _base.in_range("0.9.1", "==0.9.1")
+
+
+def test_record_interval_writes_a_back_dated_phase_under_the_current_one() -> None:
+    """A timer's record(name, seconds) becomes a phase with those very start and end times, a child of the
+    current phase, bucketed by the default table."""
+    import time
+
+    from lens_rl.frameworks._base import StepUmbrella, record_interval
+
+    steps = StepUmbrella("step")
+    with recording() as rec:
+        steps.begin(7)
+        end = time.time_ns()
+        record_interval("generation", end - 2_000_000, end)
+        steps.end()
+    span, step = rec.find("generation"), rec.find("step")
+    assert span.end_time - span.start_time == 2_000_000 and span.end_time == end
+    assert span.parent.span_id == step.context.span_id and span.attributes["rl.bucket"] == "productive"
+    assert step.attributes["rl.step"] == 7 and span.attributes["rl.step"] == 7

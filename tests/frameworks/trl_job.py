@@ -6,11 +6,18 @@ No lens_rl code unless ``--instrument``: ``on`` starts telemetry (from the envir
 ``off`` weaves TRL with telemetry left off. The job measures itself: each optimizer step's wall and its
 optimizer step from its own callback's clock (``on_step_begin`` -> ``on_step_end``, ``on_pre_optimizer_step``
 -> ``on_optimizer_step``), TRL's profiling figures (what ``ProfilingContext`` would log), and the losses.
+
+Python's cyclic garbage collector is paused during ``train()``: with torch loaded a collection takes from a few
+to tens of milliseconds, and one that falls between lens_rl's clock and the job's (a few microseconds apart,
+measuring the same interval) would be a difference of neither's making. For the same reason the GIL's switch
+interval is 0.2 ms (Python's default, 5 ms, is what a thread that wants the GIL back can wait: on a loaded
+machine, lens_rl's export thread taking its turn between the two clocks).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -103,7 +110,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         make = plain_trainer if args.plain_trainer else trl_grpo.trainer
         trainer = make(args.steps, scratch, [clock])
-        trainer.train()
+        gc.collect()
+        gc.disable()
+        sys.setswitchinterval(0.0002)
+        try:
+            trainer.train()
+        finally:
+            gc.enable()
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     Path(args.out).write_text(
         json.dumps({"steps": clock.steps, "optimizer": clock.optimizer, "profiling": figures, "losses": losses})
