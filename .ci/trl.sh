@@ -23,5 +23,5 @@ fi
 install -e "$ROOT[test]"
 
 cd "$ROOT"
-"$PY" -m pytest tests/frameworks -q -p no:cacheprovider -m 'slow or not slow' "$@"
+"$PY" -m pytest tests/frameworks -q -p no:cacheprovider "$@"
 echo ".ci/trl.sh: passed in $(( $(date +%s) - start )) s"
