@@ -53,8 +53,9 @@ install 'pytest>=8' 'pytest-timeout>=2.3'
 cd "$ROOT"
 "$PY" -c 'import verl, verl.trainer.ppo.ray_trainer; print("veRL", verl.__version__)'
 "$PY" -m pytest tests/frameworks/test_verl.py -q -p no:cacheprovider -m 'slow or not slow' "$@"
-# veRL's Ray still starts with lens_rl installed beside it (a local cluster, then stopped)
-"$PY" - <<'EOF'
+# veRL's Ray still starts with lens_rl installed beside it (a local cluster, then stopped). With lens_rl's exact
+# OpenTelemetry pins it does not: the downgraded SDK lacks what Ray's Prometheus exporter imports.
+timeout 300 "$PY" - <<'EOF'
 import ray
 
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)

@@ -79,9 +79,9 @@ def _check(job: dict[str, Any]) -> None:
     assert report["unbucketed_phases"] == []
     buckets = {row["phase"]: row["bucket"] for row in report["phases"]}
     assert buckets["gen"] == "productive" and buckets["update_weights"] == "overhead"
-    for row in report["steps"]:
+    for row in report["steps"]:  # (the JSON's seconds are rounded)
         assert row["seconds"]["productive"] > 0
-        assert row["goodput"] == pytest.approx(row["seconds"]["productive"] / row["wall_s"], rel=1e-6)
+        assert row["goodput"] == pytest.approx(row["seconds"]["productive"] / row["wall_s"], abs=1e-4)
     # each phase of a step is a child of that step's umbrella, carrying its number
     by_id = {row.s: row for row in spans}
     gen = [row for row in spans if row.n == "gen"]
