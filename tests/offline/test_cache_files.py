@@ -107,14 +107,31 @@ def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
     grow_store(run, 0, 3)
     folder = cache_folder(run)
     first = store_fingerprint(span_files(run), ("options",))
-    save_report(folder, first, {"schema": "lens_rl.goodput/1", "goodput": 0.5, "steps": [1, 2]})
-    assert load_report(folder, first) == {"schema": "lens_rl.goodput/1", "goodput": 0.5, "steps": [1, 2]}
+    report = analyze(span_files(run), jobs=1)
+    save_report(folder, first, report)
+    assert load_report(folder, first) == report
     assert store_fingerprint(span_files(run), ("other options",)) != first
     grow_store(run, 3, 4)
     second = store_fingerprint(span_files(run), ("options",))
     assert second != first and load_report(folder, second) is None
     save_report(folder, second, {"schema": "lens_rl.goodput/1"})
     assert [p.name for p in Path(folder).glob("report-*.json")] == [f"report-{second}.json"]
+
+
+def test_a_kept_report_of_another_shape_is_not_trusted(tmp_path: Path) -> None:
+    """A kept report that is not one this lens_rl writes (a key missing, a row of the wrong type, another
+    schema: planted, or another version's) is no answer: the store is read again, and the table prints."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 3)
+    folder = cache_folder(run)
+    fingerprint = store_fingerprint(span_files(run), ("options",))
+    report = analyze(span_files(run), jobs=1)
+    wrong_row = {**report, "steps": [{"step": 1, "seconds": "lots"}]}
+    for planted in ({"schema": "lens_rl.goodput/1", "goodput": 0.5}, wrong_row, {**report, "schema": "x/9"}):
+        save_report(folder, fingerprint, planted)
+        assert load_report(folder, fingerprint) is None
+    save_report(folder, fingerprint, report)
+    assert load_report(folder, fingerprint) == report
 
 
 def test_writes_where_nothing_can_be_written_fail_quietly(tmp_path: Path) -> None:

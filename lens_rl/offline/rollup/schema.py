@@ -9,6 +9,9 @@ bucket (:data:`BUCKETS`, in the report's order) to its seconds.
 
 from __future__ import annotations
 
+import functools
+import types
+import typing
 from typing import Any, TypedDict
 
 from lens_rl.offline.read.parts import BUCKETS
@@ -37,6 +40,7 @@ __all__ = [
     "UnbucketedRow",
     "WarningRow",
     "WastedReasons",
+    "mismatches",
 ]
 
 #: a step: ``rl.step`` as recorded (an int; a string where a framework says so)
@@ -277,3 +281,64 @@ class GoodputReport(TypedDict):
     spans: int
     files: int | None
     skipped_lines: int
+
+
+def mismatches(value: Any, hint: Any = GoodputReport, where: str = "report", most: int = 5) -> list[str]:
+    """Where ``value`` is not the report its types describe (at most ``most`` places): a key its TypedDict
+    does not name or a required one missing, a container of the wrong kind, a scalar of the wrong type (an int
+    is a float; ``Any`` is anything). How a report read back from somewhere untrusted (the refresh cache) is
+    checked before any reader relies on its shape."""
+    out: list[str] = []
+    _walk(value, hint, where, out, most)
+    return out
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+def _walk(value: Any, hint: Any, where: str, out: list[str], most: int) -> None:
+    if len(out) >= most or hint is Any:
+        return
+    if typing.is_typeddict(hint):
+        if type(value) is not dict:
+            out.append(f"{where}: {type(value).__name__}, not an object")
+            return
+        hints = _hints(hint)
+        out.extend(f"{where}.{k}: not in {hint.__name__}" for k in sorted(set(value) - set(hints), key=str))
+        out.extend(f"{where}.{k}: missing" for k in sorted(hint.__required_keys__ - set(value)))
+        del out[most:]
+        for key in set(value) & set(hints):
+            _walk(value[key], hints[key], f"{where}.{key}", out, most)
+        return
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return
+        kinds = [a for a in args if a is not type(None)]
+        if len(kinds) == 1:
+            _walk(value, kinds[0], where, out, most)
+        return
+    if origin is list:
+        if type(value) is not list:
+            out.append(f"{where}: {type(value).__name__}, not a list")
+            return
+        for i, item in enumerate(value):
+            _walk(item, args[0] if args else Any, f"{where}[{i}]", out, most)
+            if len(out) >= most:
+                return
+        return
+    if origin is dict:
+        if type(value) is not dict:
+            out.append(f"{where}: {type(value).__name__}, not an object")
+            return
+        for key, item in value.items():
+            _walk(item, args[1] if len(args) == 2 else Any, f"{where}.{key}", out, most)
+        return
+    scalar = _SCALARS.get(hint)
+    if scalar is not None and type(value) not in scalar:
+        out.append(f"{where}: {type(value).__name__}, not {hint.__name__}")
+
+
+@functools.cache
+def _hints(typed_dict: Any) -> dict[str, Any]:
+    return typing.get_type_hints(typed_dict)

@@ -25,6 +25,8 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.critical import Memo
+from lens_rl.offline.rollup.goodput import SCHEMA
+from lens_rl.offline.rollup.schema import mismatches
 from lens_rl.store import CacheRead, Process, ReadStats, loads, open_file
 
 __all__ = [
@@ -295,7 +297,9 @@ def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
         report = loads(data)
     except (OSError, ValueError, RecursionError):
         return None
-    return report if type(report) is dict and report.get("schema") else None
+    if type(report) is not dict or report.get("schema") != SCHEMA or mismatches(report, most=1):
+        return None  # not a report of this version's shape (planted, or another lens_rl's): read it again
+    return report
 
 
 def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> None:
