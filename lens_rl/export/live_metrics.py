@@ -51,14 +51,20 @@ class TrackingMetricExporter(MetricExporter):
         self.exports = 0
         self.failures = 0
         self.last_ok = True
+        #: set when :meth:`shutdown` begins
+        self.closed = False
         #: Metric export errors are muted during an outage, like span export errors.
         self.outage = Outage("metric", inner)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        why = "exporter returned FAILURE"
         try:
             ok = self.inner.export(metrics_data, timeout_millis=timeout_millis) is MetricExportResult.SUCCESS
+        except OSError as exc:  # the collector unreachable, raised (OpenTelemetry < 1.35's HTTP exporter does)
+            why, ok = f"{type(exc).__name__} raised", False
         except Exception as exc:  # an exporter bug: counted as a failed export, never raised
-            internal_error(exc, "metric-export")
+            if not self.closed:  # (a last export racing the exporter's own shutdown may raise: no bug)
+                internal_error(exc, "metric-export")
             ok = False
         self.exports += 1
         self.failures += 0 if ok else 1
@@ -66,13 +72,14 @@ class TrackingMetricExporter(MetricExporter):
         if ok:
             self.outage.recovered()
         else:
-            self.outage.failed("exporter returned FAILURE", "; metrics are sent again at the next interval")
+            self.outage.failed(why, "; metrics are sent again at the next interval")
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self.inner.force_flush(timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.closed = True
         self.outage.close()
         self.inner.shutdown(timeout_millis=timeout_millis)
 

@@ -344,8 +344,11 @@ class SpanPipeline(SpanProcessor):
         try:
             ok = exporter.export(batch) is SpanExportResult.SUCCESS
             error = None if ok else "exporter returned FAILURE"
+        except OSError as exc:  # the collector unreachable, raised (older exporters do): a failed export
+            ok, error = False, f"{type(exc).__name__} raised"
         except Exception as exc:  # an exporter bug must not kill the thread
-            internal_error(exc, "span-export")
+            if not self._stop.is_set():  # (after a bounded close gave up, a closed exporter may raise: no bug)
+                internal_error(exc, "span-export")
             ok, error = False, f"{type(exc).__name__}: {exc}"
         status = getattr(exporter, "_lens_status", None) if tracks else None
         if not ok and isinstance(status, int):

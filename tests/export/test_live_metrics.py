@@ -61,3 +61,32 @@ def test_drops_past_the_bound_are_reported_as_a_metric(receiver: OTLPReceiver) -
         for dp in m.sum.data_points
     ]
     assert max(dropped) == handle.stats()["dropped"] > 0
+
+
+def test_an_exporter_that_raises_on_a_refused_connection_is_a_failed_export_not_a_fault() -> None:
+    """An exporter that raises when the collector is unreachable (OpenTelemetry 1.33's HTTP metric exporter
+    does) is a failed export in an outage, not telemetry's own fault; so is one that raises after shutdown."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    from lens_rl import _errors
+    from lens_rl.export.live_metrics import TrackingMetricExporter
+
+    class Raising(MetricExporter):
+        error: Exception = ConnectionRefusedError(111, "Connection refused")
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+            raise self.error
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            self.error = ValueError("Cannot invoke RPC on closed channel!")
+
+    faults = dict(_errors.FAULTS)
+    tracker = TrackingMetricExporter(Raising())
+    assert tracker.export(None) is MetricExportResult.FAILURE  # type: ignore[arg-type]
+    assert (tracker.failures, tracker.last_ok, dict(_errors.FAULTS)) == (1, False, faults)
+    tracker.shutdown()
+    assert tracker.export(None) is MetricExportResult.FAILURE  # type: ignore[arg-type]
+    assert dict(_errors.FAULTS) == faults
