@@ -62,9 +62,6 @@ NOT_YET = {
     ("offline.show.perfetto.proto", "store"),
     ("offline.show.perfetto.render", "offline.read.tree"),
     ("offline.show.perfetto.render", "store"),
-    ("offline.show.report.data", "offline.read.parts"),
-    ("offline.show.report.data", "offline.read.tree"),
-    ("offline.show.report.data", "store"),
 }
 
 
