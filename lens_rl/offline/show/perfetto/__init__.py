@@ -33,36 +33,17 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lens_rl.offline.run.perfetto import Options, head_file, locate_file, options, scan_file
 from lens_rl.offline.show.perfetto.flows import Flows
-from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, Options, Scan, head_file, scan_file
+from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
 from lens_rl.offline.show.perfetto.proto import proto_module
-from lens_rl.offline.show.perfetto.render import locate_file, render_file
-from lens_rl.store import Process
+from lens_rl.offline.show.perfetto.render import render_file
 
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
-
-
-def _options(
-    scans: Iterable[Scan],
-    fmt: str,
-    steps: tuple[int, int] | None,
-    group: str | None,
-    paths: Sequence[Path],
-    callers: frozenset[str],
-) -> Options:
-    keys: set[Process] = set()
-    origins = []
-    for scan in scans:
-        keys |= scan.keys
-        if scan.origin is not None:
-            origins.append(scan.origin)
-    processes = {key: i + 1 for i, key in enumerate(sorted(keys, key=lambda k: (not k.driver, k)))}
-    numbers = {str(path): i + 1 for i, path in enumerate(paths)}
-    return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers, callers=callers)
 
 
 #: Output extensions and the format each writes.
@@ -122,11 +103,11 @@ def write_trace(
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
             scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, _options(scans, fmt, steps, group, paths, callers), parallel)
+        spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
             scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, _options(scans, fmt, steps, group, paths, callers), parallel)
+            spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
     return spans
 
 
