@@ -18,9 +18,11 @@ process is a span whose line marks its parent as remote (``"pr"``). Its caller e
 joined in the parent from the callers' locations: every span of the driver's file (its
 header says it is the driver's) and every client or producer span; a call whose caller is
 none of those (a worker calling another) is located by one more pass over the other
-files, for those spans only. The modules: :mod:`.places` (what every file shares),
-:mod:`.render` (a file's events), :mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf,
-built with the ``perfetto`` package's trace protos), :mod:`.flows` (calls as arrows).
+files, for those spans only. The passes over the files (the first looks, a file's rows and
+its window, where each row goes) are :mod:`lens_rl.offline.run.perfetto`'s; here
+:mod:`.places` (what every file's drawing shares), :mod:`.render` (a file's events),
+:mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf, built with the ``perfetto``
+package's trace protos), :mod:`.flows` (calls as arrows).
 
 Example::
 

@@ -66,29 +66,14 @@ def _plotly() -> Any:
     return require("plotly.graph_objects", "report", "lens-rl report")
 
 
-def build_report(
-    paths: Sequence[Path],
-    *,
-    steps: tuple[int, int] | None = None,
-    warmup_steps: int = 1,
-    jobs: int | None = None,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    cache: str | None = None,
-) -> str:
-    """The HTML page for these span files (see the module docstring)."""
+def build_report(paths: Sequence[Path], **options: Any) -> str:
+    """The HTML page for these span files (see the module docstring); ``options`` are
+    :func:`~lens_rl.offline.run.timeline.page_data`'s (``steps``, ``warmup_steps``, ``jobs``, ``use_ray``,
+    ``ray_address``, ``cache``)."""
     go = _plotly()
     from plotly.offline import get_plotlyjs
 
-    data = page_data(
-        paths,
-        steps=steps,
-        warmup_steps=warmup_steps,
-        jobs=jobs,
-        use_ray=use_ray,
-        ray_address=ray_address,
-        cache=cache,
-    )
+    data = page_data(paths, **options)
     report = data.report
     drawn: list[tuple[str, Any] | None] = [
         attempts_figure(go, report, data.parts),
