@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lens_rl.offline.show.replay import replay, row_to_span
+from lens_rl.offline.run.replay import row_to_span
+from lens_rl.offline.show.replay import replay
 from lens_rl.store import iter_rows, span_files
 from lens_rl.testing import OTLPReceiver
 from tests.stores import at_ns, span, write_process

@@ -18,9 +18,9 @@ from lens_rl.offline.read.reduce import link
 from lens_rl.offline.read.reduce import resolve as reduce_resolve
 from lens_rl.offline.read.tree import depths, parent_rows, resolve, steps_of_rows
 from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.run.timeline import window_file
 from lens_rl.offline.show.perfetto import write_trace
 from lens_rl.offline.show.report import build_report
-from lens_rl.offline.show.report.data import window_file
 from lens_rl.store import iter_rows, span_files
 from tests.stores import span, span_id, write_process
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lens_rl.offline.run.live import heartbeats
 from lens_rl.offline.show.formats import age as _secs
-from lens_rl.store import read_live
 
 __all__ = ["CLOCK_AHEAD_S", "MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "malformed", "run_status"]
 
@@ -234,7 +234,7 @@ def _order(row: Mapping[str, Any]) -> tuple[Any, ...]:
 def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]:
     """The run's status from its heartbeat files (see the module docstring), as the ``--json`` output."""
     now_ns = time.time_ns() if now_ns is None else now_ns
-    beats, notes = read_live(run_dir)
+    beats, notes = heartbeats(run_dir)
     rows = []
     for beat in beats:
         why = malformed(beat)

@@ -39,10 +39,8 @@ def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
 
 def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
     """One frame, and whether the run is ok (no process stale or hung: what ``status`` exits 0 on)."""
-    from lens_rl.offline.run.analyze import analyze
-    from lens_rl.offline.run.cache import cache_folder
+    from lens_rl.offline.run.live import goodput_now, has_heartbeats
     from lens_rl.offline.show.status import run_status
-    from lens_rl.store import span_files
 
     _need_rich()
     from rich import box
@@ -51,10 +49,8 @@ def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
     from rich.text import Text
 
     parts: list[Any] = []
-    notes: list[str] = []
-    paths = span_files(run_dir, notes)
-    report = analyze(paths, jobs=jobs, cache=cache_folder(run_dir)) if paths else None
-    status = run_status(run_dir) if any(run_dir.glob("live-*.json")) else None
+    report, notes = goodput_now(run_dir, jobs)
+    status = run_status(run_dir) if has_heartbeats(run_dir) else None
     title = Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")
     parts.append(title)
     if report is not None:

@@ -18,9 +18,11 @@ process is a span whose line marks its parent as remote (``"pr"``). Its caller e
 joined in the parent from the callers' locations: every span of the driver's file (its
 header says it is the driver's) and every client or producer span; a call whose caller is
 none of those (a worker calling another) is located by one more pass over the other
-files, for those spans only. The modules: :mod:`.places` (what every file shares),
-:mod:`.render` (a file's events), :mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf,
-built with the ``perfetto`` package's trace protos), :mod:`.flows` (calls as arrows).
+files, for those spans only. The passes over the files (the first looks, a file's rows and
+its window, where each row goes) are :mod:`lens_rl.offline.run.perfetto`'s; here
+:mod:`.places` (what every file's drawing shares), :mod:`.render` (a file's events),
+:mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf, built with the ``perfetto``
+package's trace protos), :mod:`.flows` (calls as arrows).
 
 Example::
 
@@ -33,36 +35,17 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lens_rl.offline.run.perfetto import Options, head_file, locate_file, options, scan_file
 from lens_rl.offline.show.perfetto.flows import Flows
-from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, Options, Scan, head_file, scan_file
+from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
 from lens_rl.offline.show.perfetto.proto import proto_module
-from lens_rl.offline.show.perfetto.render import locate_file, render_file
-from lens_rl.store import Process
+from lens_rl.offline.show.perfetto.render import render_file
 
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
-
-
-def _options(
-    scans: Iterable[Scan],
-    fmt: str,
-    steps: tuple[int, int] | None,
-    group: str | None,
-    paths: Sequence[Path],
-    callers: frozenset[str],
-) -> Options:
-    keys: set[Process] = set()
-    origins = []
-    for scan in scans:
-        keys |= scan.keys
-        if scan.origin is not None:
-            origins.append(scan.origin)
-    processes = {key: i + 1 for i, key in enumerate(sorted(keys, key=lambda k: (not k.driver, k)))}
-    numbers = {str(path): i + 1 for i, path in enumerate(paths)}
-    return Options(fmt, processes, min(origins, default=0), steps, group, numbers=numbers, callers=callers)
 
 
 #: Output extensions and the format each writes.
@@ -122,11 +105,11 @@ def write_trace(
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
             scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, _options(scans, fmt, steps, group, paths, callers), parallel)
+        spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
             scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, _options(scans, fmt, steps, group, paths, callers), parallel)
+            spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
     return spans
 
 

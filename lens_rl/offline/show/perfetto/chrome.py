@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, SLICE, Places, Rows, category, dumps, process_name
+from lens_rl.offline.run.perfetto import Places, Rows
+from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, SLICE, category, dumps, process_name
 
 __all__ = ["event_lines", "json_events"]
 

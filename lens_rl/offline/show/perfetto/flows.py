@@ -13,7 +13,8 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from lens_rl.offline.show.perfetto.places import SLICE, Calls, Chunk
+from lens_rl.offline.run.perfetto import Calls, Chunk
+from lens_rl.offline.show.perfetto.places import SLICE
 from lens_rl.offline.show.perfetto.proto import Slot, proto_module, template, uuid_of
 
 __all__ = ["Flows"]

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lens_rl._errors import require
-from lens_rl.offline.show.perfetto.places import NO_ATTRS, SLICE, Places, Rows, category, dumps, process_name
-from lens_rl.store import INT64_END
+from lens_rl.offline.run.perfetto import INT64_END, Places, Rows
+from lens_rl.offline.show.perfetto.places import NO_ATTRS, SLICE, category, dumps, process_name
 
 __all__ = ["Slot", "proto_events", "proto_module", "template", "uuid_of"]
 

@@ -27,17 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._errors import require
-from lens_rl.offline.run.analyze import analyze_parts, rolled_up
 from lens_rl.offline.run.kept import kept_page
-from lens_rl.offline.show.report.data import (
+from lens_rl.offline.run.timeline import (
     MAX_COLUMNS,
     MAX_RANKS,
     MAX_TIMELINE_SPANS,
     WORST_RANKS,
-    identity,
+    page_data,
     shown_ranks,
     step_window,
-    window_file,
 )
 from lens_rl.offline.show.report.figures import (
     HEAT_LIMIT,
@@ -68,60 +66,32 @@ def _plotly() -> Any:
     return require("plotly.graph_objects", "report", "lens-rl report")
 
 
-def build_report(
-    paths: Sequence[Path],
-    *,
-    steps: tuple[int, int] | None = None,
-    warmup_steps: int = 1,
-    jobs: int | None = None,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    cache: str | None = None,
-) -> str:
-    """The HTML page for these span files (see the module docstring)."""
+def build_report(paths: Sequence[Path], **options: Any) -> str:
+    """The HTML page for these span files (see the module docstring); ``options`` are
+    :func:`~lens_rl.offline.run.timeline.page_data`'s (``steps``, ``warmup_steps``, ``jobs``, ``use_ray``,
+    ``ray_address``, ``cache``)."""
     go = _plotly()
     from plotly.offline import get_plotlyjs
 
-    from lens_rl.offline.run.parallel import map_files
-
-    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
-    report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
-    if not report["spans"]:  # (no page at all: an empty one would read as a run that did nothing)
-        raise ValueError(
-            f"no readable lens_rl spans ({report['files']} files, {report['skipped_lines']} bad lines); no page written"
-        )
-    window = step_window(report, steps)
-    shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in shown_ranks(report["ranks"]))
-    timeline: list[dict[str, Any]] = []
-    for chunk in map_files(
-        window_file,
-        paths,
-        window,
-        MAX_TIMELINE_SPANS,
-        shown,
-        jobs=jobs,
-        use_ray=use_ray,
-        ray_address=ray_address,
-        desc="report",
-    ):
-        timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
+    data = page_data(paths, **options)
+    report = data.report
     drawn: list[tuple[str, Any] | None] = [
-        attempts_figure(go, report, parts),
+        attempts_figure(go, report, data.parts),
         *step_figures(go, report),
         critical_figure(go, report),
         requests_figure(go, report),
-        rank_figure(go, report),
-        *heat_figures(go, parts),
+        rank_figure(go, report, data.ranks),
+        *heat_figures(go, data.heat),
     ]
     figures = [figure for figure in drawn if figure is not None]  # (a single attempt, no driver steps)
-    if timeline:
-        figures.append(timeline_figure(go, timeline, window))
+    if data.timeline:
+        figures.append(timeline_figure(go, data.timeline, data.window))
     config = {"displaylogo": False, "responsive": True}
     charts = "\n".join(
         f'<section id="{name}">{fig.to_html(full_html=False, include_plotlyjs=False, config=config)}</section>'
         for name, fig in figures
     )
-    return page(report, identity(paths), charts, get_plotlyjs())
+    return page(report, data.identity, charts, get_plotlyjs())
 
 
 def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **options: Any) -> int:

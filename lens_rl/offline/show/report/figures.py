@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
-from lens_rl.offline.show.report.data import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks
+from lens_rl.offline.run.timeline import MAX_COLUMNS, MAX_RANKS, WORST_RANKS
 
 __all__ = [
     "COLORS",
@@ -62,14 +62,15 @@ def step_figures(go: Any, report: GoodputReport) -> list[tuple[str, Any]]:
     return [("goodput-per-step", fig), ("bucket-seconds-per-step", bars)]
 
 
-def rank_figure(go: Any, report: GoodputReport) -> tuple[str, Any]:
-    """Resource-seconds per rank; a group above MAX_RANKS ranks as its mean, then its worst ranks."""
+def rank_figure(go: Any, report: GoodputReport, shown: Sequence[Mapping[str, Any]]) -> tuple[str, Any]:
+    """Resource-seconds per rank (the rank rows ``shown``); a group above MAX_RANKS ranks as its mean, then
+    its worst ranks."""
     rows: list[tuple[str, Mapping[str, float]]] = []
     for group in report["worker_groups"]:
         if group["processes"] > MAX_RANKS:
             mean = {b: group["seconds"][b] / group["processes"] for b in BUCKETS}
             rows.append((f"{group['worker_group']}: mean of {group['processes']} ranks", mean))
-    for r in shown_ranks(report["ranks"]):
+    for r in shown:
         rows.append((f"{r['worker_group']} {r['rank']}", r["seconds"]))
     labels = [label for label, _ in rows]
     fig = go.Figure(
@@ -87,9 +88,10 @@ def rank_figure(go: Any, report: GoodputReport) -> tuple[str, Any]:
     return "seconds-per-rank", fig
 
 
-def heat_figures(go: Any, parts: Sequence[Any]) -> list[tuple[str, Any]]:
+def heat_figures(go: Any, heat: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """One heatmap per worker group of ``heat`` (:func:`~lens_rl.offline.rollup.page.heatmap`'s)."""
     figures = []
-    for group, data in heatmap(parts).items():
+    for group, data in heat.items():
         lo, hi = -HEAT_LIMIT, HEAT_LIMIT
         fig = go.Figure(
             go.Heatmap(

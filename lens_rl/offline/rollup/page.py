@@ -1,33 +1,24 @@
-"""What the report's page draws, read from the span files: the timeline's window and its spans, the
-straggler heatmap, the ranks shown, the run's identity from the headers."""
+"""What the report's page draws beside the report, pure: the timeline's window of steps, the straggler
+heatmap (rank x step of compute time over the group's median), the rank rows shown.
+
+Example::
+
+    window = step_window(report, None)        # the slowest step and its neighbours
+    heat = heatmap(parts)                     # per worker group: ranks, step labels, z
+"""
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.read.parts import median, step_key
-from lens_rl.offline.read.tree import depths, rows_tree
 from lens_rl.offline.rollup.schema import GoodputReport
-from lens_rl.store import iter_rows, read_head, time_ns
 
-__all__ = [
-    "MAX_COLUMNS",
-    "MAX_RANKS",
-    "MAX_TIMELINE_SPANS",
-    "WORST_RANKS",
-    "heatmap",
-    "identity",
-    "shown_ranks",
-    "step_window",
-    "window_file",
-]
+__all__ = ["MAX_COLUMNS", "MAX_RANKS", "WORST_RANKS", "heatmap", "shown_ranks", "step_window"]
 
 MAX_COLUMNS = 200
-MAX_TIMELINE_SPANS = 20_000
 #: Above this many ranks in a group, the rank charts show the group's mean and its WORST_RANKS worst ranks.
 MAX_RANKS = 32
 WORST_RANKS = 16
@@ -48,52 +39,6 @@ def step_window(report: GoodputReport, steps: tuple[int, int] | None) -> tuple[i
         return None
     step = slowest[0]["step"]
     return max(step - 1, known[0]), min(step + 1, known[1])
-
-
-def window_file(
-    path: str | os.PathLike[str],
-    window: tuple[int, int] | None,
-    limit: int,
-    shown: frozenset[tuple[str, int, int]] | None,
-) -> list[dict[str, Any]]:
-    """The spans of one file inside the step window (each span's step by the tree rule, as every command
-    decides it: :mod:`lens_rl.offline.read.tree`), of the processes ``shown`` ((group, rank, pid); None:
-    every one)."""
-    rows = list(iter_rows(path))
-    parents, steps, _cycles = rows_tree([row for _, row in rows])
-    out: list[dict[str, Any]] = []
-    kept: list[int] = []  # (each drawn span's row)
-    for n, (head, row) in enumerate(rows):
-        key = head.process
-        if shown is not None and (key.group, key.rank, key.pid) not in shown:
-            continue
-        if window is not None:
-            step = steps[n]
-            if type(step) is not int or not window[0] <= step <= window[1]:
-                continue
-        attrs = row.a or {}
-        out.append(
-            {
-                "process": f"{key.group} rank {key.rank} (pid {key.pid})",
-                "group": key.group,
-                "name": str(row.n),
-                "start": time_ns(row.b),
-                "end": time_ns(row.e),
-                "bucket": attrs.get("rl.bucket"),
-                "driver": key.driver,
-                "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
-            }
-        )
-        kept.append(n)
-        if len(out) >= limit:
-            break
-    depth = depths(parents, kept)
-    least: dict[str, int] = {}  # (depth counted from each process's outermost span drawn)
-    for item, n in zip(out, kept, strict=True):
-        least[item["process"]] = min(least.get(item["process"], depth[n]), depth[n])
-    for item, n in zip(out, kept, strict=True):
-        item["depth"] = depth[n] - least[item["process"]]
-    return out
 
 
 def heatmap(parts: Sequence[Any]) -> dict[str, Any]:
@@ -143,24 +88,3 @@ def shown_ranks(ranks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
             rows = sorted(rows, key=lambda r: (-abs((r["goodput"] or 0.0) - mid), r["rank"]))[:WORST_RANKS]
         out.extend(rows)
     return out
-
-
-def identity(paths: Sequence[Path]) -> dict[str, Any]:
-    """Run id, model and algorithm from the driver's header (or any file's), and ranks per group: from the
-    files' headers, never their names."""
-    groups: dict[str, set[int]] = defaultdict(set)
-    first: dict[str, Any] = {}
-    driver = False
-    for path in paths:
-        head, _ = read_head(path)
-        if head is None:
-            continue
-        groups[head.process.group].add(head.process.rank)
-        if not first or (head.process.driver and not driver):
-            first, driver = head.resource, head.process.driver
-    return {
-        "run": first.get("rl.run_id"),
-        "model": first.get("rl.model.name"),
-        "algorithm": first.get("rl.algorithm"),
-        "groups": {g: len(r) for g, r in sorted(groups.items())},
-    }

@@ -1,0 +1,42 @@
+"""The passes ``status`` and ``watch`` make over a run's folder: its heartbeat files, and (for watch) its
+goodput through the refresh cache, so a look costs what is new.
+
+Example::
+
+    beats, notes = heartbeats(run_dir)        # every live-*.json, notes on those not read
+    report, notes = goodput_now(run_dir)      # None when no span file is there yet
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lens_rl.store import read_live, span_files
+
+if TYPE_CHECKING:
+    from lens_rl.offline.rollup.schema import GoodputReport
+
+__all__ = ["goodput_now", "has_heartbeats", "heartbeats"]
+
+
+def heartbeats(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every heartbeat of the run in ``run_dir`` in a stable order (each with its ``path`` and ``mtime_ns``),
+    and a note on each file that is none."""
+    return read_live(run_dir)
+
+
+def has_heartbeats(run_dir: Path) -> bool:
+    """Whether any process of the run has written a heartbeat file."""
+    return any(run_dir.glob("live-*.json"))
+
+
+def goodput_now(run_dir: Path, jobs: int | None = None) -> tuple[GoodputReport | None, list[str]]:
+    """The run's goodput report (None without a span file) read through its refresh cache, and the notes
+    on the files not read."""
+    from lens_rl.offline.run.analyze import analyze
+    from lens_rl.offline.run.cache import cache_folder
+
+    notes: list[str] = []
+    paths = span_files(run_dir, notes)
+    return (analyze(paths, jobs=jobs, cache=cache_folder(run_dir)) if paths else None), notes

@@ -1,0 +1,158 @@
+"""The report page's passes over the files: the timeline (the spans of a window of steps, each span's step
+by the tree rule), the run's identity from the headers; and :func:`page_data`, everything the page draws,
+read once (the goodput parts through the refresh cache, the timeline in one parallel map).
+
+Example::
+
+    data = page_data(paths, steps=(100, 105), cache=cache_folder(run_dir))
+    data.timeline                             # at most MAX_TIMELINE_SPANS spans of steps 100-105
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lens_rl.offline.read.tree import depths, rows_tree
+from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
+from lens_rl.offline.rollup.schema import GoodputReport
+from lens_rl.offline.run.analyze import analyze_parts, rolled_up
+from lens_rl.offline.run.parallel import map_files
+from lens_rl.store import iter_rows, read_head, time_ns
+
+__all__ = [
+    "MAX_COLUMNS",
+    "MAX_RANKS",
+    "MAX_TIMELINE_SPANS",
+    "WORST_RANKS",
+    "PageData",
+    "identity",
+    "page_data",
+    "shown_ranks",
+    "step_window",
+    "window_file",
+]
+
+MAX_TIMELINE_SPANS = 20_000
+
+
+@dataclass
+class PageData:
+    """What the report's page draws: the report, the processes' parts (the attempts figure reads their
+    first times), the timeline's window and spans, the heatmap, the rank rows shown, the run's identity."""
+
+    report: GoodputReport
+    parts: Sequence[Any]
+    window: tuple[int, int] | None
+    timeline: list[dict[str, Any]]
+    heat: dict[str, Any]
+    ranks: list[Mapping[str, Any]]
+    identity: dict[str, Any]
+
+
+def page_data(
+    paths: Sequence[Path],
+    *,
+    steps: tuple[int, int] | None = None,
+    warmup_steps: int = 1,
+    jobs: int | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    cache: str | None = None,
+) -> PageData:
+    """Everything the page of these span files draws. ``ValueError`` when no readable span is there (an
+    empty page would read as a run that did nothing) or ``steps`` selects none of the run's steps."""
+    parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
+    report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
+    if not report["spans"]:
+        raise ValueError(
+            f"no readable lens_rl spans ({report['files']} files, {report['skipped_lines']} bad lines); no page written"
+        )
+    window = step_window(report, steps)
+    ranks = shown_ranks(report["ranks"])
+    shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in ranks)
+    timeline: list[dict[str, Any]] = []
+    for chunk in map_files(
+        window_file,
+        paths,
+        window,
+        MAX_TIMELINE_SPANS,
+        shown,
+        jobs=jobs,
+        use_ray=use_ray,
+        ray_address=ray_address,
+        desc="report",
+    ):
+        timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
+    return PageData(report, parts, window, timeline, heatmap(parts), ranks, identity(paths))
+
+
+def window_file(
+    path: str | os.PathLike[str],
+    window: tuple[int, int] | None,
+    limit: int,
+    shown: frozenset[tuple[str, int, int]] | None,
+) -> list[dict[str, Any]]:
+    """The spans of one file inside the step window (each span's step by the tree rule, as every command
+    decides it: :mod:`lens_rl.offline.read.tree`), of the processes ``shown`` ((group, rank, pid); None:
+    every one)."""
+    rows = list(iter_rows(path))
+    parents, steps, _cycles = rows_tree([row for _, row in rows])
+    out: list[dict[str, Any]] = []
+    kept: list[int] = []  # (each drawn span's row)
+    for n, (head, row) in enumerate(rows):
+        key = head.process
+        if shown is not None and (key.group, key.rank, key.pid) not in shown:
+            continue
+        if window is not None:
+            step = steps[n]
+            if type(step) is not int or not window[0] <= step <= window[1]:
+                continue
+        attrs = row.a or {}
+        out.append(
+            {
+                "process": f"{key.group} rank {key.rank} (pid {key.pid})",
+                "group": key.group,
+                "name": str(row.n),
+                "start": time_ns(row.b),
+                "end": time_ns(row.e),
+                "bucket": attrs.get("rl.bucket"),
+                "driver": key.driver,
+                "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
+            }
+        )
+        kept.append(n)
+        if len(out) >= limit:
+            break
+    depth = depths(parents, kept)
+    least: dict[str, int] = {}  # (depth counted from each process's outermost span drawn)
+    for item, n in zip(out, kept, strict=True):
+        least[item["process"]] = min(least.get(item["process"], depth[n]), depth[n])
+    for item, n in zip(out, kept, strict=True):
+        item["depth"] = depth[n] - least[item["process"]]
+    return out
+
+
+def identity(paths: Sequence[Path]) -> dict[str, Any]:
+    """Run id, model and algorithm from the driver's header (or any file's), and ranks per group: from the
+    files' headers, never their names."""
+    groups: dict[str, set[int]] = defaultdict(set)
+    first: dict[str, Any] = {}
+    driver = False
+    for path in paths:
+        head, _ = read_head(path)
+        if head is None:
+            continue
+        groups[head.process.group].add(head.process.rank)
+        if not first or (head.process.driver and not driver):
+            first, driver = head.resource, head.process.driver
+    return {
+        "run": first.get("rl.run_id"),
+        "model": first.get("rl.model.name"),
+        "algorithm": first.get("rl.algorithm"),
+        "groups": {g: len(r) for g, r in sorted(groups.items())},
+    }
