@@ -118,20 +118,48 @@ def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
     assert [p.name for p in Path(folder).glob("report-*.json")] == [f"report-{second}.json"]
 
 
-def test_a_kept_report_of_another_shape_is_not_trusted(tmp_path: Path) -> None:
-    """A kept report that is not one this lens_rl writes (a key missing, a row of the wrong type, another
-    schema: planted, or another version's) is no answer: the store is read again, and the table prints."""
+def test_a_kept_answer_not_sealed_by_this_user_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept report or page is used only when this user's lens_rl sealed it: one planted under its name
+    (unsealed, sealed with another key, or a FIFO) is no answer, and the store is read again."""
+    from lens_rl.offline.run import cache_files, kept
+
     run = tmp_path / "r"
     grow_store(run, 0, 3)
     folder = cache_folder(run)
     fingerprint = store_fingerprint(span_files(run), ("options",))
     report = analyze(span_files(run), jobs=1)
-    wrong_row = {**report, "steps": [{"step": 1, "seconds": "lots"}]}
-    for planted in ({"schema": "lens_rl.goodput/1", "goodput": 0.5}, wrong_row, {**report, "schema": "x/9"}):
-        save_report(folder, fingerprint, planted)
-        assert load_report(folder, fingerprint) is None
     save_report(folder, fingerprint, report)
     assert load_report(folder, fingerprint) == report
+    target = Path(folder) / f"report-{fingerprint}.json"
+    planted = json.dumps({"schema": "lens_rl.goodput/1", "goodput": 0.5}).encode()
+    for content in (planted, b"0" * 64 + b"\n" + planted, target.read_bytes().replace(b"goodput", b"g00dput")):
+        target.write_bytes(content)
+        assert load_report(folder, fingerprint) is None
+    kept.save_page(folder, fingerprint, "<html>ours</html>")
+    assert kept.load_page(folder, fingerprint) == "<html>ours</html>"
+    page = Path(folder) / f"page-{fingerprint}.html"
+    page.write_bytes(b"<script>theirs()</script>")
+    assert kept.load_page(folder, fingerprint) is None
+    page.unlink()
+    os.mkfifo(page)
+    assert kept.load_page(folder, fingerprint) is None  # a FIFO planted under its name blocks nothing
+    monkeypatch.setattr(cache_files, "_KEY", os.urandom(32))  # another user's key: our answers are not theirs
+    save_report(folder, fingerprint, report)
+    monkeypatch.setattr(cache_files, "_KEY", os.urandom(32))
+    assert load_report(folder, fingerprint) is None
+
+
+def test_without_a_private_key_nothing_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key file that others may read is not a secret: no answer is sealed, so none is kept or used."""
+    from lens_rl.offline.run import cache_files
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    monkeypatch.setattr(cache_files, "_KEY", None)
+    key = tmp_path / "home-cache" / "lens_rl" / "answers.key"
+    assert cache_files.sealed(b"x") is not None and key.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setattr(cache_files, "_KEY", None)
+    key.chmod(0o644)
+    assert cache_files.sealed(b"x") is None and cache_files.unsealed(b"seal\nx") is None
 
 
 def test_writes_where_nothing_can_be_written_fail_quietly(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import math
 import os
@@ -20,13 +21,13 @@ import tempfile
 from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.critical import Memo
 from lens_rl.offline.rollup.goodput import SCHEMA
-from lens_rl.offline.rollup.schema import mismatches
 from lens_rl.store import CacheRead, Process, ReadStats, loads, open_file
 
 __all__ = [
@@ -44,7 +45,9 @@ __all__ = [
     "save_memo",
     "save_sizes",
     "save_report",
+    "sealed",
     "store_fingerprint",
+    "unsealed",
 ]
 
 CACHE_DIR = ".lens_rl-cache"
@@ -274,6 +277,53 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 # ------------------------------------------------------------------------------------------- reports
+#
+# A whole answer kept for an unchanged store (the report, the HTML page) is used as it is, unchecked: so it is
+# sealed with a secret of the user's (HMAC-SHA256), and one that anybody else wrote, planted or copied, reads
+# as none (read cold, and kept again). Cost: a hash of the bytes (~10 ms for a 1 M-span store's report).
+
+_KEY: bytes | None = None
+
+
+def _user_key() -> bytes | None:
+    """The user's secret for sealing kept answers: 32 random bytes made once in the user's cache directory
+    (``$XDG_CACHE_HOME`` or ``~/.cache``, ``lens_rl/answers.key``, mode 600, the user's own); None where it
+    cannot be made or read, or is not private (nothing is kept then)."""
+    global _KEY
+    if _KEY is None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lens_rl"
+        path = base / "answers.key"
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(os.urandom(32))
+            info = os.lstat(path)
+            if S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+                key = _read(path)
+                _KEY = key if len(key) == 32 else None
+        except OSError:
+            return None
+    return _KEY
+
+
+def sealed(data: bytes) -> bytes | None:
+    """``data`` behind its seal (a line of the HMAC's hex digest), or None without a key."""
+    key = _user_key()
+    return None if key is None else hmac.new(key, data, "sha256").hexdigest().encode() + b"\n" + data
+
+
+def unsealed(kept: bytes) -> bytes | None:
+    """The data of a sealed answer whose seal is this user's, else None."""
+    key = _user_key()
+    seal, _, data = kept.partition(b"\n")
+    if key is None or not hmac.compare_digest(seal, hmac.new(key, data, "sha256").hexdigest().encode()):
+        return None
+    return data
 
 
 def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> str:
@@ -291,21 +341,21 @@ def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> 
 
 
 def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
-    """The report kept for this very store (JSON: nothing in it is trusted to run), or None."""
+    """The report kept for this very store, if this user's lens_rl kept it (its signature checks), or None."""
     try:
-        data = _read(Path(folder) / f"report-{fingerprint}.json")
-        report = loads(data)
+        data = unsealed(_read(Path(folder) / f"report-{fingerprint}.json"))
+        report = None if data is None else loads(data)
     except (OSError, ValueError, RecursionError):
         return None
-    if type(report) is not dict or report.get("schema") != SCHEMA or mismatches(report, most=1):
-        return None  # not a report of this version's shape (planted, or another lens_rl's): read it again
-    return report
+    return report if type(report) is dict and report.get("schema") == SCHEMA else None
 
 
 def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> None:
     """Keep ``report`` for its store (one per folder: an older one is replaced). A report is plain JSON
     already (str keys, lists, finite numbers: the suite checks it), so the one kept reads back as this one."""
-    data = json_bytes(report)
+    data = sealed(json_bytes(report))
+    if data is None:
+        return
     target = Path(folder) / f"report-{fingerprint}.json"
     try:
         for old in Path(folder).glob("report-*.json"):

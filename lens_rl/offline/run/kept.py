@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.cache_files import _write_atomic, store_fingerprint
+from lens_rl.offline.run.cache_files import _read, _write_atomic, sealed, store_fingerprint, unsealed
 
 __all__ = ["kept_page", "load_page", "save_page"]
 
@@ -16,9 +16,11 @@ _PREFIX, _SUFFIX = "page-", ".html"
 
 
 def load_page(folder: str, fingerprint: str) -> str | None:
-    """The page kept for this very store, or None (none kept, unreadable, or not UTF-8)."""
+    """The page kept for this very store by this user's lens_rl (its seal checks), or None (none kept,
+    unreadable, another's, or not UTF-8)."""
     try:
-        return (Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}").read_bytes().decode("utf-8")
+        data = unsealed(_read(Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"))
+        return None if data is None else data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -26,6 +28,9 @@ def load_page(folder: str, fingerprint: str) -> str | None:
 def save_page(folder: str, fingerprint: str, page: str) -> None:
     """Keep ``page`` for its store (one per folder: an older one is removed; nothing where the folder cannot
     be written)."""
+    data = sealed(page.encode("utf-8"))
+    if data is None:
+        return
     target = Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"
     try:
         for old in Path(folder).glob(f"{_PREFIX}*{_SUFFIX}"):
@@ -33,7 +38,7 @@ def save_page(folder: str, fingerprint: str, page: str) -> None:
                 old.unlink(missing_ok=True)
     except OSError:
         pass
-    _write_atomic(target, page.encode("utf-8"))
+    _write_atomic(target, data)
 
 
 def kept_page(cache: str | None, paths: Sequence[Path], options: Any, build: Callable[[], str]) -> str:
