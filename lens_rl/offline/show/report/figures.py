@@ -51,14 +51,7 @@ def step_figures(go: Any, report: GoodputReport) -> list[tuple[str, Any]]:
         [go.Bar(x=xs, y=[r["seconds"][b] for r in shown], name=b, marker_color=COLORS[b]) for b in BUCKETS]
         + [go.Bar(x=xs, y=[r["unattributed_s"] for r in shown], name="unattributed", marker_color="#e0e0e0")]
     )
-    bars.update_layout(
-        title="Seconds per step, by bucket",
-        barmode="stack",
-        yaxis_title="s",
-        xaxis_type="category",
-        xaxis_title="step",
-        **_LAYOUT,
-    )
+    _per_step_stack(bars, "Seconds per step, by bucket")
     return [("goodput-per-step", fig), ("bucket-seconds-per-step", bars)]
 
 
@@ -287,14 +280,7 @@ def critical_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
     if any(v > 1e-9 for v in others):
         traces.append(go.Bar(x=xs, y=others, name="other", marker_color="#cccccc"))
     fig = go.Figure(traces)
-    fig.update_layout(
-        title="Critical path per step: what each step waited on, by group and phase",
-        barmode="stack",
-        yaxis_title="s",
-        xaxis_type="category",
-        xaxis_title="step",
-        **_LAYOUT,
-    )
+    _per_step_stack(fig, "Critical path per step: what each step waited on, by group and phase")
     return "critical-path", fig
 
 
@@ -324,3 +310,10 @@ def requests_figure(go: Any, report: Mapping[str, Any]) -> tuple[str, Any] | Non
         **_LAYOUT,
     )
     return "requests", fig
+
+
+def _per_step_stack(fig: Any, title: str) -> None:
+    """The layout of a figure of seconds stacked per step (one category a step)."""
+    fig.update_layout(
+        title=title, barmode="stack", yaxis_title="s", xaxis_type="category", xaxis_title="step", **_LAYOUT
+    )
