@@ -100,16 +100,22 @@ def test_an_entry_is_read_back_only_by_its_own_version_and_file(tmp_path: Path) 
     assert load_entry(path, key, (1, 2, "abc")) == (None, "not a lens_rl cache")
 
 
-def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
-    """The report kept for a store comes back while the store is unchanged; a grown store has another
-    fingerprint; one report per folder (the older one replaced)."""
+def _kept(tmp_path: Path) -> tuple[Path, str, str, dict[str, Any]]:
+    """A three-step store whose report was kept and reads back: (run, cache folder, fingerprint, report)."""
     run = tmp_path / "r"
     grow_store(run, 0, 3)
     folder = cache_folder(run)
-    first = store_fingerprint(span_files(run), ("options",))
+    fingerprint = store_fingerprint(span_files(run), ("options",))
     report = analyze(span_files(run), jobs=1)
-    save_report(folder, first, report)
-    assert load_report(folder, first) == report
+    save_report(folder, fingerprint, report)
+    assert load_report(folder, fingerprint) == report
+    return run, folder, fingerprint, dict(report)
+
+
+def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
+    """The report kept for a store comes back while the store is unchanged; a grown store has another
+    fingerprint; one report per folder (the older one replaced)."""
+    run, folder, first, report = _kept(tmp_path)
     assert store_fingerprint(span_files(run), ("other options",)) != first
     grow_store(run, 3, 4)
     second = store_fingerprint(span_files(run), ("options",))
@@ -123,13 +129,7 @@ def test_a_kept_answer_not_sealed_by_this_user_is_not_trusted(tmp_path: Path, mo
     (unsealed, sealed with another key, or a FIFO) is no answer, and the store is read again."""
     from lens_rl.offline.run import cache_files, kept
 
-    run = tmp_path / "r"
-    grow_store(run, 0, 3)
-    folder = cache_folder(run)
-    fingerprint = store_fingerprint(span_files(run), ("options",))
-    report = analyze(span_files(run), jobs=1)
-    save_report(folder, fingerprint, report)
-    assert load_report(folder, fingerprint) == report
+    _, folder, fingerprint, report = _kept(tmp_path)
     target = Path(folder) / f"report-{fingerprint}.json"
     planted = json.dumps({"schema": "lens_rl.goodput/1", "goodput": 0.5}).encode()
     for content in (planted, b"0" * 64 + b"\n" + planted, target.read_bytes().replace(b"goodput", b"g00dput")):
