@@ -3,29 +3,10 @@
 # beside veRL's own OpenTelemetry and Ray, then the real-veRL tests (tests/frameworks/test_verl.py) and a
 # `ray.init()` in that venv. Called from .ci/run; exits non-zero on failure.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.ci-venvs/verl"
-PY="$VENV/bin/python"
-start=$(date +%s)
-
-install() {
-    if ! "$PY" -m pip install -q "$@"; then
-        echo "!!!! .ci/verl.sh: could not download or install: $* !!!!" >&2
-        exit 1
-    fi
-}
-
-otel_and_ray() {
-    echo "--- .ci/verl.sh: OpenTelemetry and Ray $1 installing lens_rl:"
-    "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true
-}
-
-if [ ! -x "$PY" ]; then
-    python3 -m venv "$VENV"
-fi
-# torch first, the CPU wheel (a plain `torch` would pull a multi-GB CUDA build); then veRL without its GPU extras
-# and the three modules its trainer module imports that its base requirements leave out
-"$PY" -c 'import torch' 2>/dev/null || install 'torch==2.13.0'
+STAGE=verl
+# shellcheck source=.ci/_torch_stage.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_torch_stage.sh"
+# veRL without its GPU extras, and the three modules its trainer module imports that its base requirements leave out
 "$PY" -c 'import verl' 2>/dev/null || install 'verl==0.9.1'
 "$PY" -c 'import cachetools, uvicorn, fastapi' 2>/dev/null || install cachetools uvicorn fastapi
 # what veRL brought, before lens_rl was first installed here (kept beside the venv: a rerun compares with it)
