@@ -6,6 +6,12 @@ set -euo pipefail
 STAGE=verl
 # shellcheck source=.ci/_torch_stage.sh
 source "$(dirname "${BASH_SOURCE[0]}")/_torch_stage.sh"
+
+otel_and_ray() {
+    echo "--- .ci/verl.sh: OpenTelemetry and Ray $1 installing lens_rl:"
+    "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true
+}
+
 # veRL without its GPU extras, and the three modules its trainer module imports that its base requirements leave out
 "$PY" -c 'import verl' 2>/dev/null || install 'verl==0.9.1'
 "$PY" -c 'import cachetools, uvicorn, fastapi' 2>/dev/null || install cachetools uvicorn fastapi
