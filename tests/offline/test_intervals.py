@@ -31,3 +31,38 @@ def test_covered_counts_the_union_inside_the_windows_once() -> None:
     assert covered([one, two], [(0, 30)]) == 30
     assert covered([one, two], [(8, 12), (28, 40)]) == 4 + 2
     assert covered([], [(0, 10)]) == 0
+
+
+def test_covered_cuts_each_array_to_each_window_as_a_plain_union_would() -> None:
+    """The covered length inside windows equals the union of the clipped intervals, for intervals inside,
+    across, touching and outside each window's edges, one array or several."""
+    import random
+
+    from lens_rl.buckets import union_length
+    from lens_rl.offline.read.intervals import covered, merge_intervals, pack
+
+    rng = random.Random(7)
+    for _ in range(300):
+        arrays = [
+            pack(merge_intervals(sorted((a, a + rng.randrange(0, 20)) for a in rng.sample(range(200), 12))))
+            for _ in range(rng.randrange(1, 4))
+        ]
+        windows = merge_intervals(sorted((a, a + rng.randrange(1, 60)) for a in rng.sample(range(200), 3)))
+        expected = union_length(
+            sorted(
+                (max(a, lo), min(b, hi))
+                for p in arrays
+                for a, b in zip(p[0::2], p[1::2], strict=True)
+                for lo, hi in windows
+                if min(b, hi) > max(a, lo)
+            )
+        )
+        assert covered(arrays, windows) == expected
+        assert covered(arrays[:1], windows) == union_length(
+            sorted(
+                (max(a, lo), min(b, hi))
+                for a, b in zip(arrays[0][0::2], arrays[0][1::2], strict=True)
+                for lo, hi in windows
+                if min(b, hi) > max(a, lo)
+            )
+        )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -73,17 +74,31 @@ def clipped(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> Iterator[
 
 def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> int:
     """The length (ns) the union of ``packed`` interval arrays (each merged, so sorted) covers inside
-    ``windows`` (merged too), streamed: no list of a run's intervals is ever built."""
+    ``windows`` (merged too). Each array is cut to each window by bisection, so the cost is that of the
+    intervals inside the windows, not of the whole array per window; one array's cut is summed in C."""
     packed = [p for p in packed if len(p)]
     windows = list(windows)
-    if len(packed) == 1 and len(windows) == 1:  # one merged array in one window: summed in C, cut at the edges
-        only, (lo, hi) = packed[0], windows[0]
-        if only[0] >= lo and only[-1] <= hi:
-            return sum(only[1::2]) - sum(only[0::2])
-    streams = [clipped(pairs(p), lo, hi) for lo, hi in windows for p in packed]
+    if len(packed) == 1:  # (windows and one array's intervals are disjoint: each window's length adds up)
+        total = 0
+        for lo, hi in windows:
+            cut = _cut(packed[0], lo, hi)
+            total += sum(cut[1::2]) - sum(cut[0::2])
+        return total
+    streams = [pairs(_cut(p, lo, hi)) for lo, hi in windows for p in packed]
     if not streams:
         return 0
-    return int(union_length(streams[0] if len(streams) == 1 else heapq.merge(*streams), ordered=True))
+    return int(union_length(heapq.merge(*streams), ordered=True))
+
+
+def _cut(packed: array, lo: int, hi: int) -> array:
+    """The intervals of the merged array ``packed`` that overlap ``[lo, hi]``, clipped to it (packed)."""
+    first = bisect_right(packed, lo) // 2  # (inside an interval, or before the next one)
+    last = (bisect_left(packed, hi) + 1) // 2  # (past the last interval that starts before hi)
+    if last <= first:
+        return array("q")
+    cut = packed[2 * first : 2 * last]
+    cut[0], cut[-1] = max(cut[0], lo), min(cut[-1], hi)
+    return cut
 
 
 def sorted_by(indexes: Sequence[int], key: Any) -> Sequence[int]:
