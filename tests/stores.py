@@ -316,3 +316,8 @@ def grow_store(run: Path, first: int, last: int) -> None:
             with path.open("a") as handle:
                 for row in rows:
                     handle.write(json.dumps(row) + "\n")
+
+
+def cache_record(payload: bytes) -> bytes:
+    """``payload`` as a record of a refresh-cache entry's file: its length (8 bytes, little-endian), then it."""
+    return len(payload).to_bytes(8, "little") + payload

@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import clean_env
 from tests.stores import EPOCH_NS, span, write_process
+from tests.stores import cache_record as record
 
 ROOT = Path(__file__).resolve().parents[2]
 _LIVE = {"v": 1, "format": "lens_rl.live/1", "kind": "live", "state": "running", "open": [], "phases": {}}
@@ -339,9 +340,10 @@ def _planted_memo(body: bytes) -> bytes:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_planted_cache_can_neither_run_code_nor_allocate(tmp_path: Path) -> None:
-    """Cache entries replaced by small pickles that would build a 1.5 GB bytearray, grow the unpickler's
-    memo to 2^31 slots, announce a 2^62-byte string, or run a command: the answer is a cold read's, the child's
-    peak memory stays small, nothing runs, and stderr says so in one line."""
+    """Cache entries replaced by small pickles that would build a 1.5 GB bytearray, announce a 2^62-byte
+    string, or run a command, and a critical-path memo (not under the user's seal) that would grow the
+    unpickler's memo to 2^31 slots: the answer is a cold read's, the child's peak memory stays small, nothing
+    runs, and stderr says so in one line (the entries'; a memo under another's seal is not read at all)."""
     import pickle
 
     from lens_rl.offline.run.cache_files import FORMAT
@@ -356,8 +358,8 @@ def test_a_planted_cache_can_neither_run_code_nor_allocate(tmp_path: Path) -> No
     marker = tmp_path / "ran"
     allocate = b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR."  # bytearray(1_500_000_000)
     assert len(magic + allocate) < 51
-    entries[0].write_bytes(magic + allocate)
-    entries[1].write_bytes(magic + pickle.dumps(_Runs(f"touch {marker}")))
+    entries[0].write_bytes(magic + record(allocate))
+    entries[1].write_bytes(magic + record(pickle.dumps(_Runs(f"touch {marker}"))))
     (cache / "critical-memo.pickle").write_bytes(_planted_memo(b"\x80\x04]r\xff\xff\xff\x7f."))
     for report in cache.glob("report-*.json"):
         report.unlink()
@@ -366,8 +368,8 @@ def test_a_planted_cache_can_neither_run_code_nor_allocate(tmp_path: Path) -> No
     assert again.peak < 300 << 20, again.peak
     assert not marker.exists()
     said = [line for line in again.stderr.splitlines() if "cache" in line]
-    assert len(said) == 1 and "3 cache file(s) not used" in said[0], again.stderr
-    entries[0].write_bytes(magic + b"\x80\x05\x8e" + (1 << 62).to_bytes(8, "little") + b"x.")  # BINBYTES8
+    assert len(said) == 1 and "2 cache file(s) not used" in said[0], again.stderr
+    entries[0].write_bytes(magic + record(b"\x80\x05\x8e" + (1 << 62).to_bytes(8, "little") + b"x."))  # BINBYTES8
     for report in cache.glob("report-*.json"):
         report.unlink()
     third = lens_child("goodput", str(run), "--json", address_space=1 << 30)

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from lens_rl.offline.run import kept
 from lens_rl.offline.run.analyze import analyze, analyze_parts
 from lens_rl.offline.run.cache import CACHE_DIR, FORMAT, cache_folder
 from lens_rl.store import span_files
 from tests.conftest import lens
+from tests.stores import cache_record as record
 from tests.stores import grow_store, header, span, step_lines
 
 
@@ -112,17 +114,18 @@ def test_a_foreign_corrupt_or_planted_cache_is_never_trusted(tmp_path: Path, cap
     magic = FORMAT.encode() + b"\n"
     data = victim.read_bytes()
     assert data.startswith(magic)
-    entry = pickle.loads(data[len(magic) :])
+    length = int.from_bytes(data[len(magic) : len(magic) + 8], "little")
+    entry = pickle.loads(data[len(magic) + 8 : len(magic) + 8 + length])
     entry.options = entry.options.replace("(", "('0.0.0-other', ", 1)
-    victim.write_bytes(magic + pickle.dumps(entry))
-    (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(magic + b"\x80\x05garbage")
+    victim.write_bytes(magic + record(pickle.dumps(entry)))
+    (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(magic + record(b"\x80\x05garbage"))
     marker = tmp_path / "planted"
 
     class Planted:
         def __reduce__(self) -> Any:
             return (os.system, (f"touch {marker}",))
 
-    (folder / "spans-lm_policy-3-103.jsonl.cache").write_bytes(magic + pickle.dumps(Planted()))
+    (folder / "spans-lm_policy-3-103.jsonl.cache").write_bytes(magic + record(pickle.dumps(Planted())))
     caplog.set_level("WARNING", "lens_rl")
     _same(run)
     assert not marker.exists()
@@ -212,32 +215,24 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
         report.unlink()
     memo_file = folder / "critical-memo.pickle"
     memo = memo_file.read_bytes()
-    memo_file.write_bytes(memo[: len(memo) // 2])  # cut short
+    memo_file.write_bytes(memo[: len(memo) // 2])  # cut short: its seal fails
     caplog.set_level("WARNING", "lens_rl")
     assert look() == 45
-    checksum, _, body = memo.partition(b"\n")
+    _, _, body = memo.partition(b"\n")
     planted = pickle.loads(body)
-    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed, its checksum now wrong
-    memo_file.write_bytes(checksum + b"\n" + pickle.dumps(planted))
-    for report in folder.glob("report-*.json"):
-        report.unlink()
-    assert look() == 45
-    planted["records"][3] = planted["records"][3][:5]  # a record of another shape, its checksum right
-    body = pickle.dumps(planted)
-    memo_file.write_bytes(hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
+    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed, under another's seal
+    memo_file.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + pickle.dumps(planted))
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45
     marker = tmp_path / "ran"
-    planted = {"key": _Planted(marker), "tokens": {}, "keys": [], "records": []}  # code, its checksum right
-    body = pickle.dumps(planted)
-    memo_file.write_bytes(hashlib.sha1(body).hexdigest().encode() + b"\n" + body)
+    planted = {"key": _Planted(marker), "tokens": {}, "keys": [], "records": []}  # code, under the user's seal
+    memo_file.write_bytes(kept.sealed(pickle.dumps(planted)) or b"")
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45 and not marker.exists()
     said = [r.getMessage() for r in caplog.records if "(the critical path's: " in r.getMessage()]
-    assert len(said) == 4 and "checksum" in said[0] and "checksum" in said[1] and "shape" in said[2], said
-    assert "corrupt (UnpicklingError)" in said[3]
+    assert len(said) == 1 and "corrupt (UnpicklingError)" in said[0], said
 
 
 def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,3 +282,62 @@ def test_a_file_rewritten_in_place_is_read_cold(tmp_path: Path) -> None:
     after = os.stat(path)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (info.st_ino, info.st_size, info.st_mtime_ns)
     assert _same(run) != before
+
+
+def _records(path: Path) -> list[bytes]:
+    """The records of a cache entry's file."""
+    data, at, out = path.read_bytes(), len(FORMAT) + 1, []
+    while at < len(data):
+        length = int.from_bytes(data[at : at + 8], "little")
+        out.append(data[at + 8 : at + 8 + length])
+        at += 8 + length
+    return out
+
+
+def test_a_look_appends_only_what_is_new_to_each_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look at a grown store appends one record to each grown file's entry and leaves the bytes before it as
+    they were; after MAX_RECORDS records a look rewrites the entry whole (one record). Every answer is a cold
+    read's."""
+    from lens_rl.offline.run import cache_files
+
+    monkeypatch.setattr(cache_files, "MAX_RECORDS", 3)
+    run = tmp_path / "r"
+    grow_store(run, 0, 20)
+    _same(run)
+    entry = Path(cache_folder(run)) / "spans-lm_policy-1-101.jsonl.cache"
+    first = entry.read_bytes()
+    assert len(_records(entry)) == 1
+    for step, records in ((20, 2), (21, 3), (22, 1), (23, 2)):
+        grow_store(run, step, step + 1)
+        _same(run)
+        assert len(_records(entry)) == records
+        if records == 2 and step == 20:
+            assert entry.read_bytes().startswith(first)
+
+
+def test_two_looks_that_appended_at_once_and_a_record_cut_short(tmp_path: Path) -> None:
+    """Two looks that appended to the same entry from the same state (the second's record is skipped: its spans
+    are read again), and an entry whose last record was cut short by a killed look (the state before it
+    stands; the next look writes the entry whole): every answer is a cold read's."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 20)
+    _same(run)
+    entry = Path(cache_folder(run)) / "spans-lm_policy-1-101.jsonl.cache"
+    before = entry.read_bytes()
+    grow_store(run, 20, 22)
+    _same(run)
+    ours = entry.read_bytes()[len(before) :]
+    entry.write_bytes(before)  # the other look, from the same state (no report kept: the entries are read)
+    for kept_report in entry.parent.glob("report-*.json"):
+        kept_report.unlink()
+    _same(run)
+    theirs = entry.read_bytes()[len(before) :]
+    assert ours and theirs and ours != theirs
+    entry.write_bytes(before + ours + theirs)
+    grow_store(run, 22, 23)
+    _same(run)
+    assert len(_records(entry)) == 4
+    entry.write_bytes(entry.read_bytes()[:-5])
+    grow_store(run, 23, 24)
+    _same(run)
+    assert len(_records(entry)) == 1

@@ -17,12 +17,10 @@ from lens_rl.offline.run.cache_files import (
     Entry,
     cache_folder,
     load_entry,
-    load_report,
     options_key,
     save_entry,
-    save_report,
-    store_fingerprint,
 )
+from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.store import span_files
 from tests.stores import grow_store
 
@@ -127,7 +125,7 @@ def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
 def test_a_kept_answer_not_sealed_by_this_user_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kept report or page is used only when this user's lens_rl sealed it: one planted under its name
     (unsealed, sealed with another key, or a FIFO) is no answer, and the store is read again."""
-    from lens_rl.offline.run import cache_files, kept
+    from lens_rl.offline.run import kept
 
     _, folder, fingerprint, report = _kept(tmp_path)
     target = Path(folder) / f"report-{fingerprint}.json"
@@ -143,23 +141,23 @@ def test_a_kept_answer_not_sealed_by_this_user_is_not_trusted(tmp_path: Path, mo
     page.unlink()
     os.mkfifo(page)
     assert kept.load_page(folder, fingerprint) is None  # a FIFO planted under its name blocks nothing
-    monkeypatch.setattr(cache_files, "_KEY", os.urandom(32))  # another user's key: our answers are not theirs
+    monkeypatch.setattr(kept, "_KEY", os.urandom(32))  # another user's key: our answers are not theirs
     save_report(folder, fingerprint, report)
-    monkeypatch.setattr(cache_files, "_KEY", os.urandom(32))
+    monkeypatch.setattr(kept, "_KEY", os.urandom(32))
     assert load_report(folder, fingerprint) is None
 
 
 def test_without_a_private_key_nothing_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key file that others may read is not a secret: no answer is sealed, so none is kept or used."""
-    from lens_rl.offline.run import cache_files
+    from lens_rl.offline.run import kept
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
-    monkeypatch.setattr(cache_files, "_KEY", None)
+    monkeypatch.setattr(kept, "_KEY", None)
     key = tmp_path / "home-cache" / "lens_rl" / "answers.key"
-    assert cache_files.sealed(b"x") is not None and key.stat().st_mode & 0o777 == 0o600
-    monkeypatch.setattr(cache_files, "_KEY", None)
+    assert kept.sealed(b"x") is not None and key.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setattr(kept, "_KEY", None)
     key.chmod(0o644)
-    assert cache_files.sealed(b"x") is None and cache_files.unsealed(b"seal\nx") is None
+    assert kept.sealed(b"x") is None and kept.unsealed(b"seal\nx") is None
 
 
 def test_writes_where_nothing_can_be_written_fail_quietly(tmp_path: Path) -> None:
@@ -209,7 +207,7 @@ def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_rea
     import pickle
     from array import array
 
-    from lens_rl.offline.run.cache_files import _unpickled, _Unpickler, checked_pickle
+    from lens_rl.offline.run.safe_pickle import ClassUnpickler, checked_pickle, unpickled
 
     for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         value = {"a": [1, 2**70, 1.5, "x" * 300, b"y" * 70_000, bytearray(3), array("q", range(9))], "b": (None,)}
@@ -231,4 +229,20 @@ def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_rea
         with pytest.raises(pickle.UnpicklingError):
             checked_pickle(data)
     with pytest.raises(pickle.UnpicklingError, match="not a cache class"):
-        _unpickled(_Unpickler, b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR.")
+        unpickled(ClassUnpickler, b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR.")
+
+
+def test_an_append_goes_only_to_a_regular_file(tmp_path: Path) -> None:
+    """The cache appends to an entry only where it is a regular file: not through a link, not into a FIFO,
+    not where there is none (each a False, nothing raised or blocked)."""
+    from lens_rl.offline.run.disk import append_to
+
+    target = tmp_path / "entry.cache"
+    target.write_bytes(b"a")
+    assert append_to(target, b"b") and target.read_bytes() == b"ab"
+    link = tmp_path / "link.cache"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo.cache"
+    os.mkfifo(fifo)
+    assert not append_to(link, b"c") and not append_to(fifo, b"c") and not append_to(tmp_path / "none", b"c")
+    assert target.read_bytes() == b"ab"

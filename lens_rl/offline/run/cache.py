@@ -46,14 +46,13 @@ from lens_rl.offline.run.cache_files import (
     grown_bytes,
     load_entry,
     load_memo,
-    load_report,
+    merged_ids,
     options_key,
     save_entry,
     save_memo,
-    save_report,
     save_sizes,
-    store_fingerprint,
 )
+from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
 __all__ = [
@@ -256,20 +255,21 @@ def _through(
         before = None  # (what an earlier look made of this file does not hold)
         result = _refresh(look, None)
     assert result is not None
-    fresh, parts, answer, fresh_from = result
+    fresh, parts, answer, fresh_from, delta = result
     if fresh is not None:
-        fresh.token = os.urandom(8).hex()
-        save_entry(where, fresh)  # (before the rollup merges into the parts it is given)
+        save_entry(where, fresh, delta)  # (before the rollup merges into the parts it is given)
     stats.add(answer)
     stats.cache_hits += before is not None
     stats.cache_reads.append((where.name, before, None if fresh is None else fresh.token, fresh_from))
     return parts, stats
 
 
-def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None] | None:
+def _refresh(
+    look: _Look, entry: Entry | None
+) -> tuple[Entry | None, list[ProcessPart], ReadStats, int | None, bytes | None] | None:
     """One read from where ``entry`` stopped (None: from the start): the new entry (None: nothing to keep),
-    the answer's parts and stats, and the earliest start of the spans it reduced (None: none); None when the
-    file must be read cold after all (a late child)."""
+    the answer's parts and stats, the earliest start of the spans it reduced (None: none) and the delta record
+    to append (None: the entry is written whole); None when the file must be read cold after all (a late child)."""
     path, stat, key, identity, options = look
     driver_in_run, superseded, critical = options
     cold = entry is None
@@ -306,7 +306,7 @@ def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[Proce
             seen.add(span_id)
             batch.add(head, h, row, at, length)
         if cold and read.notes:  # no store file: nothing to keep, the read says why
-            return None, [], read, None
+            return None, [], read, None, None
     for head in met:  # headers met after the last span line too: the one in effect at the end
         if id(head) not in index:
             index[id(head)] = len(heads)
@@ -334,18 +334,10 @@ def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[Proce
         else:
             pending[process] = cols
     fresh_from = _earliest(settled)
-    for part in reduce_columns(settled, driver_in_run, superseded, critical):
-        mine = entry.settled.get(part.key)
-        if mine is None:
-            entry.settled[part.key] = part
-        else:
-            mine.merge(part)
-    entry.ids = _merged_ids(entry.ids, new_ids)
+    new_parts = reduce_columns(settled, driver_in_run, superseded, critical)
     entry.held = _in_file_order(still)
     entry.heads = [dict(h.header) for h in heads]
-    entry.stats.add(read)
-    entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = end, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
-    entry.tail = _tail_hash(path, end)
+    delta = _settle(entry, look, end, read, new_parts, new_ids, cold)
     answer = ReadStats()
     answer.add(entry.stats)
     tail = _tail_row(path, end, stat.st_size, answer, seen, entry.ids)
@@ -353,7 +345,29 @@ def _refresh(look: _Look, entry: Entry | None) -> tuple[Entry | None, list[Proce
         _add_row(pending, heads[entry.head_at_end], tail)
     fresh_from = min((t for t in (fresh_from, _earliest(pending)) if t is not None), default=None)
     parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
-    return entry, parts, answer, fresh_from
+    return entry, parts, answer, fresh_from, delta
+
+
+def _settle(
+    entry: Entry, look: _Look, end: int, read: ReadStats, parts: list[ProcessPart], ids: list[Any], cold: bool
+) -> bytes | None:
+    """What a read settled (``parts``, their spans' ``ids``) and where it stopped (``end``, ``read``'s counts)
+    into ``entry``, under a new token; the :class:`~.Delta` record from the state it was read in (None: read
+    cold, nothing to append to)."""
+    stat = look.stat
+    entry.stats.add(read)
+    entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = end, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+    entry.tail = _tail_hash(look.path, end)
+    parent, entry.token = entry.token, os.urandom(8).hex()
+    delta = None if cold else entry.delta(parent, {part.key: part for part in parts}, ids)
+    for part in parts:  # (after the delta is pickled: merged, they are entry's)
+        mine = entry.settled.get(part.key)
+        if mine is None:
+            entry.settled[part.key] = part
+        else:
+            mine.merge(part)
+    entry.ids = merged_ids(entry.ids, ids)
+    return delta
 
 
 def _unchanged(stat: os.stat_result, entry: Entry) -> bool:
@@ -373,27 +387,6 @@ def _in_file_order(flat: array) -> array:
     for triple in sorted(zip(flat[0::3], flat[1::3], flat[2::3], strict=True)):
         out.extend(triple)
     return out
-
-
-def _merged_ids(ids: Any, new: list[Any]) -> Any:
-    """The settled ids with ``new`` ones, sorted (an int array while every id is lens_rl's form)."""
-    if not new:
-        return ids
-    if type(ids) is array and all(type(i) is int and 0 <= i < 2**64 for i in new):
-        new.sort()
-        out, at = array("Q"), 0  # (the few new ones slotted in: no sort of the whole run)
-        for i in new:
-            to = bisect_left(ids, i, at)
-            out += ids[at:to]
-            out.append(i)
-            at = to
-        out += ids[at:]
-        return out
-    merged = list(ids) + new
-    try:
-        return sorted(merged)
-    except TypeError:  # ids of several types: kept as they are (looked up one by one)
-        return merged
 
 
 def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStats, seen: set[Any], ids: Any) -> Any:

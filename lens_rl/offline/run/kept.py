@@ -1,16 +1,125 @@
-"""The HTML report kept for an unchanged store, in the refresh cache's folder: a second ``lens-rl report``
-of a store nothing was appended to returns the page the first one built (the page depends on nothing but
-the files, their identities and sizes, the options and lens_rl's version: :func:`store_fingerprint`)."""
+"""Whole answers kept for an unchanged store, in the refresh cache's folder: the goodput report and the HTML
+page. A second look at a store nothing was appended to returns what the first one built (an answer depends on
+nothing but the files, their identities and sizes, the options and lens_rl's version:
+:func:`store_fingerprint`). A kept answer is used as it is, unchecked, so it is sealed with a secret of the
+user's: one that anybody else wrote, planted or copied reads as none.
+
+Example::
+
+    page = kept_page(cache_folder(run_dir), paths, options, build=lambda: render(paths))
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+import hmac
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
-from lens_rl.offline.run.cache_files import _read, _write_atomic, sealed, store_fingerprint, unsealed
+from lens_rl._version import __version__
+from lens_rl.offline.rollup.goodput import SCHEMA
+from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomic
+from lens_rl.store import loads
 
-__all__ = ["kept_page", "load_page", "save_page"]
+__all__ = [
+    "kept_page",
+    "load_page",
+    "load_report",
+    "save_page",
+    "save_report",
+    "sealed",
+    "store_fingerprint",
+    "unsealed",
+]
+
+# The seal: HMAC-SHA256 under the user's key; a hash of the bytes costs ~10 ms for a 1 M-span store's report.
+
+_KEY: bytes | None = None
+
+
+def _user_key() -> bytes | None:
+    """The user's secret for sealing kept answers: 32 random bytes made once in the user's cache directory
+    (``$XDG_CACHE_HOME`` or ``~/.cache``, ``lens_rl/answers.key``, mode 600, the user's own); None where it
+    cannot be made or read, or is not private (nothing is kept then)."""
+    global _KEY
+    if _KEY is None:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lens_rl"
+        path = base / "answers.key"
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(os.urandom(32))
+            info = os.lstat(path)
+            if S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+                key = read_bytes(path)
+                _KEY = key if len(key) == 32 else None
+        except OSError:
+            return None
+    return _KEY
+
+
+def sealed(data: bytes) -> bytes | None:
+    """``data`` behind its seal (a line of the HMAC's hex digest), or None without a key."""
+    key = _user_key()
+    return None if key is None else hmac.new(key, data, "sha256").hexdigest().encode() + b"\n" + data
+
+
+def unsealed(kept: bytes) -> bytes | None:
+    """The data of a sealed answer whose seal is this user's, else None."""
+    key = _user_key()
+    seal, _, data = kept.partition(b"\n")
+    if key is None or not hmac.compare_digest(seal, hmac.new(key, data, "sha256").hexdigest().encode()):
+        return None
+    return data
+
+
+def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> str:
+    """What a whole report depends on: every file's identity, size and mtime, the report's options and
+    lens_rl's version (a file that changed in any way changes it)."""
+    parts = [repr((__version__, FORMAT, options))]
+    for path in sorted(map(str, paths)):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            parts.append(f"{path}\0gone")
+            continue
+        parts.append(f"{path}\0{stat.st_dev}\0{stat.st_ino}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ctime_ns}")
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()
+
+
+def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
+    """The report kept for this very store, if this user's lens_rl kept it (its signature checks), or None."""
+    try:
+        data = unsealed(read_bytes(Path(folder) / f"report-{fingerprint}.json"))
+        report = None if data is None else loads(data)
+    except (OSError, ValueError, RecursionError):
+        return None
+    return report if type(report) is dict and report.get("schema") == SCHEMA else None
+
+
+def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> None:
+    """Keep ``report`` for its store (one per folder: an older one is replaced). A report is plain JSON
+    already (str keys, lists, finite numbers: the suite checks it), so the one kept reads back as this one."""
+    data = sealed(json_bytes(report))
+    if data is None:
+        return
+    target = Path(folder) / f"report-{fingerprint}.json"
+    try:
+        for old in Path(folder).glob("report-*.json"):
+            if old != target:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+    write_atomic(target, data)
+
 
 _PREFIX, _SUFFIX = "page-", ".html"
 
@@ -19,7 +128,7 @@ def load_page(folder: str, fingerprint: str) -> str | None:
     """The page kept for this very store by this user's lens_rl (its seal checks), or None (none kept,
     unreadable, another's, or not UTF-8)."""
     try:
-        data = unsealed(_read(Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"))
+        data = unsealed(read_bytes(Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"))
         return None if data is None else data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
@@ -38,7 +147,7 @@ def save_page(folder: str, fingerprint: str, page: str) -> None:
                 old.unlink(missing_ok=True)
     except OSError:
         pass
-    _write_atomic(target, data)
+    write_atomic(target, data)
 
 
 def kept_page(cache: str | None, paths: Sequence[Path], options: Any, build: Callable[[], str]) -> str:

@@ -1,0 +1,119 @@
+"""Pickles the refresh cache reads back, never trusted: :func:`checked_pickle` refuses one that would
+allocate past its size before it is unpickled, and the unpicklers build nothing but the cache's own classes
+(:class:`ClassUnpickler`) or no class at all (:class:`PlainUnpickler`).
+
+Example::
+
+    entry = unpickled(ClassUnpickler, data)
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import pickletools
+from typing import Any
+
+__all__ = ["ClassUnpickler", "PlainUnpickler", "checked_pickle", "unpickled"]
+
+
+_ALLOWED = {
+    ("lens_rl.offline.run.cache_files", "Entry"),
+    ("lens_rl.offline.run.cache_files", "Delta"),
+    ("lens_rl.offline.read.parts", "ProcessPart"),
+    ("lens_rl.offline.read.parts", "PhasePart"),
+    ("lens_rl.offline.read.parts", "Series"),
+    ("lens_rl.offline.read.parts", "StepPart"),
+    ("lens_rl.offline.read.parts", "RequestsPart"),
+    ("lens_rl.offline.read.critical", "CritPart"),
+    ("lens_rl.store.format", "Process"),
+    ("lens_rl.store.reader", "ReadStats"),
+    ("array", "array"),
+    ("array", "_array_reconstructor"),
+    ("copyreg", "_reconstructor"),
+    ("copyreg", "__newobj__"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "object"),
+}
+
+
+class ClassUnpickler(pickle.Unpickler):
+    """Builds nothing but the cache's own classes (a planted file cannot run code)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not a cache class")
+        return super().find_class(module, name)
+
+
+class PlainUnpickler(pickle.Unpickler):
+    """Builds plain values only (lists, dicts, strings, numbers, None): no class at all."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}: the critical path's cache file holds plain values only")
+
+
+# What follows each opcode: a fixed number of bytes (>= 0), or how its length is given (pickletools' codes:
+# -1 up to a newline, -2/-3/-4/-5 a length of 1, 4 (signed), 4 or 8 bytes before the data); -9: an opcode
+# a cache file never holds and a reader never needs (unknown, the extension registry, persistent ids,
+# out-of-band buffers); -8: one whose argument is checked (a memo index, a frame's length).
+_ARG_SIZE = [-9] * 256
+for _op in pickletools.opcodes:
+    _ARG_SIZE[ord(_op.code.encode("latin-1"))] = _op.arg.n if _op.arg is not None else 0
+for _refused in b"\x82\x83\x84PQ\x97\x98":
+    _ARG_SIZE[_refused] = -9
+_PUT_WIDTH = {ord("q"): 1, ord("r"): 4, ord("\x95"): 8}  # BINPUT, LONG_BINPUT: a memo index; FRAME: a length
+for _checked in _PUT_WIDTH:
+    _ARG_SIZE[_checked] = -8
+_TWO_LINES = {ord("c"), ord("i")}  # GLOBAL and INST: module and name, a line each
+_TEXT_PUT = ord("p")
+_FRAME = ord("\x95")
+_COUNT_WIDTH = {-2: 1, -3: 4, -4: 4, -5: 8}
+
+
+def checked_pickle(data: bytes) -> bytes:
+    """``data`` if unpickling it allocates no more than a small multiple of its size; else
+    :class:`pickle.UnpicklingError`. Every length an opcode gives must fit in the bytes left (an unpickler
+    allocates a counted string or frame before reading it), every memo index lie within the data's size (the
+    memo grows to the largest index), and no opcode of the extension registry, persistent ids or out-of-band
+    buffers may appear. What builds objects by an argument is stopped by the unpicklers' class lists."""
+    end, i, sizes = len(data), 0, _ARG_SIZE
+    while i < end:
+        op = data[i]
+        n = sizes[op]
+        i += 1
+        if n >= 0:
+            i += n
+            continue
+        if n == -8:
+            width = _PUT_WIDTH[op]
+            value = int.from_bytes(data[i : i + width], "little")
+            i += width
+            if value > end - (i if op == _FRAME else 0):
+                raise pickle.UnpicklingError("a memo index or frame past the data")
+        elif n == -1:
+            for _ in range(2 if op in _TWO_LINES else 1):
+                newline = data.find(b"\n", i)
+                if newline == -1:
+                    raise pickle.UnpicklingError("a text argument with no end")
+                if op == _TEXT_PUT and not (data[i:newline].isdigit() and int(data[i:newline]) <= end):
+                    raise pickle.UnpicklingError("a memo index past the data")
+                i = newline + 1
+        elif n == -9:
+            raise pickle.UnpicklingError(f"opcode {op:#x} is not read from a cache file")
+        else:
+            width = _COUNT_WIDTH[n]
+            length = int.from_bytes(data[i : i + width], "little", signed=n == -3)
+            i += width
+            if not 0 <= length <= end - i:
+                raise pickle.UnpicklingError("a length past the data")
+            i += length
+    if i > end:
+        raise pickle.UnpicklingError("truncated")
+    return data
+
+
+def unpickled(unpickler: type[pickle.Unpickler], data: bytes) -> Any:
+    """``data`` unpickled by ``unpickler`` from memory, once :func:`checked_pickle` passed it."""
+    return unpickler(io.BytesIO(checked_pickle(data))).load()
