@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # (synth.py, also when
 
 from synth import append_attempt_steps, append_steps, steps_of, synthesize, synthesize_attempts
 
-__all__ = ["append_steps", "main", "steps_of", "synthesize", "synthesize_attempts"]
+__all__ = ["append_attempt_steps", "append_steps", "main", "steps_of", "synthesize", "synthesize_attempts"]
 
 BASELINE = """
 import json, sys, time, resource
