@@ -199,7 +199,7 @@ class Attempt(NamedTuple):
     """One attempt of a synthesized job: its first step, how many steps it ran, when its first began (ns)."""
 
     first: int
-    count: int
+    steps: int
     start: int
 
 
@@ -244,4 +244,4 @@ def append_attempt_steps(
     plan = attempt_plan(spans, files, attempts, rerun)
     last = plan[-1]
     with _open(_paths(root / "run", files, attempts - 1)) as handles:
-        return _write_steps(handles, last.first + last.count, count, seed, attempts - 1, last.first, last.start)
+        return _write_steps(handles, last.first + last.steps, count, seed, attempts - 1, last.first, last.start)
