@@ -206,6 +206,8 @@ class Attempt(NamedTuple):
 def attempt_plan(spans: int, files: int, attempts: int = 3, rerun: int = 5) -> list[Attempt]:
     """How :func:`synthesize_attempts` lays out about ``spans`` spans (re-runs included) over ``attempts``:
     each later attempt resumes ``rerun`` steps before where the previous one stopped."""
+    if not 1 <= attempts <= 8:
+        raise ValueError(f"{attempts} attempts: 1 to 8 (a driver id starts with d, c, b... by attempt)")
     total = steps_of(spans, files)
     each = max(total // attempts, rerun + 1)
     plan: list[Attempt] = []
