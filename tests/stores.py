@@ -212,13 +212,18 @@ def read_spans(where: Path) -> list[dict[str, Any]]:
     return out
 
 
-def synthesized_store(root: Path, spans: int = 50_000, files: int = 20) -> Path:
-    """``benchmarks/scale.py``'s GRPO-shaped store of ``spans`` spans in ``files`` process files (one driver)
-    under ``root/run``, plus a file of another shape (v1, which the reader skips with a note); ``root``."""
+def scale_module() -> Any:
+    """``benchmarks/scale.py`` loaded by its path (the benchmarks are no package): its store synthesis."""
     spec = importlib.util.spec_from_file_location("lens_scale_bench", Path(__file__).parents[1] / "benchmarks/scale.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
-    module.synthesize(root, spans, files)
+    return module
+
+
+def synthesized_store(root: Path, spans: int = 50_000, files: int = 20) -> Path:
+    """``benchmarks/scale.py``'s GRPO-shaped store of ``spans`` spans in ``files`` process files (one driver)
+    under ``root/run``, plus a file of another shape (v1, which the reader skips with a note); ``root``."""
+    scale_module().synthesize(root, spans, files)
     legacy = {
         "v": 1,
         "name": "old_phase",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import lens
-from tests.stores import synthesized_store
+from tests.stores import scale_module, synthesized_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,3 +56,20 @@ def test_steps_cut_the_goodput_window(store: Path) -> None:
     window = _report(store, "--steps", "5-9")
     assert [s["step"] for s in window["steps"]] == list(range(5, 10))
     assert window["step_time"]["max_s"] is not None
+
+
+def test_a_job_of_three_attempts_refreshed_reads_as_a_cold_read(tmp_path: Path) -> None:
+    """A resumed job of three attempts (the driver's later headers in its one file, new worker files per
+    attempt, each resuming 5 steps back) reads as 3 attempts and 2 restarts; after its last attempt's files
+    grew, a look through the refresh cache gives the very report a --no-cache read does."""
+    scale = scale_module()
+    scale.synthesize_attempts(tmp_path, 20_000, 6)
+    run = tmp_path / "run"
+    first = _report(run)
+    assert [a["attempt"] for a in first["attempts"]] == [0, 1, 2] and first["job"]["restarts"] == 2
+    rerun = first["attempts"][0]["rerun_steps"]
+    assert len(rerun) == 5 and first["attempts"][1]["resumed_from_step"] == rerun[0]
+    scale.append_attempt_steps(tmp_path, 20_000, 6, 10)
+    warm = _report(run)
+    assert warm["attempts"][2]["last_step"] == first["attempts"][2]["last_step"] + 10
+    assert warm == _report(run, "--no-cache")
