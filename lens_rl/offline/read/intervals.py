@@ -75,19 +75,29 @@ def clipped(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> Iterator[
 def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> int:
     """The length (ns) the union of ``packed`` interval arrays (each merged, so sorted) covers inside
     ``windows`` (merged too). Each array is cut to each window by bisection, so the cost is that of the
-    intervals inside the windows, not of the whole array per window; one array's cut is summed in C."""
+    intervals inside the windows, not of the whole array per window; one array's cut is summed in C, and two
+    arrays' union is their sum less their overlap (the larger cut by the smaller's intervals)."""
     packed = [p for p in packed if len(p)]
     windows = list(windows)
-    if len(packed) == 1:  # (windows and one array's intervals are disjoint: each window's length adds up)
-        total = 0
-        for lo, hi in windows:
-            cut = _cut(packed[0], lo, hi)
-            total += sum(cut[1::2]) - sum(cut[0::2])
-        return total
+    if len(packed) == 1:
+        return _covered_by(packed[0], windows)
+    if len(packed) == 2:  # |A u B| = |A| + |B| - |A n B|, the overlap cut from the larger by the smaller's windows
+        small, large = sorted(packed, key=len)
+        overlap = sum(_covered_by(large, pairs(_cut(small, lo, hi))) for lo, hi in windows)
+        return _covered_by(large, windows) + _covered_by(small, windows) - overlap
     streams = [pairs(_cut(p, lo, hi)) for lo, hi in windows for p in packed]
     if not streams:
         return 0
     return int(union_length(heapq.merge(*streams), ordered=True))
+
+
+def _covered_by(packed: array, windows: Iterable[tuple[int, int]]) -> int:
+    """The length one merged array covers inside merged ``windows`` (both disjoint: each window's adds up)."""
+    total = 0
+    for lo, hi in windows:
+        cut = _cut(packed, lo, hi)
+        total += sum(cut[1::2]) - sum(cut[0::2])
+    return total
 
 
 def _cut(packed: array, lo: int, hi: int) -> array:
