@@ -32,8 +32,9 @@ from lens_rl.offline.run.cache import (
     save_sizes,
     store_fingerprint,
 )
+from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
-from lens_rl.store import ReadStats, heads, read_head
+from lens_rl.store import ReadStats, read_head
 
 __all__ = ["SMALL_REFRESH", "analyze", "analyze_parts", "rolled_up"]
 
@@ -61,6 +62,7 @@ def analyze_parts(
     and said so); which file is whose is never read from its name."""
     parts: list[ProcessPart] = []
     stats = ReadStats()
+    index = Index(cache)  # (each file's headers and steps: scanned only where it grew since the last look)
     driver_in_run = False
     attempts: set[int] = set()
     driven: set[int] = set()  # attempts with a driver file that has spans
@@ -71,7 +73,7 @@ def analyze_parts(
         if head is not None and head.process.driver:
             if has_spans:
                 driver_in_run = True
-                later = heads(path)  # a driver restarted under the same pid appends to the same file
+                later = index.heads(path)  # a driver restarted under the same pid appends to the same file
                 driven.update(h.process.attempt for h in later if h.process.driver)
                 attempts.update(h.process.attempt for h in later)
             else:
@@ -82,7 +84,7 @@ def analyze_parts(
     if jobs is None and cache is not None and not use_ray and grown_bytes(cache, paths) <= SMALL_REFRESH:
         jobs = 1  # (a look at little that is new: worker processes would cost more than they save)
     options: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
-    superseded = _superseded(paths, frozenset(driven), options) if len(attempts) > 1 else {}
+    superseded = _superseded(paths, frozenset(driven), index, options) if len(attempts) > 1 else {}
     steps_seen: dict[bytes, Any] = {}
     with no_gc():
         for file_result, file_stats in map_files(
@@ -94,6 +96,7 @@ def analyze_parts(
             stats.add(file_stats)
     if cache is not None:
         save_sizes(cache, paths)
+        index.save()
     return parts, stats
 
 
@@ -108,13 +111,19 @@ def _cache_notes(notes: Sequence[str]) -> None:
         )
 
 
-def _superseded(paths: Sequence[Path], driven: frozenset[int], options: Mapping[str, Any]) -> dict[int, frozenset[Any]]:
+def _superseded(
+    paths: Sequence[Path], driven: frozenset[int], index: Index, options: Mapping[str, Any]
+) -> dict[int, frozenset[Any]]:
     """attempt -> its steps a later attempt ran again, in a run of several attempts: the steps of each
-    attempt's view (its driver's, or every process's of an attempt without a driver file) read once more,
-    before the files are reduced."""
+    attempt's view (its driver's, or every process's of an attempt without a driver file), before the files
+    are reduced: through the ``index`` where a cache keeps one (only what is new is read), else read again."""
     steps: dict[int, set[Any]] = defaultdict(set)
-    for found in map_files(file_steps, paths, driven, desc="attempts", **options):
-        for attempt, values in found.items():
+    if index.folder is not None:
+        found: Iterable[dict[int, set[Any]]] = (index.steps(path, driven) for path in paths)
+    else:
+        found = map_files(file_steps, paths, driven, desc="attempts", **options)
+    for each in found:
+        for attempt, values in each.items():
             steps[attempt] |= values
     return superseded_steps(steps)
 

@@ -52,6 +52,7 @@ from lens_rl.offline.run.cache_files import (
     save_memo,
     save_sizes,
 )
+from lens_rl.offline.run.index import complete_end, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
@@ -69,8 +70,6 @@ __all__ = [
     "save_sizes",
     "store_fingerprint",
 ]
-
-_TAIL = 4096  # bytes before where the last read stopped, hashed: a rewrite there is caught
 
 
 # ------------------------------------------------------------------------------------------- reads
@@ -97,27 +96,6 @@ def _contains(ids: Any, key: Any) -> bool:
     except TypeError:
         return key in ids
     return at < len(ids) and ids[at] == key
-
-
-def _complete_end(path: str | os.PathLike[str], size: int) -> int:
-    """The end of the file's last whole line (what a read may settle; the rest is still being written)."""
-    with open_file(path) as handle:
-        at = size
-        while at > 0:
-            start = max(at - 65536, 0)
-            handle.seek(start)
-            chunk = handle.read(at - start)
-            newline = chunk.rfind(b"\n")
-            if newline != -1:
-                return start + newline + 1
-            at = start
-    return 0
-
-
-def _tail_hash(path: str | os.PathLike[str], end: int) -> bytes:
-    with open_file(path) as handle:
-        handle.seek(max(end - _TAIL, 0))
-        return hashlib.sha1(handle.read(min(end, _TAIL))).digest()
 
 
 def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
@@ -241,7 +219,7 @@ def _through(
     if entry is not None and (
         stat.st_size < entry.end
         or (stat.st_size == entry.size and not _unchanged(stat, entry))
-        or _tail_hash(path, entry.end) != entry.tail
+        or tail_hash(path, entry.end) != entry.tail
     ):
         entry = None  # shrunk, written to without growing (rewritten in place), or its tail rewritten: cold
     if entry is not None and _unchanged(stat, entry) and not entry.held:
@@ -274,7 +252,7 @@ def _refresh(
     driver_in_run, superseded, critical = options
     cold = entry is None
     entry = entry if entry is not None else Entry(key, identity)
-    end = _complete_end(path, stat.st_size)
+    end = complete_end(path, stat.st_size)
     heads: list[Head] = [Head(h) for h in entry.heads]
     index = {id(h): n for n, h in enumerate(heads)}
     batch = _Batch()
@@ -357,7 +335,7 @@ def _settle(
     stat = look.stat
     entry.stats.add(read)
     entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = end, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
-    entry.tail = _tail_hash(look.path, end)
+    entry.tail = tail_hash(look.path, end)
     parent, entry.token = entry.token, os.urandom(8).hex()
     delta = None if cold else entry.delta(parent, {part.key: part for part in parts}, ids)
     for part in parts:  # (after the delta is pickled: merged, they are entry's)
