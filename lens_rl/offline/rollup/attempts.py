@@ -26,6 +26,7 @@ from typing import Any
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.parts import ProcessPart, step_key
+from lens_rl.offline.rollup.bulk import resource_seconds
 
 __all__ = ["Attempts", "attempts_of", "superseded_steps"]
 
@@ -110,7 +111,7 @@ def attempts_of(processes: Sequence[ProcessPart], view: Sequence[ProcessPart], i
         else:
             summed: dict[str, float] = defaultdict(float)
             for p in members[attempt]:
-                for bucket, seconds in p.seconds().items():
+                for bucket, seconds in resource_seconds(p).items():
                     summed[bucket] += seconds
             ratio = goodput_of(summed)
         row: dict[str, Any] = {

@@ -55,9 +55,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from lens_rl.buckets import goodput_of
-from lens_rl.offline.read.intervals import covered, merge_intervals, pairs
+from lens_rl.offline.read.intervals import merge_intervals, pairs
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, merge_parts, step_key
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
+from lens_rl.offline.rollup.bulk import covered, packed_length, resource_seconds, seconds_rounded
 from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
@@ -95,11 +96,10 @@ def _seconds(ns: Mapping[str, float]) -> dict[str, float]:
     return {b: round(ns.get(b, 0) / 1e9, 6) for b in BUCKETS}
 
 
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (exact, deterministic)."""
-    if not values:
+def _percentile(ordered: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of sorted values (exact, deterministic)."""
+    if not ordered:
         return None
-    ordered = sorted(values)
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
@@ -126,35 +126,22 @@ def report_from_parts(
     view = driver or processes
     attempts = attempts_of(processes, view, bool(driver))
     job = _job_row(view, bool(driver), attempts)
-    step_rows, walls_ns = _step_rows(view, steps)
-    complete = [r for r in step_rows if not r["incomplete"]]
-    steady = _steady(step_rows, walls_ns, warmup_steps)
-    walls = [r["wall_s"] for r in complete]
+    step_rows, walls_ns, productive_ns = _step_rows(view, steps)
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = group_and_rank_rows(processes)
-    run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
+    run_steps = [s for p in view for s in p.steps if type(s) is int]
     tokened = with_remote_tokens(processes)  # (a vLLM process's requests give tokens to their phases)
-    throughput = throughput_row(tokened, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
+    throughput = throughput_row(tokened, step_rows, walls_ns)  # (adds to the step rows)
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
-        "steady_state_goodput": _of_wall(sum(r["ns"][0] for r, _ in steady), sum(w for _, w in steady))
-        if steady
-        else None,
+        "steady_state_goodput": _steady(step_rows, walls_ns, productive_ns, warmup_steps),
         "warmup_steps": warmup_steps,
-        "job": cast(JobRow, {k: v for k, v in job.items() if k != "ns"}),
+        "job": cast(JobRow, job),
         "attempts": cast("list[AttemptRow]", attempts.rows),
-        "steps": cast("list[StepRow]", [{k: v for k, v in r.items() if k != "ns"} for r in step_rows]),
-        "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
-        "step_time": {
-            "p50_s": _percentile(walls, 0.5),
-            "p95_s": _percentile(walls, 0.95),
-            "max_s": max(walls) if walls else None,
-        },
-        "slowest_steps": [
-            {"step": r["step"], "wall_s": r["wall_s"]}
-            for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
-        ],
+        "steps": cast("list[StepRow]", step_rows),
+        "step_range": [min(run_steps), max(run_steps)] if run_steps else None,
+        **_step_times(step_rows),  # type: ignore[typeddict-item]
         "phases": cast("list[PhaseRow]", phase_rows(tokened, job["wall_s"] if driver else None)),
         "unbucketed_phases": cast(
             "list[UnbucketedRow]",
@@ -178,16 +165,42 @@ def report_from_parts(
     }
 
 
-def _steady(step_rows: list[dict[str, Any]], walls_ns: list[int], warmup_steps: int) -> list[tuple[Any, int]]:
-    """The steady state's (step row, wall ns): complete final runs, skipping each attempt's first
-    ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first rollouts)."""
+def _step_times(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``step_time`` (p50, p95, max of the complete steps' walls) and ``slowest_steps`` (the five longest,
+    ties by step)."""
+    complete = [r for r in step_rows if not r["incomplete"]]
+    walls = sorted(r["wall_s"] for r in complete)
+    # (the rows at or over the fifth longest wall, in their order, hold the sort's first five)
+    slow = [r for r in complete if r["wall_s"] >= walls[-5]] if len(walls) > 5 else complete
+    return {
+        "step_time": {
+            "p50_s": _percentile(walls, 0.5),
+            "p95_s": _percentile(walls, 0.95),
+            "max_s": walls[-1] if walls else None,
+        },
+        "slowest_steps": [
+            {"step": r["step"], "wall_s": r["wall_s"]}
+            for r in sorted(slow, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
+        ],
+    }
+
+
+def _steady(
+    step_rows: list[dict[str, Any]], walls_ns: list[int], productive_ns: list[int], warmup_steps: int
+) -> float | None:
+    """The steady state's goodput: its complete final runs' productive over wall time, skipping each
+    attempt's first ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first
+    rollouts); None without such a step (or a wall)."""
     seen: dict[Any, int] = defaultdict(int)
-    out = []
-    for row, wall in zip(step_rows, walls_ns, strict=True):
+    productive = wall = 0
+    steady = False
+    for row, row_wall, row_productive in zip(step_rows, walls_ns, productive_ns, strict=True):
         seen[row["attempt"]] += 1
         if seen[row["attempt"]] > max(warmup_steps, 0) and not row["incomplete"]:
-            out.append((row, wall))
-    return out
+            productive += row_productive
+            wall += row_wall
+            steady = True
+    return _of_wall(productive, wall) if steady else None
 
 
 def _notes(
@@ -230,47 +243,73 @@ def _notes(
     return notes
 
 
-def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[list[dict[str, Any]], list[int]]:
-    """One row per step of the view (and each one's wall in ns): exclusive bucket seconds, its wall (its
-    umbrellas' union, else first start to last end), what no bucketed span covers, goodput = productive /
-    wall. A step whose umbrella never ended, or was cut short by a shutdown (while others have theirs), is
-    incomplete."""
-    attempt_of: dict[Any, int] = {}  # a step's final run: re-runs were reduced apart
-    if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
-        combined = {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}
-    else:
-        combined = {}
-        for part in view:
-            for step, sp in part.steps.items():
-                if in_range(step, steps):
-                    combined.setdefault(step, StepPart()).merge(sp)
-                    attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
+def _step_rows(
+    view: list[ProcessPart], steps: tuple[int, int] | None
+) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+    """One row per step of the view (and each one's wall and productive time in ns): exclusive bucket
+    seconds, its wall (its umbrellas' union, else first start to last end), what no bucketed span covers,
+    goodput = productive / wall. A step whose umbrella never ended, or was cut short by a shutdown (while
+    others have theirs), is incomplete."""
+    combined, attempt_of = _combined(view, steps)
     only = view[0].key.attempt if view else 0
     with_umbrellas = any(sp.umbrellas for sp in combined.values())
-    rows, walls = [], []
-    for step in sorted(combined, key=step_key):
+    order = sorted(combined) if all(type(s) is int for s in combined) else sorted(combined, key=step_key)
+    walls, unattributed, ns, productive = [], [], [], []
+    for step in order:
         sp = combined[step]
-        umbrellas = sp.umbrellas
-        if umbrellas:  # (one umbrella, the common case: its interval as it is)
-            windows = [(umbrellas[0], umbrellas[1])] if len(umbrellas) == 2 else merge_intervals(pairs(umbrellas))
-        else:
-            windows = [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
-        wall = sum(hi - lo for lo, hi in windows)
-        unattributed = max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
-        rows.append(
-            {
-                "step": step,
-                "attempt": attempt_of.get(step, only),
-                "seconds": {b: round(ns / 1e9, 6) for b, ns in zip(BUCKETS, sp.ns, strict=True)},
-                "wall_s": round(wall / 1e9, 6),
-                "unattributed_s": round(unattributed / 1e9, 6),
-                "goodput": _of_wall(sp.ns[0], wall),
-                "incomplete": sp.incomplete or (with_umbrellas and not sp.umbrellas),
-                "ns": sp.ns,
-            }
-        )
+        wall, uncovered = _wall(sp)
         walls.append(wall)
-    return rows, walls
+        unattributed.append(uncovered)
+        ns += sp.ns
+        productive.append(sp.ns[0])
+    seconds, wall_s, unattributed_s = (seconds_rounded(v) for v in (ns, walls, unattributed))
+    p, o, i, w = BUCKETS
+    rows = [
+        {
+            "step": step,
+            "attempt": attempt_of.get(step, only),
+            "seconds": {p: seconds[4 * n], o: seconds[4 * n + 1], i: seconds[4 * n + 2], w: seconds[4 * n + 3]},
+            "wall_s": wall_s[n],
+            "unattributed_s": unattributed_s[n],
+            "goodput": productive[n] / walls[n] if walls[n] else None,
+            "incomplete": combined[step].incomplete or (with_umbrellas and not combined[step].umbrellas),
+        }
+        for n, step in enumerate(order)
+    ]
+    return rows, walls, productive
+
+
+def _combined(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[dict[Any, StepPart], dict[Any, int]]:
+    """The view's steps (in ``steps``) merged across its processes, and each one's final run's attempt where
+    several processes ran it (re-runs were reduced apart)."""
+    attempt_of: dict[Any, int] = {}
+    if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
+        return {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}, attempt_of
+    combined: dict[Any, StepPart] = {}
+    for part in view:
+        for step, sp in part.steps.items():
+            if in_range(step, steps):
+                combined.setdefault(step, StepPart()).merge(sp)
+                attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
+    return combined, attempt_of
+
+
+def _wall(sp: StepPart) -> tuple[int, int]:
+    """A step's wall (its umbrellas' union, else first start to last end) and what of it no bucketed span
+    covers, in ns."""
+    umbrellas, bucketed = sp.umbrellas, sp.bucketed
+    if umbrellas and len(umbrellas) > 2:
+        windows = merge_intervals(pairs(umbrellas))
+    elif umbrellas:  # (one umbrella, the common case: its interval as it is)
+        windows = [(umbrellas[0], umbrellas[1])]
+    else:
+        windows = [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
+    wall = sum(hi - lo for lo, hi in windows)
+    if not bucketed:
+        return wall, max(wall, 0)
+    if len(windows) == 1 and bucketed[0] >= windows[0][0] and bucketed[-1] <= windows[0][1]:
+        return wall, max(wall - packed_length(bucketed), 0)  # (inside its one window: its own length)
+    return wall, max(wall - covered([bucketed], windows), 0)
 
 
 def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
@@ -297,7 +336,7 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         ratio = _of_wall(ns["productive"], wall)
         phases_wasted = ns["wasted"] - rerun - restart
     else:
-        per = [p.seconds() for p in view]
+        per = [resource_seconds(p) for p in view]
         summed = {b: sum(s[b] for s in per) for b in BUCKETS}
         summed["wasted"] += restart / 1e9
         seconds = {b: round(value, 6) for b, value in summed.items()}

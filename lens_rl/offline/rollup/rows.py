@@ -13,6 +13,7 @@ from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart
+from lens_rl.offline.rollup.bulk import quantile_s, resource_seconds
 from lens_rl.offline.rollup.throughput import job_gpus, phase_rates, step_tokens
 
 __all__ = [
@@ -84,7 +85,7 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
                 "total_s": round(total_s, 6),
                 "exclusive_s": round(ph.excl_ns / 1e9, 6),
                 "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-                "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
+                "p95_s": None if not ph.count else round(quantile_s(ph, 0.95) or 0.0, 6),
                 "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
                 "share_of": "job wall" if is_driver else "group lifetime",
                 "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
@@ -144,7 +145,7 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
         if part.lifetime is None and not any(part.bucket_ns.values()):
             continue  # third-party spans alone (a vLLM engine's process): its time is its caller's
         group, rank, pid = part.key.group, part.key.rank, part.key.pid
-        seconds = part.seconds()
+        seconds = resource_seconds(part)
         wall_s = part.lifetime_ns / 1e9
         concurrent = concurrent or (wall_s > 0 and sum(seconds.values()) > wall_s * 1.001)
         entry = groups.setdefault(

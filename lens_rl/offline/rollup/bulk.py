@@ -1,0 +1,89 @@
+"""The rollup's run-sized arithmetic in bulk (numpy), value for value what the plain rule gives: a merged
+interval array's length, how much of a window it covers, a phase's nearest-rank quantile, a process's
+resource seconds.
+
+Where a rollup meets a run-sized array (a worker's 10 k intervals, a worker group's 500 k durations), Python's
+loop over its items was most of the rollup's time. Exact: lengths add as int64 (a merged array's total is
+under its span), a quantile is a selection (``np.partition``), never a sort; small arrays keep the plain rule.
+
+Example::
+
+    covered([part.bucketed], [part.lifetime])     # as lens_rl.offline.read.intervals.covered
+    quantile_s(phase, 0.95)                       # as PhasePart.quantile_s
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import covered as _covered
+from lens_rl.offline.read.parts import PhasePart, ProcessPart
+
+__all__ = ["covered", "packed_length", "quantile_s", "resource_seconds", "seconds_rounded"]
+
+#: Items under which Python's own loop is as fast as numpy's call.
+_BULK = 256
+#: ns under which a float of ``ns / 1e9`` lies less than 1 ns from it (and the int is exact in a float).
+_EXACT_NS = 2**53
+
+
+def packed_length(packed: array) -> int:
+    """The total length (ns) of a packed, merged interval array."""
+    if len(packed) < _BULK:
+        return sum(packed[1::2]) - sum(packed[0::2])
+    bounds = np.frombuffer(packed, np.int64).reshape(-1, 2)
+    return int((bounds[:, 1] - bounds[:, 0]).sum())
+
+
+def seconds_rounded(ns: Sequence[int]) -> list[float]:
+    """``[round(n / 1e9, 6) for n in ns]``, value for value, in bulk: Python's ``round`` is the nearest
+    float to the float's value rounded to whole microseconds, and ``ns / 1e9`` lies within 1 ns of ``n``'s
+    own value (under :data:`_EXACT_NS`), so an int count of ns not halfway between two microseconds rounds as
+    its integer does, and ``k / 1e6`` is that nearest float (one correctly rounded division). Halfway,
+    negative or huge counts take Python's own ``round`` (a float's side of the half, ``-0.0``)."""
+    if len(ns) < _BULK:
+        return [round(n / 1e9, 6) for n in ns]
+    values = np.asarray(ns)
+    if values.dtype != np.int64:  # (floats, bools, ints past int64: Python's own)
+        return [round(n / 1e9, 6) for n in ns]
+    out: list[float] = (((values + 500) // 1000) / 1e6).tolist()
+    for i in np.flatnonzero((values % 1000 == 500) | (values < 0) | (values >= _EXACT_NS)).tolist():
+        out[i] = round(ns[i] / 1e9, 6)
+    return out
+
+
+def covered(packed: Sequence[array], windows: Iterable[tuple[int, int]]) -> int:
+    """:func:`lens_rl.offline.read.intervals.covered`, its common case (one merged array inside one window)
+    in bulk."""
+    packed = [p for p in packed if len(p)]
+    windows = list(windows)
+    if len(packed) == 1 and len(windows) == 1:
+        only, (lo, hi) = packed[0], windows[0]
+        if only[0] >= lo and only[-1] <= hi:
+            return packed_length(only)
+    return _covered(packed, windows)
+
+
+def quantile_s(phase: PhasePart, q: float) -> float | None:
+    """:meth:`~lens_rl.offline.read.parts.PhasePart.quantile_s`: its exact case (durations, no sketch) as a
+    selection."""
+    durations = phase.durations
+    if phase.sketch is not None or len(durations) < _BULK:
+        return phase.quantile_s(q)
+    rank = max(math.ceil(q * len(durations)) - 1, 0)
+    return int(np.partition(np.frombuffer(durations, np.int64), rank)[rank]) / 1e9
+
+
+def resource_seconds(part: ProcessPart) -> dict[str, float]:
+    """:meth:`~lens_rl.offline.read.parts.ProcessPart.seconds` (the resource view: a worker's lifetime no
+    bucketed span or re-run step covers is idle), its coverage in bulk."""
+    out = {b: ns / 1e9 for b, ns in part.bucket_ns.items()}
+    if part.rerun:
+        out["wasted"] += part.rerun_ns / 1e9
+    if not part.is_driver and part.lifetime is not None:
+        out["idle"] += max(part.lifetime_ns - covered(part.coverage, [part.lifetime]), 0) / 1e9
+    return out

@@ -1,0 +1,68 @@
+"""The rollup's bulk arithmetic gives, value for value and bit for bit, what the plain rule gives."""
+
+from __future__ import annotations
+
+import random
+import struct
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from lens_rl.offline.read.intervals import covered as plain_covered
+from lens_rl.offline.read.intervals import merge_intervals, pack
+from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart
+from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded
+from lens_rl.store import Process
+
+
+def _bits(values: Sequence[float]) -> list[bytes]:
+    return [struct.pack("<d", v) for v in values]
+
+
+def test_seconds_rounded_is_pythons_round_of_ns_over_1e9_bit_for_bit() -> None:
+    """Halfway counts (those whose float lands either side of the half), negative ones (``-0.0``), counts past
+    2**53 and past int64, floats and bools all round exactly as ``round(n / 1e9, 6)`` does."""
+    rng = random.Random(11)
+    values: list[int] = []
+    for scale in (10**3, 10**9, 10**12, 10**15, 2**53, 2**62):
+        values += [rng.randrange(-scale // 100, scale) for _ in range(3000)]
+    values += [k * 1000 + 500 for k in range(0, 10**6, 97)]  # halfway between two microseconds
+    values += [7_812_500 * j for j in range(1, 2000, 2)]  # halfway, and exact in binary: to even
+    values += [0, 1, -1, -499, -500, 2**53 - 1, 2**53, 2**53 + 1, 2**63 - 1, -(2**63)]
+    assert _bits(seconds_rounded(values)) == _bits([round(n / 1e9, 6) for n in values])
+    odd: list[Sequence[Any]] = [[2**64] + [1] * 300, [1.5e9] * 300, [True] * 300, array("q", [1_234_567] * 300)]
+    for ns in odd:
+        assert _bits(seconds_rounded(ns)) == _bits([round(n / 1e9, 6) for n in ns])
+
+
+def test_quantile_is_the_phase_parts_own_exact_or_sketched() -> None:
+    """A merged phase's nearest-rank quantile: exact durations (small and large), ties, and a sketch, as
+    :meth:`PhasePart.quantile_s` gives them."""
+    rng = random.Random(5)
+    for count in (0, 1, 7, 300, 5000):
+        for q in (0.0, 0.5, 0.95, 1.0):
+            phase = PhasePart(durations=array("q", (rng.randrange(10**9) // 7 for _ in range(count))))
+            assert quantile_s(phase, q) == PhasePart(durations=array("q", phase.durations)).quantile_s(q)
+    sketched = PhasePart(durations=array("q", range(1, EXACT_DURATIONS + 2)))
+    sketched.bound()
+    sketched.durations.extend(range(1000))
+    twin = PhasePart(durations=array("q", sketched.durations), sketch=dict(sketched.sketch or {}))
+    assert quantile_s(sketched, 0.95) == twin.quantile_s(0.95)
+
+
+def test_covered_and_resource_seconds_match_the_plain_rule() -> None:
+    """Coverage of one large merged array inside a window, across windows, and of several arrays; a worker's
+    idle seconds (its lifetime no bucketed span covers), as :func:`covered` and ``ProcessPart.seconds``."""
+    rng = random.Random(3)
+    for size in (0, 3, 200, 5000):
+        starts = sorted(rng.sample(range(1_700_000_000_000_000_000, 1_700_000_100_000_000_000), size))
+        packed = pack(merge_intervals((s, s + rng.randrange(1, 10**7)) for s in starts))
+        lo, hi = (packed[0], packed[-1]) if packed else (0, 1)
+        for windows in ([(lo, hi)], [(lo - 5, hi + 5)], [(lo + (hi - lo) // 3, hi)], [(lo, lo + 9), (hi - 9, hi)]):
+            assert covered([packed], windows) == plain_covered([packed], windows)
+        assert covered([packed, pack([(lo, lo + 10**8)])], [(lo, hi)]) == plain_covered(
+            [packed, pack([(lo, lo + 10**8)])], [(lo, hi)]
+        )
+        worker = ProcessPart(Process("rollout", 1, 7, 0, False), lifetime=(lo - 10**9, hi + 10**9), bucketed=packed)
+        worker.bucket_ns["productive"] = 123_456_789
+        assert resource_seconds(worker) == worker.seconds()
