@@ -10,8 +10,8 @@ from typing import Any
 
 from lens_rl.offline.read.intervals import covered as plain_covered
 from lens_rl.offline.read.intervals import merge_intervals, pack
-from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart
-from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded
+from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, median
+from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded, window_medians
 from lens_rl.store import Process
 
 
@@ -66,3 +66,19 @@ def test_covered_and_resource_seconds_match_the_plain_rule() -> None:
         worker = ProcessPart(Process("rollout", 1, 7, 0, False), lifetime=(lo - 10**9, hi + 10**9), bucketed=packed)
         worker.bucket_ns["productive"] = 123_456_789
         assert resource_seconds(worker) == worker.seconds()
+
+
+def test_window_medians_are_the_plain_medians_latest_window_first() -> None:
+    """Medians of consecutive windows counted back from the latest value, odd and even windows (the mean of
+    two middle ints as Python divides them, past 2**53 too), a ragged first window left out, as the plain
+    rule gives them."""
+    rng = random.Random(9)
+    for window in (1, 2, 3, 20, 21):
+        for count in (0, 5, 257, 1000, 4099):
+            for scale in (10**9, 2**60):
+                values = array("q", (rng.randrange(scale) for _ in range(count)))
+                plain = [median(values[end - window : end]) for end in range(count, window - 1, -window)]
+                got = window_medians(values, window)
+                assert got == plain and _bits(got) == _bits(plain)
+                assert [type(v) for v in got] == [type(v) for v in plain]  # (an odd window's median: an int)
+                assert window_medians(list(values), window) == plain

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from lens_rl.offline.read.intervals import covered as _covered
-from lens_rl.offline.read.parts import PhasePart, ProcessPart
+from lens_rl.offline.read.parts import PhasePart, ProcessPart, median
 
-__all__ = ["covered", "packed_length", "quantile_s", "resource_seconds", "seconds_rounded"]
+__all__ = ["covered", "packed_length", "quantile_s", "resource_seconds", "seconds_rounded", "window_medians"]
 
 #: Items under which Python's own loop is as fast as numpy's call.
 _BULK = 256
@@ -54,6 +54,23 @@ def seconds_rounded(ns: Sequence[int]) -> list[float]:
     for i in np.flatnonzero((values % 1000 == 500) | (values < 0) | (values >= _EXACT_NS)).tolist():
         out[i] = round(ns[i] / 1e9, 6)
     return out
+
+
+def window_medians(values: Sequence[int], window: int) -> list[float]:
+    """``[median(values[end - window : end]) for end in range(len(values), window - 1, -window)]`` (the
+    latest window first; :func:`~lens_rl.offline.read.parts.median`'s rule: the middle value, else the mean of
+    the two middle values), value for value: each window's middle by selection, two middle ints added in int64
+    (ns under 2**62) and halved as one float, as Python's own int division rounds them."""
+    count = len(values) // window
+    table = np.asarray(values)
+    if table.dtype != np.int64 or count * window < _BULK or table.max() >= 2**62 or table.min() <= -(2**62):
+        return [median(values[end - window : end]) for end in range(len(values), window - 1, -window)]
+    table = table[len(values) - count * window :].reshape(count, window)[::-1]
+    mid = window // 2
+    if window % 2:
+        return np.partition(table, mid, axis=1)[:, mid].tolist()  # type: ignore[no-any-return]
+    middle = np.partition(table, (mid - 1, mid), axis=1)
+    return ((middle[:, mid - 1] + middle[:, mid]) / 2).tolist()  # type: ignore[no-any-return]
 
 
 def covered(packed: Sequence[array], windows: Iterable[tuple[int, int]]) -> int:
