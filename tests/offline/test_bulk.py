@@ -42,12 +42,23 @@ def test_quantile_is_the_phase_parts_own_exact_or_sketched() -> None:
     for count in (0, 1, 7, 300, 5000):
         for q in (0.0, 0.5, 0.95, 1.0):
             phase = PhasePart(durations=array("q", (rng.randrange(10**9) // 7 for _ in range(count))))
-            assert quantile_s(phase, q) == PhasePart(durations=array("q", phase.durations)).quantile_s(q)
+            expected = PhasePart(durations=array("q", phase.durations)).quantile_s(q)
+            assert quantile_s(phase, q) == expected
+            split = PhasePart(durations=phase.durations[: count // 3])
+            assert (
+                quantile_s(split, q, [phase.durations[count // 3 : count // 2], phase.durations[count // 2 :]])
+                == expected
+            )
     sketched = PhasePart(durations=array("q", range(1, EXACT_DURATIONS + 2)))
     sketched.bound()
     sketched.durations.extend(range(1000))
     twin = PhasePart(durations=array("q", sketched.durations), sketch=dict(sketched.sketch or {}))
-    assert quantile_s(sketched, 0.95) == twin.quantile_s(0.95)
+    expected = twin.quantile_s(0.95)
+    assert quantile_s(sketched, 0.95) == expected
+    assert (
+        quantile_s(PhasePart(sketch=sketched.sketch), 0.95, [sketched.durations[:10], sketched.durations[10:]])
+        == expected
+    )
 
 
 def test_covered_and_resource_seconds_match_the_plain_rule() -> None:

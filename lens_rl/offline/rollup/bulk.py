@@ -85,14 +85,20 @@ def covered(packed: Sequence[array], windows: Iterable[tuple[int, int]]) -> int:
     return _covered(packed, windows)
 
 
-def quantile_s(phase: PhasePart, q: float) -> float | None:
-    """:meth:`~lens_rl.offline.read.parts.PhasePart.quantile_s`: its exact case (durations, no sketch) as a
-    selection."""
-    durations = phase.durations
-    if phase.sketch is not None or len(durations) < _BULK:
-        return phase.quantile_s(q)
-    rank = max(math.ceil(q * len(durations)) - 1, 0)
-    return int(np.partition(np.frombuffer(durations, np.int64), rank)[rank]) / 1e9
+def quantile_s(phase: PhasePart, q: float, durations: Sequence[array] = ()) -> float | None:
+    """:meth:`~lens_rl.offline.read.parts.PhasePart.quantile_s` of ``phase`` with ``durations`` (arrays kept
+    out of it: a merge copies each once, here, not once per array it grows by) added: exact as a selection,
+    or from its sketch."""
+    arrays = [phase.durations, *durations]
+    if phase.sketch is not None:
+        whole = array("q")
+        whole.frombytes(b"".join(arrays))
+        return PhasePart(durations=whole, sketch=dict(phase.sketch)).quantile_s(q)
+    count = sum(map(len, arrays))
+    if not count:
+        return None
+    rank = max(math.ceil(q * count) - 1, 0)
+    return int(np.partition(np.frombuffer(b"".join(arrays), np.int64), rank)[rank]) / 1e9
 
 
 def resource_seconds(part: ProcessPart) -> dict[str, float]:

@@ -8,7 +8,9 @@ Example::
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
@@ -30,6 +32,7 @@ __all__ = [
 UNBUCKETED_SHARE = 0.05
 #: Unattributed time over this share of the steps' wall is named, with where it falls.
 UNATTRIBUTED_SHARE = 0.20
+_NONE = array("q")  # (a phase's durations, left out of a merge: never grown)
 
 
 def throughput_row(
@@ -63,11 +66,13 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
     merged: dict[tuple[str, str, str | None], PhasePart] = {}
     members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
     lifetimes: dict[str, int] = defaultdict(int)
+    durations: dict[tuple[str, str, str | None], list[array]] = defaultdict(list)  # (kept out of the merge)
     for part in processes:
         group = part.key.group
         lifetimes[group] += part.lifetime_ns
         for (name, bucket), phase in part.phases.items():
-            merged.setdefault((group, name, bucket), PhasePart()).merge(phase, bound=False)
+            merged.setdefault((group, name, bucket), PhasePart()).merge(replace(phase, durations=_NONE), bound=False)
+            durations[(group, name, bucket)].append(phase.durations)
             if phase.tokens:
                 members[(group, name, bucket)].append((part, phase))
     rows: list[dict[str, Any]] = []
@@ -85,7 +90,9 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
                 "total_s": round(total_s, 6),
                 "exclusive_s": round(ph.excl_ns / 1e9, 6),
                 "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-                "p95_s": None if not ph.count else round(quantile_s(ph, 0.95) or 0.0, 6),
+                "p95_s": None
+                if not ph.count
+                else round(quantile_s(ph, 0.95, durations[(group, name, bucket)]) or 0.0, 6),
                 "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
                 "share_of": "job wall" if is_driver else "group lifetime",
                 "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
