@@ -10,8 +10,9 @@ from typing import Any
 
 from lens_rl.offline.read.intervals import covered as plain_covered
 from lens_rl.offline.read.intervals import merge_intervals, pack
-from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, median
+from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, StepPart, median
 from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded, window_medians
+from lens_rl.offline.rollup.goodput import _wall, _walls
 from lens_rl.store import Process
 
 
@@ -93,3 +94,30 @@ def test_window_medians_are_the_plain_medians_latest_window_first() -> None:
                 assert got == plain and _bits(got) == _bits(plain)
                 assert [type(v) for v in got] == [type(v) for v in plain]  # (an odd window's median: an int)
                 assert window_medians(list(values), window) == plain
+
+
+def test_step_walls_in_bulk_are_each_steps_own() -> None:
+    """A run's steps of every shape (one umbrella with its bucketed spans inside or crossing its edge, several
+    umbrellas, none, no bucketed spans, no interval at all) get the wall and unattributed time the one-step
+    rule gives each."""
+    rng = random.Random(13)
+    base = 1_700_000_000_000_000_000
+    parts = []
+    for n in range(500):
+        lo = base + n * 10**10
+        sp = StepPart(lo, lo + rng.randrange(1, 10**10))
+        shape = rng.randrange(6)
+        if shape in (0, 1, 2):
+            sp.umbrellas = pack([(lo, lo + 9 * 10**9)])
+        elif shape == 3:
+            sp.umbrellas = pack(merge_intervals([(lo, lo + 10**9), (lo + 2 * 10**9, lo + 4 * 10**9)]))
+        elif shape == 4:
+            sp.lo = None
+        if shape != 2:
+            offset = -(10**9) if shape == 1 else 10**8
+            starts = sorted(rng.sample(range(lo + offset, lo + 8 * 10**9), rng.randrange(0, 6)))
+            sp.bucketed = pack(merge_intervals((s, s + rng.randrange(1, 10**9)) for s in starts))
+        parts.append(sp)
+    walls, unattributed = _walls(parts)
+    assert list(zip(walls, unattributed, strict=True)) == [_wall(sp) for sp in parts]
+    assert [type(w) for w in walls] == [int] * len(parts)

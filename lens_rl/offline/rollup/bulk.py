@@ -17,16 +17,26 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from lens_rl.offline.read.intervals import covered as _covered
 from lens_rl.offline.read.parts import PhasePart, ProcessPart, median
 
-__all__ = ["covered", "packed_length", "quantile_s", "resource_seconds", "seconds_rounded", "window_medians"]
+__all__ = [
+    "covered",
+    "packed_length",
+    "packed_spans",
+    "quantile_s",
+    "resource_seconds",
+    "seconds_rounded",
+    "window_medians",
+]
 
 #: Items under which Python's own loop is as fast as numpy's call.
 _BULK = 256
+_INT64 = np.iinfo(np.int64)
 #: ns under which a float of ``ns / 1e9`` lies less than 1 ns from it (and the int is exact in a float).
 _EXACT_NS = 2**53
 
@@ -71,6 +81,24 @@ def window_medians(values: Sequence[int], window: int) -> list[float]:
         return np.partition(table, mid, axis=1)[:, mid].tolist()  # type: ignore[no-any-return]
     middle = np.partition(table, (mid - 1, mid), axis=1)
     return ((middle[:, mid - 1] + middle[:, mid]) / 2).tolist()  # type: ignore[no-any-return]
+
+
+def packed_spans(packed: Sequence[array]) -> tuple[Any, Any, Any]:
+    """Of each packed, merged interval array: its first start, its last end and its total length (ns), as
+    three int64 numpy arrays; an empty one's first start is the largest int64 and its last end the smallest
+    (so it lies inside any window), its length 0."""
+    sizes = np.fromiter(map(len, packed), np.int64, len(packed))
+    flat = np.frombuffer(b"".join(packed), np.int64)
+    if not len(flat):
+        zeros = np.zeros(len(packed), np.int64)
+        return zeros + _INT64.max, zeros + _INT64.min, zeros
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    running = np.concatenate((np.zeros(1, np.int64), np.cumsum(flat[1::2] - flat[0::2])))
+    empty = sizes == 0
+    first = np.where(empty, _INT64.max, flat[np.minimum(starts, len(flat) - 1)])
+    last = np.where(empty, _INT64.min, flat[np.maximum(ends - 1, 0)])
+    return first, last, running[ends // 2] - running[starts // 2]
 
 
 def covered(packed: Sequence[array], windows: Iterable[tuple[int, int]]) -> int:

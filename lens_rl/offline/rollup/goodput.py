@@ -50,15 +50,19 @@ The passes over the files that feed it are :mod:`lens_rl.offline.run.analyze`'s.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Any, cast
+
+import numpy as np
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.intervals import merge_intervals, pairs
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, merge_parts, step_key
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
-from lens_rl.offline.rollup.bulk import covered, packed_length, resource_seconds, seconds_rounded
+from lens_rl.offline.rollup.bulk import covered, packed_length, packed_spans, resource_seconds, seconds_rounded
 from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
@@ -90,6 +94,7 @@ from lens_rl.offline.rollup.throughput import with_remote_tokens
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "report_from_parts"]
 
 SCHEMA = "lens_rl.goodput/1"
+_EMPTY = array("q")
 
 
 def _seconds(ns: Mapping[str, float]) -> dict[str, float]:
@@ -254,15 +259,12 @@ def _step_rows(
     only = view[0].key.attempt if view else 0
     with_umbrellas = any(sp.umbrellas for sp in combined.values())
     order = sorted(combined) if all(type(s) is int for s in combined) else sorted(combined, key=step_key)
-    walls, unattributed, ns, productive = [], [], [], []
-    for step in order:
-        sp = combined[step]
-        wall, uncovered = _wall(sp)
-        walls.append(wall)
-        unattributed.append(uncovered)
-        ns += sp.ns
-        productive.append(sp.ns[0])
-    seconds, wall_s, unattributed_s = (seconds_rounded(v) for v in (ns, walls, unattributed))
+    parts = [combined[step] for step in order]
+    walls, unattributed = _walls(parts)
+    productive = [sp.ns[0] for sp in parts]
+    seconds, wall_s, unattributed_s = (
+        seconds_rounded(v) for v in (list(chain.from_iterable(sp.ns for sp in parts)), walls, unattributed)
+    )
     p, o, i, w = BUCKETS
     rows = [
         {
@@ -272,7 +274,7 @@ def _step_rows(
             "wall_s": wall_s[n],
             "unattributed_s": unattributed_s[n],
             "goodput": productive[n] / walls[n] if walls[n] else None,
-            "incomplete": combined[step].incomplete or (with_umbrellas and not combined[step].umbrellas),
+            "incomplete": parts[n].incomplete or (with_umbrellas and not parts[n].umbrellas),
         }
         for n, step in enumerate(order)
     ]
@@ -292,6 +294,23 @@ def _combined(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[d
                 combined.setdefault(step, StepPart()).merge(sp)
                 attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
     return combined, attempt_of
+
+
+def _walls(parts: list[StepPart]) -> tuple[list[int], list[int]]:
+    """Each step's :func:`_wall`, in bulk where a step has one umbrella and its bucketed spans lie inside it
+    (the common case: the same two subtractions), the others one by one."""
+    if len(parts) < 64:
+        each = [_wall(sp) for sp in parts]
+        return [wall for wall, _ in each], [uncovered for _, uncovered in each]
+    umbrellas = [sp.umbrellas or _EMPTY for sp in parts]
+    lo, hi, _ = packed_spans(umbrellas)
+    first, last, length = packed_spans([sp.bucketed or _EMPTY for sp in parts])
+    one = np.fromiter(map(len, umbrellas), np.int64, len(parts)) == 2
+    wall = hi - lo
+    walls, unattributed = wall.tolist(), np.maximum(wall - length, 0).tolist()
+    for n in np.flatnonzero(~(one & (first >= lo) & (last <= hi))).tolist():
+        walls[n], unattributed[n] = _wall(parts[n])
+    return walls, unattributed
 
 
 def _wall(sp: StepPart) -> tuple[int, int]:
