@@ -10,9 +10,9 @@ from typing import Any
 
 from lens_rl.offline.read.intervals import covered as plain_covered
 from lens_rl.offline.read.intervals import merge_intervals, pack
-from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, StepPart, median
+from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, StepPart, median, step_key
 from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded, window_medians
-from lens_rl.offline.rollup.goodput import _wall, _walls
+from lens_rl.offline.rollup.goodput import _step_times, _wall, _walls
 from lens_rl.store import Process
 
 
@@ -121,3 +121,21 @@ def test_step_walls_in_bulk_are_each_steps_own() -> None:
     walls, unattributed = _walls(parts)
     assert list(zip(walls, unattributed, strict=True)) == [_wall(sp) for sp in parts]
     assert [type(w) for w in walls] == [int] * len(parts)
+
+
+def test_slowest_steps_are_the_sorts_first_five_ties_by_step() -> None:
+    """The five longest complete steps, ties broken by step (many steps at the same wall, as a steady run
+    has), and the step time percentiles, as a full sort gives them."""
+    rng = random.Random(17)
+    for count in (0, 3, 5, 6, 40, 300):
+        for spread in (1, 3, 1000):
+            rows = [
+                {"step": n, "wall_s": float(rng.randrange(spread)), "incomplete": rng.random() < 0.1}
+                for n in range(count)
+            ]
+            complete = [r for r in rows if not r["incomplete"]]
+            plain = sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
+            figures = _step_times(rows)
+            assert figures["slowest_steps"] == [{"step": r["step"], "wall_s": r["wall_s"]} for r in plain]
+            walls = sorted(r["wall_s"] for r in complete)
+            assert figures["step_time"]["max_s"] == (max(walls) if walls else None)

@@ -25,6 +25,7 @@ from lens_rl.offline.read.intervals import int64_array
 __all__ = ["Memo", "critical_path"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
+_MISSING = object()
 
 
 def _groups(parents: Sequence[Any]) -> tuple[dict[Any, int], Any]:
@@ -225,28 +226,41 @@ def _gathered(
     critical ns per stretch key), and the others to walk, each (start, part, driver, step, runs, end)."""
     step_rows: list[dict[str, Any]] = []
     todo = []
-    kept_ns: dict[int, int] = defaultdict(int)  # the reused steps' critical ns per stretch key
+    flats = []  # the reused steps' [stretch key, ns, ...]
     for p, part in enumerate(processes):
         crit = part.crit
         if crit is None or not part.is_driver:
             continue
         driver = repr(part.key)
         for step, runs in crit.steps.items():
-            if step not in wall:
+            wall_s = wall.get(step, _MISSING)
+            if wall_s is _MISSING:
                 continue
             if len(runs) == 1:  # (one umbrella, the common case)
                 end = runs[0][2] if runs[0][1] else None
             else:
                 end = max((e for _off, count, e in runs if count), default=None)
-            if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
+            if memo is not None and (record := memo.reused(driver, step, end, wall_s)) is not None:
                 step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
-                flat = record[4]
-                for k in range(0, len(flat), 2):
-                    kept_ns[flat[k]] += flat[k + 1]
+                flats.append(record[4])
                 continue
             start = min((crit.a[off + count - 1] for off, count, _e in runs if count), default=None)
             todo.append((start, p, driver, step, runs, end))
-    return step_rows, todo, kept_ns
+    return step_rows, todo, _summed(flats)
+
+
+def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:
+    """[stretch key, ns, ...] lists summed per stretch key, the keys in the order they first appear: the lists
+    with the same keys (most of a run's steps) summed column by column."""
+    alike: dict[tuple[int, ...], list[Sequence[int]]] = {}
+    for flat in flats:
+        alike.setdefault(tuple(flat[0::2]), []).append(flat)
+    out: dict[int, int] = defaultdict(int)
+    for slots, group in alike.items():  # (in the order their first list came: so are the new keys in each)
+        columns = list(zip(*group, strict=True))
+        for n, slot in enumerate(slots):
+            out[slot] += sum(columns[2 * n + 1])
+    return out
 
 
 def _phase_rows(processes: Sequence[Any], totals: Mapping[tuple[str, str, Any], int], walls: float) -> list[Any]:

@@ -53,7 +53,7 @@ import math
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain
+from itertools import chain, islice
 from typing import Any, cast
 
 import numpy as np
@@ -175,8 +175,11 @@ def _step_times(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
     ties by step)."""
     complete = [r for r in step_rows if not r["incomplete"]]
     walls = sorted(r["wall_s"] for r in complete)
-    # (the rows at or over the fifth longest wall, in their order, hold the sort's first five)
-    slow = [r for r in complete if r["wall_s"] >= walls[-5]] if len(walls) > 5 else complete
+    slow = complete
+    if len(walls) > 5:  # (the rows over the fifth longest wall, and the first five at it: the rows are in step order)
+        fifth = walls[-5]
+        slow = [r for r in complete if r["wall_s"] > fifth]
+        slow += islice((r for r in complete if r["wall_s"] == fifth), 5)
     return {
         "step_time": {
             "p50_s": _percentile(walls, 0.5),
@@ -196,16 +199,17 @@ def _steady(
     """The steady state's goodput: its complete final runs' productive over wall time, skipping each
     attempt's first ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first
     rollouts); None without such a step (or a wall)."""
-    seen: dict[Any, int] = defaultdict(int)
-    productive = wall = 0
-    steady = False
-    for row, row_wall, row_productive in zip(step_rows, walls_ns, productive_ns, strict=True):
-        seen[row["attempt"]] += 1
-        if seen[row["attempt"]] > max(warmup_steps, 0) and not row["incomplete"]:
-            productive += row_productive
-            wall += row_wall
-            steady = True
-    return _of_wall(productive, wall) if steady else None
+    warm = max(warmup_steps, 0)
+    if len({row["attempt"] for row in step_rows}) == 1:  # (one attempt: its steps after the first ``warm``)
+        taken = [n for n in range(warm, len(step_rows)) if not step_rows[n]["incomplete"]]
+    else:
+        seen: dict[Any, int] = defaultdict(int)
+        taken = []
+        for n, row in enumerate(step_rows):
+            seen[row["attempt"]] += 1
+            if seen[row["attempt"]] > warm and not row["incomplete"]:
+                taken.append(n)
+    return _of_wall(sum(productive_ns[n] for n in taken), sum(walls_ns[n] for n in taken)) if taken else None
 
 
 def _notes(
@@ -286,6 +290,8 @@ def _combined(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[d
     several processes ran it (re-runs were reduced apart)."""
     attempt_of: dict[Any, int] = {}
     if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
+        if steps is None:
+            return view[0].steps, attempt_of
         return {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}, attempt_of
     combined: dict[Any, StepPart] = {}
     for part in view:
