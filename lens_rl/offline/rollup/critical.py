@@ -236,10 +236,7 @@ def _gathered(
             wall_s = wall.get(step, _MISSING)
             if wall_s is _MISSING:
                 continue
-            if len(runs) == 1:  # (one umbrella, the common case)
-                end = runs[0][2] if runs[0][1] else None
-            else:
-                end = max((e for _off, count, e in runs if count), default=None)
+            end = _end(runs)
             if memo is not None and (record := memo.reused(driver, step, end, wall_s)) is not None:
                 step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
                 flats.append(record[4])
@@ -247,6 +244,13 @@ def _gathered(
             start = min((crit.a[off + count - 1] for off, count, _e in runs if count), default=None)
             todo.append((start, p, driver, step, runs, end))
     return step_rows, todo, _summed(flats)
+
+
+def _end(runs: Sequence[tuple[int, int, int]]) -> int | None:
+    """When a step's walked umbrellas (``runs``: (first stretch, count, end ns)) ended (None: none walked)."""
+    if len(runs) == 1:  # (one umbrella, the common case)
+        return runs[0][2] if runs[0][1] else None
+    return max((e for _off, count, e in runs if count), default=None)
 
 
 def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:

@@ -62,7 +62,7 @@ from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.intervals import merge_intervals, pairs
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, merge_parts, step_key
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
-from lens_rl.offline.rollup.bulk import covered, packed_length, packed_spans, resource_seconds, seconds_rounded
+from lens_rl.offline.rollup.bulk import covered, packed_spans, resource_seconds, seconds_rounded
 from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
@@ -175,11 +175,6 @@ def _step_times(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
     ties by step)."""
     complete = [r for r in step_rows if not r["incomplete"]]
     walls = sorted(r["wall_s"] for r in complete)
-    slow = complete
-    if len(walls) > 5:  # (the rows over the fifth longest wall, and the first five at it: the rows are in step order)
-        fifth = walls[-5]
-        slow = [r for r in complete if r["wall_s"] > fifth]
-        slow += islice((r for r in complete if r["wall_s"] == fifth), 5)
     return {
         "step_time": {
             "p50_s": _percentile(walls, 0.5),
@@ -188,9 +183,18 @@ def _step_times(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "slowest_steps": [
             {"step": r["step"], "wall_s": r["wall_s"]}
-            for r in sorted(slow, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
+            for r in sorted(_slow(complete, walls), key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
         ],
     }
+
+
+def _slow(complete: list[dict[str, Any]], walls: list[float]) -> list[dict[str, Any]]:
+    """The rows a sort of the complete steps by wall (longest first, ties by step) puts first five, among a few
+    others: those over the fifth longest wall, and the first five at it (the rows are in step order)."""
+    if len(walls) <= 5:
+        return complete
+    fifth = walls[-5]
+    return [r for r in complete if r["wall_s"] > fifth] + list(islice((r for r in complete if r["wall_s"] == fifth), 5))
 
 
 def _steady(
@@ -199,17 +203,21 @@ def _steady(
     """The steady state's goodput: its complete final runs' productive over wall time, skipping each
     attempt's first ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first
     rollouts); None without such a step (or a wall)."""
-    warm = max(warmup_steps, 0)
-    if len({row["attempt"] for row in step_rows}) == 1:  # (one attempt: its steps after the first ``warm``)
-        taken = [n for n in range(warm, len(step_rows)) if not step_rows[n]["incomplete"]]
-    else:
-        seen: dict[Any, int] = defaultdict(int)
-        taken = []
-        for n, row in enumerate(step_rows):
-            seen[row["attempt"]] += 1
-            if seen[row["attempt"]] > warm and not row["incomplete"]:
-                taken.append(n)
+    taken = [n for n in _after_warmup(step_rows, max(warmup_steps, 0)) if not step_rows[n]["incomplete"]]
     return _of_wall(sum(productive_ns[n] for n in taken), sum(walls_ns[n] for n in taken)) if taken else None
+
+
+def _after_warmup(step_rows: list[dict[str, Any]], warm: int) -> Sequence[int]:
+    """The indexes of the rows after their attempt's first ``warm``."""
+    if len({row["attempt"] for row in step_rows}) == 1:  # (one attempt: a range)
+        return range(warm, len(step_rows))
+    seen: dict[Any, int] = defaultdict(int)
+    out = []
+    for n, row in enumerate(step_rows):
+        seen[row["attempt"]] += 1
+        if seen[row["attempt"]] > warm:
+            out.append(n)
+    return out
 
 
 def _notes(
@@ -322,19 +330,17 @@ def _walls(parts: list[StepPart]) -> tuple[list[int], list[int]]:
 def _wall(sp: StepPart) -> tuple[int, int]:
     """A step's wall (its umbrellas' union, else first start to last end) and what of it no bucketed span
     covers, in ns."""
-    umbrellas, bucketed = sp.umbrellas, sp.bucketed
-    if umbrellas and len(umbrellas) > 2:
-        windows = merge_intervals(pairs(umbrellas))
-    elif umbrellas:  # (one umbrella, the common case: its interval as it is)
-        windows = [(umbrellas[0], umbrellas[1])]
-    else:
-        windows = [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
+    windows = _windows(sp)
     wall = sum(hi - lo for lo, hi in windows)
-    if not bucketed:
-        return wall, max(wall, 0)
-    if len(windows) == 1 and bucketed[0] >= windows[0][0] and bucketed[-1] <= windows[0][1]:
-        return wall, max(wall - packed_length(bucketed), 0)  # (inside its one window: its own length)
-    return wall, max(wall - covered([bucketed], windows), 0)
+    return wall, max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
+
+
+def _windows(sp: StepPart) -> list[tuple[int, int]]:
+    """A step's wall as intervals: its umbrellas' union, else first start to last end."""
+    umbrellas = sp.umbrellas
+    if umbrellas:  # (one umbrella, the common case: its interval as it is)
+        return [(umbrellas[0], umbrellas[1])] if len(umbrellas) == 2 else merge_intervals(pairs(umbrellas))
+    return [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
 
 
 def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
