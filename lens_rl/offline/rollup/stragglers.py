@@ -41,54 +41,19 @@ def stragglers(
 ) -> dict[str, Any]:
     """The SPEC's straggler rule, one (group, phase) column at a time over the parts' own
     step -> ns maps (no run-sized table: a 1,000-rank, 100 k-step run stays in memory)."""
-    columns: dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]] = defaultdict(dict)
-    for part in parts:
-        if part.is_driver:
-            continue
-        group, rank = part.key.group, part.key.rank
-        for phase, by_step in part.compute.items():
-            columns[(group, phase)].setdefault(rank, []).append(by_step)
     per_step: list[dict[str, Any]] = []
     degrading: list[dict[str, Any]] = []
     flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
     rank_steps: dict[tuple[str, int], list[Mapping[Any, int]]] = defaultdict(list)
-    for (group, phase), by_rank_maps in columns.items():
-        maps: dict[int, Mapping[Any, int]] = {}
-        for rank, found in by_rank_maps.items():
-            if len(found) == 1:
-                maps[rank] = found[0]
-            else:  # a rank seen under several pids (a restart): its time adds up
-                merged: dict[Any, int] = {}
-                for by_step in found:
-                    for step, value in by_step.items():
-                        merged[step] = merged.get(step, 0) + value
-                maps[rank] = merged
-            rank_steps[(group, rank)].append(maps[rank])
-            score = _degrading(maps[rank], steps, window)
-            if score is not None and score[0] < DEGRADING_SCORE:
-                degrading.append(
-                    {
-                        "worker_group": group,
-                        "rank": rank,
-                        "phase": phase,
-                        "score": round(score[0], 6),
-                        "best_s": round(score[1] / 1e9, 6),
-                        "latest_s": round(score[2] / 1e9, 6),
-                        "window": window,
-                    }
-                )
-        if len(maps) < 2:
-            continue
-        aligned = _aligned(maps)
-        if aligned is not None:  # every rank has the same integer steps: every step at once, as a table
-            _flag_table(*aligned, steps, group, phase, per_step, flagged)
-            continue
-        for step in set().union(*(m.keys() for m in maps.values())):
-            if not in_range(step, steps):
-                continue
-            present = [rank for rank, m in maps.items() if step in m]
-            if len(present) >= 2:
-                _flag(step, group, phase, present, [maps[rank][step] for rank in present], per_step, flagged)
+    for (group, phase), by_rank_maps in _columns(parts).items():
+        maps = {rank: _rank_map(found) for rank, found in by_rank_maps.items()}
+        for rank, by_step in maps.items():
+            rank_steps[(group, rank)].append(by_step)
+            row = _degrading_row(group, rank, phase, by_step, steps, window)
+            if row is not None:
+                degrading.append(row)
+        if len(maps) >= 2:
+            _flag_column(group, phase, maps, steps, per_step, flagged)
     per_step.sort(key=lambda s: (s["worker_group"], step_key(s["step"]), s["phase"], s["rank"]))
     persistent = []
     for (group, rank), steps_flagged in sorted(flagged.items()):
@@ -99,6 +64,68 @@ def stragglers(
             )
     degrading.sort(key=lambda d: (d["score"], d["worker_group"], d["rank"], str(d["phase"])))
     return {"per_step": per_step, "persistent": persistent, "degrading": degrading}
+
+
+def _columns(parts: list[ProcessPart]) -> dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]]:
+    """The workers' compute phases as (group, phase) -> rank -> its step -> ns maps (one per pid it ran as)."""
+    columns: dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]] = defaultdict(dict)
+    for part in parts:
+        if part.is_driver:
+            continue
+        group, rank = part.key.group, part.key.rank
+        for phase, by_step in part.compute.items():
+            columns[(group, phase)].setdefault(rank, []).append(by_step)
+    return columns
+
+
+def _rank_map(found: list[Mapping[Any, int]]) -> Mapping[Any, int]:
+    """A rank's step -> ns map: a rank seen under several pids (a restart) has its time added up."""
+    if len(found) == 1:
+        return found[0]
+    merged: dict[Any, int] = {}
+    for by_step in found:
+        for step, value in by_step.items():
+            merged[step] = merged.get(step, 0) + value
+    return merged
+
+
+def _degrading_row(
+    group: str, rank: int, phase: str, by_step: Mapping[Any, int], steps: tuple[int, int] | None, window: int
+) -> dict[str, Any] | None:
+    """A rank's phase's row in ``degrading`` when its score is under :data:`DEGRADING_SCORE`, else None."""
+    score = _degrading(by_step, steps, window)
+    if score is None or score[0] >= DEGRADING_SCORE:
+        return None
+    return {
+        "worker_group": group,
+        "rank": rank,
+        "phase": phase,
+        "score": round(score[0], 6),
+        "best_s": round(score[1] / 1e9, 6),
+        "latest_s": round(score[2] / 1e9, 6),
+        "window": window,
+    }
+
+
+def _flag_column(
+    group: str,
+    phase: str,
+    maps: Mapping[int, Mapping[Any, int]],
+    steps: tuple[int, int] | None,
+    per_step: list[dict[str, Any]],
+    flagged: dict[tuple[str, int], set[Any]],
+) -> None:
+    """The straggler rule over one (group, phase) column of two ranks or more, step by step."""
+    aligned = _aligned(maps)
+    if aligned is not None:  # every rank has the same integer steps: every step at once, as a table
+        _flag_table(*aligned, steps, group, phase, per_step, flagged)
+        return
+    for step in set().union(*(m.keys() for m in maps.values())):
+        if not in_range(step, steps):
+            continue
+        present = [rank for rank, m in maps.items() if step in m]
+        if len(present) >= 2:
+            _flag(step, group, phase, present, [maps[rank][step] for rank in present], per_step, flagged)
 
 
 def _of_steps(maps: Sequence[Mapping[Any, int]], steps: tuple[int, int] | None) -> int:
