@@ -212,11 +212,16 @@ def critical_path(
                 memo.keep(driver, step, end, wall[step], by_key, row)
     if memo is not None:
         memo.add_totals(kept_ns, totals)
-    if all(type(r["step"]) is int for r in step_rows):  # (the sort's key below, for ints alone)
-        step_rows.sort(key=itemgetter("step"))
-    else:
-        step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
+    _by_step(step_rows)
     return {"phases": _phase_rows(processes, totals, sum(wall[r["step"]] for r in step_rows)), "steps": step_rows}
+
+
+def _by_step(rows: list[dict[str, Any]]) -> None:
+    """Step rows sorted by step (ints in order, then the others by type name)."""
+    if all(type(r["step"]) is int for r in rows):  # (the key below, for ints alone)
+        rows.sort(key=itemgetter("step"))
+    else:
+        rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
 
 
 def _gathered(

@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import chain, islice
 from typing import Any, cast
 
@@ -269,11 +269,11 @@ def _step_rows(
     others have theirs), is incomplete."""
     combined, attempt_of = _combined(view, steps)
     only = view[0].key.attempt if view else 0
-    with_umbrellas = any(sp.umbrellas for sp in combined.values())
-    order = sorted(combined) if all(type(s) is int for s in combined) else sorted(combined, key=step_key)
+    order = _in_order(combined)
     parts = [combined[step] for step in order]
     walls, unattributed = _walls(parts)
     productive = [sp.ns[0] for sp in parts]
+    incomplete = _incomplete(parts)
     seconds, wall_s, unattributed_s = (
         seconds_rounded(v) for v in (list(chain.from_iterable(sp.ns for sp in parts)), walls, unattributed)
     )
@@ -286,11 +286,23 @@ def _step_rows(
             "wall_s": wall_s[n],
             "unattributed_s": unattributed_s[n],
             "goodput": productive[n] / walls[n] if walls[n] else None,
-            "incomplete": parts[n].incomplete or (with_umbrellas and not parts[n].umbrellas),
+            "incomplete": incomplete[n],
         }
         for n, step in enumerate(order)
     ]
     return rows, walls, productive
+
+
+def _incomplete(parts: list[StepPart]) -> list[bool]:
+    """Which steps are incomplete: an umbrella that never ended, or one cut short by a shutdown (no umbrella,
+    while other steps have theirs)."""
+    with_umbrellas = any(sp.umbrellas for sp in parts)
+    return [sp.incomplete or (with_umbrellas and not sp.umbrellas) for sp in parts]
+
+
+def _in_order(steps: Collection[Any]) -> list[Any]:
+    """``steps`` sorted by :func:`step_key` (integers alone: as they compare, the same order)."""
+    return sorted(steps) if all(type(s) is int for s in steps) else sorted(steps, key=step_key)
 
 
 def _combined(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[dict[Any, StepPart], dict[Any, int]]:
