@@ -12,7 +12,7 @@ from lens_rl.offline.read.intervals import covered as plain_covered
 from lens_rl.offline.read.intervals import merge_intervals, pack
 from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, StepPart, median, step_key
 from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded, window_medians
-from lens_rl.offline.rollup.goodput import _step_times, _wall, _walls
+from lens_rl.offline.rollup.steps import _wall, _walls, step_times
 from lens_rl.store import Process
 
 
@@ -135,7 +135,7 @@ def test_slowest_steps_are_the_sorts_first_five_ties_by_step() -> None:
             ]
             complete = [r for r in rows if not r["incomplete"]]
             plain = sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
-            figures = _step_times(rows)
+            figures = step_times(rows)
             assert figures["slowest_steps"] == [{"step": r["step"], "wall_s": r["wall_s"]} for r in plain]
             walls = sorted(r["wall_s"] for r in complete)
             assert figures["step_time"]["max_s"] == (max(walls) if walls else None)
