@@ -212,6 +212,38 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
                 f"{bucket} in the job's figure); open the phase inside the step, or give it no bucket",
             }
         )
+    unattributed = _unattributed_warning(view, step_rows)
+    if unattributed is not None:
+        out.append(unattributed)
+    return out
+
+
+def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, Any]) -> str:
+    """The largest gap of the steps' umbrellas (ns, (phase before, phase after), process) written into the
+    unattributed warning's ``row``, and said for its message."""
+    ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
+    of = sum(g[0] for g in gaps)
+    row.update(
+        {
+            "between": [before, after],
+            "worker_group": part.key.group,
+            "rank": part.key.rank,
+            "pid": part.key.pid,
+            "gap_s": round(ns / 1e9, 6),
+            "gap_share": round(ns / of, 6) if of else None,
+        }
+    )
+    if not of:
+        return ""
+    return (
+        f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
+        f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
+    )
+
+
+def _unattributed_warning(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``unattributed`` warning when over :data:`UNATTRIBUTED_SHARE` of the complete steps' wall is
+    unattributed (with where most of it falls), else None."""
     complete = [r for r in step_rows if not r["incomplete"]]
     wall = sum(r["wall_s"] for r in complete)
     unattributed = sum(r["unattributed_s"] for r in complete)
@@ -222,29 +254,10 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
             "share": round(unattributed / wall, 6),
             "unattributed_s": round(unattributed, 6),
         }
-        where = ""
-        if gaps:
-            ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
-            of = sum(g[0] for g in gaps)
-            row.update(
-                {
-                    "between": [before, after],
-                    "worker_group": part.key.group,
-                    "rank": part.key.rank,
-                    "pid": part.key.pid,
-                    "gap_s": round(ns / 1e9, 6),
-                    "gap_share": round(ns / of, 6) if of else None,
-                }
-            )
-            where = (
-                f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
-                f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
-                if of
-                else ""
-            )
+        where = _where(gaps, row) if gaps else ""
         row["message"] = (
             f"{unattributed / wall * 100:.0f}% of the steps' wall is unattributed (no bucketed phase covers it)"
             f"{where}: a phase is likely missing there"
         )
-        out.append(row)
-    return out
+        return row
+    return None
