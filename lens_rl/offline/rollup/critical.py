@@ -259,16 +259,11 @@ def _end(runs: Sequence[tuple[int, int, int]]) -> int | None:
 
 
 def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:
-    """[stretch key, ns, ...] lists summed per stretch key, the keys in the order they first appear: the lists
-    with the same keys (most of a run's steps) summed column by column."""
-    alike: dict[tuple[int, ...], list[Sequence[int]]] = {}
-    for flat in flats:
-        alike.setdefault(tuple(flat[0::2]), []).append(flat)
+    """[stretch key, ns, ...] lists summed per stretch key, the keys in the order they first appear."""
     out: dict[int, int] = defaultdict(int)
-    for slots, group in alike.items():  # (in the order their first list came: so are the new keys in each)
-        columns = list(zip(*group, strict=True))
-        for n, slot in enumerate(slots):
-            out[slot] += sum(columns[2 * n + 1])
+    for flat in flats:
+        for k in range(0, len(flat), 2):
+            out[flat[k]] += flat[k + 1]
     return out
 
 
