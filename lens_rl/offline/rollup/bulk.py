@@ -133,10 +133,10 @@ def quantile_s(phase: PhasePart, q: float, durations: Sequence[array] = ()) -> f
 
 def resource_seconds(part: ProcessPart) -> dict[str, float]:
     """:meth:`~lens_rl.offline.read.parts.ProcessPart.seconds` (the resource view: a worker's lifetime no
-    bucketed span or re-run step covers is idle), its coverage in bulk."""
+    bucketed span or re-run step covers is idle): a worker's idle over its many bucketed spans summed in bulk,
+    any other part's as it gives it."""
+    if part.is_driver or part.lifetime is None or part.rerun or len(part.bucketed) < _BULK:
+        return part.seconds()
     out = {b: ns / 1e9 for b, ns in part.bucket_ns.items()}
-    if part.rerun:
-        out["wasted"] += part.rerun_ns / 1e9
-    if not part.is_driver and part.lifetime is not None:
-        out["idle"] += max(part.lifetime_ns - covered(part.coverage, [part.lifetime]), 0) / 1e9
+    out["idle"] += max(part.lifetime_ns - covered([part.bucketed], [part.lifetime]), 0) / 1e9
     return out
