@@ -26,6 +26,7 @@ from typing import Any
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.parts import ProcessPart, step_key
+from lens_rl.offline.rollup.bulk import resource_seconds
 
 __all__ = ["Attempts", "attempts_of", "superseded_steps"]
 
@@ -69,6 +70,18 @@ def _ended(drivers: Sequence[ProcessPart]) -> tuple[str, dict[str, str] | None]:
     return ("shutdown", None) if any(part.jobs for part in drivers) else ("lost", None)
 
 
+def _goodput(drivers: Sequence[ProcessPart], members: Sequence[ProcessPart], wall: int) -> float | None:
+    """An attempt's goodput: its drivers' productive time over its wall, else (no driver) its processes'
+    resource seconds'."""
+    if drivers:
+        return sum(p.bucket_ns["productive"] for p in drivers) / wall if wall > 0 else None
+    summed: dict[str, float] = defaultdict(float)
+    for p in members:
+        for bucket, seconds in resource_seconds(p).items():
+            summed[bucket] += seconds
+    return goodput_of(summed)
+
+
 def attempts_of(processes: Sequence[ProcessPart], view: Sequence[ProcessPart], is_driver: bool) -> Attempts:
     """The run's attempts, from its process parts (``view``: the job view's parts, the drivers when there are
     any). Each row: ``attempt``, ``start_s`` (from the job's start), ``wall_s``, ``first_step``,
@@ -105,14 +118,6 @@ def attempts_of(processes: Sequence[ProcessPart], view: Sequence[ProcessPart], i
         steps = sorted({s for p in parts for s in (*p.steps, *p.rerun_steps) if type(s) is int}, key=step_key)
         ended, error = _ended([p for p in members[attempt] if p.is_driver])
         wall = hi - lo
-        if is_driver and parts:
-            ratio = sum(p.bucket_ns["productive"] for p in parts) / wall if wall > 0 else None
-        else:
-            summed: dict[str, float] = defaultdict(float)
-            for p in members[attempt]:
-                for bucket, seconds in p.seconds().items():
-                    summed[bucket] += seconds
-            ratio = goodput_of(summed)
         row: dict[str, Any] = {
             "attempt": attempt,
             "start_s": round((lo - start) / 1e9, 6) if start is not None else None,
@@ -124,7 +129,7 @@ def attempts_of(processes: Sequence[ProcessPart], view: Sequence[ProcessPart], i
             "rerun_s": round(sum(p.rerun_ns for p in parts) / 1e9, 6),
             "downtime_before_s": round(gap / 1e9, 6),
             "ended": ended,
-            "goodput": ratio,
+            "goodput": _goodput(parts if is_driver else [], members[attempt], wall),
         }
         if error is not None:
             row["error"] = error

@@ -15,6 +15,7 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from lens_rl.offline.read.intervals import int64_array
 __all__ = ["Memo", "critical_path"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
+_MISSING = object()
 
 
 def _groups(parents: Sequence[Any]) -> tuple[dict[Any, int], Any]:
@@ -198,29 +200,10 @@ def critical_path(
     ``memo``: an earlier look's per-step results, reused where they still hold (:class:`Memo`)."""
     wall = {row["step"]: row["wall_s"] for row in steps if not row.get("incomplete")}
     totals: dict[tuple[str, str, Any], int] = defaultdict(int)
-    step_rows = []
-    todo = []  # the steps to walk
-    kept_ns: dict[int, int] = defaultdict(int)  # the reused steps' critical ns per stretch key
-    labels: dict[Any, Any] = {}
-    for p, part in enumerate(processes):
-        crit = part.crit
-        if crit is None or not part.is_driver:
-            continue
-        driver = repr(part.key)
-        for step, runs in crit.steps.items():
-            if step not in wall:
-                continue
-            walked = [(crit.a[off + count - 1], end) for off, count, end in runs if count]  # (start, end)
-            end = max(e for _s, e in walked) if walked else None
-            if memo is not None and (record := memo.reused(driver, step, end, wall[step])) is not None:
-                step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
-                flat = record[4]
-                for k in range(0, len(flat), 2):
-                    kept_ns[flat[k]] += flat[k + 1]
-                continue
-            todo.append((min(s for s, _e in walked) if walked else None, p, driver, step, runs, end))
+    step_rows, todo, kept_ns = _gathered(processes, wall, memo)
     if todo:
         index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
+        labels: dict[Any, Any] = {}
         for _start, p, driver, step, runs, end in todo:
             by_key = _walked(index, p, runs)
             row = _step_row(step, by_key, totals, labels)
@@ -229,8 +212,63 @@ def critical_path(
                 memo.keep(driver, step, end, wall[step], by_key, row)
     if memo is not None:
         memo.add_totals(kept_ns, totals)
-    step_rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
-    walls = sum(wall[r["step"]] for r in step_rows)
+    _by_step(step_rows)
+    return {"phases": _phase_rows(processes, totals, sum(wall[r["step"]] for r in step_rows)), "steps": step_rows}
+
+
+def _by_step(rows: list[dict[str, Any]]) -> None:
+    """Step rows sorted by step (ints in order, then the others by type name)."""
+    if all(type(r["step"]) is int for r in rows):  # (the key below, for ints alone)
+        rows.sort(key=itemgetter("step"))
+    else:
+        rows.sort(key=lambda r: (type(r["step"]).__name__, r["step"]))
+
+
+def _gathered(
+    processes: Sequence[Any], wall: Mapping[Any, Any], memo: Memo | None
+) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]], dict[int, int]]:
+    """The drivers' complete steps: the rows of those an earlier look's ``memo`` still holds (and their
+    critical ns per stretch key), and the others to walk, each (start, part, driver, step, runs, end)."""
+    step_rows: list[dict[str, Any]] = []
+    todo = []
+    flats = []  # the reused steps' [stretch key, ns, ...]
+    for p, part in enumerate(processes):
+        crit = part.crit
+        if crit is None or not part.is_driver:
+            continue
+        driver = repr(part.key)
+        for step, runs in crit.steps.items():
+            wall_s = wall.get(step, _MISSING)
+            if wall_s is _MISSING:
+                continue
+            end = _end(runs)
+            if memo is not None and (record := memo.reused(driver, step, end, wall_s)) is not None:
+                step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
+                flats.append(record[4])
+                continue
+            start = min((crit.a[off + count - 1] for off, count, _e in runs if count), default=None)
+            todo.append((start, p, driver, step, runs, end))
+    return step_rows, todo, _summed(flats)
+
+
+def _end(runs: Sequence[tuple[int, int, int]]) -> int | None:
+    """When a step's walked umbrellas (``runs``: (first stretch, count, end ns)) ended (None: none walked)."""
+    if len(runs) == 1:  # (one umbrella, the common case)
+        return runs[0][2] if runs[0][1] else None
+    return max((e for _off, count, e in runs if count), default=None)
+
+
+def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:
+    """[stretch key, ns, ...] lists summed per stretch key, the keys in the order they first appear."""
+    out: dict[int, int] = defaultdict(int)
+    for flat in flats:
+        for k in range(0, len(flat), 2):
+            out[flat[k]] += flat[k + 1]
+    return out
+
+
+def _phase_rows(processes: Sequence[Any], totals: Mapping[tuple[str, str, Any], int], walls: float) -> list[Any]:
+    """The rollup's rows per (group, phase, bucket), longest first."""
     exclusive = _exclusive(processes)
     phases = []
     for (group, name, bucket), ns in totals.items():
@@ -247,7 +285,7 @@ def critical_path(
             }
         )
     phases.sort(key=lambda r: (-r["critical_s"], r["worker_group"], str(r["phase"]), str(r["bucket"])))
-    return {"phases": phases, "steps": step_rows}
+    return phases
 
 
 def _walked(index: _Index, p: int, runs: Sequence[tuple[int, int, int]]) -> dict[tuple[str, int, str, Any], int]:

@@ -49,15 +49,14 @@ The passes over the files that feed it are :mod:`lens_rl.offline.run.analyze`'s.
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from lens_rl.buckets import goodput_of
-from lens_rl.offline.read.intervals import covered, merge_intervals, pairs
-from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, merge_parts, step_key
+from lens_rl.offline.read.intervals import merge_intervals
+from lens_rl.offline.read.parts import BUCKETS, ProcessPart, merge_parts
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
+from lens_rl.offline.rollup.bulk import covered, resource_seconds
 from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
@@ -83,7 +82,8 @@ from lens_rl.offline.rollup.schema import (
     UnbucketedRow,
     WarningRow,
 )
-from lens_rl.offline.rollup.stragglers import in_range, stragglers
+from lens_rl.offline.rollup.steps import steady_goodput, step_rows, step_times
+from lens_rl.offline.rollup.stragglers import stragglers
 from lens_rl.offline.rollup.throughput import with_remote_tokens
 
 __all__ = ["SCHEMA", "UNBUCKETED_SHARE", "report_from_parts"]
@@ -93,14 +93,6 @@ SCHEMA = "lens_rl.goodput/1"
 
 def _seconds(ns: Mapping[str, float]) -> dict[str, float]:
     return {b: round(ns.get(b, 0) / 1e9, 6) for b in BUCKETS}
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (exact, deterministic)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 def _of_wall(productive_ns: float, wall_ns: float | None) -> float | None:
@@ -126,68 +118,43 @@ def report_from_parts(
     view = driver or processes
     attempts = attempts_of(processes, view, bool(driver))
     job = _job_row(view, bool(driver), attempts)
-    step_rows, walls_ns = _step_rows(view, steps)
-    complete = [r for r in step_rows if not r["incomplete"]]
-    steady = _steady(step_rows, walls_ns, warmup_steps)
-    walls = [r["wall_s"] for r in complete]
+    rows, walls_ns, productive_ns = step_rows(view, steps)
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = group_and_rank_rows(processes)
-    run_steps = sorted({s for p in view for s in p.steps if type(s) is int})
+    run_steps = [s for p in view for s in p.steps if type(s) is int]
     tokened = with_remote_tokens(processes)  # (a vLLM process's requests give tokens to their phases)
-    throughput = throughput_row(tokened, step_rows, walls_ns)  # (adds to the step rows: before they are copied)
+    throughput = throughput_row(tokened, rows, walls_ns)  # (adds to the step rows)
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
-        "steady_state_goodput": _of_wall(sum(r["ns"][0] for r, _ in steady), sum(w for _, w in steady))
-        if steady
-        else None,
+        "steady_state_goodput": steady_goodput(rows, walls_ns, productive_ns, warmup_steps),
         "warmup_steps": warmup_steps,
-        "job": cast(JobRow, {k: v for k, v in job.items() if k != "ns"}),
+        "job": cast(JobRow, job),
         "attempts": cast("list[AttemptRow]", attempts.rows),
-        "steps": cast("list[StepRow]", [{k: v for k, v in r.items() if k != "ns"} for r in step_rows]),
-        "step_range": [run_steps[0], run_steps[-1]] if run_steps else None,
-        "step_time": {
-            "p50_s": _percentile(walls, 0.5),
-            "p95_s": _percentile(walls, 0.95),
-            "max_s": max(walls) if walls else None,
-        },
-        "slowest_steps": [
-            {"step": r["step"], "wall_s": r["wall_s"]}
-            for r in sorted(complete, key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
-        ],
+        "steps": cast("list[StepRow]", rows),
+        "step_range": [min(run_steps), max(run_steps)] if run_steps else None,
+        **step_times(rows),  # type: ignore[typeddict-item]
         "phases": cast("list[PhaseRow]", phase_rows(tokened, job["wall_s"] if driver else None)),
         "unbucketed_phases": cast(
             "list[UnbucketedRow]",
-            unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(step_rows) if not r["incomplete"]) / 1e9),
+            unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9),
         ),
-        "warnings": cast("list[WarningRow]", warning_rows(view, step_rows)),
+        "warnings": cast("list[WarningRow]", warning_rows(view, rows)),
         "broken_cycles": sum(p.cycles for p in processes),
         "worker_groups": cast("list[GroupRow]", groups),
         "ranks": cast("list[RankRow]", ranks),
         "stragglers": cast(Stragglers, stragglers(processes, steps)),
-        "critical_path": cast(CriticalPath, critical_path(processes, step_rows, memo)),
+        "critical_path": cast(CriticalPath, critical_path(processes, rows, memo)),
         "throughput": cast(Throughput, throughput),
         "requests": cast("list[RequestsRow]", requests_rows(processes)),
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,
-        "notes": _notes(notes, driver, step_rows, runs, attempts, sum(p.cycles for p in processes)),
+        "notes": _notes(notes, driver, rows, runs, attempts, sum(p.cycles for p in processes)),
         "spans": sum(p.spans for p in processes),
         "files": files,
         "skipped_lines": skipped_lines,
     }
-
-
-def _steady(step_rows: list[dict[str, Any]], walls_ns: list[int], warmup_steps: int) -> list[tuple[Any, int]]:
-    """The steady state's (step row, wall ns): complete final runs, skipping each attempt's first
-    ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first rollouts)."""
-    seen: dict[Any, int] = defaultdict(int)
-    out = []
-    for row, wall in zip(step_rows, walls_ns, strict=True):
-        seen[row["attempt"]] += 1
-        if seen[row["attempt"]] > max(warmup_steps, 0) and not row["incomplete"]:
-            out.append((row, wall))
-    return out
 
 
 def _notes(
@@ -230,49 +197,6 @@ def _notes(
     return notes
 
 
-def _step_rows(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[list[dict[str, Any]], list[int]]:
-    """One row per step of the view (and each one's wall in ns): exclusive bucket seconds, its wall (its
-    umbrellas' union, else first start to last end), what no bucketed span covers, goodput = productive /
-    wall. A step whose umbrella never ended, or was cut short by a shutdown (while others have theirs), is
-    incomplete."""
-    attempt_of: dict[Any, int] = {}  # a step's final run: re-runs were reduced apart
-    if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
-        combined = {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}
-    else:
-        combined = {}
-        for part in view:
-            for step, sp in part.steps.items():
-                if in_range(step, steps):
-                    combined.setdefault(step, StepPart()).merge(sp)
-                    attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
-    only = view[0].key.attempt if view else 0
-    with_umbrellas = any(sp.umbrellas for sp in combined.values())
-    rows, walls = [], []
-    for step in sorted(combined, key=step_key):
-        sp = combined[step]
-        umbrellas = sp.umbrellas
-        if umbrellas:  # (one umbrella, the common case: its interval as it is)
-            windows = [(umbrellas[0], umbrellas[1])] if len(umbrellas) == 2 else merge_intervals(pairs(umbrellas))
-        else:
-            windows = [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
-        wall = sum(hi - lo for lo, hi in windows)
-        unattributed = max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
-        rows.append(
-            {
-                "step": step,
-                "attempt": attempt_of.get(step, only),
-                "seconds": {b: round(ns / 1e9, 6) for b, ns in zip(BUCKETS, sp.ns, strict=True)},
-                "wall_s": round(wall / 1e9, 6),
-                "unattributed_s": round(unattributed / 1e9, 6),
-                "goodput": _of_wall(sp.ns[0], wall),
-                "incomplete": sp.incomplete or (with_umbrellas and not sp.umbrellas),
-                "ns": sp.ns,
-            }
-        )
-        walls.append(wall)
-    return rows, walls
-
-
 def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
     """The job's figures. The driver's view: its exclusive bucket time over the wall (one attempt: its
     ``rl.job``, else its first to last span; several: the first start to the last end over all of them),
@@ -297,7 +221,7 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         ratio = _of_wall(ns["productive"], wall)
         phases_wasted = ns["wasted"] - rerun - restart
     else:
-        per = [p.seconds() for p in view]
+        per = [resource_seconds(p) for p in view]
         summed = {b: sum(s[b] for s in per) for b in BUCKETS}
         summed["wasted"] += restart / 1e9
         seconds = {b: round(value, 6) for b, value in summed.items()}

@@ -8,11 +8,14 @@ Example::
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart
+from lens_rl.offline.rollup.bulk import quantile_s, resource_seconds
 from lens_rl.offline.rollup.throughput import job_gpus, phase_rates, step_tokens
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
 UNBUCKETED_SHARE = 0.05
 #: Unattributed time over this share of the steps' wall is named, with where it falls.
 UNATTRIBUTED_SHARE = 0.20
+_NONE = array("q")  # (a phase's durations, left out of a merge: never grown)
 
 
 def throughput_row(
@@ -62,11 +66,13 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
     merged: dict[tuple[str, str, str | None], PhasePart] = {}
     members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
     lifetimes: dict[str, int] = defaultdict(int)
+    durations: dict[tuple[str, str, str | None], list[array]] = defaultdict(list)  # (kept out of the merge)
     for part in processes:
         group = part.key.group
         lifetimes[group] += part.lifetime_ns
         for (name, bucket), phase in part.phases.items():
-            merged.setdefault((group, name, bucket), PhasePart()).merge(phase, bound=False)
+            merged.setdefault((group, name, bucket), PhasePart()).merge(replace(phase, durations=_NONE), bound=False)
+            durations[(group, name, bucket)].append(phase.durations)
             if phase.tokens:
                 members[(group, name, bucket)].append((part, phase))
     rows: list[dict[str, Any]] = []
@@ -84,7 +90,9 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
                 "total_s": round(total_s, 6),
                 "exclusive_s": round(ph.excl_ns / 1e9, 6),
                 "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-                "p95_s": None if not ph.count else round(ph.quantile_s(0.95) or 0.0, 6),
+                "p95_s": None
+                if not ph.count
+                else round(quantile_s(ph, 0.95, durations[(group, name, bucket)]) or 0.0, 6),
                 "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
                 "share_of": "job wall" if is_driver else "group lifetime",
                 "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
@@ -144,7 +152,7 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
         if part.lifetime is None and not any(part.bucket_ns.values()):
             continue  # third-party spans alone (a vLLM engine's process): its time is its caller's
         group, rank, pid = part.key.group, part.key.rank, part.key.pid
-        seconds = part.seconds()
+        seconds = resource_seconds(part)
         wall_s = part.lifetime_ns / 1e9
         concurrent = concurrent or (wall_s > 0 and sum(seconds.values()) > wall_s * 1.001)
         entry = groups.setdefault(
@@ -204,6 +212,38 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
                 f"{bucket} in the job's figure); open the phase inside the step, or give it no bucket",
             }
         )
+    unattributed = _unattributed_warning(view, step_rows)
+    if unattributed is not None:
+        out.append(unattributed)
+    return out
+
+
+def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, Any]) -> str:
+    """The largest gap of the steps' umbrellas (ns, (phase before, phase after), process) written into the
+    unattributed warning's ``row``, and said for its message."""
+    ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
+    of = sum(g[0] for g in gaps)
+    row.update(
+        {
+            "between": [before, after],
+            "worker_group": part.key.group,
+            "rank": part.key.rank,
+            "pid": part.key.pid,
+            "gap_s": round(ns / 1e9, 6),
+            "gap_share": round(ns / of, 6) if of else None,
+        }
+    )
+    if not of:
+        return ""
+    return (
+        f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
+        f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
+    )
+
+
+def _unattributed_warning(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``unattributed`` warning when over :data:`UNATTRIBUTED_SHARE` of the complete steps' wall is
+    unattributed (with where most of it falls), else None."""
     complete = [r for r in step_rows if not r["incomplete"]]
     wall = sum(r["wall_s"] for r in complete)
     unattributed = sum(r["unattributed_s"] for r in complete)
@@ -214,29 +254,10 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
             "share": round(unattributed / wall, 6),
             "unattributed_s": round(unattributed, 6),
         }
-        where = ""
-        if gaps:
-            ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
-            of = sum(g[0] for g in gaps)
-            row.update(
-                {
-                    "between": [before, after],
-                    "worker_group": part.key.group,
-                    "rank": part.key.rank,
-                    "pid": part.key.pid,
-                    "gap_s": round(ns / 1e9, 6),
-                    "gap_share": round(ns / of, 6) if of else None,
-                }
-            )
-            where = (
-                f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
-                f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
-                if of
-                else ""
-            )
+        where = _where(gaps, row) if gaps else ""
         row["message"] = (
             f"{unattributed / wall * 100:.0f}% of the steps' wall is unattributed (no bucketed phase covers it)"
             f"{where}: a phase is likely missing there"
         )
-        out.append(row)
-    return out
+        return row
+    return None

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from lens_rl.offline.read.parts import ProcessPart, Series, median, step_key
+from lens_rl.offline.rollup.bulk import window_medians
 
 __all__ = ["DEGRADING_SCORE", "DEGRADING_WINDOW", "STRAGGLER_MADS", "STRAGGLER_RATIO", "in_range", "stragglers"]
 
@@ -40,6 +41,33 @@ def stragglers(
 ) -> dict[str, Any]:
     """The SPEC's straggler rule, one (group, phase) column at a time over the parts' own
     step -> ns maps (no run-sized table: a 1,000-rank, 100 k-step run stays in memory)."""
+    per_step: list[dict[str, Any]] = []
+    degrading: list[dict[str, Any]] = []
+    flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
+    rank_steps: dict[tuple[str, int], list[Mapping[Any, int]]] = defaultdict(list)
+    for (group, phase), by_rank_maps in _columns(parts).items():
+        maps = {rank: _rank_map(found) for rank, found in by_rank_maps.items()}
+        for rank, by_step in maps.items():
+            rank_steps[(group, rank)].append(by_step)
+            row = _degrading_row(group, rank, phase, by_step, steps, window)
+            if row is not None:
+                degrading.append(row)
+        if len(maps) >= 2:
+            _flag_column(group, phase, maps, steps, per_step, flagged)
+    per_step.sort(key=lambda s: (s["worker_group"], step_key(s["step"]), s["phase"], s["rank"]))
+    persistent = []
+    for (group, rank), steps_flagged in sorted(flagged.items()):
+        of_steps = _of_steps(rank_steps[(group, rank)], steps)
+        if of_steps and len(steps_flagged) * 2 >= of_steps:
+            persistent.append(
+                {"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged), "of_steps": of_steps}
+            )
+    degrading.sort(key=lambda d: (d["score"], d["worker_group"], d["rank"], str(d["phase"])))
+    return {"per_step": per_step, "persistent": persistent, "degrading": degrading}
+
+
+def _columns(parts: list[ProcessPart]) -> dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]]:
+    """The workers' compute phases as (group, phase) -> rank -> its step -> ns maps (one per pid it ran as)."""
     columns: dict[tuple[str, str], dict[int, list[Mapping[Any, int]]]] = defaultdict(dict)
     for part in parts:
         if part.is_driver:
@@ -47,58 +75,64 @@ def stragglers(
         group, rank = part.key.group, part.key.rank
         for phase, by_step in part.compute.items():
             columns[(group, phase)].setdefault(rank, []).append(by_step)
-    per_step: list[dict[str, Any]] = []
-    degrading: list[dict[str, Any]] = []
-    flagged: dict[tuple[str, int], set[Any]] = defaultdict(set)
-    rank_steps: dict[tuple[str, int], list[Iterable[Any]]] = defaultdict(list)
-    for (group, phase), by_rank_maps in columns.items():
-        maps: dict[int, Mapping[Any, int]] = {}
-        for rank, found in by_rank_maps.items():
-            if len(found) == 1:
-                maps[rank] = found[0]
-            else:  # a rank seen under several pids (a restart): its time adds up
-                merged: dict[Any, int] = {}
-                for by_step in found:
-                    for step, value in by_step.items():
-                        merged[step] = merged.get(step, 0) + value
-                maps[rank] = merged
-            rank_steps[(group, rank)].append(maps[rank].keys())
-            score = _degrading(maps[rank], steps, window)
-            if score is not None and score[0] < DEGRADING_SCORE:
-                degrading.append(
-                    {
-                        "worker_group": group,
-                        "rank": rank,
-                        "phase": phase,
-                        "score": round(score[0], 6),
-                        "best_s": round(score[1] / 1e9, 6),
-                        "latest_s": round(score[2] / 1e9, 6),
-                        "window": window,
-                    }
-                )
-        if len(maps) < 2:
+    return columns
+
+
+def _rank_map(found: list[Mapping[Any, int]]) -> Mapping[Any, int]:
+    """A rank's step -> ns map: a rank seen under several pids (a restart) has its time added up."""
+    if len(found) == 1:
+        return found[0]
+    merged: dict[Any, int] = {}
+    for by_step in found:
+        for step, value in by_step.items():
+            merged[step] = merged.get(step, 0) + value
+    return merged
+
+
+def _degrading_row(
+    group: str, rank: int, phase: str, by_step: Mapping[Any, int], steps: tuple[int, int] | None, window: int
+) -> dict[str, Any] | None:
+    """A rank's phase's row in ``degrading`` when its score is under :data:`DEGRADING_SCORE`, else None."""
+    score = _degrading(by_step, steps, window)
+    if score is None or score[0] >= DEGRADING_SCORE:
+        return None
+    return {
+        "worker_group": group,
+        "rank": rank,
+        "phase": phase,
+        "score": round(score[0], 6),
+        "best_s": round(score[1] / 1e9, 6),
+        "latest_s": round(score[2] / 1e9, 6),
+        "window": window,
+    }
+
+
+def _flag_column(
+    group: str,
+    phase: str,
+    maps: Mapping[int, Mapping[Any, int]],
+    steps: tuple[int, int] | None,
+    per_step: list[dict[str, Any]],
+    flagged: dict[tuple[str, int], set[Any]],
+) -> None:
+    """The straggler rule over one (group, phase) column of two ranks or more, step by step."""
+    aligned = _aligned(maps)
+    if aligned is not None:  # every rank has the same integer steps: every step at once, as a table
+        _flag_table(*aligned, steps, group, phase, per_step, flagged)
+        return
+    for step in set().union(*(m.keys() for m in maps.values())):
+        if not in_range(step, steps):
             continue
-        aligned = _aligned(maps)
-        if aligned is not None:  # every rank has the same integer steps: every step at once, as a table
-            _flag_table(*aligned, steps, group, phase, per_step, flagged)
-            continue
-        for step in set().union(*(m.keys() for m in maps.values())):
-            if not in_range(step, steps):
-                continue
-            present = [rank for rank, m in maps.items() if step in m]
-            if len(present) >= 2:
-                _flag(step, group, phase, present, [maps[rank][step] for rank in present], per_step, flagged)
-    per_step.sort(key=lambda s: (s["worker_group"], step_key(s["step"]), s["phase"], s["rank"]))
-    persistent = []
-    for (group, rank), steps_flagged in sorted(flagged.items()):
-        seen = {step_key(step) for keys in rank_steps[(group, rank)] for step in keys if in_range(step, steps)}
-        of_steps = len(seen)
-        if of_steps and len(steps_flagged) * 2 >= of_steps:
-            persistent.append(
-                {"worker_group": group, "rank": rank, "steps_flagged": len(steps_flagged), "of_steps": of_steps}
-            )
-    degrading.sort(key=lambda d: (d["score"], d["worker_group"], d["rank"], str(d["phase"])))
-    return {"per_step": per_step, "persistent": persistent, "degrading": degrading}
+        present = [rank for rank, m in maps.items() if step in m]
+        if len(present) >= 2:
+            _flag(step, group, phase, present, [maps[rank][step] for rank in present], per_step, flagged)
+
+
+def _of_steps(maps: Sequence[Mapping[Any, int]], steps: tuple[int, int] | None) -> int:
+    """How many distinct steps (of the selection ``steps``) a rank's compute phases ran."""
+    if steps is None and all(type(m) is Series for m in maps):  # (integer steps, each once a Series)
+        return len(set().union(*(m.steps for m in maps)))  # type: ignore[attr-defined]
+    return len({step_key(step) for m in maps for step in m if in_range(step, steps)})
 
 
 def _degrading(by_step: Mapping[Any, int], steps: tuple[int, int] | None, window: int) -> tuple[float, int, int] | None:
@@ -111,7 +145,7 @@ def _degrading(by_step: Mapping[Any, int], steps: tuple[int, int] | None, window
         values = [by_step[s] for s in keys]
     if window < 1 or len(values) < 2 * window:
         return None
-    medians = [median(values[end - window : end]) for end in range(len(values), window - 1, -window)]
+    medians = window_medians(values, window)
     latest, best = medians[0], min(medians)
     if latest <= 0:
         return None
@@ -173,7 +207,7 @@ def _flag_table(
     if not step_list:
         return
     table = np.stack([np.frombuffer(values, dtype=np.int64) for values in value_arrays])
-    ordered = np.sort(table, axis=0)
+    ordered = _ordered(table, top=True)
     med = _middle(ordered)
     candidate = (med > 0) & (ordered[-1] > STRAGGLER_RATIO * med)
     if steps is not None:
@@ -183,16 +217,31 @@ def _flag_table(
     if not at.size:
         return
     column, med = table[:, at], med[at]
-    mad = _middle(np.sort(np.abs(column - med), axis=0))
+    mad = _middle(_ordered(np.abs(column - med)))
     over = (column > STRAGGLER_RATIO * med) & (column - med > STRAGGLER_MADS * mad)
-    for row, col in zip(*np.nonzero(over), strict=True):  # (Python's own division, as _flag's)
-        ratio = int(column[row, col]) / med[col].item()
-        _flagged(step_list[at[col]], group, ranks[row], phase, ratio, per_step, flagged)
+    rows, cols = np.nonzero(over)
+    found = zip(
+        rows.tolist(),
+        column[rows, cols].tolist(),
+        med[cols].tolist(),
+        np.frombuffer(step_list, dtype=np.int64)[at[cols]].tolist(),
+        strict=True,
+    )
+    for row, value, middle, step in found:  # (Python's own division, as _flag's)
+        _flagged(step, group, ranks[row], phase, value / middle, per_step, flagged)
+
+
+def _ordered(table: Any, top: bool = False) -> Any:
+    """``table`` with each column's middle value(s) (and, ``top``, its largest last) where a column-sorted
+    table has them: what :func:`_middle` and ``[-1]`` read, by selection instead of a sort."""
+    mid = len(table) // 2
+    kth = {mid, mid - 1 if len(table) % 2 == 0 else mid} | ({len(table) - 1} if top else set())
+    return np.partition(table, sorted(kth), axis=0)
 
 
 def _middle(ordered: Any) -> Any:
-    """The median of each column of a column-sorted table (``median``'s rule: the middle value, or the mean
-    of the two middle values)."""
+    """The median of each column of a column-sorted table, or one :func:`_ordered` (``median``'s rule: the
+    middle value, or the mean of the two middle values)."""
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 

@@ -1,0 +1,142 @@
+"""The rollup's run-sized arithmetic in bulk (numpy), value for value what the plain rule gives: a merged
+interval array's length, how much of a window it covers, a phase's nearest-rank quantile, a process's
+resource seconds.
+
+Where a rollup meets a run-sized array (a worker's 10 k intervals, a worker group's 500 k durations), Python's
+loop over its items was most of the rollup's time. Exact: lengths add as int64 (a merged array's total is
+under its span), a quantile is a selection (``np.partition``), never a sort; small arrays keep the plain rule.
+
+Example::
+
+    covered([part.bucketed], [part.lifetime])     # as lens_rl.offline.read.intervals.covered
+    quantile_s(phase, 0.95)                       # as PhasePart.quantile_s
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import covered as _covered
+from lens_rl.offline.read.parts import PhasePart, ProcessPart, median
+
+__all__ = [
+    "covered",
+    "packed_length",
+    "packed_spans",
+    "quantile_s",
+    "resource_seconds",
+    "seconds_rounded",
+    "window_medians",
+]
+
+#: Items under which Python's own loop is as fast as numpy's call.
+_BULK = 256
+_INT64 = np.iinfo(np.int64)
+#: ns under which a float of ``ns / 1e9`` lies less than 1 ns from it (and the int is exact in a float).
+_EXACT_NS = 2**53
+
+
+def packed_length(packed: array) -> int:
+    """The total length (ns) of a packed, merged interval array."""
+    if len(packed) < _BULK:
+        return sum(packed[1::2]) - sum(packed[0::2])
+    bounds = np.frombuffer(packed, np.int64).reshape(-1, 2)
+    return int((bounds[:, 1] - bounds[:, 0]).sum())
+
+
+def seconds_rounded(ns: Sequence[int]) -> list[float]:
+    """``[round(n / 1e9, 6) for n in ns]``, value for value, in bulk: Python's ``round`` is the nearest
+    float to the float's value rounded to whole microseconds, and ``ns / 1e9`` lies within 1 ns of ``n``'s
+    own value (under :data:`_EXACT_NS`), so an int count of ns not halfway between two microseconds rounds as
+    its integer does, and ``k / 1e6`` is that nearest float (one correctly rounded division). Halfway,
+    negative or huge counts take Python's own ``round`` (a float's side of the half, ``-0.0``)."""
+    if len(ns) < _BULK:
+        return [round(n / 1e9, 6) for n in ns]
+    values = np.asarray(ns)
+    if values.dtype != np.int64:  # (floats, bools, ints past int64: Python's own)
+        return [round(n / 1e9, 6) for n in ns]
+    out: list[float] = (((values + 500) // 1000) / 1e6).tolist()
+    for i in np.flatnonzero((values % 1000 == 500) | (values < 0) | (values >= _EXACT_NS)).tolist():
+        out[i] = round(ns[i] / 1e9, 6)
+    return out
+
+
+def window_medians(values: Sequence[int], window: int) -> list[float]:
+    """``[median(values[end - window : end]) for end in range(len(values), window - 1, -window)]`` (the
+    latest window first; :func:`~lens_rl.offline.read.parts.median`'s rule: the middle value, else the mean of
+    the two middle values), value for value: each window's middle by selection, two middle ints added in int64
+    (ns under 2**62) and halved as one float, as Python's own int division rounds them."""
+    count = len(values) // window
+    table = np.asarray(values)
+    if table.dtype != np.int64 or count * window < _BULK or table.max() >= 2**62 or table.min() <= -(2**62):
+        return [median(values[end - window : end]) for end in range(len(values), window - 1, -window)]
+    table = table[len(values) - count * window :].reshape(count, window)[::-1]
+    mid = window // 2
+    if window % 2:
+        return np.partition(table, mid, axis=1)[:, mid].tolist()  # type: ignore[no-any-return]
+    middle = np.partition(table, (mid - 1, mid), axis=1)
+    return ((middle[:, mid - 1] + middle[:, mid]) / 2).tolist()  # type: ignore[no-any-return]
+
+
+def packed_spans(packed: Sequence[array]) -> tuple[Any, Any, Any]:
+    """Of each packed, merged interval array: its first start, its last end and its total length (ns), as
+    three int64 numpy arrays; an empty one's first start is the largest int64 and its last end the smallest
+    (so it lies inside any window), its length 0."""
+    sizes = np.fromiter(map(len, packed), np.int64, len(packed))
+    flat = np.frombuffer(b"".join(packed), np.int64)
+    if not len(flat):
+        zeros = np.zeros(len(packed), np.int64)
+        return zeros + _INT64.max, zeros + _INT64.min, zeros
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    running = np.concatenate((np.zeros(1, np.int64), np.cumsum(flat[1::2] - flat[0::2])))
+    empty = sizes == 0
+    first = np.where(empty, _INT64.max, flat[np.minimum(starts, len(flat) - 1)])
+    last = np.where(empty, _INT64.min, flat[np.maximum(ends - 1, 0)])
+    return first, last, running[ends // 2] - running[starts // 2]
+
+
+def covered(packed: Sequence[array], windows: Iterable[tuple[int, int]]) -> int:
+    """:func:`lens_rl.offline.read.intervals.covered`, its common case (one merged array inside one window)
+    in bulk."""
+    packed = [p for p in packed if len(p)]
+    windows = list(windows)
+    if len(packed) == 1 and len(windows) == 1:
+        only, (lo, hi) = packed[0], windows[0]
+        if only[0] >= lo and only[-1] <= hi:
+            return packed_length(only)
+    return _covered(packed, windows)
+
+
+def quantile_s(phase: PhasePart, q: float, durations: Sequence[array] = ()) -> float | None:
+    """:meth:`~lens_rl.offline.read.parts.PhasePart.quantile_s` of ``phase`` with ``durations`` (arrays kept
+    out of it: a merge copies each once, here, not once per array it grows by) added: exact as a selection,
+    or from its sketch."""
+    arrays = [phase.durations, *durations]
+    if phase.sketch is not None:
+        whole = array("q")
+        whole.frombytes(b"".join(arrays))
+        return PhasePart(durations=whole, sketch=dict(phase.sketch)).quantile_s(q)
+    count = sum(map(len, arrays))
+    if not count:
+        return None
+    rank = max(math.ceil(q * count) - 1, 0)
+    values = np.concatenate([np.frombuffer(a, np.int64) for a in arrays])  # (a copy of its own: selected in place)
+    values.partition(rank)
+    return int(values[rank]) / 1e9
+
+
+def resource_seconds(part: ProcessPart) -> dict[str, float]:
+    """:meth:`~lens_rl.offline.read.parts.ProcessPart.seconds` (the resource view: a worker's lifetime no
+    bucketed span or re-run step covers is idle): a worker's idle over its many bucketed spans summed in bulk,
+    any other part's as it gives it."""
+    if part.is_driver or part.lifetime is None or part.rerun or len(part.bucketed) < _BULK:
+        return part.seconds()
+    out = {b: ns / 1e9 for b, ns in part.bucket_ns.items()}
+    out["idle"] += max(part.lifetime_ns - covered([part.bucketed], [part.lifetime]), 0) / 1e9
+    return out

@@ -1,0 +1,187 @@
+"""The job view's steps: one row per step (exclusive bucket seconds, wall, unattributed time, goodput), and the
+figures over them: step time percentiles, the slowest steps, the steady state's goodput.
+
+A step's wall is its umbrellas' (unbucketed spans carrying ``rl.step``) union, else first start to last end;
+one whose umbrella never ended is incomplete, out of the step figures. Rows are built in bulk
+(:mod:`lens_rl.offline.rollup.bulk`): a run's 100 k steps are one pass of numpy, not a loop per step.
+
+Example::
+
+    rows, walls_ns, productive_ns = step_rows(drivers, steps=None)
+    step_times(rows)["step_time"]     # {"p50_s", "p95_s", "max_s"}
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from itertools import chain, islice
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import merge_intervals, pairs
+from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, step_key
+from lens_rl.offline.rollup.bulk import covered, packed_spans, seconds_rounded
+from lens_rl.offline.rollup.stragglers import in_range
+
+__all__ = ["steady_goodput", "step_rows", "step_times"]
+
+_EMPTY = array("q")
+
+
+def step_rows(
+    view: list[ProcessPart], steps: tuple[int, int] | None
+) -> tuple[list[dict[str, Any]], list[int], list[int]]:
+    """One row per step of the view (and each one's wall and productive time in ns): exclusive bucket
+    seconds, its wall (its umbrellas' union, else first start to last end), what no bucketed span covers,
+    goodput = productive / wall. A step whose umbrella never ended, or was cut short by a shutdown (while
+    others have theirs), is incomplete."""
+    combined, attempt_of = _combined(view, steps)
+    only = view[0].key.attempt if view else 0
+    order = _in_order(combined)
+    parts = [combined[step] for step in order]
+    walls, unattributed = _walls(parts)
+    productive = [sp.ns[0] for sp in parts]
+    incomplete = _incomplete(parts)
+    seconds, wall_s, unattributed_s = (
+        seconds_rounded(v) for v in (list(chain.from_iterable(sp.ns for sp in parts)), walls, unattributed)
+    )
+    p, o, i, w = BUCKETS
+    rows = [
+        {
+            "step": step,
+            "attempt": attempt_of.get(step, only),
+            "seconds": {p: seconds[4 * n], o: seconds[4 * n + 1], i: seconds[4 * n + 2], w: seconds[4 * n + 3]},
+            "wall_s": wall_s[n],
+            "unattributed_s": unattributed_s[n],
+            "goodput": productive[n] / walls[n] if walls[n] else None,
+            "incomplete": incomplete[n],
+        }
+        for n, step in enumerate(order)
+    ]
+    return rows, walls, productive
+
+
+def _incomplete(parts: list[StepPart]) -> list[bool]:
+    """Which steps are incomplete: an umbrella that never ended, or one cut short by a shutdown (no umbrella,
+    while other steps have theirs)."""
+    with_umbrellas = any(sp.umbrellas for sp in parts)
+    return [sp.incomplete or (with_umbrellas and not sp.umbrellas) for sp in parts]
+
+
+def _in_order(steps: Collection[Any]) -> list[Any]:
+    """``steps`` sorted by :func:`step_key` (integers alone: as they compare, the same order)."""
+    return sorted(steps) if all(type(s) is int for s in steps) else sorted(steps, key=step_key)
+
+
+def _combined(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[dict[Any, StepPart], dict[Any, int]]:
+    """The view's steps (in ``steps``) merged across its processes, and each one's final run's attempt where
+    several processes ran it (re-runs were reduced apart)."""
+    attempt_of: dict[Any, int] = {}
+    if len(view) == 1:  # one driver: its steps as they are (no copy of every step)
+        if steps is None:
+            return view[0].steps, attempt_of
+        return {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}, attempt_of
+    combined: dict[Any, StepPart] = {}
+    for part in view:
+        for step, sp in part.steps.items():
+            if in_range(step, steps):
+                combined.setdefault(step, StepPart()).merge(sp)
+                attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
+    return combined, attempt_of
+
+
+def _walls(parts: list[StepPart]) -> tuple[list[int], list[int]]:
+    """Each step's :func:`_wall`, in bulk where a step has one umbrella and its bucketed spans lie inside it
+    (the common case: the same two subtractions), the others one by one."""
+    if len(parts) < 64:
+        each = [_wall(sp) for sp in parts]
+        return [wall for wall, _ in each], [uncovered for _, uncovered in each]
+    umbrellas = [sp.umbrellas or _EMPTY for sp in parts]
+    lo, hi, _ = packed_spans(umbrellas)
+    first, last, length = packed_spans([sp.bucketed or _EMPTY for sp in parts])
+    one = np.fromiter(map(len, umbrellas), np.int64, len(parts)) == 2
+    wall = hi - lo
+    walls, unattributed = wall.tolist(), np.maximum(wall - length, 0).tolist()
+    for n in np.flatnonzero(~(one & (first >= lo) & (last <= hi))).tolist():
+        walls[n], unattributed[n] = _wall(parts[n])
+    return walls, unattributed
+
+
+def _wall(sp: StepPart) -> tuple[int, int]:
+    """A step's wall (its umbrellas' union, else first start to last end) and what of it no bucketed span
+    covers, in ns."""
+    windows = _windows(sp)
+    wall = sum(hi - lo for lo, hi in windows)
+    return wall, max(wall - (covered([sp.bucketed], windows) if sp.bucketed else 0), 0)
+
+
+def _windows(sp: StepPart) -> list[tuple[int, int]]:
+    """A step's wall as intervals: its umbrellas' union, else first start to last end."""
+    umbrellas = sp.umbrellas
+    if umbrellas:  # (one umbrella, the common case: its interval as it is)
+        return [(umbrellas[0], umbrellas[1])] if len(umbrellas) == 2 else merge_intervals(pairs(umbrellas))
+    return [(sp.lo, sp.hi)] if sp.lo is not None and sp.hi is not None else []
+
+
+def step_times(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``step_time`` (p50, p95, max of the complete steps' walls) and ``slowest_steps`` (the five longest,
+    ties by step)."""
+    complete = [r for r in step_rows if not r["incomplete"]]
+    walls = sorted(r["wall_s"] for r in complete)
+    return {
+        "step_time": {
+            "p50_s": _percentile(walls, 0.5),
+            "p95_s": _percentile(walls, 0.95),
+            "max_s": walls[-1] if walls else None,
+        },
+        "slowest_steps": [
+            {"step": r["step"], "wall_s": r["wall_s"]}
+            for r in sorted(_slow(complete, walls), key=lambda r: (-r["wall_s"], step_key(r["step"])))[:5]
+        ],
+    }
+
+
+def _slow(complete: list[dict[str, Any]], walls: list[float]) -> list[dict[str, Any]]:
+    """The rows a sort of the complete steps by wall (longest first, ties by step) puts first five, among a few
+    others: those over the fifth longest wall, and the first five at it (the rows are in step order)."""
+    if len(walls) <= 5:
+        return complete
+    fifth = walls[-5]
+    return [r for r in complete if r["wall_s"] > fifth] + list(islice((r for r in complete if r["wall_s"] == fifth), 5))
+
+
+def steady_goodput(
+    step_rows: list[dict[str, Any]], walls_ns: list[int], productive_ns: list[int], warmup_steps: int
+) -> float | None:
+    """The steady state's goodput: its complete final runs' productive over wall time, skipping each
+    attempt's first ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first
+    rollouts); None without such a step (or a wall)."""
+    taken = [n for n in _after_warmup(step_rows, max(warmup_steps, 0)) if not step_rows[n]["incomplete"]]
+    if not taken:
+        return None
+    wall = sum(walls_ns[n] for n in taken)
+    return sum(productive_ns[n] for n in taken) / wall if wall else None
+
+
+def _after_warmup(step_rows: list[dict[str, Any]], warm: int) -> Sequence[int]:
+    """The indexes of the rows after their attempt's first ``warm``."""
+    if len({row["attempt"] for row in step_rows}) == 1:  # (one attempt: a range)
+        return range(warm, len(step_rows))
+    seen: dict[Any, int] = defaultdict(int)
+    out = []
+    for n, row in enumerate(step_rows):
+        seen[row["attempt"]] += 1
+        if seen[row["attempt"]] > warm:
+            out.append(n)
+    return out
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of sorted values (exact, deterministic)."""
+    if not ordered:
+        return None
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
