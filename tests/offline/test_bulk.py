@@ -8,12 +8,10 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from lens_rl.offline.read.intervals import covered as plain_covered
 from lens_rl.offline.read.intervals import merge_intervals, pack
-from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, ProcessPart, StepPart, median, step_key
-from lens_rl.offline.rollup.bulk import covered, quantile_s, resource_seconds, seconds_rounded, window_medians
+from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, StepPart, median, step_key
+from lens_rl.offline.rollup.bulk import quantile_s, seconds_rounded, window_medians
 from lens_rl.offline.rollup.steps import _wall, _walls, step_times
-from lens_rl.store import Process
 
 
 def _bits(values: Sequence[float]) -> list[bytes]:
@@ -60,24 +58,6 @@ def test_quantile_is_the_phase_parts_own_exact_or_sketched() -> None:
         quantile_s(PhasePart(sketch=sketched.sketch), 0.95, [sketched.durations[:10], sketched.durations[10:]])
         == expected
     )
-
-
-def test_covered_and_resource_seconds_match_the_plain_rule() -> None:
-    """Coverage of one large merged array inside a window, across windows, and of several arrays; a worker's
-    idle seconds (its lifetime no bucketed span covers), as :func:`covered` and ``ProcessPart.seconds``."""
-    rng = random.Random(3)
-    for size in (0, 3, 200, 5000):
-        starts = sorted(rng.sample(range(1_700_000_000_000_000_000, 1_700_000_100_000_000_000), size))
-        packed = pack(merge_intervals((s, s + rng.randrange(1, 10**7)) for s in starts))
-        lo, hi = (packed[0], packed[-1]) if packed else (0, 1)
-        for windows in ([(lo, hi)], [(lo - 5, hi + 5)], [(lo + (hi - lo) // 3, hi)], [(lo, lo + 9), (hi - 9, hi)]):
-            assert covered([packed], windows) == plain_covered([packed], windows)
-        assert covered([packed, pack([(lo, lo + 10**8)])], [(lo, hi)]) == plain_covered(
-            [packed, pack([(lo, lo + 10**8)])], [(lo, hi)]
-        )
-        worker = ProcessPart(Process("rollout", 1, 7, 0, False), lifetime=(lo - 10**9, hi + 10**9), bucketed=packed)
-        worker.bucket_ns["productive"] = 123_456_789
-        assert resource_seconds(worker) == worker.seconds()
 
 
 def test_window_medians_are_the_plain_medians_latest_window_first() -> None:

@@ -42,12 +42,15 @@ def test_covered_cuts_each_array_to_each_window_as_a_plain_union_would() -> None
     from lens_rl.offline.read.intervals import covered, merge_intervals, pack
 
     rng = random.Random(7)
-    for _ in range(300):
+    for n in range(300):
+        count = 12 if n % 10 else 600  # (a run-sized array, past which its length is summed by numpy)
         arrays = [
-            pack(merge_intervals(sorted((a, a + rng.randrange(0, 20)) for a in rng.sample(range(200), 12))))
+            pack(merge_intervals(sorted((a, a + rng.randrange(0, 20)) for a in rng.sample(range(20 * count), count))))
             for _ in range(rng.randrange(1, 4))
         ]
-        windows = merge_intervals(sorted((a, a + rng.randrange(1, 60)) for a in rng.sample(range(200), 3)))
+        windows = merge_intervals(
+            sorted((a, a + rng.randrange(1, 5 * count)) for a in rng.sample(range(20 * count), 3))
+        )
         expected = union_length(
             sorted(
                 (max(a, lo), min(b, hi))

@@ -26,7 +26,6 @@ from typing import Any
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.parts import ProcessPart, step_key
-from lens_rl.offline.rollup.bulk import resource_seconds
 
 __all__ = ["Attempts", "attempts_of", "superseded_steps"]
 
@@ -77,7 +76,7 @@ def _goodput(drivers: Sequence[ProcessPart], members: Sequence[ProcessPart], wal
         return sum(p.bucket_ns["productive"] for p in drivers) / wall if wall > 0 else None
     summed: dict[str, float] = defaultdict(float)
     for p in members:
-        for bucket, seconds in resource_seconds(p).items():
+        for bucket, seconds in p.seconds().items():
             summed[bucket] += seconds
     return goodput_of(summed)
 

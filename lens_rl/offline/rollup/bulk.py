@@ -1,6 +1,6 @@
-"""The rollup's run-sized arithmetic in bulk (numpy), value for value what the plain rule gives: a merged
-interval array's length, how much of a window it covers, a phase's nearest-rank quantile, a process's
-resource seconds.
+"""The rollup's run-sized arithmetic in bulk (numpy), value for value what the plain rule gives: seconds
+rounded, a phase's nearest-rank quantile, the stragglers' window medians. (How much of a window merged
+interval arrays cover is :func:`lens_rl.offline.read.intervals.covered`'s, in bulk there too.)
 
 Where a rollup meets a run-sized array (a worker's 10 k intervals, a worker group's 500 k durations), Python's
 loop over its items was most of the rollup's time. Exact: lengths add as int64 (a merged array's total is
@@ -8,7 +8,6 @@ under its span), a quantile is a selection (``np.partition``), never a sort; sma
 
 Example::
 
-    covered([part.bucketed], [part.lifetime])     # as lens_rl.offline.read.intervals.covered
     quantile_s(phase, 0.95)                       # as PhasePart.quantile_s
 """
 
@@ -16,20 +15,16 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.intervals import covered as _covered
-from lens_rl.offline.read.parts import PhasePart, ProcessPart, median
+from lens_rl.offline.read.parts import PhasePart, median
 
 __all__ = [
-    "covered",
-    "packed_length",
     "packed_spans",
     "quantile_s",
-    "resource_seconds",
     "seconds_rounded",
     "window_medians",
 ]
@@ -39,14 +34,6 @@ _BULK = 256
 _INT64 = np.iinfo(np.int64)
 #: ns under which a float of ``ns / 1e9`` lies less than 1 ns from it (and the int is exact in a float).
 _EXACT_NS = 2**53
-
-
-def packed_length(packed: array) -> int:
-    """The total length (ns) of a packed, merged interval array."""
-    if len(packed) < _BULK:
-        return sum(packed[1::2]) - sum(packed[0::2])
-    bounds = np.frombuffer(packed, np.int64).reshape(-1, 2)
-    return int((bounds[:, 1] - bounds[:, 0]).sum())
 
 
 def seconds_rounded(ns: Sequence[int]) -> list[float]:
@@ -101,18 +88,6 @@ def packed_spans(packed: Sequence[array]) -> tuple[Any, Any, Any]:
     return first, last, running[ends // 2] - running[starts // 2]
 
 
-def covered(packed: Sequence[array], windows: Iterable[tuple[int, int]]) -> int:
-    """:func:`lens_rl.offline.read.intervals.covered`, its common case (one merged array inside one window)
-    in bulk."""
-    packed = [p for p in packed if len(p)]
-    windows = list(windows)
-    if len(packed) == 1 and len(windows) == 1:
-        only, (lo, hi) = packed[0], windows[0]
-        if only[0] >= lo and only[-1] <= hi:
-            return packed_length(only)
-    return _covered(packed, windows)
-
-
 def quantile_s(phase: PhasePart, q: float, durations: Sequence[array] = ()) -> float | None:
     """:meth:`~lens_rl.offline.read.parts.PhasePart.quantile_s` of ``phase`` with ``durations`` (arrays kept
     out of it: a merge copies each once, here, not once per array it grows by) added: exact as a selection,
@@ -129,14 +104,3 @@ def quantile_s(phase: PhasePart, q: float, durations: Sequence[array] = ()) -> f
     values = np.concatenate([np.frombuffer(a, np.int64) for a in arrays])  # (a copy of its own: selected in place)
     values.partition(rank)
     return int(values[rank]) / 1e9
-
-
-def resource_seconds(part: ProcessPart) -> dict[str, float]:
-    """:meth:`~lens_rl.offline.read.parts.ProcessPart.seconds` (the resource view: a worker's lifetime no
-    bucketed span or re-run step covers is idle): a worker's idle over its many bucketed spans summed in bulk,
-    any other part's as it gives it."""
-    if part.is_driver or part.lifetime is None or part.rerun or len(part.bucketed) < _BULK:
-        return part.seconds()
-    out = {b: ns / 1e9 for b, ns in part.bucket_ns.items()}
-    out["idle"] += max(part.lifetime_ns - covered([part.bucketed], [part.lifetime]), 0) / 1e9
-    return out

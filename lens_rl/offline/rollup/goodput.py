@@ -53,10 +53,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from lens_rl.buckets import goodput_of
-from lens_rl.offline.read.intervals import merge_intervals
+from lens_rl.offline.read.intervals import covered, merge_intervals
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, merge_parts
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
-from lens_rl.offline.rollup.bulk import covered, resource_seconds
 from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
@@ -221,7 +220,7 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         ratio = _of_wall(ns["productive"], wall)
         phases_wasted = ns["wasted"] - rerun - restart
     else:
-        per = [resource_seconds(p) for p in view]
+        per = [p.seconds() for p in view]
         summed = {b: sum(s[b] for s in per) for b in BUCKETS}
         summed["wasted"] += restart / 1e9
         seconds = {b: round(value, 6) for b, value in summed.items()}

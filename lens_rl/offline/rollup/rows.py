@@ -15,7 +15,7 @@ from typing import Any
 
 from lens_rl.buckets import closest_phase_name, goodput_of
 from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart
-from lens_rl.offline.rollup.bulk import quantile_s, resource_seconds
+from lens_rl.offline.rollup.bulk import quantile_s
 from lens_rl.offline.rollup.throughput import job_gpus, phase_rates, step_tokens
 
 __all__ = [
@@ -152,7 +152,7 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
         if part.lifetime is None and not any(part.bucket_ns.values()):
             continue  # third-party spans alone (a vLLM engine's process): its time is its caller's
         group, rank, pid = part.key.group, part.key.rank, part.key.pid
-        seconds = resource_seconds(part)
+        seconds = part.seconds()
         wall_s = part.lifetime_ns / 1e9
         concurrent = concurrent or (wall_s > 0 and sum(seconds.values()) > wall_s * 1.001)
         entry = groups.setdefault(

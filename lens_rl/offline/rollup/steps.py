@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.intervals import merge_intervals, pairs
+from lens_rl.offline.read.intervals import covered, merge_intervals, pairs
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, step_key
-from lens_rl.offline.rollup.bulk import covered, packed_spans, seconds_rounded
+from lens_rl.offline.rollup.bulk import packed_spans, seconds_rounded
 from lens_rl.offline.rollup.stragglers import in_range
 
 __all__ = ["steady_goodput", "step_rows", "step_times"]
