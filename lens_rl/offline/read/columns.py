@@ -109,14 +109,12 @@ class Columns:
                     raise ValueError(span_id)  # (0 stands for "no parent"; a sign is not lens_rl's form)
             except (TypeError, ValueError):
                 self._ids_as_given()
+                self._add_given_ids(span_id, parent_id)
             else:
                 ids.append(number)
                 self.parent_ids.append(parent)
-        if type(self.ids) is list:
-            self.ids.append(span_id)
-            self.parent_ids.append(
-                shared(parent_id, parent_id) if type(parent_id) is str else parent_id
-            )  # siblings share
+        else:
+            self._add_given_ids(span_id, parent_id)
         try:
             self.starts.append(start)
         except (TypeError, OverflowError):
@@ -145,17 +143,31 @@ class Columns:
                 tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
             )
             flops = attrs.get("rl.flops_per_token")
-            if flops is not None and type(flops) in (int, float) and 0 < flops < 1e15:
-                self.flops[len(self.tokens) - 1] = float(flops)
+            if flops is not None:
+                self._add_flops(flops)
             if name == REQUEST_SPAN:
-                numbers = request_numbers(attrs)
-                if numbers is not None:
-                    self.requests[len(self.tokens) - 1] = numbers
+                self._add_request(attrs)
         else:
             self.buckets.append(None)
             self.steps.append(None)
             self.tokens.append(None)
         self.flags.append(flag)
+
+    def _add_given_ids(self, span_id: Any, parent_id: Any) -> None:
+        """A span's ids as they came (the columns keep them so once one is not 16 hex digits)."""
+        self.ids.append(span_id)
+        self.parent_ids.append(self._shared.setdefault(parent_id, parent_id) if type(parent_id) is str else parent_id)
+
+    def _add_flops(self, flops: Any) -> None:
+        """The last span's ``rl.flops_per_token``, where it is a plausible number."""
+        if type(flops) in (int, float) and 0 < flops < 1e15:
+            self.flops[len(self.tokens) - 1] = float(flops)
+
+    def _add_request(self, attrs: dict[str, Any]) -> None:
+        """The last span's numbers as a vLLM request span, where it has them."""
+        numbers = request_numbers(attrs)
+        if numbers is not None:
+            self.requests[len(self.tokens) - 1] = numbers
 
     def _gen_tokens(self, attrs: dict[str, Any]) -> None:
         """A third-party span's ``gen_ai.usage`` token counts (output, input), where it says any."""
