@@ -179,6 +179,25 @@ def attempts_figure(go: Any, report: GoodputReport, parts: Sequence[Any]) -> tup
         return None
     view = [p for p in parts if p.is_driver] or list(parts)
     origin = min((p.first_ns for p in parts if p.first_ns is not None), default=0)
+    traces = [*_attempt_runs(go, attempts), *_downtimes(go, attempts), *_reruns(go, view, origin)]
+    traces += _errors(go, attempts)
+    fig = go.Figure(traces)
+    why = report["job"]["wasted_reasons"]
+    fig.update_layout(
+        title=(
+            f"Attempts: {len(attempts)} ({why['rerun']:.1f} s re-run, {why['restart']:.1f} s downtime; "
+            "s from the job's start)"
+        ),
+        barmode="overlay",
+        xaxis_title="s",
+        yaxis={"autorange": "reversed", "type": "category"},
+        **{**_LAYOUT, "height": max(260, 46 * len(attempts) + 140)},
+    )
+    return "attempts", fig
+
+
+def _attempt_runs(go: Any, attempts: Sequence[Any]) -> list[Any]:
+    """Each attempt's run, one bar trace per way it ended (coloured by :data:`ENDED_COLORS`)."""
     traces = []
     for ended, color in ENDED_COLORS.items():
         rows = [a for a in attempts if a["ended"] == ended]
@@ -196,60 +215,64 @@ def attempts_figure(go: Any, report: GoodputReport, parts: Sequence[Any]) -> tup
                     hovertemplate="%{y}: steps %{customdata[0]}<br>%{x:.1f} s %{customdata[1]}<extra></extra>",
                 )
             )
+    return traces
+
+
+def _downtimes(go: Any, attempts: Sequence[Any]) -> list[Any]:
+    """The downtime before each attempt that had one (wasted: restart), as one bar trace (or none)."""
     gaps = [a for a in attempts if a["downtime_before_s"] > 0]
-    if gaps:
-        traces.append(
-            go.Bar(
-                y=[f"attempt {a['attempt']}" for a in gaps],
-                x=[a["downtime_before_s"] for a in gaps],
-                base=[(a["start_s"] or 0.0) - a["downtime_before_s"] for a in gaps],
-                orientation="h",
-                name="downtime (wasted: restart)",
-                marker_color="#bdbdbd",
-                marker_pattern_shape="/",
-                hovertemplate="downtime before %{y}: %{x:.1f} s<extra></extra>",
-            )
+    if not gaps:
+        return []
+    return [
+        go.Bar(
+            y=[f"attempt {a['attempt']}" for a in gaps],
+            x=[a["downtime_before_s"] for a in gaps],
+            base=[(a["start_s"] or 0.0) - a["downtime_before_s"] for a in gaps],
+            orientation="h",
+            name="downtime (wasted: restart)",
+            marker_color="#bdbdbd",
+            marker_pattern_shape="/",
+            hovertemplate="downtime before %{y}: %{x:.1f} s<extra></extra>",
         )
+    ]
+
+
+def _reruns(go: Any, view: Sequence[Any], origin: int) -> list[Any]:
+    """The stretches of ``view``'s processes a later attempt ran again (wasted: rerun), s from ``origin`` (ns),
+    as one thin bar trace (or none)."""
     reruns = [(p.key.attempt, a, b) for p in view for a, b in zip(p.rerun[::2], p.rerun[1::2], strict=True)]
-    if reruns:
-        traces.append(
-            go.Bar(
-                y=[f"attempt {attempt}" for attempt, _, _ in reruns],
-                x=[(b - a) / 1e9 for _, a, b in reruns],
-                base=[(a - origin) / 1e9 for _, a, _ in reruns],
-                orientation="h",
-                name="re-run later (wasted: rerun)",
-                marker_color="#ff7f0e",
-                width=0.35,
-                hovertemplate="run again by a later attempt: %{x:.2f} s<extra></extra>",
-            )
+    if not reruns:
+        return []
+    return [
+        go.Bar(
+            y=[f"attempt {attempt}" for attempt, _, _ in reruns],
+            x=[(b - a) / 1e9 for _, a, b in reruns],
+            base=[(a - origin) / 1e9 for _, a, _ in reruns],
+            orientation="h",
+            name="re-run later (wasted: rerun)",
+            marker_color="#ff7f0e",
+            width=0.35,
+            hovertemplate="run again by a later attempt: %{x:.2f} s<extra></extra>",
         )
+    ]
+
+
+def _errors(go: Any, attempts: Sequence[Any]) -> list[Any]:
+    """A marker where each attempt that ended in an error ended, the error in its hover (or none)."""
     errors = [a for a in attempts if a["ended"] == "error"]
-    if errors:
-        traces.append(
-            go.Scatter(
-                y=[f"attempt {a['attempt']}" for a in errors],
-                x=[(a["start_s"] or 0.0) + a["wall_s"] for a in errors],
-                mode="markers",
-                marker={"symbol": "x", "size": 14, "color": "#000000"},
-                name="error",
-                text=[f"{a['error']['type']}: {a['error']['message']}"[:200] for a in errors],
-                hovertemplate="%{text}<extra></extra>",
-            )
+    if not errors:
+        return []
+    return [
+        go.Scatter(
+            y=[f"attempt {a['attempt']}" for a in errors],
+            x=[(a["start_s"] or 0.0) + a["wall_s"] for a in errors],
+            mode="markers",
+            marker={"symbol": "x", "size": 14, "color": "#000000"},
+            name="error",
+            text=[f"{a['error']['type']}: {a['error']['message']}"[:200] for a in errors],
+            hovertemplate="%{text}<extra></extra>",
         )
-    fig = go.Figure(traces)
-    why = report["job"]["wasted_reasons"]
-    fig.update_layout(
-        title=(
-            f"Attempts: {len(attempts)} ({why['rerun']:.1f} s re-run, {why['restart']:.1f} s downtime; "
-            "s from the job's start)"
-        ),
-        barmode="overlay",
-        xaxis_title="s",
-        yaxis={"autorange": "reversed", "type": "category"},
-        **{**_LAYOUT, "height": max(260, 46 * len(attempts) + 140)},
-    )
-    return "attempts", fig
+    ]
 
 
 def _steps(attempt: Mapping[str, Any]) -> str:
