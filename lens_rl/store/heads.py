@@ -148,14 +148,19 @@ def driver_attempts(run_dir: str | os.PathLike[str]) -> tuple[set[int], int | No
         try:
             written = path.stat().st_mtime_ns
             latest = written if latest is None or written > latest else latest
-            if not path.name.startswith("spans-"):
-                continue
-            head, _ = read_head(path)
-            if head is not None and head.process.driver:
-                found.update(h.process.attempt for h in heads(path) if h.process.driver)
+            if path.name.startswith("spans-"):
+                found.update(_driver_attempts_of(path))
         except OSError:
             continue  # a file that went away or cannot be read says nothing about attempts
     return found, latest
+
+
+def _driver_attempts_of(path: Path) -> set[int]:
+    """The attempts a span file's driver headers name (none: its first header is no driver's)."""
+    head, _ = read_head(path)
+    if head is None or not head.process.driver:
+        return set()
+    return {h.process.attempt for h in heads(path) if h.process.driver}
 
 
 def later_head(raw: bytes, row: Row) -> Head | None:

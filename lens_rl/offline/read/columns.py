@@ -200,23 +200,17 @@ class Columns:
         out = Columns()
         out.resources, out.root, out.since, out.job_error = self.resources, self.root, self.since, self.job_error
         out.names = list(compress(self.names, keep))
-        out.ids = array("Q", compress(self.ids, keep)) if type(self.ids) is array else list(compress(self.ids, keep))
-        parents = self.parent_ids
-        out.parent_ids = (
-            array("Q", compress(parents, keep)) if type(parents) is array else list(compress(parents, keep))
-        )
+        out.ids, out.parent_ids = _kept(self.ids, keep), _kept(self.parent_ids, keep)
         out.starts = array("q", compress(self.starts, keep))
         out.ends = array("q", compress(self.ends, keep))
         out.buckets = list(compress(self.buckets, keep))
         out.steps = list(compress(self.steps, keep))
         out.tokens = list(compress(self.tokens, keep))
-        if self.flops or self.requests:
+        if self.flops or self.requests or self.gen_tokens:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
-            out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
-            out.requests = {new_index[i]: v for i, v in self.requests.items() if i in new_index}
-        if self.gen_tokens:
-            new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
-            out.gen_tokens = {new_index[i]: v for i, v in self.gen_tokens.items() if i in new_index}
+            out.flops = _reindexed(self.flops, new_index)
+            out.requests = _reindexed(self.requests, new_index)
+            out.gen_tokens = _reindexed(self.gen_tokens, new_index)
         out.flags = bytearray(compress(self.flags, keep))
         return out
 
@@ -248,6 +242,16 @@ class Columns:
         self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
         if self.root is not None:
             self.root = f"{self.root:016x}"
+
+
+def _kept(ids: Any, keep: bytearray) -> Any:
+    """The ids of the rows ``keep`` marks, kept as ``ids`` keeps them (a uint64 array or a list)."""
+    return array("Q", compress(ids, keep)) if type(ids) is array else list(compress(ids, keep))
+
+
+def _reindexed(sparse: dict[int, Any], new_index: dict[int, int]) -> dict[int, Any]:
+    """A sparse column (row -> value) of the rows ``new_index`` keeps, by their new rows."""
+    return {new_index[i]: v for i, v in sparse.items() if i in new_index}
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[Process, Columns]:

@@ -120,9 +120,24 @@ def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, 
     """One row per process, coloured by bucket; each span drawn over its parent (by depth in its file's tree,
     outermost first), so a step whose phases are productive looks productive whatever its umbrella's or an
     enclosing phase's bucket."""
-    origin = min(s["start"] for s in timeline)
     drivers = {s["process"] for s in timeline if s["driver"]}
     procs = sorted({s["process"] for s in timeline}, key=lambda p: (p not in drivers, p))
+    fig = go.Figure(_depth_traces(go, timeline))
+    where = _window_text(window)
+    fig.update_layout(
+        title=f"Timeline, {where} ({len(timeline)} spans; ms from the window's start)",
+        barmode="overlay",
+        xaxis_title="ms",
+        yaxis={"categoryorder": "array", "categoryarray": procs[::-1]},
+        **{**_LAYOUT, "height": max(320, 34 * len(procs) + 140)},
+    )
+    return "timeline", fig
+
+
+def _depth_traces(go: Any, timeline: list[dict[str, Any]]) -> list[Any]:
+    """A bar trace per (depth, bucket), outermost first (ms from the earliest start); each bucket named once
+    in the legend."""
+    origin = min(s["start"] for s in timeline)
     traces = []
     levels = sorted({min(s.get("depth", 0), _MAX_LEVEL) for s in timeline})
     named: set[Any] = set()
@@ -151,20 +166,14 @@ def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, 
                 )
             )
             named.add(bucket)
-    fig = go.Figure(traces)
-    where = (
-        "all steps"
-        if window is None
-        else (f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}-{window[1]}")
-    )
-    fig.update_layout(
-        title=f"Timeline, {where} ({len(timeline)} spans; ms from the window's start)",
-        barmode="overlay",
-        xaxis_title="ms",
-        yaxis={"categoryorder": "array", "categoryarray": procs[::-1]},
-        **{**_LAYOUT, "height": max(320, 34 * len(procs) + 140)},
-    )
-    return "timeline", fig
+    return traces
+
+
+def _window_text(window: tuple[int, int] | None) -> str:
+    """The timeline's steps, in words."""
+    if window is None:
+        return "all steps"
+    return f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}-{window[1]}"
 
 
 ENDED_COLORS = {"shutdown": "#2ca02c", "error": "#d62728", "lost": "#7f7f7f"}
