@@ -96,21 +96,26 @@ def _wrong(fields: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str
 def malformed(beat: Mapping[str, Any]) -> str | None:
     """Which field of a heartbeat has a JSON type the format does not give it (None: none): such a heartbeat
     is read as nothing but its process's identity, where that is readable."""
-    why = _wrong(beat, _FIELDS, "") or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
-    if why is not None:
-        return why
-    for n, phase in enumerate(beat.get("open") or ()):
-        why = f"open[{n}]" if type(phase) is not dict else _wrong(phase, _OPEN, f"open[{n}].")
+    last = beat.get("last_step")
+    return (
+        _wrong(beat, _FIELDS, "")
+        or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
+        or _wrong_each(enumerate(beat.get("open") or ()), _OPEN, "open[{}]")
+        or (_wrong(last, _LAST, "last_step.") if last is not None else None)
+        or _wrong_each((beat.get("phases") or {}).items(), _USUAL, "phases.{}")
+        or ("interval_ms" if (beat.get("interval_ms") or 0) < 0 else None)
+    )
+
+
+def _wrong_each(pairs: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str | None:
+    """The first of ``pairs`` (index or key, value) whose value is no object, or has a field of a type
+    ``spec`` does not allow; ``where`` names it (``{}``: its index or key)."""
+    for key, value in pairs:
+        place = where.format(key)
+        why = place if type(value) is not dict else _wrong(value, spec, place + ".")
         if why is not None:
             return why
-    if beat.get("last_step") is not None:
-        why = _wrong(beat["last_step"], _LAST, "last_step.")
-    for name, usual in (beat.get("phases") or {}).items():
-        if why is None:
-            why = f"phases.{name}" if type(usual) is not dict else _wrong(usual, _USUAL, f"phases.{name}.")
-    if why is None and (beat.get("interval_ms") or 0) < 0:
-        why = "interval_ms"
-    return why
+    return None
 
 
 def _innermost(open_phases: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
