@@ -369,15 +369,21 @@ def read_environment_once(exporter: Any, url: str) -> Any:
     if url.startswith("https:") and getattr(exporter, "_client", None) is None:
         return exporter  # before 1.45 each request passes verify= itself, over the session's CA bundle
     try:
-        from requests.utils import get_environ_proxies, get_netrc_auth
-
-        for scheme, proxy in get_environ_proxies(url, no_proxy=session.proxies.get("no_proxy")).items():
-            session.proxies.setdefault(scheme, proxy)
-        if session.auth is None:
-            session.auth = get_netrc_auth(url)
-        if session.verify is True and url.startswith("https:"):  # (for plain HTTP a bundle is unused, but stat-ed)
-            session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
-        session.trust_env = False
+        _read_environment(session, url)
     except Exception as exc:  # the environment is still read per request, as before
         internal_error(exc, "otlp-session")
     return exporter
+
+
+def _read_environment(session: Any, url: str) -> None:
+    """The proxies, ``.netrc`` login and CA bundle requests would merge for ``url``, set on ``session`` where
+    it has none of its own; then the session stops reading the environment."""
+    from requests.utils import get_environ_proxies, get_netrc_auth
+
+    for scheme, proxy in get_environ_proxies(url, no_proxy=session.proxies.get("no_proxy")).items():
+        session.proxies.setdefault(scheme, proxy)
+    if session.auth is None:
+        session.auth = get_netrc_auth(url)
+    if session.verify is True and url.startswith("https:"):  # (for plain HTTP a bundle is unused, but stat-ed)
+        session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+    session.trust_env = False
