@@ -86,30 +86,35 @@ def read_head(path: str | os.PathLike[str]) -> tuple[Head | None, bool]:
 HEADER_PREFIX = b'{"v"'
 
 
-def heads(path: str | os.PathLike[str]) -> list[Head]:
+def heads(path: str | os.PathLike[str], start: int = 0, stop: int | None = None) -> list[Head]:
     """Every header of a file, in order: its first, then any a re-init appended (a process of a later attempt
     with the same pid writes the same file). Found by a byte scan, without decoding a span line; none for a
-    file that cannot be read."""
+    file that cannot be read. From byte ``start`` (a line's start past the first line: a scan resumed where an
+    earlier one stopped), only the headers from there; up to byte ``stop`` (a line's end), only those before."""
     found: list[Head] = []
     try:
         with open_file(path) as handle:
-            _scan_heads(handle, found)
+            _scan_heads(handle, found, start, stop)
     except OSError:
         pass
     return found
 
 
-def _scan_heads(handle: IO[bytes], found: list[Head]) -> None:
+def _scan_heads(handle: IO[bytes], found: list[Head], start: int, stop: int | None) -> None:
     needle = b"\n" + HEADER_PREFIX
-    first = handle.readline(LINE_MAX)
-    offset = len(first)
-    head = head_of(first)  # (an overlong first line is no header: nothing more is read)
-    if head is None:
-        return
-    found.append(head)
+    if start:
+        offset = start
+        handle.seek(start)
+    else:
+        first = handle.readline(LINE_MAX)
+        offset = len(first)
+        head = head_of(first)  # (an overlong first line is no header: nothing more is read)
+        if head is None:
+            return
+        found.append(head)
     tail = b"\n"  # the scan window starts with the byte before it
-    while True:
-        chunk = handle.read(1 << 20)
+    while stop is None or offset < stop:
+        chunk = handle.read(1 << 20 if stop is None else min(1 << 20, stop - offset))
         if not chunk:
             break
         window = tail + chunk
