@@ -100,13 +100,7 @@ class CritPart(SlotsState):
         """Fold another part of the same process in (its nodes, stretches and entries after this one's)."""
         nodes, stretches, entries = len(self.node_ids), len(self.a), len(self.e_parent)
         self.node_ids = _joined(self.node_ids, other.node_ids)
-        known = {attr: n for n, attr in enumerate(self.attrs)}
-        remap = []
-        for attr in other.attrs:
-            if attr not in known:
-                known[attr] = len(self.attrs)
-                self.attrs.append(attr)
-            remap.append(known[attr])
+        remap = self._take_attrs(other.attrs)
         self.node_attr.extend(map(remap.__getitem__, other.node_attr))
         self.a += other.a
         self.node.extend(n + nodes for n in other.node)
@@ -122,6 +116,17 @@ class CritPart(SlotsState):
         self.w_entry.extend(e + entries for e in other.w_entry)
         self.w_off.extend(off + stretches for off in other.w_off)
         self.w_len += other.w_len
+
+    def _take_attrs(self, attrs: list[tuple[Any, Any]]) -> list[int]:
+        """Another part's (name, bucket) table folded into this one's: each of its indexes' new index."""
+        known = {attr: n for n, attr in enumerate(self.attrs)}
+        remap = []
+        for attr in attrs:
+            if attr not in known:
+                known[attr] = len(self.attrs)
+                self.attrs.append(attr)
+            remap.append(known[attr])
+        return remap
 
 
 def _ids(values: list[Any]) -> Any:

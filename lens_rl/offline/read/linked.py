@@ -128,27 +128,32 @@ def resolve(tree: Tree) -> None:
     done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
     tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
     tree.has_child, tree.cycles = done.has_child, done.cycles
-    gen = tree.gen_tokens
     tree.remote_tokens = {}
-    if gen:
-        counts: dict[int, list[float]] = {}
-        role, parents = tree.role, tree.parents
-        for i, (out, into) in gen.items():
-            r, p = i, parents[i]
-            while p != -1 and role[p] == THIRD_ROLE:
-                r, p = p, parents[p]
-            if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
-                found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
-            elif p != -1 and role[p] != JOB:
-                found = counts.setdefault(p, [0.0, 0.0])
-            else:
-                continue
-            found[0] += out
-            found[1] += into
-        for p, (out, into) in counts.items():
-            if p not in tree.tokens:
-                tree.tokens[p] = out or into
+    if tree.gen_tokens:
+        _third_party_tokens(tree)
     tree.gen_tokens = {}
+
+
+def _third_party_tokens(tree: Tree) -> None:
+    """Each third-party span's token counts to the lens_rl phase it runs under (a phase's own count wins), or,
+    where that phase is in another file, kept by its parent's id for the rollup to match."""
+    counts: dict[int, list[float]] = {}
+    role, parents = tree.role, tree.parents
+    for i, (out, into) in tree.gen_tokens.items():
+        r, p = i, parents[i]
+        while p != -1 and role[p] == THIRD_ROLE:
+            r, p = p, parents[p]
+        if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
+            found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
+        elif p != -1 and role[p] != JOB:
+            found = counts.setdefault(p, [0.0, 0.0])
+        else:
+            continue
+        found[0] += out
+        found[1] += into
+    for p, (out, into) in counts.items():
+        if p not in tree.tokens:
+            tree.tokens[p] = out or into
 
 
 def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
