@@ -163,42 +163,13 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         print(f"lens-rl: error: --steps must be at least 1, got {steps}", file=sys.stderr)
         return 2
 
-    telemetry: dict[str, Any] = {"enabled": True, "trace_dir": trace_dir, "metrics_interval_ms": 2000}
-    if otlp:
-        telemetry.update(exporter="otlp", endpoint=otlp)
-    master = {
-        "telemetry": telemetry,
-        "policy": {
-            "model_name": "demo/tiny-policy-0.5B",
-            "precision": "bfloat16",
-            "dtensor_cfg": {"tensor_parallel_size": 1},
-        },
-        "cluster": {"num_nodes": 1, "gpus_per_node": 0},
-    }
-    handle = init_telemetry_driver(master, algorithm="grpo")
-    assert handle is not None  # enabled above
+    handle = init_telemetry_driver(_master_config(trace_dir, otlp), algorithm="grpo")
+    assert handle is not None  # enabled by the master config
     run_id = str(handle.resource.attributes["rl.run_id"])
     say(f"lens-rl demo: run {run_id}, {steps} GRPO steps on a local Ray cluster")
     t_start = time.perf_counter()
     try:
-        with traced_phase("cluster_setup"):  # start-up is overhead, not unattributed time
-            server, gen, policy = _start_cluster(ray)
-        say(
-            f"  cluster up in {time.perf_counter() - t_start:.1f}s: 2 policy ranks, 1 generation worker, rollout server"
-        )
-
-        for step in range(1, steps + 1):
-            t0 = time.perf_counter()
-            rewards = _step(ray, gen, policy, step, steps)
-            mean = sum(rewards) / len(rewards)
-            live = step_goodput() or {}  # what a user logs to W&B / TensorBoard / MLflow beside the loss
-            ratio = live.get("goodput")
-            say(
-                f"  step {step}/{steps}: mean reward {mean:.3f}, {time.perf_counter() - t0:.2f}s, "
-                f"live step goodput {'-' if ratio is None else f'{ratio:.0%}'}"
-            )
-            flush_telemetry(2000)
-        flushed = flush_actors([server, gen, *policy], timeout_ms=5000)
+        flushed = _train(ray, steps, say)
     finally:
         ok = shutdown_telemetry(5000)
         ray.shutdown()
@@ -210,6 +181,42 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
     _read_back(trace_dir, run_id, say)
     say(f"done in {time.perf_counter() - t_start:.1f}s")
     return 0 if ok else 1
+
+
+def _master_config(trace_dir: str, otlp: str | None) -> dict[str, Any]:
+    """The demo job's master config: telemetry on (to the file store, or ``otlp``), a tiny policy's facts."""
+    telemetry: dict[str, Any] = {"enabled": True, "trace_dir": trace_dir, "metrics_interval_ms": 2000}
+    if otlp:
+        telemetry.update(exporter="otlp", endpoint=otlp)
+    return {
+        "telemetry": telemetry,
+        "policy": {
+            "model_name": "demo/tiny-policy-0.5B",
+            "precision": "bfloat16",
+            "dtensor_cfg": {"tensor_parallel_size": 1},
+        },
+        "cluster": {"num_nodes": 1, "gpus_per_node": 0},
+    }
+
+
+def _train(ray: Any, steps: int, say: Any) -> list[bool]:
+    """The cluster started and ``steps`` GRPO steps run on it, each said; returns which actors flushed."""
+    t_start = time.perf_counter()
+    with traced_phase("cluster_setup"):  # start-up is overhead, not unattributed time
+        server, gen, policy = _start_cluster(ray)
+    say(f"  cluster up in {time.perf_counter() - t_start:.1f}s: 2 policy ranks, 1 generation worker, rollout server")
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        rewards = _step(ray, gen, policy, step, steps)
+        mean = sum(rewards) / len(rewards)
+        live = step_goodput() or {}  # what a user logs to W&B / TensorBoard / MLflow beside the loss
+        ratio = live.get("goodput")
+        say(
+            f"  step {step}/{steps}: mean reward {mean:.3f}, {time.perf_counter() - t0:.2f}s, "
+            f"live step goodput {'-' if ratio is None else f'{ratio:.0%}'}"
+        )
+        flush_telemetry(2000)
+    return flush_actors([server, gen, *policy], timeout_ms=5000)
 
 
 def _step(ray: Any, gen: Any, policy: list[Any], step: int, steps: int) -> list[float]:

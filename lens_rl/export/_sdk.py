@@ -19,14 +19,15 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import types
-from importlib import metadata
 from typing import Any
 
 from lens_rl._errors import internal_error
+
+# (the supported range and the installed release: lens_rl.export.otel_release; importable from here too)
+from lens_rl.export.otel_release import DISTRIBUTIONS, FLOOR, installed_versions, version_of
 
 __all__ = [
     "ADAPTED",
@@ -44,26 +45,12 @@ __all__ = [
     "missing",
     "own_random",
     "present",
-    "quiet_sdk_limit_logs",
     "read_environment_once",
     "span_fan_out",
     "stop_metric_thread",
     "too_large",
     "version_of",
 ]
-
-#: The oldest OpenTelemetry release lens_rl supports (api, sdk, exporters ``>=1.33,<2``).
-FLOOR = (1, 33)
-
-#: The OpenTelemetry distributions whose private names this module reads (their versions: :func:`installed_versions`).
-DISTRIBUTIONS = (
-    "opentelemetry-api",
-    "opentelemetry-sdk",
-    "opentelemetry-exporter-otlp-proto-http",
-    "opentelemetry-exporter-otlp-proto-common",
-    "opentelemetry-proto",
-    "opentelemetry-semantic-conventions",
-)
 
 #: The private names that changed inside the supported range: (name, the releases that have it as
 #: ``(first, first without)`` (major, minor), what serves on the others). Every other name this module reads
@@ -107,15 +94,6 @@ READABLE_SPAN_FIELDS = (
     "_resource",
     "_status",
 )
-
-
-def version_of(distribution: str = "opentelemetry-sdk") -> tuple[int, int]:
-    """The installed release's (major, minor), or (0, 0) when it cannot be told."""
-    try:
-        major, minor = metadata.version(distribution).split(".")[:2]
-        return int(major), int(minor)
-    except (metadata.PackageNotFoundError, ValueError):
-        return (0, 0)
 
 
 def present() -> dict[str, bool]:
@@ -236,33 +214,6 @@ def stop_metric_thread(reader: Any) -> None:
     stop = getattr(reader, "_shutdown_event", None)
     if stop is not None:
         stop.set()
-
-
-class _OncePerMessage(logging.Filter):
-    """Lets the first record of each message template through, then drops repeats (the SDK's span-limit
-    warnings would otherwise log once per dropped attribute: 9,900 lines for 10,000 attributes)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = str(record.msg)
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
-
-
-_ONCE = _OncePerMessage()
-
-
-def quiet_sdk_limit_logs() -> None:
-    """Once per process: the SDK's attribute-limit loggers log each message once."""
-    for name in ("opentelemetry.attributes", "opentelemetry.sdk.trace"):
-        logger = logging.getLogger(name)
-        if _ONCE not in logger.filters:
-            logger.addFilter(_ONCE)
 
 
 # ---------------------------------------------------------------------- the OTLP exporters
@@ -418,26 +369,21 @@ def read_environment_once(exporter: Any, url: str) -> Any:
     if url.startswith("https:") and getattr(exporter, "_client", None) is None:
         return exporter  # before 1.45 each request passes verify= itself, over the session's CA bundle
     try:
-        from requests.utils import get_environ_proxies, get_netrc_auth
-
-        for scheme, proxy in get_environ_proxies(url, no_proxy=session.proxies.get("no_proxy")).items():
-            session.proxies.setdefault(scheme, proxy)
-        if session.auth is None:
-            session.auth = get_netrc_auth(url)
-        if session.verify is True and url.startswith("https:"):  # (for plain HTTP a bundle is unused, but stat-ed)
-            session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
-        session.trust_env = False
+        _read_environment(session, url)
     except Exception as exc:  # the environment is still read per request, as before
         internal_error(exc, "otlp-session")
     return exporter
 
 
-def installed_versions() -> dict[str, str | None]:
-    """The installed versions of the :data:`DISTRIBUTIONS` (None where one is missing)."""
-    out: dict[str, str | None] = {}
-    for name in DISTRIBUTIONS:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+def _read_environment(session: Any, url: str) -> None:
+    """The proxies, ``.netrc`` login and CA bundle requests would merge for ``url``, set on ``session`` where
+    it has none of its own; then the session stops reading the environment."""
+    from requests.utils import get_environ_proxies, get_netrc_auth
+
+    for scheme, proxy in get_environ_proxies(url, no_proxy=session.proxies.get("no_proxy")).items():
+        session.proxies.setdefault(scheme, proxy)
+    if session.auth is None:
+        session.auth = get_netrc_auth(url)
+    if session.verify is True and url.startswith("https:"):  # (for plain HTTP a bundle is unused, but stat-ed)
+        session.verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+    session.trust_env = False

@@ -37,6 +37,7 @@ from lens_rl.export.live import LiveMonitor
 from lens_rl.export.live_metrics import PhaseMetrics, TrackingMetricExporter
 from lens_rl.export.pipeline import SpanPipeline
 from lens_rl.export.sampling import PhaseSampler
+from lens_rl.export.sdk_logs import quiet_sdk_limit_logs
 
 if TYPE_CHECKING:
     from lens_rl.config import TelemetryConfig
@@ -79,54 +80,63 @@ class TelemetryHandle:
         self._shutdown_result: bool | None = None
         if RUNTIME.otel_keys is None:  # the hot path's context keys (lens_rl.propagation reads them)
             RUNTIME.otel_keys = _sdk.context_keys()
-        _sdk.quiet_sdk_limit_logs()
+        quiet_sdk_limit_logs()
         span_exporter, metric_exporter = make_exporters(config, dict(self.resource.attributes), role)
         self.is_exporting = span_exporter is not None or metric_exporter is not None
         self.tracer: trace_api.Tracer = trace_api.NoOpTracer()
         #: Starts phase spans without the SDK's per-span cost (same processors, limits, sampling rule).
         self.fast: FastSpanFactory | None = None
         if config.traces_enabled:
-            sampler = PhaseSampler(config.sample_rate, lambda: self.root_span_id)
-            # ids from lens_rl's own stream, for third-party spans too (the SDK's default draws the job's random)
-            self.tracer_provider = TracerProvider(
-                resource=self.resource, sampler=sampler, shutdown_on_exit=False, id_generator=LensIdGenerator()
-            )
-            if span_exporter is not None:
-                self.span_pipeline = SpanPipeline(
-                    span_exporter, max_queue_spans=config.max_queue_spans, max_queue_bytes=config.max_queue_bytes
-                )
-                self.tracer_provider.add_span_processor(self.span_pipeline)
-            self.tracer = self.tracer_provider.get_tracer("lens_rl", __version__)
-            self.fast = FastSpanFactory.for_provider(
-                self.tracer_provider, self.resource, __version__, config.sample_rate, lambda: self.root_span_id
-            )
+            self._start_traces(config, span_exporter)
         self.meter: metrics_api.Meter = metrics_api.NoOpMeter("lens_rl")
         self.phase_metrics: PhaseMetrics | None = None
         self.live: LiveMonitor | None = None
         if config.metrics_enabled:
-            readers = list(metric_readers)
-            if metric_exporter is not None:
-                self._metric_exporter = TrackingMetricExporter(metric_exporter)
-                self._metric_reader = PeriodicExportingMetricReader(
-                    self._metric_exporter,
-                    export_interval_millis=config.metrics_interval_ms,
-                    export_timeout_millis=config.export_timeout_ms,
-                )
-                readers.append(self._metric_reader)
-            # no exemplars: the SDK's exemplar reservoirs sample with the global random (the job's stream)
-            self.meter_provider = MeterProvider(
-                resource=self.resource,
-                metric_readers=readers,
-                shutdown_on_exit=False,
-                exemplar_filter=AlwaysOffExemplarFilter(),
-            )
-            self.meter = self.meter_provider.get_meter("lens_rl", __version__)
-            self.phase_metrics = PhaseMetrics(self.meter, dropped=self.spans_dropped)
+            self._start_metrics(config, metric_exporter, metric_readers)
         else:  # no instruments, but the completed runs' stats the watchdog and heartbeats need
             self.phase_metrics = PhaseMetrics(None)
         if self.is_exporting:
             self.live = LiveMonitor(self)
             self.live.start()
+
+    def _start_traces(self, config: TelemetryConfig, span_exporter: Any) -> None:
+        """The tracer provider, its pipeline to ``span_exporter`` (if any), the tracer and the fast span factory."""
+        sampler = PhaseSampler(config.sample_rate, lambda: self.root_span_id)
+        # ids from lens_rl's own stream, for third-party spans too (the SDK's default draws the job's random)
+        self.tracer_provider = TracerProvider(
+            resource=self.resource, sampler=sampler, shutdown_on_exit=False, id_generator=LensIdGenerator()
+        )
+        if span_exporter is not None:
+            self.span_pipeline = SpanPipeline(
+                span_exporter, max_queue_spans=config.max_queue_spans, max_queue_bytes=config.max_queue_bytes
+            )
+            self.tracer_provider.add_span_processor(self.span_pipeline)
+        self.tracer = self.tracer_provider.get_tracer("lens_rl", __version__)
+        self.fast = FastSpanFactory.for_provider(
+            self.tracer_provider, self.resource, __version__, config.sample_rate, lambda: self.root_span_id
+        )
+
+    def _start_metrics(self, config: TelemetryConfig, metric_exporter: Any, metric_readers: Sequence[Any]) -> None:
+        """The meter provider with the user's readers and one for ``metric_exporter`` (if any), the meter and
+        the phase metrics."""
+        readers = list(metric_readers)
+        if metric_exporter is not None:
+            self._metric_exporter = TrackingMetricExporter(metric_exporter)
+            self._metric_reader = PeriodicExportingMetricReader(
+                self._metric_exporter,
+                export_interval_millis=config.metrics_interval_ms,
+                export_timeout_millis=config.export_timeout_ms,
+            )
+            readers.append(self._metric_reader)
+        # no exemplars: the SDK's exemplar reservoirs sample with the global random (the job's stream)
+        self.meter_provider = MeterProvider(
+            resource=self.resource,
+            metric_readers=readers,
+            shutdown_on_exit=False,
+            exemplar_filter=AlwaysOffExemplarFilter(),
+        )
+        self.meter = self.meter_provider.get_meter("lens_rl", __version__)
+        self.phase_metrics = PhaseMetrics(self.meter, dropped=self.spans_dropped)
 
     def after_fork(self) -> None:
         """In a forked child: stop the copy of the metric reader's thread the SDK restarts there."""

@@ -9,7 +9,7 @@ failed exports. This processor:
   are dropped, counted and warned about once;
 * exports in batches of ``max_batch`` from one daemon thread, waking when a batch is
   full, every ``delay_s``, or on flush; every span is scrubbed there (secrets redacted,
-  strings repaired, whoever set them) before it leaves the process;
+  strings repaired, whoever set them: :mod:`lens_rl.export.scrub`) before it leaves the process;
 * retries what can succeed at the head of the line, splits what was too large, drops what
   was rejected for good (the policy: :mod:`lens_rl.export.retry`), so one poison batch never
   blocks the rest;
@@ -35,13 +35,12 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from lens_rl._attributes import clean_text, scrub_attributes
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
-from lens_rl.export._sdk import attributes_dict
 from lens_rl.export.bounded import run_bounded
 from lens_rl.export.fastspan import remember
 from lens_rl.export.retry import UNSENT, Outage, backoff, verdict
+from lens_rl.export.scrub import scrub, span_bytes
 
 _log = logging.getLogger("lens_rl")
 
@@ -55,73 +54,6 @@ def _forget_pipelines_after_fork(after_fork: bool) -> None:
 
 
 RUNTIME.reset_hooks.append(_forget_pipelines_after_fork)
-
-
-def span_bytes(span: ReadableSpan) -> int:
-    """A cheap estimate of what ``span`` holds in memory while queued (strings dominate)."""
-    size = 400 + len(span.name)
-    # The fields, not the properties (each read of which makes a read-only view); the SDK's
-    # BoundedAttributes locks on every read, its plain dict (1.33+) does not.
-    attrs = getattr(span, "_attributes", None)
-    if attrs:
-        for key, value in attributes_dict(attrs).items():
-            size += 64 + len(key) + (len(value) if value.__class__ is str else 16)
-    for event in getattr(span, "_events", None) or ():
-        size += 128 + len(event.name)
-        if event.attributes:
-            for key, value in attributes_dict(event.attributes).items():
-                size += 64 + len(key) + (len(value) if value.__class__ is str else 16)
-    return size
-
-
-def scrub(span: ReadableSpan) -> ReadableSpan:
-    """``span`` with secrets redacted and strings repaired in its name, attributes, events and links.
-
-    The same object when nothing needed a change (the common case). A lens_rl phase span
-    (:class:`lens_rl.export.fastspan.FastSpan`) was cleaned as it was made and written (its name
-    too: a phase's name is cleaned once, ``update_name`` cleans): nothing to do.
-    """
-    if getattr(span, "cleaned", False):
-        return span
-    name = clean_text(span.name)
-    attrs = scrub_attributes(span.attributes)
-    events = list(span.events)
-    changed = name is not span.name or attrs is not span.attributes
-    for i, event in enumerate(events):
-        cleaned = scrub_attributes(event.attributes)
-        event_name = clean_text(event.name)
-        if cleaned is not event.attributes or event_name is not event.name:
-            from opentelemetry.sdk.trace import Event
-
-            events[i] = Event(event_name, cleaned, event.timestamp)
-            changed = True
-    links = list(span.links)
-    for i, link in enumerate(links):
-        cleaned = scrub_attributes(link.attributes)
-        if cleaned is not link.attributes:
-            from opentelemetry.trace import Link
-
-            links[i] = Link(link.context, cleaned)
-            changed = True
-    if not changed:
-        return span
-    copy = ReadableSpan(
-        name=name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=attrs,
-        events=events,
-        links=links,
-        kind=span.kind,
-        status=span.status,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )
-    copy._lens_thread = getattr(span, "_lens_thread", None)  # type: ignore[attr-defined]
-    copy._lens_thread_name = getattr(span, "_lens_thread_name", None)  # type: ignore[attr-defined]
-    return copy
 
 
 class SpanPipeline(SpanProcessor):

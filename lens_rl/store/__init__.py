@@ -1,4 +1,5 @@
-"""The embedded file store: its format (:mod:`lens_rl.store.format`) and its reader (:mod:`lens_rl.store.reader`).
+"""The embedded file store: its format (:mod:`lens_rl.store.format`) and its reader (:mod:`lens_rl.store.reader`,
+which reads a line into a row through :mod:`lens_rl.store.rows` and a header through :mod:`lens_rl.store.heads`).
 
 The store is the only contract between recording (``lens_rl.export`` writes it) and reading (the offline
 tools read it, opening its files through :mod:`lens_rl.store.files` alone); this package imports nothing else of lens_rl and no OpenTelemetry. The format is

@@ -26,6 +26,53 @@ from lens_rl.integrations.otlp_proto import attributes, trace_spans
 __all__ = ["OTLPReceiver", "hung_endpoint", "refused_endpoint"]
 
 
+class _Server(ThreadingHTTPServer):
+    """The receiver's HTTP server: a thread per connection, each a daemon; ``receiver`` is whom it serves."""
+
+    daemon_threads = True
+    receiver: OTLPReceiver
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One connection to the receiver: its POSTs answered as the receiver says, the connection tracked (so a
+    test can drop them all)."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        receiver = self.server.receiver
+        with receiver._cond:
+            receiver._connections.add(self.connection)
+
+    def finish(self) -> None:
+        receiver = self.server.receiver
+        with receiver._cond:
+            receiver._connections.discard(self.connection)
+        super().finish()
+
+    def do_POST(self) -> None:
+        receiver = self.server.receiver
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.headers.get("Content-Encoding", "").lower() == "gzip":  # what collectors send by default
+            body = gzip.decompress(body)
+        status = receiver._status_for(self.path, body)
+        if status == 200:
+            receiver._handle(self.path, body, dict(self.headers))
+        if receiver.delay_s:
+            time.sleep(receiver.delay_s)
+        with receiver._cond:
+            receiver.statuses.append(status)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
 class OTLPReceiver:
     """OTLP/HTTP protobuf receiver on ``127.0.0.1`` (``port=0`` picks a free port)."""
 
@@ -52,42 +99,8 @@ class OTLPReceiver:
         self.headers: list[dict[str, str]] = []
         self._cond = threading.Condition()
         self._connections: set[socket.socket] = set()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                with receiver._cond:
-                    receiver._connections.add(self.connection)
-
-            def finish(self) -> None:
-                with receiver._cond:
-                    receiver._connections.discard(self.connection)
-                super().finish()
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.headers.get("Content-Encoding", "").lower() == "gzip":  # what collectors send by default
-                    body = gzip.decompress(body)
-                status = receiver._status_for(self.path, body)
-                if status == 200:
-                    receiver._handle(self.path, body, dict(self.headers))
-                if receiver.delay_s:
-                    time.sleep(receiver.delay_s)
-                with receiver._cond:
-                    receiver.statuses.append(status)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", port), _Handler)
+        self._server.receiver = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
         self._thread.start()

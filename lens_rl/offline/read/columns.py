@@ -109,14 +109,12 @@ class Columns:
                     raise ValueError(span_id)  # (0 stands for "no parent"; a sign is not lens_rl's form)
             except (TypeError, ValueError):
                 self._ids_as_given()
+                self._add_given_ids(span_id, parent_id)
             else:
                 ids.append(number)
                 self.parent_ids.append(parent)
-        if type(self.ids) is list:
-            self.ids.append(span_id)
-            self.parent_ids.append(
-                shared(parent_id, parent_id) if type(parent_id) is str else parent_id
-            )  # siblings share
+        else:
+            self._add_given_ids(span_id, parent_id)
         try:
             self.starts.append(start)
         except (TypeError, OverflowError):
@@ -145,17 +143,31 @@ class Columns:
                 tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
             )
             flops = attrs.get("rl.flops_per_token")
-            if flops is not None and type(flops) in (int, float) and 0 < flops < 1e15:
-                self.flops[len(self.tokens) - 1] = float(flops)
+            if flops is not None:
+                self._add_flops(flops)
             if name == REQUEST_SPAN:
-                numbers = request_numbers(attrs)
-                if numbers is not None:
-                    self.requests[len(self.tokens) - 1] = numbers
+                self._add_request(attrs)
         else:
             self.buckets.append(None)
             self.steps.append(None)
             self.tokens.append(None)
         self.flags.append(flag)
+
+    def _add_given_ids(self, span_id: Any, parent_id: Any) -> None:
+        """A span's ids as they came (the columns keep them so once one is not 16 hex digits)."""
+        self.ids.append(span_id)
+        self.parent_ids.append(self._shared.setdefault(parent_id, parent_id) if type(parent_id) is str else parent_id)
+
+    def _add_flops(self, flops: Any) -> None:
+        """The last span's ``rl.flops_per_token``, where it is a plausible number."""
+        if type(flops) in (int, float) and 0 < flops < 1e15:
+            self.flops[len(self.tokens) - 1] = float(flops)
+
+    def _add_request(self, attrs: dict[str, Any]) -> None:
+        """The last span's numbers as a vLLM request span, where it has them."""
+        numbers = request_numbers(attrs)
+        if numbers is not None:
+            self.requests[len(self.tokens) - 1] = numbers
 
     def _gen_tokens(self, attrs: dict[str, Any]) -> None:
         """A third-party span's ``gen_ai.usage`` token counts (output, input), where it says any."""
@@ -188,23 +200,17 @@ class Columns:
         out = Columns()
         out.resources, out.root, out.since, out.job_error = self.resources, self.root, self.since, self.job_error
         out.names = list(compress(self.names, keep))
-        out.ids = array("Q", compress(self.ids, keep)) if type(self.ids) is array else list(compress(self.ids, keep))
-        parents = self.parent_ids
-        out.parent_ids = (
-            array("Q", compress(parents, keep)) if type(parents) is array else list(compress(parents, keep))
-        )
+        out.ids, out.parent_ids = _kept(self.ids, keep), _kept(self.parent_ids, keep)
         out.starts = array("q", compress(self.starts, keep))
         out.ends = array("q", compress(self.ends, keep))
         out.buckets = list(compress(self.buckets, keep))
         out.steps = list(compress(self.steps, keep))
         out.tokens = list(compress(self.tokens, keep))
-        if self.flops or self.requests:
+        if self.flops or self.requests or self.gen_tokens:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
-            out.flops = {new_index[i]: v for i, v in self.flops.items() if i in new_index}
-            out.requests = {new_index[i]: v for i, v in self.requests.items() if i in new_index}
-        if self.gen_tokens:
-            new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
-            out.gen_tokens = {new_index[i]: v for i, v in self.gen_tokens.items() if i in new_index}
+            out.flops = _reindexed(self.flops, new_index)
+            out.requests = _reindexed(self.requests, new_index)
+            out.gen_tokens = _reindexed(self.gen_tokens, new_index)
         out.flags = bytearray(compress(self.flags, keep))
         return out
 
@@ -236,6 +242,16 @@ class Columns:
         self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
         if self.root is not None:
             self.root = f"{self.root:016x}"
+
+
+def _kept(ids: Any, keep: bytearray) -> Any:
+    """The ids of the rows ``keep`` marks, kept as ``ids`` keeps them (a uint64 array or a list)."""
+    return array("Q", compress(ids, keep)) if type(ids) is array else list(compress(ids, keep))
+
+
+def _reindexed(sparse: dict[int, Any], new_index: dict[int, int]) -> dict[int, Any]:
+    """A sparse column (row -> value) of the rows ``new_index`` keeps, by their new rows."""
+    return {new_index[i]: v for i, v in sparse.items() if i in new_index}
 
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[Process, Columns]:

@@ -100,13 +100,7 @@ class CritPart(SlotsState):
         """Fold another part of the same process in (its nodes, stretches and entries after this one's)."""
         nodes, stretches, entries = len(self.node_ids), len(self.a), len(self.e_parent)
         self.node_ids = _joined(self.node_ids, other.node_ids)
-        known = {attr: n for n, attr in enumerate(self.attrs)}
-        remap = []
-        for attr in other.attrs:
-            if attr not in known:
-                known[attr] = len(self.attrs)
-                self.attrs.append(attr)
-            remap.append(known[attr])
+        remap = self._take_attrs(other.attrs)
         self.node_attr.extend(map(remap.__getitem__, other.node_attr))
         self.a += other.a
         self.node.extend(n + nodes for n in other.node)
@@ -122,6 +116,17 @@ class CritPart(SlotsState):
         self.w_entry.extend(e + entries for e in other.w_entry)
         self.w_off.extend(off + stretches for off in other.w_off)
         self.w_len += other.w_len
+
+    def _take_attrs(self, attrs: list[tuple[Any, Any]]) -> list[int]:
+        """Another part's (name, bucket) table folded into this one's: each of its indexes' new index."""
+        known = {attr: n for n, attr in enumerate(self.attrs)}
+        remap = []
+        for attr in attrs:
+            if attr not in known:
+                known[attr] = len(self.attrs)
+                self.attrs.append(attr)
+            remap.append(known[attr])
+        return remap
 
 
 def _ids(values: list[Any]) -> Any:
@@ -151,9 +156,27 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     An entry that is a leaf, or has one child that is a leaf (a worker's phase and its one inner span, the
     common shape), is not walked here: its child is all the rollup needs (:meth:`_Index.entry`). The
     entries' columns are made in bulk, as is the node table (every span of the file, by row)."""
-    starts, ends, parents, has_child = tree.starts, tree.ends, tree.parents, tree.has_child
-    only = dict(zip(parents, range(len(parents)), strict=False))  # parent -> its last child: its child if one
-    many: set[int] = set()  # the spans with more than one child (none, often: then no count of them)
+    only, many, kids = _children(tree.parents, tree.has_child, tree.ends)
+    part = CritPart()
+    walker = _Walker(tree, only, kids, part)
+    for row in umbrellas:
+        step = tree.own_steps[row]
+        part.steps.setdefault(step, []).append((*walker.walk(row), tree.ends[row]))
+    rows = list(remote_parent) if skip is None else [row for row in remote_parent if not skip(row)]
+    _entries(part, tree, walker, rows, only, many)
+    part.e_parent = _ids([remote_parent[row] for row in rows])
+    part.node_ids = ids if type(ids) is array else _ids(list(ids))
+    _node_table(part, tree)
+    return part
+
+
+def _children(
+    parents: array, has_child: bytearray, ends: array
+) -> tuple[dict[int, int], set[int], dict[int, list[int]]]:
+    """Each span's children, as the walk reads them: parent -> its last child (its child, if it has one),
+    the spans with more than one child (none, often: then no count of them), and theirs, latest end first."""
+    only = dict(zip(parents, range(len(parents)), strict=False))
+    many: set[int] = set()
     if len(parents) - parents.count(-1) > has_child.count(1):
         many = {p for p, count in Counter(parents).items() if count > 1 and p != -1}
     kids: dict[int, list[int]] = {}
@@ -167,10 +190,23 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                     found.append(i)
         for children in kids.values():
             children.sort(key=ends.__getitem__, reverse=True)
-    part = CritPart()
-    a, node = part.a, part.node
+    return only, many, kids
 
-    def walk(root: int) -> tuple[int, int]:
+
+class _Walker:
+    """The walk of one root (the rule of the module docstring), appending its stretches to a part's columns."""
+
+    __slots__ = ("starts", "ends", "has_child", "only", "kids", "a", "node")
+
+    def __init__(self, tree: Any, only: dict[int, int], kids: dict[int, list[int]], part: CritPart) -> None:
+        self.starts, self.ends, self.has_child = tree.starts, tree.ends, tree.has_child
+        self.only, self.kids = only, kids
+        self.a, self.node = part.a, part.node
+
+    def walk(self, root: int) -> tuple[int, int]:
+        """The stretches of ``root``, from its end backwards: (the first's index, their count)."""
+        starts, ends, has_child, only, kids = self.starts, self.ends, self.has_child, self.only, self.kids
+        a, node = self.a, self.node
         first = len(a)
         stack = [(root, ends[root], starts[root], 0)]
         while stack:
@@ -207,32 +243,36 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                 node.append(row)
         return first, len(a) - first
 
-    for row in umbrellas:
-        step = tree.own_steps[row]
-        part.steps.setdefault(step, []).append((*walk(row), ends[row]))
-    rows = list(remote_parent) if skip is None else [row for row in remote_parent if not skip(row)]
+
+def _entries(part: CritPart, tree: Any, walker: _Walker, rows: list[int], only: dict[int, int], many: set[int]) -> None:
+    """The entries' columns (``rows``: theirs): each one's interval and node, its one leaf child's, and the
+    walks of those of any other shape."""
+    has_child = tree.has_child
     # per entry: -1 a leaf, its one child's row where that child is a leaf, else -2 (walked here)
     kid = [-1 if not has_child[row] else -2 if row in many or has_child[c := only[row]] else c for row in rows]
     if -2 in kid:
         for e, c in enumerate(kid):
             if c == -2:
-                off, count = walk(rows[e])
+                off, count = walker.walk(rows[e])
                 if count:  # (none: an entry of no length, read as a leaf)
                     part.w_entry.append(e)
                     part.w_off.append(off)
                     part.w_len.append(count)
                 kid[e] = -1
-    part.e_parent = _ids([remote_parent[row] for row in rows])
     part.e_node, part.k_node = array("i", rows), array("i", kid)
     at, kid_at = np.frombuffer(part.e_node, np.int32), np.frombuffer(part.k_node, np.int32)
-    starts_of, ends_of = np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)
+    starts_of, ends_of = np.frombuffer(tree.starts, np.int64), np.frombuffer(tree.ends, np.int64)
     part.e_start, part.e_end = int64_array(starts_of[at]), int64_array(ends_of[at])
     # (where there is no child, -1 reads the last span: never read)
     part.k_start, part.k_end = int64_array(starts_of[kid_at]), int64_array(ends_of[kid_at])
-    part.node_ids = ids if type(ids) is array else _ids(list(ids))
+
+
+def _node_table(part: CritPart, tree: Any) -> None:
+    """Every span's (name, bucket), as an index into ``part.attrs``; a third party's span is no phase: its
+    stretches are its nearest phase's."""
     pairs = list(zip(tree.names, tree.buckets, strict=True))
-    role = tree.role
-    if THIRD_PARTY in role:  # a third party's span is no phase: its stretches are its nearest phase's
+    parents, role = tree.parents, tree.role
+    if THIRD_PARTY in role:
         for i in (i for i, r in enumerate(role) if r == THIRD_PARTY):
             p = parents[i]
             while p != -1 and role[p] == THIRD_PARTY:
@@ -241,4 +281,3 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
                 pairs[i] = pairs[p]
     part.attrs = list(dict.fromkeys(pairs))
     part.node_attr = array("i", map(dict(zip(part.attrs, itertools.count())).__getitem__, pairs))
-    return part

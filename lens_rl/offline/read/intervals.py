@@ -23,6 +23,8 @@ __all__ = [
     "clipped",
     "covered",
     "int64_array",
+    "intervals_column",
+    "intervals_from_column",
     "merge_indexed",
     "merge_intervals",
     "merge_packed",
@@ -156,3 +158,26 @@ def int64_array(values: Any) -> array:
     out = array("q")
     out.frombytes(np.ascontiguousarray(values, np.int64).tobytes())
     return out
+
+
+def intervals_column(values: Iterable[array | None]) -> tuple[array, array]:
+    """Optional packed interval arrays as (lengths, -1 for None; their items, concatenated)."""
+    lengths, items = array("q"), array("q")
+    for value in values:
+        if value is None:
+            lengths.append(-1)
+        else:
+            lengths.append(len(value))
+            items.extend(value)
+    return lengths, items
+
+
+def intervals_from_column(lengths: array, items: array) -> Iterator[array | None]:
+    """The packed interval arrays (or None) :func:`intervals_column` made columns of, in order."""
+    at = 0
+    for length in lengths:
+        if length < 0:
+            yield None
+        else:
+            yield items[at : at + length]
+            at += length

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
-from lens_rl.offline.read.intervals import covered, merge_packed, pairs
+from lens_rl.offline.read.intervals import (
+    covered,
+    intervals_column,
+    intervals_from_column,
+    merge_packed,
+    pairs,
+)
+from lens_rl.offline.read.sketch import folded, quantile_s
 from lens_rl.store import Process
 
 __all__ = [
@@ -175,10 +182,6 @@ class StepPart:
 
 #: Durations a phase keeps exactly (per process, and merged per group); past it, a log-scale sketch.
 EXACT_DURATIONS = 65_536
-#: The sketch's bucket ratio: a quantile read from it is within 0.5 % of the exact one.
-_GAMMA = 1.01
-_LOG_GAMMA = math.log(_GAMMA)
-_ZERO = -(2**31)  # the sketch's bucket for durations of 0
 
 
 @dataclass
@@ -205,29 +208,19 @@ class PhasePart:
     def bound(self) -> None:
         """Past :data:`EXACT_DURATIONS`, fold the durations into the sketch."""
         if len(self.durations) > EXACT_DURATIONS or (self.sketch is not None and self.durations):
-            sketch = self.sketch if self.sketch is not None else {}
-            for value in self.durations:
-                k = math.ceil(math.log(value / 1e9) / _LOG_GAMMA) if value > 0 else _ZERO
-                sketch[k] = sketch.get(k, 0) + 1
-            self.sketch, self.durations = sketch, array("q")
+            self.sketch = folded(self.sketch if self.sketch is not None else {}, self.durations)
+            self.durations = array("q")
 
     def quantile_s(self, q: float) -> float | None:
         """Nearest-rank quantile of the durations, in seconds (exact, or within 0.5 % from the sketch)."""
         if self.sketch is not None and self.durations:
             self.bound()  # (exact durations beside a sketch: folded in)
-        if self.sketch is None:
-            if not self.durations:
-                return None
-            ordered = sorted(self.durations)
-            return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] / 1e9
-        total = sum(self.sketch.values())
-        rank = max(math.ceil(q * total), 1)
-        seen = 0
-        for k in sorted(self.sketch):
-            seen += self.sketch[k]
-            if seen >= rank:
-                return 0.0 if k == _ZERO else 2 * _GAMMA**k / (_GAMMA + 1)
-        return None  # pragma: no cover - rank <= total
+        if self.sketch is not None:
+            return quantile_s(self.sketch, q)
+        if not self.durations:
+            return None
+        ordered = sorted(self.durations)
+        return ordered[max(math.ceil(q * len(ordered)) - 1, 0)] / 1e9
 
     def merge(self, other: PhasePart, bound: bool = True) -> None:
         """Fold ``other`` in; ``bound`` False keeps the durations exact past the bound (a rollup's transient
@@ -243,8 +236,7 @@ class PhasePart:
         self.leaf_ns += other.leaf_ns
         if other.sketch is not None:
             self.sketch = dict(self.sketch or {})
-            for k, c in other.sketch.items():
-                self.sketch[k] = self.sketch.get(k, 0) + c
+            _add_counts(self.sketch, other.sketch)
         if bound:
             self.bound()
 
@@ -394,14 +386,8 @@ class ProcessPart:
         self.spans += other.spans
         self.runs |= other.runs
         self.sampled = self.sampled or other.sampled
-        for b in BUCKETS:
-            self.bucket_ns[b] += other.bucket_ns[b]
-        if other.lifetime is not None:
-            self.lifetime = (
-                other.lifetime
-                if self.lifetime is None
-                else (min(self.lifetime[0], other.lifetime[0]), max(self.lifetime[1], other.lifetime[1]))
-            )
+        _add_counts(self.bucket_ns, other.bucket_ns)
+        self.lifetime = _hull(self.lifetime, other.lifetime)
         self.jobs.extend(other.jobs)
         self.bucketed = merge_packed(self.bucketed, other.bucketed)
         if other.since is not None and (self.since is None or other.since < self.since):
@@ -410,35 +396,52 @@ class ProcessPart:
         if other.rerun:
             self.rerun = merge_packed(self.rerun, other.rerun)
         self.rerun_steps |= other.rerun_steps
-        for key, count in other.step_tokens.items():
-            self.step_tokens[key] = self.step_tokens.get(key, 0) + count
         self.device = self.device or other.device
         self.cycles += other.cycles
-        for key, count in other.enclosing.items():
-            self.enclosing[key] = self.enclosing.get(key, 0) + count
-        for key, ns in other.gaps.items():
-            self.gaps[key] = self.gaps.get(key, 0) + ns
+        self.requests = _folded(self.requests, other.requests)
+        self.crit = _folded(self.crit, other.crit)
+        self._merge_tables(other)
+
+    def _merge_tables(self, other: ProcessPart) -> None:
+        """:meth:`merge`'s keyed numbers: tokens, enclosures and gaps summed by key, steps, phases and compute
+        series merged by theirs."""
+        _add_counts(self.step_tokens, other.step_tokens)
+        _add_counts(self.enclosing, other.enclosing)
+        _add_counts(self.gaps, other.gaps)
         self.untokened.update(other.untokened)
         for parent, (out, into) in other.remote_tokens.items():
             found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
             found[0] += out
             found[1] += into
-        if other.requests is not None:
-            if self.requests is None:
-                self.requests = other.requests
-            else:
-                self.requests.merge(other.requests)
-        if other.crit is not None:
-            if self.crit is None:
-                self.crit = other.crit
-            else:
-                self.crit.merge(other.crit)
         for step, part in other.steps.items():
             self.steps.setdefault(step, StepPart()).merge(part)
         for key, phase in other.phases.items():
             self.phases.setdefault(key, PhasePart()).merge(phase)
         for name, by_step in other.compute.items():
             self.compute[name] = Series.merged(self.compute.get(name, {}), by_step)
+
+
+def _add_counts(into: dict[Any, Any], other: Mapping[Any, Any]) -> None:
+    """``other``'s numbers added to ``into``'s, key by key."""
+    for key, count in other.items():
+        into[key] = into.get(key, 0) + count
+
+
+def _hull(mine: tuple[int, int] | None, other: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The smallest interval holding both (None: neither)."""
+    if mine is None or other is None:
+        return mine or other
+    return min(mine[0], other[0]), max(mine[1], other[1])
+
+
+def _folded(mine: Any, other: Any) -> Any:
+    """``other`` folded into ``mine`` (a part with a ``merge``, or None), the result returned."""
+    if other is None:
+        return mine
+    if mine is None:
+        return other
+    mine.merge(other)
+    return mine
 
 
 def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
@@ -460,28 +463,6 @@ def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
             series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
 
 
-def _intervals_column(values: Iterable[array | None]) -> tuple[array, array]:
-    """Optional packed interval arrays as (lengths, -1 for None; their items, concatenated)."""
-    lengths, items = array("q"), array("q")
-    for value in values:
-        if value is None:
-            lengths.append(-1)
-        else:
-            lengths.append(len(value))
-            items.extend(value)
-    return lengths, items
-
-
-def _intervals_from_column(lengths: array, items: array) -> Iterator[array | None]:
-    at = 0
-    for length in lengths:
-        if length < 0:
-            yield None
-        else:
-            yield items[at : at + length]
-            at += length
-
-
 def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
     """``steps`` as a few flat columns (see :meth:`ProcessPart.__getstate__`); exact."""
     parts = steps.values()
@@ -491,8 +472,8 @@ def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
     flags = bytes(4 * sp.incomplete + 2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
     lows = array("q", (sp.lo or 0 for sp in parts))
     highs = array("q", (sp.hi or 0 for sp in parts))
-    umbrellas = _intervals_column(sp.umbrellas for sp in parts)
-    bucketed = _intervals_column(sp.bucketed for sp in parts)
+    umbrellas = intervals_column(sp.umbrellas for sp in parts)
+    bucketed = intervals_column(sp.bucketed for sp in parts)
     return list(steps), ns, flags, lows, highs, umbrellas, bucketed
 
 
@@ -500,7 +481,7 @@ def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
     keys, ns, flags, lows, highs, umbrellas, bucketed = columns
     out = {}
     for n, (key, umbrella, spans) in enumerate(
-        zip(keys, _intervals_from_column(*umbrellas), _intervals_from_column(*bucketed), strict=True)
+        zip(keys, intervals_from_column(*umbrellas), intervals_from_column(*bucketed), strict=True)
     ):
         sp = StepPart(None if flags[n] & 2 else lows[n], None if flags[n] & 1 else highs[n])
         sp.incomplete = bool(flags[n] & 4)

@@ -1,14 +1,8 @@
 """One process's columns reduced to its :class:`~lens_rl.offline.read.parts.ProcessPart`: the hot path of the
 offline tools over millions of spans, in four passes and no object per span.
 
-1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
-   child (its local parent was never written: still open when the file ended, a killed process).
-2. :func:`resolve`: the one tree rule (:mod:`lens_rl.offline.read.tree`, which every command asks): each
-   span's step, nearest bucketed ancestor and place (step umbrella, phase, a third party's span), parent
-   cycles cut and counted.
-3. :func:`inner`: each bucketed span's nearest bucketed descendants (their time is taken from it:
-   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too), and each unbucketed phase's
-   child phases (its exclusive time in the phase table).
+1-3. :mod:`lens_rl.offline.read.linked` links the columns into a tree: each span's parent, the one tree
+   rule (step, nearest bucketed ancestor, place), each bucketed span's nearest bucketed descendants.
 4. :func:`accumulate`: every span's exclusive ns into the part's buckets, phases, compute series, steps.
 
 Example::
@@ -24,164 +18,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from lens_rl.buckets import exclusive_time, kind_of
-from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, REMOTE_PARENT, THIRD_PARTY, Columns, read_columns
+from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_columns
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
+from lens_rl.offline.read.linked import Tree, inner, link, resolve
 from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
 from lens_rl.offline.read.requests import requests_part
-from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
+from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
-from lens_rl.offline.read.tree import resolve as resolve_tree
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
 
-__all__ = ["file_parts", "file_steps", "part_from_columns", "reduce_columns"]
+# (link and resolve, passes 1 and 2, stay importable from here)
+__all__ = ["file_parts", "file_steps", "link", "part_from_columns", "reduce_columns", "resolve"]
 
-_BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
-_THIRD_MASK = bytes(b & THIRD_PARTY for b in range(256))  # flags -> only their third-party bit
-
-
-class Tree:
-    """One process's spans linked: what the passes share (rows are indexes into the columns)."""
-
-    __slots__ = (
-        "n",
-        "names",
-        "starts",
-        "ends",
-        "parents",
-        "buckets",
-        "own_steps",
-        "tokens",
-        "has_child",
-        "orphan",
-        "flags",
-        "steps",
-        "outer",
-        "top",
-        "role",
-        "cycles",
-        "ids",
-        "remote",
-        "flops",
-        "gen_tokens",
-        "third_roots",
-        "remote_tokens",
-    )
-    n: int
-    names: list[Any]
-    starts: array
-    ends: array
-    parents: array
-    buckets: list[Any]
-    own_steps: list[Any]
-    tokens: dict[int, float]
-    has_child: bytearray
-    orphan: bytearray
-    flags: bytearray
-    steps: list[Any]
-    outer: array
-    top: array
-    role: bytearray
-    cycles: int
-    ids: Any
-    remote: dict[int, Any]
-    flops: dict[int, float]
-    gen_tokens: dict[int, tuple[float, float]]
-    third_roots: dict[int, Any]
-    remote_tokens: dict[str, list[float]]
-
-
-def link(cols: Columns) -> Tree:
-    """Pass 1 (see the module docstring). Consumes the columns' ids (memory on large files)."""
-    tree = Tree()
-    n = tree.n = len(cols.names)
-    tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
-    tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
-    parents = tree.parents = parent_rows(cols.ids, cols.parent_ids)
-    tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
-    tree.remote, tree.third_roots = {}, {}
-    has_child = tree.has_child = bytearray(n)
-    orphan = tree.orphan = bytearray(n)
-    none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
-    for i, p in enumerate(parents):
-        if p != -1:
-            if p != i:  # (a self-parent: cut and counted by the tree rule)
-                has_child[p] = 1
-        else:
-            parent_id = cols.parent_ids[i]
-            if flags[i] & THIRD_PARTY and parent_id != none:
-                tree.third_roots[i] = parent_id  # (a third party's call from a phase in another file, likely)
-            if flags[i] & REMOTE_PARENT:
-                tree.remote[i] = parent_id  # an entry: called from another process
-            elif parent_id != none and parent_id != root:
-                orphan[i] = 1
-    cols.parent_ids = []
-    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none, a third party's too
-    for i, b in enumerate(buckets):
-        if b is not None and (b not in _BUCKET_SET or flags[i] & THIRD_PARTY):
-            buckets[i] = None
-    tree.buckets, tree.own_steps = buckets, cols.steps
-    tree.flops = cols.flops
-    tree.tokens = {
-        i: tok
-        for i, tok in enumerate(cols.tokens)
-        if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
-    }
-    tree.gen_tokens = cols.gen_tokens
-    return tree
-
-
-def resolve(tree: Tree) -> None:
-    """Pass 2 (see the module docstring): the one tree rule (:func:`lens_rl.offline.read.tree.resolve`);
-    then a third-party span's token counts go to the lens_rl phase it runs under, where that phase has
-    none of its own."""
-    mask = tree.flags.translate(_THIRD_MASK)
-    third = mask if THIRD_PARTY in mask else None
-    done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
-    tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
-    tree.has_child, tree.cycles = done.has_child, done.cycles
-    gen = tree.gen_tokens
-    tree.remote_tokens = {}
-    if gen:
-        counts: dict[int, list[float]] = {}
-        role, parents = tree.role, tree.parents
-        for i, (out, into) in gen.items():
-            r, p = i, parents[i]
-            while p != -1 and role[p] == THIRD_ROLE:
-                r, p = p, parents[p]
-            if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
-                found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
-            elif p != -1 and role[p] != JOB:
-                found = counts.setdefault(p, [0.0, 0.0])
-            else:
-                continue
-            found[0] += out
-            found[1] += into
-        for p, (out, into) in counts.items():
-            if p not in tree.tokens:
-                tree.tokens[p] = out or into
-    tree.gen_tokens = {}
-
-
-def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
-    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants; and each
-    unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive time:
-    what its time nested phases leave it, each instant counted once however deep the nesting)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    own: dict[int, list[tuple[int, int]]] = {}
-    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
-    parents, role = tree.parents, tree.role
-    for i in range(tree.n):
-        o = outer[i]
-        if o != -1:
-            if buckets[i] is not None:
-                out.setdefault(o, []).append((starts[i], ends[i]))
-            continue
-        p = parents[i]
-        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (no bucket above: its parent has none)
-            own.setdefault(p, []).append((starts[i], ends[i]))
-    return out, own
 
 
 def part_from_columns(
@@ -263,7 +113,7 @@ def accumulate(
     span is no phase (its time is its nearest bucketed ancestor's, counted there once)."""
     names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
     outer, role, top, has_child = tree.outer, tree.role, tree.top, tree.has_child
-    orphan, flags, tokens = tree.orphan, tree.flags, tree.tokens
+    orphan, tokens = tree.orphan, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
@@ -276,21 +126,20 @@ def accumulate(
         name = names[i]
         start, end = starts[i], ends[i]
         kind = role[i]
-        if kind >= THIRD_ROLE:
-            if kind == JOB:
-                part.jobs.append((start, end))
-                continue
-            # a third party's span: no phase, no bucket of its own, and not the process's lifetime (a file of
-            # them alone, a vLLM engine's, is no resource of its own: its time is the calling phase's)
-            if superseded and steps[i] in superseded:
-                rerun.append(i)
-                part.rerun_steps.add(steps[i])
+        if kind == JOB:
+            part.jobs.append((start, end))
             continue
-        lo = start if lo is None or start < lo else lo
-        hi = end if hi is None or end > hi else hi
-        if superseded and steps[i] in superseded:  # a run a later attempt did again: wasted, nothing else
+        # a third party's span: no phase, no bucket of its own, and not the process's lifetime (a file of
+        # them alone, a vLLM engine's, is no resource of its own: its time is the calling phase's)
+        if kind != THIRD_ROLE:
+            lo = start if lo is None or start < lo else lo
+            hi = end if hi is None or end > hi else hi
+        step = steps[i]
+        if superseded and step in superseded:  # a run a later attempt did again: wasted, nothing else
             rerun.append(i)
-            part.rerun_steps.add(steps[i])
+            part.rerun_steps.add(step)
+            continue
+        if kind == THIRD_ROLE:
             continue
         duration = end - start
         bucket = buckets[i]
@@ -324,8 +173,7 @@ def accumulate(
             if gen is None:
                 gen = generation[name] = kind_of(name) == "generation"
             if gen and ids is not None:
-                part.untokened[id_key(ids[i])] = (name, bucket, duration, steps[i])
-        step = steps[i]
+                part.untokened[id_key(ids[i])] = (name, bucket, duration, step)
         if step is None:
             continue
         if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
@@ -338,9 +186,7 @@ def accumulate(
                 by_step[0].append(step)  # (16 bytes a span; summed per step at the end)
                 by_step[1].append(excl)
             else:  # a step that is not an int: this phase's steps stay a dict
-                if type(by_step) is list:
-                    by_step = compute[name] = _step_dict(by_step)
-                by_step[step] = by_step.get(step, 0) + excl
+                _add_odd_step(compute, name, step, excl)
         if not step_rows:
             continue
         sp = part_steps.get(step)
@@ -355,15 +201,7 @@ def accumulate(
             sp.incomplete = True
         if bucket is None:
             if kind == UMBRELLA:
-                if sp.umbrellas is None:
-                    sp.umbrellas = []
-                sp.umbrellas.append(i)
-                in_umbrella.setdefault(i, [])
-                if outer[i] != -1:  # a step inside a bucketed phase: that bucket does not apply to it
-                    key = (names[outer[i]], buckets[outer[i]])
-                    part.enclosing[key] = part.enclosing.get(key, 0) + 1
-                if flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
-                    sp.incomplete = True
+                _umbrella(part, tree, sp, i, in_umbrella)
             continue
         sp.ns[_BUCKET_INDEX[bucket]] += excl
         t = top[i]
@@ -380,6 +218,29 @@ def accumulate(
         part.rerun = merge_indexed(rerun, starts, ends)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
+
+
+def _add_odd_step(compute: dict[str, Any], name: Any, step: Any, excl: int) -> None:
+    """A compute span's exclusive ns for a step that is no int64: its phase's steps become (or stay) a dict."""
+    by_step = compute[name]
+    if type(by_step) is list:
+        by_step = compute[name] = _step_dict(by_step)
+    by_step[step] = by_step.get(step, 0) + excl
+
+
+def _umbrella(part: ProcessPart, tree: Tree, sp: StepPart, i: int, in_umbrella: dict[int, list[int]]) -> None:
+    """A step umbrella (row ``i``) into its step's row: its interval, where its gaps are looked for, the
+    bucketed phase it runs inside (whose bucket does not apply to it), whether a shutdown cut it short."""
+    if sp.umbrellas is None:
+        sp.umbrellas = []
+    sp.umbrellas.append(i)
+    in_umbrella.setdefault(i, [])
+    o = tree.outer[i]
+    if o != -1:  # a step inside a bucketed phase: that bucket does not apply to it
+        key = (tree.names[o], tree.buckets[o])
+        part.enclosing[key] = part.enclosing.get(key, 0) + 1
+    if tree.flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
+        sp.incomplete = True
 
 
 def _gaps(part: ProcessPart, tree: Tree, in_umbrella: dict[int, list[int]]) -> None:

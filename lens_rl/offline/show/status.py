@@ -96,21 +96,26 @@ def _wrong(fields: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str
 def malformed(beat: Mapping[str, Any]) -> str | None:
     """Which field of a heartbeat has a JSON type the format does not give it (None: none): such a heartbeat
     is read as nothing but its process's identity, where that is readable."""
-    why = _wrong(beat, _FIELDS, "") or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
-    if why is not None:
-        return why
-    for n, phase in enumerate(beat.get("open") or ()):
-        why = f"open[{n}]" if type(phase) is not dict else _wrong(phase, _OPEN, f"open[{n}].")
+    last = beat.get("last_step")
+    return (
+        _wrong(beat, _FIELDS, "")
+        or _wrong(beat.get("resource") or {}, _RESOURCE, "resource.")
+        or _wrong_each(enumerate(beat.get("open") or ()), _OPEN, "open[{}]")
+        or (_wrong(last, _LAST, "last_step.") if last is not None else None)
+        or _wrong_each((beat.get("phases") or {}).items(), _USUAL, "phases.{}")
+        or ("interval_ms" if (beat.get("interval_ms") or 0) < 0 else None)
+    )
+
+
+def _wrong_each(pairs: Any, spec: Mapping[str, tuple[type, ...]], where: str) -> str | None:
+    """The first of ``pairs`` (index or key, value) whose value is no object, or has a field of a type
+    ``spec`` does not allow; ``where`` names it (``{}``: its index or key)."""
+    for key, value in pairs:
+        place = where.format(key)
+        why = place if type(value) is not dict else _wrong(value, spec, place + ".")
         if why is not None:
             return why
-    if beat.get("last_step") is not None:
-        why = _wrong(beat["last_step"], _LAST, "last_step.")
-    for name, usual in (beat.get("phases") or {}).items():
-        if why is None:
-            why = f"phases.{name}" if type(usual) is not dict else _wrong(usual, _USUAL, f"phases.{name}.")
-    if why is None and (beat.get("interval_ms") or 0) < 0:
-        why = "interval_ms"
-    return why
+    return None
 
 
 def _innermost(open_phases: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -157,33 +162,12 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
     if ahead and type(mtime) is int:  # the writer's clock runs ahead: its file's time says when it wrote
         written = mtime
     age_s = max(now_ns - written, 0) / 1e9
-    if beat.get("state") == "ended":
-        state = "ended"
-    elif interval_ms and age_s > STALE_INTERVALS * interval_ms / 1000:
-        state = "stale"
-    else:
-        state = "running"
+    state = _state(beat, interval_ms, age_s)
     open_phases = beat.get("open") or []
     phase = _innermost(open_phases)
     last = beat.get("last_step") or {}
     step = phase.get("step") if phase is not None and phase.get("step") is not None else last.get("step")
-    shown = None
-    if phase is not None:
-        usual = (beat.get("phases") or {}).get(phase.get("name")) or {}
-        opened, age = phase.get("start_ns"), phase.get("age_s")
-        if ahead:  # (its start is in the writer's clock: its age when written, plus the time since)
-            open_s = round(age + age_s, 3) if isinstance(age, (int, float)) else None
-        else:
-            open_s = round(max(now_ns - opened, 0) / 1e9, 3) if isinstance(opened, int) else age
-        shown = {
-            "name": phase.get("name"),
-            "step": phase.get("step"),
-            "open_s": open_s,
-            "p95_s": usual.get("p95_s"),
-            "max_s": usual.get("max_s"),
-            "timeout_s": phase.get("timeout_s"),
-            "hung": bool(phase.get("hang")),
-        }
+    shown = _shown_phase(beat, phase, now_ns, age_s if ahead else None) if phase is not None else None
     return {
         "worker_group": str(resource.get("rl.worker_group", "worker")),
         "rank": resource.get("nv.dl.rank", 0),
@@ -202,6 +186,48 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
         "interval_ms": interval_ms,
         "clock_ahead": ahead,
     }
+
+
+def _state(beat: Mapping[str, Any], interval_ms: int, age_s: float) -> str:
+    """``ended`` (its goodbye), ``stale`` (no heartbeat for :data:`STALE_INTERVALS` of its intervals), else
+    ``running``."""
+    if beat.get("state") == "ended":
+        return "ended"
+    if interval_ms and age_s > STALE_INTERVALS * interval_ms / 1000:
+        return "stale"
+    return "running"
+
+
+def _shown_phase(
+    beat: Mapping[str, Any], phase: Mapping[str, Any], now_ns: int, ahead_age_s: float | None
+) -> dict[str, Any]:
+    """The open phase a row shows: how long it has been open, its usual p95 and longest, its timeout, whether
+    it hangs. ``ahead_age_s``: the heartbeat's age where the writer's clock runs ahead (then the phase's start
+    is in that clock: its age when written, plus the time since, is how long it has been open)."""
+    usual = (beat.get("phases") or {}).get(phase.get("name")) or {}
+    opened, age = phase.get("start_ns"), phase.get("age_s")
+    if ahead_age_s is not None:
+        open_s = round(age + ahead_age_s, 3) if isinstance(age, (int, float)) else None
+    else:
+        open_s = round(max(now_ns - opened, 0) / 1e9, 3) if isinstance(opened, int) else age
+    return {
+        "name": phase.get("name"),
+        "step": phase.get("step"),
+        "open_s": open_s,
+        "p95_s": usual.get("p95_s"),
+        "max_s": usual.get("max_s"),
+        "timeout_s": phase.get("timeout_s"),
+        "hung": bool(phase.get("hang")),
+    }
+
+
+def _row_or_unreadable(beat: Mapping[str, Any], now_ns: int, notes: list[str]) -> dict[str, Any]:
+    """A heartbeat's row; a malformed one's is ``unreadable``, and named in ``notes``."""
+    why = malformed(beat)
+    if why is None:
+        return _row(beat, now_ns)
+    notes.append(f"{Path(beat['path']).name}: a malformed heartbeat ({why} has the wrong JSON type); unreadable")
+    return _unreadable_row(beat)
 
 
 def _reaped(rows: list[dict[str, Any]]) -> None:
@@ -235,22 +261,30 @@ def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]
     """The run's status from its heartbeat files (see the module docstring), as the ``--json`` output."""
     now_ns = time.time_ns() if now_ns is None else now_ns
     beats, notes = heartbeats(run_dir)
-    rows = []
-    for beat in beats:
-        why = malformed(beat)
-        if why is None:
-            rows.append(_row(beat, now_ns))
-        else:
-            notes.append(
-                f"{Path(beat['path']).name}: a malformed heartbeat ({why} has the wrong JSON type); unreadable"
-            )
-            rows.append(_unreadable_row(beat))
+    rows = [_row_or_unreadable(beat, now_ns, notes) for beat in beats]
     attempt = max((r["attempt"] for r in rows if isinstance(r["attempt"], int)), default=0)
     current = [r for r in rows if r["attempt"] == attempt]
     _reaped(current)
     current.sort(key=_order)
+    driver = next((r for r in current if r["driver"]), None)
+    return {
+        "schema": SCHEMA,
+        "run": str(Path(run_dir).name),
+        "attempt": attempt,
+        "now_ns": now_ns,
+        "ok": not any(r["state"] == "stale" or r["hung"] for r in current),
+        "driver_step": driver["step"] if driver is not None else None,
+        "processes": current,
+        "groups": _groups(current),
+        "superseded": len(rows) - len(current),
+        "notes": notes,
+    }
+
+
+def _groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per worker group of ``rows``: its processes, how many are in each state or hung, its steps' range."""
     groups: dict[str, dict[str, Any]] = {}
-    for r in current:
+    for r in rows:
         g = groups.setdefault(
             r["worker_group"],
             {
@@ -269,19 +303,7 @@ def run_status(run_dir: str | Path, now_ns: int | None = None) -> dict[str, Any]
         steps = [s for s in (r["step"], g.get("min_step"), g.get("max_step")) if isinstance(s, int)]
         if steps:
             g["min_step"], g["max_step"] = min(steps), max(steps)
-    driver = next((r for r in current if r["driver"]), None)
-    return {
-        "schema": SCHEMA,
-        "run": str(Path(run_dir).name),
-        "attempt": attempt,
-        "now_ns": now_ns,
-        "ok": not any(r["state"] == "stale" or r["hung"] for r in current),
-        "driver_step": driver["step"] if driver is not None else None,
-        "processes": current,
-        "groups": list(groups.values()),
-        "superseded": len(rows) - len(current),
-        "notes": notes,
-    }
+    return list(groups.values())
 
 
 def _phase_text(phase: Mapping[str, Any] | None) -> str:
@@ -294,6 +316,20 @@ def _phase_text(phase: Mapping[str, Any] | None) -> str:
 def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     """The status for people: a headline, the groups, the processes (all of them up to :data:`MAX_ROWS`,
     else the stale and hung ones)."""
+    lines = _headline(report)
+    lines += ["", f"{'group':24s}{'procs':>7s}{'running':>9s}{'stale':>7s}{'ended':>7s}{'hung':>6s}  steps"]
+    for g in report["groups"]:
+        steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
+        lines.append(
+            f"{g['worker_group'][:23]:24s}{g['processes']:7d}{g['running']:9d}{g['stale']:7d}{g['ended']:7d}"
+            f"{g['hung']:6d}  {steps}"
+        )
+    lines += _process_lines(report["processes"], all_rows)
+    return "\n".join(lines)
+
+
+def _headline(report: Mapping[str, Any]) -> list[str]:
+    """The run, its attempt, its processes by state, ok or not, the driver's step, the notes."""
     rows = report["processes"]
     counts: dict[str, int] = defaultdict(int)
     for r in rows:
@@ -310,15 +346,14 @@ def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     ]
     if report["superseded"]:
         lines.append(f"({report['superseded']} heartbeat(s) of earlier attempts not counted)")
-    lines += [f"note: {n}" for n in report["notes"]]
-    lines += ["", f"{'group':24s}{'procs':>7s}{'running':>9s}{'stale':>7s}{'ended':>7s}{'hung':>6s}  steps"]
-    for g in report["groups"]:
-        steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
-        lines.append(
-            f"{g['worker_group'][:23]:24s}{g['processes']:7d}{g['running']:9d}{g['stale']:7d}{g['ended']:7d}"
-            f"{g['hung']:6d}  {steps}"
-        )
+    return lines + [f"note: {n}" for n in report["notes"]]
+
+
+def _process_lines(rows: Sequence[Mapping[str, Any]], all_rows: bool) -> list[str]:
+    """The process table: every row up to :data:`MAX_ROWS` (or with ``all_rows``), else the abnormal ones,
+    at most :data:`MAX_LISTED` of them listed."""
     shown = rows
+    lines = []
     if not all_rows and len(rows) > MAX_ROWS:
         shown = [r for r in rows if r["state"] == "stale" or r["hung"]]
         lines += ["", f"abnormal processes ({len(shown)} of {len(rows)}; --all for every one):"]
@@ -337,4 +372,4 @@ def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     hidden = len(shown) - (len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS))
     if hidden > 0:
         lines.append(f"  ... {hidden} more (--json, or --all)")
-    return "\n".join(lines)
+    return lines

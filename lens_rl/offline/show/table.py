@@ -29,19 +29,7 @@ def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     lines = _headline(report)
     lines += ["", _HEAD, _row("job", report["job"]["seconds"], report["job"]["goodput"], _wall(report["job"]))]
     lines += _attempt_lines(report)
-    steps = report["steps"]
-    if steps:
-        lines.append("")
-        many = not all_steps and len(steps) > MAX_STEP_ROWS
-        shown = [*steps[: MAX_STEP_ROWS // 2], None, *steps[-(MAX_STEP_ROWS // 2) :]] if many else steps
-        for step in shown:
-            if step is None:
-                lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
-                continue
-            mark = " (incomplete: its umbrella never ended)" if step.get("incomplete") else ""
-            if len(report.get("attempts", ())) > 1:
-                mark = f"   attempt {step['attempt']}" + mark
-            lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
+    lines += _step_lines(report, all_steps)
     lines += _phase_table(report)
     warnings = report.get("warnings") or ()
     if warnings:
@@ -52,6 +40,25 @@ def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     lines += _group_lines(report)
     lines += _straggler_lines(report)
     return "\n".join(lines)
+
+
+def _step_lines(report: GoodputReport, all_steps: bool) -> list[str]:
+    """The step rows: every one with ``all_steps``, else the first and last :data:`MAX_STEP_ROWS` / 2."""
+    steps = report["steps"]
+    if not steps:
+        return []
+    lines = [""]
+    many = not all_steps and len(steps) > MAX_STEP_ROWS
+    shown = [*steps[: MAX_STEP_ROWS // 2], None, *steps[-(MAX_STEP_ROWS // 2) :]] if many else steps
+    for step in shown:
+        if step is None:
+            lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
+            continue
+        mark = " (incomplete: its umbrella never ended)" if step.get("incomplete") else ""
+        if len(report.get("attempts", ())) > 1:
+            mark = f"   attempt {step['attempt']}" + mark
+        lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
+    return lines
 
 
 _HEAD = f"{'':30s}" + "".join(f"{b:>12s}" for b in BUCKETS) + f"{'goodput':>10s}"
@@ -175,16 +182,21 @@ def _critical_lines(report: GoodputReport) -> list[str]:
         lines.append(f"{label[:56]:56s}{row['critical_s']:9.2f}s{_pct(row['critical_share']):>9s}{exposed:>9s}")
     if len(phases) > CRITICAL_ROWS:
         lines.append(f"  ... {len(phases) - CRITICAL_ROWS} more (--json critical_path)")
+    return lines + _top_stretch(steps)
+
+
+def _top_stretch(steps: list[Any]) -> list[str]:
+    """The (group, rank, phase) that held the longest stretch of the most steps, in a line (none: no step says)."""
     tops: dict[tuple[str, Any, str], int] = {}
     for step in steps:
         top = step.get("top")
         if top:
             key = (top["worker_group"], top["rank"], top["phase"])
             tops[key] = tops.get(key, 0) + 1
-    if tops:
-        (group, rank, phase), count = max(tops.items(), key=lambda kv: (kv[1], str(kv[0])))
-        lines.append(f"  the longest stretch of {count} of {len(steps)} steps: {group} rank {rank} {phase}")
-    return lines
+    if not tops:
+        return []
+    (group, rank, phase), count = max(tops.items(), key=lambda kv: (kv[1], str(kv[0])))
+    return [f"  the longest stretch of {count} of {len(steps)} steps: {group} rank {rank} {phase}"]
 
 
 def _throughput_lines(report: GoodputReport) -> list[str]:
@@ -226,12 +238,16 @@ def _group_lines(report: GoodputReport) -> list[str]:
             lines.append(f"{label:30s}the job row above is its wall-clock view; lifetime {group['wall_s']:.2f}s")
             continue
         lines.append(_row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
-    ranks = report["ranks"]
+    return lines + _rank_lines(report)
+
+
+def _rank_lines(report: GoodputReport) -> list[str]:
+    """A row per rank (past 32 ranks, the 16 with the lowest goodput); the driver's not, in the driver's view."""
+    ranks, view = report["ranks"], report["job"]["view"]
     shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: r["goodput"] or 0.0)[:16]
-    if len(ranks) > 32:
-        lines.append(f"  (the 16 ranks with the lowest goodput of {len(ranks)})")
+    lines = [f"  (the 16 ranks with the lowest goodput of {len(ranks)})"] if len(ranks) > 32 else []
     for rank in shown_ranks:
-        if rank["worker_group"] == "driver" and job["view"] == "driver":
+        if rank["worker_group"] == "driver" and view == "driver":
             continue
         lines.append(_row(f"  {rank['worker_group']} rank {rank['rank']}", rank["seconds"], rank["goodput"]))
     return lines

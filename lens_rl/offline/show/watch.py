@@ -43,93 +43,124 @@ def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
     from lens_rl.offline.show.status import run_status
 
     _need_rich()
-    from rich import box
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    parts: list[Any] = []
     report, notes = goodput_now(run_dir, jobs)
     status = run_status(run_dir) if has_heartbeats(run_dir) else None
-    title = Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")
-    parts.append(title)
+    parts: list[Any] = [Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")]
     if report is not None:
-        st = report["step_time"]
-        head = Table(box=box.SIMPLE, show_header=True)
-        for column in ("goodput", "steady state", "step p50", "step p95", "steps", "restarts", "spans"):
-            head.add_column(column, justify="right")
-        head.add_row(
-            _pct(report["goodput"]),
-            _pct(report["steady_state_goodput"]),
-            _secs(st["p50_s"]),
-            _secs(st["p95_s"]),
-            str(sum(not s.get("incomplete") for s in report["steps"])),
-            str(report["job"].get("restarts", 0)),
-            f"{report['spans']:,}",
-        )
-        parts.append(head)
+        parts.append(_headline(report))
     if status is not None:
-        procs = Table(title="processes", box=box.SIMPLE)
-        for column in ("group", "processes", "running", "stale", "ended", "hung", "steps"):
-            procs.add_column(column, justify="right" if column != "group" else "left")
-        for g in status["groups"]:
-            steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
-            style = "red" if g["stale"] or g["hung"] else None
-            procs.add_row(
-                g["worker_group"],
-                str(g["processes"]),
-                str(g["running"]),
-                str(g["stale"]),
-                str(g["ended"]),
-                str(g["hung"]),
-                steps,
-                style=style,
-            )
-        parts.append(procs)
+        parts.append(_processes(status))
     if report is not None and report["steps"]:
-        last = Table(title=f"the last {LAST_STEPS} steps", box=box.SIMPLE)
-        for column in ("step", "wall", "goodput", "productive", "overhead", "idle", "wasted", "unattributed"):
-            last.add_column(column, justify="right")
-        for row in report["steps"][-LAST_STEPS:]:
-            seconds = row["seconds"]
-            last.add_row(
-                str(row["step"]),
-                _secs(row["wall_s"]),
-                _pct(row["goodput"]),
-                *(_secs(seconds[b]) for b in ("productive", "overhead", "idle", "wasted")),
-                _secs(row["unattributed_s"]),
-                style="dim" if row.get("incomplete") else None,
-            )
-        parts.append(last)
+        parts.append(_last_steps(report))
     if status is not None:
-        hung = [r for r in status["processes"] if r["hung"] or r["state"] == "stale"]
-        if hung:
-            alarms = Table(title="suspected hangs and stale processes", box=box.SIMPLE, style="red")
-            for column in ("group", "rank", "host", "pid", "state", "phase", "open for", "usual p95"):
-                alarms.add_column(column)
-            for r in hung[:20]:
-                phase = r["phase"] or {}
-                alarms.add_row(
-                    r["worker_group"],
-                    str(r["rank"]),
-                    str(r["host"] or "-"),
-                    str(r["pid"]),
-                    "HUNG" if r["hung"] else r["state"],
-                    str(phase.get("name", "-")),
-                    _secs(phase.get("open_s")),
-                    _secs(phase.get("p95_s")),
-                )
-            parts.append(alarms)
-        else:
-            parts.append(Text("no suspected hang, no stale process", style="green"))
+        parts.append(_hangs(status))
     if report is None and status is None:
         parts.append(Text("nothing recorded yet (no span or heartbeat file)"))
     notes += status["notes"] if status is not None else []
-    for note in notes[:MAX_NOTES]:
-        parts.append(Text(f"note: {note}", style="dim"))
-    if len(notes) > MAX_NOTES:
-        parts.append(Text(f"... {len(notes) - MAX_NOTES} more notes (lens-rl status, lens-rl goodput)", style="dim"))
+    parts += _notes(notes)
     return Group(*parts), status is None or status["ok"]
+
+
+def _table(columns: tuple[str, ...], left: tuple[str, ...] = (), **options: Any) -> Any:
+    """A rich table of ``columns``, right-justified but those in ``left``."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE, **options)
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    return table
+
+
+def _headline(report: Any) -> Any:
+    """The run's goodput, steady state, step time, steps, restarts and spans."""
+    st = report["step_time"]
+    head = _table(("goodput", "steady state", "step p50", "step p95", "steps", "restarts", "spans"), show_header=True)
+    head.add_row(
+        _pct(report["goodput"]),
+        _pct(report["steady_state_goodput"]),
+        _secs(st["p50_s"]),
+        _secs(st["p95_s"]),
+        str(sum(not s.get("incomplete") for s in report["steps"])),
+        str(report["job"].get("restarts", 0)),
+        f"{report['spans']:,}",
+    )
+    return head
+
+
+def _processes(status: Any) -> Any:
+    """The processes per worker group: running, stale, ended, hung, and the steps they are at."""
+    procs = _table(("group", "processes", "running", "stale", "ended", "hung", "steps"), ("group",), title="processes")
+    for g in status["groups"]:
+        steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
+        style = "red" if g["stale"] or g["hung"] else None
+        procs.add_row(
+            g["worker_group"],
+            str(g["processes"]),
+            str(g["running"]),
+            str(g["stale"]),
+            str(g["ended"]),
+            str(g["hung"]),
+            steps,
+            style=style,
+        )
+    return procs
+
+
+def _last_steps(report: Any) -> Any:
+    """The last :data:`LAST_STEPS` step rows (an incomplete one dimmed)."""
+    last = _table(
+        ("step", "wall", "goodput", "productive", "overhead", "idle", "wasted", "unattributed"),
+        title=f"the last {LAST_STEPS} steps",
+    )
+    for row in report["steps"][-LAST_STEPS:]:
+        seconds = row["seconds"]
+        last.add_row(
+            str(row["step"]),
+            _secs(row["wall_s"]),
+            _pct(row["goodput"]),
+            *(_secs(seconds[b]) for b in ("productive", "overhead", "idle", "wasted")),
+            _secs(row["unattributed_s"]),
+            style="dim" if row.get("incomplete") else None,
+        )
+    return last
+
+
+def _hangs(status: Any) -> Any:
+    """The suspected hangs and stale processes (at most 20), or a line saying there is none."""
+    from rich.text import Text
+
+    hung = [r for r in status["processes"] if r["hung"] or r["state"] == "stale"]
+    if not hung:
+        return Text("no suspected hang, no stale process", style="green")
+    columns = ("group", "rank", "host", "pid", "state", "phase", "open for", "usual p95")
+    alarms = _table(columns, columns, title="suspected hangs and stale processes", style="red")
+    for r in hung[:20]:
+        phase = r["phase"] or {}
+        alarms.add_row(
+            r["worker_group"],
+            str(r["rank"]),
+            str(r["host"] or "-"),
+            str(r["pid"]),
+            "HUNG" if r["hung"] else r["state"],
+            str(phase.get("name", "-")),
+            _secs(phase.get("open_s")),
+            _secs(phase.get("p95_s")),
+        )
+    return alarms
+
+
+def _notes(notes: list[str]) -> list[Any]:
+    """At most :data:`MAX_NOTES` notes, dimmed, and how many more there are."""
+    from rich.text import Text
+
+    out = [Text(f"note: {note}", style="dim") for note in notes[:MAX_NOTES]]
+    if len(notes) > MAX_NOTES:
+        out.append(Text(f"... {len(notes) - MAX_NOTES} more notes (lens-rl status, lens-rl goodput)", style="dim"))
+    return out
 
 
 def watch(run_dir: Path, *, interval: float = 10.0, once: bool = False, jobs: int | None = None) -> int:

@@ -140,12 +140,20 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
                 return -1
             spans += chunk.spans
             flows.add(chunk)
-        wanted = frozenset(flows.pending.callers)
-        others = [path for path in ordered if str(path) not in opts.callers]
-        if wanted and others:  # calls whose caller is neither a driver's span nor a client: one pass locates them
-            located = dataclasses.replace(opts, wanted=wanted, spill=None)
-            for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
-                flows.add(chunk)
+        _locate_callers(flows, ordered, opts, parallel)
         if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans
+
+
+def _locate_callers(flows: Flows, ordered: Sequence[Path], opts: Options, parallel: dict[str, Any]) -> None:
+    """Calls whose caller is neither a driver's span nor a client: one more pass over the other files
+    locates their callers, for the flows still open."""
+    from lens_rl.offline.run.parallel import map_files
+
+    wanted = frozenset(flows.pending.callers)
+    others = [path for path in ordered if str(path) not in opts.callers]
+    if wanted and others:
+        located = dataclasses.replace(opts, wanted=wanted, spill=None)
+        for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
+            flows.add(chunk)

@@ -77,19 +77,39 @@ def _descriptor(pb: Any, **fields: Any) -> Any:
 
 
 def proto_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
+    """The trace of ``rows`` (placed by ``places``) as protobuf bytes, handed to ``write`` in pieces: the
+    process and thread tracks, then each thread's slices (see the module docstring)."""
     pb = proto_module()
-    opts = places.opts
     # per thread, (start, -end, index, name, attributes, span id): what the packets need, not the rows
     by_thread: dict[tuple[int, int], list[tuple[int, int, int, Any, Any, Any]]] = defaultdict(list)
     for i, (pid, tid, start, end, row) in enumerate(places.walk(rows)):
         by_thread[(pid, tid)].append((start, -end, i, row.n, row.a, row.s))
     if not by_thread:
         return
+    packets, thread_names = _tracks(pb, places)
+    write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
     called = places.callees()
+    # a slot per track, name, category, flow end and attribute keys: its fixed fields set once, a span's own
+    # values (and the flow it ends) set in place and the slot serialized
+    shapes: dict[tuple[Any, ...], SliceSlot] = {}
+    out: list[bytes] = []
+    while by_thread:  # (emptied as it goes: its lists are a tuple per span)
+        (pid, tid), order = by_thread.popitem()
+        lanes = _lanes(order)
+        tracks = _lane_tracks(pb, pid, tid, max(lanes), thread_names[(pid, tid)], out)
+        _slices(pb, order, lanes, tracks, called, shapes, out, write)
+        del order, lanes
+    write(b"".join(out))
+
+
+def _tracks(pb: Any, places: Places) -> tuple[list[Any], dict[tuple[int, int], str]]:
+    """A track descriptor per process and per thread, and each thread's name by (pid, tid)."""
     threads, names, pids = places.threads, places.names, sorted(set(places.pid_of.values()))
     packets = [
         _descriptor(
-            pb, uuid=uuid_of("p", pid), process=pb.ProcessDescriptor(pid=pid, process_name=process_name(opts, pid))
+            pb,
+            uuid=uuid_of("p", pid),
+            process=pb.ProcessDescriptor(pid=pid, process_name=process_name(places.opts, pid)),
         )
         for pid in pids
     ]
@@ -103,65 +123,62 @@ def proto_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> N
                 thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name),
             )
         )
-    write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
-    # Slices: a begin and an end packet each, a thread's slices in (start, -end) order, each on its lane:
-    # Perfetto sorts a trace's packets by time, keeping the file's order at equal times, and an end closes
-    # its track's innermost open slice, so parents open before their children and close after them.
-    # Each slice is serialized on its own, as a Trace of its two packets (Traces concatenated are one
-    # Trace): a slot per track, name, category, flow end and attribute keys holds them, their fixed
-    # fields set once; a span's own values (and the flow it ends) are set in place and the slot serialized.
-    shapes: dict[tuple[Any, ...], SliceSlot] = {}
-    out: list[bytes] = []
+    return packets, thread_names
+
+
+def _lane_tracks(pb: Any, pid: int, tid: int, last: int, name: str, out: list[bytes]) -> list[int]:
+    """The tracks of a thread's lanes 0 to ``last`` (0: the thread's own), each further lane's descriptor
+    appended to ``out``."""
+    tracks = [uuid_of("t", pid, tid)]
+    for lane in range(1, last + 1):
+        tracks.append(uuid_of("l", pid, tid, lane))
+        descriptor = _descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0], name=f"{name} (concurrent {lane})")
+        out.append(pb.Trace(packet=[descriptor]).SerializeToString())
+    return tracks
+
+
+def _slices(
+    pb: Any,
+    order: list[tuple[Any, ...]],
+    lanes: list[int],
+    tracks: list[int],
+    called: Mapping[Any, Any],
+    shapes: dict[tuple[Any, ...], SliceSlot],
+    out: list[bytes],
+    write: Callable[[bytes], Any],
+) -> None:
+    """One thread's slices (``order``, on ``lanes``), each serialized from its shape's slot into ``out``,
+    which is handed to ``write`` every :data:`SLICE` slices."""
     keep = out.append
-    while by_thread:  # (emptied as it goes: its lists are a tuple per span)
-        (pid, tid), order = by_thread.popitem()
-        lanes = _lanes(order)
-        tracks = [uuid_of("t", pid, tid)]
-        for lane in range(1, max(lanes) + 1):
-            tracks.append(uuid_of("l", pid, tid, lane))
-            keep(
-                pb.Trace(
-                    packet=[
-                        _descriptor(
-                            pb,
-                            uuid=tracks[lane],
-                            parent_uuid=tracks[0],
-                            name=f"{thread_names[(pid, tid)]} (concurrent {lane})",
-                        )
-                    ]
-                ).SerializeToString()
-            )
-        for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):  # (names are text)
-            track = tracks[lane]
-            attrs = attrs or NO_ATTRS
-            cat = category(attrs)
-            call = called.get(span_id)  # a call from another process: the slice ends its flow
-            shape = (track, span_name, cat, call is None, *attrs)
-            slot = shapes.get(shape)
-            if slot is None:
-                if len(shapes) >= _SLOTS_MAX:
-                    shapes.clear()
-                slot = shapes[shape] = SliceSlot(pb, track, span_name, cat, attrs, call is not None)
-            slot.packet.timestamp = start
-            slot.closing.timestamp = -neg_end
-            for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
-                if note is None:  # rl.bucket: the category
-                    continue
-                if type(value) is int and -INT64_END <= value < INT64_END:
-                    note.int_value = value
-                elif type(value) is str:
-                    note.string_value = value
-                else:
-                    _annotate(note, value)
-            slot.span_id.string_value = str(span_id)
-            if call is not None:
-                slot.flows[0] = call[0]
-            keep(slot.serialize())
-            if len(out) >= SLICE:
-                write(b"".join(out))
-                out.clear()
-        del order, lanes
-    write(b"".join(out))
+    for (start, neg_end, _, span_name, attrs, span_id), lane in zip(order, lanes, strict=True):  # (names are text)
+        track = tracks[lane]
+        attrs = attrs or NO_ATTRS
+        cat = category(attrs)
+        call = called.get(span_id)  # a call from another process: the slice ends its flow
+        shape = (track, span_name, cat, call is None, *attrs)
+        slot = shapes.get(shape)
+        if slot is None:
+            if len(shapes) >= _SLOTS_MAX:
+                shapes.clear()
+            slot = shapes[shape] = SliceSlot(pb, track, span_name, cat, attrs, call is not None)
+        slot.packet.timestamp = start
+        slot.closing.timestamp = -neg_end
+        for note, value in zip(slot.notes, attrs.values(), strict=True):  # the shape fixes the keys
+            if note is None:  # rl.bucket: the category
+                continue
+            if type(value) is int and -INT64_END <= value < INT64_END:
+                note.int_value = value
+            elif type(value) is str:
+                note.string_value = value
+            else:
+                _annotate(note, value)
+        slot.span_id.string_value = str(span_id)
+        if call is not None:
+            slot.flows[0] = call[0]
+        keep(slot.serialize())
+        if len(out) >= SLICE:
+            write(b"".join(out))
+            out.clear()
 
 
 _SLOTS_MAX = 4096  # slice slots kept per file (a slot per span would be a message per span)

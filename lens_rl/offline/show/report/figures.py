@@ -120,9 +120,24 @@ def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, 
     """One row per process, coloured by bucket; each span drawn over its parent (by depth in its file's tree,
     outermost first), so a step whose phases are productive looks productive whatever its umbrella's or an
     enclosing phase's bucket."""
-    origin = min(s["start"] for s in timeline)
     drivers = {s["process"] for s in timeline if s["driver"]}
     procs = sorted({s["process"] for s in timeline}, key=lambda p: (p not in drivers, p))
+    fig = go.Figure(_depth_traces(go, timeline))
+    where = _window_text(window)
+    fig.update_layout(
+        title=f"Timeline, {where} ({len(timeline)} spans; ms from the window's start)",
+        barmode="overlay",
+        xaxis_title="ms",
+        yaxis={"categoryorder": "array", "categoryarray": procs[::-1]},
+        **{**_LAYOUT, "height": max(320, 34 * len(procs) + 140)},
+    )
+    return "timeline", fig
+
+
+def _depth_traces(go: Any, timeline: list[dict[str, Any]]) -> list[Any]:
+    """A bar trace per (depth, bucket), outermost first (ms from the earliest start); each bucket named once
+    in the legend."""
+    origin = min(s["start"] for s in timeline)
     traces = []
     levels = sorted({min(s.get("depth", 0), _MAX_LEVEL) for s in timeline})
     named: set[Any] = set()
@@ -151,20 +166,14 @@ def timeline_figure(go: Any, timeline: list[dict[str, Any]], window: tuple[int, 
                 )
             )
             named.add(bucket)
-    fig = go.Figure(traces)
-    where = (
-        "all steps"
-        if window is None
-        else (f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}-{window[1]}")
-    )
-    fig.update_layout(
-        title=f"Timeline, {where} ({len(timeline)} spans; ms from the window's start)",
-        barmode="overlay",
-        xaxis_title="ms",
-        yaxis={"categoryorder": "array", "categoryarray": procs[::-1]},
-        **{**_LAYOUT, "height": max(320, 34 * len(procs) + 140)},
-    )
-    return "timeline", fig
+    return traces
+
+
+def _window_text(window: tuple[int, int] | None) -> str:
+    """The timeline's steps, in words."""
+    if window is None:
+        return "all steps"
+    return f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}-{window[1]}"
 
 
 ENDED_COLORS = {"shutdown": "#2ca02c", "error": "#d62728", "lost": "#7f7f7f"}
@@ -179,6 +188,25 @@ def attempts_figure(go: Any, report: GoodputReport, parts: Sequence[Any]) -> tup
         return None
     view = [p for p in parts if p.is_driver] or list(parts)
     origin = min((p.first_ns for p in parts if p.first_ns is not None), default=0)
+    traces = [*_attempt_runs(go, attempts), *_downtimes(go, attempts), *_reruns(go, view, origin)]
+    traces += _errors(go, attempts)
+    fig = go.Figure(traces)
+    why = report["job"]["wasted_reasons"]
+    fig.update_layout(
+        title=(
+            f"Attempts: {len(attempts)} ({why['rerun']:.1f} s re-run, {why['restart']:.1f} s downtime; "
+            "s from the job's start)"
+        ),
+        barmode="overlay",
+        xaxis_title="s",
+        yaxis={"autorange": "reversed", "type": "category"},
+        **{**_LAYOUT, "height": max(260, 46 * len(attempts) + 140)},
+    )
+    return "attempts", fig
+
+
+def _attempt_runs(go: Any, attempts: Sequence[Any]) -> list[Any]:
+    """Each attempt's run, one bar trace per way it ended (coloured by :data:`ENDED_COLORS`)."""
     traces = []
     for ended, color in ENDED_COLORS.items():
         rows = [a for a in attempts if a["ended"] == ended]
@@ -196,60 +224,64 @@ def attempts_figure(go: Any, report: GoodputReport, parts: Sequence[Any]) -> tup
                     hovertemplate="%{y}: steps %{customdata[0]}<br>%{x:.1f} s %{customdata[1]}<extra></extra>",
                 )
             )
+    return traces
+
+
+def _downtimes(go: Any, attempts: Sequence[Any]) -> list[Any]:
+    """The downtime before each attempt that had one (wasted: restart), as one bar trace (or none)."""
     gaps = [a for a in attempts if a["downtime_before_s"] > 0]
-    if gaps:
-        traces.append(
-            go.Bar(
-                y=[f"attempt {a['attempt']}" for a in gaps],
-                x=[a["downtime_before_s"] for a in gaps],
-                base=[(a["start_s"] or 0.0) - a["downtime_before_s"] for a in gaps],
-                orientation="h",
-                name="downtime (wasted: restart)",
-                marker_color="#bdbdbd",
-                marker_pattern_shape="/",
-                hovertemplate="downtime before %{y}: %{x:.1f} s<extra></extra>",
-            )
+    if not gaps:
+        return []
+    return [
+        go.Bar(
+            y=[f"attempt {a['attempt']}" for a in gaps],
+            x=[a["downtime_before_s"] for a in gaps],
+            base=[(a["start_s"] or 0.0) - a["downtime_before_s"] for a in gaps],
+            orientation="h",
+            name="downtime (wasted: restart)",
+            marker_color="#bdbdbd",
+            marker_pattern_shape="/",
+            hovertemplate="downtime before %{y}: %{x:.1f} s<extra></extra>",
         )
+    ]
+
+
+def _reruns(go: Any, view: Sequence[Any], origin: int) -> list[Any]:
+    """The stretches of ``view``'s processes a later attempt ran again (wasted: rerun), s from ``origin`` (ns),
+    as one thin bar trace (or none)."""
     reruns = [(p.key.attempt, a, b) for p in view for a, b in zip(p.rerun[::2], p.rerun[1::2], strict=True)]
-    if reruns:
-        traces.append(
-            go.Bar(
-                y=[f"attempt {attempt}" for attempt, _, _ in reruns],
-                x=[(b - a) / 1e9 for _, a, b in reruns],
-                base=[(a - origin) / 1e9 for _, a, _ in reruns],
-                orientation="h",
-                name="re-run later (wasted: rerun)",
-                marker_color="#ff7f0e",
-                width=0.35,
-                hovertemplate="run again by a later attempt: %{x:.2f} s<extra></extra>",
-            )
+    if not reruns:
+        return []
+    return [
+        go.Bar(
+            y=[f"attempt {attempt}" for attempt, _, _ in reruns],
+            x=[(b - a) / 1e9 for _, a, b in reruns],
+            base=[(a - origin) / 1e9 for _, a, _ in reruns],
+            orientation="h",
+            name="re-run later (wasted: rerun)",
+            marker_color="#ff7f0e",
+            width=0.35,
+            hovertemplate="run again by a later attempt: %{x:.2f} s<extra></extra>",
         )
+    ]
+
+
+def _errors(go: Any, attempts: Sequence[Any]) -> list[Any]:
+    """A marker where each attempt that ended in an error ended, the error in its hover (or none)."""
     errors = [a for a in attempts if a["ended"] == "error"]
-    if errors:
-        traces.append(
-            go.Scatter(
-                y=[f"attempt {a['attempt']}" for a in errors],
-                x=[(a["start_s"] or 0.0) + a["wall_s"] for a in errors],
-                mode="markers",
-                marker={"symbol": "x", "size": 14, "color": "#000000"},
-                name="error",
-                text=[f"{a['error']['type']}: {a['error']['message']}"[:200] for a in errors],
-                hovertemplate="%{text}<extra></extra>",
-            )
+    if not errors:
+        return []
+    return [
+        go.Scatter(
+            y=[f"attempt {a['attempt']}" for a in errors],
+            x=[(a["start_s"] or 0.0) + a["wall_s"] for a in errors],
+            mode="markers",
+            marker={"symbol": "x", "size": 14, "color": "#000000"},
+            name="error",
+            text=[f"{a['error']['type']}: {a['error']['message']}"[:200] for a in errors],
+            hovertemplate="%{text}<extra></extra>",
         )
-    fig = go.Figure(traces)
-    why = report["job"]["wasted_reasons"]
-    fig.update_layout(
-        title=(
-            f"Attempts: {len(attempts)} ({why['rerun']:.1f} s re-run, {why['restart']:.1f} s downtime; "
-            "s from the job's start)"
-        ),
-        barmode="overlay",
-        xaxis_title="s",
-        yaxis={"autorange": "reversed", "type": "category"},
-        **{**_LAYOUT, "height": max(260, 46 * len(attempts) + 140)},
-    )
-    return "attempts", fig
+    ]
 
 
 def _steps(attempt: Mapping[str, Any]) -> str:

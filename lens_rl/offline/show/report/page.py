@@ -23,54 +23,18 @@ _MAX_PHASE_ROWS = 60
 
 
 def page(report: GoodputReport, ident: Mapping[str, Any], charts: str, plotly_js: str) -> str:
+    """The whole page: the headline cards, the notes, ``charts`` (the figures' HTML), the phase table and the
+    stragglers, with ``plotly_js`` inlined (self-contained, offline)."""
     esc = html.escape
     st = report["step_time"]
     groups = ", ".join(f"{esc(g)} x{n}" for g, n in ident["groups"].items())
-    phases = "".join(
-        f"<tr><td>{esc(str(p['phase']))}</td><td>{esc(str(p['worker_group']))}</td><td>{esc(str(p['bucket'] or '-'))}</td>"
-        f"<td>{p['count']}</td><td>{p['total_s']:.2f}</td><td>{p.get('exclusive_s') or 0:.2f}</td>"
-        f"<td>{p['mean_s'] or 0:.3f}</td><td>{p['p95_s'] or 0:.3f}</td>"
-        f"<td>{_pct(p['share'])}</td><td>{_rate(p['tokens_per_s'])}</td></tr>"
-        for p in report["phases"][:_MAX_PHASE_ROWS]
-    )
-    more = len(report["phases"]) - _MAX_PHASE_ROWS
-    phases += f"<tr><td colspan=9>... {more} more (lens-rl goodput --json)</td></tr>" if more > 0 else ""
-    degrading = (
-        "".join(
-            f"<li>{esc(str(d['worker_group']))} rank {d['rank']} {esc(str(d['phase']))}: score {d['score']:.2f} "
-            f"(its latest {d['window']} steps' median {d['latest_s']:.3f} s against its best {d['best_s']:.3f} s)</li>"
-            for d in report["stragglers"].get("degrading", ())[:_MAX_PHASE_ROWS]
-        )
-        or "<li>none</li>"
-    )
-    persistent = (
-        "".join(
-            f"<li>{esc(p['worker_group'])} rank {p['rank']}: flagged in {p['steps_flagged']} of "
-            f"{p['of_steps']} steps</li>"
-            for p in report["stragglers"]["persistent"]
-        )
-        or "<li>none</li>"
-    )
-    notes = [*report.get("notes", ())]
-    if report.get("sampled"):
-        notes.append("Sampled run: seconds are those of the sampled phases; ratios are estimates.")
-    notes += [
-        f"Unbucketed: {u['phase']!r} ({u['worker_group']}) covers {share(u['share'])} of the steps' wall in no "
-        f"bucket" + (f"; did you mean {u['did_you_mean']!r}?" if u["did_you_mean"] else "")
-        for u in report.get("unbucketed_phases", ())
-    ]
-    notes += [f"Warning: {w['message']}" for w in report.get("warnings", ())]
-    notes_html = "".join(f"<p class=note>{esc(n)}</p>" for n in notes)
+    phases = _phase_rows(report)
+    degrading, persistent = _stragglers(report)
+    notes_html = "".join(f"<p class=note>{esc(n)}</p>" for n in _notes(report))
     steps_done = sum(not s.get("incomplete") for s in report["steps"])
     attempts = report.get("attempts", ())
     warmup = f"after {report['warmup_steps']} step" + (" of each attempt" if len(attempts) > 1 else "")
-    restarts = ""
-    if len(attempts) > 1:
-        why = report["job"]["wasted_reasons"]
-        restarts = (
-            f'<div class="card" id="headline-attempts">attempts ({why["rerun"] + why["restart"]:.1f} s lost to '
-            f"restarts)<b>{len(attempts)}</b></div>"
-        )
+    restarts = _restarts_card(report)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>lens_rl report {esc(str(ident.get("run") or ""))}</title>
 <style>
@@ -106,3 +70,58 @@ for the driver's phases, of the group's lifetimes for a worker group's.</p></sec
 (under 0.8: it slowed, even if every rank slowed alike)</p><ul>{degrading}</ul></section>
 </body></html>
 """
+
+
+def _phase_rows(report: GoodputReport) -> str:
+    """The phase table's rows (at most :data:`_MAX_PHASE_ROWS`, then how many more)."""
+    esc = html.escape
+    phases = "".join(
+        f"<tr><td>{esc(str(p['phase']))}</td><td>{esc(str(p['worker_group']))}</td><td>{esc(str(p['bucket'] or '-'))}</td>"
+        f"<td>{p['count']}</td><td>{p['total_s']:.2f}</td><td>{p.get('exclusive_s') or 0:.2f}</td>"
+        f"<td>{p['mean_s'] or 0:.3f}</td><td>{p['p95_s'] or 0:.3f}</td>"
+        f"<td>{_pct(p['share'])}</td><td>{_rate(p['tokens_per_s'])}</td></tr>"
+        for p in report["phases"][:_MAX_PHASE_ROWS]
+    )
+    more = len(report["phases"]) - _MAX_PHASE_ROWS
+    return phases + (f"<tr><td colspan=9>... {more} more (lens-rl goodput --json)</td></tr>" if more > 0 else "")
+
+
+def _stragglers(report: GoodputReport) -> tuple[str, str]:
+    """The degrading ranks' and the persistent stragglers' list items (``none`` where there is none)."""
+    esc = html.escape
+    degrading = "".join(
+        f"<li>{esc(str(d['worker_group']))} rank {d['rank']} {esc(str(d['phase']))}: score {d['score']:.2f} "
+        f"(its latest {d['window']} steps' median {d['latest_s']:.3f} s against its best {d['best_s']:.3f} s)</li>"
+        for d in report["stragglers"].get("degrading", ())[:_MAX_PHASE_ROWS]
+    )
+    persistent = "".join(
+        f"<li>{esc(p['worker_group'])} rank {p['rank']}: flagged in {p['steps_flagged']} of {p['of_steps']} steps</li>"
+        for p in report["stragglers"]["persistent"]
+    )
+    return degrading or "<li>none</li>", persistent or "<li>none</li>"
+
+
+def _notes(report: GoodputReport) -> list[str]:
+    """The report's notes, a sampled run's caveat, the unbucketed phases and the warnings, one line each."""
+    notes = [*report.get("notes", ())]
+    if report.get("sampled"):
+        notes.append("Sampled run: seconds are those of the sampled phases; ratios are estimates.")
+    notes += [
+        f"Unbucketed: {u['phase']!r} ({u['worker_group']}) covers {share(u['share'])} of the steps' wall in no "
+        f"bucket" + (f"; did you mean {u['did_you_mean']!r}?" if u["did_you_mean"] else "")
+        for u in report.get("unbucketed_phases", ())
+    ]
+    notes += [f"Warning: {w['message']}" for w in report.get("warnings", ())]
+    return notes
+
+
+def _restarts_card(report: GoodputReport) -> str:
+    """A job of several attempts: the card of their count and the seconds lost to restarts (else nothing)."""
+    attempts = report.get("attempts", ())
+    if len(attempts) <= 1:
+        return ""
+    why = report["job"]["wasted_reasons"]
+    return (
+        f'<div class="card" id="headline-attempts">attempts ({why["rerun"] + why["restart"]:.1f} s lost to '
+        f"restarts)<b>{len(attempts)}</b></div>"
+    )

@@ -1,0 +1,190 @@
+"""The commands of ``lens-rl``, one function each (``args`` parsed by :mod:`lens_rl.cli.parser`), each
+returning its exit status; the offline tools are imported when a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from lens_rl.cli.cache import command_cache
+from lens_rl.cli.inputs import CliError, check_steps, parallel, parse_steps, run_dir, span_files_of
+
+__all__ = ["cmd_demo", "cmd_goodput", "cmd_perfetto", "cmd_replay", "cmd_report", "cmd_run", "cmd_status", "cmd_watch"]
+
+
+def _print_json(report: Any) -> None:
+    """``report`` as indented JSON on stdout (orjson when the analysis extra is there: the same JSON, faster)."""
+    try:
+        import orjson
+    except ImportError:
+        json.dump(report, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text stream (a caller's StringIO)
+        sys.stdout.write(data.decode())
+        return
+    sys.stdout.flush()
+    out.write(data)
+    out.flush()
+
+
+def cmd_goodput(args: argparse.Namespace) -> int:
+    from lens_rl.offline import analyze, format_table
+
+    if args.warmup_steps < 0:
+        raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
+    steps = parse_steps(args.steps)
+    paths, path = span_files_of(args.trace_dir, args.run)
+    options = parallel(args)
+    with command_cache(args, path) as cache:
+        report = analyze(paths, warmup_steps=args.warmup_steps, steps=steps, cache=cache, **options)
+        check_steps(steps, report["step_range"])
+        if not report["spans"]:
+            raise CliError(
+                f"no readable lens_rl spans under {str(path)!r} ({report['files']} files, "
+                f"{report['skipped_lines']} bad lines)"
+            )
+    if report["skipped_lines"]:
+        print(
+            f"lens-rl: skipped {report['skipped_lines']} unreadable line(s) (e.g. a killed process's last line)",
+            file=sys.stderr,
+        )
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_table(report, all_steps=args.steps is not None))
+    return 0
+
+
+def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any, str, Path]:
+    """Run ``write(paths, output, run_dir)`` for a command that writes one file; errors as one line."""
+    paths, path = span_files_of(args.trace_dir, args.run)
+    if not paths:
+        raise CliError(f"no lens_rl span files under {str(path)!r}")
+    output = args.output or str(Path(args.trace_dir) / default_name)
+    try:
+        return write(paths, output, path), output, path
+    except (ImportError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+
+
+def cmd_perfetto(args: argparse.Namespace) -> int:
+    from lens_rl.offline import FORMATS, format_of, write_trace
+
+    steps = parse_steps(args.steps)
+    if args.output is not None and format_of(args.output) is None:
+        raise CliError(
+            f"-o {args.output!r}: no trace format has that extension; allowed: "
+            + ", ".join(f"{ext} ({name})" for ext, name in FORMATS.items())
+        )
+    spans, output, path = _write(
+        args,
+        "trace.json",
+        lambda paths, output, _run: write_trace(paths, output, steps=steps, group=args.group, **parallel(args)),
+    )
+    if not spans:
+        os.unlink(output)
+        if args.steps is None and args.group is None:
+            raise CliError(f"no readable lens_rl spans under {str(path)!r}")
+        where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (
+            args.group is not None
+        )
+        raise CliError(f"{' and '.join(where)} select no span of {str(path)!r}")
+    print(
+        f"wrote {output} ({FORMATS[Path(output).suffix.lower()]}): {spans} spans; open it at https://ui.perfetto.dev "
+        "(or any Perfetto build, offline)"
+    )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    steps = parse_steps(args.steps)
+    size, output, _ = _write(
+        args,
+        "report.html",
+        lambda paths, output, run_dir: _report(args, paths, output, run_dir, steps),
+    )
+    print(f"wrote {output} ({size / 1e6:.1f} MB, self-contained: open it in any browser, offline)")
+    return 0
+
+
+def _report(args: argparse.Namespace, paths: list[Path], output: str, folder: Path, steps: Any) -> int:
+    from lens_rl.offline import write_report
+
+    options = parallel(args)
+    with command_cache(args, folder) as cache:
+        return write_report(paths, output, steps=steps, warmup_steps=args.warmup_steps, cache=cache, **options)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from lens_rl.offline import replay
+
+    paths, path = span_files_of(args.trace_dir, args.run)
+    try:
+        sent, skipped = replay(path, args.otlp, timeout_ms=args.timeout_ms, paths=paths)
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
+    if not sent:
+        raise CliError(f"no readable lens_rl spans under {str(path)!r}; nothing replayed")
+    print(f"replayed {sent} spans from {path} to {args.otlp}" + (f" ({skipped} bad lines skipped)" if skipped else ""))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from lens_rl.offline import format_status, run_status
+
+    path = run_dir(args.trace_dir, args.run, "live-*.json")
+    report = run_status(path)
+    if not report["superseded"] and all(r["state"] == "unreadable" for r in report["processes"]):
+        notes = report["notes"]
+        raise CliError(
+            f"no readable lens_rl heartbeat under {str(path)!r} ({len(notes)} not read: {notes[0] if notes else '-'})"
+        )
+    if args.json:
+        _print_json(report)
+    else:
+        print(format_status(report, all_rows=args.all))
+    return 0 if report["ok"] else 1
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from lens_rl.offline import watch
+
+    if args.interval <= 0:
+        raise CliError(f"--interval: {args.interval} is not a duration; allowed: seconds > 0")
+    try:
+        folder = run_dir(args.trace_dir, args.run)
+    except CliError:
+        folder = run_dir(args.trace_dir, args.run, "live-*.json")  # heartbeats before the first span
+    try:
+        return watch(folder, interval=args.interval, once=args.once, jobs=args.jobs)
+    except ImportError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from lens_rl.demo import run_demo
+
+    return run_demo(steps=args.steps, trace_dir=args.trace_dir, otlp=args.otlp)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from lens_rl.frameworks.run import run
+
+    command = args.job[1:] if args.job[:1] == ["--"] else args.job
+    if not command:
+        raise CliError("run: give the command to run after --, e.g. lens-rl run -- python train.py")
+    try:
+        return run(command, trace_dir=args.trace_dir, instrument=args.instrument, run_id=args.run_id)
+    except ValueError as exc:
+        raise CliError(f"run: {exc}") from None
+    except OSError as exc:  # the command cannot be started (not found, not executable)
+        raise CliError(f"run: cannot start {command[0]!r}: {exc.strerror or exc}") from None

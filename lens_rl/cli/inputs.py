@@ -1,0 +1,158 @@
+"""What the command line names, checked before anything is read: the run folder, its span files, ``--steps``,
+``--jobs``. Every refusal is a :class:`CliError` (one line on stderr, exit status 2)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CliError", "check_steps", "parallel", "parse_steps", "run_dir", "say", "span_files_of"]
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _folder_problem(path: Path) -> str | None:
+    """What is wrong with a folder named on the command line, in a few words (None: nothing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if exc.errno == errno.ENOENT:
+            return "is a dangling symbolic link" if os.path.islink(path) else "does not exist"
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISDIR(mode) else "is not a directory"
+
+
+def _holds(folder: Path, pattern: str) -> bool:
+    try:
+        return any(folder.glob(pattern))
+    except OSError:
+        return False
+
+
+def _last_write(folder: Path, pattern: str) -> float:
+    """The latest modification of ``folder``'s entries matching ``pattern`` (a link's own, where its target
+    cannot be read)."""
+    latest = 0.0
+    for entry in folder.glob(pattern):
+        with contextlib.suppress(OSError):
+            latest = max(latest, entry.lstat().st_mtime)
+    return latest
+
+
+def run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> Path:
+    """The run folder a command reads: ``trace_dir/run`` when ``--run`` names one, ``trace_dir`` itself when
+    it holds files matching ``pattern``, else its run folder written last (said on stderr when there are
+    several)."""
+    root = Path(trace_dir)
+    why = _folder_problem(root)
+    if why == "does not exist":
+        raise CliError(f"{trace_dir!r} does not exist (give the telemetry trace_dir, or one run's folder in it)")
+    if why is not None:
+        raise CliError(f"{trace_dir!r} {why}")
+    try:
+        folders = sorted(p for p in root.iterdir() if _folder_problem(p) is None)
+    except OSError as exc:
+        raise CliError(f"{trace_dir!r} cannot be listed ({exc.strerror or exc})") from None
+    if run is not None:
+        return _named_run(trace_dir, run, folders)
+    if _holds(root, pattern):
+        return root
+    return _latest_run(trace_dir, folders, pattern)
+
+
+def _named_run(trace_dir: str, run: str, folders: list[Path]) -> Path:
+    """``--run``'s folder under ``trace_dir`` (``folders``: the readable ones there, named when it is missing)."""
+    path = Path(trace_dir) / run
+    why = _folder_problem(path)
+    if why == "does not exist":
+        names = [p.name for p in folders]
+        raise CliError(f"no run {run!r} under {trace_dir!r} (runs: {', '.join(names) or 'none'})")
+    if why is not None:
+        raise CliError(f"the run folder {str(path)!r} {why}")
+    return path
+
+
+def _latest_run(trace_dir: str, folders: list[Path], pattern: str) -> Path:
+    """The folder among ``folders`` with the latest file matching ``pattern``."""
+    runs = [p for p in folders if _holds(p, pattern)]
+    if not runs:
+        what = "span files" if pattern.startswith("spans") else "heartbeat files"
+        raise CliError(f"no lens_rl {what} ({pattern}) under {trace_dir!r}")
+    latest = max(runs, key=lambda p: _last_write(p, pattern))
+    if len(runs) > 1:
+        print(
+            f"lens-rl: {len(runs)} runs under {trace_dir}; using the latest, {latest.name} (--run to choose)",
+            file=sys.stderr,
+        )
+    return latest
+
+
+def say(notes: list[str]) -> None:
+    """Notes on what was not read (an entry that is no readable file), one line each on stderr."""
+    for note in notes:
+        print(f"lens-rl: {note}", file=sys.stderr)
+
+
+def parse_steps(text: str | None) -> tuple[int, int] | None:
+    """``--steps``: ``A-B`` (inclusive) or ``all`` (None); the same everywhere."""
+    if text is None or text.strip().lower() == "all":
+        return None
+    first, sep, last = text.strip().partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if sep else lo
+    except ValueError:
+        raise CliError(
+            f"--steps: invalid value {text!r}; allowed: A-B (inclusive, e.g. 10-20), a single step, or all"
+        ) from None
+    if hi < lo:
+        raise CliError(f"--steps: {text!r} is empty (B < A); allowed: A-B with A <= B, or all")
+    return lo, hi
+
+
+def span_files_of(trace_dir: str, run: str | None) -> tuple[list[Path], Path]:
+    """The run's span files and its folder; a warning on stderr when they are of several runs (files copied
+    together)."""
+    from lens_rl.store import read_head, span_files
+
+    path = run_dir(trace_dir, run)
+    notes: list[str] = []
+    paths = span_files(path, notes)
+    say(notes)
+    runs = set()
+    for file in paths:
+        head, _ = read_head(file)
+        if head is not None and head.resource.get("rl.run_id") is not None:
+            runs.add(str(head.resource["rl.run_id"]))
+    if len(runs) > 1:
+        print(
+            f"lens-rl: warning: {str(path)!r} holds spans of {len(runs)} runs ({', '.join(sorted(runs))}); their "
+            "figures are mixed (keep one run per folder)",
+            file=sys.stderr,
+        )
+    return paths, path
+
+
+def check_steps(steps: tuple[int, int] | None, step_range: Any) -> None:
+    """``--steps`` that select no step of the run: say which the run has."""
+    if steps is not None and step_range is not None and (steps[1] < step_range[0] or steps[0] > step_range[1]):
+        raise CliError(
+            f"--steps {steps[0]}-{steps[1]} selects no step: the run's steps are {step_range[0]}-{step_range[1]}"
+        )
+
+
+def parallel(args: argparse.Namespace) -> dict[str, Any]:
+    """``--jobs`` and ``--ray`` as the offline tools' keyword arguments."""
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError(f"--jobs: {args.jobs} is not a count; allowed: 1 or more")
+    return {"jobs": args.jobs, "use_ray": args.ray is not None, "ray_address": args.ray or None}

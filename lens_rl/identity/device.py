@@ -1,0 +1,49 @@
+"""What a process can tell of its GPUs: how many and which (from ``CUDA_VISIBLE_DEVICES`` or Ray), and their
+kind (from torch, when the job imported it). Neither Ray nor torch is ever imported here."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+from lens_rl._errors import internal_error
+
+__all__ = ["device_name", "gpus"]
+
+
+def gpus(env: Mapping[str, str]) -> tuple[int, str | None]:
+    """This process's GPUs: the devices ``CUDA_VISIBLE_DEVICES`` lists (set and empty: none), else Ray's GPU
+    ids when this is a Ray worker, else none; and their ids, comma-separated, when known (what tells two
+    processes sharing a GPU apart from two GPUs). Ray is never imported here."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return _visible(visible)
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            ids = [str(d) for d in ray.get_gpu_ids()]
+            return len(ids), ",".join(ids) or None
+    except Exception as exc:  # a Ray without a worker context: nothing to learn
+        internal_error(exc, "ray-gpu-ids")
+    return 0, None
+
+
+def _visible(visible: str) -> tuple[int, str | None]:
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value lists (indexes or UUIDs; a negative index is left out,
+    anything else makes it none)."""
+    ids = [d.strip() for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]
+    if ids and all(d.isdigit() or d.startswith(("GPU-", "MIG-")) for d in ids):
+        return len(ids), ",".join(ids)
+    return 0, None
+
+
+def device_name() -> str | None:
+    """The first visible GPU's name, best effort: from torch when the job already imported it (lens_rl never
+    imports it), else None."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(0))
+    except Exception as exc:
+        internal_error(exc, "device-name")
+    return None

@@ -1,0 +1,176 @@
+"""Passes 1-3 of the reduction (:mod:`lens_rl.offline.read.reduce` runs pass 4): one process's columns linked
+into a :class:`Tree`, with no object per span.
+
+1. :func:`link`: each span's parent row, whether it has a child in the file, whether it is an orphan's
+   child (its local parent was never written: still open when the file ended, a killed process).
+2. :func:`resolve`: the one tree rule (:mod:`lens_rl.offline.read.tree`, which every command asks): each
+   span's step, nearest bucketed ancestor and place (step umbrella, phase, a third party's span), parent
+   cycles cut and counted.
+3. :func:`inner`: each bucketed span's nearest bucketed descendants (their time is taken from it:
+   :func:`lens_rl.buckets.exclusive_time`, the rule the live metric uses too), and each unbucketed phase's
+   child phases (its exclusive time in the phase table).
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from lens_rl.offline.read.columns import REMOTE_PARENT, THIRD_PARTY, Columns
+from lens_rl.offline.read.parts import BUCKETS
+from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
+from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
+from lens_rl.offline.read.tree import resolve as resolve_tree
+
+__all__ = ["Tree", "inner", "link", "resolve"]
+
+_BUCKET_SET = frozenset(BUCKETS)
+_THIRD_MASK = bytes(b & THIRD_PARTY for b in range(256))  # flags -> only their third-party bit
+
+
+class Tree:
+    """One process's spans linked: what the passes share (rows are indexes into the columns)."""
+
+    __slots__ = (
+        "n",
+        "names",
+        "starts",
+        "ends",
+        "parents",
+        "buckets",
+        "own_steps",
+        "tokens",
+        "has_child",
+        "orphan",
+        "flags",
+        "steps",
+        "outer",
+        "top",
+        "role",
+        "cycles",
+        "ids",
+        "remote",
+        "flops",
+        "gen_tokens",
+        "third_roots",
+        "remote_tokens",
+    )
+    n: int
+    names: list[Any]
+    starts: array
+    ends: array
+    parents: array
+    buckets: list[Any]
+    own_steps: list[Any]
+    tokens: dict[int, float]
+    has_child: bytearray
+    orphan: bytearray
+    flags: bytearray
+    steps: list[Any]
+    outer: array
+    top: array
+    role: bytearray
+    cycles: int
+    ids: Any
+    remote: dict[int, Any]
+    flops: dict[int, float]
+    gen_tokens: dict[int, tuple[float, float]]
+    third_roots: dict[int, Any]
+    remote_tokens: dict[str, list[float]]
+
+
+def link(cols: Columns) -> Tree:
+    """Pass 1 (see the module docstring). Consumes the columns' ids (memory on large files)."""
+    tree = Tree()
+    n = tree.n = len(cols.names)
+    tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
+    tree.ends = array("q", (e if e > s else s for s, e in zip(cols.starts, cols.ends, strict=False)))
+    parents = tree.parents = parent_rows(cols.ids, cols.parent_ids)
+    tree.ids, cols.ids = cols.ids, []  # (the critical path names the spans it walks; dropped after it)
+    tree.remote, tree.third_roots = {}, {}
+    has_child = tree.has_child = bytearray(n)
+    orphan = tree.orphan = bytearray(n)
+    none, root, flags = 0 if type(cols.parent_ids) is array else None, cols.root, cols.flags
+    for i, p in enumerate(parents):
+        if p != -1:
+            if p != i:  # (a self-parent: cut and counted by the tree rule)
+                has_child[p] = 1
+        else:
+            parent_id = cols.parent_ids[i]
+            if flags[i] & THIRD_PARTY and parent_id != none:
+                tree.third_roots[i] = parent_id  # (a third party's call from a phase in another file, likely)
+            if flags[i] & REMOTE_PARENT:
+                tree.remote[i] = parent_id  # an entry: called from another process
+            elif parent_id != none and parent_id != root:
+                orphan[i] = 1
+    cols.parent_ids = []
+    buckets: list[Any] = cols.buckets  # in place: an unknown bucket counts as none, a third party's too
+    for i, b in enumerate(buckets):
+        if b is not None and (b not in _BUCKET_SET or flags[i] & THIRD_PARTY):
+            buckets[i] = None
+    tree.buckets, tree.own_steps = buckets, cols.steps
+    tree.flops = cols.flops
+    tree.tokens = {
+        i: tok
+        for i, tok in enumerate(cols.tokens)
+        if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
+    }
+    tree.gen_tokens = cols.gen_tokens
+    return tree
+
+
+def resolve(tree: Tree) -> None:
+    """Pass 2 (see the module docstring): the one tree rule (:func:`lens_rl.offline.read.tree.resolve`);
+    then a third-party span's token counts go to the lens_rl phase it runs under, where that phase has
+    none of its own."""
+    mask = tree.flags.translate(_THIRD_MASK)
+    third = mask if THIRD_PARTY in mask else None
+    done = resolve_tree(tree.parents, tree.own_steps, tree.buckets, tree.names, third, tree.has_child)
+    tree.steps, tree.outer, tree.top, tree.role = done.steps, done.outer, done.top, done.role
+    tree.has_child, tree.cycles = done.has_child, done.cycles
+    tree.remote_tokens = {}
+    if tree.gen_tokens:
+        _third_party_tokens(tree)
+    tree.gen_tokens = {}
+
+
+def _third_party_tokens(tree: Tree) -> None:
+    """Each third-party span's token counts to the lens_rl phase it runs under (a phase's own count wins), or,
+    where that phase is in another file, kept by its parent's id for the rollup to match."""
+    counts: dict[int, list[float]] = {}
+    role, parents = tree.role, tree.parents
+    for i, (out, into) in tree.gen_tokens.items():
+        r, p = i, parents[i]
+        while p != -1 and role[p] == THIRD_ROLE:
+            r, p = p, parents[p]
+        if p == -1 and r in tree.third_roots:  # its phase is in another file: matched by id at the rollup
+            found = tree.remote_tokens.setdefault(id_key(tree.third_roots[r]), [0.0, 0.0])
+        elif p != -1 and role[p] != JOB:
+            found = counts.setdefault(p, [0.0, 0.0])
+        else:
+            continue
+        found[0] += out
+        found[1] += into
+    for p, (out, into) in counts.items():
+        if p not in tree.tokens:
+            tree.tokens[p] = out or into
+
+
+def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants; and each
+    unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive time:
+    what its time nested phases leave it, each instant counted once however deep the nesting)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    own: dict[int, list[tuple[int, int]]] = {}
+    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
+    parents, role = tree.parents, tree.role
+    for i in range(tree.n):
+        o = outer[i]
+        if o != -1:
+            if buckets[i] is not None:
+                out.setdefault(o, []).append((starts[i], ends[i]))
+            continue
+        p = parents[i]
+        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (no bucket above: its parent has none)
+            own.setdefault(p, []).append((starts[i], ends[i]))
+    return out, own
