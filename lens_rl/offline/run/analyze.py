@@ -63,24 +63,7 @@ def analyze_parts(
     parts: list[ProcessPart] = []
     stats = ReadStats()
     index = Index(cache)  # (each file's headers and steps: scanned only where it grew since the last look)
-    driver_in_run = False
-    attempts: set[int] = set()
-    driven: set[int] = set()  # attempts with a driver file that has spans
-    for path in paths:
-        head, has_spans = read_head(path)
-        if head is not None:
-            attempts.add(head.process.attempt)
-        if head is not None and head.process.driver:
-            if has_spans:
-                driver_in_run = True
-                later = index.heads(path)  # a driver restarted under the same pid appends to the same file
-                driven.update(h.process.attempt for h in later if h.process.driver)
-                attempts.update(h.process.attempt for h in later)
-            else:
-                stats.notes.append(
-                    f"{Path(path).name}: a driver file with no spans (the driver was killed before "
-                    "its first export?); read as no driver file: the job view sums every process"
-                )
+    attempts, driven, driver_in_run = _attempts(paths, index, stats.notes)
     if jobs is None and cache is not None and not use_ray and grown_bytes(cache, paths) <= SMALL_REFRESH:
         jobs = 1  # (a look at little that is new: worker processes would cost more than they save)
     options: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
@@ -98,6 +81,31 @@ def analyze_parts(
         save_sizes(cache, paths)
         index.save()
     return parts, stats
+
+
+def _attempts(paths: Sequence[Path], index: Index, notes: list[str]) -> tuple[set[int], set[int], bool]:
+    """The run's attempts, those with a driver file that has spans, and whether there is one (read from the
+    files' headers: their first, and every header of a driver's file: a driver restarted under the same pid
+    appends to it); a driver file with no span line is none, and ``notes`` says so."""
+    attempts: set[int] = set()
+    driven: set[int] = set()
+    driver_in_run = False
+    for path in paths:
+        head, has_spans = read_head(path)
+        if head is None:
+            continue
+        attempts.add(head.process.attempt)
+        if head.process.driver and has_spans:
+            driver_in_run = True
+            later = index.heads(path)
+            driven.update(h.process.attempt for h in later if h.process.driver)
+            attempts.update(h.process.attempt for h in later)
+        elif head.process.driver:
+            notes.append(
+                f"{Path(path).name}: a driver file with no spans (the driver was killed before "
+                "its first export?); read as no driver file: the job view sums every process"
+            )
+    return attempts, driven, driver_in_run
 
 
 def _cache_notes(notes: Sequence[str]) -> None:

@@ -112,15 +112,79 @@ def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
 
 
 class _Batch:
-    """The spans one read reduces, per process: their columns, and where each line is in the file."""
+    """The spans one read reduces, per process: their columns, where each line is in the file, the headers
+    they are under (numbered as the entry keeps them) and the span ids met."""
 
-    def __init__(self) -> None:
+    def __init__(self, heads: list[Head]) -> None:
         self.columns: dict[Process, Columns] = {}
         self.where: dict[Process, array] = {}  # (offset, size, head index), flat, in row order
+        self.heads = heads
+        self.numbers = {id(h): n for n, h in enumerate(heads)}
+        self.seen: set[Any] = set()
+
+    def number(self, head: Head) -> int:
+        """``head``'s number among the entry's headers (a header met for the first time is added)."""
+        n = self.numbers.get(id(head), -1)
+        if n == -1:
+            n = self.numbers[id(head)] = len(self.heads)
+            self.heads.append(head)
+        return n
 
     def add(self, head: Head, head_index: int, row: Any, offset: int, size: int) -> None:
+        self.seen.add(row.s)
         _add_row(self.columns, head, row)
         self.where.setdefault(head.process, array("q")).extend((offset, size, head_index))
+
+    def read_held(self, path: str | os.PathLike[str], held: array) -> None:
+        """The lines an earlier read held (their parents not written then), first, in file order."""
+        for k in range(0, len(held), 3):
+            offset, size, h = held[k], held[k + 1], held[k + 2]
+            for head, row, at, length in scan(path, ReadStats(), start=offset, head=self.heads[h], stop=offset + size):
+                self.add(head, h, row, at, length)
+
+    def read_new(self, path: str | os.PathLike[str], entry: Entry | None, end: int, read: ReadStats) -> list[Head]:
+        """The lines from where ``entry``'s read stopped (None: the file's start) to ``end``, a span id met
+        before (here or settled) skipped as a cold read skips it; the headers met, in order."""
+        met: list[Head] = []
+        if entry is None:
+            rows = scan(path, read, stop=end, heads=met)
+        else:
+            start_head = None if entry.head_at_end is None else self.heads[entry.head_at_end]
+            rows = scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
+        settled = array("Q") if entry is None else entry.ids
+        for head, row, at, length in rows:
+            h = self.number(head)
+            if row.s in self.seen or _contains(settled, _id_key(row.s)):
+                read.duplicates += 1  # (a cold read keeps a span id's first line)
+                continue
+            self.add(head, h, row, at, length)
+        return met
+
+    def split(self, settled: Any) -> tuple[dict[Process, Columns], dict[Process, Columns], array, list[Any]] | None:
+        """The batch's spans whose whole ancestor chain is in it (settled now) and the rest (held): their
+        columns, the held lines' places, the settled spans' ids; None where a span hangs from one an earlier
+        read settled (``settled``: their ids; the file is read cold)."""
+        done: dict[Process, Columns] = {}
+        pending: dict[Process, Columns] = {}
+        still = array("q")
+        new_ids: list[Any] = []
+        for process, cols in self.columns.items():
+            keep, late = _complete(cols, settled)
+            if late:
+                return None
+            new_ids.extend(_id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
+            places = self.where[process]
+            for n, k in enumerate(keep):
+                if not k:
+                    still.extend(places[3 * n : 3 * n + 3])
+            if all(keep):
+                done[process] = cols
+            elif any(keep):
+                done[process] = cols.subset(keep)
+                pending[process] = cols.subset(bytearray(1 - k for k in keep))
+            else:
+                pending[process] = cols
+        return done, pending, _in_file_order(still), new_ids
 
 
 def _complete(cols: Columns, settled: Any) -> tuple[bytearray, bool]:
@@ -251,76 +315,32 @@ def _refresh(
     path, stat, key, identity, options = look
     driver_in_run, superseded, critical = options
     cold = entry is None
-    entry = entry if entry is not None else Entry(key, identity)
     end = complete_end(path, stat.st_size)
-    heads: list[Head] = [Head(h) for h in entry.heads]
-    index = {id(h): n for n, h in enumerate(heads)}
-    batch = _Batch()
-    seen: set[Any] = set()
-    held = entry.held
-    for k in range(0, len(held), 3):  # the held lines first, in file order
-        offset, size, h = held[k], held[k + 1], held[k + 2]
-        for head, row, at, length in scan(path, ReadStats(), start=offset, head=heads[h], stop=offset + size):
-            seen.add(row.s)
-            batch.add(head, h, row, at, length)
+    batch = _Batch([] if entry is None else [Head(h) for h in entry.heads])
     read = ReadStats()
     met: list[Head] = []
-    start_head = None if cold or entry.head_at_end is None else heads[entry.head_at_end]
-    if cold or end > entry.end:
-        rows = (
-            scan(path, read, stop=end, heads=met)
-            if cold
-            else scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
-        )
-        for head, row, at, length in rows:
-            h = index.get(id(head), -1)
-            if h == -1:
-                h = index[id(head)] = len(heads)
-                heads.append(head)
-            span_id = row.s
-            if span_id in seen or _contains(entry.ids, _id_key(span_id)):
-                read.duplicates += 1  # (a cold read keeps a span id's first line)
-                continue
-            seen.add(span_id)
-            batch.add(head, h, row, at, length)
+    if entry is not None:
+        batch.read_held(path, entry.held)
+    if entry is None or end > entry.end:
+        met = batch.read_new(path, entry, end, read)
         if cold and read.notes:  # no store file: nothing to keep, the read says why
             return None, [], read, None, None
-    for head in met:  # headers met after the last span line too: the one in effect at the end
-        if id(head) not in index:
-            index[id(head)] = len(heads)
-            heads.append(head)
-    if met:
-        entry.head_at_end = index[id(met[-1])]
-    settled: dict[Process, Columns] = {}
-    pending: dict[Process, Columns] = {}
-    still = array("q")
-    new_ids: list[Any] = []
-    for process, cols in batch.columns.items():
-        keep, late = _complete(cols, entry.ids)
-        if late:
-            return None
-        new_ids.extend(_id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
-        places = batch.where[process]
-        for n, k in enumerate(keep):
-            if not k:
-                still.extend(places[3 * n : 3 * n + 3])
-        if all(keep):
-            settled[process] = cols
-        elif any(keep):
-            settled[process] = cols.subset(keep)
-            pending[process] = cols.subset(bytearray(1 - k for k in keep))
-        else:
-            pending[process] = cols
+    entry = entry if entry is not None else Entry(key, identity)
+    for head in met:  # (headers met after the last span line too: the last is the one in effect at the end)
+        entry.head_at_end = batch.number(head)
+    split = batch.split(entry.ids)
+    if split is None:
+        return None
+    settled, pending, entry.held, new_ids = split
     fresh_from = _earliest(settled)
     new_parts = reduce_columns(settled, driver_in_run, superseded, critical)
-    entry.held = _in_file_order(still)
-    entry.heads = [dict(h.header) for h in heads]
+    entry.heads = [dict(h.header) for h in batch.heads]
     delta = _settle(entry, look, end, read, new_parts, new_ids, cold)
     answer = ReadStats()
     answer.add(entry.stats)
-    tail = _tail_row(path, end, stat.st_size, answer, seen, entry.ids)
+    tail = _tail_row(path, end, stat.st_size, answer, batch.seen, entry.ids)
     if tail is not None and entry.head_at_end is not None:  # reduced with the held spans, kept by no one
-        _add_row(pending, heads[entry.head_at_end], tail)
+        _add_row(pending, batch.heads[entry.head_at_end], tail)
     fresh_from = min((t for t in (fresh_from, _earliest(pending)) if t is not None), default=None)
     parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
     return entry, parts, answer, fresh_from, delta

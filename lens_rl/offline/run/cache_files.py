@@ -229,17 +229,24 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
         return None, None if entry.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
     if entry.identity != identity:
         return None, None  # another file under that name: read cold, quietly
+    _apply_deltas(entry, records, len(data))
+    return entry, None
+
+
+def _apply_deltas(entry: Entry, records: Iterator[bytes], size: int) -> None:
+    """Each delta record whose parent is ``entry``'s state applied (another's, from a look that appended at
+    once, skipped); at a record cut short or corrupt, the state before it stands and ``entry`` is left with no
+    file to append to (written whole next)."""
     count, appended = 1, 0
     try:
         for record in records:
             delta = unpickled(ClassUnpickler, record)
             count, appended = count + 1, appended + _LENGTH + len(record)
-            if isinstance(delta, Delta) and delta.parent == entry.token:  # (else another look's: skipped)
+            if isinstance(delta, Delta) and delta.parent == entry.token:
                 entry.apply(delta)
-    except Exception:  # a record cut short or corrupt: the state before it stands, and is written whole next
-        return entry, None
-    entry.disk = (count, len(data) - appended, appended)
-    return entry, None
+    except Exception:  # (never trusted: whatever a record holds, the state before it is a cold read's)
+        return
+    entry.disk = (count, size - appended, appended)
 
 
 def save_entry(path: Path, entry: Entry, delta: bytes | None = None) -> None:
@@ -302,13 +309,18 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
         tokens, records, keys = dict(kept["tokens"]), list(kept["records"]), list(kept["keys"])
     except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it
         return Memo(), f"corrupt ({type(exc).__name__})"
-    before = {name: token for name, token, _after, _fresh in reads}
-    if any(before.get(name) != token for name, token in tokens.items()) or any(
-        token is not None and name not in tokens for name, token in before.items()
-    ):
+    if not _made_from(tokens, reads):
         return Memo(), None  # a file gone, rewritten, or read by another look since
     fresh = [start for *_, start in reads if start is not None]
     return Memo(records, keys, min(fresh) if fresh else None), None
+
+
+def _made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
+    """Whether the entries a memo was made from (``tokens``) are those this look read from (``reads``)."""
+    before = {name: token for name, token, _after, _fresh in reads}
+    return all(before.get(name) == token for name, token in tokens.items()) and all(
+        token is None or name in tokens for name, token in before.items()
+    )
 
 
 def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:

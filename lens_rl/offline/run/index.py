@@ -162,23 +162,29 @@ def _scan(index: FileIndex, path: str | os.PathLike[str], end: int, steps: bool)
     """``index`` brought from where its scan stopped to ``end``: the headers met, and the rows' steps where
     ``steps``."""
     if index.end < end and (index.heads or not index.end):  # (a file whose first line is no header has none)
-        if not steps:
-            index.heads += heads(path, index.end, end)
+        if steps:
+            _scan_rows(index, path, end)
         else:
-            found = index.steps if index.steps is not None else {}
-            met: list[Head] = []
-            last = index.heads[-1] if index.end and index.heads else None
-            current = None if last is None else found.setdefault((last.process.attempt, last.process.driver), set())
-            for head, row, _at, _size in scan(path, ReadStats(), start=index.end, head=last, stop=end, heads=met):
-                if head is not last:
-                    last = head
-                    current = found.setdefault((head.process.attempt, head.process.driver), set())
-                step = row.a.get("rl.step") if row.a else None
-                if current is not None and (type(step) is int or type(step) is str):
-                    current.add(step)
-            index.heads += met
-            index.steps = found
+            index.heads += heads(path, index.end, end)
     index.end, index.tail = end, tail_hash(path, end).hex()
+
+
+def _scan_rows(index: FileIndex, path: str | os.PathLike[str], end: int) -> None:
+    """The rows from where ``index``'s scan stopped to ``end``: their steps per (attempt, driver), and the
+    headers met."""
+    found = index.steps if index.steps is not None else {}
+    met: list[Head] = []
+    last = index.heads[-1] if index.end and index.heads else None
+    current = None if last is None else found.setdefault((last.process.attempt, last.process.driver), set())
+    for head, row, _at, _size in scan(path, ReadStats(), start=index.end, head=last, stop=end, heads=met):
+        if head is not last:
+            last = head
+            current = found.setdefault((head.process.attempt, head.process.driver), set())
+        step = row.a.get("rl.step") if row.a else None
+        if current is not None and (type(step) is int or type(step) is str):
+            current.add(step)
+    index.heads += met
+    index.steps = found
 
 
 def _loaded(path: Path) -> dict[str, FileIndex]:
