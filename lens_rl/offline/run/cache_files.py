@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import math
 import os
 import pickle
@@ -55,6 +56,7 @@ __all__ = [
     "save_sizes",
 ]
 
+_log = logging.getLogger("lens_rl")
 _MAGIC = FORMAT.encode() + b"\n"
 #: records an entry file holds before a look rewrites it whole
 MAX_RECORDS = 32
@@ -229,11 +231,11 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
         return None, None if entry.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
     if entry.identity != identity:
         return None, None  # another file under that name: read cold, quietly
-    _apply_deltas(entry, records, len(data))
+    _apply_deltas(entry, records, len(data), path)
     return entry, None
 
 
-def _apply_deltas(entry: Entry, records: Iterator[bytes], size: int) -> None:
+def _apply_deltas(entry: Entry, records: Iterator[bytes], size: int, path: Path) -> None:
     """Each delta record whose parent is ``entry``'s state applied (another's, from a look that appended at
     once, skipped); at a record cut short or corrupt, the state before it stands and ``entry`` is left with no
     file to append to (written whole next)."""
@@ -244,7 +246,8 @@ def _apply_deltas(entry: Entry, records: Iterator[bytes], size: int) -> None:
             count, appended = count + 1, appended + _LENGTH + len(record)
             if isinstance(delta, Delta) and delta.parent == entry.token:
                 entry.apply(delta)
-    except Exception:  # (never trusted: whatever a record holds, the state before it is a cold read's)
+    except Exception as exc:  # (never trusted: whatever a record holds, the state before it is a cold read's)
+        _log.debug("lens-rl: %s: read up to a record cut short or corrupt (%s)", path.name, type(exc).__name__)
         return
     entry.disk = (count, size - appended, appended)
 
