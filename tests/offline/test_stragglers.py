@@ -118,3 +118,34 @@ def test_ranks_that_share_their_steps_are_judged_exactly_as_step_by_step(
         assert {s["step"] for s in as_table["per_step"] if s["step"] in (50, 51)} == {51}
     if selection:
         assert all(selection[0] <= s["step"] <= selection[1] for s in as_table["per_step"])
+
+
+def test_ranks_restarted_with_re_run_steps_are_judged_on_their_summed_time() -> None:
+    """A resumed job: every rank under two pids, the second re-running the first's last steps. Each rank's
+    time per step is the sum over its pids, judged as the per-step rule judges it (the flags and figures of
+    one pid per rank holding the sums), re-run steps counted once among its steps."""
+    rng = random.Random(5)
+    first, second = list(range(0, 60)), list(range(55, 120))  # steps 55-59 ran twice
+    values = {
+        (rank, attempt): [rng.choice([1_000, 1_000, 1_010, 1_200, 4_000]) for _ in steps]
+        for rank in range(6)
+        for attempt, steps in ((0, first), (1, second))
+    }
+    restarted = [
+        ProcessPart(
+            key=Process("lm_policy", rank, 1000 * (attempt + 1) + rank, attempt),
+            compute={"policy_training": Series(array("q", steps), array("q", values[(rank, attempt)]))},
+        )
+        for rank in range(6)
+        for attempt, steps in ((0, first), (1, second))
+    ]
+    summed = []
+    for rank in range(6):
+        by_step: dict[int, int] = {}
+        for attempt, steps in ((0, first), (1, second)):
+            for step, ns in zip(steps, values[(rank, attempt)], strict=True):
+                by_step[step] = by_step.get(step, 0) + ns
+        summed.append(ProcessPart(key=Process("lm_policy", rank, 100 + rank), compute={"policy_training": by_step}))
+    found = stragglers(restarted, None)
+    assert found == stragglers(summed, None) and found["per_step"]
+    assert {p["of_steps"] for p in found["persistent"]} <= {120}

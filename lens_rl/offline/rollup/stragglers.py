@@ -79,13 +79,11 @@ def _columns(parts: list[ProcessPart]) -> dict[tuple[str, str], dict[int, list[M
 
 
 def _rank_map(found: list[Mapping[Any, int]]) -> Mapping[Any, int]:
-    """A rank's step -> ns map: a rank seen under several pids (a restart) has its time added up."""
-    if len(found) == 1:
-        return found[0]
-    merged: dict[Any, int] = {}
-    for by_step in found:
-        for step, value in by_step.items():
-            merged[step] = merged.get(step, 0) + value
+    """A rank's step -> ns map: a rank seen under several pids (a restart) has its time added up (a Series
+    still where every step is an int: its ranks then compare as one table)."""
+    merged = found[0]
+    for by_step in found[1:]:
+        merged = Series.merged(merged, by_step)
     return merged
 
 
