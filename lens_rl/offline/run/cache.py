@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import os
 from array import array
-from bisect import bisect_left
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,6 +43,7 @@ from lens_rl.offline.run.cache_files import (
     Entry,
     cache_folder,
     grown_bytes,
+    id_key,
     load_entry,
     load_memo,
     merged_ids,
@@ -51,6 +51,7 @@ from lens_rl.offline.run.cache_files import (
     save_entry,
     save_memo,
     save_sizes,
+    settled_has,
 )
 from lens_rl.offline.run.index import complete_end, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
@@ -73,29 +74,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------------------- reads
-
-
-def _id_key(span_id: Any) -> Any:
-    """A span id as the settled ids keep it: an int for lens_rl's 16 hex digits, else as given."""
-    if type(span_id) is str and len(span_id) == 16:
-        try:
-            return int(span_id, 16)
-        except ValueError:
-            return span_id
-    return span_id
-
-
-def _contains(ids: Any, key: Any) -> bool:
-    if type(ids) is array:
-        if type(key) is not int:
-            return False
-        at = bisect_left(ids, key)
-        return at < len(ids) and ids[at] == key
-    try:
-        at = bisect_left(ids, key)
-    except TypeError:
-        return key in ids
-    return at < len(ids) and ids[at] == key
 
 
 def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
@@ -154,7 +132,7 @@ class _Batch:
         settled = array("Q") if entry is None else entry.ids
         for head, row, at, length in rows:
             h = self.number(head)
-            if row.s in self.seen or _contains(settled, _id_key(row.s)):
+            if row.s in self.seen or settled_has(settled, id_key(row.s)):
                 read.duplicates += 1  # (a cold read keeps a span id's first line)
                 continue
             self.add(head, h, row, at, length)
@@ -172,7 +150,7 @@ class _Batch:
             keep, late = _complete(cols, settled)
             if late:
                 return None
-            new_ids.extend(_id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
+            new_ids.extend(id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
             places = self.where[process]
             for n, k in enumerate(keep):
                 if not k:
@@ -213,7 +191,7 @@ def _complete(cols: Columns, settled: Any) -> tuple[bytearray, bool]:
                 break
             k = index.get(parent)
             if k is None:  # not written yet, or settled by an earlier read
-                late = late or _contains(settled, parent if type(parent) is not str else _id_key(parent))
+                late = late or settled_has(settled, parent if type(parent) is not str else id_key(parent))
                 result = 2
                 break
             if k == j or k in on_trail:  # a malformed cycle: reduced as a cold read reduces it
@@ -410,7 +388,7 @@ def _tail_row(path: str | os.PathLike[str], end: int, size: int, stats: ReadStat
     if not plausible(row):
         stats.skipped += 1
         return None
-    if row.s in seen or _contains(ids, _id_key(row.s)):
+    if row.s in seen or settled_has(ids, id_key(row.s)):
         stats.duplicates += 1
         return None
     return row

@@ -47,6 +47,7 @@ __all__ = [
     "Entry",
     "cache_folder",
     "grown_bytes",
+    "id_key",
     "load_entry",
     "load_memo",
     "merged_ids",
@@ -54,6 +55,7 @@ __all__ = [
     "save_entry",
     "save_memo",
     "save_sizes",
+    "settled_has",
 ]
 
 _log = logging.getLogger("lens_rl")
@@ -163,6 +165,30 @@ class Delta:
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.parent, self.token, self.meta, self.parts, self.ids = state
+
+
+def id_key(span_id: Any) -> Any:
+    """A span id as the settled ids keep it: an int for lens_rl's 16 hex digits, else as given."""
+    if type(span_id) is str and len(span_id) == 16:
+        try:
+            return int(span_id, 16)
+        except ValueError:
+            return span_id
+    return span_id
+
+
+def settled_has(ids: Any, key: Any) -> bool:
+    """Whether the settled ids (sorted: see :func:`merged_ids`) hold ``key`` (an :func:`id_key`)."""
+    if type(ids) is array:
+        if type(key) is not int:
+            return False
+        at = bisect_left(ids, key)
+        return at < len(ids) and ids[at] == key
+    try:
+        at = bisect_left(ids, key)
+    except TypeError:
+        return key in ids
+    return at < len(ids) and ids[at] == key
 
 
 def merged_ids(ids: Any, new: list[Any]) -> Any:
