@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,9 @@ from lens_rl.offline.read.tree import depths, rows_tree
 from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
 from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
+from lens_rl.offline.run.index import complete_end
 from lens_rl.offline.run.parallel import map_files
+from lens_rl.offline.run.window import file_mark, keep, reused
 from lens_rl.store import iter_rows, read_head, time_ns
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "shown_ranks",
     "step_window",
     "window_file",
+    "window_file_marked",
 ]
 
 MAX_TIMELINE_SPANS = 20_000
@@ -75,19 +78,24 @@ def page_data(
     window = step_window(report, steps)
     ranks = shown_ranks(report["ranks"])
     shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in ranks)
-    timeline: list[dict[str, Any]] = []
-    for chunk in map_files(
-        window_file,
-        paths,
-        window,
-        MAX_TIMELINE_SPANS,
-        shown,
-        jobs=jobs,
-        use_ray=use_ray,
-        ray_address=ray_address,
-        desc="report",
-    ):
-        timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
+    timeline = None if cache is None else reused(cache, paths, window, shown)
+    if timeline is None:
+        timeline, marks = [], []
+        for chunk, mark in map_files(
+            window_file_marked,
+            paths,
+            window,
+            MAX_TIMELINE_SPANS,
+            shown,
+            jobs=jobs,
+            use_ray=use_ray,
+            ray_address=ray_address,
+            desc="report",
+        ):
+            marks.append(mark if len(timeline) + len(chunk) < MAX_TIMELINE_SPANS else None)
+            timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
+        if cache is not None:
+            keep(cache, window, shown, timeline, marks)
     return PageData(report, parts, window, timeline, heatmap(parts), ranks, identity(paths))
 
 
@@ -100,7 +108,35 @@ def window_file(
     """The spans of one file inside the step window (each span's step by the tree rule, as every command
     decides it: :mod:`lens_rl.offline.read.tree`), of the processes ``shown`` ((group, rank, pid); None:
     every one)."""
-    rows = list(iter_rows(path))
+    return _drawn(iter_rows(path), window, limit, shown)[0]
+
+
+def window_file_marked(
+    path: str | os.PathLike[str],
+    window: tuple[int, int] | None,
+    limit: int,
+    shown: frozenset[tuple[str, int, int]] | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """:func:`window_file`'s spans and what a kept timeline keeps of the file
+    (:func:`lens_rl.offline.run.window.file_mark`; None where its spans were cut at ``limit``)."""
+    try:
+        end = complete_end(path, os.stat(path).st_size)  # (before the read: what is drawn reaches at least here)
+    except OSError:
+        return window_file(path, window, limit, shown), None
+    out, rows, parents, kept = _drawn(iter_rows(path), window, limit, shown)
+    if len(out) >= limit:
+        return out, None
+    try:
+        return out, file_mark(path, rows, parents, kept, end)
+    except OSError:
+        return out, None
+
+
+def _drawn(
+    found: Iterable[tuple[Any, Any]], window: tuple[int, int] | None, limit: int, shown: Any
+) -> tuple[list[dict[str, Any]], list[tuple[Any, Any]], Any, list[int]]:
+    """The drawn spans of a file's ``found`` rows, the rows, their tree's parents, and the rows drawn."""
+    rows = list(found)
     parents, steps, _cycles = rows_tree([row for _, row in rows])
     out: list[dict[str, Any]] = []
     kept: list[int] = []  # (each drawn span's row)
@@ -112,19 +148,7 @@ def window_file(
             step = steps[n]
             if type(step) is not int or not window[0] <= step <= window[1]:
                 continue
-        attrs = row.a or {}
-        out.append(
-            {
-                "process": f"{key.group} rank {key.rank} (pid {key.pid})",
-                "group": key.group,
-                "name": str(row.n),
-                "start": time_ns(row.b),
-                "end": time_ns(row.e),
-                "bucket": attrs.get("rl.bucket"),
-                "driver": key.driver,
-                "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
-            }
-        )
+        out.append(_item(key, row))
         kept.append(n)
         if len(out) >= limit:
             break
@@ -134,7 +158,22 @@ def window_file(
         least[item["process"]] = min(least.get(item["process"], depth[n]), depth[n])
     for item, n in zip(out, kept, strict=True):
         item["depth"] = depth[n] - least[item["process"]]
-    return out
+    return out, rows, parents, kept
+
+
+def _item(key: Any, row: Any) -> dict[str, Any]:
+    """One drawn span."""
+    attrs = row.a or {}
+    return {
+        "process": f"{key.group} rank {key.rank} (pid {key.pid})",
+        "group": key.group,
+        "name": str(row.n),
+        "start": time_ns(row.b),
+        "end": time_ns(row.e),
+        "bucket": attrs.get("rl.bucket"),
+        "driver": key.driver,
+        "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
+    }
 
 
 def identity(paths: Sequence[Path]) -> dict[str, Any]:

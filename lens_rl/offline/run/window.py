@@ -1,0 +1,169 @@
+"""The report's timeline kept between looks, in the refresh cache's folder (``timeline.json``, sealed like
+the kept answers): a ``report`` of a store that grew reads only the bytes appended since the timeline was
+drawn, and draws it again only where they can change it.
+
+A kept timeline holds its window of steps, the processes it shows, its spans, and per file where its read
+stopped (identity, end, the hash before it, the header in effect there); also the ids of the drawn spans and
+their ancestors, and the parent ids their chains end at unwritten (``open``). The new lines of every file are
+then read, and the timeline is drawn again (every file read whole) when one of them can belong to it: a span
+of a shown process whose step, by the tree rule over the new lines, is in the window; one whose chain leaves
+the new lines at a drawn span or its ancestor (its step may be theirs); or one that is the parent a drawn
+chain waited for (its depths change). A file shrunk, rewritten or replaced, another window, other shown
+processes, or a timeline cut at its span limit are drawn again too. Otherwise the kept spans are the
+timeline a cold read would draw.
+
+Example::
+
+    timeline = reused(cache, paths, window, shown)      # None: draw it again (and keep() what is drawn)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lens_rl._version import __version__
+from lens_rl.offline.read.tree import rows_tree
+from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.index import complete_end, tail_hash
+from lens_rl.offline.run.kept import sealed, unsealed
+from lens_rl.store import LINE_MAX, Head, ReadStats, heads, loads, open_file, scan
+
+__all__ = ["KEPT", "file_mark", "keep", "reused"]
+
+KEPT = "timeline.json"
+
+
+def file_mark(
+    path: str | os.PathLike[str], rows: Sequence[tuple[Head, Any]], parents: Any, drawn: Sequence[int], end: int
+) -> dict[str, Any]:
+    """What a kept timeline keeps of one file whose lines up to ``end`` (a line's end, taken before they were
+    read) were drawn from ``rows`` (their tree ``parents``; ``drawn``: the rows drawn): its identity and
+    where the read stopped, the ids of the drawn spans and their ancestors, the parent ids their chains end at."""
+    ids: set[Any] = set()
+    open_ends: set[Any] = set()
+    for n in drawn:
+        j = n
+        while rows[j][1].s not in ids:  # (up its chain, to the top or to a span walked already)
+            ids.add(rows[j][1].s)
+            if parents[j] == -1:
+                row = rows[j][1]
+                if row.p is not None and not row.pr:
+                    open_ends.add(row.p)
+                break
+            j = parents[j]
+    found = heads(path, 0, end) if end else []
+    return {
+        "name": Path(path).name,
+        "state": _identity(path),
+        "end": end,
+        "tail": tail_hash(path, end).hex(),
+        "head": found[-1].header if found else None,
+        "ids": sorted(ids, key=repr),
+        "open": sorted(open_ends, key=repr),
+    }
+
+
+def keep(
+    folder: str, window: Any, shown: Any, timeline: list[dict[str, Any]], marks: list[dict[str, Any] | None]
+) -> None:
+    """Keep a timeline just drawn (none where a file's spans were cut at the limit: ``marks`` holds a None)."""
+    if any(mark is None for mark in marks):
+        return
+    files = {mark["name"]: mark for mark in marks if mark is not None}
+    kept = {"key": _key(), "window": window, "shown": _shown(shown), "timeline": timeline, "files": files}
+    data = sealed(json_bytes(kept))
+    if data is not None:
+        write_atomic(Path(folder) / KEPT, data)
+
+
+def reused(folder: str, paths: Sequence[Path], window: Any, shown: Any) -> list[dict[str, Any]] | None:
+    """The kept timeline, where the lines appended since it was drawn cannot change it (kept again, marked
+    at their end); None: draw it again."""
+    try:
+        data = unsealed(read_bytes(Path(folder) / KEPT))
+        kept = None if data is None else loads(data)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if type(kept) is not dict or kept.get("key") != _key():
+        return None
+    if kept.get("window") != (list(window) if window is not None else None) or kept.get("shown") != _shown(shown):
+        return None
+    files: dict[str, Any] = kept["files"]
+    ids = {i for mark in files.values() for i in mark["ids"]}
+    open_ends = {i for mark in files.values() for i in mark["open"]}
+    marks: list[dict[str, Any] | None] = []
+    for path in paths:
+        mark = _grown(path, files.get(Path(path).name), window, shown, ids, open_ends)
+        if mark is None:
+            return None
+        marks.append(mark)
+    keep(folder, window, shown, kept["timeline"], marks)
+    return list(kept["timeline"])
+
+
+def _grown(
+    path: Path, mark: dict[str, Any] | None, window: Any, shown: Any, ids: set[Any], open_ends: set[Any]
+) -> dict[str, Any] | None:
+    """``mark`` brought to the file's end, or None where its new lines can change the timeline (or the file
+    is not the one marked)."""
+    try:
+        state = _identity(path)
+        end = complete_end(path, os.stat(path).st_size)
+    except OSError:
+        return None
+    start, head = 0, None
+    if mark is not None:
+        if mark["state"] != state or end < mark["end"] or tail_hash(path, mark["end"]).hex() != mark["tail"]:
+            return None
+        start, head = mark["end"], (Head(mark["head"]) if mark["head"] is not None else None)
+        if start and head is None:
+            return None
+    met: list[Head] = []
+    rows = [(h, row) for h, row, _at, _size in scan(path, ReadStats(), start=start, head=head, stop=end, heads=met)]
+    if _touches(rows, window, shown, ids, open_ends):
+        return None
+    last = met[-1] if met else head
+    out: dict[str, Any] = dict(mark) if mark is not None else {"name": path.name, "ids": [], "open": []}
+    out.update(state=state, end=end, tail=tail_hash(path, end).hex(), head=None if last is None else last.header)
+    return out
+
+
+def _touches(rows: list[tuple[Head, Any]], window: Any, shown: Any, ids: set[Any], open_ends: set[Any]) -> bool:
+    """Whether new ``rows`` can change the timeline (see the module docstring)."""
+    if not rows:
+        return False
+    parents, steps, _cycles = rows_tree([row for _, row in rows])
+    for n, (head, row) in enumerate(rows):
+        if row.s in open_ends:
+            return True
+        key = head.process
+        if shown is not None and (key.group, key.rank, key.pid) not in shown:
+            continue
+        step = steps[n]
+        if window is None or (type(step) is int and window[0] <= step <= window[1]):
+            return True
+        top = n
+        while parents[top] != -1:
+            top = parents[top]
+        if step is None and rows[top][1].p in ids:
+            return True
+    return False
+
+
+def _identity(path: str | os.PathLike[str]) -> list[Any]:
+    with open_file(path) as handle:
+        stat = os.fstat(handle.fileno())
+        first = handle.readline(LINE_MAX)
+    return [stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest()]
+
+
+def _shown(shown: Any) -> list[list[Any]] | None:
+    return None if shown is None else sorted(list(s) for s in shown)
+
+
+def _key() -> str:
+    return repr((__version__, FORMAT))
