@@ -78,25 +78,43 @@ def page_data(
     window = step_window(report, steps)
     ranks = shown_ranks(report["ranks"])
     shown = frozenset((r["worker_group"], r["rank"], r["pid"]) for r in ranks)
-    timeline = None if cache is None else reused(cache, paths, window, shown)
-    if timeline is None:
-        timeline, marks = [], []
-        for chunk, mark in map_files(
-            window_file_marked,
-            paths,
-            window,
-            MAX_TIMELINE_SPANS,
-            shown,
-            jobs=jobs,
-            use_ray=use_ray,
-            ray_address=ray_address,
-            desc="report",
-        ):
-            marks.append(mark if len(timeline) + len(chunk) < MAX_TIMELINE_SPANS else None)
-            timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
-        if cache is not None:
-            keep(cache, window, shown, timeline, marks)
+    drawn = None if cache is None else reused(cache, paths, window)
+    if drawn is None:  # (kept: every process's spans, the shown ones taken below)
+        drawn = _draw(paths, window, None if cache is not None else shown, cache, jobs, use_ray, ray_address)
+    processes = {f"{group} rank {rank} (pid {pid})" for group, rank, pid in shown}
+    timeline = [item for item in drawn if item["process"] in processes][:MAX_TIMELINE_SPANS]
     return PageData(report, parts, window, timeline, heatmap(parts), ranks, identity(paths))
+
+
+def _draw(
+    paths: Sequence[Path],
+    window: tuple[int, int] | None,
+    shown: frozenset[tuple[str, int, int]] | None,
+    cache: str | None,
+    jobs: int | None,
+    use_ray: bool,
+    ray_address: str | None,
+) -> list[dict[str, Any]]:
+    """The timeline's spans of the processes ``shown`` (None: every one), each file read whole, at most
+    :data:`MAX_TIMELINE_SPANS`; kept in the cache folder ``cache`` for the next look (when none was cut)."""
+    timeline: list[dict[str, Any]] = []
+    marks: list[dict[str, Any] | None] = []
+    for chunk, mark in map_files(
+        window_file_marked,
+        paths,
+        window,
+        MAX_TIMELINE_SPANS,
+        shown,
+        jobs=jobs,
+        use_ray=use_ray,
+        ray_address=ray_address,
+        desc="report",
+    ):
+        marks.append(mark if len(timeline) + len(chunk) < MAX_TIMELINE_SPANS else None)
+        timeline.extend(chunk[: max(MAX_TIMELINE_SPANS - len(timeline), 0)])
+    if cache is not None:
+        keep(cache, window, timeline, marks)
+    return timeline
 
 
 def window_file(

@@ -2,19 +2,19 @@
 the kept answers): a ``report`` of a store that grew reads only the bytes appended since the timeline was
 drawn, and draws it again only where they can change it.
 
-A kept timeline holds its window of steps, the processes it shows, its spans, and per file where its read
-stopped (identity, end, the hash before it, the header in effect there); also the ids of the drawn spans and
-their ancestors, and the parent ids their chains end at unwritten (``open``). The new lines of every file are
-then read, and the timeline is drawn again (every file read whole) when one of them can belong to it: a span
-of a shown process whose step, by the tree rule over the new lines, is in the window; one whose chain leaves
-the new lines at a drawn span or its ancestor (its step may be theirs); or one that is the parent a drawn
-chain waited for (its depths change). A file shrunk, rewritten or replaced, another window, other shown
-processes, or a timeline cut at its span limit are drawn again too. Otherwise the kept spans are the
-timeline a cold read would draw.
+A kept timeline holds its window of steps, every process's spans in it (a page shows some processes: which
+may change from look to look), and per file where its read stopped (identity, end, the hash before it, the
+header in effect there); also the ids of the drawn spans and their ancestors, and the parent ids their chains
+end at unwritten (``open``). The new lines of every file are then read, and the timeline is drawn again
+(every file read whole) when one of them can belong to it: a span whose step, by the tree rule over the new
+lines, is in the window; one whose chain leaves the new lines at a drawn span or its ancestor (its step may
+be theirs); or one that is the parent a drawn chain waited for (its depths change). A file shrunk, rewritten
+or replaced, another window, or a timeline cut at its span limit are drawn again too. Otherwise the kept
+spans are those a cold read would draw.
 
 Example::
 
-    timeline = reused(cache, paths, window, shown)      # None: draw it again (and keep() what is drawn)
+    drawn = reused(cache, paths, window)      # None: draw it again (and keep() what is drawn)
 """
 
 from __future__ import annotations
@@ -67,22 +67,21 @@ def file_mark(
     }
 
 
-def keep(
-    folder: str, window: Any, shown: Any, timeline: list[dict[str, Any]], marks: list[dict[str, Any] | None]
-) -> None:
-    """Keep a timeline just drawn (none where a file's spans were cut at the limit: ``marks`` holds a None)."""
+def keep(folder: str, window: Any, timeline: list[dict[str, Any]], marks: Sequence[dict[str, Any] | None]) -> None:
+    """Keep a timeline just drawn, every process's spans (none where a file's spans were cut at the limit:
+    ``marks`` holds a None)."""
     if any(mark is None for mark in marks):
         return
     files = {mark["name"]: mark for mark in marks if mark is not None}
-    kept = {"key": _key(), "window": window, "shown": _shown(shown), "timeline": timeline, "files": files}
+    kept = {"key": _key(), "window": window, "timeline": timeline, "files": files}
     data = sealed(json_bytes(kept))
     if data is not None:
         write_atomic(Path(folder) / KEPT, data)
 
 
-def reused(folder: str, paths: Sequence[Path], window: Any, shown: Any) -> list[dict[str, Any]] | None:
-    """The kept timeline, where the lines appended since it was drawn cannot change it (kept again, marked
-    at their end); None: draw it again."""
+def reused(folder: str, paths: Sequence[Path], window: Any) -> list[dict[str, Any]] | None:
+    """The kept timeline (every process's spans), where the lines appended since it was drawn cannot change
+    it (kept again, marked at their end); None: draw it again."""
     try:
         data = unsealed(read_bytes(Path(folder) / KEPT))
         kept = None if data is None else loads(data)
@@ -90,23 +89,23 @@ def reused(folder: str, paths: Sequence[Path], window: Any, shown: Any) -> list[
         return None
     if type(kept) is not dict or kept.get("key") != _key():
         return None
-    if kept.get("window") != (list(window) if window is not None else None) or kept.get("shown") != _shown(shown):
+    if kept.get("window") != (list(window) if window is not None else None):
         return None
     files: dict[str, Any] = kept["files"]
     ids = {i for mark in files.values() for i in mark["ids"]}
     open_ends = {i for mark in files.values() for i in mark["open"]}
     marks: list[dict[str, Any] | None] = []
     for path in paths:
-        mark = _grown(path, files.get(Path(path).name), window, shown, ids, open_ends)
+        mark = _grown(path, files.get(Path(path).name), window, ids, open_ends)
         if mark is None:
             return None
         marks.append(mark)
-    keep(folder, window, shown, kept["timeline"], marks)
+    keep(folder, window, kept["timeline"], marks)
     return list(kept["timeline"])
 
 
 def _grown(
-    path: Path, mark: dict[str, Any] | None, window: Any, shown: Any, ids: set[Any], open_ends: set[Any]
+    path: Path, mark: dict[str, Any] | None, window: Any, ids: set[Any], open_ends: set[Any]
 ) -> dict[str, Any] | None:
     """``mark`` brought to the file's end, or None where its new lines can change the timeline (or the file
     is not the one marked)."""
@@ -124,7 +123,7 @@ def _grown(
             return None
     met: list[Head] = []
     rows = [(h, row) for h, row, _at, _size in scan(path, ReadStats(), start=start, head=head, stop=end, heads=met)]
-    if _touches(rows, window, shown, ids, open_ends):
+    if _touches(rows, window, ids, open_ends):
         return None
     last = met[-1] if met else head
     out: dict[str, Any] = dict(mark) if mark is not None else {"name": path.name, "ids": [], "open": []}
@@ -132,17 +131,14 @@ def _grown(
     return out
 
 
-def _touches(rows: list[tuple[Head, Any]], window: Any, shown: Any, ids: set[Any], open_ends: set[Any]) -> bool:
+def _touches(rows: list[tuple[Head, Any]], window: Any, ids: set[Any], open_ends: set[Any]) -> bool:
     """Whether new ``rows`` can change the timeline (see the module docstring)."""
     if not rows:
         return False
     parents, steps, _cycles = rows_tree([row for _, row in rows])
-    for n, (head, row) in enumerate(rows):
+    for n, (_head, row) in enumerate(rows):
         if row.s in open_ends:
             return True
-        key = head.process
-        if shown is not None and (key.group, key.rank, key.pid) not in shown:
-            continue
         step = steps[n]
         if window is None or (type(step) is int and window[0] <= step <= window[1]):
             return True
@@ -159,10 +155,6 @@ def _identity(path: str | os.PathLike[str]) -> list[Any]:
         stat = os.fstat(handle.fileno())
         first = handle.readline(LINE_MAX)
     return [stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest()]
-
-
-def _shown(shown: Any) -> list[list[Any]] | None:
-    return None if shown is None else sorted(list(s) for s in shown)
 
 
 def _key() -> str:
