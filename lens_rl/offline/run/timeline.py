@@ -170,13 +170,18 @@ def _drawn(
         kept.append(n)
         if len(out) >= limit:
             break
+    _depths(out, kept, parents)
+    return out, rows, parents, kept
+
+
+def _depths(out: list[dict[str, Any]], kept: list[int], parents: Any) -> None:
+    """Each drawn span's depth, counted from its process's outermost span drawn."""
     depth = depths(parents, kept)
-    least: dict[str, int] = {}  # (depth counted from each process's outermost span drawn)
+    least: dict[str, int] = {}
     for item, n in zip(out, kept, strict=True):
         least[item["process"]] = min(least.get(item["process"], depth[n]), depth[n])
     for item, n in zip(out, kept, strict=True):
         item["depth"] = depth[n] - least[item["process"]]
-    return out, rows, parents, kept
 
 
 def _item(key: Any, row: Any) -> dict[str, Any]:

@@ -82,14 +82,8 @@ def keep(folder: str, window: Any, timeline: list[dict[str, Any]], marks: Sequen
 def reused(folder: str, paths: Sequence[Path], window: Any) -> list[dict[str, Any]] | None:
     """The kept timeline (every process's spans), where the lines appended since it was drawn cannot change
     it (kept again, marked at their end); None: draw it again."""
-    try:
-        data = unsealed(read_bytes(Path(folder) / KEPT))
-        kept = None if data is None else loads(data)
-    except (OSError, ValueError, RecursionError):
-        return None
-    if type(kept) is not dict or kept.get("key") != _key():
-        return None
-    if kept.get("window") != (list(window) if window is not None else None):
+    kept = _kept(folder, window)
+    if kept is None:
         return None
     files: dict[str, Any] = kept["files"]
     ids = {i for mark in files.values() for i in mark["ids"]}
@@ -104,6 +98,18 @@ def reused(folder: str, paths: Sequence[Path], window: Any) -> list[dict[str, An
     return list(kept["timeline"])
 
 
+def _kept(folder: str, window: Any) -> dict[str, Any] | None:
+    """The timeline kept in ``folder`` for ``window`` by this user's lens_rl (sealed), or None."""
+    try:
+        data = unsealed(read_bytes(Path(folder) / KEPT))
+        kept = None if data is None else loads(data)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if type(kept) is not dict or kept.get("key") != _key():
+        return None
+    return kept if kept.get("window") == (list(window) if window is not None else None) else None
+
+
 def _grown(
     path: Path, mark: dict[str, Any] | None, window: Any, ids: set[Any], open_ends: set[Any]
 ) -> dict[str, Any] | None:
@@ -112,16 +118,13 @@ def _grown(
     try:
         state = _identity(path)
         end = complete_end(path, os.stat(path).st_size)
+        start = _resumed(path, mark, state, end)
     except OSError:
         return None
-    start, head = 0, None
-    if mark is not None:
-        if mark["state"] != state or end < mark["end"] or tail_hash(path, mark["end"]).hex() != mark["tail"]:
-            return None
-        start, head = mark["end"], (Head(mark["head"]) if mark["head"] is not None else None)
-        if start and head is None:
-            return None
+    if start is None:
+        return None
     met: list[Head] = []
+    head = Head(mark["head"]) if mark is not None and mark["head"] is not None else None
     rows = [(h, row) for h, row, _at, _size in scan(path, ReadStats(), start=start, head=head, stop=end, heads=met)]
     if _touches(rows, window, ids, open_ends):
         return None
@@ -131,23 +134,35 @@ def _grown(
     return out
 
 
+def _resumed(path: Path, mark: dict[str, Any] | None, state: list[Any], end: int) -> int | None:
+    """Where the new lines of the file start (0: a file the timeline never read), or None where it is not
+    the file marked (another identity, shrunk, its bytes before the mark rewritten, no header there)."""
+    if mark is None:
+        return 0
+    if mark["state"] != state or end < mark["end"] or tail_hash(path, mark["end"]).hex() != mark["tail"]:
+        return None
+    return None if mark["end"] and mark["head"] is None else int(mark["end"])
+
+
 def _touches(rows: list[tuple[Head, Any]], window: Any, ids: set[Any], open_ends: set[Any]) -> bool:
     """Whether new ``rows`` can change the timeline (see the module docstring)."""
     if not rows:
         return False
     parents, steps, _cycles = rows_tree([row for _, row in rows])
     for n, (_head, row) in enumerate(rows):
-        if row.s in open_ends:
-            return True
         step = steps[n]
-        if window is None or (type(step) is int and window[0] <= step <= window[1]):
+        if row.s in open_ends or window is None or (type(step) is int and window[0] <= step <= window[1]):
             return True
-        top = n
-        while parents[top] != -1:
-            top = parents[top]
-        if step is None and rows[top][1].p in ids:
+        if step is None and rows[_top(parents, n)][1].p in ids:
             return True
     return False
+
+
+def _top(parents: Any, n: int) -> int:
+    """The top of row ``n``'s chain among the rows (``parents``: -1 where it leaves them)."""
+    while parents[n] != -1:
+        n = parents[n]
+    return n
 
 
 def _identity(path: str | os.PathLike[str]) -> list[Any]:
