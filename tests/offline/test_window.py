@@ -62,8 +62,8 @@ def test_a_store_grown_by_later_steps_is_drawn_from_the_kept_timeline(tmp_path: 
 
 def test_new_lines_that_can_change_the_timeline_draw_it_again(tmp_path: Path, drawn: list[str]) -> None:
     """A late span of a step in the window, a late child (no step of its own) of a drawn span, the job's root
-    written at its end (the parent the drawn chains waited for: their depths change), a file rewritten in place:
-    each look draws the timeline again, and equals a read without the cache."""
+    written at its end (the parent the drawn chains waited for: their depths change), a file rewritten in place,
+    a file gone: each look draws the timeline again, and equals a read without the cache."""
     run = tmp_path / "r"
     grow_store(run, 0, 20)
     window = _look(run, drawn)["window"]
@@ -80,6 +80,8 @@ def test_new_lines_that_can_change_the_timeline_draw_it_again(tmp_path: Path, dr
         assert _look(run, drawn)["drawn"], row["n"]
     data = worker.read_bytes()
     worker.write_bytes(data.replace(b'"train"', b'"trxin"'))
+    assert _look(run, drawn)["drawn"]
+    worker.unlink()  # a file drawn from, gone
     assert _look(run, drawn)["drawn"]
 
 

@@ -86,6 +86,8 @@ def reused(folder: str, paths: Sequence[Path], window: Any) -> list[dict[str, An
     if kept is None:
         return None
     files: dict[str, Any] = kept["files"]
+    if not set(files) <= {Path(path).name for path in paths}:
+        return None  # (a file drawn from is gone: its spans are no longer the store's)
     ids = {i for mark in files.values() for i in mark["ids"]}
     open_ends = {i for mark in files.values() for i in mark["open"]}
     marks: list[dict[str, Any] | None] = []
