@@ -27,7 +27,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import os
 from array import array
 from collections.abc import Mapping
@@ -53,7 +52,7 @@ from lens_rl.offline.run.cache_files import (
     save_sizes,
     settled_has,
 )
-from lens_rl.offline.run.index import complete_end, tail_hash
+from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
@@ -223,12 +222,9 @@ def cached_file_parts(
     answer is a cold read's."""
     key = options_key(options)
     try:
-        with open_file(path) as handle:
-            stat = os.fstat(handle.fileno())
-            first = handle.readline(LINE_MAX)
+        stat, identity = file_identity(path)
     except OSError:  # gone or unreadable since it was listed: a cold read says so
         return file_parts(path, *options)
-    identity = (stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest())
     where = Path(folder) / f"{Path(path).name}.cache"
     entry, why = load_entry(where, key, identity)
     if entry is not None:
@@ -258,10 +254,8 @@ def _through(
     stats = ReadStats()
     if why is not None:
         stats.cache_notes.append(f"{where.name}: {why}; read cold")
-    if entry is not None and (
-        stat.st_size < entry.end
-        or (stat.st_size == entry.size and not _unchanged(stat, entry))
-        or tail_hash(path, entry.end) != entry.tail
+    if entry is not None and not grown_only(
+        path, stat, (entry.size, entry.mtime_ns, entry.ctime_ns), entry.end, entry.tail
     ):
         entry = None  # shrunk, written to without growing (rewritten in place), or its tail rewritten: cold
     if entry is not None and _unchanged(stat, entry) and not entry.held:

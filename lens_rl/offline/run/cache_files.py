@@ -34,7 +34,7 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.critical import Memo
-from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, cache_key, json_bytes, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
 from lens_rl.offline.run.safe_pickle import ClassUnpickler, PlainUnpickler, unpickled
 from lens_rl.store import CacheRead, Process, ReadStats, loads
@@ -333,7 +333,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
         return Memo(), None  # not sealed by this user's lens_rl (or no key): walked afresh
     try:
         kept = PlainUnpickler(io.BytesIO(body)).load()
-        if kept["key"] != _memo_key():
+        if kept["key"] != cache_key():
             return Memo(), "of another lens_rl version"
         tokens, records, keys = dict(kept["tokens"]), list(kept["records"]), list(kept["keys"])
     except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it
@@ -356,11 +356,7 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
     """Keep this look's per-step results with the tokens of the cache entries it was made from (sealed; not
     kept without the user's key)."""
     tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
-    kept = {"key": _memo_key(), "tokens": tokens, "keys": [list(key) for key in memo.keys], "records": memo.made}
+    kept = {"key": cache_key(), "tokens": tokens, "keys": [list(key) for key in memo.keys], "records": memo.made}
     data = sealed(pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
     if data is not None:
         write_atomic(Path(folder) / _MEMO, data)
-
-
-def _memo_key() -> str:
-    return repr((__version__, FORMAT))

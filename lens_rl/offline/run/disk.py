@@ -15,13 +15,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lens_rl._version import __version__
 from lens_rl.store import open_file
 
-__all__ = ["CACHE_DIR", "FORMAT", "append_to", "json_bytes", "read_bytes", "write_atomic"]
+__all__ = ["CACHE_DIR", "FORMAT", "append_to", "cache_key", "json_bytes", "read_bytes", "write_atomic"]
 
 CACHE_DIR = ".lens_rl-cache"
 #: the cache's format: a file of another (an older or newer lens_rl's) is read as none
 FORMAT = "lens_rl.cache/7"
+
+
+def cache_key() -> str:
+    """What a cache file of this lens_rl says it is (another version's or format's is read as none)."""
+    return repr((__version__, FORMAT))
 
 
 def read_bytes(path: Path) -> bytes:

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl._version import __version__
-from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.disk import cache_key, json_bytes, read_bytes, write_atomic
 from lens_rl.store import LINE_MAX, Head, ReadStats, heads, loads, open_file, scan
 
-__all__ = ["INDEX", "FileIndex", "Index", "complete_end", "tail_hash"]
+__all__ = ["INDEX", "FileIndex", "Index", "complete_end", "file_identity", "grown_only", "tail_hash"]
 
 INDEX = "index.json"
 _TAIL = 4096  # bytes before where a scan stopped, hashed: a rewrite there is caught
@@ -47,11 +46,32 @@ def complete_end(path: str | os.PathLike[str], size: int) -> int:
     return 0
 
 
+def file_identity(path: str | os.PathLike[str]) -> tuple[os.stat_result, tuple[int, int, str]]:
+    """The file's stat and its identity: (device, inode, a hash of its first line); OSError where it is gone
+    or unreadable."""
+    with open_file(path) as handle:
+        stat = os.fstat(handle.fileno())
+        first = handle.readline(LINE_MAX)
+    return stat, (stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest())
+
+
 def tail_hash(path: str | os.PathLike[str], end: int) -> bytes:
     """A hash of the (up to 4 KiB of) bytes before ``end``."""
     with open_file(path) as handle:
         handle.seek(max(end - _TAIL, 0))
         return hashlib.sha1(handle.read(min(end, _TAIL))).digest()
+
+
+def grown_only(path: str | os.PathLike[str], stat: os.stat_result, was: Sequence[int], end: int, tail: bytes) -> bool:
+    """Whether the file (``stat`` now) is as a read that stopped at ``end`` left it, or only grew since:
+    ``was`` its size, mtime and ctime then (at the same size, any write changes one of them: rewritten in
+    place), ``tail`` :func:`tail_hash` at ``end`` then (a rewrite before where the read stopped)."""
+    size, mtime_ns, ctime_ns = was
+    if stat.st_size < max(size, end):
+        return False
+    if stat.st_size == size:
+        return (stat.st_mtime_ns, stat.st_ctime_ns) == (mtime_ns, ctime_ns)
+    return tail_hash(path, end) == tail
 
 
 class FileIndex:
@@ -105,7 +125,7 @@ class Index:
         """Keep what this look scanned (atomically; nothing where the folder cannot be written)."""
         if self.folder is not None:
             files = {name: index.plain() for name, index in self.files.items()}
-            write_atomic(Path(self.folder) / INDEX, json_bytes({"key": _key(), "files": files}))
+            write_atomic(Path(self.folder) / INDEX, json_bytes({"key": cache_key(), "files": files}))
 
     def heads(self, path: str | os.PathLike[str]) -> list[Head]:
         """Every header of the file at ``path``, as :func:`lens_rl.store.heads` finds them."""
@@ -116,11 +136,14 @@ class Index:
         :func:`lens_rl.offline.read.reduce.file_steps` reads them): of an attempt in ``driven`` (it has a
         driver file), its driver's only; of any other, every process's. A worker file of a driven attempt
         with one header is not read past it."""
-        found = self._scanned(path, steps=False).heads
+        index = self._scanned(path, steps=False)
+        found = index.heads
         if not found or (not found[0].process.driver and found[0].process.attempt in driven and len(found) == 1):
             return {}
+        if index.steps is None:  # (its rows never read: read now)
+            index = self._scanned(path, steps=True)
         out: dict[int, set[Any]] = {}
-        for (attempt, driver), values in (self._scanned(path, steps=True).steps or {}).items():
+        for (attempt, driver), values in (index.steps or {}).items():
             if values and (driver or attempt not in driven):
                 out.setdefault(attempt, set()).update(values)
         return out
@@ -129,17 +152,15 @@ class Index:
         """The file's index, brought up to its last whole line (its rows read too where ``steps``)."""
         name = Path(path).name
         try:
-            with open_file(path) as handle:
-                stat = os.fstat(handle.fileno())
-                first = handle.readline(LINE_MAX)
-            identity = [stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest()]
+            stat, ident = file_identity(path)
+            identity = list(ident)
             end = complete_end(path, stat.st_size)
         except OSError:  # gone or unreadable since it was listed: as heads() and file_steps() find it
             self.files.pop(name, None)
             return FileIndex([])
         index = self.files.get(name)
         now = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
-        if index is None or not _holds(index, identity, now, end, path) or (steps and index.steps is None):
+        if index is None or not _holds(index, identity, stat, path) or (steps and index.steps is None):
             index = FileIndex(identity)  # (new, changed, or its rows wanted now: scanned from the start)
         if index.state[3:] != now:
             _scan(index, path, end, steps or index.steps is not None)
@@ -148,14 +169,9 @@ class Index:
         return index
 
 
-def _holds(index: FileIndex, identity: list[Any], now: list[int], end: int, path: str | os.PathLike[str]) -> bool:
-    """Whether the file is the one ``index`` scanned, grown at most: the same identity, the same size,
-    mtime and ctime or more bytes, and the same bytes before where the scan stopped."""
-    if index.state[:3] != identity or now[0] < index.state[3] or end < index.end:
-        return False
-    if now[0] == index.state[3]:
-        return index.state[3:] == now  # (written to without growing: rewritten in place)
-    return tail_hash(path, index.end).hex() == index.tail
+def _holds(index: FileIndex, identity: list[Any], stat: os.stat_result, path: str | os.PathLike[str]) -> bool:
+    """Whether the file is the one ``index`` scanned, grown at most (:func:`grown_only`)."""
+    return index.state[:3] == identity and grown_only(path, stat, index.state[3:], index.end, bytes.fromhex(index.tail))
 
 
 def _scan(index: FileIndex, path: str | os.PathLike[str], end: int, steps: bool) -> None:
@@ -191,12 +207,8 @@ def _loaded(path: Path) -> dict[str, FileIndex]:
     """The indexes kept at ``path``, where they are this lens_rl's and of the shape it writes (else none)."""
     try:
         kept = loads(read_bytes(path))
-        if type(kept) is not dict or kept.get("key") != _key() or type(kept.get("files")) is not dict:
+        if type(kept) is not dict or kept.get("key") != cache_key() or type(kept.get("files")) is not dict:
             return {}
         return {str(name): FileIndex.of(plain) for name, plain in kept["files"].items()}
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return {}
-
-
-def _key() -> str:
-    return repr((__version__, FORMAT))

@@ -108,17 +108,23 @@ def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
 def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> None:
     """Keep ``report`` for its store (one per folder: an older one is replaced). A report is plain JSON
     already (str keys, lists, finite numbers: the suite checks it), so the one kept reads back as this one."""
-    data = sealed(json_bytes(report))
-    if data is None:
+    _keep_sealed(folder, "report-", fingerprint, ".json", json_bytes(report))
+
+
+def _keep_sealed(folder: str, prefix: str, fingerprint: str, suffix: str, data: bytes) -> None:
+    """``data`` sealed as ``<prefix><fingerprint><suffix>`` in ``folder``, the one answer of its kind there
+    (an older one is removed); nothing without the user's key or where the folder cannot be written."""
+    sealed_data = sealed(data)
+    if sealed_data is None:
         return
-    target = Path(folder) / f"report-{fingerprint}.json"
+    target = Path(folder) / f"{prefix}{fingerprint}{suffix}"
     try:
-        for old in Path(folder).glob("report-*.json"):
+        for old in Path(folder).glob(f"{prefix}*{suffix}"):
             if old != target:
                 old.unlink(missing_ok=True)
     except OSError:
         pass
-    write_atomic(target, data)
+    write_atomic(target, sealed_data)
 
 
 _PREFIX, _SUFFIX = "page-", ".html"
@@ -137,17 +143,7 @@ def load_page(folder: str, fingerprint: str) -> str | None:
 def save_page(folder: str, fingerprint: str, page: str) -> None:
     """Keep ``page`` for its store (one per folder: an older one is removed; nothing where the folder cannot
     be written)."""
-    data = sealed(page.encode("utf-8"))
-    if data is None:
-        return
-    target = Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"
-    try:
-        for old in Path(folder).glob(f"{_PREFIX}*{_SUFFIX}"):
-            if old != target:
-                old.unlink(missing_ok=True)
-    except OSError:
-        pass
-    write_atomic(target, data)
+    _keep_sealed(folder, _PREFIX, fingerprint, _SUFFIX, page.encode("utf-8"))
 
 
 def kept_page(cache: str | None, paths: Sequence[Path], options: Any, build: Callable[[], str]) -> str:

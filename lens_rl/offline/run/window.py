@@ -4,7 +4,7 @@ drawn, and draws it again only where they can change it.
 
 A kept timeline holds its window of steps, every process's spans in it (a page shows some processes: which
 may change from look to look), and per file where its read stopped (identity, end, the hash before it, the
-header in effect there); also the ids of the drawn spans and their ancestors, and the parent ids their chains
+header its last span is under); also the ids of the drawn spans and their ancestors, and the parent ids their chains
 end at unwritten (``open``). The new lines of every file are then read, and the timeline is drawn again
 (every file read whole) when one of them can belong to it: a span whose step, by the tree rule over the new
 lines, is in the window; one whose chain leaves the new lines at a drawn span or its ancestor (its step may
@@ -19,18 +19,16 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl._version import __version__
 from lens_rl.offline.read.tree import rows_tree
-from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomic
-from lens_rl.offline.run.index import complete_end, tail_hash
+from lens_rl.offline.run.disk import cache_key, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import sealed, unsealed
-from lens_rl.store import LINE_MAX, Head, ReadStats, heads, loads, open_file, scan
+from lens_rl.store import Head, ReadStats, loads, read_head, scan
 
 __all__ = ["KEPT", "file_mark", "keep", "reused"]
 
@@ -55,13 +53,14 @@ def file_mark(
                     open_ends.add(row.p)
                 break
             j = parents[j]
-    found = heads(path, 0, end) if end else []
+    head = rows[-1][0] if rows else read_head(path)[0]  # (the header the file's last span is under)
+    stat, identity = file_identity(path)
     return {
         "name": Path(path).name,
-        "state": _identity(path),
+        "state": [*identity, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns],
         "end": end,
         "tail": tail_hash(path, end).hex(),
-        "head": found[-1].header if found else None,
+        "head": None if head is None else head.header,
         "ids": sorted(ids, key=repr),
         "open": sorted(open_ends, key=repr),
     }
@@ -73,7 +72,7 @@ def keep(folder: str, window: Any, timeline: list[dict[str, Any]], marks: Sequen
     if any(mark is None for mark in marks):
         return
     files = {mark["name"]: mark for mark in marks if mark is not None}
-    kept = {"key": _key(), "window": window, "timeline": timeline, "files": files}
+    kept = {"key": cache_key(), "window": window, "timeline": timeline, "files": files}
     data = sealed(json_bytes(kept))
     if data is not None:
         write_atomic(Path(folder) / KEPT, data)
@@ -107,7 +106,7 @@ def _kept(folder: str, window: Any) -> dict[str, Any] | None:
         kept = None if data is None else loads(data)
     except (OSError, ValueError, RecursionError):
         return None
-    if type(kept) is not dict or kept.get("key") != _key():
+    if type(kept) is not dict or kept.get("key") != cache_key():
         return None
     return kept if kept.get("window") == (list(window) if window is not None else None) else None
 
@@ -118,9 +117,10 @@ def _grown(
     """``mark`` brought to the file's end, or None where its new lines can change the timeline (or the file
     is not the one marked)."""
     try:
-        state = _identity(path)
-        end = complete_end(path, os.stat(path).st_size)
-        start = _resumed(path, mark, state, end)
+        stat, identity = file_identity(path)
+        state = [*identity, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+        end = complete_end(path, stat.st_size)
+        start = _resumed(path, mark, stat, state)
     except OSError:
         return None
     if start is None:
@@ -136,12 +136,13 @@ def _grown(
     return out
 
 
-def _resumed(path: Path, mark: dict[str, Any] | None, state: list[Any], end: int) -> int | None:
+def _resumed(path: Path, mark: dict[str, Any] | None, stat: os.stat_result, state: list[Any]) -> int | None:
     """Where the new lines of the file start (0: a file the timeline never read), or None where it is not
-    the file marked (another identity, shrunk, its bytes before the mark rewritten, no header there)."""
+    the file marked, grown at most (another identity, shrunk, rewritten: :func:`grown_only`; no header)."""
     if mark is None:
         return 0
-    if mark["state"] != state or end < mark["end"] or tail_hash(path, mark["end"]).hex() != mark["tail"]:
+    was = mark["state"]
+    if was[:3] != state[:3] or not grown_only(path, stat, was[3:], mark["end"], bytes.fromhex(mark["tail"])):
         return None
     return None if mark["end"] and mark["head"] is None else int(mark["end"])
 
@@ -165,14 +166,3 @@ def _top(parents: Any, n: int) -> int:
     while parents[n] != -1:
         n = parents[n]
     return n
-
-
-def _identity(path: str | os.PathLike[str]) -> list[Any]:
-    with open_file(path) as handle:
-        stat = os.fstat(handle.fileno())
-        first = handle.readline(LINE_MAX)
-    return [stat.st_dev, stat.st_ino, hashlib.sha1(first).hexdigest()]
-
-
-def _key() -> str:
-    return repr((__version__, FORMAT))
