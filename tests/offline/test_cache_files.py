@@ -232,6 +232,25 @@ def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_rea
         unpickled(ClassUnpickler, b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR.")
 
 
+def test_a_record_is_read_in_place_and_never_past_its_end() -> None:
+    """A record is unpickled where it lies in an entry file's bytes; one whose last opcode is not STOP (its
+    unpickling would run on into the next record's bytes) is refused, as is one that ends mid-opcode."""
+    import pickle
+    from array import array
+
+    from lens_rl.offline.run.safe_pickle import ClassUnpickler, checked_pickle, unpickled
+
+    first = pickle.dumps([array("q", range(5)), "x"], protocol=5)
+    second = pickle.dumps({"y": 2}, protocol=5)
+    data = b"head" + first + second
+    assert unpickled(ClassUnpickler, data, 4, 4 + len(first)) == [array("q", range(5)), "x"]
+    assert unpickled(ClassUnpickler, data, 4 + len(first), len(data)) == {"y": 2}
+    no_stop = b"\x80\x05K\x01"  # PROTO 5, BININT1 1: no STOP, the next bytes would be read on
+    for start, stop in ((0, len(no_stop)), (0, 3)):
+        with pytest.raises(pickle.UnpicklingError, match="truncated"):
+            checked_pickle(no_stop + second, start, stop)
+
+
 def test_an_append_goes_only_to_a_regular_file(tmp_path: Path) -> None:
     """The cache appends to an entry only where it is a regular file: not through a link, not into a FIFO,
     not where there is none (each a False, nothing raised or blocked)."""

@@ -27,6 +27,7 @@ from lens_rl.offline.read.intervals import (
     merge_packed,
     pairs,
 )
+from lens_rl.offline.read.packing import indexed, scalars
 from lens_rl.offline.read.sketch import folded, quantile_s
 from lens_rl.store import Process
 
@@ -321,11 +322,13 @@ class ProcessPart:
         # entry per object it writes: per step object, that memo was the worker's peak)
         state = dict(self.__dict__)
         state["steps"] = _step_columns(self.steps)
+        state["untokened"] = _untokened_columns(self.untokened)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
         state["steps"] = _steps_from_columns(state["steps"])
+        state["untokened"] = _untokened_from_columns(state["untokened"])
         self.__dict__.update(state)
 
     @property
@@ -474,18 +477,35 @@ def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
     highs = array("q", (sp.hi or 0 for sp in parts))
     umbrellas = intervals_column(sp.umbrellas for sp in parts)
     bucketed = intervals_column(sp.bucketed for sp in parts)
-    return list(steps), ns, flags, lows, highs, umbrellas, bucketed
+    return scalars(steps), ns, flags, lows, highs, umbrellas, bucketed
 
 
 def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
     keys, ns, flags, lows, highs, umbrellas, bucketed = columns
+    new, ns = StepPart.__new__, ns.tolist()
     out = {}
-    for n, (key, umbrella, spans) in enumerate(
-        zip(keys, intervals_from_column(*umbrellas), intervals_from_column(*bucketed), strict=True)
+    for n, (key, flag, lo, hi, umbrella, spans) in enumerate(
+        zip(keys, flags, lows, highs, intervals_from_column(*umbrellas), intervals_from_column(*bucketed), strict=True)
     ):
-        sp = StepPart(None if flags[n] & 2 else lows[n], None if flags[n] & 1 else highs[n])
-        sp.incomplete = bool(flags[n] & 4)
-        sp.ns = list(ns[4 * n : 4 * n + 4])
+        sp = new(StepPart)  # (its fields all set here: no defaults made to be replaced)
+        sp.lo = None if flag & 2 else lo
+        sp.hi = None if flag & 1 else hi
+        sp.incomplete = bool(flag & 4)
+        sp.ns = ns[4 * n : 4 * n + 4]
         sp.umbrellas, sp.bucketed = umbrella, spans
         out[key] = sp
     return out
+
+
+def _untokened_columns(untokened: Mapping[Any, tuple[Any, Any, int, Any]]) -> tuple[Any, ...]:
+    """A part's untokened generation phases as columns: their span ids, their (phase, bucket) as indexes into
+    a table, their ns and their steps."""
+    values = untokened.values()
+    table, index = indexed((name, bucket) for name, bucket, _ns, _step in values)
+    ns = array("q", (v[2] for v in values))
+    return scalars(untokened), table, index, ns, scalars(v[3] for v in values)
+
+
+def _untokened_from_columns(columns: tuple[Any, ...]) -> dict[Any, tuple[Any, Any, int, Any]]:
+    keys, table, index, ns, steps = columns
+    return {key: (*table[at], n, step) for key, at, n, step in zip(keys, index, ns, steps, strict=True)}

@@ -139,6 +139,11 @@ class _Index:
             acc[key] = acc.get(key, 0) + t - low
 
 
+def memo_key(record: Sequence[Any]) -> tuple[str, str]:
+    """A :class:`Memo` record's key: its driver and its step's repr."""
+    return record[0], repr(record[1])
+
+
 class Memo:
     """The per-step results of an earlier look at a growing run, and this look's (the refresh cache keeps
     them as JSON). A step's walk reads nothing outside its umbrella's interval, so a step that ended before
@@ -147,16 +152,26 @@ class Memo:
 
     ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
     wall s, [stretch key, ns, ...], the step's row], a stretch key an index into ``keys`` ([group, rank,
-    phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is)."""
+    phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is).
+    ``records``: a list of records, or a mapping of each one's :func:`memo_key` to it.
+    ``walked``: the records of ``made`` this look walked (not kept from the earlier look); ``source``: where
+    the earlier look's records came from, for whoever keeps them (the refresh cache's business)."""
 
     def __init__(
-        self, records: Sequence[Sequence[Any]] = (), keys: Sequence[Sequence[Any]] = (), fresh_from: int | None = None
+        self,
+        records: Sequence[Sequence[Any]] | Mapping[tuple[str, str], Sequence[Any]] = (),
+        keys: Sequence[Sequence[Any]] = (),
+        fresh_from: int | None = None,
+        source: Any = None,
     ) -> None:
-        self.kept = {(r[0], repr(r[1])): r for r in records}
+        self.kept = dict(records) if isinstance(records, Mapping) else {memo_key(r): r for r in records}
         self.fresh_from = fresh_from
         self.made: list[Sequence[Any]] = []
+        self.walked: list[Sequence[Any]] = []
         self.keys: list[tuple[Any, ...]] = [tuple(k) for k in keys]
+        self.earlier_keys = len(self.keys)
         self._slots = {key: slot for slot, key in enumerate(self.keys)}
+        self.source = source
 
     def keep(
         self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int], row: dict[str, Any]
@@ -170,7 +185,9 @@ class Memo:
                 slot = slots[key] = len(self.keys)
                 self.keys.append(key)
             flat += (slot, ns)
-        self.made.append([driver, step, end, wall_s, flat, row])
+        record = [driver, step, end, wall_s, flat, row]
+        self.made.append(record)
+        self.walked.append(record)
 
     def add_totals(self, slots: Mapping[int, int], totals: dict[tuple[str, str, Any], int]) -> None:
         """Kept records' critical ns summed per stretch key (``slots``), added into ``totals`` per (group,
@@ -179,6 +196,11 @@ class Memo:
         for slot, ns in slots.items():
             group, _rank, name, bucket = keys[slot]
             totals[(group, name, bucket)] += ns
+
+    def dropped(self) -> list[tuple[str, str]]:
+        """The keys of the earlier look's records this look neither kept nor walked again (no longer true)."""
+        made = {id(r) for r in self.made}
+        return [key for key, record in self.kept.items() if id(record) not in made]
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
         """The earlier look's record of this step if it still holds (then kept for this look too), else None."""

@@ -29,11 +29,11 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
-from lens_rl.offline.rollup.critical import Memo
+from lens_rl.offline.rollup.critical import Memo, memo_key
 from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, cache_key, json_bytes, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
 from lens_rl.offline.run.safe_pickle import ClassUnpickler, PlainUnpickler, unpickled
@@ -218,14 +218,15 @@ def _record(value: Any) -> bytes:
     return len(data).to_bytes(_LENGTH, "little") + data
 
 
-def _records(data: bytes, at: int) -> Iterator[bytes]:
-    """The records of an entry file from offset ``at``; ValueError at one cut short."""
+def _records(data: bytes, at: int) -> Iterator[tuple[int, int]]:
+    """Where the records of an entry file from offset ``at`` lie in ``data`` (start, stop); ValueError at one
+    cut short."""
     while at < len(data):
         length = int.from_bytes(data[at : at + _LENGTH], "little")
         at += _LENGTH
         if length > len(data) - at:
             raise ValueError("a record cut short")
-        yield data[at : at + length]
+        yield at, at + length
         at += length
 
 
@@ -248,7 +249,7 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     records = _records(data, len(_MAGIC))
     try:
-        entry = unpickled(ClassUnpickler, next(records))
+        entry = unpickled(ClassUnpickler, data, *next(records))
     except Exception as exc:  # a corrupt or foreign file: never trusted
         return None, f"corrupt ({type(exc).__name__})"
     if not isinstance(entry, Entry):
@@ -257,25 +258,25 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
         return None, None if entry.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
     if entry.identity != identity:
         return None, None  # another file under that name: read cold, quietly
-    _apply_deltas(entry, records, len(data), path)
+    _apply_deltas(entry, data, records, path)
     return entry, None
 
 
-def _apply_deltas(entry: Entry, records: Iterator[bytes], size: int, path: Path) -> None:
+def _apply_deltas(entry: Entry, data: bytes, records: Iterator[tuple[int, int]], path: Path) -> None:
     """Each delta record whose parent is ``entry``'s state applied (another's, from a look that appended at
     once, skipped); at a record cut short or corrupt, the state before it stands and ``entry`` is left with no
     file to append to (written whole next)."""
     count, appended = 1, 0
     try:
-        for record in records:
-            delta = unpickled(ClassUnpickler, record)
-            count, appended = count + 1, appended + _LENGTH + len(record)
+        for start, stop in records:
+            delta = unpickled(ClassUnpickler, data, start, stop)
+            count, appended = count + 1, appended + _LENGTH + stop - start
             if isinstance(delta, Delta) and delta.parent == entry.token:
                 entry.apply(delta)
     except Exception as exc:  # (never trusted: whatever a record holds, the state before it is a cold read's)
         _log.debug("lens-rl: %s: read up to a record cut short or corrupt (%s)", path.name, type(exc).__name__)
         return
-    entry.disk = (count, size - appended, appended)
+    entry.disk = (count, len(data) - appended, appended)
 
 
 def save_entry(path: Path, entry: Entry, delta: bytes | None = None) -> None:
@@ -319,29 +320,71 @@ def save_sizes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> None:
 _MEMO = "critical-memo.pickle"
 
 
+class _MemoFile(NamedTuple):
+    """Where a memo read from its file stands: the tokens of the entries its last applied record was made
+    from, and (records, bytes of the first, bytes after it), as an entry's ``disk``."""
+
+    tokens: dict[str, Any]
+    disk: tuple[int, int, int]
+
+
 def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None]:
-    """The critical path's per-step results an earlier look kept (:class:`~.Memo`), if every file it was made
-    from is as that look left it (``reads``: this look's :attr:`~lens_rl.store.ReadStats.cache_reads`); else
-    an empty one. Plain values pickled behind the user's seal (:func:`~lens_rl.offline.run.kept.sealed`: one
-    anybody else wrote reads as none), read by an unpickler that builds no class. Also why a memo there was
-    not used, where that is worth a line (None: used, none, another's, or out of date)."""
+    """The critical path's per-step results earlier looks kept (:class:`~.Memo`), if every file they were made
+    from is as the last look left it (``reads``: this look's :attr:`~lens_rl.store.ReadStats.cache_reads`);
+    else an empty one. The file holds records, each plain values pickled behind the user's seal
+    (:func:`~lens_rl.offline.run.kept.sealed`: one anybody else wrote reads as none), read by an unpickler
+    that builds no class: the first whole, each later one what one look walked, chained to the tokens it was
+    made from (as an entry's deltas: of two looks that appended at once, the second's is skipped; at a record
+    cut short or not sealed, the state before it stands). Also why a memo there was not used, where that is
+    worth a line (None: used, none, another's, or out of date)."""
     try:
-        body = unsealed(read_bytes(Path(folder) / _MEMO))
+        data = read_bytes(Path(folder) / _MEMO)
     except OSError:
         return Memo(), None
-    if body is None:
-        return Memo(), None  # not sealed by this user's lens_rl (or no key): walked afresh
+    records = _records(data, 0)
     try:
-        kept = PlainUnpickler(io.BytesIO(body)).load()
-        if kept["key"] != cache_key():
-            return Memo(), "of another lens_rl version"
-        tokens, records, keys = dict(kept["tokens"]), list(kept["records"]), list(kept["keys"])
+        base = _memo_record(data, *next(records))
+    except (StopIteration, ValueError):
+        return Memo(), None  # cut short, or not sealed by this user's lens_rl (or no key): walked afresh
     except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it
         return Memo(), f"corrupt ({type(exc).__name__})"
+    try:
+        if base["key"] != cache_key():
+            return Memo(), "of another lens_rl version"
+        tokens, keys = dict(base["tokens"]), list(base["keys"])
+        rows = {memo_key(r): r for r in base["records"]}
+    except Exception as exc:
+        return Memo(), f"corrupt ({type(exc).__name__})"
+    count, appended = 1, 0
+    try:
+        for start, stop in records:
+            delta = _memo_record(data, start, stop)
+            count, appended = count + 1, appended + _LENGTH + stop - start
+            if delta.get("parent") == tokens and delta["keys_from"] == len(keys):
+                tokens = dict(delta["tokens"])
+                keys += delta["keys"]
+                for key in delta["dropped"]:  # (first: a step walked again drops its earlier record)
+                    rows.pop(tuple(key), None)
+                rows.update((memo_key(r), r) for r in delta["records"])
+    except Exception as exc:  # (the state before it stands; written whole next)
+        _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
+        count = MAX_RECORDS
     if not _made_from(tokens, reads):
         return Memo(), None  # a file gone, rewritten, or read by another look since
     fresh = [start for *_, start in reads if start is not None]
-    return Memo(records, keys, min(fresh) if fresh else None), None
+    source = _MemoFile(tokens, (count, len(data) - appended, appended))
+    return Memo(rows, keys, min(fresh) if fresh else None, source), None
+
+
+def _memo_record(data: bytes, start: int, stop: int) -> dict[str, Any]:
+    """One record of the memo's file: its plain values (ValueError: not sealed by this user's lens_rl)."""
+    body = unsealed(data[start:stop])
+    if body is None:
+        raise ValueError("not sealed by this user's lens_rl")
+    value = PlainUnpickler(io.BytesIO(body)).load()
+    if type(value) is not dict:
+        raise TypeError("not a memo record")
+    return value
 
 
 def _made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
@@ -353,10 +396,29 @@ def _made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
 
 
 def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
-    """Keep this look's per-step results with the tokens of the cache entries it was made from (sealed; not
-    kept without the user's key)."""
+    """Keep this look's per-step results with the tokens of the cache entries they were made from (sealed;
+    not kept without the user's key): what this look walked appended to the file the memo was read from
+    while that takes one more record, else every record it holds, written whole."""
     tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
-    kept = {"key": cache_key(), "tokens": tokens, "keys": [list(key) for key in memo.keys], "records": memo.made}
-    data = sealed(pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
-    if data is not None:
-        write_atomic(Path(folder) / _MEMO, data)
+    path, source = Path(folder) / _MEMO, memo.source
+    if isinstance(source, _MemoFile) and source.disk[0] < MAX_RECORDS:
+        new_keys = [list(key) for key in memo.keys[memo.earlier_keys :]]
+        delta = {
+            "parent": source.tokens,
+            "tokens": tokens,
+            "keys_from": memo.earlier_keys,
+            "keys": new_keys,
+            "records": memo.walked,
+            "dropped": memo.dropped(),
+        }
+        sealed_delta = sealed(pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL))
+        if sealed_delta is None:
+            return
+        record = len(sealed_delta).to_bytes(_LENGTH, "little") + sealed_delta
+        _count, first, appended = source.disk
+        if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
+            return
+    whole = {"key": cache_key(), "tokens": tokens, "keys": [list(key) for key in memo.keys], "records": memo.made}
+    sealed_whole = sealed(pickle.dumps(whole, protocol=pickle.HIGHEST_PROTOCOL))
+    if sealed_whole is not None:
+        write_atomic(path, len(sealed_whole).to_bytes(_LENGTH, "little") + sealed_whole)

@@ -69,16 +69,19 @@ for _checked in _PUT_WIDTH:
 _TWO_LINES = {ord("c"), ord("i")}  # GLOBAL and INST: module and name, a line each
 _TEXT_PUT = ord("p")
 _FRAME = ord("\x95")
+_STOP = ord(".")
 _COUNT_WIDTH = {-2: 1, -3: 4, -4: 4, -5: 8}
 
 
-def checked_pickle(data: bytes) -> bytes:
-    """``data`` if unpickling it allocates no more than a small multiple of its size; else
-    :class:`pickle.UnpicklingError`. Every length an opcode gives must fit in the bytes left (an unpickler
-    allocates a counted string or frame before reading it), every memo index lie within the data's size (the
-    memo grows to the largest index), and no opcode of the extension registry, persistent ids or out-of-band
-    buffers may appear. What builds objects by an argument is stopped by the unpicklers' class lists."""
-    end, i, sizes = len(data), 0, _ARG_SIZE
+def checked_pickle(data: bytes, start: int = 0, stop: int | None = None) -> bytes:
+    """``data`` if unpickling ``data[start:stop]`` allocates no more than a small multiple of its size and
+    ends inside it; else :class:`pickle.UnpicklingError`. Every length an opcode gives must fit in the bytes
+    left (an unpickler allocates a counted string or frame before reading it), every memo index lie within the
+    data's size (the memo grows to the largest index), the last opcode be STOP, and no opcode of the extension
+    registry, persistent ids or out-of-band buffers may appear. What builds objects by an argument is stopped
+    by the unpicklers' class lists."""
+    end = len(data) if stop is None else stop
+    i, sizes, op = start, _ARG_SIZE, -1
     while i < end:
         op = data[i]
         n = sizes[op]
@@ -90,14 +93,14 @@ def checked_pickle(data: bytes) -> bytes:
             width = _PUT_WIDTH[op]
             value = int.from_bytes(data[i : i + width], "little")
             i += width
-            if value > end - (i if op == _FRAME else 0):
+            if value > end - (i if op == _FRAME else start):
                 raise pickle.UnpicklingError("a memo index or frame past the data")
         elif n == -1:
             for _ in range(2 if op in _TWO_LINES else 1):
-                newline = data.find(b"\n", i)
+                newline = data.find(b"\n", i, end)
                 if newline == -1:
                     raise pickle.UnpicklingError("a text argument with no end")
-                if op == _TEXT_PUT and not (data[i:newline].isdigit() and int(data[i:newline]) <= end):
+                if op == _TEXT_PUT and not (data[i:newline].isdigit() and int(data[i:newline]) <= end - start):
                     raise pickle.UnpicklingError("a memo index past the data")
                 i = newline + 1
         elif n == -9:
@@ -109,11 +112,14 @@ def checked_pickle(data: bytes) -> bytes:
             if not 0 <= length <= end - i:
                 raise pickle.UnpicklingError("a length past the data")
             i += length
-    if i > end:
+    if i != end or op != _STOP:
         raise pickle.UnpicklingError("truncated")
     return data
 
 
-def unpickled(unpickler: type[pickle.Unpickler], data: bytes) -> Any:
-    """``data`` unpickled by ``unpickler`` from memory, once :func:`checked_pickle` passed it."""
-    return unpickler(io.BytesIO(checked_pickle(data))).load()
+def unpickled(unpickler: type[pickle.Unpickler], data: bytes, start: int = 0, stop: int | None = None) -> Any:
+    """``data[start:stop]`` unpickled by ``unpickler`` from memory (not copied out of ``data``), once
+    :func:`checked_pickle` passed it."""
+    stream = io.BytesIO(checked_pickle(data, start, stop))
+    stream.seek(start)
+    return unpickler(stream).load()

@@ -1,0 +1,62 @@
+"""Columns a part pickles its many small values as: a run's 10 k steps or span ids kept as a few flat arrays,
+not 10 k tuples. The refresh cache reads every entry back at every look, and each object in a pickle costs
+the reader a check and an allocation, so a part's per-step and per-span tables go to disk as columns and come
+back exactly as they were (ints stay ints, anything else is kept as it is).
+
+Example::
+
+    keys = scalars([3, 4, 5])              # array('q', [3, 4, 5]); [3, "x"] stays a list
+    columns = runs_columns({3: [(0, 2, 10)]}, 3)
+    assert runs_from_columns(columns) == {3: [(0, 2, 10)]}
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["indexed", "runs_columns", "runs_from_columns", "scalars"]
+
+
+def scalars(values: Iterable[Any]) -> array | list[Any]:
+    """``values`` as a signed (else unsigned) 64-bit array when every one is an int that fits, else a list
+    (iterating either gives the values back, equal and of the same type)."""
+    values = list(values)
+    if all(type(v) is int for v in values):
+        for code in "qQ":
+            try:
+                return array(code, values)
+            except OverflowError:
+                continue
+    return values
+
+
+def indexed(values: Iterable[Hashable]) -> tuple[list[Any], array]:
+    """``values`` as a table of the distinct ones (in first-seen order) and each one's index into it."""
+    table: dict[Any, int] = {}
+    index = array("i", (table.setdefault(v, len(table)) for v in values))
+    return list(table), index
+
+
+def runs_columns(runs: Mapping[Any, Sequence[Sequence[int]]], width: int) -> tuple[Any, ...]:
+    """A mapping of key -> list of ``width`` ints (a step's runs) as columns: the keys, how many each has,
+    and the ints, flat."""
+    counts, flat = array("i"), array("q")
+    for items in runs.values():
+        counts.append(len(items))
+        for item in items:
+            flat.extend(item)
+    return scalars(runs), counts, flat, width
+
+
+def runs_from_columns(columns: tuple[Any, ...]) -> dict[Any, list[tuple[int, ...]]]:
+    """The mapping :func:`runs_columns` made columns of."""
+    keys, counts, flat, width = columns
+    items = list(zip(*[iter(flat)] * width, strict=True))  # (every tuple at once)
+    out: dict[Any, list[tuple[int, ...]]] = {}
+    at = 0
+    for key, count in zip(keys, counts, strict=True):
+        out[key] = items[at : at + count]
+        at += count
+    return out
