@@ -10,7 +10,7 @@ from array import array
 from pathlib import Path
 
 from lens_rl.offline.read.critical import CritPart
-from lens_rl.offline.read.packing import indexed, runs_columns, runs_from_columns, scalars
+from lens_rl.offline.read.packing import hex_column, indexed, runs_columns, runs_from_columns, scalars, unhexed
 from lens_rl.offline.read.reduce import file_parts
 from tests.stores import grow_store
 
@@ -22,6 +22,21 @@ def test_scalars_are_arrays_only_where_every_value_is_an_int_that_fits() -> None
         out = scalars(kept)
         assert out == kept and [type(v) for v in out] == [type(v) for v in kept]
     assert scalars([]) == array("q")
+
+
+def test_span_ids_pack_as_numbers_only_in_lens_rls_form() -> None:
+    ids = ["d000000000000001", "00000000000000ff"]
+    assert hex_column(ids) == array("Q", [0xD000000000000001, 0xFF]) and unhexed(hex_column(ids)) == ids
+    for kept in (
+        ["D000000000000001"],
+        ["+00000000000000f"],
+        ["0x0000000000000f"],
+        ["0000_00000000000f"],
+        ["short"],
+        [7],
+    ):
+        assert hex_column(kept) == kept and unhexed(hex_column(kept)) == kept
+    assert unhexed(hex_column([])) == []
 
 
 def test_runs_and_tables_come_back_as_they_were() -> None:
@@ -46,6 +61,8 @@ def test_a_parts_tables_round_trip_through_pickle_as_a_few_objects(tmp_path: Pat
             assert len(part.crit.steps) >= 120
             ops = sum(1 for _ in pickletools.genops(pickle.dumps(part.crit, protocol=5)))
             assert ops < 2 * len(part.crit.steps)  # (a list of tuples per step: over 8 a step)
+    part.untokened = {"d000000000000001": ("generate", None, 7, 3), "00000000000000ff": ("generate", None, 1, 4)}
+    assert pickle.loads(pickle.dumps(part)).untokened == part.untokened  # (ids in lens_rl's form: packed as numbers)
     odd = CritPart()
     odd.steps = {"warmup": [(0, 1, 5)], 2: [(1, 2, 9), (3, 0, 9)]}
     assert pickle.loads(pickle.dumps(odd)).steps == odd.steps

@@ -16,7 +16,9 @@ from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["indexed", "runs_columns", "runs_from_columns", "scalars"]
+__all__ = ["hex_column", "indexed", "runs_columns", "runs_from_columns", "scalars", "unhexed"]
+
+_HEX = "{:016x}".format
 
 
 def scalars(values: Iterable[Any]) -> array | list[Any]:
@@ -30,6 +32,26 @@ def scalars(values: Iterable[Any]) -> array | list[Any]:
             except OverflowError:
                 continue
     return values
+
+
+def hex_column(values: Iterable[Any]) -> array | list[Any]:
+    """Span ids as text (what matches a parent across files) as an unsigned 64-bit array when every one is
+    lens_rl's form, 16 lowercase hex digits (:func:`unhexed` gives them back as that text), else as they are
+    in a list (given back as they are)."""
+    values = list(values)
+    if values and all(type(v) is str and len(v) == 16 for v in values):
+        try:
+            numbers = array("Q", (int(v, 16) for v in values))
+        except ValueError:
+            return values
+        if list(map(_HEX, numbers)) == values:  # (no sign, prefix, separator or capital was read past)
+            return numbers
+    return values
+
+
+def unhexed(column: array | list[Any]) -> list[Any]:
+    """The span ids :func:`hex_column` made a column of."""
+    return list(map(_HEX, column)) if type(column) is array else column
 
 
 def indexed(values: Iterable[Hashable]) -> tuple[list[Any], array]:

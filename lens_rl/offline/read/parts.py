@@ -27,7 +27,7 @@ from lens_rl.offline.read.intervals import (
     merge_packed,
     pairs,
 )
-from lens_rl.offline.read.packing import indexed, scalars
+from lens_rl.offline.read.packing import hex_column, indexed, scalars, unhexed
 from lens_rl.offline.read.sketch import folded, quantile_s
 from lens_rl.store import Process
 
@@ -503,9 +503,9 @@ def _untokened_columns(untokened: Mapping[Any, tuple[Any, Any, int, Any]]) -> tu
     values = untokened.values()
     table, index = indexed((name, bucket) for name, bucket, _ns, _step in values)
     ns = array("q", (v[2] for v in values))
-    return scalars(untokened), table, index, ns, scalars(v[3] for v in values)
+    return hex_column(untokened), table, index, ns, scalars(v[3] for v in values)
 
 
 def _untokened_from_columns(columns: tuple[Any, ...]) -> dict[Any, tuple[Any, Any, int, Any]]:
     keys, table, index, ns, steps = columns
-    return {key: (*table[at], n, step) for key, at, n, step in zip(keys, index, ns, steps, strict=True)}
+    return {key: (*table[at], n, step) for key, at, n, step in zip(unhexed(keys), index, ns, steps, strict=True)}
