@@ -10,7 +10,16 @@ from array import array
 from pathlib import Path
 
 from lens_rl.offline.read.critical import CritPart
-from lens_rl.offline.read.packing import hex_column, indexed, runs_columns, runs_from_columns, scalars, unhexed
+from lens_rl.offline.read.packing import (
+    hex_column,
+    indexed,
+    pairs_columns,
+    pairs_from_columns,
+    runs_columns,
+    runs_from_columns,
+    scalars,
+    unhexed,
+)
 from lens_rl.offline.read.reduce import file_parts
 from tests.stores import grow_store
 
@@ -21,7 +30,8 @@ def test_scalars_are_arrays_only_where_every_value_is_an_int_that_fits() -> None
     for kept in ([2**64, 1], [-1, 2**63], [True, 1], [1, "2"], [1, None], [1.0, 2]):
         out = scalars(kept)
         assert out == kept and [type(v) for v in out] == [type(v) for v in kept]
-    assert scalars([]) == array("q")
+    assert scalars([]) == array("q") and scalars([0.5, 1e300]) == array("d", [0.5, 1e300])
+    assert [type(v) for v in scalars([0.5, 1])] == [float, int]
 
 
 def test_span_ids_pack_as_numbers_only_in_lens_rls_form() -> None:
@@ -44,6 +54,9 @@ def test_runs_and_tables_come_back_as_they_were() -> None:
     assert runs_from_columns(runs_columns(runs, 3)) == runs
     table, index = indexed([("gen", None), ("gen", "productive"), ("gen", None)])
     assert table == [("gen", None), ("gen", "productive")] and list(index) == [0, 1, 0]
+    tokens = {("own", 3): 12.5, ("gen", 3): 7, ("gen", "warmup"): 1.0}
+    back = pairs_from_columns(pairs_columns(tokens))
+    assert back == tokens and [type(v) for v in back.values()] == [float, int, float]
 
 
 def test_a_parts_tables_round_trip_through_pickle_as_a_few_objects(tmp_path: Path) -> None:
@@ -53,10 +66,11 @@ def test_a_parts_tables_round_trip_through_pickle_as_a_few_objects(tmp_path: Pat
     grow_store(tmp_path, 0, 120)
     for path in sorted(tmp_path.glob("spans-*.jsonl")):
         (part,), _ = file_parts(path, critical=True)
+        part.step_tokens.update({("own", 3): 12.5, ("gen", 3): 7.0})
         part.untokened.update({"not-hex-id": ("generate", None, 7, "warmup"), 5: ("generate", "productive", 3, None)})
         back = pickle.loads(pickle.dumps(part, protocol=5))
         assert back.untokened == part.untokened and list(back.untokened) == list(part.untokened)
-        assert back.crit.steps == part.crit.steps and back.steps == part.steps
+        assert back.crit.steps == part.crit.steps and back.steps == part.steps and back.step_tokens == part.step_tokens
         if part.is_driver:
             assert len(part.crit.steps) >= 120
             ops = sum(1 for _ in pickletools.genops(pickle.dumps(part.crit, protocol=5)))

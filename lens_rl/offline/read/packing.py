@@ -16,14 +16,24 @@ from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["hex_column", "indexed", "runs_columns", "runs_from_columns", "scalars", "unhexed"]
+__all__ = [
+    "hex_column",
+    "indexed",
+    "pairs_columns",
+    "pairs_from_columns",
+    "runs_columns",
+    "runs_from_columns",
+    "scalars",
+    "unhexed",
+]
 
 _HEX = "{:016x}".format
 
 
 def scalars(values: Iterable[Any]) -> array | list[Any]:
-    """``values`` as a signed (else unsigned) 64-bit array when every one is an int that fits, else a list
-    (iterating either gives the values back, equal and of the same type)."""
+    """``values`` as a signed (else unsigned) 64-bit array when every one is an int that fits, a double array
+    when every one is a float, else a list (iterating either gives the values back, equal and of the same
+    type)."""
     values = list(values)
     if all(type(v) is int for v in values):
         for code in "qQ":
@@ -31,6 +41,8 @@ def scalars(values: Iterable[Any]) -> array | list[Any]:
                 return array(code, values)
             except OverflowError:
                 continue
+    elif all(type(v) is float for v in values):
+        return array("d", values)
     return values
 
 
@@ -59,6 +71,19 @@ def indexed(values: Iterable[Hashable]) -> tuple[list[Any], array]:
     table: dict[Any, int] = {}
     index = array("i", (table.setdefault(v, len(table)) for v in values))
     return list(table), index
+
+
+def pairs_columns(mapping: Mapping[tuple[Hashable, Any], Any]) -> tuple[Any, ...]:
+    """A mapping keyed by pairs (a few kinds, then a step) as columns: the first halves as indexes into a
+    table, the second halves and the values as :func:`scalars`."""
+    table, index = indexed(first for first, _ in mapping)
+    return table, index, scalars(second for _, second in mapping), scalars(mapping.values())
+
+
+def pairs_from_columns(columns: tuple[Any, ...]) -> dict[tuple[Any, Any], Any]:
+    """The mapping :func:`pairs_columns` made columns of."""
+    table, index, seconds, values = columns
+    return {(table[at], second): value for at, second, value in zip(index, seconds, values, strict=True)}
 
 
 def runs_columns(runs: Mapping[Any, Sequence[Sequence[int]]], width: int) -> tuple[Any, ...]:

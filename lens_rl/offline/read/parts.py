@@ -27,7 +27,7 @@ from lens_rl.offline.read.intervals import (
     merge_packed,
     pairs,
 )
-from lens_rl.offline.read.packing import hex_column, indexed, scalars, unhexed
+from lens_rl.offline.read.packing import hex_column, indexed, pairs_columns, pairs_from_columns, scalars, unhexed
 from lens_rl.offline.read.sketch import folded, quantile_s
 from lens_rl.store import Process
 
@@ -323,12 +323,14 @@ class ProcessPart:
         state = dict(self.__dict__)
         state["steps"] = _step_columns(self.steps)
         state["untokened"] = _untokened_columns(self.untokened)
+        state["step_tokens"] = pairs_columns(self.step_tokens)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
         state["steps"] = _steps_from_columns(state["steps"])
         state["untokened"] = _untokened_from_columns(state["untokened"])
+        state["step_tokens"] = pairs_from_columns(state["step_tokens"])
         self.__dict__.update(state)
 
     @property
