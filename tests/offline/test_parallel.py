@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 from lens_rl.offline.run.parallel import default_jobs, map_files, no_gc
@@ -29,6 +30,22 @@ def test_no_gc_pauses_the_cyclic_collector_and_restores_it() -> None:
     import gc
 
     assert gc.isenabled()
+    collections = [generation["collections"] for generation in gc.get_stats()]
     with no_gc():
         assert not gc.isenabled()
+        made = [[n] for n in range(50_000)]
     assert gc.isenabled()
+    after = [[n] for n in range(100)]
+    # what was made inside is not young any more: no collection walks it the moment the collector is back
+    assert [generation["collections"] for generation in gc.get_stats()] == collections
+    assert len(made) + len(after) == 50_100
+
+    class Node:
+        pass
+
+    node = Node()
+    node.self = node  # type: ignore[attr-defined]
+    gone = weakref.ref(node)
+    del node
+    gc.collect()
+    assert gone() is None  # (a cycle is still collected)

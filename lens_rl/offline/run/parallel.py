@@ -35,6 +35,12 @@ def no_gc() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            # What was made meanwhile goes to the oldest generation unwalked (freezing moves every object to
+            # the permanent one and zeroes the young count; unfreezing moves them to the oldest): re-enabled
+            # as it was, the collector's next young collection would walk every one of them (measured: 19 ms
+            # of a 0.45 s look at a 1 M-span store, twice over a look).
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
