@@ -155,7 +155,10 @@ class Memo:
     phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is).
     ``records``: a list of records, or a mapping of each one's :func:`memo_key` to it.
     ``walked``: the records of ``made`` this look walked (not kept from the earlier look); ``source``: where
-    the earlier look's records came from, for whoever keeps them (the refresh cache's business)."""
+    the earlier look's records came from, for whoever keeps them (the refresh cache's business); ``sums``:
+    per stretch key, the ns of every record given and how many have it (None: not known), so the kept
+    records' sum is that less the few not kept, not a pass over a run's 100 k steps (:meth:`state_sums`
+    gives this look's, to keep beside its records)."""
 
     def __init__(
         self,
@@ -163,6 +166,7 @@ class Memo:
         keys: Sequence[Sequence[Any]] = (),
         fresh_from: int | None = None,
         source: Any = None,
+        sums: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         self.kept = dict(records) if isinstance(records, Mapping) else {memo_key(r): r for r in records}
         self.fresh_from = fresh_from
@@ -172,6 +176,8 @@ class Memo:
         self.earlier_keys = len(self.keys)
         self._slots = {key: slot for slot, key in enumerate(self.keys)}
         self.source = source
+        self.sums = None if sums is None else {int(slot): [int(ns), int(n)] for slot, (ns, n) in sums.items()}
+        self._reused: dict[int, list[int]] | None = None
 
     def keep(
         self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int], row: dict[str, Any]
@@ -196,6 +202,31 @@ class Memo:
         for slot, ns in slots.items():
             group, _rank, name, bucket = keys[slot]
             totals[(group, name, bucket)] += ns
+
+    def reused_ns(self) -> dict[int, int] | None:
+        """Per stretch key, the ns of the records reused so far (None: the sums were not known): the sums
+        less the kept records not reused (call once every step is gathered)."""
+        if self.sums is None:
+            return None
+        out = {slot: list(each) for slot, each in self.sums.items()}
+        made = {id(r) for r in self.made}
+        for record in self.kept.values():
+            if id(record) not in made:
+                _add_flat(out, record[4], -1)
+        self._reused = out
+        return {slot: ns for slot, (ns, n) in out.items() if n > 0}
+
+    def state_sums(self) -> dict[int, list[int]]:
+        """Per stretch key, the ns of this look's records (``made``) and how many have it."""
+        if self._reused is None:
+            out: dict[int, list[int]] = {}
+            for record in self.made:
+                _add_flat(out, record[4], 1)
+            return out
+        out = {slot: list(each) for slot, each in self._reused.items() if each[1] > 0}
+        for record in self.walked:
+            _add_flat(out, record[4], 1)
+        return out
 
     def dropped(self) -> list[tuple[str, str]]:
         """The keys of the earlier look's records this look neither kept nor walked again (no longer true)."""
@@ -266,11 +297,12 @@ def _gathered(
             end = _end(runs)
             if memo is not None and (record := memo.reused(driver, step, end, wall_s)) is not None:
                 step_rows.append(record[5])  # (its row as the earlier look made it: no walk, no new row)
-                flats.append(record[4])
+                flats.append(record[4])  # (summed here only where the memo's sums are not known)
                 continue
             start = min((crit.a[off + count - 1] for off, count, _e in runs if count), default=None)
             todo.append((start, p, driver, step, runs, end))
-    return step_rows, todo, _summed(flats)
+    reused = None if memo is None else memo.reused_ns()
+    return step_rows, todo, _summed(flats) if reused is None else reused
 
 
 def _end(runs: Sequence[tuple[int, int, int]]) -> int | None:
@@ -287,6 +319,16 @@ def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:
         for k in range(0, len(flat), 2):
             out[flat[k]] += flat[k + 1]
     return out
+
+
+def _add_flat(sums: dict[int, list[int]], flat: Sequence[int], sign: int) -> None:
+    """A record's [stretch key, ns, ...] added into (``sign`` -1: taken from) per-key [ns, count] sums."""
+    for k in range(0, len(flat), 2):
+        each = sums.get(flat[k])
+        if each is None:
+            each = sums[flat[k]] = [0, 0]
+        each[0] += sign * flat[k + 1]
+        each[1] += sign
 
 
 def _phase_rows(processes: Sequence[Any], totals: Mapping[tuple[str, str, Any], int], walls: float) -> list[Any]:

@@ -351,7 +351,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
     try:
         if base["key"] != cache_key():
             return Memo(), "of another lens_rl version"
-        tokens, keys = dict(base["tokens"]), list(base["keys"])
+        tokens, keys, sums = dict(base["tokens"]), list(base["keys"]), base.get("sums")
         rows = {memo_key(r): r for r in base["records"]}
     except Exception as exc:
         return Memo(), f"corrupt ({type(exc).__name__})"
@@ -366,6 +366,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
                 for key in delta["dropped"]:  # (first: a step walked again drops its earlier record)
                     rows.pop(tuple(key), None)
                 rows.update((memo_key(r), r) for r in delta["records"])
+                sums = delta.get("sums")
     except Exception as exc:  # (the state before it stands; written whole next)
         _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
         count = MAX_RECORDS
@@ -373,7 +374,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
         return Memo(), None  # a file gone, rewritten, or read by another look since
     fresh = [start for *_, start in reads if start is not None]
     source = _MemoFile(tokens, (count, len(data) - appended, appended))
-    return Memo(rows, keys, min(fresh) if fresh else None, source), None
+    return Memo(rows, keys, min(fresh) if fresh else None, source, sums), None
 
 
 def _memo_record(data: bytes, start: int, stop: int) -> dict[str, Any]:
@@ -410,6 +411,7 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
             "keys": new_keys,
             "records": memo.walked,
             "dropped": memo.dropped(),
+            "sums": memo.state_sums(),
         }
         sealed_delta = sealed(pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL))
         if sealed_delta is None:
@@ -418,7 +420,13 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
         _count, first, appended = source.disk
         if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
             return
-    whole = {"key": cache_key(), "tokens": tokens, "keys": [list(key) for key in memo.keys], "records": memo.made}
+    whole = {
+        "key": cache_key(),
+        "tokens": tokens,
+        "keys": [list(key) for key in memo.keys],
+        "records": memo.made,
+        "sums": memo.state_sums(),
+    }
     sealed_whole = sealed(pickle.dumps(whole, protocol=pickle.HIGHEST_PROTOCOL))
     if sealed_whole is not None:
         write_atomic(path, len(sealed_whole).to_bytes(_LENGTH, "little") + sealed_whole)
