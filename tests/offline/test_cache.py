@@ -17,6 +17,7 @@ import pytest
 from lens_rl.offline.run import kept
 from lens_rl.offline.run.analyze import analyze, analyze_parts
 from lens_rl.offline.run.cache import CACHE_DIR, FORMAT, cache_folder
+from lens_rl.offline.run.safe_pickle import ClassUnpickler, unpickled
 from lens_rl.store import span_files
 from tests.conftest import lens
 from tests.stores import cache_record as record
@@ -115,7 +116,7 @@ def test_a_foreign_corrupt_or_planted_cache_is_never_trusted(tmp_path: Path, cap
     data = victim.read_bytes()
     assert data.startswith(magic)
     length = int.from_bytes(data[len(magic) : len(magic) + 8], "little")
-    entry = pickle.loads(data[len(magic) + 8 : len(magic) + 8 + length])
+    entry = unpickled(ClassUnpickler, data, len(magic) + 8, len(magic) + 8 + length)
     entry.options = entry.options.replace("(", "('0.0.0-other', ", 1)
     victim.write_bytes(magic + record(pickle.dumps(entry)))
     (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(magic + record(b"\x80\x05garbage"))

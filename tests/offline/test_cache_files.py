@@ -228,40 +228,34 @@ def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_rea
     for data in refused:
         with pytest.raises(pickle.UnpicklingError):
             checked_pickle(data)
+    planted = b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR."
     with pytest.raises(pickle.UnpicklingError, match="not a cache class"):
-        unpickled(ClassUnpickler, b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR.")
+        unpickled(ClassUnpickler, len(planted).to_bytes(8, "little") + bytes(8) + planted)
 
 
 def test_a_record_is_read_in_place_and_never_past_its_end() -> None:
-    """A record is unpickled where it lies in an entry file's bytes; one whose last opcode is not STOP (its
-    unpickling would run on into the next record's bytes) is refused, as is one that ends mid-opcode."""
+    """A record is unpickled where it lies in an entry file's bytes, its large arrays out of band (made from
+    the bytes read); one whose last opcode is not STOP (its unpickling would run on into the next record's
+    bytes), that ends mid-opcode, or whose lengths do not add up is refused, as is an array type the cache
+    never writes."""
     import pickle
     from array import array
 
-    from lens_rl.offline.run.safe_pickle import ClassUnpickler, checked_pickle, unpickled
+    from lens_rl.offline.run.safe_pickle import ClassUnpickler, array_from_buffer, checked_pickle, framed, unpickled
 
-    first = pickle.dumps([array("q", range(5)), "x"], protocol=5)
-    second = pickle.dumps({"y": 2}, protocol=5)
+    value = [array("q", range(5)), array("d", [0.5] * 300), array("Q", range(2000)), "x"]
+    first, second = framed(value), framed({"y": 2})
+    body, buffers = int.from_bytes(first[:8], "little"), int.from_bytes(first[8:16], "little")
+    assert buffers == 2 and body < 300  # (the two arrays of 512 bytes or more after the pickle, not in it)
     data = b"head" + first + second
-    assert unpickled(ClassUnpickler, data, 4, 4 + len(first)) == [array("q", range(5)), "x"]
+    assert unpickled(ClassUnpickler, data, 4, 4 + len(first)) == value
     assert unpickled(ClassUnpickler, data, 4 + len(first), len(data)) == {"y": 2}
+    for start, stop in ((4, 4 + len(first) - 1), (4, 4 + len(first) + 1), (4, 12)):
+        with pytest.raises(pickle.UnpicklingError):
+            unpickled(ClassUnpickler, data, start, stop)
     no_stop = b"\x80\x05K\x01"  # PROTO 5, BININT1 1: no STOP, the next bytes would be read on
     for start, stop in ((0, len(no_stop)), (0, 3)):
         with pytest.raises(pickle.UnpicklingError, match="truncated"):
             checked_pickle(no_stop + second, start, stop)
-
-
-def test_an_append_goes_only_to_a_regular_file(tmp_path: Path) -> None:
-    """The cache appends to an entry only where it is a regular file: not through a link, not into a FIFO,
-    not where there is none (each a False, nothing raised or blocked)."""
-    from lens_rl.offline.run.disk import append_to
-
-    target = tmp_path / "entry.cache"
-    target.write_bytes(b"a")
-    assert append_to(target, b"b") and target.read_bytes() == b"ab"
-    link = tmp_path / "link.cache"
-    link.symlink_to(target)
-    fifo = tmp_path / "fifo.cache"
-    os.mkfifo(fifo)
-    assert not append_to(link, b"c") and not append_to(fifo, b"c") and not append_to(tmp_path / "none", b"c")
-    assert target.read_bytes() == b"ab"
+    with pytest.raises(pickle.UnpicklingError, match="not an array type"):
+        array_from_buffer("u", b"abcd")

@@ -36,7 +36,7 @@ from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.critical import Memo, memo_key
 from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, cache_key, json_bytes, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
-from lens_rl.offline.run.safe_pickle import ClassUnpickler, PlainUnpickler, unpickled
+from lens_rl.offline.run.safe_pickle import ClassUnpickler, PlainUnpickler, framed, unpickled
 from lens_rl.store import CacheRead, Process, ReadStats, loads
 
 __all__ = [
@@ -213,8 +213,8 @@ def merged_ids(ids: Any, new: list[Any]) -> Any:
 
 
 def _record(value: Any) -> bytes:
-    """``value`` pickled, after its length."""
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    """``value`` as a :func:`~lens_rl.offline.run.safe_pickle.framed` record, after its length."""
+    data = framed(value)
     return len(data).to_bytes(_LENGTH, "little") + data
 
 
