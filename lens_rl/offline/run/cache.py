@@ -75,17 +75,27 @@ __all__ = [
 # ------------------------------------------------------------------------------------------- reads
 
 
-def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
-    """``row`` into its process's columns (made, and told its header, as needed)."""
+def _columns_for(columns: dict[Process, Columns], head: Head) -> Columns:
+    """The columns of ``head``'s process (made, and told the header, as needed)."""
     cols = columns.get(head.process)
     if cols is None:
         cols = columns[head.process] = Columns()
     if not cols.resources or cols.resources[-1] is not head.resource:
         cols.add_head(head)
+    return cols
+
+
+def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
+    """``row`` into its process's columns (made, and told its header, as needed)."""
+    cols = _columns_for(columns, head)
+    _into(cols, row)
+    return cols
+
+
+def _into(cols: Columns, row: Any) -> None:
     if row.n == "rl.job":
         cols.add_job(row)
     cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
-    return cols
 
 
 class _Batch:
@@ -129,12 +139,22 @@ class _Batch:
             start_head = None if entry.head_at_end is None else self.heads[entry.head_at_end]
             rows = scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
         settled = array("Q") if entry is None else entry.ids
+        seen, last, h = self.seen, None, -1
+        cols: Columns | None = None
+        where = array("q")
         for head, row, at, length in rows:
-            h = self.number(head)
-            if row.s in self.seen or settled_has(settled, id_key(row.s)):
+            if head is not last:  # (a header's rows come in a run: its number and columns looked up once)
+                last, h, cols = head, self.number(head), None
+            span_id = row.s
+            if span_id in seen or settled_has(settled, id_key(span_id)):
                 read.duplicates += 1  # (a cold read keeps a span id's first line)
                 continue
-            self.add(head, h, row, at, length)
+            if cols is None:  # (made at a header's first new row: none for a header of repeats alone)
+                cols = _columns_for(self.columns, head)
+                where = self.where.setdefault(head.process, array("q"))
+            seen.add(span_id)
+            _into(cols, row)
+            where.extend((at, length, h))
         return met
 
     def split(self, settled: Any) -> tuple[dict[Process, Columns], dict[Process, Columns], array, list[Any]] | None:
