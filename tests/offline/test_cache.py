@@ -236,6 +236,38 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     assert len(said) == 1 and "corrupt (UnpicklingError)" in said[0], said
 
 
+def test_a_store_seen_growing_keeps_its_whole_answer_only_once_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first look keeps the whole report; a look that found files grown keeps none (a live run is looked at
+    again grown: it could not be used); the first look that finds nothing new keeps it, and the next look is
+    that report, no file read. Every answer is a cold read's."""
+    import lens_rl.offline.run.analyze as run_analyze
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 10)
+    folder = cache_folder(run)
+
+    def look() -> tuple[dict[str, Any], bool]:
+        paths = span_files(run)
+        warm = analyze(paths, jobs=1, cache=folder)
+        cold = analyze(paths, jobs=1)
+        assert json.dumps(warm, sort_keys=True, default=str) == json.dumps(cold, sort_keys=True, default=str)
+        return warm, kept.load_report(folder, kept.store_fingerprint(paths, (True, []))) is not None
+
+    assert look()[1]  # (a first look)
+    grow_store(run, 10, 12)
+    assert not look()[1]  # (grown since the last look)
+    answer, keeps = look()
+    assert keeps  # (nothing new: the store stopped)
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a look at a store whose answer is kept read its files")
+
+    monkeypatch.setattr(run_analyze, "analyze_parts", no_read)
+    assert analyze(span_files(run), jobs=1, cache=folder) == answer
+
+
 def _framed(record: bytes) -> bytes:
     """A record as the cache's files hold one: its length, then it."""
     return len(record).to_bytes(8, "little") + record

@@ -177,6 +177,13 @@ def analyze(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )
     report = rolled_up(parts, stats, cache if critical else None, **options)
-    if cache is not None and fingerprint is not None:
+    if cache is not None and fingerprint is not None and not _grew(stats):
         save_report(cache, fingerprint, report)
     return report
+
+
+def _grew(stats: ReadStats) -> bool:
+    """Whether this look found a file grown since an earlier look read it: a store seen growing (a live
+    run, a ``watch``) is looked at again grown, so its whole answer is not kept (the next look could not use
+    it); a first look, or one that found nothing new, keeps it for the looks at a store that stopped."""
+    return any(before is not None and after != before for _name, before, after, _fresh in stats.cache_reads)
