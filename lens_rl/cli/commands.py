@@ -4,14 +4,17 @@ returning its exit status; the offline tools are imported when a command runs.""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lens_rl.cli.cache import command_cache
 from lens_rl.cli.inputs import CliError, check_steps, parallel, parse_steps, run_dir, span_files_of
+from lens_rl.offline.run.parallel import no_gc
 
 __all__ = ["cmd_demo", "cmd_goodput", "cmd_perfetto", "cmd_replay", "cmd_report", "cmd_run", "cmd_status", "cmd_watch"]
 
@@ -34,6 +37,19 @@ def _print_json(report: Any) -> None:
     out.flush()
 
 
+def _one_look(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command that reads a store once and ends: the cyclic collector paused throughout (what it builds,
+    its imports' objects and the store's parts, lives until it ends; no collection walks them meanwhile)."""
+
+    @functools.wraps(command)
+    def paused(args: argparse.Namespace) -> int:
+        with no_gc():
+            return command(args)
+
+    return paused
+
+
+@_one_look
 def cmd_goodput(args: argparse.Namespace) -> int:
     from lens_rl.offline import analyze, format_table
 
@@ -76,6 +92,7 @@ def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any
         raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
 
 
+@_one_look
 def cmd_perfetto(args: argparse.Namespace) -> int:
     from lens_rl.offline import FORMATS, format_of, write_trace
 
@@ -105,6 +122,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     return 0
 
 
+@_one_look
 def cmd_report(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     size, output, _ = _write(

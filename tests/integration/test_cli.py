@@ -345,3 +345,28 @@ def test_files_of_several_runs_in_one_folder_are_named(traced_run: Path, tmp_pat
     out = lens("goodput", str(mixed))
     assert out.returncode == 0 and "holds spans of 2 runs (other, run1)" in out.stderr
     assert "2 runs in one folder" in out.stdout
+
+
+def test_a_look_runs_with_the_cyclic_collector_paused_and_leaves_it_as_it_was(
+    traced_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``goodput`` builds objects that live until it ends: no collection runs while it reads (not even the
+    imports'), its answer is the same, and the collector is back on after."""
+    import gc
+
+    from lens_rl.cli.parser import build_parser
+
+    args = build_parser().parse_args(["goodput", str(traced_run), "--json", "--no-cache"])
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        assert args.func(args) == 0
+    finally:
+        gc.callbacks.remove(count)
+    assert collections == [] and gc.isenabled()
+    assert json.loads(capsys.readouterr().out)["schema"] == "lens_rl.goodput/1"
