@@ -39,7 +39,9 @@ def _print_json(report: Any) -> None:
 
 def _one_look(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A command that reads a store once and ends: the cyclic collector paused throughout (what it builds,
-    its imports' objects and the store's parts, lives until it ends; no collection walks them meanwhile)."""
+    its imports' objects and the store's parts, lives until it ends; no collection walks them meanwhile).
+    Only ``goodput``'s: measured, ``report``'s look at an unchanged store was slower so (0.13 -> 0.19 s at
+    1 M spans: numpy's typing module took 40 ms more to import after the page's path had run paused)."""
 
     @functools.wraps(command)
     def paused(args: argparse.Namespace) -> int:
@@ -92,7 +94,6 @@ def _write(args: argparse.Namespace, default_name: str, write: Any) -> tuple[Any
         raise CliError(f"cannot write {output!r}: {exc.strerror or exc}") from None
 
 
-@_one_look
 def cmd_perfetto(args: argparse.Namespace) -> int:
     from lens_rl.offline import FORMATS, format_of, write_trace
 
@@ -122,7 +123,6 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     return 0
 
 
-@_one_look
 def cmd_report(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
     size, output, _ = _write(
