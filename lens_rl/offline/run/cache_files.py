@@ -214,7 +214,11 @@ def merged_ids(ids: Any, new: list[Any]) -> Any:
 
 def _record(value: Any) -> bytes:
     """``value`` as a :func:`~lens_rl.offline.run.safe_pickle.framed` record, after its length."""
-    data = framed(value)
+    return _after_length(framed(value))
+
+
+def _after_length(data: bytes) -> bytes:
+    """A record as a cache file holds it: its length (:data:`_LENGTH` bytes, little-endian), then it."""
     return len(data).to_bytes(_LENGTH, "little") + data
 
 
@@ -416,7 +420,7 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
         sealed_delta = sealed(pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL))
         if sealed_delta is None:
             return
-        record = len(sealed_delta).to_bytes(_LENGTH, "little") + sealed_delta
+        record = _after_length(sealed_delta)
         _count, first, appended = source.disk
         if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
             return
@@ -429,4 +433,4 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
     }
     sealed_whole = sealed(pickle.dumps(whole, protocol=pickle.HIGHEST_PROTOCOL))
     if sealed_whole is not None:
-        write_atomic(path, len(sealed_whole).to_bytes(_LENGTH, "little") + sealed_whole)
+        write_atomic(path, _after_length(sealed_whole))
