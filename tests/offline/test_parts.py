@@ -1,27 +1,13 @@
-"""Parts merge exactly: a Series of steps summed step by step (end to end when one follows the other), and a
-process's part folded from its halves equals the part of the whole, in either order."""
+"""Parts merge exactly: a process's part folded from its halves equals the part of the whole, in either order."""
 
 from __future__ import annotations
 
 import json
-from array import array
 from pathlib import Path
 
-from lens_rl.offline.read.parts import Series, merge_parts
+from lens_rl.offline.read.parts import merge_parts
 from lens_rl.offline.read.reduce import file_parts
 from tests.stores import grow_store
-
-
-def test_series_merged_sums_step_by_step() -> None:
-    """Following steps end to end; interleaved and shared steps summed; a dict where a step is no int."""
-    a = Series(array("q", [1, 2]), array("q", [10, 20]))
-    later = Series(array("q", [3, 4]), array("q", [30, 40]))
-    assert dict(Series.merged(a, later).items()) == {1: 10, 2: 20, 3: 30, 4: 40}
-    mixed = Series(array("q", [2, 5]), array("q", [1, 1]))
-    merged = Series.merged(a, mixed)
-    assert isinstance(merged, Series) and dict(merged.items()) == {1: 10, 2: 21, 5: 1}
-    assert Series.merged({}, later) == later and Series.merged({"warmup": 3}, later) == {"warmup": 3, **later}
-    assert dict(a.items()) == {1: 10, 2: 20}  # the inputs are left as they were
 
 
 def test_a_part_folded_from_two_halves_is_the_part_of_the_whole(tmp_path: Path) -> None:

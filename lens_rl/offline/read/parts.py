@@ -22,13 +22,12 @@ from typing import Any
 from lens_rl.buckets import Bucket
 from lens_rl.offline.read.intervals import (
     covered,
-    intervals_column,
-    intervals_from_column,
     merge_packed,
     pairs,
 )
 from lens_rl.offline.read.packing import hex_column, indexed, pairs_columns, pairs_from_columns, scalars, unhexed
 from lens_rl.offline.read.sketch import folded, quantile_s
+from lens_rl.offline.read.steps import Series, StepPart, step_columns, steps_from_columns
 from lens_rl.store import Process
 
 __all__ = [
@@ -78,107 +77,6 @@ class SlotsState:
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and self.__getstate__() == other.__getstate__()  # type: ignore[attr-defined]
-
-
-class Series(Mapping[Any, int]):
-    """step -> ns for integer steps, as two arrays (16 bytes a step instead of ~100 in a dict).
-
-    A read-only mapping; ``steps`` are sorted, so two ranks with the same steps have equal ``steps``
-    arrays and can be compared index by index (``ns`` is the matching array).
-    """
-
-    __slots__ = ("steps", "ns", "_index")
-
-    def __init__(self, steps: array, ns: array) -> None:
-        self.steps = steps
-        self.ns = ns
-        self._index: dict[Any, int] | None = None
-
-    @staticmethod
-    def of(by_step: Mapping[Any, int]) -> Mapping[Any, int]:
-        """A Series when every step is an int (a dict otherwise, unchanged)."""
-        if isinstance(by_step, Series) or not all(type(k) is int for k in by_step):
-            return by_step
-        keys = sorted(by_step)
-        return Series(array("q", keys), array("q", (by_step[k] for k in keys)))
-
-    @staticmethod
-    def merged(a: Mapping[Any, int], b: Mapping[Any, int]) -> Mapping[Any, int]:
-        """``a`` and ``b`` summed step by step, as a new mapping (:meth:`of`'s kind): two Series where ``b``'s
-        steps all follow ``a``'s (a file's next lines) end to end, without a dict."""
-        if type(a) is Series and type(b) is Series and (not a.steps or not b.steps or b.steps[0] > a.steps[-1]):
-            return Series(a.steps + b.steps, a.ns + b.ns)
-        mine = dict(a)
-        for step, value in b.items():
-            mine[step] = mine.get(step, 0) + value
-        return Series.of(mine)
-
-    def _lookup(self) -> dict[Any, int]:
-        if self._index is None:
-            self._index = {step: i for i, step in enumerate(self.steps)}
-        return self._index
-
-    def __getitem__(self, step: Any) -> int:
-        return self.ns[self._lookup()[step]]
-
-    def __contains__(self, step: object) -> bool:
-        return step in self._lookup()
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.steps)
-
-    def __len__(self) -> int:
-        return len(self.steps)
-
-    def items(self) -> Any:
-        return zip(self.steps, self.ns, strict=True)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Series):
-            return self.steps == other.steps and self.ns == other.ns
-        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
-
-    def __hash__(self) -> int:  # pragma: no cover - mutable-looking; never hashed
-        raise TypeError("Series is unhashable")
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return self.steps, self.ns
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.steps, self.ns = state
-        self._index = None
-
-
-class StepPart:
-    """One process's share of one step, compact (a run has processes x steps of these).
-
-    ``ns`` is a list of the buckets' exclusive ns in :data:`BUCKETS` order; interval lists stay None until used.
-    """
-
-    __slots__ = ("ns", "umbrellas", "lo", "hi", "bucketed", "incomplete")
-
-    def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
-        self.ns = [0, 0, 0, 0]
-        self.umbrellas: Any = None  # umbrella spans' intervals: a list while built, then packed
-        self.lo = lo
-        self.hi = hi
-        self.bucketed: Any = None  # bucketed spans' merged intervals: a list while built, then packed
-        #: its umbrella never ended (a span of it lost its parent) or was cut short by a shutdown
-        self.incomplete = False
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
-    def merge(self, other: StepPart) -> None:
-        for i in range(4):
-            self.ns[i] += other.ns[i]
-        if other.umbrellas:
-            self.umbrellas = (self.umbrellas or array("q")) + other.umbrellas
-        self.lo = other.lo if self.lo is None else (self.lo if other.lo is None else min(self.lo, other.lo))
-        self.hi = other.hi if self.hi is None else (self.hi if other.hi is None else max(self.hi, other.hi))
-        if other.bucketed:
-            self.bucketed = merge_packed(self.bucketed or array("q"), other.bucketed)
-        self.incomplete = self.incomplete or other.incomplete
 
 
 #: Durations a phase keeps exactly (per process, and merged per group); past it, a log-scale sketch.
@@ -321,14 +219,14 @@ class ProcessPart:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
         # entry per object it writes: per step object, that memo was the worker's peak)
         state = dict(self.__dict__)
-        state["steps"] = _step_columns(self.steps)
+        state["steps"] = step_columns(self.steps)
         state["untokened"] = _untokened_columns(self.untokened)
         state["step_tokens"] = pairs_columns(self.step_tokens)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
-        state["steps"] = _steps_from_columns(state["steps"])
+        state["steps"] = steps_from_columns(state["steps"])
         state["untokened"] = _untokened_from_columns(state["untokened"])
         state["step_tokens"] = pairs_from_columns(state["step_tokens"])
         self.__dict__.update(state)
@@ -466,37 +364,6 @@ def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
     for series in part.compute.values():
         if isinstance(series, Series):
             series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
-
-
-def _step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
-    """``steps`` as a few flat columns (see :meth:`ProcessPart.__getstate__`); exact."""
-    parts = steps.values()
-    ns = array("q")
-    for sp in parts:
-        ns.extend(sp.ns)
-    flags = bytes(4 * sp.incomplete + 2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
-    lows = array("q", (sp.lo or 0 for sp in parts))
-    highs = array("q", (sp.hi or 0 for sp in parts))
-    umbrellas = intervals_column(sp.umbrellas for sp in parts)
-    bucketed = intervals_column(sp.bucketed for sp in parts)
-    return scalars(steps), ns, flags, lows, highs, umbrellas, bucketed
-
-
-def _steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
-    keys, ns, flags, lows, highs, umbrellas, bucketed = columns
-    new, ns = StepPart.__new__, ns.tolist()
-    out = {}
-    for n, (key, flag, lo, hi, umbrella, spans) in enumerate(
-        zip(keys, flags, lows, highs, intervals_from_column(*umbrellas), intervals_from_column(*bucketed), strict=True)
-    ):
-        sp = new(StepPart)  # (its fields all set here: no defaults made to be replaced)
-        sp.lo = None if flag & 2 else lo
-        sp.hi = None if flag & 1 else hi
-        sp.incomplete = bool(flag & 4)
-        sp.ns = ns[4 * n : 4 * n + 4]
-        sp.umbrellas, sp.bucketed = umbrella, spans
-        out[key] = sp
-    return out
 
 
 def _untokened_columns(untokened: Mapping[Any, tuple[Any, Any, int, Any]]) -> tuple[Any, ...]:

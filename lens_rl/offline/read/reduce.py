@@ -22,8 +22,9 @@ from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_column
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.read.linked import Tree, inner, link, resolve
-from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart, Series, StepPart
+from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart
 from lens_rl.offline.read.requests import requests_part
+from lens_rl.offline.read.steps import Series, StepPart
 from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
