@@ -273,66 +273,6 @@ def _framed(record: bytes) -> bytes:
     return len(record).to_bytes(8, "little") + record
 
 
-def _count_records(data: bytes) -> int:
-    at = count = 0
-    while at < len(data):
-        at += 8 + int.from_bytes(data[at : at + 8], "little")
-        count += 1
-    return count
-
-
-def test_a_grown_runs_memo_is_appended_to_and_reads_back_as_the_last_looks(tmp_path: Path) -> None:
-    """A look that walked a few steps appends them to the critical path's memo (one sealed record, not the
-    memo rewritten); a look limited to some steps drops the records it no longer holds true, so a later look
-    reuses none of them; two looks that appended at once, or a record cut short, leave the state before it;
-    a memo of many records is written whole again. Every answer is a cold read's."""
-    import lens_rl.offline.rollup.critical as critical
-    from lens_rl.offline.run.cache_files import MAX_RECORDS
-
-    run = tmp_path / "r"
-    grow_store(run, 0, 30)
-    memo_file = Path(cache_folder(run)) / "critical-memo.pickle"
-
-    def look(steps: tuple[int, int] | None = None) -> int:
-        for report in memo_file.parent.glob("report-*.json"):
-            report.unlink()
-        paths = span_files(run)
-        before = critical._walked
-        walked: list[int] = []
-        critical._walked = lambda *a: walked.append(1) or before(*a)  # type: ignore[assignment]
-        try:
-            warm = analyze(paths, jobs=1, cache=cache_folder(run), steps=steps)
-        finally:
-            critical._walked = before  # type: ignore[assignment]
-        cold = json.loads(json.dumps(analyze(paths, jobs=1, steps=steps), default=str))
-        assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
-        return len(walked)
-
-    assert look() == 30
-    first = memo_file.read_bytes()
-    grow_store(run, 30, 33)
-    assert look() == 3
-    grown = memo_file.read_bytes()
-    assert _count_records(first) == 1 and _count_records(grown) == 2
-    assert grown.startswith(first) and len(grown) - len(first) < len(first) // 2  # (appended: 3 steps' records)
-    late = span("train", 103.2, 105.4, "late-w4", parent="d10-1", remote=True, bucket="productive", step=10)
-    with (run / "spans-lm_policy-4-104.jsonl").open("a") as handle:  # a late span of step 10
-        handle.write(json.dumps(late) + "\n")
-    assert look((20, 32)) == 13  # (its steps from 10 on walked: 20..32 in the look; 0..19 are not true now)
-    assert look() == 20  # (a look of every step: 0..19 walked again, none of their earlier records reused)
-    saved = memo_file.read_bytes()
-    grow_store(run, 33, 36)
-    assert look() == 3
-    memo_file.write_bytes(saved + memo_file.read_bytes()[len(saved) :][:-5])  # the last record, cut short
-    assert look() == 36  # (the state before it was made from other entries: walked afresh, written whole)
-    assert _count_records(memo_file.read_bytes()) == 1
-    for n in range(36, 36 + MAX_RECORDS):
-        grow_store(run, n, n + 1)
-        assert look() == 1
-    assert _count_records(memo_file.read_bytes()) < MAX_RECORDS  # written whole again on the way, not 32 records on
-    assert look() == 0
-
-
 def test_grown_bytes_say_how_much_is_new_since_the_last_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a look decides whether to start worker processes on: nothing recorded (infinity), nothing new
     (0), an appended line (its bytes), a new file (all of it); a look at that little reads in its own process."""

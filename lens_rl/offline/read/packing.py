@@ -63,7 +63,7 @@ def hex_column(values: Iterable[Any]) -> array | list[Any]:
 
 def unhexed(column: array | list[Any]) -> list[Any]:
     """The span ids :func:`hex_column` made a column of."""
-    return list(map(_HEX, column)) if type(column) is array else column
+    return list(map(_HEX, column)) if isinstance(column, array) else column
 
 
 def indexed(values: Iterable[Hashable]) -> tuple[list[Any], array]:
@@ -73,7 +73,7 @@ def indexed(values: Iterable[Hashable]) -> tuple[list[Any], array]:
     return list(table), index
 
 
-def pairs_columns(mapping: Mapping[tuple[Hashable, Any], Any]) -> tuple[Any, ...]:
+def pairs_columns(mapping: Mapping[Any, Any]) -> tuple[Any, ...]:
     """A mapping keyed by pairs (a few kinds, then a step) as columns: the first halves as indexes into a
     table, the second halves and the values as :func:`scalars`."""
     table, index = indexed(first for first, _ in mapping)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.intervals import int64_array
+from lens_rl.offline.rollup.memo import Memo
 
 __all__ = ["Memo", "critical_path"]
 
@@ -139,111 +140,6 @@ class _Index:
             acc[key] = acc.get(key, 0) + t - low
 
 
-def memo_key(record: Sequence[Any]) -> tuple[str, str]:
-    """A :class:`Memo` record's key: its driver and its step's repr."""
-    return record[0], repr(record[1])
-
-
-class Memo:
-    """The per-step results of an earlier look at a growing run, and this look's (the refresh cache keeps
-    them as JSON). A step's walk reads nothing outside its umbrella's interval, so a step that ended before
-    the earliest span read since the earlier look (``fresh_from``; None: nothing was read since) comes out
-    as it did then, and is not walked again.
-
-    ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
-    wall s, [stretch key, ns, ...], the step's row], a stretch key an index into ``keys`` ([group, rank,
-    phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is).
-    ``records``: a list of records, or a mapping of each one's :func:`memo_key` to it.
-    ``walked``: the records of ``made`` this look walked (not kept from the earlier look); ``source``: where
-    the earlier look's records came from, for whoever keeps them (the refresh cache's business); ``sums``:
-    per stretch key, the ns of every record given and how many have it (None: not known), so the kept
-    records' sum is that less the few not kept, not a pass over a run's 100 k steps (:meth:`state_sums`
-    gives this look's, to keep beside its records)."""
-
-    def __init__(
-        self,
-        records: Sequence[Sequence[Any]] | Mapping[tuple[str, str], Sequence[Any]] = (),
-        keys: Sequence[Sequence[Any]] = (),
-        fresh_from: int | None = None,
-        source: Any = None,
-        sums: Mapping[int, Sequence[int]] | None = None,
-    ) -> None:
-        self.kept = dict(records) if isinstance(records, Mapping) else {memo_key(r): r for r in records}
-        self.fresh_from = fresh_from
-        self.made: list[Sequence[Any]] = []
-        self.walked: list[Sequence[Any]] = []
-        self.keys: list[tuple[Any, ...]] = [tuple(k) for k in keys]
-        self.earlier_keys = len(self.keys)
-        self._slots = {key: slot for slot, key in enumerate(self.keys)}
-        self.source = source
-        self.sums = None if sums is None else {int(slot): [int(ns), int(n)] for slot, (ns, n) in sums.items()}
-        self._reused: dict[int, list[int]] | None = None
-
-    def keep(
-        self, driver: str, step: Any, end: int | None, wall_s: Any, by_key: Mapping[Any, int], row: dict[str, Any]
-    ) -> None:
-        """This look's record of one step: its walk's ns per stretch key and its row."""
-        flat: list[Any] = []
-        slots = self._slots
-        for key, ns in by_key.items():
-            slot = slots.get(key)
-            if slot is None:
-                slot = slots[key] = len(self.keys)
-                self.keys.append(key)
-            flat += (slot, ns)
-        record = [driver, step, end, wall_s, flat, row]
-        self.made.append(record)
-        self.walked.append(record)
-
-    def add_totals(self, slots: Mapping[int, int], totals: dict[tuple[str, str, Any], int]) -> None:
-        """Kept records' critical ns summed per stretch key (``slots``), added into ``totals`` per (group,
-        phase, bucket)."""
-        keys = self.keys
-        for slot, ns in slots.items():
-            group, _rank, name, bucket = keys[slot]
-            totals[(group, name, bucket)] += ns
-
-    def reused_ns(self) -> dict[int, int] | None:
-        """Per stretch key, the ns of the records reused so far (None: the sums were not known): the sums
-        less the kept records not reused (call once every step is gathered)."""
-        if self.sums is None:
-            return None
-        out = {slot: list(each) for slot, each in self.sums.items()}
-        made = {id(r) for r in self.made}
-        for record in self.kept.values():
-            if id(record) not in made:
-                _add_flat(out, record[4], -1)
-        self._reused = out
-        return {slot: ns for slot, (ns, n) in out.items() if n > 0}
-
-    def state_sums(self) -> dict[int, list[int]]:
-        """Per stretch key, the ns of this look's records (``made``) and how many have it."""
-        if self._reused is None:
-            out: dict[int, list[int]] = {}
-            for record in self.made:
-                _add_flat(out, record[4], 1)
-            return out
-        out = {slot: list(each) for slot, each in self._reused.items() if each[1] > 0}
-        for record in self.walked:
-            _add_flat(out, record[4], 1)
-        return out
-
-    def dropped(self) -> list[tuple[str, str]]:
-        """The keys of the earlier look's records this look neither kept nor walked again (no longer true)."""
-        made = {id(r) for r in self.made}
-        return [key for key, record in self.kept.items() if id(record) not in made]
-
-    def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
-        """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
-        record = self.kept.get((driver, repr(step)))
-        if record is None or end is None or record[2] != end or record[3] != wall_s:
-            return None
-        if self.fresh_from is not None and end >= self.fresh_from:
-            return None
-        self.made.append(record)
-        return record
-
-
 def critical_path(
     processes: Sequence[Any], steps: Sequence[Mapping[str, Any]], memo: Memo | None = None
 ) -> dict[str, Any]:
@@ -301,8 +197,14 @@ def _gathered(
                 continue
             start = min((crit.a[off + count - 1] for off, count, _e in runs if count), default=None)
             todo.append((start, p, driver, step, runs, end))
+    return step_rows, todo, _kept_ns(memo, flats)
+
+
+def _kept_ns(memo: Memo | None, flats: Sequence[Sequence[int]]) -> dict[int, int]:
+    """The reused steps' critical ns per stretch key: from the memo's sums where it knows them, else summed
+    from their records' ``flats``."""
     reused = None if memo is None else memo.reused_ns()
-    return step_rows, todo, _summed(flats) if reused is None else reused
+    return _summed(flats) if reused is None else reused
 
 
 def _end(runs: Sequence[tuple[int, int, int]]) -> int | None:
@@ -319,16 +221,6 @@ def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:
         for k in range(0, len(flat), 2):
             out[flat[k]] += flat[k + 1]
     return out
-
-
-def _add_flat(sums: dict[int, list[int]], flat: Sequence[int], sign: int) -> None:
-    """A record's [stretch key, ns, ...] added into (``sign`` -1: taken from) per-key [ns, count] sums."""
-    for k in range(0, len(flat), 2):
-        each = sums.get(flat[k])
-        if each is None:
-            each = sums[flat[k]] = [0, 0]
-        each[0] += sign * flat[k + 1]
-        each[1] += sign
 
 
 def _phase_rows(processes: Sequence[Any], totals: Mapping[tuple[str, str, Any], int], walls: float) -> list[Any]:

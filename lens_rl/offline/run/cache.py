@@ -44,16 +44,15 @@ from lens_rl.offline.run.cache_files import (
     grown_bytes,
     id_key,
     load_entry,
-    load_memo,
     merged_ids,
     options_key,
     save_entry,
-    save_memo,
     save_sizes,
     settled_has,
 )
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
+from lens_rl.offline.run.memo_file import load_memo, save_memo
 from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
 __all__ = [
@@ -85,14 +84,8 @@ def _columns_for(columns: dict[Process, Columns], head: Head) -> Columns:
     return cols
 
 
-def _add_row(columns: dict[Process, Columns], head: Head, row: Any) -> Columns:
-    """``row`` into its process's columns (made, and told its header, as needed)."""
-    cols = _columns_for(columns, head)
-    _into(cols, row)
-    return cols
-
-
 def _into(cols: Columns, row: Any) -> None:
+    """``row`` into its process's columns."""
     if row.n == "rl.job":
         cols.add_job(row)
     cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
@@ -117,17 +110,14 @@ class _Batch:
             self.heads.append(head)
         return n
 
-    def add(self, head: Head, head_index: int, row: Any, offset: int, size: int) -> None:
-        self.seen.add(row.s)
-        _add_row(self.columns, head, row)
-        self.where.setdefault(head.process, array("q")).extend((offset, size, head_index))
-
     def read_held(self, path: str | os.PathLike[str], held: array) -> None:
         """The lines an earlier read held (their parents not written then), first, in file order."""
         for k in range(0, len(held), 3):
             offset, size, h = held[k], held[k + 1], held[k + 2]
             for head, row, at, length in scan(path, ReadStats(), start=offset, head=self.heads[h], stop=offset + size):
-                self.add(head, h, row, at, length)
+                self.seen.add(row.s)
+                _into(_columns_for(self.columns, head), row)
+                self.where.setdefault(head.process, array("q")).extend((at, length, h))
 
     def read_new(self, path: str | os.PathLike[str], entry: Entry | None, end: int, read: ReadStats) -> list[Head]:
         """The lines from where ``entry``'s read stopped (None: the file's start) to ``end``, a span id met
@@ -332,7 +322,7 @@ def _refresh(
     answer.add(entry.stats)
     tail = _tail_row(path, end, stat.st_size, answer, batch.seen, entry.ids)
     if tail is not None and entry.head_at_end is not None:  # reduced with the held spans, kept by no one
-        _add_row(pending, batch.heads[entry.head_at_end], tail)
+        _into(_columns_for(pending, batch.heads[entry.head_at_end]), tail)
     fresh_from = min((t for t in (fresh_from, _earliest(pending)) if t is not None), default=None)
     parts = list(entry.settled.values()) + reduce_columns(pending, driver_in_run, superseded, critical)
     return entry, parts, answer, fresh_from, delta

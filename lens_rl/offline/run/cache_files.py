@@ -20,28 +20,25 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import math
 import os
-import pickle
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
-from lens_rl.offline.rollup.critical import Memo, memo_key
-from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, cache_key, json_bytes, read_bytes, write_atomic
-from lens_rl.offline.run.kept import sealed, unsealed
-from lens_rl.offline.run.safe_pickle import ClassUnpickler, PlainUnpickler, framed, unpickled
-from lens_rl.store import CacheRead, Process, ReadStats, loads
+from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.safe_pickle import ClassUnpickler, framed, unpickled
+from lens_rl.store import Process, ReadStats, loads
 
 __all__ = [
     "CACHE_DIR",
     "FORMAT",
+    "LENGTH",
     "MAX_RECORDS",
     "Delta",
     "Entry",
@@ -49,11 +46,11 @@ __all__ = [
     "grown_bytes",
     "id_key",
     "load_entry",
-    "load_memo",
     "merged_ids",
+    "after_length",
+    "records_in",
     "options_key",
     "save_entry",
-    "save_memo",
     "save_sizes",
     "settled_has",
 ]
@@ -62,7 +59,7 @@ _log = logging.getLogger("lens_rl")
 _MAGIC = FORMAT.encode() + b"\n"
 #: records an entry file holds before a look rewrites it whole
 MAX_RECORDS = 32
-_LENGTH = 8  # bytes of a record's length, before it
+LENGTH = 8  # bytes of a record's length, before it
 
 
 def cache_folder(run_dir: str | os.PathLike[str]) -> str:
@@ -214,20 +211,20 @@ def merged_ids(ids: Any, new: list[Any]) -> Any:
 
 def _record(value: Any) -> bytes:
     """``value`` as a :func:`~lens_rl.offline.run.safe_pickle.framed` record, after its length."""
-    return _after_length(framed(value))
+    return after_length(framed(value))
 
 
-def _after_length(data: bytes) -> bytes:
-    """A record as a cache file holds it: its length (:data:`_LENGTH` bytes, little-endian), then it."""
-    return len(data).to_bytes(_LENGTH, "little") + data
+def after_length(data: bytes) -> bytes:
+    """A record as a cache file holds it: its length (:data:`LENGTH` bytes, little-endian), then it."""
+    return len(data).to_bytes(LENGTH, "little") + data
 
 
-def _records(data: bytes, at: int) -> Iterator[tuple[int, int]]:
+def records_in(data: bytes, at: int) -> Iterator[tuple[int, int]]:
     """Where the records of an entry file from offset ``at`` lie in ``data`` (start, stop); ValueError at one
     cut short."""
     while at < len(data):
-        length = int.from_bytes(data[at : at + _LENGTH], "little")
-        at += _LENGTH
+        length = int.from_bytes(data[at : at + LENGTH], "little")
+        at += LENGTH
         if length > len(data) - at:
             raise ValueError("a record cut short")
         yield at, at + length
@@ -251,7 +248,7 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
         return None, f"unreadable ({exc.strerror or exc})"
     if not data.startswith(_MAGIC):
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
-    records = _records(data, len(_MAGIC))
+    records = records_in(data, len(_MAGIC))
     try:
         entry = unpickled(ClassUnpickler, data, *next(records))
     except Exception as exc:  # a corrupt or foreign file: never trusted
@@ -274,7 +271,7 @@ def _apply_deltas(entry: Entry, data: bytes, records: Iterator[tuple[int, int]],
     try:
         for start, stop in records:
             delta = unpickled(ClassUnpickler, data, start, stop)
-            count, appended = count + 1, appended + _LENGTH + stop - start
+            count, appended = count + 1, appended + LENGTH + stop - start
             if isinstance(delta, Delta) and delta.parent == entry.token:
                 entry.apply(delta)
     except Exception as exc:  # (never trusted: whatever a record holds, the state before it is a cold read's)
@@ -319,118 +316,3 @@ def save_sizes(folder: str, paths: Sequence[str | os.PathLike[str]]) -> None:
     except OSError:
         return
     write_atomic(Path(folder) / _SIZES, json_bytes(sizes))
-
-
-_MEMO = "critical-memo.pickle"
-
-
-class _MemoFile(NamedTuple):
-    """Where a memo read from its file stands: the tokens of the entries its last applied record was made
-    from, and (records, bytes of the first, bytes after it), as an entry's ``disk``."""
-
-    tokens: dict[str, Any]
-    disk: tuple[int, int, int]
-
-
-def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None]:
-    """The critical path's per-step results earlier looks kept (:class:`~.Memo`), if every file they were made
-    from is as the last look left it (``reads``: this look's :attr:`~lens_rl.store.ReadStats.cache_reads`);
-    else an empty one. The file holds records, each plain values pickled behind the user's seal
-    (:func:`~lens_rl.offline.run.kept.sealed`: one anybody else wrote reads as none), read by an unpickler
-    that builds no class: the first whole, each later one what one look walked, chained to the tokens it was
-    made from (as an entry's deltas: of two looks that appended at once, the second's is skipped; at a record
-    cut short or not sealed, the state before it stands). Also why a memo there was not used, where that is
-    worth a line (None: used, none, another's, or out of date)."""
-    try:
-        data = read_bytes(Path(folder) / _MEMO)
-    except OSError:
-        return Memo(), None
-    records = _records(data, 0)
-    try:
-        base = _memo_record(data, *next(records))
-    except (StopIteration, ValueError):
-        return Memo(), None  # cut short, or not sealed by this user's lens_rl (or no key): walked afresh
-    except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it
-        return Memo(), f"corrupt ({type(exc).__name__})"
-    try:
-        if base["key"] != cache_key():
-            return Memo(), "of another lens_rl version"
-        tokens, keys, sums = dict(base["tokens"]), list(base["keys"]), base.get("sums")
-        rows = {memo_key(r): r for r in base["records"]}
-    except Exception as exc:
-        return Memo(), f"corrupt ({type(exc).__name__})"
-    count, appended = 1, 0
-    try:
-        for start, stop in records:
-            delta = _memo_record(data, start, stop)
-            count, appended = count + 1, appended + _LENGTH + stop - start
-            if delta.get("parent") == tokens and delta["keys_from"] == len(keys):
-                tokens = dict(delta["tokens"])
-                keys += delta["keys"]
-                for key in delta["dropped"]:  # (first: a step walked again drops its earlier record)
-                    rows.pop(tuple(key), None)
-                rows.update((memo_key(r), r) for r in delta["records"])
-                sums = delta.get("sums")
-    except Exception as exc:  # (the state before it stands; written whole next)
-        _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
-        count = MAX_RECORDS
-    if not _made_from(tokens, reads):
-        return Memo(), None  # a file gone, rewritten, or read by another look since
-    fresh = [start for *_, start in reads if start is not None]
-    source = _MemoFile(tokens, (count, len(data) - appended, appended))
-    return Memo(rows, keys, min(fresh) if fresh else None, source, sums), None
-
-
-def _memo_record(data: bytes, start: int, stop: int) -> dict[str, Any]:
-    """One record of the memo's file: its plain values (ValueError: not sealed by this user's lens_rl)."""
-    body = unsealed(data[start:stop])
-    if body is None:
-        raise ValueError("not sealed by this user's lens_rl")
-    value = PlainUnpickler(io.BytesIO(body)).load()
-    if type(value) is not dict:
-        raise TypeError("not a memo record")
-    return value
-
-
-def _made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
-    """Whether the entries a memo was made from (``tokens``) are those this look read from (``reads``)."""
-    before = {name: token for name, token, _after, _fresh in reads}
-    return all(before.get(name) == token for name, token in tokens.items()) and all(
-        token is None or name in tokens for name, token in before.items()
-    )
-
-
-def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
-    """Keep this look's per-step results with the tokens of the cache entries they were made from (sealed;
-    not kept without the user's key): what this look walked appended to the file the memo was read from
-    while that takes one more record, else every record it holds, written whole."""
-    tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
-    path, source = Path(folder) / _MEMO, memo.source
-    if isinstance(source, _MemoFile) and source.disk[0] < MAX_RECORDS:
-        new_keys = [list(key) for key in memo.keys[memo.earlier_keys :]]
-        delta = {
-            "parent": source.tokens,
-            "tokens": tokens,
-            "keys_from": memo.earlier_keys,
-            "keys": new_keys,
-            "records": memo.walked,
-            "dropped": memo.dropped(),
-            "sums": memo.state_sums(),
-        }
-        sealed_delta = sealed(pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL))
-        if sealed_delta is None:
-            return
-        record = _after_length(sealed_delta)
-        _count, first, appended = source.disk
-        if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
-            return
-    whole = {
-        "key": cache_key(),
-        "tokens": tokens,
-        "keys": [list(key) for key in memo.keys],
-        "records": memo.made,
-        "sums": memo.state_sums(),
-    }
-    sealed_whole = sealed(pickle.dumps(whole, protocol=pickle.HIGHEST_PROTOCOL))
-    if sealed_whole is not None:
-        write_atomic(path, _after_length(sealed_whole))
