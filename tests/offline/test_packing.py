@@ -42,6 +42,7 @@ def test_span_ids_pack_as_numbers_only_in_lens_rls_form() -> None:
         ["+00000000000000f"],
         ["0x0000000000000f"],
         ["0000_00000000000f"],
+        ["zzzzzzzzzzzzzzzz"],
         ["short"],
         [7],
     ):

@@ -49,3 +49,11 @@ def test_no_gc_pauses_the_cyclic_collector_and_restores_it() -> None:
     del node
     gc.collect()
     assert gone() is None  # (a cycle is still collected)
+    gc.freeze()  # (a process that froze its own objects, to fork: they stay frozen)
+    try:
+        frozen = gc.get_freeze_count()
+        with no_gc():
+            more = [[n] for n in range(1_000)]
+        assert gc.get_freeze_count() == frozen and gc.isenabled() and len(more) == 1_000
+    finally:
+        gc.unfreeze()
