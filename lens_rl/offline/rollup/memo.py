@@ -86,10 +86,8 @@ class Memo:
         if self.sums is None:
             return None
         out = {slot: list(each) for slot, each in self.sums.items()}
-        made = {id(r) for r in self.made}
-        for record in self.kept.values():
-            if id(record) not in made:
-                _add_flat(out, record[4], -1)
+        for _key, record in self._not_reused():
+            _add_flat(out, record[4], -1)
         self._reused = out
         return {slot: ns for slot, (ns, n) in out.items() if n > 0}
 
@@ -107,8 +105,12 @@ class Memo:
 
     def dropped(self) -> list[tuple[str, str]]:
         """The keys of the earlier look's records this look neither kept nor walked again (no longer true)."""
+        return [key for key, _record in self._not_reused()]
+
+    def _not_reused(self) -> list[tuple[tuple[str, str], Sequence[Any]]]:
+        """The earlier look's records (with their keys) that this look has not reused."""
         made = {id(r) for r in self.made}
-        return [key for key, record in self.kept.items() if id(record) not in made]
+        return [(key, record) for key, record in self.kept.items() if id(record) not in made]
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
         """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
