@@ -28,13 +28,14 @@ ROOMS = {
     "offline.run": ("offline.run",),
     "offline.show": ("offline.show",),
     "frameworks": ("frameworks",),
+    "devices": ("devices",),
     "integrations": ("integrations",),
     "testing": ("testing",),
 }
 #: room -> the rooms it may import (its own always; ``_version``, a constant, anyone).
 ALLOWED = {
     "face": set(ROOMS),
-    "setup": {"vocabulary", "runtime", "record", "export", "store"},
+    "setup": {"vocabulary", "runtime", "record", "export", "store", "devices"},
     "vocabulary": set(),
     "runtime": {"vocabulary"},
     "record": {"vocabulary", "runtime"},
@@ -46,6 +47,9 @@ ALLOWED = {
     "offline.run": {"offline.read", "offline.rollup", "store", "vocabulary"},
     "offline.show": {"offline.run", "offline.rollup.schema", "vocabulary"},
     "frameworks": {"vocabulary", "runtime", "record", "setup"},
+    # the GPU sampler and the profiler windows: started by the lifecycle (setup), below it; they get their
+    # settings from the config object handed in, never by importing setup
+    "devices": {"vocabulary", "runtime", "record", "export", "store"},
     "integrations": {room for room in ROOMS if not room.startswith("offline")},
     "testing": set(ROOMS),
 }
