@@ -131,6 +131,7 @@ class Runtime:
         "last_step",
         "worker_init",
         "otel_keys",
+        "step_claim",
     )
 
     def __init__(self) -> None:
@@ -179,6 +180,9 @@ class Runtime:
         #: OpenTelemetry's context keys and runtime context (set by the export side with its first handle),
         #: read directly on the hot path: see :func:`lens_rl.propagation.keys`.
         self.otel_keys: tuple[Any, ...] | None = None
+        #: Called by the first phase with a step of a process ``lens-rl run`` started, before it opens (that
+        #: process may claim the driver's role); set by the bootstrap, cleared by the call. Survives reset.
+        self.step_claim: Callable[[], None] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())

@@ -201,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not command:
         raise CliError("run: give the command to run after --, e.g. lens-rl run -- python train.py")
     try:
-        return run(command, trace_dir=args.trace_dir, instrument=args.instrument, run_id=args.run_id)
+        return run(command, trace_dir=args.trace_dir, instrument=args.instrument, run_id=args.run_id, reraise=True)
     except ValueError as exc:
         raise CliError(f"run: {exc}") from None
     except OSError as exc:  # the command cannot be started (not found, not executable)

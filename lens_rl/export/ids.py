@@ -22,12 +22,15 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
+from threading import get_ident
 
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-__all__ = ["STREAM", "LensIdGenerator", "getrandbits", "random_float", "reseed"]
+__all__ = ["STREAM", "LensIdGenerator", "getrandbits", "pinned_ids", "random_float", "reseed"]
 
 #: lens_rl's own random stream (never the global one).
 STREAM = random.Random(os.urandom(32))
@@ -45,14 +48,41 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=reseed)
 
 
+#: thread ident -> [trace id, span id] the next draws of that thread return (0: drawn already)
+_PINNED: dict[int, list[int]] = {}
+
+
+@contextlib.contextmanager
+def pinned_ids(trace_id: int, span_id: int) -> Iterator[None]:
+    """Inside the block, this thread's next trace id and span id drawn by a :class:`LensIdGenerator` are
+    these, once each (the job root whose ids ``lens-rl run`` fixed before any process started)."""
+    _PINNED[get_ident()] = [trace_id, span_id]
+    try:
+        yield
+    finally:
+        _PINNED.pop(get_ident(), None)
+
+
+def _pinned(index: int) -> int:
+    pin = _PINNED.get(get_ident())
+    if pin is None or not pin[index]:
+        return 0
+    value, pin[index] = pin[index], 0
+    return value
+
+
 class LensIdGenerator(IdGenerator):
     """OpenTelemetry's ``IdGenerator`` over lens_rl's own stream: random, non-zero 64-bit span and 128-bit
     trace ids, unique per process whatever the job does to ``random``."""
 
     def generate_span_id(self) -> int:
+        if _PINNED:
+            return _pinned(1) or getrandbits(64) or 1
         return getrandbits(64) or 1
 
     def generate_trace_id(self) -> int:
+        if _PINNED:
+            return _pinned(0) or getrandbits(128) or 1
         return getrandbits(128) or 1
 
     def is_trace_id_random(self) -> bool:  # (OpenTelemetry >= 1.45 asks; older releases never call it)

@@ -1,13 +1,14 @@
-"""What ``lens-rl run``'s ``sitecustomize`` does in each Python process of the job: the first one claims the
-driver's role (telemetry started, the job's root span opened, its context handed to every later process);
-every other one weaves the configured frameworks and starts telemetry lazily on its first phase. A launcher
-(``torchrun``, ``accelerate launch``, ``deepspeed``) runs no training loop of its own: it claims nothing, and
-the first rank it starts is the driver. Never raises.
+"""What ``lens-rl run``'s ``sitecustomize`` does in each Python process of the job: weave the configured
+frameworks, and wait for the process's first step. The driver is the process that runs the training loop:
+the first of the job to open a step (a step umbrella, a framework's woven step, a ``traced_phase`` with
+``step=``) or to call ``init_telemetry_driver`` claims the role then (:mod:`lens_rl.lifecycle.launched`: a
+file created exclusively) and starts as the driver. Every other process is a worker, its telemetry started
+lazily by its first phase. A process that opens no step (``python -c 'import torch'``, ``pip``, a launcher
+such as ``torchrun``, ``ray job submit``) claims nothing and, with no phase, writes nothing. Never raises.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 __all__ = ["start"]
@@ -16,56 +17,36 @@ __all__ = ["start"]
 def start() -> None:
     """Weave this process as ``lens-rl run`` configured it (``LENS_RL_OTEL_*`` in the environment)."""
     try:
-        from lens_rl.frameworks.run import DRIVER_CLAIM_ENV
+        from lens_rl._runtime import RUNTIME
+        from lens_rl.frameworks import apply_configured
         from lens_rl.lifecycle import telemetry_enabled_in_env
+        from lens_rl.lifecycle.launched import under_run
 
         if not telemetry_enabled_in_env():
             return
-        if not _launcher() and _claim(os.environ.get(DRIVER_CLAIM_ENV, "")):
-            from lens_rl.lifecycle import init_telemetry_driver
-
-            init_telemetry_driver(None)  # the environment holds the config; the init weaves what it names
-        else:
-            from lens_rl.frameworks import apply_configured
-
-            apply_configured()
+        apply_configured()
+        if under_run():
+            RUNTIME.step_claim = _first_step
     except Exception as exc:  # never the job's fault: one line, then the job runs untraced
         print(f"lens-rl run: this process is not traced: {exc!r}", file=sys.stderr)
 
 
-#: Programs (script names, ``-m`` modules) that start a job's ranks and train nothing themselves.
-LAUNCHERS = frozenset(
-    [
-        "torchrun",
-        "torch.distributed.run",
-        "torch.distributed.launch",
-        "accelerate",
-        "accelerate.commands.launch",
-        "accelerate.commands.accelerate_cli",
-        "deepspeed",
-        "deepspeed.launcher.runner",
-    ]
-)
+def _first_step() -> None:
+    """The process's first step is about to open: the first process of the job here becomes its driver (a
+    phase recorded before it, lazily, is handed over as the driver starts). Never raises."""
+    from lens_rl._errors import internal_error
+    from lens_rl._runtime import RUNTIME
 
-
-def _launcher() -> bool:
-    """Whether this process is a distributed launcher (read from ``sys.orig_argv``: ``sys.argv`` is not yet
-    set when ``sitecustomize`` runs)."""
-    argv = list(getattr(sys, "orig_argv", ()))[1:]
-    for i, arg in enumerate(argv):
-        if arg == "-m" and i + 1 < len(argv):
-            return argv[i + 1] in LAUNCHERS
-        if not arg.startswith("-"):
-            return os.path.basename(arg) in LAUNCHERS
-    return False
-
-
-def _claim(path: str) -> bool:
-    """True for the first process of the job to get here (it creates ``path`` exclusively)."""
-    if not path:
-        return False
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except OSError:
-        return False
-    return True
+        with RUNTIME.lock:
+            if RUNTIME.step_claim is None:  # another thread of this process got here first
+                return
+            RUNTIME.step_claim = None
+            from lens_rl.lifecycle import get_telemetry_handle, init_telemetry_driver
+            from lens_rl.lifecycle.launched import claim
+
+            handle = get_telemetry_handle()
+            if (handle is None or handle.role == "lazy") and claim():
+                init_telemetry_driver(None)  # the environment holds the config; the init weaves what it names
+    except Exception as exc:
+        internal_error(exc, "run-driver")

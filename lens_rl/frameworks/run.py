@@ -5,12 +5,21 @@ The command runs as a child with telemetry on (the file store by default; any co
 installed), ``OTEL_PYTHON_ID_GENERATOR=lens_rl`` (lens_rl's id generator for OpenTelemetry's own spans), and
 ``lens_rl/frameworks/bootstrap/`` first on ``PYTHONPATH``: its ``sitecustomize`` runs in every Python process
 the job starts (Ray workers of a local cluster, multiprocessing children), chains the ``sitecustomize`` that
-was there before, and weaves. The first Python process of the job is its driver (it opens the job's root
-span, so one job is one trace); the others start telemetry lazily on their first woven phase.
+was there before, and weaves. The driver is the process that runs the training loop: the first to open a
+step (or call ``init_telemetry_driver``) claims the role (:mod:`lens_rl.lifecycle.launched`); a short Python
+process before it (``python -c 'import torch'``, ``pip``) is no driver and, opening no phase, writes nothing.
+The job root's ids are fixed here, before any process starts (``TRACEPARENT``: one job, one trace, whichever
+process claims it), and so is the launch (``LENS_RL_OTEL_LAUNCH_TIME``: the job's wall starts here, its
+``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``).
 
-The job's exit status is the command's; SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to ``lens-rl run`` are
-forwarded to it; a command killed by signal N exits ``128 + N``, as a shell reports it. Afterwards one line
-says where the store is and the one command that reads it.
+The job's exit status is the command's, and a command killed by signal N kills ``lens-rl run`` with N too
+(a shell reports ``128 + N``; a script running it stops on Ctrl-C as it would for the command itself).
+SIGTERM and SIGHUP sent to ``lens-rl run`` are forwarded to the command. SIGINT and SIGQUIT, which a
+terminal sends to its whole foreground process group (the command's too), are forwarded only when the
+command left ``lens-rl run``'s process group (then nothing else would deliver them), so a Ctrl-C reaches
+the job once; SIGTSTP (Ctrl-Z) stops both, as any foreground job. A signal ignored when ``lens-rl run``
+started stays ignored in the command. Afterwards one line says where the store is and the one command that
+reads it.
 
 Example::
 
@@ -21,23 +30,32 @@ Example::
 from __future__ import annotations
 
 import os
+import re
+import resource
 import secrets
 import shlex
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from lens_rl.lifecycle.launched import CLAIM_ENV, PARENT_ENV, ROOT_ENV
 
 __all__ = ["BOOTSTRAP_DIR", "DRIVER_CLAIM_ENV", "job_environment", "run"]
 
 #: The folder whose ``sitecustomize`` weaves every Python process of the job.
 BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "bootstrap")
-#: A path the first Python process of the job creates (exclusively) to become its driver.
-DRIVER_CLAIM_ENV = "LENS_RL_RUN_DRIVER_CLAIM"
-_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+#: A path the process that runs the training loop creates (exclusively) to become the job's driver.
+DRIVER_CLAIM_ENV = CLAIM_ENV
+#: Sent to ``lens-rl run`` alone: always forwarded.
+_FORWARDED = ("SIGTERM", "SIGHUP")
+#: Sent by a terminal to its whole foreground group: forwarded only to a command outside that group.
+_TERMINAL = ("SIGINT", "SIGQUIT")
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 def job_environment(
@@ -47,12 +65,16 @@ def job_environment(
     instrument: str | None = None,
     run_id: str | None = None,
     claim: str | None = None,
+    launch: float | None = None,
 ) -> dict[str, str]:
-    """The job's environment: telemetry on, the run id fixed, the bootstrap first on ``PYTHONPATH``.
+    """The job's environment: telemetry on, the run id fixed, the bootstrap first on ``PYTHONPATH``; the
+    job root's trace context (``TRACEPARENT``), its attempt and, given ``launch`` (epoch seconds), its launch
+    time unless the job already has one (a launcher's ``LENS_RL_OTEL_LAUNCH_TIME``, ``SLURM_JOB_START_TIME``).
 
     Raises ``ValueError`` (naming the field) when the resulting config is invalid.
     """
-    from lens_rl.config import ENV, TelemetryConfig
+    from lens_rl.config import ATTEMPT_ENV, ENV, LAUNCH_TIME_ENV, TelemetryConfig
+    from lens_rl.identity.attempt import resolve_attempt
 
     env = dict(environ)
     env[ENV["enabled"]] = "true"
@@ -70,7 +92,27 @@ def job_environment(
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *paths])
     if claim is not None:
         env[DRIVER_CLAIM_ENV] = claim
+        _job_root(env)
+    if launch is not None and not env.get(LAUNCH_TIME_ENV, "").strip() and not env.get("SLURM_JOB_START_TIME"):
+        env[LAUNCH_TIME_ENV] = f"{launch:.6f}"
+    if not env.get(ATTEMPT_ENV, "").strip():  # workers started before the driver claims know it too
+        env[ATTEMPT_ENV] = str(resolve_attempt(TelemetryConfig.from_env(env), env)[0])
     return env
+
+
+def _job_root(env: dict[str, str]) -> None:
+    """Fix the job root's ids: a new span in the job's trace (the ``TRACEPARENT`` it had, kept as the root's
+    parent), else in a new trace; every process of the job gets it as its ``TRACEPARENT``."""
+    parent = env.get("TRACEPARENT", "").strip().lower()
+    match = _TRACEPARENT.match(parent)
+    trace = match.group(1) if match and int(match.group(1), 16) else f"{secrets.randbits(128) or 1:032x}"
+    root = f"00-{trace}-{secrets.randbits(64) or 1:016x}-01"
+    env[ROOT_ENV] = env["TRACEPARENT"] = root
+    if match:
+        env[PARENT_ENV] = parent
+    else:
+        env.pop(PARENT_ENV, None)
+        env.pop("TRACESTATE", None)  # (a state without its traceparent belongs to no trace)
 
 
 def run(
@@ -80,10 +122,13 @@ def run(
     instrument: str | None = None,
     run_id: str | None = None,
     out: Any = None,
+    reraise: bool = False,
 ) -> int:
-    """Run ``command`` traced; its exit status (``128 + N`` when killed by signal N). Raises ``ValueError``
-    on a bad config and ``FileNotFoundError`` when the command does not exist."""
+    """Run ``command`` traced; its exit status (``128 + N`` when killed by signal N; with ``reraise``, as the
+    CLI does, this process is then killed by N too, after its last line). Raises ``ValueError`` on a bad
+    config and ``FileNotFoundError`` when the command does not exist."""
     out = sys.stderr if out is None else out
+    launch = time.time()
     with tempfile.TemporaryDirectory(prefix="lens-rl-run-") as scratch:
         env = job_environment(
             os.environ,
@@ -91,6 +136,7 @@ def run(
             instrument=instrument,
             run_id=run_id,
             claim=os.path.join(scratch, "driver"),
+            launch=launch,
         )
         child = subprocess.Popen(list(command), env=env)
         previous = _forward_signals(child)
@@ -99,23 +145,49 @@ def run(
         finally:
             _restore(previous)
     _say_where(env, out)
+    if status < 0 and reraise:
+        _die_by(-status, out)
     return 128 - status if status < 0 else status
 
 
 def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
-    def forward(signum: int, frame: Any) -> None:
-        if child.poll() is None:
-            try:
-                child.send_signal(signum)
-            except ProcessLookupError:
-                pass
+    """Install the forwarding handlers (a signal ignored at start is left ignored); the handlers they replace."""
+    own_group = os.getpgrp()
 
+    def forward(signum: int, frame: Any) -> None:
+        if child.poll() is not None:
+            return
+        try:
+            if signum in terminal and os.getpgid(child.pid) == own_group:
+                return  # the terminal's signal reached the command's group (ours) already: once is enough
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    terminal = {getattr(signal, name) for name in _TERMINAL if hasattr(signal, name)}
     previous = {}
-    for name in _FORWARDED:
+    for name in (*_FORWARDED, *_TERMINAL):
         signum = getattr(signal, name, None)
-        if signum is not None:
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
             previous[signum] = signal.signal(signum, forward)
     return previous
+
+
+def _die_by(signum: int, out: Any) -> None:
+    """End this process by ``signum``, as the command ended (no core file of its own); returns only if the
+    signal does not end a process."""
+    for stream in (out, sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        os.kill(os.getpid(), signum)
+    except (OSError, ValueError):
+        pass
 
 
 def _restore(previous: Mapping[int, Any]) -> None:

@@ -5,12 +5,14 @@ too, and what a forked child does (starts afresh under its own pid)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import importlib
 import logging
 import sys
 from typing import Any
 
+import lens_rl.lifecycle.launched as launched
 import lens_rl.propagation as propagation
 from lens_rl._errors import MissingExtraError, internal_error, warn_once
 from lens_rl._runtime import RUNTIME, Handle
@@ -61,6 +63,7 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
                 "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
             )
         driver = for_driver(master_config, algorithm, config)
+        launched.claim()  # under lens-rl run: this process is the driver (no later step claims it)
         from lens_rl.export.handle import TelemetryHandle
 
         try:
@@ -94,18 +97,25 @@ def _open_job(handle: Handle, driver: Any) -> None:
     of the attempt. An uncaught exception from now on is recorded on ``rl.job`` (:func:`_record_crash`)."""
     from opentelemetry import trace
 
+    from lens_rl.export.ids import pinned_ids
+
     resource = driver.resource
     launch = driver.launch
-    root_span = handle.tracer.start_span(
-        "rl.job",
-        context=propagation.context_from_env(),
-        attributes={
-            "rl.run_id": resource["rl.run_id"],
-            "rl.algorithm": resource.get("rl.algorithm", "unknown"),
-            "rl.attempt": resource.get("rl.attempt", 0),
-        },
-        start_time=None if launch is None else launch[0],
-    )
+    parent = propagation.context_from_env()
+    ids = launched.root_ids()  # under lens-rl run: the root's ids, fixed before any process of the job started
+    if ids is not None:
+        parent = propagation.extract({"traceparent": ids[2]} if ids[2] else None)
+    with pinned_ids(ids[0], ids[1]) if ids is not None else contextlib.nullcontext():
+        root_span = handle.tracer.start_span(
+            "rl.job",
+            context=parent,
+            attributes={
+                "rl.run_id": resource["rl.run_id"],
+                "rl.algorithm": resource.get("rl.algorithm", "unknown"),
+                "rl.attempt": resource.get("rl.attempt", 0),
+            },
+            start_time=None if launch is None else launch[0],
+        )
     RUNTIME.root_span = root_span
     RUNTIME.root_context = trace.set_span_in_context(root_span)
     handle.set_root(root_span.get_span_context().span_id)
@@ -212,7 +222,8 @@ def _init_worker(
             attrs["rl.worker_group"],
             attrs["nv.dl.rank"],
         )
-    if not has_rank and not problems and not (explicit and "nv.dl.rank" in explicit):
+    # (a process lens-rl run started is told apart by its pid: no line in the user's terminal)
+    if not has_rank and not problems and not (explicit and "nv.dl.rank" in explicit) and not launched.under_run():
         warn_once(
             "no-rank",
             "lens_rl: no rank for this worker (pass rank= or set RANK); reporting rank %s",

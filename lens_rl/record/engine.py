@@ -110,6 +110,8 @@ def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
     ``start_ns`` (``time.time_ns``): when it began, if read before this call (a woven framework timer reads
     it right beside the framework's own clock)."""
     try:
+        if RUNTIME.step_claim is not None:  # only in a process lens-rl run started, until its first step
+            _first_step(spec)
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
@@ -150,6 +152,13 @@ def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
     except Exception as exc:
         internal_error(exc, "phase-start")
         return None
+
+
+def _first_step(spec: Any) -> None:
+    """A phase with its own step is the process's first: the bootstrap's claim runs (it may start the driver)."""
+    claim = RUNTIME.step_claim
+    if claim is not None and spec._attributes(None).get("rl.step") is not None:
+        claim()
 
 
 def close_node(node: Node, exc: BaseException | None, end_ns: int | None = None) -> None:

@@ -171,3 +171,22 @@ def test_the_id_generator_is_an_opentelemetry_entry_point() -> None:
     assert random.getstate() == state
     assert len(span_ids) == 100 and all(0 < s < 2**64 for s in span_ids)
     assert len(trace_ids) == 100 and all(0 < t < 2**128 for t in trace_ids)
+
+
+def test_pinned_ids_are_drawn_once_and_only_by_the_pinning_thread() -> None:
+    """The job root lens-rl run named gets exactly its ids: inside pinned_ids the thread's next trace and span
+    id are the pinned ones, once each; another thread, and later draws, get random ids."""
+    import threading
+
+    from lens_rl.export.ids import LensIdGenerator, pinned_ids
+
+    generator = LensIdGenerator()
+    other: list[int] = []
+    with pinned_ids(7, 9):
+        thread = threading.Thread(target=lambda: other.append(generator.generate_span_id()))
+        thread.start()
+        thread.join()
+        assert generator.generate_trace_id() == 7 and generator.generate_span_id() == 9
+        assert generator.generate_span_id() != 9 and generator.generate_trace_id() != 7
+    assert other and other[0] != 9
+    assert generator.generate_span_id() != 9

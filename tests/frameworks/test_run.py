@@ -110,7 +110,8 @@ def job(tmp_path: Path) -> Path:
 
 
 def _env(job: Path) -> dict[str, str]:
-    return clean_env({"PYTHONPATH": str(job / "site")})
+    """The job's site folder first on the path, then the tree under test (a worktree's, not the venv's)."""
+    return clean_env({"PYTHONPATH": os.pathsep.join(filter(None, [str(job / "site"), os.environ.get("PYTHONPATH")]))})
 
 
 def _spans(store: Path) -> list[dict[str, object]]:

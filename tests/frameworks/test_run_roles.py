@@ -1,0 +1,132 @@
+"""``lens-rl run``'s roles: the driver is the process that runs the training loop, never a short Python
+process of the launch script before it; the job's wall starts at the launch; no rank warning on the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import clean_env
+
+LENS_RL = [sys.executable, "-m", "lens_rl"]
+
+#: A training loop of 3 steps, each 0.2 s of productive work: what the job's steps and goodput must say.
+LOOP = """
+import os, time
+from lens_rl import traced_phase
+
+print("loop", os.getpid(), time.time(), flush=True)
+started = time.time()
+for step in range(1, 4):
+    with traced_phase("step", step=step):
+        with traced_phase("policy_training", bucket="productive"):
+            time.sleep(0.2)
+print("elapsed", time.time() - started, flush=True)
+"""
+
+SHORT = "import os, time; print('short', os.getpid(), time.time(), flush=True)"
+
+
+def _launch_script(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "loop.py").write_text(LOOP)
+    script = f'{sys.executable} -c "{SHORT}"; {sys.executable} loop.py'
+    return subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--", "bash", "-c", script],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _said(out: str, word: str) -> list[str]:
+    return next(line.split()[1:] for line in out.splitlines() if line.startswith(word + " "))
+
+
+def _header(path: Path) -> dict[str, object]:
+    return json.loads(path.read_text().splitlines()[0])  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_a_short_python_process_before_the_loop_is_no_driver(tmp_path: Path) -> None:
+    """`bash -c "python -c ...; python loop.py"`: the loop is the driver and the only process in the store; the
+    job's steps, productive seconds and steady-state goodput are the loop's; its wall starts at the launch
+    (a `launch` span from before the short process to the loop's init); no rank warning on the terminal."""
+    before = time.time()
+    out = _launch_script(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "no rank" not in out.stderr and "not traced" not in out.stderr, out.stderr
+    short_pid, short_at = _said(out.stdout, "short")
+    loop_pid, loop_at = _said(out.stdout, "loop")
+    elapsed = float(_said(out.stdout, "elapsed")[0])
+    store = tmp_path / "t" / "r"
+    spans = sorted(store.glob("spans-*.jsonl"))
+    assert [p.name for p in spans] == [f"spans-driver-0-{loop_pid}.jsonl"]  # the short process wrote nothing
+    assert not [p for p in store.iterdir() if p.name.endswith(f"-{short_pid}.jsonl")]
+    assert _header(spans[0])["role"] == "driver"
+    rows = [json.loads(line) for line in spans[0].read_text().splitlines()[1:]]
+    job = next(r for r in rows if r["n"] == "rl.job")
+    launch = next(r for r in rows if r["n"] == "launch")
+    assert launch["p"] == job["s"] and launch["b"] == job["b"]
+    assert before * 1e9 <= launch["b"] <= float(short_at) * 1e9 < float(loop_at) * 1e9 <= launch["e"]
+    report = json.loads(
+        subprocess.run(
+            [*LENS_RL, "goodput", str(store), "--json"], capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+    )
+    steps = report["steps"]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert all(0.2 <= s["seconds"]["productive"] <= s["wall_s"] for s in steps)
+    assert report["steady_state_goodput"] > 0.9  # the loop was all productive
+    assert report["job"]["wall_s"] >= elapsed + (float(loop_at) - float(short_at))  # from the launch on
+    assert report["attempts"][0]["ended"] == "shutdown"
+
+
+def test_the_first_process_to_open_a_step_claims_the_driver_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under lens-rl run the claim is the first asker's: it holds it on asking again and gets the root's ids;
+    a forked child of it, and a process of another node (no such folder), are workers."""
+    from lens_rl.lifecycle import launched
+
+    monkeypatch.setattr(launched, "_won", [])
+    monkeypatch.setenv(launched.ROOT_ENV, f"00-{'ab' * 16}-{'cd' * 8}-01")
+    assert not launched.under_run() and not launched.claim() and launched.root_ids() is None
+    monkeypatch.setenv(launched.CLAIM_ENV, str(tmp_path / "driver"))
+    assert launched.under_run() and launched.claim() and launched.claim()
+    assert launched.root_ids() == (int("ab" * 16, 16), int("cd" * 8, 16), None)
+    assert (tmp_path / "driver").read_text() == f"{os.getpid()}\n"
+    pid = os.fork()
+    if pid == 0:  # the driver's child: never the driver
+        os._exit(0 if not launched.claim() and launched.root_ids() is None else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    monkeypatch.setattr(launched, "_won", [])
+    monkeypatch.setenv(launched.CLAIM_ENV, str(tmp_path / "no-such-folder" / "driver"))
+    assert not launched.claim()
+
+
+def test_job_environment_fixes_the_root_the_launch_and_the_attempt(tmp_path: Path) -> None:
+    """The job's TRACEPARENT is a new root, in the trace of a TRACEPARENT the job had (kept as the root's
+    parent); the launch is lens-rl run's unless the job has one; the attempt follows the store's drivers."""
+    from lens_rl.frameworks.run import job_environment
+    from lens_rl.lifecycle import launched
+
+    env = job_environment({}, trace_dir=str(tmp_path), run_id="r", claim="/c", launch=1000.5)
+    assert env["TRACEPARENT"] == env[launched.ROOT_ENV] and launched.PARENT_ENV not in env
+    assert env["LENS_RL_OTEL_LAUNCH_TIME"] == "1000.500000" and env["LENS_RL_OTEL_ATTEMPT"] == "0"
+    parent = f"00-{'1' * 32}-{'2' * 16}-01"
+    env = job_environment({"TRACEPARENT": parent, "SLURM_JOB_START_TIME": "7"}, run_id="r", claim="/c", launch=9.0)
+    assert env["TRACEPARENT"].startswith(f"00-{'1' * 32}-") and env["TRACEPARENT"] != parent
+    assert env[launched.PARENT_ENV] == parent and "LENS_RL_OTEL_LAUNCH_TIME" not in env
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "spans-driver-0-1.jsonl").write_text(
+        json.dumps({"v": 2, "header": True, "kind": "spans", "role": "driver", "resource": {"rl.attempt": 0}}) + "\n"
+    )
+    assert job_environment({}, trace_dir=str(tmp_path), run_id="r")["LENS_RL_OTEL_ATTEMPT"] == "1"
