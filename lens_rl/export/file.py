@@ -18,6 +18,7 @@ written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path pa
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import json
 import os
@@ -280,6 +281,8 @@ class _StoreWriter:
         # since: made as telemetry starts, before any span of this process can start (readers' time origin)
         since_ns = time.time_ns() if since_ns is None else since_ns
         self._header: dict[str, Any] | None = header(kind, attributes, pid, since_ns, role=role)
+        #: lines of an adopted file (:meth:`adopt`), written right after the header
+        self._adopted: list[str] = []
 
     @property
     def path(self) -> Path:
@@ -294,6 +297,29 @@ class _StoreWriter:
         if self._header is not None:
             self._header["root"] = _hex(span_id, 16)
 
+    def adopt(self, path: Path) -> None:
+        """Take over ``path``, a file this process wrote under another identity before this writer began (a
+        lazy start that the driver's init replaced, its writer closed): its lines go out after this header,
+        under it, with the first write; the header's time origin becomes the earlier one; ``path`` is removed.
+        Nothing happens once this header is out, for another folder, or when ``path`` cannot be read."""
+        if self._header is None or path == self._file.path or path.parent != self._file.path.parent:
+            return
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError):
+            return
+        since: Any = None
+        for line in lines:
+            if line.startswith('{"v"'):  # its header(s): the identity this file replaces
+                with contextlib.suppress(ValueError, AttributeError):
+                    since = json.loads(line).get("since")
+                if isinstance(since, int):
+                    self._header["since"] = min(self._header["since"], since)
+            elif line.strip():
+                self._adopted.append(line)
+        with contextlib.suppress(OSError):
+            path.unlink()
+
     def write(self, lines: Sequence[str]) -> bool:
         if os.getpid() != self._pid:
             return True  # a forked child: the parent's file is not ours (the child has its own handle)
@@ -301,8 +327,9 @@ class _StoreWriter:
         try:
             # The header goes out with the first batch, in the same write: a failed first
             # write leaves neither, and its retry writes both.
-            self._file.write_lines([json_line(header), *lines] if header is not None else lines)
+            self._file.write_lines([json_line(header), *self._adopted, *lines] if header is not None else lines)
             self._header = None
+            self._adopted = []
         except FileClosedError:
             return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
         except OSError as exc:

@@ -14,9 +14,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as metrics_api
@@ -150,6 +152,20 @@ class TelemetryHandle:
         exporter: Any = self.span_pipeline.exporter if self.span_pipeline is not None else None
         if hasattr(exporter, "set_root"):
             exporter.set_root(span_id)
+
+    def adopt(self, old: Any) -> None:
+        """Take over the files of ``old``, a handle this process made lazily (its first phase came before it
+        became the job's driver) and just shut down: its spans go into this handle's file, under this
+        header; its heartbeat and metric files are removed (one process, one identity in the store)."""
+        new_spans = getattr(self.span_pipeline, "exporter", None)
+        old_spans = getattr(getattr(old, "span_pipeline", None), "exporter", None)
+        if hasattr(new_spans, "adopt") and isinstance(getattr(old_spans, "path", None), Path):
+            new_spans.adopt(old_spans.path)  # type: ignore[union-attr]
+        old_metrics = getattr(getattr(old, "_metric_exporter", None), "inner", None)
+        for path in (getattr(old_metrics, "path", None), getattr(getattr(old, "live", None), "path", None)):
+            if isinstance(path, Path) and path.parent == getattr(getattr(new_spans, "path", None), "parent", None):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     # ------------------------------------------------------------------ figures
 

@@ -69,12 +69,13 @@ def job_environment(
 ) -> dict[str, str]:
     """The job's environment: telemetry on, the run id fixed, the bootstrap first on ``PYTHONPATH``; the
     job root's trace context (``TRACEPARENT``), its attempt and, given ``launch`` (epoch seconds), its launch
-    time unless the job already has one (a launcher's ``LENS_RL_OTEL_LAUNCH_TIME``, ``SLURM_JOB_START_TIME``).
+    time unless the job already has a valid one (a launcher's ``LENS_RL_OTEL_LAUNCH_TIME``,
+    ``SLURM_JOB_START_TIME``: after the run's last write, within 7 days).
 
     Raises ``ValueError`` (naming the field) when the resulting config is invalid.
     """
     from lens_rl.config import ATTEMPT_ENV, ENV, LAUNCH_TIME_ENV, TelemetryConfig
-    from lens_rl.identity.attempt import resolve_attempt
+    from lens_rl.identity.attempt import launch_time_ns, resolve_attempt
 
     env = dict(environ)
     env[ENV["enabled"]] = "true"
@@ -93,10 +94,13 @@ def job_environment(
     if claim is not None:
         env[DRIVER_CLAIM_ENV] = claim
         _job_root(env)
-    if launch is not None and not env.get(LAUNCH_TIME_ENV, "").strip() and not env.get("SLURM_JOB_START_TIME"):
-        env[LAUNCH_TIME_ENV] = f"{launch:.6f}"
+    attempt, last_write = resolve_attempt(TelemetryConfig.from_env(env), env)
     if not env.get(ATTEMPT_ENV, "").strip():  # workers started before the driver claims know it too
-        env[ATTEMPT_ENV] = str(resolve_attempt(TelemetryConfig.from_env(env), env)[0])
+        env[ATTEMPT_ENV] = str(attempt)
+    # the launch, checked here against the run's earlier attempts (the driver, later, sees this attempt's
+    # own files too): the job's own if it has a valid one, else lens-rl run's
+    if launch is not None and launch_time_ns(env, time.time_ns(), last_write) is None:
+        env[LAUNCH_TIME_ENV] = f"{launch:.6f}"
     return env
 
 
@@ -179,7 +183,7 @@ def _die_by(signum: int, out: Any) -> None:
     for stream in (out, sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:
+        except (OSError, ValueError, AttributeError):  # closed, or no stream at all: nothing to wait for
             pass
     try:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

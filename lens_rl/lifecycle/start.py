@@ -9,7 +9,9 @@ import contextlib
 import dataclasses
 import importlib
 import logging
+import os
 import sys
+import time
 from typing import Any
 
 import lens_rl.lifecycle.launched as launched
@@ -18,7 +20,7 @@ from lens_rl._errors import MissingExtraError, internal_error, warn_once
 from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
 from lens_rl.export.bounded import start_helpers
-from lens_rl.identity import for_driver, worker_attributes
+from lens_rl.identity import for_driver, launch_time_ns, worker_attributes
 from lens_rl.lifecycle.environ import forget_projection, project, telemetry_enabled_in_env, warn_about_env
 from lens_rl.lifecycle.stop import record_crash, shutdown_at_exit
 
@@ -51,6 +53,7 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
         forget_projection()
         warn_about_env(master_config)
         config = TelemetryConfig.from_master_config(master_config)
+        lazy = RUNTIME.handle
         kept = _replace_lazy_handle()
         if not config.enabled:
             RUNTIME.mark_off()
@@ -63,13 +66,18 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
                 "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
             )
         driver = for_driver(master_config, algorithm, config)
-        launched.claim()  # under lens-rl run: this process is the driver (no later step claims it)
+        if launched.claim():  # under lens-rl run: this process is the driver (no later step claims it)
+            # the launch lens-rl run checked against earlier attempts' files (not this attempt's, written
+            # before the loop began)
+            driver.launch = launch_time_ns(os.environ, time.time_ns())
         from lens_rl.export.handle import TelemetryHandle
 
         try:
             handle = TelemetryHandle(config, driver.resource, role="driver")
         except MissingExtraError as exc:
             raise ValueError(str(exc)) from exc
+        if lazy is not None and launched.root_ids() is not None:
+            handle.adopt(lazy)  # lens-rl run's loop: the phases before its first step are the driver's too
         _open_job(handle, driver)
         for name, value in driver.projection.items():
             project(name, value, overwrite=name in driver.overwrite)

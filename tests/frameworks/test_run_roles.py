@@ -23,6 +23,8 @@ from lens_rl import traced_phase
 
 print("loop", os.getpid(), time.time(), flush=True)
 started = time.time()
+with traced_phase("load_model", bucket="overhead"):  # a phase before the first step: the driver's too
+    time.sleep(0.05)
 for step in range(1, 4):
     with traced_phase("step", step=step):
         with traced_phase("policy_training", bucket="productive"):
@@ -56,8 +58,8 @@ def _header(path: Path) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_a_short_python_process_before_the_loop_is_no_driver(tmp_path: Path) -> None:
-    """`bash -c "python -c ...; python loop.py"`: the loop is the driver and the only process in the store; the
-    job's steps, productive seconds and steady-state goodput are the loop's; its wall starts at the launch
+    """`bash -c "python -c ...; python loop.py"`: the loop is the driver and the only process in the store (its
+    phase before the first step included, no file of another identity); the job's steps, productive seconds and steady-state goodput are the loop's; its wall starts at the launch
     (a `launch` span from before the short process to the loop's init); no rank warning on the terminal."""
     before = time.time()
     out = _launch_script(tmp_path)
@@ -69,9 +71,10 @@ def test_a_short_python_process_before_the_loop_is_no_driver(tmp_path: Path) -> 
     store = tmp_path / "t" / "r"
     spans = sorted(store.glob("spans-*.jsonl"))
     assert [p.name for p in spans] == [f"spans-driver-0-{loop_pid}.jsonl"]  # the short process wrote nothing
-    assert not [p for p in store.iterdir() if p.name.endswith(f"-{short_pid}.jsonl")]
-    assert _header(spans[0])["role"] == "driver"
+    assert sorted(p.name.split("-")[1] for p in store.iterdir()) == ["driver"] * 3  # spans, metrics, live
+    assert [_header(spans[0])["role"]] == [row["role"] for row in map(json.loads, spans[0].open()) if "v" in row]
     rows = [json.loads(line) for line in spans[0].read_text().splitlines()[1:]]
+    assert [r["n"] for r in rows].count("load_model") == 1
     job = next(r for r in rows if r["n"] == "rl.job")
     launch = next(r for r in rows if r["n"] == "launch")
     assert launch["p"] == job["s"] and launch["b"] == job["b"]
@@ -121,10 +124,15 @@ def test_job_environment_fixes_the_root_the_launch_and_the_attempt(tmp_path: Pat
     env = job_environment({}, trace_dir=str(tmp_path), run_id="r", claim="/c", launch=1000.5)
     assert env["TRACEPARENT"] == env[launched.ROOT_ENV] and launched.PARENT_ENV not in env
     assert env["LENS_RL_OTEL_LAUNCH_TIME"] == "1000.500000" and env["LENS_RL_OTEL_ATTEMPT"] == "0"
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_LAUNCH_TIME"):
+        job_environment({"LENS_RL_OTEL_LAUNCH_TIME": "soon"}, run_id="r", launch=1000.5)
     parent = f"00-{'1' * 32}-{'2' * 16}-01"
-    env = job_environment({"TRACEPARENT": parent, "SLURM_JOB_START_TIME": "7"}, run_id="r", claim="/c", launch=9.0)
+    queued = {"TRACEPARENT": parent, "SLURM_JOB_START_TIME": str(time.time() - 60)}
+    env = job_environment(queued, run_id="r", claim="/c", launch=time.time())
     assert env["TRACEPARENT"].startswith(f"00-{'1' * 32}-") and env["TRACEPARENT"] != parent
-    assert env[launched.PARENT_ENV] == parent and "LENS_RL_OTEL_LAUNCH_TIME" not in env
+    assert env[launched.PARENT_ENV] == parent and "LENS_RL_OTEL_LAUNCH_TIME" not in env  # Slurm's, earlier
+    stale = job_environment({"SLURM_JOB_START_TIME": "7"}, run_id="r", launch=1000.5)  # not this attempt's
+    assert stale["LENS_RL_OTEL_LAUNCH_TIME"] == "1000.500000"
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "spans-driver-0-1.jsonl").write_text(
         json.dumps({"v": 2, "header": True, "kind": "spans", "role": "driver", "resource": {"rl.attempt": 0}}) + "\n"
