@@ -2,13 +2,15 @@
 frameworks, and wait for the process's first step. The driver is the process that runs the training loop:
 the first of the job to open a step (a step umbrella, a framework's woven step, a ``traced_phase`` with
 ``step=``) or to call ``init_telemetry_driver`` claims the role then (:mod:`lens_rl.lifecycle.launched`: a
-file created exclusively) and starts as the driver. Every other process is a worker, its telemetry started
-lazily by its first phase. A process that opens no step (``python -c 'import torch'``, ``pip``, a launcher
-such as ``torchrun``, ``ray job submit``) claims nothing and, with no phase, writes nothing. Never raises.
+file created exclusively) and starts as the driver; of ranks that all run the loop, ``RANK`` 0 alone claims.
+Every other process is a worker, its telemetry started lazily by its first phase. A process that opens no
+step (``python -c 'import torch'``, ``pip``, a launcher such as ``torchrun``, ``ray job submit``) claims
+nothing and, with no phase, writes nothing. Never raises.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 __all__ = ["start"]
@@ -46,7 +48,13 @@ def _first_step() -> None:
             from lens_rl.lifecycle.launched import claim
 
             handle = get_telemetry_handle()
-            if (handle is None or handle.role == "lazy") and claim():
+            if (handle is None or handle.role == "lazy") and _rank_zero() and claim():
                 init_telemetry_driver(None)  # the environment holds the config; the init weaves what it names
     except Exception as exc:
         internal_error(exc, "run-driver")
+
+
+def _rank_zero() -> bool:
+    """False for a rank other than 0 of a distributed job (``RANK``, as ``torchrun`` sets it): of ranks that
+    all run the loop, rank 0 is the driver, whichever reaches its first step first."""
+    return os.environ.get("RANK", "0").strip() in ("", "0")

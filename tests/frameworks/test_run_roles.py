@@ -138,3 +138,36 @@ def test_job_environment_fixes_the_root_the_launch_and_the_attempt(tmp_path: Pat
         json.dumps({"v": 2, "header": True, "kind": "spans", "role": "driver", "resource": {"rl.attempt": 0}}) + "\n"
     )
     assert job_environment({}, trace_dir=str(tmp_path), run_id="r")["LENS_RL_OTEL_ATTEMPT"] == "1"
+
+
+RANKED = """
+import os, sys, time
+from lens_rl import traced_phase
+
+time.sleep(float(sys.argv[1]))
+print("rank", os.environ["RANK"], os.getpid(), flush=True)
+for step in range(1, 3):
+    with traced_phase("step", step=step):
+        with traced_phase("policy_training", bucket="productive"):
+            time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+def test_of_ranks_that_all_run_the_loop_rank_zero_is_the_driver(tmp_path: Path) -> None:
+    """Two ranks under one lens-rl run (as torchrun starts them): rank 1 reaches its first step first, yet rank 0
+    is the driver and rank 1 a worker."""
+    (tmp_path / "ranked.py").write_text(RANKED)
+    script = f"RANK=1 {sys.executable} ranked.py 0 & RANK=0 {sys.executable} ranked.py 1.0; wait"
+    out = subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--", "bash", "-c", script],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    pids = {line.split()[1]: line.split()[2] for line in out.stdout.splitlines() if line.startswith("rank ")}
+    names = sorted(p.name for p in (tmp_path / "t" / "r").glob("spans-*.jsonl"))
+    assert names == sorted([f"spans-driver-0-{pids['0']}.jsonl", f"spans-worker-1-{pids['1']}.jsonl"])
