@@ -18,7 +18,7 @@ SIGTERM and SIGHUP sent to ``lens-rl run`` are forwarded to the command. SIGINT 
 terminal sends to its whole foreground process group (the command's too), are forwarded only when the
 command left ``lens-rl run``'s process group (then nothing else would deliver them), so a Ctrl-C reaches
 the job once; SIGTSTP (Ctrl-Z) stops both, as any foreground job. A signal ignored when ``lens-rl run``
-started stays ignored in the command. Afterwards one line says where the store is and the one command that
+started (``nohup``'s SIGHUP) is not forwarded: the command inherits it ignored. Afterwards one line says where the store is and the one command that
 reads it.
 
 Example::
