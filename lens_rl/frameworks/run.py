@@ -17,7 +17,8 @@ The job's exit status is the command's, and a command killed by signal N kills `
 SIGTERM and SIGHUP sent to ``lens-rl run`` are forwarded to the command. SIGINT and SIGQUIT, which a
 terminal sends to its whole foreground process group (the command's too), are forwarded only when the
 command left ``lens-rl run``'s process group (then nothing else would deliver them), so a Ctrl-C reaches
-the job once; SIGTSTP (Ctrl-Z) stops both, as any foreground job. A signal ignored when ``lens-rl run``
+the job once; SIGTSTP (Ctrl-Z) stops both, as any foreground job (a command in a group of its own is stopped
+and continued with ``lens-rl run``). A signal ignored when ``lens-rl run``
 started (``nohup``'s SIGHUP) is not forwarded: the command inherits it ignored. Afterwards one line says where the store is and the one command that
 reads it.
 
@@ -168,12 +169,33 @@ def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
         except ProcessLookupError:
             pass
 
+    def apart() -> bool:
+        """The command runs, in a process group of its own (not the terminal's, which is ours)."""
+        try:
+            return child.poll() is None and os.getpgid(child.pid) != own_group
+        except ProcessLookupError:
+            return False
+
+    def suspend(signum: int, frame: Any) -> None:
+        """Ctrl-Z: stop as the default would (the kernel ignores it in an orphaned group); a command in a group
+        of its own is stopped with us and continued with us."""
+        away = apart()
+        if away:
+            child.send_signal(signal.SIGTSTP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGTSTP)  # returns once continued
+        finally:
+            signal.signal(signal.SIGTSTP, suspend)
+        if away and child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+
     terminal = {getattr(signal, name) for name in _TERMINAL if hasattr(signal, name)}
     previous = {}
-    for name in (*_FORWARDED, *_TERMINAL):
+    for name in (*_FORWARDED, *_TERMINAL, "SIGTSTP"):
         signum = getattr(signal, name, None)
         if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
-            previous[signum] = signal.signal(signum, forward)
+            previous[signum] = signal.signal(signum, suspend if name == "SIGTSTP" else forward)
     return previous
 
 

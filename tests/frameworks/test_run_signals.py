@@ -165,3 +165,77 @@ def test_shell_reports_128_plus_n_for_a_job_killed_by_a_signal(tmp_path: Path) -
         timeout=120,
     )
     assert out.stdout.split()[-2:] == ["status", "143"], out.stderr
+
+
+#: A job in a process group of its own that says whether it was stopped for a while (Ctrl-Z, then `fg`).
+STOPPED = """
+import os, time
+os.setpgid(0, 0)
+print("ready", flush=True)
+last, deadline = time.monotonic(), time.monotonic() + 15
+while time.monotonic() < deadline:
+    time.sleep(0.02)
+    now = time.monotonic()
+    if now - last > 0.8:
+        print("was stopped", flush=True)
+        raise SystemExit(0)
+    last = now
+print("never stopped", flush=True)
+"""
+
+#: A job-control shell in miniature: lens-rl run in a foreground group of its own on the terminal; when it
+#: stops, wait a second, then continue it (`fg`) and report its status.
+SHELL = """
+import os, signal, sys, time
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0)
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+os.setpgid(pid, pid)
+os.tcsetpgrp(0, pid)
+_, status = os.waitpid(pid, os.WUNTRACED)
+print("lens-rl run stopped" if os.WIFSTOPPED(status) else "lens-rl run ended", flush=True)
+if os.WIFSTOPPED(status):
+    time.sleep(1.0)
+    os.killpg(pid, signal.SIGCONT)
+    _, status = os.waitpid(pid, 0)
+print("exit", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_z_stops_a_job_in_a_group_of_its_own_with_lens_rl_run(tmp_path: Path) -> None:
+    """Ctrl-Z on the terminal stops lens-rl run and a job that left its process group with it, and `fg`
+    continues both: the job sees the pause and ends normally."""
+    (tmp_path / "stopped.py").write_text(STOPPED)
+    (tmp_path / "shell.py").write_text(SHELL)
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.chdir(tmp_path)
+            argv = ["-m", "lens_rl", "run", "--trace-dir", "t", "--", sys.executable, "stopped.py"]
+            os.execve(sys.executable, [sys.executable, "shell.py", *argv], clean_env())
+        finally:
+            os._exit(127)
+    seen, sent = b"", False
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:  # until the shell ends (the pty closes)
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not data:
+                    break
+                seen += data
+            if not sent and b"ready" in seen:
+                time.sleep(0.2)
+                os.write(fd, b"\x1a")  # Ctrl-Z: SIGTSTP to the terminal's foreground group (lens-rl run's)
+                sent = True
+    finally:
+        os.close(fd)
+        os.waitpid(pid, 0)
+    shown = seen.decode(errors="replace")
+    assert "lens-rl run stopped" in shown and "was stopped" in shown and "exit 0" in shown, shown
