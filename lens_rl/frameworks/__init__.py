@@ -45,11 +45,20 @@ from __future__ import annotations
 
 import os
 
+from lens_rl._runtime import Handle
 from lens_rl.frameworks._registry import SUPPORTED, installed, names_from
 from lens_rl.frameworks._registry import instrument as _instrument
 from lens_rl.frameworks._registry import uninstrument as _uninstrument
 
-__all__ = ["INSTRUMENT_ENV", "SUPPORTED", "apply_configured", "installed", "instrument", "uninstrument"]
+__all__ = [
+    "INSTRUMENT_ENV",
+    "SUPPORTED",
+    "apply_configured",
+    "installed",
+    "instrument",
+    "uninstrument",
+    "weave_configured",
+]
 
 #: The environment variable of the config field ``instrument``.
 INSTRUMENT_ENV = "LENS_RL_OTEL_INSTRUMENT"
@@ -96,3 +105,10 @@ def apply_configured(value: object = None) -> list[str]:
     except Exception as exc:
         internal_error(exc, "frameworks")
         return []
+
+
+def weave_configured(handle: Handle) -> list[str]:
+    """The runtime's activate hook (``RUNTIME.activate_hooks``): weave what the config of the telemetry just
+    started names (driver, worker or lazy alike). Never raises."""
+    names = handle.config.instrument
+    return apply_configured(names) if names else []

@@ -11,8 +11,9 @@ dropped. Phases of one timer and label nest as NeMo-RL's calls do; labels under 
 take that bucket.
 
 The step: ``total_step_time`` is the umbrella; its ``rl.step`` is the step the loop last passed to
-``maybe_gpu_profile_step(policy, step)`` (woven where the algorithms bind it: ``nemo_rl.algorithms.*``), else a
-per-process count from 0. When NeMo-RL's own OpenTelemetry layer is on (nemo-lens: ``NEMO_RL_OTEL_ENABLED`` or
+``maybe_gpu_profile_step(policy, step)`` (woven at its source, ``nemo_rl.utils.nsys``, so any loop importing it
+after the weave gets it, and where the algorithms bind it: ``nemo_rl.algorithms.*``), else a per-process count
+from 0. When NeMo-RL's own OpenTelemetry layer is on (nemo-lens: ``NEMO_RL_OTEL_ENABLED`` or
 ``NEMO_LENS_ENABLED``), lens_rl's weaving stands down with one line: no span is counted twice.
 """
 
@@ -30,7 +31,7 @@ from lens_rl.record.engine import Node
 __all__ = ["FRAMEWORK"]
 
 UMBRELLA = "total_step_time"
-_steps = StepUmbrella(UMBRELLA, first=0)
+_steps = StepUmbrella(UMBRELLA, first=0, loose=True)
 #: (id(timer), label) -> the phases open under it, innermost last
 _open: dict[tuple[int, str], list[Node]] = {}
 #: the step last passed to maybe_gpu_profile_step, until a step umbrella takes it
@@ -53,7 +54,7 @@ def _start(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         number, _profiled_step[0] = _profiled_step[0], None
         _steps.begin(number)
     else:
-        node = open_phase(name)
+        node = open_phase(name, loose=True)  # start/stop: stopped on any thread, in any order
         if node is not None:
             _open.setdefault((id(args[0]), label), []).append(node)
     return result
@@ -139,6 +140,7 @@ FRAMEWORK = Framework(
     ">=0.6,<0.8",
     {
         "nemo_rl.utils.timer": _weave_timer,
+        "nemo_rl.utils.nsys": _weave_algorithm,  # its source: a loop imported after weaving binds the woven one
         **{f"nemo_rl.algorithms.{name}": _weave_algorithm for name in _ALGORITHMS},
     },
     unweave=_unweave,
