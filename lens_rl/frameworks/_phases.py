@@ -5,14 +5,16 @@ nothing here raises into the framework (faults go to the one error boundary). ``
 framework's step: phase ``step`` with ``rl.step`` and no bucket.
 
 Scoped and loose phases. A phase of a lexically scoped timer (a ``with`` block, enter/exit on one thread) is
-made current, as ``traced_phase`` is. A phase of a start/stop timer (``loose=True``: NeMo-RL's ``Timer``, a
-``ThreadSafeTimer`` stopped on another thread, stops out of order, a step opened by one callback and closed
-by another) is never made current: it opens under an explicit parent and holds no context token, so its
-``stop`` closes that span whichever thread calls it and restores nothing. Its children are found by this
-module instead: a framework phase opened on the thread that started a loose phase still open, with no phase
-made current since, opens under the innermost such loose phase; a closed one is forgotten at once, so no
-later phase is parented under it. (A phase the job opens itself, ``traced_phase``, reads only the current
-context: inside a loose phase it is its sibling, not its child.)
+made current, as ``traced_phase`` is: what runs inside nests under it. A phase of a start/stop timer
+(``loose=True``: NeMo-RL's ``Timer.start`` / ``stop``, a ``ThreadSafeTimer`` stopped on another thread, stops
+out of order, an optimizer step between two callbacks) is never made current: it opens under the phase
+current where ``start`` ran, passed explicitly, and holds no context token, so its ``stop`` closes that span
+whichever thread calls it and restores nothing; no later phase is its child. A step umbrella
+(:class:`StepUmbrella`, opened by one call and closed by another) is loose too, but the framework's phases
+opened on its thread while it is open, with no phase made current since, are its children (passed
+explicitly); once it closes it is forgotten, so no later phase is parented under it. (A phase the job opens
+itself, ``traced_phase``, reads only the current context: directly inside a step umbrella it is the
+umbrella's sibling, not its child.)
 """
 
 from __future__ import annotations
@@ -55,21 +57,21 @@ def phase_for(name: str, *, bucket: Bucket | str | None = None, **rl_attributes:
     return _phase(name, bucket, rl_attributes)
 
 
-#: thread id -> the loose phases that thread opened and that are still open, oldest first, each with the
-#: context its children open under (see the module docstring)
-_LOOSE: dict[int, list[tuple[Node, Any]]] = {}
-_LOOSE_LOCK = threading.Lock()
+#: thread id -> the step umbrellas opened on that thread and still open, oldest first, each with the context
+#: the framework's phases open under while it is the innermost
+_UMBRELLAS: dict[int, list[tuple[Node, Any]]] = {}
+_UMBRELLAS_LOCK = threading.Lock()
 
 
-def _loose_parent() -> Any:
-    """The context a framework phase opens under: the innermost loose phase this thread opened and that is
-    still open, unless a phase made current after it opened is current (a ``with`` block inside it); else
-    None (the current context decides, as for any phase)."""
-    stack = _LOOSE.get(threading.get_ident())
+def _umbrella_parent() -> Any:
+    """The context a framework phase opens under: the innermost step umbrella open on this thread, unless a
+    phase made current after it opened is current (a ``with`` block inside it); else None (the current context
+    decides, as for any phase)."""
+    stack = _UMBRELLAS.get(threading.get_ident())
     if not stack:
         return None
     open_phases = RUNTIME.open_phases
-    with _LOOSE_LOCK:
+    with _UMBRELLAS_LOCK:
         while stack and stack[-1][0].span_id not in open_phases:  # ended meanwhile (shutdown, a new handle)
             stack.pop()
         if not stack:
@@ -81,16 +83,16 @@ def _loose_parent() -> Any:
     return context
 
 
-def _forget_loose(node: Node) -> None:
-    with _LOOSE_LOCK:
-        stack = _LOOSE.get(node.thread)
+def _forget_umbrella(node: Node) -> None:
+    with _UMBRELLAS_LOCK:
+        stack = _UMBRELLAS.get(node.thread)
         if stack:
             for i in range(len(stack) - 1, -1, -1):
                 if stack[i][0] is node:
                     del stack[i]
                     break
             if not stack:
-                _LOOSE.pop(node.thread, None)
+                _UMBRELLAS.pop(node.thread, None)
 
 
 def open_phase(
@@ -105,16 +107,19 @@ def open_phase(
     off. Made current, unless ``loose`` (a start/stop timer's: see the module docstring). ``start_ns``
     (``time.time_ns()``): when it began, read right beside the framework's own clock (default: now). Never
     raises."""
+    return _open(_phase(name, bucket, rl_attributes), start_ns, loose, False)
+
+
+def _open(phase: Phase, start_ns: int | None, loose: bool, umbrella: bool) -> Node | None:
     try:
-        phase = _phase(name, bucket, rl_attributes)
-        parent = _loose_parent() if _LOOSE else None
+        parent = _umbrella_parent() if _UMBRELLAS else None
         if not loose:
             return open_node(phase, start_ns, parent)
         context = phase_parent(parent)[0]
         node = open_node(phase, start_ns, context, False)
-        if node is not None:
-            with _LOOSE_LOCK:
-                _LOOSE.setdefault(node.thread, []).append((node, under(context, node.span, node.step)))
+        if node is not None and umbrella:
+            with _UMBRELLAS_LOCK:
+                _UMBRELLAS.setdefault(node.thread, []).append((node, under(context, node.span, node.step)))
         return node
     except Exception as exc:
         internal_error(exc, "framework-phase")
@@ -125,9 +130,9 @@ def close_phase(node: Node | None, exc: BaseException | None = None, *, end_ns: 
     """Close what :func:`open_phase` opened (None: nothing), from any thread; ``end_ns`` as ``start_ns``
     there. Never raises."""
     if node is not None:
-        if node.otel_token is None:  # a loose phase: no later phase opens under it
+        if node.otel_token is None and _UMBRELLAS:  # a loose phase: an umbrella is forgotten at once
             try:
-                _forget_loose(node)
+                _forget_umbrella(node)
             except Exception as err:
                 internal_error(err, "framework-phase")
         close_node(node, exc, end_ns)
@@ -202,7 +207,8 @@ class OpenPhases:
 
 class StepUmbrella:
     """A framework's step: phase ``name`` with ``rl.step`` and no bucket, opened by one call, closed by another
-    (``loose``: from another callback, never made current; see the module docstring).
+    (``loose``: never made current, the framework's phases on its thread its children; see the module
+    docstring).
 
     Step series. A training that starts again in the same process (a second ``trainer.train()``; SFT then
     GRPO) numbers its steps from the start again; recorded as they are, they would be merged into the first
@@ -239,7 +245,7 @@ class StepUmbrella:
                 recorded = self._recorded(number)
                 if recorded != number:
                     attributes = {"step": recorded, "framework_step": number}
-            self._node = open_phase(self.name, loose=self.loose, **attributes)
+            self._node = _open(_phase(self.name, None, attributes), None, self.loose, self.loose)
         except Exception as exc:
             internal_error(exc, "framework-step")
 
