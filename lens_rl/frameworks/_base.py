@@ -30,20 +30,22 @@ boundary, :func:`lens_rl._errors.internal_error`):
 - ``weaver.wrap(owner, attr, wrapper)`` wraps with wrapt (``wrap_function_wrapper``), ``wrapper(wrapped,
   instance, args, kwargs)`` called only while on: for the rarer calls (a trainer's ``fit``, ``__init__``).
 - (The helpers below live in ``_phases`` and are importable from here.) A method that is a phase as a whole: ``weaver.around(owner, attr, call_in_phase(name))``.
-- A start/stop timer: ``phases.start(key, name, **rl_attributes)`` opens the phase ``name`` (made current,
-  bucketed by the default table) and ``phases.stop(key)`` closes it, with ``phases = OpenPhases()`` and
-  ``key`` e.g. ``(id(timer), name)``; an enter/exit timer the same with ``key = id(self)`` (entries of one
-  key stack, so re-entry nests). :func:`open_phase` / :func:`close_phase` do it with a token instead.
-- A step umbrella: ``steps = StepUmbrella("step")``; ``steps.begin(number)`` opens phase ``step`` carrying
-  ``rl.step = number`` and no bucket (what the goodput rollup calls a step; the phases opened until it ends
-  are its children); ``steps.end()`` closes it. ``steps.begin()`` with no number counts from ``first``
-  per process. A ``begin`` while one is open ends that one first.
+- A start/stop timer: ``phases.start(key, name, **rl_attributes)`` opens the phase ``name`` (bucketed by the
+  default table) and ``phases.stop(key)`` closes it, from any thread, with ``phases = OpenPhases(loose=True)``
+  (never made current: see ``_phases``) and ``key`` e.g. ``(id(timer), name)``; an enter/exit timer the same
+  with ``OpenPhases()`` (made current) and ``key = id(self)`` (entries of one key stack, so re-entry nests).
+  :func:`open_phase` / :func:`close_phase` do it with a token instead.
+- A step umbrella: ``steps = StepUmbrella("step", loose=True)``; ``steps.begin(number)`` opens phase ``step``
+  carrying ``rl.step = number`` and no bucket (what the goodput rollup calls a step; the framework's phases
+  opened on its thread until it ends are its children); ``steps.end()`` closes it. ``steps.begin()`` with no
+  number counts from ``first`` per process. A ``begin`` while one is open ends that one first; a number at or
+  below the last one (a second training) opens a new step series (one warning).
 - :func:`record_interval` writes a phase that already happened (a back-dated span, e.g. a timer's ``record``).
 
 Example (a framework module)::
 
-    phases = OpenPhases()
-    steps = StepUmbrella("step")
+    phases = OpenPhases(loose=True)
+    steps = StepUmbrella("step", loose=True)
 
     def _start(original, args, kwargs):
         phases.start((id(args[0]), args[1]), args[1])
