@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -34,8 +35,9 @@ __all__ = ["FRAMEWORK"]
 
 UMBRELLA = "total_step_time"
 _steps = StepUmbrella(UMBRELLA, first=0, loose=True)
-#: (id(timer), label) -> the phases open under it, innermost last
+#: (id(timer), label) -> the phases open under it, oldest first
 _open: dict[tuple[int, str], list[Node]] = {}
+_OPEN_LOCK = threading.Lock()  # starts and stops of one ThreadSafeTimer come from many threads
 #: the step last passed to maybe_gpu_profile_step, until a step umbrella takes it
 _profiled_step: list[Any] = [None]
 #: True while a woven ``time()`` block enters or exits (its start and stop are a scoped phase's)
@@ -89,7 +91,8 @@ def _start(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # a time() block's is scoped; a bare start's is loose (its stop may come from any thread, in any order)
         node = open_phase(name, loose=not _IN_TIME.get())
         if node is not None:
-            _open.setdefault((id(args[0]), label), []).append(node)
+            with _OPEN_LOCK:
+                _open.setdefault((id(args[0]), label), []).append(node)
     return result
 
 
@@ -104,12 +107,16 @@ def _stop(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _close(key: tuple[int, str]) -> None:
-    stack = _open.get(key)
-    if stack:
-        node = stack.pop()
+    """Close the phase of the label's run that began first: NeMo-RL runs a label once at a time, so a second
+    entry is a new run started on another thread before this stop's own close got here."""
+    with _OPEN_LOCK:
+        stack = _open.get(key)
+        if not stack:
+            return
+        node = stack.pop(0)
         if not stack:
             del _open[key]
-        close_phase(node)
+    close_phase(node)
 
 
 def _record(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
