@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lens_rl._runtime import RUNTIME as _RUNTIME
+from lens_rl._runtime import Handle as _Handle
 from lens_rl._version import __version__
 from lens_rl.buckets import DEFAULT_PHASE_BUCKETS, Bucket
 from lens_rl.config import TelemetryConfig
@@ -45,6 +46,19 @@ if TYPE_CHECKING:
 # Integrations sit above lifecycle: the driver's start is handed what they need (no upward import).
 if _install_driver_hooks not in _RUNTIME.driver_hooks:
     _RUNTIME.driver_hooks.append(_install_driver_hooks)
+
+
+def _weave_configured(handle: _Handle) -> None:
+    """Every start of telemetry (driver, worker, lazy) weaves what its config's ``instrument`` names;
+    ``lens_rl.frameworks`` (above setup) is imported only then: ``import lens_rl`` stays light."""
+    if handle.config.instrument:
+        from lens_rl.frameworks import weave_configured
+
+        weave_configured(handle)
+
+
+if _weave_configured not in _RUNTIME.activate_hooks:
+    _RUNTIME.activate_hooks.append(_weave_configured)
 
 __all__ = [
     "Bucket",

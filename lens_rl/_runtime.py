@@ -130,6 +130,7 @@ class Runtime:
         "projected",
         "shutdown_hooks",
         "driver_hooks",
+        "activate_hooks",
         "last_step",
         "worker_init",
         "otel_keys",
@@ -174,6 +175,10 @@ class Runtime:
         self.shutdown_hooks: list[Callable[[int], bool]] = []
         #: Run when a driver starts (handed in by the package's face: integrations sit above lifecycle).
         self.driver_hooks: list[Callable[[], None]] = []
+        #: Run with the new handle by every start of telemetry (driver, worker, lazy), after it is installed:
+        #: what sits above setup and acts on the config (the frameworks the config's ``instrument`` names) is
+        #: handed in here by the package's face, never imported by the lifecycle. Each behind the boundary.
+        self.activate_hooks: list[Callable[[Handle], None]] = []
         #: The last completed step's goodput (``lens_rl.step_goodput()``), or None.
         self.last_step: dict[str, Any] | None = None
         #: ``(rank, world_size, worker_group) -> handle | None``: starts worker telemetry from a decorated

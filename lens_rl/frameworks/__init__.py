@@ -4,7 +4,7 @@
 ``skyrl``, ``openrlhf``; none: every supported one installed) and returns what it wove; it works before or
 after the framework is imported (wrapt post-import hooks), patches class and module attributes (names bound
 elsewhere still see them), is idempotent and never wraps twice. ``lens_rl.uninstrument(*names)`` removes
-lens_rl's own wrappers only. A version outside the tested range, or a target that moved, is one warning and
+lens_rl's own wrappers only (of the frameworks a name implied too). A version outside the tested range, or a target that moved, is one warning and
 that framework stays unwoven; a hook never fails the framework's import or run. While telemetry is off a
 woven timer costs one flag check a call (``benchmarks/frameworks_overhead.py``).
 
@@ -13,7 +13,7 @@ How a framework plugs in (the contract; details in :mod:`lens_rl.frameworks._bas
 1. A module ``lens_rl/frameworks/<name>.py``, listed in ``_registry.MODULES``, defines
    ``FRAMEWORK = Framework(name, distribution, tested, targets, requires=(), unweave=None, stands_down=None)``:
    the name ``instrument`` takes; the pip distribution and the version range it was tested with
-   (``">=0.9,<0.10"``, checked before anything is patched); ``targets``, target module name ->
+   (a PEP 440 specifier set, ``">=0.9,<0.10"``, checked in the post-import hook before anything is patched); ``targets``, target module name ->
    ``weave(module, weaver)``, run once per weaving when that module is imported (or at once); the frameworks
    woven with it; a function forgetting its own per-process state after its patches are undone; and a
    check that returns a reason when the framework's own OpenTelemetry layer is on (lens_rl stands down).
@@ -45,11 +45,20 @@ from __future__ import annotations
 
 import os
 
+from lens_rl._runtime import Handle
 from lens_rl.frameworks._registry import SUPPORTED, installed, names_from
 from lens_rl.frameworks._registry import instrument as _instrument
 from lens_rl.frameworks._registry import uninstrument as _uninstrument
 
-__all__ = ["INSTRUMENT_ENV", "SUPPORTED", "apply_configured", "installed", "instrument", "uninstrument"]
+__all__ = [
+    "INSTRUMENT_ENV",
+    "SUPPORTED",
+    "apply_configured",
+    "installed",
+    "instrument",
+    "uninstrument",
+    "weave_configured",
+]
 
 #: The environment variable of the config field ``instrument``.
 INSTRUMENT_ENV = "LENS_RL_OTEL_INSTRUMENT"
@@ -60,7 +69,8 @@ def instrument(*names: str) -> list[str]:
 
     Works before or after the framework is imported; idempotent. Returns the names woven (a framework's
     ``requires`` included: ``trl`` weaves ``transformers``). An unknown name raises ``ValueError`` with a
-    did-you-mean; a version outside the tested range is one warning and that framework is not returned.
+    did-you-mean; a version outside the tested range is one warning and that framework unwoven, when it is
+    imported (at once if it already is: then it is not returned).
 
     Example::
 
@@ -70,7 +80,8 @@ def instrument(*names: str) -> list[str]:
 
 
 def uninstrument(*names: str) -> list[str]:
-    """Remove lens_rl's own wrappers from the named frameworks (none: all); another tool's stay. Returns the names."""
+    """Remove lens_rl's own wrappers from the named frameworks (none: all) and from the frameworks only they
+    implied (``trl``'s ``transformers``); another tool's stay. Returns the names."""
     return _uninstrument(*names)
 
 
@@ -96,3 +107,10 @@ def apply_configured(value: object = None) -> list[str]:
     except Exception as exc:
         internal_error(exc, "frameworks")
         return []
+
+
+def weave_configured(handle: Handle) -> list[str]:
+    """The runtime's activate hook (``RUNTIME.activate_hooks``): weave what the config of the telemetry just
+    started names (driver, worker or lazy alike). Never raises."""
+    names = handle.config.instrument
+    return apply_configured(names) if names else []

@@ -4,10 +4,11 @@ A framework module (``lens_rl/frameworks/<name>.py``, listed in :data:`lens_rl.f
 defines one module-level ``FRAMEWORK = Framework(...)``:
 
 - ``name``: what ``lens_rl.instrument(name)`` takes (``"verl"``);
-- ``distribution`` and ``tested``: the pip distribution whose version is checked before anything is patched,
-  and the range it was tested with (``">=0.9,<0.10"``: comma-separated ``>=``, ``>``, ``<=``, ``<``, ``==``
-  clauses). Outside it: one warning, the framework stays unwoven. When the distribution is not installed
-  (a stand-in), the target module's ``__version__`` is read instead;
+- ``distribution`` and ``tested``: the pip distribution whose version is checked, and the range it was tested
+  with, a PEP 440 specifier set (``">=0.9,<0.10"``, read by ``packaging``: ``0.9.0.dev0`` is outside it). It
+  is checked in the post-import hook, when the framework is imported (at once if it already is), before
+  anything is patched: outside it, one warning, the framework stays unwoven. When the distribution is not
+  installed (a stand-in), the top module's ``__version__`` is read instead;
 - ``targets``: target module name -> ``weave(module, weaver)``. Each weave runs once per weaving, in a wrapt
   post-import hook: when that module is imported, or at once if it already is. It patches *class or module
   attributes* (so names bound elsewhere still see the patch) only through ``weaver`` (:class:`Weaver`), which
@@ -29,20 +30,22 @@ boundary, :func:`lens_rl._errors.internal_error`):
 - ``weaver.wrap(owner, attr, wrapper)`` wraps with wrapt (``wrap_function_wrapper``), ``wrapper(wrapped,
   instance, args, kwargs)`` called only while on: for the rarer calls (a trainer's ``fit``, ``__init__``).
 - (The helpers below live in ``_phases`` and are importable from here.) A method that is a phase as a whole: ``weaver.around(owner, attr, call_in_phase(name))``.
-- A start/stop timer: ``phases.start(key, name, **rl_attributes)`` opens the phase ``name`` (made current,
-  bucketed by the default table) and ``phases.stop(key)`` closes it, with ``phases = OpenPhases()`` and
-  ``key`` e.g. ``(id(timer), name)``; an enter/exit timer the same with ``key = id(self)`` (entries of one
-  key stack, so re-entry nests). :func:`open_phase` / :func:`close_phase` do it with a token instead.
-- A step umbrella: ``steps = StepUmbrella("step")``; ``steps.begin(number)`` opens phase ``step`` carrying
-  ``rl.step = number`` and no bucket (what the goodput rollup calls a step; the phases opened until it ends
-  are its children); ``steps.end()`` closes it. ``steps.begin()`` with no number counts from ``first``
-  per process. A ``begin`` while one is open ends that one first.
+- A start/stop timer: ``phases.start(key, name, **rl_attributes)`` opens the phase ``name`` (bucketed by the
+  default table) and ``phases.stop(key)`` closes it, from any thread, with ``phases = OpenPhases(loose=True)``
+  (never made current: see ``_phases``) and ``key`` e.g. ``(id(timer), name)``; an enter/exit timer the same
+  with ``OpenPhases()`` (made current) and ``key = id(self)`` (entries of one key stack, so re-entry nests).
+  :func:`open_phase` / :func:`close_phase` do it with a token instead.
+- A step umbrella: ``steps = StepUmbrella("step", loose=True)``; ``steps.begin(number)`` opens phase ``step``
+  carrying ``rl.step = number`` and no bucket (what the goodput rollup calls a step; the framework's phases
+  opened on its thread until it ends are its children); ``steps.end()`` closes it. ``steps.begin()`` with no
+  number counts from ``first`` per process. A ``begin`` while one is open ends that one first; a number at or
+  below the last one (a second training) opens a new step series (one warning).
 - :func:`record_interval` writes a phase that already happened (a back-dated span, e.g. a timer's ``record``).
 
 Example (a framework module)::
 
-    phases = OpenPhases()
-    steps = StepUmbrella("step")
+    phases = OpenPhases(loose=True)
+    steps = StepUmbrella("step", loose=True)
 
     def _start(original, args, kwargs):
         phases.start((id(args[0]), args[1]), args[1])
@@ -57,7 +60,6 @@ Example (a framework module)::
 from __future__ import annotations
 
 import inspect
-import re
 import threading
 import types
 from collections.abc import Callable, Mapping
@@ -113,10 +115,11 @@ class Framework:
 class _State:
     """A framework's per-process weaving state (read on every woven call: ``active`` only)."""
 
-    __slots__ = ("active", "patches", "refused", "standing_down")
+    __slots__ = ("active", "patches", "refused", "standing_down", "version_checked")
 
     def __init__(self) -> None:
         self.active = False
+        self.version_checked = False  # asked once per weaving, in the first post-import hook that runs
         self.patches: list[Patch] = []
         self.refused: str | None = None  # why it stays unwoven (version, a target that moved)
         self.standing_down: bool | None = None  # None: not asked yet
@@ -124,39 +127,20 @@ class _State:
 
 # ---------------------------------------------------------------------- version ranges
 
-_CLAUSE = re.compile(r"^\s*(>=|<=|==|>|<)\s*([0-9][0-9.]*)")
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """The leading numeric release of a version string (``"1.16.0rc1"`` -> ``(1, 16, 0)``)."""
-    parts = []
-    for piece in version.strip().split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-        if digits.group() != piece:
-            break
-    return tuple(parts)
-
 
 def in_range(version: str, spec: str) -> bool:
-    """Whether ``version`` satisfies every comma-separated clause of ``spec`` (release numbers compared,
-    missing parts as 0: ``1.16`` == ``1.16.0``)."""
-    have = _release(version)
-    for clause in spec.split(","):
-        if not clause.strip():
-            continue
-        match = _CLAUSE.match(clause)
-        if match is None:
-            raise ValueError(f"version range clause {clause!r} is not one of >=, >, <=, <, == and a version")
-        op, want = match.group(1), _release(match.group(2))
-        width = max(len(have), len(want))
-        a, b = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
-        ok = {">=": a >= b, ">": a > b, "<=": a <= b, "<": a < b, "==": a == b}[op]
-        if not ok:
-            return False
-    return True
+    """Whether ``version`` satisfies ``spec``, a PEP 440 specifier set (``">=0.9,<0.10"``), as ``packaging``
+    reads both: a pre- or dev-release is what it is (``0.9.0.dev0`` comes before ``0.9``: outside ``>=0.9``),
+    and an installed one inside the range is accepted (``1.17.0.dev0`` in ``>=1.16,<2``). A version that is
+    not PEP 440 is outside; a bad ``spec`` raises ``ValueError``."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    specifiers = SpecifierSet(spec)
+    try:
+        return specifiers.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 # ---------------------------------------------------------------------- patches
@@ -216,11 +200,24 @@ class Weaver:
         with _LOCK:
             raw = _raw(owner, attr)
             if is_ours(raw):
+                self._adopt(owner, attr, raw)
                 return False
             original = raw if attr in _own_dict(owner) else None
             gate = _gated(wrapper, self.framework.state)
             ours = wrapt.wrap_function_wrapper(owner, attr, gate)  # positional: 2.x renamed an argument
             return self._record(owner, attr, original, ours)
+
+    def _adopt(self, owner: Any, attr: str, ours: Any) -> None:
+        """A module that bound lens_rl's wrapper by name (``from x import f`` after ``x.f`` was woven): recorded
+        as this framework's too, so ``uninstrument`` puts the original back there as well."""
+        source = _OURS[id(ours)]
+        if (
+            isinstance(owner, ModuleType)
+            and source.original is not None
+            and source.owner is not owner
+            and _own_dict(owner).get(attr) is ours
+        ):
+            self.framework.state.patches.append(Patch(owner, attr, source.original, ours))
 
     def _put(self, owner: Any, attr: str, original: Any, ours: Any) -> bool:
         setattr(owner, attr, ours)

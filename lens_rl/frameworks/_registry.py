@@ -1,17 +1,18 @@
 """The registry of frameworks and their post-import hooks: what ``lens_rl.instrument`` / ``uninstrument`` do.
 
 One :class:`~lens_rl.frameworks._base.Framework` per name, loaded lazily from its module (:data:`MODULES`).
-Weaving a framework (the shape of OpenTelemetry contrib's ``BaseInstrumentor``): its version is checked
-against its tested range before anything is patched, its ``active`` flag is set, and a wrapt post-import hook
-is registered once per target module (wrapt calls it at once when the module is already imported). Every
-hook body runs behind the one error boundary: a fault is one warning, the framework's patches are undone and
-it stays unwoven; the framework's import goes on. Unweaving undoes lens_rl's own patches only.
+Weaving a framework (the shape of OpenTelemetry contrib's ``BaseInstrumentor``): its ``active`` flag is set,
+and a wrapt post-import hook is registered once per target module (wrapt calls it at once when the module is
+already imported). The hook checks the framework's version against its tested range (a PEP 440 specifier set)
+before its first patch: only a framework that is imported is ever asked its version. Every hook body runs
+behind the one error boundary: a fault is one warning, the framework's patches are undone and it stays
+unwoven; the framework's import goes on. Unweaving undoes lens_rl's own patches only, of the named frameworks
+and of the ones they implied (``trl`` -> ``transformers``) unless those were named on their own too.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import sys
 import threading
@@ -39,6 +40,10 @@ _LOADED: dict[str, Framework] = {}
 _HOOKED: set[tuple[str, str]] = set()
 #: (framework name, target module) pairs woven since the framework was last activated.
 _WOVEN: set[tuple[str, str]] = set()
+#: Frameworks ``instrument`` was asked for by name (or by ``all``), and who implied each other one: a
+#: framework woven only because another ``requires`` it goes when the last of those goes.
+_NAMED: set[str] = set()
+_IMPLIED: dict[str, set[str]] = {}
 _LOCK = threading.RLock()
 
 
@@ -95,9 +100,12 @@ def instrument(*names: str) -> list[str]:
         wanted = names_from(names)
         if not names or "all" in [str(n).strip().lower() for n in names]:  # every supported one installed
             wanted = [n for n in wanted or SUPPORTED if installed(n)]
+        _NAMED.update(wanted)
         for name in list(wanted):
             fw = framework(name)
             if fw is not None:
+                for required in fw.requires:
+                    _IMPLIED.setdefault(required, set()).add(name)
                 wanted[wanted.index(name) : wanted.index(name)] = [r for r in fw.requires if r not in wanted]
         for name in wanted:
             fw = framework(name)
@@ -107,9 +115,23 @@ def instrument(*names: str) -> list[str]:
 
 
 def uninstrument(*names: str) -> list[str]:
-    """Undo lens_rl's weaving of the named frameworks (none: all); the names unwoven."""
+    """Undo lens_rl's weaving of the named frameworks (none: all) and of the frameworks only they implied
+    (``trl``'s ``transformers``, unless it was named on its own too); the names unwoven."""
     with _LOCK:
-        chosen = names_from(names) if names else list(_LOADED)
+        if names:
+            chosen = names_from(names)
+            _NAMED.difference_update(chosen)
+            for name in list(chosen):
+                fw = _LOADED.get(name)
+                for required in fw.requires if fw is not None else ():
+                    implied = _IMPLIED.get(required, set())
+                    implied.discard(name)
+                    if not implied and required not in _NAMED and required not in chosen:
+                        chosen.append(required)
+        else:
+            chosen = list(_LOADED)
+            _NAMED.clear()
+            _IMPLIED.clear()
         done = []
         for name in reversed(chosen):
             fw = _LOADED.get(name)
@@ -123,9 +145,7 @@ def _activate(fw: Framework) -> None:
     state = fw.state
     state.refused = None
     state.standing_down = None
-    version = _distribution_version(fw)
-    if version is not None and not _version_ok(fw, version):
-        return
+    state.version_checked = False
     state.active = True
     for target in fw.targets:
         if (fw.name, target) not in _HOOKED:
@@ -155,9 +175,10 @@ def _weave(fw: Framework, target: str, module: ModuleType) -> None:
         if not state.active or (fw.name, target) in _WOVEN:
             return
         try:
-            if _distribution_version(fw) is None:  # a stand-in, or a source checkout: the module says
-                version = getattr(sys.modules.get(target.split(".")[0]), "__version__", None)
-                if isinstance(version, str) and not _version_ok(fw, version):
+            if not state.version_checked:  # the framework is imported now: its version, once per weaving
+                state.version_checked = True
+                version = _version(fw)
+                if version is not None and not _version_ok(fw, version):
                     _deactivate(fw)
                     return
             _WOVEN.add((fw.name, target))
@@ -194,11 +215,17 @@ def _deactivate(fw: Framework) -> None:
             internal_error(exc, f"framework-{fw.name}")
 
 
-def _distribution_version(fw: Framework) -> str | None:
+def _version(fw: Framework) -> str | None:
+    """The installed version of ``fw`` (its distribution's metadata, else its top module's ``__version__``: a
+    stand-in, a source checkout), read in the post-import hook: only a framework being imported is asked."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(fw.distribution)
-    except (importlib.metadata.PackageNotFoundError, OSError, ValueError):  # no distribution (a stand-in, a
-        return None  # checkout on sys.path) or unreadable metadata: the version is unknown
+    except (importlib.metadata.PackageNotFoundError, OSError, ValueError):  # no distribution or unreadable
+        top = next(iter(fw.targets), "").split(".")[0]
+        version = getattr(sys.modules.get(top), "__version__", None)
+        return version if isinstance(version, str) else None
 
 
 def _version_ok(fw: Framework, version: str) -> bool:

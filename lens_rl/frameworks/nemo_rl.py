@@ -2,23 +2,27 @@
 
 Read at NeMo-RL main of 2026-08-22 (7ea279a, ``package_info`` 0.6.0; ``nemo_rl/utils/timer.py``, ``utils/nsys.py``,
 ``algorithms/``); v0.7.0's ``Timer`` has the same ``start`` / ``stop`` / ``time`` and no ``record``. Woven:
-``nemo_rl.utils.timer.Timer`` ``start`` / ``stop`` / ``record`` / ``reset``. ``time()`` and ``ThreadSafeTimer``
-(whose methods call these under its lock) go through them, so every timer of the driver, the policy workers
-and the trajectory collector is seen. ``start(label)`` opens phase ``label`` (its ``timing/`` prefix dropped:
-``timing/rollout/total`` -> ``rollout/total``) after NeMo-RL's own clock starts, ``stop`` closes it after the
-clock stops; ``record(label, elapsed)`` writes a back-dated phase ending now; ``reset`` closes what NeMo-RL
-dropped. Phases of one timer and label nest as NeMo-RL's calls do; labels under ``idle/`` and ``wasted/``
-take that bucket.
+``nemo_rl.utils.timer.Timer`` ``start`` / ``stop`` / ``record`` / ``reset`` / ``time`` (and ``ThreadSafeTimer.time``).
+``time()`` and ``ThreadSafeTimer`` (whose methods call these under its lock) go through them, so every timer
+of the driver, the policy workers and the trajectory collector is seen. ``start(label)`` opens phase
+``label`` (its ``timing/`` prefix dropped: ``timing/rollout/total`` -> ``rollout/total``) after NeMo-RL's own
+clock starts, ``stop`` closes it after the clock stops; ``record(label, elapsed)`` writes a back-dated phase
+ending now; ``reset`` closes what NeMo-RL dropped. A ``with timer.time(label)`` block's phase is scoped (made
+current: the blocks inside nest under it); a bare ``start`` / ``stop`` pair's is loose (never current, closed by
+whichever thread stops it, in any order: ``_phases``). Labels under ``idle/`` and ``wasted/`` take that bucket.
 
 The step: ``total_step_time`` is the umbrella; its ``rl.step`` is the step the loop last passed to
-``maybe_gpu_profile_step(policy, step)`` (woven where the algorithms bind it: ``nemo_rl.algorithms.*``), else a
-per-process count from 0. When NeMo-RL's own OpenTelemetry layer is on (nemo-lens: ``NEMO_RL_OTEL_ENABLED`` or
+``maybe_gpu_profile_step(policy, step)`` (woven at its source, ``nemo_rl.utils.nsys``, so any loop importing it
+after the weave gets it, and where the algorithms bind it: ``nemo_rl.algorithms.*``), else a per-process count
+from 0. When NeMo-RL's own OpenTelemetry layer is on (nemo-lens: ``NEMO_RL_OTEL_ENABLED`` or
 ``NEMO_LENS_ENABLED``), lens_rl's weaving stands down with one line: no span is counted twice.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -30,11 +34,14 @@ from lens_rl.record.engine import Node
 __all__ = ["FRAMEWORK"]
 
 UMBRELLA = "total_step_time"
-_steps = StepUmbrella(UMBRELLA, first=0)
-#: (id(timer), label) -> the phases open under it, innermost last
+_steps = StepUmbrella(UMBRELLA, first=0, loose=True)
+#: (id(timer), label) -> the phases open under it, oldest first
 _open: dict[tuple[int, str], list[Node]] = {}
+_OPEN_LOCK = threading.Lock()  # starts and stops of one ThreadSafeTimer come from many threads
 #: the step last passed to maybe_gpu_profile_step, until a step umbrella takes it
 _profiled_step: list[Any] = [None]
+#: True while a woven ``time()`` block enters or exits (its start and stop are a scoped phase's)
+_IN_TIME: contextvars.ContextVar[bool] = contextvars.ContextVar("lens_rl_nemo_rl_time", default=False)
 
 #: The algorithm modules that bind ``maybe_gpu_profile_step`` by name (``from nemo_rl.utils.nsys import ...``).
 _ALGORITHMS = ("grpo", "grpo_sync", "ppo", "dpo", "distillation", "sft", "rm", "xtoken_off_policy_distillation")
@@ -45,6 +52,34 @@ def _label(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[1] if len(args) > 1 else kwargs.get("label")
 
 
+class _Timed:
+    """A woven ``time(label)`` block: NeMo-RL's own context manager, whose ``start`` and ``stop`` (run in its
+    enter and exit, on one thread, in order) make a scoped phase: made current, its blocks nest under it."""
+
+    __slots__ = ("_timed",)
+
+    def __init__(self, timed: Any) -> None:
+        self._timed = timed
+
+    def __enter__(self) -> Any:
+        token = _IN_TIME.set(True)
+        try:
+            return self._timed.__enter__()
+        finally:
+            _IN_TIME.reset(token)
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        token = _IN_TIME.set(True)
+        try:
+            return self._timed.__exit__(*exc_info)
+        finally:
+            _IN_TIME.reset(token)
+
+
+def _time(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _Timed(original(*args, **kwargs))
+
+
 def _start(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = original(*args, **kwargs)  # raises when the label runs already: nothing is opened then
     label = _label(args, kwargs)
@@ -53,9 +88,11 @@ def _start(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         number, _profiled_step[0] = _profiled_step[0], None
         _steps.begin(number)
     else:
-        node = open_phase(name)
+        # a time() block's is scoped; a bare start's is loose (its stop may come from any thread, in any order)
+        node = open_phase(name, loose=not _IN_TIME.get())
         if node is not None:
-            _open.setdefault((id(args[0]), label), []).append(node)
+            with _OPEN_LOCK:
+                _open.setdefault((id(args[0]), label), []).append(node)
     return result
 
 
@@ -70,12 +107,16 @@ def _stop(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _close(key: tuple[int, str]) -> None:
-    stack = _open.get(key)
-    if stack:
-        node = stack.pop()
+    """Close the phase of the label's run that began first: NeMo-RL runs a label once at a time, so a second
+    entry is a new run started on another thread before this stop's own close got here."""
+    with _OPEN_LOCK:
+        stack = _open.get(key)
+        if not stack:
+            return
+        node = stack.pop(0)
         if not stack:
             del _open[key]
-        close_phase(node)
+    close_phase(node)
 
 
 def _record(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -111,6 +152,9 @@ def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
     weaver.around(timer, "reset", _reset)
     if "record" in vars(timer):  # main since 2026-06; v0.7.0 has none
         weaver.around(timer, "record", _record)
+    for cls in (timer, getattr(module, "ThreadSafeTimer", None)):  # (main's ThreadSafeTimer has a time() of its own)
+        if isinstance(cls, type) and "time" in vars(cls):
+            weaver.around(cls, "time", _time)
 
 
 def _weave_algorithm(module: ModuleType, weaver: Weaver) -> None:
@@ -139,6 +183,7 @@ FRAMEWORK = Framework(
     ">=0.6,<0.8",
     {
         "nemo_rl.utils.timer": _weave_timer,
+        "nemo_rl.utils.nsys": _weave_algorithm,  # its source: a loop imported after weaving binds the woven one
         **{f"nemo_rl.algorithms.{name}": _weave_algorithm for name in _ALGORITHMS},
     },
     unweave=_unweave,

@@ -34,7 +34,7 @@ from lens_rl.frameworks._trainers import called_from
 __all__ = ["FRAMEWORK"]
 
 UMBRELLA = "step_total"
-_steps = StepUmbrella(UMBRELLA, first=1)
+_steps = StepUmbrella(UMBRELLA, first=1, loose=True)  # opened at generation, closed by train_step
 #: the global_step of the last step done (train_step's return, or the checkpoint's), None before any
 _last_step: list[Any] = [None]
 

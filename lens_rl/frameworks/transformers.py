@@ -24,7 +24,7 @@ from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, call_in_ph
 __all__ = ["FRAMEWORK", "IN_LOSS", "STEPS"]
 
 #: The optimizer steps of this process's trainers.
-STEPS = StepUmbrella("step")
+STEPS = StepUmbrella("step", loose=True)  # opened by one callback, closed by another
 #: Set while a ``compute_loss`` phase is open in this context (TRL names a logprob call inside it as training).
 IN_LOSS: contextvars.ContextVar[bool] = contextvars.ContextVar("lens_rl_in_loss", default=False)
 
@@ -55,7 +55,7 @@ def _pre_optimizer(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
     result = original(*args, **kwargs)
     start_ns = time.time_ns()
     _close_optimizer(start_ns)
-    _OPTIMIZER.append(open_phase("optimizer_step", start_ns=start_ns))
+    _OPTIMIZER.append(open_phase("optimizer_step", start_ns=start_ns, loose=True))
     return result
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import importlib
 import logging
 import os
 import sys
@@ -304,19 +303,11 @@ def _activate(handle: Handle, role: str) -> None:
         import multiprocessing.util
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
-    _weave_configured(handle)
-
-
-def _weave_configured(handle: Any) -> None:
-    """Weave the frameworks the config's ``instrument`` names (driver, worker, lazy alike). ``frameworks/``
-    sits above setup: reached by name, never imported at module level."""
-    names = getattr(getattr(handle, "config", None), "instrument", ())
-    if not names:
-        return
-    try:
-        importlib.import_module("lens_rl.frameworks").apply_configured(names)
-    except Exception as exc:
-        internal_error(exc, "frameworks")
+    for hook in RUNTIME.activate_hooks:  # (the configured frameworks woven: handed in by the package's face)
+        try:
+            hook(handle)
+        except Exception as exc:
+            internal_error(exc, "activate-hook")
 
 
 class _Token:

@@ -104,18 +104,23 @@ def resolve_bucket(spec: Any, carried_bucket: str | None = None) -> Bucket | Non
 _BUCKETS = {b.value: b for b in Bucket}
 
 
-def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
+def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, attach: bool = True) -> Node | None:
     """Open ``spec``'s span and make it current; None when telemetry turns out to be off. Never raises.
 
     ``start_ns`` (``time.time_ns``): when it began, if read before this call (a woven framework timer reads
-    it right beside the framework's own clock)."""
+    it right beside the framework's own clock). ``parent_ctx``: the context it starts under, passed explicitly
+    (default: the phase's own parent, else the current context, else the job root). ``attach=False`` opens it
+    without making it current (a timer's ``start`` whose ``stop`` may come from another thread, or out of
+    order): the node holds no context token, so closing it, from any thread, restores nothing."""
     try:
         if RUNTIME.step_claim is not None:  # only in a process lens-rl run started, until its first step
             _first_step(spec)
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
-        parent_ctx, parent_span, baggage = phase_parent(spec._parent() if spec.parent is not None else None)
+        if parent_ctx is None and spec.parent is not None:
+            parent_ctx = spec._parent()
+        parent_ctx, parent_span, baggage = phase_parent(parent_ctx)
         carried_bucket, carried_step = carried_in(baggage)
         bucket = resolve_bucket(spec, carried_bucket)
         attributes = spec._attributes(bucket)
@@ -136,8 +141,7 @@ def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
             span = fast.start(spec.name, parent_span, attributes, start_ns, shape, parent_ctx)
         else:
             span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
-        new_ctx = under(parent_ctx, span, own_step)
-        token = runtime_context().attach(new_ctx)
+        token = runtime_context().attach(under(parent_ctx, span, own_step)) if attach else None
         span_id = span.get_span_context()[1]
         umbrella = bucket is None and own_step is not None
         node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)

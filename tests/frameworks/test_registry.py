@@ -172,7 +172,7 @@ def test_unknown_names_raise_with_a_did_you_mean() -> None:
 
 
 def test_version_ranges() -> None:
-    """Clauses are release numbers compared with missing parts as zero; a pre-release counts as its release."""
+    """Missing release parts count as zero (1.16 == 1.16.0); a pre-release of 2 is before 2 (PEP 440)."""
     assert _base.in_range("1.16.0", ">=1.16,<2") and _base.in_range("1.16", ">=1.16.0")
     assert not _base.in_range("2.0.0rc1", ">=1.16,<2") and not _base.in_range("0.9.1", ">0.9.1")
     assert _base.in_range("0.9.1", "==0.9.1")

@@ -150,3 +150,38 @@ def test_losses_are_unchanged_by_weaving(tmp_path: Path) -> None:
     woven_off = _job(tmp_path, "--instrument", "off")["losses"]
     traced = _job(tmp_path, run=True)["losses"]
     assert len(bare) == 3 and woven_off == bare and traced == bare
+
+
+def _traced(tmp_path: Path, *args: str) -> dict[str, Any]:
+    env = {"LENS_RL_OTEL_ENABLED": "true", "LENS_RL_OTEL_TRACE_DIR": str(tmp_path / "t"), "LENS_RL_OTEL_RUN_ID": "r"}
+    return _job(tmp_path, "--instrument", "on", *args, extra_env=env)
+
+
+def test_uninstrument_trl_restores_every_function_and_records_nothing_after(tmp_path: Path) -> None:
+    """uninstrument('trl') after a training puts back every attribute instrument('trl') wove, transformers' and
+    accelerate's included, as the very objects they were; a second training after it records no span."""
+    figures = _traced(tmp_path, "--trainings", "2", "--uninstrument-between")
+    assert figures["unrestored"] == []
+    second = figures["trainings"][1]["start_ns"]
+    rows = _spans(tmp_path / "t" / "r")
+    assert [row["a"]["rl.step"] for row in rows if row["n"] == "step"] == [1, 2, 3]
+    assert [row["n"] for row in rows if row["b"] >= second and row["n"] != "rl.job"] == []
+
+
+def test_two_trainings_in_one_process_are_two_step_series(tmp_path: Path) -> None:
+    """Two GRPO trainings in one woven process, both counting steps from 1: the first's steps are 1-3 and agree
+    with its callback clock within 1 ms + 1 % (umbrellas and goodput's step rows), the second's are 4-6 (TRL's
+    own number in rl.framework_step), agreeing with its own clock, never merged into the first's; one warning."""
+    figures = _traced(tmp_path, "--trainings", "2")
+    store = tmp_path / "t" / "r"
+    umbrellas = {row["a"]["rl.step"]: row for row in _spans(store) if row["n"] == "step"}
+    assert sorted(umbrellas) == [1, 2, 3, 4, 5, 6]
+    walls = {s["step"]: s["wall_s"] for s in _goodput(store)["steps"] if not s["incomplete"]}
+    assert sorted(walls) == [1, 2, 3, 4, 5, 6]
+    for training, offset in zip(figures["trainings"], (0, 3), strict=True):
+        for number, theirs in training["steps"].items():
+            step = int(number) + offset
+            assert _agree(_seconds(umbrellas[step]), theirs), (step, _seconds(umbrellas[step]), theirs)
+            assert _agree(walls[step], theirs), (step, walls[step], theirs)
+            assert umbrellas[step]["a"].get("rl.framework_step", step) == int(number)
+    assert figures["stderr"].count("numbers its 'step' steps from 1 again") == 1

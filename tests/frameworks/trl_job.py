@@ -1,9 +1,13 @@
 """A TRL / transformers job for tests/frameworks/test_trl.py, with its own measurements written as JSON.
 
-    python trl_job.py OUT.json [--plain-trainer] [--steps N] [--instrument on|off]
+    python trl_job.py OUT.json [--plain-trainer] [--steps N] [--instrument on|off] [--trainings N]
+                               [--uninstrument-between]
 
 No lens_rl code unless ``--instrument``: ``on`` starts telemetry (from the environment) and weaves TRL;
-``off`` weaves TRL with telemetry left off. The job measures itself: each optimizer step's wall and its
+``off`` weaves TRL with telemetry left off. ``--trainings N`` trains N trainers one after another in this
+process (each counts its steps from 1; ``trainings`` in the JSON has each one's clock and its start in
+``time.time_ns``); ``--uninstrument-between`` calls ``lens_rl.uninstrument("trl")`` after the first and lists
+in ``unrestored`` every attribute of the woven classes that is not the very object it was before weaving. The job measures itself: each optimizer step's wall and its
 optimizer step from its own callback's clock (``on_step_begin`` -> ``on_step_end``, ``on_pre_optimizer_step``
 -> ``on_optimizer_step``), TRL's profiling figures (what ``ProfilingContext`` would log), and the losses.
 
@@ -91,13 +95,37 @@ def plain_trainer(steps: int, output_dir: str, callbacks: list[Any]) -> Any:
     return Trainer(model=trl_grpo.tiny_model(tokenizer), args=args, train_dataset=data, callbacks=callbacks)
 
 
+#: (module, class) whose attributes lens_rl's ``trl`` weaving patches (``transformers`` implied).
+WOVEN_CLASSES = (
+    ("transformers.trainer", "Trainer"),
+    ("transformers.trainer_callback", "CallbackHandler"),
+    ("accelerate.accelerator", "Accelerator"),
+    ("trl.extras.profiling", "ProfilingContext"),
+)
+
+
+def snapshot() -> dict[str, Any]:
+    """Every attribute of the woven classes as stored (``module.Class.attr`` -> the object itself)."""
+    import importlib
+
+    seen = {}
+    for module, name in WOVEN_CLASSES:
+        cls = getattr(importlib.import_module(module), name)
+        seen.update({f"{module}.{name}.{attr}": value for attr, value in vars(cls).items()})
+    return seen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--plain-trainer", action="store_true")
     parser.add_argument("--instrument", choices=["on", "off"])
+    parser.add_argument("--trainings", type=int, default=1)
+    parser.add_argument("--uninstrument-between", action="store_true")
     args = parser.parse_args()
+    figures = profiled()
+    before = snapshot() if args.uninstrument_between else {}
     if args.instrument:
         import lens_rl
 
@@ -105,22 +133,31 @@ def main() -> None:
             lens_rl.init_telemetry_driver(None, algorithm="grpo")
         woven = lens_rl.instrument("trl")
         assert woven == ["transformers", "trl"], woven
-    figures = profiled()
-    clock = Clock()
-    with tempfile.TemporaryDirectory() as scratch:
-        make = plain_trainer if args.plain_trainer else trl_grpo.trainer
-        trainer = make(args.steps, scratch, [clock])
-        gc.collect()
-        gc.disable()
-        sys.setswitchinterval(0.0002)
-        try:
-            trainer.train()
-        finally:
-            gc.enable()
+    trainings = []
+    unrestored: list[str] = []
+    for number in range(args.trainings):
+        if number and args.uninstrument_between:
+            import lens_rl
+
+            lens_rl.uninstrument("trl")
+            after = snapshot()
+            unrestored = sorted(k for k in before.keys() | after.keys() if before.get(k) is not after.get(k))
+        clock = Clock()
+        with tempfile.TemporaryDirectory() as scratch:
+            make = plain_trainer if args.plain_trainer else trl_grpo.trainer
+            trainer = make(args.steps, scratch, [clock])
+            gc.collect()
+            gc.disable()
+            sys.setswitchinterval(0.0002)
+            start_ns = time.time_ns()
+            try:
+                trainer.train()
+            finally:
+                gc.enable()
+        trainings.append({"steps": clock.steps, "optimizer": clock.optimizer, "start_ns": start_ns})
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
-    Path(args.out).write_text(
-        json.dumps({"steps": clock.steps, "optimizer": clock.optimizer, "profiling": figures, "losses": losses})
-    )
+    result = {**trainings[0], "profiling": figures, "losses": losses, "trainings": trainings}
+    Path(args.out).write_text(json.dumps({**result, "unrestored": unrestored}))
     if args.instrument == "on":
         import lens_rl
 

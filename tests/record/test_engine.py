@@ -153,3 +153,28 @@ def test_live_metric_and_offline_rollup_agree_on_concurrent_children() -> None:
         offline = rollup_recorded(rec.spans)["job"]["seconds"]
     assert live["overhead"] == pytest.approx(offline["overhead"], abs=1e-6) and live["overhead"] > 0.04
     assert live["productive"] == pytest.approx(offline["productive"], abs=1e-6) and live["productive"] > 0.29
+
+
+def test_a_phase_opened_without_attaching_is_closed_from_another_thread_and_parents_nothing() -> None:
+    """open_node(attach=False) under an explicit parent: the current context is left as it was, a later phase
+    is not its child, and another thread closes it with no fault and no context restored."""
+    from lens_rl.propagation import phase_parent
+    from lens_rl.record.engine import close_node, open_node
+    from lens_rl.record.phases import Phase
+
+    with testing.recording() as rec, traced_phase("outer"):
+        node = open_node(Phase("loose"), None, phase_parent()[0], False)
+        assert node is not None and node.otel_token is None
+        with traced_phase("after"):
+            pass
+        closer = threading.Thread(target=close_node, args=(node, None))
+        closer.start()
+        closer.join()
+        with traced_phase("later"):
+            pass
+    outer = rec.find("outer").context.span_id
+    assert sorted((s.name, s.parent.span_id == outer) for s in rec.spans if s.name != "outer") == [
+        ("after", True),
+        ("later", True),
+        ("loose", True),
+    ]
