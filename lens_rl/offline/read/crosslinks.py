@@ -82,6 +82,18 @@ def _joined(arrays: Sequence[Any]) -> Any:
     return np.concatenate([a.astype(object) for a in arrays])
 
 
+def _among(ids: Any, wanted: Any) -> Any:
+    """Which of ``ids`` are among ``wanted`` (a binary search in the sorted ``wanted``: no hashing, no
+    sorting of ``ids``)."""
+    if ids.dtype != np.uint64 or wanted.dtype != np.uint64:
+        return np.isin(ids, wanted)
+    if not len(wanted) or not len(ids):
+        return np.zeros(len(ids), bool)
+    ordered = np.sort(wanted)
+    at = np.minimum(np.searchsorted(ordered, ids), len(ordered) - 1)
+    return ordered[at] == ids
+
+
 def cross_cut(processes: Sequence[Any]) -> CrossCut:
     """The links between processes the tree rule cuts (see the module docstring)."""
     parts = [(p, part.crit) for p, part in enumerate(processes) if part.crit is not None and len(part.crit.e_node)]
@@ -97,7 +109,7 @@ def cross_cut(processes: Sequence[Any]) -> CrossCut:
         node_owner.append(owners + base)
         base += count
     wanted, ids, owner = _joined(parent_ids), _joined(node_ids), np.concatenate(node_owner)
-    hit = np.isin(ids, wanted)
+    hit = _among(ids, wanted)
     if not hit.any():
         return CrossCut()
     first: dict[Any, int] = {}
