@@ -1,4 +1,5 @@
-"""A command's refresh cache: its folder for the run, and what a rejected input leaves behind there (nothing)."""
+"""A command's refresh cache: its folder for the run, and what a rejected input leaves behind there, or in the
+user's cache directory (nothing)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ __all__ = ["command_cache"]
 def command_cache(args: argparse.Namespace, run_dir: Path) -> Iterator[str | None]:
     """The refresh cache's folder for this run (None with --no-cache, or where none can be made). A command
     that rejects its input leaves no cache behind: what it wrote there is removed (the folder too, when it
-    made it)."""
+    made it), and the key for sealing kept answers, when this command made it."""
     if getattr(args, "no_cache", False):
         yield None
         return
@@ -34,7 +35,10 @@ def command_cache(args: argparse.Namespace, run_dir: Path) -> Iterator[str | Non
     try:
         yield folder
     except BaseException:
+        from lens_rl.offline.run.kept import forget_made_key
+
         _forget(folder, before, made and Path(folder) == (run_dir / CACHE_DIR).resolve())
+        forget_made_key()
         raise
 
 

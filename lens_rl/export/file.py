@@ -258,8 +258,21 @@ def json_line(record: Any) -> str:
         return json.dumps(_finite(record), separators=(",", ":"), default=_json_default, allow_nan=False)
 
 
-class _StoreWriter:
-    """What both file exporters share: the file and its header, the fork guard, one warning per write error."""
+class StoreWriter:
+    """One store file written in whole lines: its header (the process's resource, written with the first
+    batch), the fork guard, one warning per write error. Both file exporters are built on it, and so is
+    anything that writes another process's spans into the store (the vLLM loopback receiver).
+
+    ``kind``: ``"spans"`` or ``"metrics"``; ``attributes``: the process's resource (the header's identity);
+    ``role``: ``"driver"`` or ``"worker"``. :meth:`write` appends lines already encoded (strict JSON, one
+    record each: :func:`json_line`), all or nothing; :meth:`close` refuses further writes.
+
+    Example::
+
+        writer = StoreWriter(trace_dir, run_id, "spans", resource, "worker", pid=pid, path=path)
+        writer.write([json_line(row) for row in rows])   # False: nothing written (retry, or count it lost)
+        writer.close()
+    """
 
     def __init__(
         self,
@@ -321,6 +334,9 @@ class _StoreWriter:
             path.unlink()
 
     def write(self, lines: Sequence[str]) -> bool:
+        """Append ``lines`` (the header first, the first time) whole, or nothing: True when written (or in a
+        forked child, which never writes its parent's file), False on an error (warned once per file) or
+        once closed."""
         if os.getpid() != self._pid:
             return True  # a forked child: the parent's file is not ours (the child has its own handle)
         header = self._header
@@ -343,11 +359,11 @@ class _StoreWriter:
         return True
 
 
-class FileSpanExporter(_StoreWriter, SpanExporter):
+class FileSpanExporter(StoreWriter, SpanExporter):
     """Appends spans to ``spans-<group>-<rank>-<pid>.jsonl`` under ``trace_dir/<run_id>/``."""
 
     def __init__(self, trace_dir: str, run_id: str, attributes: dict[str, Any], role: str = "worker") -> None:
-        _StoreWriter.__init__(self, trace_dir, run_id, "spans", attributes, role)
+        StoreWriter.__init__(self, trace_dir, run_id, "spans", attributes, role)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         ok = self.write(span_lines(spans))
@@ -360,14 +376,14 @@ class FileSpanExporter(_StoreWriter, SpanExporter):
         return True
 
 
-class FileMetricExporter(_StoreWriter, MetricExporter):
+class FileMetricExporter(StoreWriter, MetricExporter):
     """Appends each metric export as one line to ``metrics-<group>-<rank>-<pid>.jsonl``."""
 
     def __init__(
         self, trace_dir: str, run_id: str, attributes: dict[str, Any], role: str = "worker", **kwargs: Any
     ) -> None:
         MetricExporter.__init__(self, **kwargs)
-        _StoreWriter.__init__(self, trace_dir, run_id, "metrics", attributes, role)
+        StoreWriter.__init__(self, trace_dir, run_id, "metrics", attributes, role)
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:

@@ -10,7 +10,8 @@ Nothing here reads or advances the global ``random`` (nor numpy's or torch's).
 :class:`LensIdGenerator` is the same stream as an OpenTelemetry ``IdGenerator``: every ``TracerProvider``
 lens_rl builds uses it (third-party spans through lens_rl's providers), and it is registered as the
 ``opentelemetry_id_generator`` entry point ``lens_rl``, so ``OTEL_PYTHON_ID_GENERATOR=lens_rl`` selects it
-in processes OpenTelemetry's auto-configuration sets up.
+in processes OpenTelemetry's auto-configuration sets up, and there only: a ``TracerProvider()`` built without
+an ``id_generator`` (vLLM's, any library's own) never reads the variable and draws from the global ``random``.
 
 Costs: a draw is one C call on the private instance, as cheap as ``random.getrandbits`` on the global one.
 

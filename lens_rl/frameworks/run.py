@@ -2,7 +2,8 @@
 
 The command runs as a child with telemetry on (the file store by default; any config field through the usual
 ``LENS_RL_OTEL_*`` variables), ``LENS_RL_OTEL_INSTRUMENT`` set (default ``all``: every supported framework
-installed), ``OTEL_PYTHON_ID_GENERATOR=lens_rl`` (lens_rl's id generator for OpenTelemetry's own spans), and
+installed), ``OTEL_PYTHON_ID_GENERATOR=lens_rl`` (read by OpenTelemetry's auto-configuration only: a ``TracerProvider()``
+built without an id generator, as vLLM's is, does not read it), and
 ``lens_rl/frameworks/bootstrap/`` first on ``PYTHONPATH``: its ``sitecustomize`` runs in every Python process
 the job starts (Ray workers of a local cluster, multiprocessing children), chains the ``sitecustomize`` that
 was there before, and weaves. The driver is the process that runs the training loop: the first to open a

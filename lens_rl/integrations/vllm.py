@@ -136,6 +136,10 @@ def _kwargs(detail: str | None) -> dict[str, object]:
         return {}
     config = handle.config
     resource = dict(handle.resource.attributes)
+    # (a worker's resource carries the run id only where the driver's environment handed it over; started
+    # from LENS_RL_OTEL_RUN_ID alone, the run is its config's: vLLM's processes get it either way)
+    if resource.get("rl.run_id") in (None, "") and config.run_id:
+        resource["rl.run_id"] = str(config.run_id)
     if config.exporter == "otlp":
         protocol = config.protocol
         endpoint = config.resolved_endpoint

@@ -14,14 +14,21 @@ receiver writes what arrives into ``trace_dir/<run_id>/`` in the store's format 
   the caller's phase, lives in another file), and every line carries ``"sc"``, its scope;
 * **ids repeated across processes are kept distinct per file**: vLLM seeds Python's ``random`` in its
   worker, and the SDK draws span ids from it, so processes repeat each other's ids. Readers link parents
-  within a file (and across files only through ``"pr"``), so each file stays consistent; the repeats are
-  counted (:meth:`StoreReceiver.stats`, ``ids_repeated``) and warned about once. A span id already written
-  to the same file is a resend (OTLP/HTTP is at-least-once): it is dropped and counted (``resent``);
-* **whole-line writes** through the store's writer (a batch is all or nothing);
-* **bounded**: a request body over ``max_body_bytes`` is refused (413), at most ``max_requests`` are
-  handled at once (503 beyond: vLLM's exporter retries), at most ``max_files`` processes get a file, the
-  id memory stops growing at ``max_ids``; nothing is queued, so memory is O(one request per thread);
-  :meth:`StoreReceiver.close` returns within its budget.
+  within a file (and across files only through ``"pr"``), so each file stays consistent; the repeats seen
+  among the most recent ``max_ids`` span ids are counted (:meth:`StoreReceiver.stats`, ``ids_repeated``)
+  and warned about once;
+* **a resent batch is written once**: OTLP/HTTP is at-least-once (an exporter that timed out sends the
+  same request again). Each request's decoded body is remembered (a digest) among the last
+  ``max_batches``; the same body again is answered 200 and not written (``resent``), also while the first
+  is still being written (then 503: its writer decides). Readers also drop a span id seen twice in a file;
+* **whole-line writes** through the store's writer (:class:`lens_rl.export.file.StoreWriter`; a batch is
+  all or nothing);
+* **bounded** (:mod:`lens_rl.integrations.bounded_http`): at most ``max_connections`` connection threads
+  (503 beyond, before a byte is read), at most ``max_requests`` bodies in memory (a slot taken before the
+  body: 503 beyond; vLLM's exporter retries), a body over ``max_body_bytes`` refused (413), a client silent
+  for ``read_timeout_s`` (or whose body is not whole by then) dropped; at most ``max_files`` processes get
+  a file; the memory of ids and batches is a window of fixed size. :meth:`StoreReceiver.close` returns
+  within its budget.
 
 Example::
 
@@ -33,17 +40,18 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import os
-import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
-from lens_rl.export.file import _StoreWriter, json_line
+from lens_rl.export.file import StoreWriter, json_line
+from lens_rl.integrations.bounded_http import BoundedServer
 from lens_rl.integrations.otlp_proto import ID_REMOTE, ID_REMOTE_KNOWN, BodyError, attributes, body_of, trace_spans
 from lens_rl.store import safe_part
 
@@ -115,13 +123,15 @@ def span_row(span: Any, scope: str) -> dict[str, Any]:
 
 
 class _ProcessFile:
-    """One vLLM process's store file: its writer (header first) and the span ids written to it."""
+    """One vLLM process's store file: its writer (header first)."""
 
-    def __init__(self, writer: _StoreWriter, name: str) -> None:
+    def __init__(self, writer: StoreWriter, name: str) -> None:
         self.writer = writer
         self.name = name
-        self.ids: set[bytes] = set()
         self.lock = threading.Lock()
+
+
+_WRITING = object()  # a batch's digest while its request is being written
 
 
 class StoreReceiver:
@@ -135,41 +145,38 @@ class StoreReceiver:
         *,
         max_body_bytes: int = 32 << 20,
         max_requests: int = 8,
+        max_connections: int = 16,
+        read_timeout_s: float = 10.0,
         max_files: int = 256,
-        max_ids: int = 1 << 20,
+        max_ids: int = 1 << 16,
+        max_batches: int = 1024,
     ) -> None:
         self.trace_dir, self.run_id = trace_dir, run_id
         self.resource = dict(resource)
-        self.max_body_bytes, self.max_files, self.max_ids = max_body_bytes, max_files, max_ids
+        self.max_body_bytes, self.max_files, self.max_ids, self.max_batches = (
+            max_body_bytes,
+            max_files,
+            max_ids,
+            max_batches,
+        )
         self.since_ns = time.time_ns()  # before vLLM starts: no span it exports here starts earlier
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(max_requests)
         self._files: dict[tuple[Any, ...], _ProcessFile] = {}
-        self._owner: dict[bytes, tuple[Any, ...]] = {}  # span id -> the first process file that wrote it
+        self._owner: OrderedDict[bytes, tuple[Any, ...]] = OrderedDict()  # recent span id -> its process file
+        self._batches: OrderedDict[bytes, object] = OrderedDict()  # recent bodies' digests (or _WRITING)
         self._stats = dict.fromkeys(("requests", "spans", "resent", "ids_repeated", "refused", "dropped"), 0)
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                status = receiver._serve(self)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                if status != 200:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="lens_rl-vllm-receiver", daemon=True)
-        self._thread.start()
+        self._server = BoundedServer(
+            self._serve,
+            max_connections=max_connections,
+            max_requests=max_requests,
+            max_body_bytes=max_body_bytes,
+            read_timeout_s=read_timeout_s,
+            accepts=lambda path: path.split("?")[0].endswith("/v1/traces"),
+            name="lens_rl-vllm-receiver",
+        )
+        self.port = self._server.port
+        self._server.start()
         self.closed = False
 
     @property
@@ -178,43 +185,72 @@ class StoreReceiver:
         return f"http://127.0.0.1:{self.port}/v1/traces"
 
     def stats(self) -> dict[str, Any]:
-        """Requests, spans written, ``resent`` (dropped as already written), ``ids_repeated`` (across
-        processes, kept), ``refused`` requests, ``dropped`` spans (no file could take them), and ``files``."""
+        """Requests, spans written, ``resent`` (requests not written again), ``ids_repeated`` (across
+        processes, kept), ``refused`` requests (bad bodies, and the server's refusals: every connection
+        thread busy, every slot taken, too large, another path), ``dropped`` spans (no file could take them),
+        ``timed_out`` clients, ``connections`` accepted, and ``files``."""
+        server = self._server.stats()
         with self._lock:
-            return {**self._stats, "files": sorted(str(f.writer.path) for f in self._files.values())}
+            refused = sum(server[k] for k in ("busy", "no_slot", "too_large", "bad"))
+            return {
+                **self._stats,
+                "refused": self._stats["refused"] + refused,
+                "timed_out": server["dropped"],
+                "connections": server["connections"],
+                "files": sorted(str(f.writer.path) for f in self._files.values()),
+            }
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
             self._stats[key] += n
 
-    def _serve(self, handler: BaseHTTPRequestHandler) -> int:
-        """Read, decode and write one request; its HTTP status."""
-        try:
-            length = int(handler.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not handler.path.split("?")[0].endswith("/v1/traces") or length < 0:
-            self._count("refused")
-            return 404 if length >= 0 else 400
-        if length > self.max_body_bytes:
-            self._count("refused")
-            handler.close_connection = True
-            return 413
-        raw = handler.rfile.read(length)
-        if self.closed or not self._slots.acquire(blocking=False):
-            self._count("refused")
+    def _serve(self, path: str, headers: Any, raw: bytes) -> int:
+        """Decode and write one request whose body was read whole (a slot held); its HTTP status."""
+        if self.closed:
             return 503
         try:
-            body = body_of(raw, handler.headers.get("Content-Encoding"), self.max_body_bytes)
-            return self._write(body)
+            body = body_of(raw, headers.get("Content-Encoding"), self.max_body_bytes)
+            del raw
+            digest = hashlib.blake2b(body, digest_size=16).digest()
+            seen = self._batch_begin(digest)
+            if seen is not None:
+                return seen
+            status = 500
+            try:
+                status = self._write(body)
+            finally:
+                self._batch_end(digest, status == 200)
+            return status
         except BodyError:
             self._count("refused")
             return 400
         except Exception as exc:
             internal_error(exc, "vllm-receiver")
             return 500
-        finally:
-            self._slots.release()
+
+    def _batch_begin(self, digest: bytes) -> int | None:
+        """None: write this batch (now marked as being written); else the status of one already seen (200:
+        written before, counted ``resent``; 503: being written by another request, retry)."""
+        with self._lock:
+            state = self._batches.get(digest)
+            if state is None:
+                self._batches[digest] = _WRITING
+                return None
+            if state is _WRITING:
+                return 503
+            self._batches.move_to_end(digest)
+            self._stats["resent"] += 1
+            return 200
+
+    def _batch_end(self, digest: bytes, written: bool) -> None:
+        """Remember a batch written (the window keeps the last ``max_batches``); forget one that was not."""
+        with self._lock:
+            if not written:
+                self._batches.pop(digest, None)
+                return
+            self._batches[digest] = True
+            while len(self._batches) > self.max_batches:
+                self._batches.popitem(last=False)
 
     def _write(self, body: bytes) -> int:
         batches: dict[tuple[Any, ...], tuple[dict[str, Any], list[tuple[str, Any]]]] = {}
@@ -262,7 +298,7 @@ class StoreReceiver:
                 merged.pop("process.pid", None)  # the caller's pid is not this process's
             name = self._name(merged, kind, pid, len(self._files))
             path = Path(self.trace_dir) / safe_part(self.run_id, "run") / name
-            writer = _StoreWriter(
+            writer = StoreWriter(
                 self.trace_dir, self.run_id, "spans", merged, "worker", pid=pid, path=path, since_ns=self.since_ns
             )
             target = self._files[key] = _ProcessFile(writer, name)
@@ -276,32 +312,23 @@ class StoreReceiver:
 
     def _append(self, key: tuple[Any, ...], target: _ProcessFile, spans: list[tuple[str, Any]]) -> bool:
         with target.lock:
-            lines, fresh = [], []
-            for scope, span in spans:
-                span_id = bytes(span.span_id)
-                if span_id in target.ids:
-                    self._count("resent")
-                    continue
-                lines.append(json_line(span_row(span, scope or "unknown")))
-                fresh.append(span_id)
-            if not lines:
-                return True
+            lines = [json_line(span_row(span, scope or "unknown")) for scope, span in spans]
             if not target.writer.write(lines):
                 return False
-            repeated = 0
-            with self._lock:
-                tracking = len(self._owner) < self.max_ids
-                for span_id in fresh:
-                    owner = self._owner.get(span_id)
-                    if owner is None:
-                        if tracking:
-                            self._owner[span_id] = key
-                    elif owner != key:
-                        repeated += 1
-                self._stats["spans"] += len(lines)
-                self._stats["ids_repeated"] += repeated
-            if len(target.ids) < self.max_ids:
-                target.ids.update(fresh)
+        repeated = 0
+        with self._lock:
+            owners = self._owner
+            for _scope, span in spans:
+                span_id = bytes(span.span_id)
+                owner = owners.get(span_id)
+                if owner is None:
+                    owners[span_id] = key
+                elif owner != key:
+                    repeated += 1
+            while len(owners) > self.max_ids:
+                owners.popitem(last=False)
+            self._stats["spans"] += len(lines)
+            self._stats["ids_repeated"] += repeated
         if repeated:
             warn_once(
                 "vllm-repeated-ids",
@@ -318,15 +345,7 @@ class StoreReceiver:
         if os.getpid() != self._pid:
             return True  # a forked child: the server thread and the files are the parent's
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        stopper = threading.Thread(target=self._server.shutdown, name="lens_rl-vllm-receiver-stop", daemon=True)
-        stopper.start()
-        stopper.join(max(deadline - time.monotonic(), 0.0))
-        ok = not stopper.is_alive()
-        try:
-            self._server.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._server.server_close()
+        ok = self._server.stop(max(deadline - time.monotonic(), 0.0))
         with self._lock:
             files = list(self._files.values())
         for target in files:

@@ -43,9 +43,16 @@ class Ran:
 NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
 
 
-def lens_child(*args: str, address_space: int | None = None, no_dac: bool = False, timeout: float = 240) -> Ran:
+def lens_child(
+    *args: str,
+    address_space: int | None = None,
+    no_dac: bool = False,
+    timeout: float = 240,
+    env: dict[str, str] | None = None,
+) -> Ran:
     """``lens-rl ARGS`` in a child process (with an address-space limit, or unable to read other users'
-    files), killed after ``timeout``; its peak RSS from the kernel's accounting of that child."""
+    files; ``env``: variables added), killed after ``timeout``; its peak RSS from the kernel's accounting of
+    that child."""
 
     def limit() -> None:
         if address_space is not None:
@@ -56,7 +63,7 @@ def lens_child(*args: str, address_space: int | None = None, no_dac: bool = Fals
             [*(NO_DAC if no_dac else []), sys.executable, "-m", "lens_rl", *args],
             stdout=out,
             stderr=err,
-            env=clean_env(),
+            env=clean_env(env),
             cwd=ROOT,
             preexec_fn=limit,
         )
@@ -149,7 +156,9 @@ def test_every_reading_command_skips_what_it_cannot_read_and_names_it(hostile: P
     assert status.returncode == 0 and "1 running" in status.stdout
     _named_once(status.stdout, _LIVE_ENTRIES)
     frame = lens_child("watch", str(hostile), "--once")
-    assert frame.returncode == 0 and "live-fifo-0-6.json" in frame.stdout
+    assert frame.returncode == 0 and "goodput" in frame.stdout
+    _named_once(frame.stderr, {**_SPAN_ENTRIES, **_LIVE_ENTRIES})
+    assert not any(name in frame.stdout for name in (*_SPAN_ENTRIES, *_LIVE_ENTRIES))
 
 
 @pytest.mark.timeout(120)
@@ -204,9 +213,10 @@ def test_a_huge_heartbeat_costs_bounded_memory(tmp_path: Path) -> None:
     beat = {**_LIVE, "role": "driver", "resource": {"rl.worker_group": "driver"}, "pid": 1}
     (run / "live-driver-0-1.json").write_text(json.dumps({**beat, "written_ns": time.time_ns(), "interval_ms": 10000}))
     _sparse(run / "live-huge-0-2.json", 1 << 30, b'{"format": "lens_rl.live/1", "pad": "')
-    for command in (["status"], ["watch", "--once"]):
+    for command, said in ((["status"], "stdout"), (["watch", "--once"], "stderr")):
         out = lens_child(*command, str(run), address_space=768 << 20)
-        assert out.returncode == 0 and "live-huge-0-2.json: larger than 16777216 bytes" in out.stdout, out.stderr
+        assert out.returncode == 0, out.stderr
+        assert "live-huge-0-2.json: larger than 16777216 bytes" in getattr(out, said), (out.stdout, out.stderr)
         assert out.peak < 300 << 20
 
 
@@ -300,6 +310,42 @@ def test_a_folder_with_no_readable_span_is_bad_input_for_every_command(tmp_path:
         assert "no readable lens_rl spans" in out.stderr, out.stderr
     assert not page.exists()
     assert not (run / ".lens_rl-cache").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_rejected_input_writes_no_key_in_the_users_cache(tmp_path: Path) -> None:
+    """goodput and report on a folder with no readable span exit 2 and write nothing anywhere: no cache in the
+    run folder, no ``answers.key`` (nor its folder) in the user's cache directory; a good run then makes it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spans-x-0-1.jsonl").write_text("not a store file\n")
+    home = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    for args in (["goodput", str(run)], ["report", str(run), "-o", str(tmp_path / "r.html")]):
+        out = lens_child(*args, env=home)
+        assert out.returncode == 2, (args, out.stderr)
+        assert not (tmp_path / "xdg").exists() and not (run / ".lens_rl-cache").exists(), args
+    assert lens_child("goodput", str(good_run(tmp_path / "good")), env=home).returncode == 0
+    assert (tmp_path / "xdg" / "lens_rl" / "answers.key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.timeout(300)
+def test_watch_once_names_what_it_skipped_on_stderr(tmp_path: Path) -> None:
+    """watch --once beside a FIFO, a dangling link and a malformed heartbeat: each named in one line on stderr
+    (as every reading command does), none in the frame on stdout."""
+    run = good_run(tmp_path / "run")
+    os.mkfifo(run / "spans-fifo-0-6.jsonl")
+    (run / "spans-dangling-0-4.jsonl").symlink_to(run / "gone")
+    (run / "live-x-0-9.json").write_text("{}")
+    frame = lens_child("watch", str(run), "--once")
+    assert frame.returncode == 0 and "goodput" in frame.stdout
+    names = {
+        "spans-fifo-0-6.jsonl": "a FIFO",
+        "spans-dangling-0-4.jsonl": "a dangling symbolic link",
+        "live-x-0-9.json": "not a lens_rl heartbeat",
+    }
+    _named_once(frame.stderr, names)
+    assert all(line.startswith("lens-rl: ") for line in frame.stderr.splitlines())
+    assert not any(name in frame.stdout for name in names)
 
 
 @pytest.mark.timeout(300)

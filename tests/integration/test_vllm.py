@@ -171,3 +171,28 @@ def test_a_fault_of_its_own_never_fails_the_engine(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr("lens_rl.integrations.vllm_receiver.StoreReceiver", broken)
     assert vllm_tracing_kwargs() == {}
+
+
+def test_a_worker_started_from_its_run_id_gives_vllm_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker initialised from ``LENS_RL_OTEL_RUN_ID`` alone (no driver's environment): vLLM's processes get
+    its ``rl.run_id`` in ``OTEL_RESOURCE_ATTRIBUTES``, and the file the receiver writes for a process exporting
+    to it (the OpenAI server's front-end, started with ``vllm_server_args()``) has it in its header."""
+    from tests.integration.test_vllm_receiver import _body, _lines, _post
+
+    _fake_vllm(tmp_path, monkeypatch)
+    for name, value in {
+        "LENS_RL_OTEL_ENABLED": "1",
+        "LENS_RL_OTEL_RUN_ID": "r9",
+        "LENS_RL_OTEL_TRACE_DIR": str(tmp_path / "traces"),
+        "LENS_RL_OTEL_VLLM_NATIVE_TRACING": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert lens_rl.init_telemetry_worker(rank=1, world_size=2, worker_group="gen") is not None
+    args = vllm_server_args()
+    assert args[0] == "--otlp-traces-endpoint"
+    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "rl.run_id=r9,rl.attempt=0,rl.worker_group=gen,nv.dl.rank=1"
+    assert _post(args[1], _body()) == 200  # (a front-end process's spans, as vLLM's server exports them)
+    assert lens_rl.shutdown_telemetry(5000) is True
+    (front,) = (tmp_path / "traces" / "r9").glob("spans-*-vllm-front-end-*.jsonl")
+    head = _lines(front)[0]
+    assert head["resource"]["rl.run_id"] == "r9" and head["resource"]["vllm.process_kind"] == "front-end"

@@ -205,6 +205,18 @@ def test_server_requests_rollup_matches_what_was_sent(server_file: tuple[Path, d
     _check_requests(_requests_row(run_dir)[1], seen)
 
 
+def test_a_worker_started_from_its_run_id_gives_every_vllm_process_the_run(model: str, tmp_path: Path) -> None:
+    """A generation worker initialised from ``LENS_RL_OTEL_RUN_ID`` alone runs the OpenAI server: the server's
+    front-end, engine core and worker each get a file whose header carries the run's ``rl.run_id`` (and the
+    worker's group), from the environment vLLM's processes were given."""
+    seen = _run("server", "file-worker", model, tmp_path)
+    assert "rl.run_id=vllm-run" in seen["env"]["OTEL_RESOURCE_ATTRIBUTES"].split(",")
+    vllm = _vllm_files(_store(tmp_path / "vllm-run"))
+    assert {h["resource"]["vllm.process_kind"] for h, _ in vllm.values()} == KINDS | {"front-end"}
+    for name, (head, _rows) in vllm.items():
+        assert (head["resource"]["rl.run_id"], head["resource"]["rl.worker_group"]) == ("vllm-run", "gen"), name
+
+
 @pytest.mark.parametrize("mode", ["llm", "server"])
 def test_otlp_store_gets_every_vllm_process(mode: str, model: str, tmp_path: Path) -> None:
     """With exporter otlp, vLLM's processes export to the job's collector, with the job's identity and trace."""

@@ -163,6 +163,23 @@ def test_a_resent_batch_is_written_once(rx: StoreReceiver, tmp_path: Path) -> No
     assert rx.stats()["resent"] == 1 and rx.stats()["spans"] == 1
 
 
+def test_resent_batches_are_written_once_within_a_bounded_window(tmp_path: Path) -> None:
+    """Eight batches, then each sent again (as an exporter that timed out does): each span written once,
+    every resend counted, with a memory of 4 span ids and 8 batches (not one entry per span ever written)."""
+    rx = StoreReceiver(str(tmp_path), "r1", CALLER, max_ids=4, max_batches=8)
+    try:
+        bodies = [_body() for _ in range(8)]
+        assert [_post(rx.endpoint, body) for body in bodies] == [200] * 8
+        assert [_post(rx.endpoint, body) for body in reversed(bodies)] == [200] * 8
+        stats = rx.stats()
+    finally:
+        assert rx.close(timeout_s=2.0) is True
+    (path,) = (tmp_path / "r1").glob("spans-*.jsonl")
+    rows = _lines(path)[1:]
+    assert len(rows) == 8 and len({r["s"] for r in rows}) == 8
+    assert stats["resent"] == 8 and stats["spans"] == 8
+
+
 def test_bounded_and_refusing_garbage(tmp_path: Path) -> None:
     """Too large a body is refused with 413, garbage with 400, another path with 404; nothing is written."""
     rx = StoreReceiver(str(tmp_path), "r1", CALLER, max_body_bytes=1024)

@@ -178,7 +178,18 @@ def main() -> None:
     telemetry = {"enabled": True, "trace_dir": trace_dir, "vllm_native_tracing": True, "run_id": "vllm-run"}
     if store == "otlp":
         telemetry.update({"exporter": "otlp", "endpoint": sys.argv[5]})
-    lens_rl.init_telemetry_driver({"telemetry": telemetry}, "grpo")
+    if store == "file-worker":  # a worker started from its environment alone: its run id, no driver's
+        os.environ.update(
+            {
+                "LENS_RL_OTEL_ENABLED": "1",
+                "LENS_RL_OTEL_RUN_ID": "vllm-run",
+                "LENS_RL_OTEL_TRACE_DIR": trace_dir,
+                "LENS_RL_OTEL_VLLM_NATIVE_TRACING": "1",
+            }
+        )
+        lens_rl.init_telemetry_worker(rank=0, world_size=1, worker_group="gen")
+    else:
+        lens_rl.init_telemetry_driver({"telemetry": telemetry}, "grpo")
     kwargs = vllm_tracing_kwargs()
     env = {
         k: os.environ[k]
@@ -186,7 +197,8 @@ def main() -> None:
     }
     started = time.monotonic()
     seen = {"llm": _offline, "async": _async, "server": _server}[mode](model, kwargs)
-    root = lens_rl.get_telemetry_handle().root_span_id
+    handle = lens_rl.get_telemetry_handle()
+    root = handle.root_span_id if handle is not None else None
     ok = lens_rl.shutdown_telemetry(10_000)
     print(
         "SCENARIO "

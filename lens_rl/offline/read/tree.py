@@ -39,6 +39,7 @@ __all__ = [
     "THIRD_PARTY",
     "UMBRELLA",
     "Resolved",
+    "cut_cycles",
     "depths",
     "id_key",
     "parent_rows",
@@ -154,6 +155,13 @@ def _mark_jobs(names: Sequence[Any], role: bytearray) -> None:
             return
         if role[at] != THIRD_PARTY:
             role[at] = JOB
+
+
+def cut_cycles(parents: array) -> int:
+    """The parent cycles of ``parents`` (row -> parent row, -1: none) cut in place by the tree rule (each
+    cycle's first row loses its parent), and how many there were: the rule for links between processes too
+    (the critical path's remote entries, :mod:`lens_rl.offline.rollup.crosslinks`). Iterative."""
+    return _order(parents)[1]
 
 
 def _order(parents: array) -> tuple[array, int]:

@@ -26,6 +26,7 @@ from lens_rl.offline.rollup.memo import Memo
 __all__ = ["Memo", "critical_path"]
 
 _BEFORE_ALL = -(2**63)  # a bound below every time: a step umbrella's own walk is never cut
+_RUN, _OWN = 0, 1  # the walk's frames: a run of stretches; a span's own time over the entries hanging from it
 _MISSING = object()
 
 
@@ -47,8 +48,11 @@ class _Index:
     before ``after`` are left out (no walk whose bounds lie after it can take them). Built in bulk (numpy):
     the rollup's only pass over every entry."""
 
-    def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL) -> None:
+    def __init__(self, parts: Sequence[Any], after: int = _BEFORE_ALL, cut: Any = None) -> None:
         self.parts = parts
+        self.on_way: set[int] = set()  # the entries the walk is in, on its way down (a cycle: not again)
+        self.looped: set[int] = set()  # the entries met again on the way down (a cycle the cut did not see)
+        cut_refs = np.fromiter(cut.refs, np.int64, len(cut.refs)) if cut is not None and cut.refs else None
         ends, refs, parents = [], [], []  # per part with entries: those taken
         for p, part in enumerate(parts):
             crit = part.crit
@@ -56,6 +60,8 @@ class _Index:
                 continue
             all_ends = np.frombuffer(crit.e_end, np.int64)
             kept = np.flatnonzero(all_ends > after)  # (the positions of the entries that ended after it)
+            if cut_refs is not None:  # (and whose link the tree rule kept)
+                kept = kept[~np.isin(kept | (p << 32), cut_refs)]
             ends.append(all_ends[kept])
             refs.append(kept | (p << 32))
             ids = crit.e_parent
@@ -72,32 +78,92 @@ class _Index:
     def run(self, p: int, stretches: Any, end: int, low: int, acc: dict[tuple[int, int], int]) -> None:
         """Add a run of part ``p``'s stretches ((start, node) pairs, its root ending at ``end``), cut at
         ``low``, into ``acc`` ((part, node) -> ns), each span's own time walked again over the entries hanging
-        from it."""
-        for start, n in stretches:
+        from it (:meth:`own`), and theirs over the entries hanging from them, to any depth: in one loop over
+        a stack of frames, never a recursion. An entry already on the walk's way down is not walked again
+        (a cycle between processes the tree rule did not see: counted in ``looped``)."""
+        stack: list[list[Any]] = [[_RUN, p, iter(stretches), end, low, -1]]
+        on_way = self.on_way
+        while stack:
+            frame = stack[-1]
+            if frame[0] == _RUN:
+                pair = next(frame[2], None)
+                if pair is None or frame[3] <= frame[4]:
+                    stack.pop()  # (from the end backwards: the rest lie below the bound)
+                    on_way.discard(frame[5])
+                    continue
+                start, n = pair
+                high, frame[3] = frame[3], start
+                low = frame[4]
+                self._own(stack, frame[1], n, start if start > low else low, high, acc, -1)
+                continue
+            self._resume(stack, frame, acc)
+
+    def _own(
+        self, stack: list[list[Any]], p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int], ref: int
+    ) -> None:
+        """Span ``n`` of part ``p``'s own time ``(low, high]``: all its own where no entry hangs from it, else a
+        frame walking the entries hanging from it (each time the one that ended last before the current
+        point; each at most once, in the order of their ends, latest first, ties in the order they were
+        read), the rest its own. ``ref``: the entry this frame walks for (-1: none)."""
+        key = (p, n)
+        g = self.group.get(self.parts[p].crit.node_ids[n])
+        if g is None:
+            acc[key] = acc.get(key, 0) + high - low
+            if ref != -1:
+                stack.append([_RUN, p, iter(()), 0, 0, ref])  # (closes the entry's place on the way down)
+            return
+        stack.append([_OWN, key, self.first[g], self.first[g + 1], low, high, ref])
+
+    def _resume(self, stack: list[list[Any]], frame: list[Any], acc: dict[tuple[int, int], int]) -> None:
+        """Go on with an own-time frame: to its next entry (pushed as a frame), or to its end."""
+        _kind, key, i, stop, low, t, ref = frame
+        ends, refs, parts, on_way = self.ends, self.refs, self.parts, self.on_way
+        while i < stop and t > low:
+            end = ends[i]
+            i += 1
+            if end > t:
+                continue  # still running at the current point
             if end <= low:
-                break  # (from the end backwards: the rest lie below the bound)
-            self.own(p, n, start if start > low else low, end, acc)
-            end = start
+                break
+            entry = refs[i - 1]
+            if entry in on_way:
+                self.looped.add(entry)
+                continue
+            if t > end:
+                acc[key] = acc.get(key, 0) + t - end
+            q, e = entry >> 32, entry & 0xFFFFFFFF
+            start = parts[q].crit.e_start[e]
+            bound = start if start > low else low
+            frame[2], frame[5] = i, bound
+            on_way.add(entry)
+            self._entry(stack, q, e, bound, acc, entry)
+            return
+        if t > low:
+            acc[key] = acc.get(key, 0) + t - low
+        stack.pop()
+        on_way.discard(ref)
 
     def stored(self, p: int, off: int, count: int) -> Any:
         """Part ``p``'s stored run of ``count`` stretches from ``off``, as (start, node) pairs."""
         crit = self.parts[p].crit
         return zip(crit.a[off : off + count], crit.node[off : off + count], strict=True)
 
-    def entry(self, q: int, e: int, low: int, acc: dict[tuple[int, int], int]) -> None:
-        """Entry ``e`` of part ``q`` walked from its end down to ``low``: its stretches where it was walked;
-        for one with one leaf child (not walked per file), the walk's rule on that child here; else (a leaf)
-        its own time."""
+    def _entry(
+        self, stack: list[list[Any]], q: int, e: int, low: int, acc: dict[tuple[int, int], int], ref: int
+    ) -> None:
+        """Entry ``e`` of part ``q`` walked from its end down to ``low`` (a frame pushed): its stretches where
+        it was walked; for one with one leaf child (not walked per file), the walk's rule on that child here;
+        else (a leaf) its own time."""
         crit = self.parts[q].crit
         end, row, start = crit.e_end[e], crit.e_node[e], crit.e_start[e]
         w = bisect_left(crit.w_entry, e)
         if w < len(crit.w_entry) and crit.w_entry[w] == e:
-            self.run(q, self.stored(q, crit.w_off[w], crit.w_len[w]), end, low, acc)
+            stack.append([_RUN, q, self.stored(q, crit.w_off[w], crit.w_len[w]), end, low, ref])
             return
         k = crit.k_node[e]
         c_end = crit.k_end[e]
         if k == -1 or not start < c_end <= end:  # (a leaf; or a child still running at the entry's end, or
-            self.own(q, row, low, end, acc)  # ended before it began: the entry's own time)
+            self._own(stack, q, row, low, end, acc, ref)  # ended before it began: the entry's own time)
             return
         c_start = crit.k_start[e]
         c_low = c_start if c_start > start else start
@@ -106,52 +172,25 @@ class _Index:
             stretches.insert(0, (c_end, row))
         if c_low > start:
             stretches.append((start, row))
-        self.run(q, stretches, end, low, acc)
-
-    def own(self, p: int, n: int, low: int, high: int, acc: dict[tuple[int, int], int]) -> None:
-        """Span ``n`` of part ``p``'s own time ``(low, high]``: the remote children hanging from it walked by
-        the rule (each time the one that ended last before the current point; each at most once, in the
-        order of their ends, latest first, ties in the order they were read), the rest its own."""
-        parts = self.parts
-        g = self.group.get(parts[p].crit.node_ids[n])
-        key = (p, n)
-        if g is None:
-            acc[key] = acc.get(key, 0) + high - low
-            return
-        ends, refs = self.ends, self.refs
-        t = high
-        for i in range(self.first[g], self.first[g + 1]):
-            end = ends[i]
-            if end > t:
-                continue  # still running at the current point
-            if end <= low:
-                break
-            if t > end:
-                acc[key] = acc.get(key, 0) + t - end
-            ref = refs[i]
-            q, e = ref >> 32, ref & 0xFFFFFFFF
-            start = parts[q].crit.e_start[e]
-            bound = start if start > low else low
-            self.entry(q, e, bound, acc)
-            t = bound
-            if t <= low:
-                break
-        if t > low:
-            acc[key] = acc.get(key, 0) + t - low
+        stack.append([_RUN, q, iter(stretches), end, low, ref])
 
 
 def critical_path(
-    processes: Sequence[Any], steps: Sequence[Mapping[str, Any]], memo: Memo | None = None
+    processes: Sequence[Any], steps: Sequence[Mapping[str, Any]], memo: Memo | None = None, cut: Any = None
 ) -> dict[str, Any]:
     """The rollup (``--json`` ``critical_path``): per (worker group, phase, bucket) ``critical_s``,
     ``critical_share`` of the steps' wall and ``exposed_share`` (critical over exclusive seconds); per step
     its critical seconds by group and by "<group> <phase>", and the top stretch (group, rank, phase, seconds).
-    ``memo``: an earlier look's per-step results, reused where they still hold (:class:`Memo`)."""
+    ``memo``: an earlier look's per-step results, reused where they still hold (:class:`Memo`); ``cut``: the
+    links between processes the tree rule cut (:func:`lens_rl.offline.read.crosslinks.cross_cut`: its
+    ``refs`` hang from nothing; None: none cut, and a walk that meets an entry again on its way down passes
+    it by)."""
     wall = {row["step"]: row["wall_s"] for row in steps if not row.get("incomplete")}
     totals: dict[tuple[str, str, Any], int] = defaultdict(int)
     step_rows, todo, kept_ns = _gathered(processes, wall, memo)
     if todo:
-        index = _Index(processes, min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL))
+        after = min((t[0] for t in todo if t[0] is not None), default=_BEFORE_ALL)
+        index = _Index(processes, after, cut)
         labels: dict[Any, Any] = {}
         for _start, p, driver, step, runs, end in todo:
             by_key = _walked(index, p, runs)

@@ -49,7 +49,7 @@ The passes over the files that feed it are :mod:`lens_rl.offline.run.analyze`'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from lens_rl.buckets import goodput_of
@@ -108,10 +108,13 @@ def report_from_parts(
     skipped_lines: int = 0,
     notes: Sequence[str] = (),
     memo: Memo | None = None,
+    cut_links: Callable[[Sequence[ProcessPart]], Any] | None = None,
 ) -> GoodputReport:
     """The goodput report (the module docstring's schema, typed in :mod:`~lens_rl.offline.rollup.schema`)
     from process parts; ``steps`` (A, B) selects steps; ``memo``: the critical path's per-step results of an
-    earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`)."""
+    earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`); ``cut_links``: the tree rule over the links
+    between the merged processes (:func:`lens_rl.offline.read.crosslinks.cross_cut`; its ``cycles`` are counted
+    in ``broken_cycles``, its cut links not walked by the critical path)."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes
@@ -122,6 +125,8 @@ def report_from_parts(
     groups, ranks, concurrent = group_and_rank_rows(processes)
     run_steps = [s for p in view for s in p.steps if type(s) is int]
     tokened = with_remote_tokens(processes)  # (a vLLM process's requests give tokens to their phases)
+    cut = None if cut_links is None else cut_links(processes)  # (parent cycles through several processes)
+    cross_cycles = 0 if cut is None else int(cut.cycles)
     throughput = throughput_row(tokened, rows, walls_ns)  # (adds to the step rows)
     return {
         "schema": SCHEMA,
@@ -139,17 +144,17 @@ def report_from_parts(
             unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9),
         ),
         "warnings": cast("list[WarningRow]", warning_rows(view, rows)),
-        "broken_cycles": sum(p.cycles for p in processes),
+        "broken_cycles": sum(p.cycles for p in processes) + cross_cycles,
         "worker_groups": cast("list[GroupRow]", groups),
         "ranks": cast("list[RankRow]", ranks),
         "stragglers": cast(Stragglers, stragglers(processes, steps)),
-        "critical_path": cast(CriticalPath, critical_path(processes, rows, memo)),
+        "critical_path": cast(CriticalPath, critical_path(processes, rows, memo, cut)),
         "throughput": cast(Throughput, throughput),
         "requests": cast("list[RequestsRow]", requests_rows(processes)),
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,
-        "notes": _notes(notes, driver, rows, runs, attempts, sum(p.cycles for p in processes)),
+        "notes": _notes(notes, driver, rows, runs, attempts, sum(p.cycles for p in processes) + cross_cycles),
         "spans": sum(p.spans for p in processes),
         "files": files,
         "skipped_lines": skipped_lines,

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from lens_rl.offline.read.crosslinks import cross_cut
 from lens_rl.offline.read.parts import ProcessPart, share_steps
 from lens_rl.offline.read.reduce import file_steps
 from lens_rl.offline.rollup.attempts import superseded_steps
@@ -147,7 +148,13 @@ def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None,
                 stats.cache_notes.append(f"the critical path's: {why}")
         _cache_notes(stats.cache_notes)
         report = report_from_parts(
-            parts, files=stats.files, skipped_lines=stats.skipped, notes=stats.notes, memo=memo, **options
+            parts,
+            files=stats.files,
+            skipped_lines=stats.skipped,
+            notes=stats.notes,
+            memo=memo,
+            cut_links=cross_cut,
+            **options,
         )
     if cache is not None and memo is not None:
         save_memo(cache, stats.cache_reads, memo)

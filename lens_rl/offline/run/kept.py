@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -25,6 +26,7 @@ from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomi
 from lens_rl.store import loads
 
 __all__ = [
+    "forget_made_key",
     "kept_page",
     "load_page",
     "load_report",
@@ -38,25 +40,31 @@ __all__ = [
 # The seal: HMAC-SHA256 under the user's key; a hash of the bytes costs ~10 ms for a 1 M-span store's report.
 
 _KEY: bytes | None = None
+_MADE: list[Path] = []  # what this process made for the key (the file, then its folders, deepest first)
 
 
-def _user_key() -> bytes | None:
+def _user_key(make: bool = True) -> bytes | None:
     """The user's secret for sealing kept answers: 32 random bytes made once in the user's cache directory
     (``$XDG_CACHE_HOME`` or ``~/.cache``, ``lens_rl/answers.key``, mode 600, the user's own); None where it
-    cannot be made or read, or is not private (nothing is kept then)."""
+    cannot be made or read, or is not private (nothing is kept then). ``make=False`` (reading a kept answer):
+    a key not made yet is none, and nothing is written (a look that keeps nothing, a command that rejects
+    its input, writes nothing anywhere)."""
     global _KEY
     if _KEY is None:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lens_rl"
         path = base / "answers.key"
         try:
-            base.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(os.urandom(32))
+            if make:
+                folders = [d for d in (base, base.parent) if not d.exists()]
+                base.mkdir(parents=True, exist_ok=True)
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:
+                    pass
+                else:
+                    _MADE[:] = [path, *folders]
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(os.urandom(32))
             info = os.lstat(path)
             if S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
                 key = read_bytes(path)
@@ -66,6 +74,20 @@ def _user_key() -> bytes | None:
     return _KEY
 
 
+def forget_made_key() -> None:
+    """Remove the key this process made (and the folders it made for it), if it made one: a command that
+    rejects its input leaves nothing behind, in the user's cache directory either."""
+    global _KEY
+    made, _MADE[:] = list(_MADE), []
+    if not made:
+        return
+    _KEY = None
+    with contextlib.suppress(OSError):
+        made[0].unlink()
+        for folder in made[1:]:
+            folder.rmdir()
+
+
 def sealed(data: bytes) -> bytes | None:
     """``data`` behind its seal (a line of the HMAC's hex digest), or None without a key."""
     key = _user_key()
@@ -73,8 +95,8 @@ def sealed(data: bytes) -> bytes | None:
 
 
 def unsealed(kept: bytes) -> bytes | None:
-    """The data of a sealed answer whose seal is this user's, else None."""
-    key = _user_key()
+    """The data of a sealed answer whose seal is this user's, else None (no key is made to check it)."""
+    key = _user_key(make=False)
     seal, _, data = kept.partition(b"\n")
     if key is None or not hmac.compare_digest(seal, hmac.new(key, data, "sha256").hexdigest().encode()):
         return None

@@ -3,7 +3,9 @@
 Each frame: the run's headline (goodput, steady state, step time), its processes (running, stale, ended,
 hung, per group, from the heartbeats), the last steps, and the suspected hangs. Drawn with rich; ``--once``
 prints one frame and exits (for a log, a pipe, a non-terminal) with ``status``'s exit status (1: a process
-is stale or hung); Ctrl-C quits cleanly.
+is stale or hung), and names each entry it could not read in one line on stderr, as every reading command
+does (the live view shows them in its frame, which a line on stderr would be drawn over); Ctrl-C quits
+cleanly.
 
 Example::
 
@@ -12,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,8 +40,9 @@ def frame(run_dir: Path, *, jobs: int | None = None) -> Any:
     return _look(run_dir, jobs)[0]
 
 
-def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
-    """One frame, and whether the run is ok (no process stale or hung: what ``status`` exits 0 on)."""
+def _look(run_dir: Path, jobs: int | None, said: list[str] | None = None) -> tuple[Any, bool]:
+    """One frame, and whether the run is ok (no process stale or hung: what ``status`` exits 0 on).
+    ``said``: where the notes (entries not read) go instead of the frame (None: in the frame)."""
     from lens_rl.offline.run.live import goodput_now, has_heartbeats
     from lens_rl.offline.show.status import run_status
 
@@ -60,7 +64,10 @@ def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
     if report is None and status is None:
         parts.append(Text("nothing recorded yet (no span or heartbeat file)"))
     notes += status["notes"] if status is not None else []
-    parts += _notes(notes)
+    if said is None:
+        parts += _notes(notes)
+    else:
+        said += notes
     return Group(*parts), status is None or status["ok"]
 
 
@@ -171,7 +178,10 @@ def watch(run_dir: Path, *, interval: float = 10.0, once: bool = False, jobs: in
 
     console = Console()
     if once:
-        shown, ok = _look(run_dir, jobs)
+        notes: list[str] = []
+        shown, ok = _look(run_dir, jobs, notes)
+        for note in notes:
+            print(f"lens-rl: {note}", file=sys.stderr)
         console.print(shown)
         return 0 if ok else 1
     try:

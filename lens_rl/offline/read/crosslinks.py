@@ -1,0 +1,129 @@
+"""Links between processes, by the one tree rule: which remote entries the critical path may follow.
+
+A process's *entry* (a span whose parent was carried in from another process) hangs from the span of
+another process with its parent's id. Per file the tree rule (:mod:`lens_rl.offline.read.tree`) already cut
+the cycles it can see; a cycle through several processes (a driver's step umbrella whose parent is a
+worker span whose parent is the umbrella, or a ring of any length) only shows here. Each entry's parent is
+the entry whose walk holds a span with its parent's id (the first such entry, in the order the processes
+and their entries were read); :func:`lens_rl.offline.read.tree.cut_cycles` cuts the cycles of those links
+(each cycle's first entry loses its parent, exactly as within a file) and counts them. The critical path
+then walks no cut link: what hangs from a cycle is walked once, from its first entry.
+
+The goodput read hands :func:`cross_cut` to the rollup (``report_from_parts(..., cut_links=cross_cut)``),
+which runs it over the merged processes. Cheap where there is no such link (the common store: workers' entries hang from the driver's step spans,
+which are in no entry's walk): a few array operations over the entries, no loop in Python.
+
+Example::
+
+    cut = cross_cut(processes)
+    cut.cycles          # the cycles broken between processes
+    ref in cut.refs     # (part << 32 | entry): an entry that hangs from nothing
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.tree import cut_cycles
+
+__all__ = ["CrossCut", "cross_cut"]
+
+
+class CrossCut:
+    """The entries (``part << 32 | entry``) whose link to their parent was cut (``refs``), and the cycles
+    between processes that cut them (``cycles``)."""
+
+    __slots__ = ("refs", "cycles")
+
+    def __init__(self, refs: frozenset[int] = frozenset(), cycles: int = 0) -> None:
+        self.refs = refs
+        self.cycles = cycles
+
+
+def _ids(values: Any, at: Any) -> Any:
+    """``values[at]`` as a numpy array: uint64 where the ids are lens_rl's (an ``array('Q')``), else objects."""
+    if type(values) is array:
+        return np.frombuffer(values, np.uint64)[at] if len(values) else np.zeros(0, np.uint64)
+    return np.array([values[i] for i in at.tolist()] + [None], dtype=object)[:-1]
+
+
+def _walk_nodes(crit: Any) -> tuple[Any, Any]:
+    """Every node of every entry's walk in one process, and the entry it belongs to: the walked entries'
+    stretches, each entry's own span and its one kept child."""
+    entries = len(crit.e_node)
+    own = np.arange(entries, dtype=np.int64)
+    nodes = [np.frombuffer(crit.e_node, np.int32).astype(np.int64)]
+    owners = [own]
+    kids = np.frombuffer(crit.k_node, np.int32).astype(np.int64)
+    has_kid = kids >= 0
+    nodes.append(kids[has_kid])
+    owners.append(own[has_kid])
+    if len(crit.w_entry):
+        lengths = np.frombuffer(crit.w_len, np.int32).astype(np.int64)
+        offsets = np.frombuffer(crit.w_off, np.int64)
+        # (the stretches' positions of every walked entry, in one array)
+        position = np.repeat(offsets - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        position += np.arange(int(lengths.sum()), dtype=np.int64)
+        nodes.append(np.frombuffer(crit.node, np.int32).astype(np.int64)[position])
+        owners.append(np.repeat(np.frombuffer(crit.w_entry, np.int32).astype(np.int64), lengths))
+    return np.concatenate(nodes), np.concatenate(owners)
+
+
+def _joined(arrays: Sequence[Any]) -> Any:
+    """Id arrays as one (objects where any part's ids are not all lens_rl's)."""
+    if not arrays:
+        return np.zeros(0, np.uint64)
+    if all(a.dtype == np.uint64 for a in arrays):
+        return np.concatenate(arrays)
+    return np.concatenate([a.astype(object) for a in arrays])
+
+
+def _among(ids: Any, wanted: Any) -> Any:
+    """Which of ``ids`` are among ``wanted`` (a binary search in the sorted ``wanted``: no hashing, no
+    sorting of ``ids``)."""
+    if ids.dtype != np.uint64 or wanted.dtype != np.uint64:
+        return np.isin(ids, wanted)
+    if not len(wanted) or not len(ids):
+        return np.zeros(len(ids), bool)
+    ordered = np.sort(wanted)
+    at = np.minimum(np.searchsorted(ordered, ids), len(ordered) - 1)
+    return ordered[at] == ids
+
+
+def cross_cut(processes: Sequence[Any]) -> CrossCut:
+    """The links between processes the tree rule cuts (see the module docstring)."""
+    parts = [(p, part.crit) for p, part in enumerate(processes) if part.crit is not None and len(part.crit.e_node)]
+    if not parts:
+        return CrossCut()
+    base, refs, parent_ids, node_ids, node_owner = 0, [], [], [], []
+    for p, crit in parts:
+        count = len(crit.e_node)
+        refs.append(np.arange(count, dtype=np.int64) | (p << 32))
+        parent_ids.append(_ids(crit.e_parent, np.arange(count)))
+        nodes, owners = _walk_nodes(crit)
+        node_ids.append(_ids(crit.node_ids, nodes))
+        node_owner.append(owners + base)
+        base += count
+    wanted, ids, owner = _joined(parent_ids), _joined(node_ids), np.concatenate(node_owner)
+    hit = _among(ids, wanted)
+    if not hit.any():
+        return CrossCut()
+    first: dict[Any, int] = {}
+    for key, entry in zip(ids[hit].tolist(), owner[hit].tolist(), strict=True):
+        first.setdefault(key, entry)  # (the first entry whose walk holds a span with this id)
+    parents = array("q", [-1]) * base
+    for g, key in enumerate(wanted.tolist()):
+        found = first.get(key)
+        if found is not None:
+            parents[g] = found
+    before = array("q", parents)
+    cycles = cut_cycles(parents)
+    if not cycles:
+        return CrossCut()
+    every = np.concatenate(refs)
+    cut = [g for g in range(base) if parents[g] != before[g]]
+    return CrossCut(frozenset(every[cut].tolist()), cycles)

@@ -1,0 +1,145 @@
+"""The vLLM loopback receiver's bounds under clients that misbehave: 64 connections each announcing 32 MiB
+and sending it slowly cost the process hosting it a bounded amount of memory and are all dropped after the
+read timeout; a connection past the pool of connection threads is answered 503 before its body is read.
+
+The receiver runs in a process of its own (its peak resident memory is that process's, from the kernel);
+the clients are real sockets on loopback.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.integrations.vllm_receiver import StoreReceiver
+from tests.conftest import clean_env
+
+HOST = """
+    import sys, time
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2  # (imported before the baseline)
+    from lens_rl.integrations.vllm_receiver import StoreReceiver
+
+    def rss(field):
+        for line in open("/proc/self/status"):
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+
+    rx = StoreReceiver(sys.argv[1], "r1", {"rl.run_id": "r1"}, read_timeout_s=float(sys.argv[2]))
+    print(rx.port, rss("VmRSS:"), flush=True)
+    sys.stdin.readline()  # (the test is done)
+    print(rss("VmHWM:"), rx.stats()["timed_out"], rx.stats()["refused"], flush=True)
+    rx.close()
+"""
+
+MIB = 1 << 20
+CLIENTS, ANNOUNCED, SENT = 64, 32 * MIB, 8 * MIB
+
+
+def _headers(length: int) -> bytes:
+    return (
+        f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-protobuf\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def _slow_client(port: int, deadline: float, out: dict[str, Any]) -> None:
+    """Announce 32 MiB, send 8 MiB, then a byte every 0.2 s: what the receiver does with it (``"503"``, or
+    ``"closed"`` and when), or ``"held"`` at ``deadline``."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    except OSError:
+        out["end"] = "refused"
+        return
+    with sock:
+        try:
+            sock.sendall(_headers(ANNOUNCED))
+            chunk = b"\0" * MIB
+            for _ in range(SENT // MIB):
+                sock.sendall(chunk)
+            out["stalled_at"] = time.monotonic()
+            while time.monotonic() < deadline:
+                readable, _, _ = select.select([sock], [], [], 0.2)
+                if readable:
+                    data = sock.recv(4096)
+                    out["end"] = "503" if data.startswith(b"HTTP/1.1 503") else "closed" if not data else "answer"
+                    out["at"] = time.monotonic()
+                    return
+                sock.sendall(b"\0")
+            out["end"] = "held"
+        except OSError:  # (refused or reset by the receiver, or by the kernel before it was accepted)
+            out["end"] = "closed"
+            out["at"] = time.monotonic()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_slow_clients_cost_bounded_memory_and_are_dropped_after_the_timeout(tmp_path: Path) -> None:
+    """64 concurrent clients, each announcing a 32 MiB body, sending 8 MiB of it and then a trickle: the host's
+    peak memory grows by at most what its 8 slots can hold of what was sent (no thread or body per client
+    beyond its bounds), every client is answered 503 or dropped, and none is held past the read timeout (2 s
+    here; 10 s by default) plus a generous margin."""
+    host = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(HOST), str(tmp_path), "2.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert host.stdout is not None and host.stdin is not None
+        port, baseline = map(int, host.stdout.readline().split())
+        deadline = time.monotonic() + 60
+        outs: list[dict[str, Any]] = [{} for _ in range(CLIENTS)]
+        threads = [threading.Thread(target=_slow_client, args=(port, deadline, out)) for out in outs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        host.stdin.write("done\n")
+        host.stdin.flush()
+        peak, timed_out, refused = map(int, host.stdout.readline().split())
+    finally:
+        host.wait(30)
+    ends = [out.get("end") for out in outs]
+    assert "held" not in ends and None not in ends, ends
+    assert all(e in ("503", "closed", "refused") for e in ends), ends
+    assert 1 <= timed_out <= 8 and refused >= 1, (timed_out, refused)  # (at most its 8 slots held a body)
+    held = [out["at"] - out["stalled_at"] for out in outs if "stalled_at" in out and "at" in out]
+    assert held and max(held) < 2.0 + 30, held  # (dropped after the timeout, not held for good)
+    growth = peak - baseline
+    assert growth < 8 * SENT + 96 * MIB, f"the receiver's host grew by {growth / MIB:.0f} MiB"
+
+
+def test_a_connection_past_the_pool_gets_503_before_its_body_is_read(tmp_path: Path) -> None:
+    """Every connection thread taken (two idle clients): a third connection's request is answered 503 at
+    once, its body never read; once the idle clients are dropped (the read timeout), a request is served."""
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_connections=2, read_timeout_s=3.0)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", rx.port), timeout=10) for _ in range(2)]
+        end = time.monotonic() + 30
+        while rx.stats()["connections"] < 2 and time.monotonic() < end:
+            time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as third:
+            third.sendall(_headers(16 * MIB))  # (the body is never sent: the answer cannot wait for it)
+            answer = third.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        for sock in idle:  # the idle ones are dropped by the read timeout
+            assert sock.recv(1) == b""
+            sock.close()
+        body = b""  # (an empty export request: nothing to write)
+        with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as fourth:
+            fourth.sendall(_headers(len(body)) + body)
+            assert fourth.recv(4096).startswith(b"HTTP/1.1 200")
+        stats = rx.stats()
+        assert stats["refused"] == 1 and stats["timed_out"] == 0
+    finally:
+        assert rx.close(timeout_s=2.0) is True

@@ -1,0 +1,110 @@
+"""Parent links between processes read by the one tree rule: a cycle through a step umbrella and spans of
+another process is cut and counted, and a chain that crosses processes at every link, however deep, is
+walked in a loop; ``goodput``, ``report`` and ``perfetto --steps`` finish on both as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.store import span_files
+from tests.conftest import clean_env
+from tests.stores import span, write_process
+
+
+def _cycle_run(run: Path, driver_first: bool = True) -> Path:
+    """A driver step umbrella ``u`` whose parent is the worker's ``y``, whose parent is the worker's ``x``,
+    whose parent is ``u``: a cycle of three spans through a step umbrella, across two processes; and a
+    well-formed step beside it."""
+    driver = [
+        span("rl.job", 0, 100, "job"),
+        span("step", 1, 10, "u", parent="y", remote=True, step=3),
+        span("step", 20, 30, "u2", parent="job", step=4),
+        span("generation", 21, 29, "g2", parent="u2", bucket="productive"),
+    ]
+    worker = [
+        span("generate", 1, 10, "x", parent="u", remote=True, bucket="productive"),
+        span("score", 1, 10, "y", parent="x", bucket="overhead"),
+    ]
+    names = ("spans-a.jsonl", "spans-b.jsonl") if driver_first else ("spans-b.jsonl", "spans-a.jsonl")
+    write_process(run, "driver", 0, 1, driver, root="job", role="driver", name=names[0])
+    write_process(run, "rollout", 0, 2, worker, name=names[1])
+    return run
+
+
+def _chain_run(run: Path, depth: int) -> Path:
+    """A step umbrella over a chain ``depth`` spans deep whose every link crosses between the driver and a
+    worker (each span's parent is in the other process), a productive leaf at its bottom."""
+    driver = [span("rl.job", 0, 100, "job"), span("step", 1, 10, "c0", parent="job", step=1)]
+    worker: list[dict[str, Any]] = []
+    for k in range(1, depth):
+        bucket = "productive" if k == depth - 1 else None
+        level = span(f"level{k % 7}", 1 + k * 1e-5, 10 - k * 1e-5, f"c{k}", parent=f"c{k - 1}", remote=True)
+        if bucket:
+            level.setdefault("a", {})["rl.bucket"] = bucket
+        (worker if k % 2 else driver).append(level)
+    write_process(run, "driver", 0, 1, driver, root="job", role="driver")
+    write_process(run, "rollout", 0, 2, worker)
+    return run
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "lens_rl", *args], capture_output=True, text=True, timeout=timeout, env=clean_env()
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done
+
+
+def _every_command(run: Path, tmp_path: Path, step: int) -> dict[str, Any]:
+    """goodput --json, report and perfetto --steps on ``run``: each exits 0; the goodput report."""
+    good = _cli("goodput", str(run), "--json", "--no-cache")
+    assert good.returncode == 0, good.stderr[-3000:]
+    page = _cli("report", str(run), "-o", str(tmp_path / "r.html"), "--no-cache")
+    assert page.returncode == 0, page.stderr[-3000:]
+    trace = _cli("perfetto", str(run), "-o", str(tmp_path / "t.json"), "--steps", f"{step}-{step}")
+    assert trace.returncode == 0, trace.stderr[-3000:]
+    return dict(json.loads(good.stdout))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("driver_first", [True, False])
+def test_a_cycle_of_three_spans_across_two_processes(tmp_path: Path, driver_first: bool) -> None:
+    """The umbrella -> worker -> worker -> umbrella cycle: every command exits 0, the cycle is counted once
+    (and named in a note), the step keeps its wall and its critical path is its wall, once."""
+    report = _every_command(_cycle_run(tmp_path / "r1", driver_first), tmp_path, 3)
+    assert report["broken_cycles"] == 1
+    assert any("1 parent cycle(s) broken" in note for note in report["notes"])
+    three = next(r for r in report["steps"] if r["step"] == 3)
+    assert three["wall_s"] == 9.0
+    critical = {r["step"]: r["critical_s"] for r in report["critical_path"]["steps"]}
+    assert critical == {3: 9.0, 4: 10.0}
+
+
+def test_the_cut_is_the_same_cold_and_in_process(tmp_path: Path) -> None:
+    """The cross-process cut counts the same in a read of one process (no jobs) as the command's."""
+    run = _cycle_run(tmp_path / "r1")
+    report = analyze(span_files(run), jobs=1)
+    assert report["broken_cycles"] == 1
+    assert {r["step"]: r["critical_s"] for r in report["critical_path"]["steps"]} == {3: 9.0, 4: 10.0}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_chain_one_hundred_thousand_deep_across_processes(tmp_path: Path) -> None:
+    """100,000 spans, each the child of a span in the other process: every command exits 0 (no recursion),
+    no cycle is counted, and the step's critical path is its wall, the leaf's time counted once."""
+    depth = 100_000
+    report = _every_command(_chain_run(tmp_path / "r1", depth), tmp_path, 1)
+    assert report["broken_cycles"] == 0
+    (step,) = report["critical_path"]["steps"]
+    assert step["step"] == 1 and step["critical_s"] == pytest.approx(9.0, abs=1e-6)
+    assert step["top"]["phase"] == f"level{(depth - 1) % 7}"  # the productive leaf, its whole interval once
+    assert step["top"]["seconds"] == pytest.approx(9 - 2 * (depth - 1) * 1e-5, abs=1e-5)
