@@ -8,33 +8,56 @@ and goodput = productive / wall, the offline rollup's rules.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from lens_rl._runtime import RUNTIME, Handle
-from lens_rl.buckets import Bucket, exclusive_time
+from lens_rl.buckets import Bucket, claimed, exclusive_time, subtracted
 
 __all__ = ["end_step", "step_goodput", "step_metrics"]
 
 
 def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> None:
-    """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
-    (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
-    and goodput = productive / wall."""
+    """What ``step_goodput()`` answers after a step umbrella ends: its phases' seconds by bucket (all four)
+    over the wall, the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
+    and goodput = productive / wall. Phases that ran at once (threads, async tasks) count once: where their
+    exclusive seconds add up to more than they cover, each instant goes to one bucket, productive first
+    (:func:`lens_rl.buckets.claimed`, the offline driver view's rule); the bucket-seconds metric of its phases
+    is recorded here, the same way."""
+    spans, node.step_spans = node.step_spans or [], None
+    unattributed_ns = exclusive_time(node.start_ns, end_ns, node.inner)
     seconds = dict.fromkeys(_BUCKET_VALUES, 0.0)
     seconds.update(node.step_seconds or {})
-    unattributed_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+    shares = None
+    covered_s = (end_ns - node.start_ns - unattributed_ns) / 1e9
+    if sum(seconds.values()) > covered_s + 1e-9 * max(len(spans), 1):  # (beyond the floats' rounding)
+        totals, shares = claimed(_segments(spans))
+        seconds = {value: ns / 1e9 for value, ns in zip(_BUCKET_VALUES, totals, strict=True)}
+    metrics = handle.phase_metrics if handle is not None else None
+    if metrics is not None:
+        for n, (_, _, value, _, name, exclusive_s) in enumerate(spans):
+            metrics.record_seconds(name, value, exclusive_s if shares is None else shares.get(n, 0.0) / 1e9)
     attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
     RUNTIME.last_step = {
         "step": node.step,
         "attempt": attempt,
         "seconds": seconds,
-        "unattributed_s": unattributed_s,
+        "unattributed_s": unattributed_ns / 1e9,
         "wall_s": wall_s,
         "goodput": seconds["productive"] / wall_s if wall_s > 0 else None,
     }
 
 
+def _segments(spans: list[tuple[Any, ...]]) -> Iterator[tuple[int, int, int, int]]:
+    """The step's phases' exclusive stretches as ``(start, end, bucket rank, phase index)``."""
+    for n, (start, end, value, inner, _, _) in enumerate(spans):
+        rank = _RANK[value]
+        for a, b in subtracted(start, end, inner) if inner else ((start, end),):
+            yield a, b, rank, n
+
+
 _BUCKET_VALUES = tuple(b.value for b in Bucket)
+_RANK = {value: n for n, value in enumerate(_BUCKET_VALUES)}
 
 
 def step_goodput() -> dict[str, Any] | None:

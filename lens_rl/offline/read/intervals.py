@@ -17,12 +17,14 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from lens_rl.buckets import union_length
+from lens_rl.buckets import claimed, subtracted, union_length
 
 __all__ = [
+    "claimed",
     "clipped",
     "covered",
     "int64_array",
+    "intersected",
     "intervals_column",
     "intervals_from_column",
     "merge_indexed",
@@ -31,6 +33,8 @@ __all__ = [
     "pack",
     "pairs",
     "sorted_by",
+    "subtracted",
+    "total",
 ]
 
 
@@ -91,6 +95,26 @@ def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> int:
     if not streams:
         return 0
     return int(union_length(heapq.merge(*streams), ordered=True))
+
+
+def total(intervals: Iterable[tuple[int, int]]) -> int:
+    """The summed length of disjoint intervals (merged ones: their union's length)."""
+    return sum(b - a for a, b in intervals)
+
+
+def intersected(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The intersection of two merged (sorted, disjoint) interval lists: where both cover, in one merge pass."""
+    out = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 def _covered_by(packed: array, windows: Iterable[tuple[int, int]]) -> int:

@@ -22,6 +22,7 @@ from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_column
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.read.linked import Tree, inner, link, resolve
+from lens_rl.offline.read.overlap import claim_overlaps
 from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart
 from lens_rl.offline.read.requests import requests_part
 from lens_rl.offline.read.steps import Series, StepPart
@@ -213,6 +214,8 @@ def accumulate(
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    if part.key.driver:  # the driver's view is wall-clock: concurrent spans of it counted once
+        claim_overlaps(part, tree, kids_of, superseded)
     if in_umbrella:
         _gaps(part, tree, in_umbrella)
     if rerun:
