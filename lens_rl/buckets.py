@@ -27,6 +27,7 @@ __all__ = [
     "FLOP_FACTORS",
     "PHASE_KINDS",
     "PHASE_SOURCES",
+    "WEIGHT_SYNC_PHASES",
     "Bucket",
     "claimed",
     "closest_phase_name",
@@ -34,6 +35,7 @@ __all__ = [
     "default_bucket",
     "exclusive_time",
     "goodput_of",
+    "is_weight_sync",
     "kind_of",
     "normalized",
     "subtracted",
@@ -207,6 +209,23 @@ PHASE_KINDS: Mapping[str, str] = MappingProxyType({
 # fmt: on
 #: FLOPs per token and parameter by kind.
 FLOP_FACTORS: Mapping[str, int] = MappingProxyType({"training": 6, "generation": 2, "logprob": 2})
+
+
+#: The weight-sync family (lens_rl's names and the frameworks', by their last ``/`` part as the table keys them):
+#: what the pipeline's weight-sync ``total`` and ``pause`` are measured on.
+WEIGHT_SYNC_PHASES: frozenset[str] = frozenset((
+    "weight_sync", "refit", "weight_update", "broadcast_weights",  # lens_rl
+    "transfer_and_update_weights",  # NeMo-RL (prepare_for_generation/transfer_and_update_weights)
+    "update_weights", "sync_rollout_weights", "param_sync",  # veRL
+    "broadcast",  # OpenRLHF
+    "sync_weights", "sync_weights_to_inference_engines",  # SkyRL, TRL
+))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def is_weight_sync(name: str) -> bool:
+    """Whether a phase name is of the weight-sync family (:data:`WEIGHT_SYNC_PHASES`), by its last ``/`` part."""
+    return isinstance(name, str) and normalized(name).split("/")[-1] in WEIGHT_SYNC_PHASES
 
 
 @functools.lru_cache(maxsize=4096)

@@ -23,7 +23,6 @@ def _overlapped(run: Path, group: str = "driver") -> dict:
             span("policy_training", 0.0, 0.5, "t", parent="s", bucket="productive"),
             span("step", 0.0, 0.5, "s", step=1),
         ],
-        role="driver" if group == "driver" else "worker",
     )
     return analyze(span_files(run), jobs=1)
 
@@ -53,7 +52,6 @@ def test_overlap_of_two_buckets_goes_to_productive_first(tmp_path: Path) -> None
             span("checkpointing", 1.0, 3.0, "c", parent="s", bucket="overhead"),
             span("step", 0.0, 4.0, "s", step=1),
         ],
-        role="driver",
     )
     step = analyze(span_files(tmp_path / "r1"), jobs=1)["steps"][0]
     assert step["seconds"] == {"productive": 2.0, "overhead": 1.0, "idle": 0.0, "wasted": 0.0}

@@ -35,6 +35,7 @@ __all__ = [
     "sorted_by",
     "subtracted",
     "total",
+    "union_packed",
 ]
 
 
@@ -100,6 +101,23 @@ def covered(packed: Iterable[array], windows: Iterable[tuple[int, int]]) -> int:
 def total(intervals: Iterable[tuple[int, int]]) -> int:
     """The summed length of disjoint intervals (merged ones: their union's length)."""
     return sum(b - a for a, b in intervals)
+
+
+def union_packed(arrays: Iterable[array]) -> array:
+    """The union of packed, merged interval arrays (several processes' busy time), packed and merged, in one
+    streaming merge (an array alone is returned as it is)."""
+    arrays = [a for a in arrays if len(a)]
+    if len(arrays) == 1:
+        return arrays[0]
+    out = array("q")
+    for start, end in heapq.merge(*(pairs(a) for a in arrays)):
+        if out and start <= out[-1]:
+            if end > out[-1]:
+                out[-1] = end
+        else:
+            out.append(start)
+            out.append(end)
+    return out
 
 
 def intersected(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

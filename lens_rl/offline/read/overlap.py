@@ -44,16 +44,53 @@ def claim_overlaps(
         return
     names_of = tree.steps
     rows = [i for i in _bucketed_rows(tree, superseded) if whole or names_of[i] in steps]
+    root = _roots(tree)
     if whole:
-        totals, _ = claimed(_segments(tree, kids_of, rows))
-        part.bucket_ns = dict(zip(BUCKETS, totals, strict=True))
+        part.bucket_ns = dict(zip(BUCKETS, _claimed_by_tree(tree, kids_of, rows, root), strict=True))
     by_step: dict[Any, list[int]] = {}
     for i in rows:
         if names_of[i] in steps:
             by_step.setdefault(names_of[i], []).append(i)
     for step, mine in by_step.items():
+        part.steps[step].ns = _claimed_by_tree(tree, kids_of, mine, root)
+
+
+def _claimed_by_tree(
+    tree: Tree, kids_of: dict[int, list[tuple[int, int]]], rows: list[int], root: list[int]
+) -> list[int]:
+    """The rows' time claimed over the wall tree by tree (spans under one top span, below the job root), summed:
+    a tree is what one read of a growing file reduces whole (the refresh cache settles whole trees), so a
+    refreshed look counts exactly what a cold one does."""
+    trees: dict[int, list[int]] = {}
+    for i in rows:
+        trees.setdefault(root[i], []).append(i)
+    out = [0] * len(BUCKETS)
+    for mine in trees.values():
         totals, _ = claimed(_segments(tree, kids_of, mine))
-        part.steps[step].ns = totals
+        out = [a + b for a, b in zip(out, totals, strict=True)]
+    return out
+
+
+def _roots(tree: Tree) -> list[int]:
+    """Each row's top span: its outermost ancestor in the process below the job root (itself if none)."""
+    parents, role = tree.parents, tree.role
+    root = [-1] * tree.n
+    for i in range(tree.n):
+        if root[i] != -1:
+            continue
+        chain, seen = [], set()
+        at = i
+        while root[at] == -1:
+            chain.append(at)
+            seen.add(at)
+            p = parents[at]
+            if p == -1 or p in seen or role[p] == JOB:  # (a cycle: its spans share one tree)
+                break
+            at = p
+        top = root[at] if root[at] != -1 else at
+        for j in chain:
+            root[j] = top
+    return root
 
 
 def _bucketed_rows(tree: Tree, superseded: frozenset[Any]) -> Iterable[int]:
