@@ -19,7 +19,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
-from lens_rl.buckets import Bucket, exclusive_time
+from lens_rl.buckets import Bucket, exclusive_time, kind_of
 from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_str
 from lens_rl.record.steps import end_step
@@ -128,13 +128,16 @@ def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
         outer = None
         if parent_node is not None:
             outer = parent_node if parent_node.bucket is not None else parent_node.outer
+        version = RUNTIME.weight_version
+        if version is not None and kind_of(spec.name) == "generation":  # what it generates with
+            attributes["rl.weight_version"] = version
         if start_ns is None:
             start_ns = time.time_ns()
         fast = handle.fast
         if fast is not None:  # the common case: no SDK span on the phase's thread
-            # spans of one phase object, bucket and step start with equal names and attributes: exporters
-            # encode those once (a template) for as long as the span keeps them
-            shape = (spec, bucket, attributes.get("rl.step"))
+            # spans of one phase object, bucket, step (and weight version) start with equal names and
+            # attributes: exporters encode those once (a template) for as long as the span keeps them
+            shape = (spec, bucket, attributes.get("rl.step"), attributes.get("rl.weight_version"))
             span = fast.start(spec.name, parent_span, attributes, start_ns, shape, parent_ctx)
         else:
             span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lens_rl._runtime import RUNTIME, Handle
-from lens_rl.buckets import Bucket, claimed, exclusive_time, subtracted
+from lens_rl.buckets import Bucket, claimed, exclusive_time, is_weight_sync, kind_of, subtracted, union_length
 
 __all__ = ["end_step", "step_goodput", "step_metrics"]
 
@@ -45,6 +45,39 @@ def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> No
         "unattributed_s": unattributed_ns / 1e9,
         "wall_s": wall_s,
         "goodput": seconds["productive"] / wall_s if wall_s > 0 else None,
+        "pipeline": _pipeline(spans, node.start_ns, end_ns),
+    }
+
+
+def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float]:
+    """The step's pipeline figures within this process (its threads and tasks are its pools): busy of its
+    generation-family (rollout) and training or logprob (trainer) productive phases, their overlap, the bubble
+    where no productive phase runs (shares of the wall), weight-sync seconds and the pause (the part of them no
+    generation ran beside): the offline pipeline's rules, on this process's spans."""
+    wall = hi - lo
+    gen, train, productive, sync = [], [], [], []
+    for start, end, value, _, name, _ in spans:
+        interval = (max(start, lo), min(end, hi))
+        if interval[1] <= interval[0]:
+            continue
+        if value == "productive":
+            productive.append(interval)
+            kind = kind_of(name)
+            if kind == "generation":
+                gen.append(interval)
+            elif kind in ("training", "logprob"):
+                train.append(interval)
+        if is_weight_sync(name):
+            sync.append(interval)
+    g, t = union_length(gen), union_length(train)
+    sync_ns = union_length(sync)
+    return {
+        "busy_rollout": g / wall if wall > 0 else 0.0,
+        "busy_trainer": t / wall if wall > 0 else 0.0,
+        "overlap": (g + t - union_length(gen + train)) / wall if wall > 0 else 0.0,
+        "bubble": (wall - union_length(productive)) / wall if wall > 0 else 0.0,
+        "sync_s": sync_ns / 1e9,
+        "pause_s": (union_length(sync + gen) - g) / 1e9,
     }
 
 
@@ -64,7 +97,7 @@ def step_goodput() -> dict[str, Any] | None:
     """The last completed step's goodput on this process, or None.
 
     ``{"step", "attempt", "seconds": {bucket: s} (all four, zeros included), "unattributed_s", "wall_s",
-    "goodput"}``. A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
+    "goodput", "pipeline"}`` (``pipeline``: :func:`step_metrics`' ``pipeline/`` figures as a dict). A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
     step); ``seconds`` are the exclusive seconds of the bucketed phases inside it, ``unattributed_s`` the
     time none of them covers, and goodput = productive / wall: computed live with the rules the offline
     rollup uses. A plain read; None while off or before the first step.
@@ -84,7 +117,9 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     ``SummaryWriter.add_scalar`` and ``mlflow.log_metrics`` take. Empty before the first step (or off).
 
     Keys: ``step``, ``attempt``, ``goodput`` (absent for a zero-length step), ``wall_s``,
-    ``unattributed_s``, and ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``.
+    ``unattributed_s``, ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``, and the step's pipeline
+    figures on this process: ``pipeline/busy_rollout``, ``pipeline/busy_trainer``, ``pipeline/overlap``,
+    ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s``.
 
     Example::
 
@@ -106,4 +141,6 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     out[f"{prefix}unattributed_s"] = float(last["unattributed_s"])
     for bucket, seconds in last["seconds"].items():
         out[f"{prefix}{bucket}_s"] = float(seconds)
+    for key, value in (last.get("pipeline") or {}).items():
+        out[f"{prefix}pipeline/{key}"] = float(value)
     return out

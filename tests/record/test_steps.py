@@ -40,7 +40,7 @@ def test_step_goodput_has_every_bucket_and_the_unattributed_time() -> None:
         lives = _three_steps(lambda step, metrics: None)
         flat = lens_rl.step_metrics(prefix="gp.")
     live = lives[-1]
-    assert set(live) == {"step", "attempt", "seconds", "unattributed_s", "wall_s", "goodput"}
+    assert set(live) == {"step", "attempt", "seconds", "unattributed_s", "wall_s", "goodput", "pipeline"}
     assert set(live["seconds"]) == {"productive", "overhead", "idle", "wasted"} and live["seconds"]["idle"] == 0.0
     assert live["step"] == 2 and live["attempt"] == 0
     assert live["unattributed_s"] >= 0.01
@@ -146,3 +146,32 @@ def test_a_generation_thread_beside_the_trainer_counts_once_live() -> None:
     assert metric == pytest.approx(live["seconds"]["productive"], abs=1e-6)
     assert live["seconds"]["productive"] == pytest.approx(offline["steps"][-1]["seconds"]["productive"], abs=1e-5)
     assert offline["goodput"] <= 1.0
+    pipe = live["pipeline"]  # the step's pipeline within the process: generation inside training
+    assert pipe["overlap"] == pytest.approx(pipe["busy_rollout"]) and 0.5 < pipe["busy_rollout"] < pipe["busy_trainer"]
+    assert pipe["bubble"] < 0.1 and flat["goodput/pipeline/overlap"] == pipe["overlap"]
+
+
+def test_set_weight_version_is_carried_on_generation_phases_only() -> None:
+    """After set_weight_version(3), generation-family phases carry rl.weight_version 3 and training phases do
+    not; None forgets it; a value that is no int is refused, naming it."""
+    with recording(worker_group="rollout") as rec:
+        with traced_phase("generation"):
+            pass
+        lens_rl.set_weight_version(3)
+        with traced_phase("generation"), traced_phase("policy_training"):
+            pass
+        with traced_phase("generate_sequences"):
+            pass
+        lens_rl.set_weight_version(None)
+        with traced_phase("generation"):
+            pass
+    versions = [(s.name, dict(s.attributes).get("rl.weight_version")) for s in rec.spans]
+    assert versions == [
+        ("generation", None),
+        ("policy_training", None),
+        ("generation", 3),
+        ("generate_sequences", 3),
+        ("generation", None),
+    ]
+    with pytest.raises(ValueError, match="version must be an int"):
+        lens_rl.set_weight_version(True)  # type: ignore[arg-type]
