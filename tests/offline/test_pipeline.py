@@ -118,3 +118,23 @@ def test_rl_pool_wins_over_the_phases(tmp_path: Path) -> None:
     write_process(run, "gen", 0, 2, [span("generation", 0, 5, "g", bucket="productive")], **{"rl.pool": "trainer"})
     report = analyze(span_files(run), jobs=1, warmup_steps=0)
     assert [p["pool"] for p in report["pipeline"]["pools"]] == ["trainer", "other"]
+
+
+def test_the_table_card_and_refresh_cache_show_the_pipeline(tmp_path: Path) -> None:
+    """The table's pipeline section and the report's card name the verdict and what to move; a look through the
+    refresh cache gives the same pipeline as a cold read."""
+    import json
+
+    from lens_rl.offline.run.cache import cache_folder
+    from lens_rl.offline.show.report.pipeline import pipeline_card
+    from lens_rl.offline.show.table import format_table
+
+    _store(tmp_path, [(0, 10), (10, 20)], [(0, 7), (10, 17)], [(7, 10), (17, 20)], syncs=[(7, 8)])
+    paths = span_files(tmp_path)
+    cold = analyze(paths, jobs=1, warmup_steps=0)
+    table = format_table(cold)
+    assert "pipeline (async RL" in table and "verdict: rollout-bound" in table and "move: move GPUs" in table
+    assert 'id="headline-pipeline"' in pipeline_card(cold) and "rollout-bound" in pipeline_card(cold)
+    for _ in range(2):
+        warm = analyze(paths, jobs=1, warmup_steps=0, cache=cache_folder(tmp_path))
+        assert json.dumps(warm["pipeline"], sort_keys=True) == json.dumps(cold["pipeline"], sort_keys=True)
