@@ -25,8 +25,10 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from lens_rl.buckets import kind_of
-from lens_rl.offline.read.intervals import covered, merge_intervals, pack, union_packed
+from lens_rl.offline.read.intervals import coverage, merge_intervals, pack, union_packed
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.staleness import staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows
@@ -71,12 +73,13 @@ def pipeline_row(
     warmup_steps: int = 1,
     steps: tuple[int, int] | None = None,
 ) -> dict[str, Any] | None:
-    """The ``pipeline`` section (the module docstring); None when no process has a productive span."""
+    """The ``pipeline`` section (the module docstring); None when no process has a productive span. Per-step
+    figures are computed for every step at once (:func:`~lens_rl.offline.read.intervals.coverage`)."""
     if not any(p.pipe is not None and len(p.pipe.productive) for p in processes):
         return None
     roles = roles_of(processes)
     windows = step_windows(list(view), steps)
-    steady = [rows[n]["step"] for n in steady_indexes(rows, warmup_steps)]
+    steady = [rows[n]["step"] for n in steady_indexes(rows, warmup_steps) if windows.get(rows[n]["step"])]
     wall = merge_intervals(w for step in steady for w in windows.get(step, ()))
     if not wall:
         lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
@@ -85,100 +88,116 @@ def pipeline_row(
     if not wall:
         return None
     ranks = {role: [p for p in processes if roles.get(p.key.group) == role] for role in ROLES}
-    busy = {role: [_own(p) for p in ranks[role]] for role in ROLES}
-    unions = {role: union_packed(busy[role]) for role in ROLES}
-    unions["any"] = union_packed(unions[role] for role in ROLES)
-    syncs = pack(merge_intervals((a, b) for p in processes if p.pipe for a, b, _ in p.pipe.syncs))
+    arrays = _arrays(processes, ranks)
     consumed = [c for p in processes if p.pipe for c in p.pipe.consumed]
     bound = next((p.device.get("rl.max_staleness") for p in view if "rl.max_staleness" in p.device), None)
-    job = _figures(wall, ranks, busy, unions, syncs)
+    wl, wh = np.array([a for a, _ in wall], np.int64), np.array([b for _, b in wall], np.int64)
+    length = int((wh - wl).sum())
+    covered_ns: dict[int, int] = {}  # (each array's coverage of the wall, read once: the pools reuse it)
+
+    def cover(packed: array) -> int:
+        got = covered_ns.get(id(packed))
+        if got is None:
+            got = covered_ns[id(packed)] = int(coverage(packed, wl, wh).sum())
+        return got
+
+    job = _figures(cover, length, ranks, arrays)
     steady_set = set(steady)
-    out: dict[str, Any] = {
-        "wall_s": round(job["wall"] / 1e9, 6),
+    per_step, chunks = _per_step(rows, windows, steady, ranks, arrays, consumed, bound)
+    judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
+    judged["windows"] = chunks
+    return {
+        "wall_s": round(length / 1e9, 6),
         "steps": len(steady),
-        "pools": _pools(ranks, busy, wall, job["wall"]),
-        "imbalance": job["imbalance"],
-        "overlap": job["overlap"],
-        "bubble": job["bubble"],
+        "pools": _pools(ranks, arrays, cover, length),
+        "imbalance": _r(job["imbalance"]),
+        "overlap": _r(job["overlap"]),
+        "bubble": _r(job["bubble"]),
         "weight_sync": {
             "count": _inside(pack(wall), (s for p in processes if p.pipe for s in p.pipe.syncs)),
-            "total_s": job["sync_s"],
-            "pause_s": job["pause_s"],
-            "pause_share": job["pause_share"],
+            "total_s": round(job["sync"] / 1e9, 6),
+            "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
+            "pause_share": _r(job["pause_share"]),
         },
         "staleness": staleness((c for c in consumed if not steady_set or c[0] in steady_set), bound),
+        "verdict": judged,
+        "per_step": per_step,
     }
-    judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
-    by_step: dict[Any, list[Any]] = {}
-    for c in consumed:
-        by_step.setdefault(c[0], []).append(c)
-    per_step = []
-    for step in [r["step"] for r in rows if not r["incomplete"]]:
-        step_wall = windows.get(step) or []
-        if step_wall:
-            mine = by_step.get(step, [])
-            per_step.append(_step_row(step, step_wall, ranks, busy, unions, syncs, mine, bound))
-    judged["windows"] = _windows(steady, windows, ranks, busy, unions, syncs)
-    out["verdict"] = judged
-    out["per_step"] = per_step
-    return out
+
+
+def _r(value: Any) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
+def _arrays(processes: Sequence[ProcessPart], ranks: dict[str, list[ProcessPart]]) -> dict[str, Any]:
+    """The packed interval arrays the figures are read from: each rank's busy time, each pool's union, any
+    pool's, rollout and trainer's, the weight syncs' and syncs with rollout's."""
+    busy = {role: [_own(p) for p in ranks[role]] for role in ROLES}
+    unions = {role: union_packed(busy[role]) for role in ROLES}
+    syncs = pack(merge_intervals((a, b) for p in processes if p.pipe for a, b, _ in p.pipe.syncs))
+    return {
+        "busy": busy,
+        "rollout": unions["rollout"],
+        "trainer": unions["trainer"],
+        "any": union_packed(unions[role] for role in ROLES),
+        "both": union_packed([unions["rollout"], unions["trainer"]]),
+        "syncs": syncs,
+        "syncs_rollout": union_packed([syncs, unions["rollout"]]),
+        "has_rollout": bool(ranks["rollout"]),
+    }
 
 
 def _inside(wall: array, syncs: Any) -> int:
     """How many of the ``(start, end, step)`` spans ran within the merged, packed ``wall``."""
-    return sum(1 for start, end, _ in syncs if end > start and covered([wall], [(start, end)]))
+    spans = [(start, end) for start, end, _ in syncs if end > start]
+    if not spans:
+        return 0
+    return int((coverage(wall, [a for a, _ in spans], [b for _, b in spans]) > 0).sum())
 
 
 def _own(part: ProcessPart) -> array:
     return part.pipe.productive if part.pipe is not None else _EMPTY
 
 
-def _figures(
-    wall: list[tuple[int, int]],
-    ranks: dict[str, list[ProcessPart]],
-    busy: dict[str, list[array]],
-    unions: dict[str, array],
-    syncs: array,
-) -> dict[str, Any]:
-    """The figures over ``wall`` (intervals): per role busy and idle shares (the mean over its ranks),
-    imbalance, overlap, bubble, weight-sync total and pause."""
-    length = sum(b - a for a, b in wall)
-    idle: dict[str, float] = {}
-    shares: dict[str, float] = {}
+def _figures(cover: Any, length: Any, ranks: dict[str, list[ProcessPart]], arrays: dict[str, Any]) -> dict[str, Any]:
+    """The figures over a wall of ``length`` ns, ``cover(packed)`` the ns of it an array covers: scalars for one
+    wall, numpy arrays for one per step alike. Per role busy and idle shares (the mean over its ranks),
+    imbalance, overlap, bubble, weight-sync ns and the pause (ns and share of the wall)."""
+    idle: dict[str, Any] = {}
+    shares: dict[str, Any] = {}
+    safe = np.maximum(length, 1)
     for role in ROLES:
         if ranks[role]:
-            shares[role] = sum(covered([own], wall) for own in busy[role]) / len(busy[role]) / length
+            shares[role] = sum(cover(own) for own in arrays["busy"][role]) / len(ranks[role]) / safe
             idle[role] = 1 - shares[role]
-    r, t = unions["rollout"], unions["trainer"]
-    overlap = covered([r], wall) + covered([t], wall) - covered([r, t], wall) if len(r) and len(t) else 0
-    anyone = covered([unions["any"]], wall)
-    sync = covered([syncs], wall) if len(syncs) else 0
-    pause = (covered([syncs, r], wall) - covered([r], wall)) if len(syncs) and ranks["rollout"] else None
-    if len(syncs) and not ranks["rollout"]:
-        pause = sync  # (no rollout pool: nothing generated during the sync)
+    r, t = cover(arrays["rollout"]), cover(arrays["trainer"])
+    overlap = r + t - cover(arrays["both"])
+    sync = cover(arrays["syncs"]) if len(arrays["syncs"]) else 0 * r
+    pause = None
+    if len(arrays["syncs"]):
+        pause = cover(arrays["syncs_rollout"]) - r if arrays["has_rollout"] else sync
     both = "trainer" in idle and "rollout" in idle
     return {
-        "wall": length,
         "busy": shares,
         "idle": idle,
-        "imbalance": round(abs(idle["trainer"] - idle["rollout"]), 6) if both else None,
-        "overlap": round(overlap / length, 6),
-        "bubble": round(max(length - anyone, 0) / length, 6),
-        "sync_s": round(sync / 1e9, 6),
-        "pause_s": None if pause is None else round(pause / 1e9, 6),
-        "pause_share": None if pause is None else round(pause / length, 6),
+        "imbalance": abs(idle["trainer"] - idle["rollout"]) if both else None,
+        "overlap": overlap / safe,
+        "bubble": np.maximum(length - cover(arrays["any"]), 0) / safe,
+        "sync": sync,
+        "pause": pause,
+        "pause_share": None if pause is None else pause / safe,
     }
 
 
 def _pools(
-    ranks: dict[str, list[ProcessPart]], busy: dict[str, list[array]], wall: list[tuple[int, int]], length: int
+    ranks: dict[str, list[ProcessPart]], arrays: dict[str, Any], cover: Any, length: int
 ) -> list[dict[str, Any]]:
     """One row per pool with ranks: its groups, busy and idle (means over its ranks), and each rank's busy."""
     out = []
     for role in ROLES:
         if not ranks[role]:
             continue
-        each = [covered([own], wall) / length for own in busy[role]]
+        each = [cover(own) / length for own in arrays["busy"][role]]
         mean = sum(each) / len(each)
         out.append(
             {
@@ -196,50 +215,89 @@ def _pools(
     return out
 
 
-def _step_row(
-    step: Any,
-    wall: list[tuple[int, int]],
+def _per_step(
+    rows: list[dict[str, Any]],
+    windows: dict[Any, list[tuple[int, int]]],
+    steady: list[Any],
     ranks: dict[str, list[ProcessPart]],
-    busy: dict[str, list[array]],
-    unions: dict[str, array],
-    syncs: array,
+    arrays: dict[str, Any],
     consumed: list[Any],
     bound: Any,
-) -> dict[str, Any]:
-    """One step's figures: busy per pool, overlap, bubble, weight-sync seconds and pause, staleness."""
-    got = _figures(wall, ranks, busy, unions, syncs)
-    stale = staleness(consumed, bound) or {}
-    return {
-        "step": step,
-        "wall_s": round(got["wall"] / 1e9, 6),
-        "busy": {role: round(value, 6) for role, value in got["busy"].items()},
-        "overlap": got["overlap"],
-        "bubble": got["bubble"],
-        "sync_s": got["sync_s"],
-        "pause_s": got["pause_s"],
-        "staleness_mean": stale.get("mean"),
-        "staleness_p90": stale.get("p90"),
-        "staleness_max": stale.get("max"),
-        "staleness_beyond": stale.get("beyond"),
-    }
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every complete step's figures (busy per pool, overlap, bubble, sync and pause, staleness) and the verdict
+    per window of :data:`WINDOW` steady steps, each array's coverage of every step read at once."""
+    order = [r["step"] for r in rows if not r["incomplete"] and windows.get(r["step"])]
+    if not order:
+        return [], []
+    owner, los, his = [], [], []
+    for n, step in enumerate(order):
+        for lo, hi in windows[step]:
+            owner.append(n)
+            los.append(lo)
+            his.append(hi)
+    owners = np.array(owner, np.int64)
+    los, his = np.array(los, np.int64), np.array(his, np.int64)  # type: ignore[assignment]
+    memo: dict[int, Any] = {}
 
+    def cover(packed: array) -> Any:
+        got = memo.get(id(packed))
+        if got is None:
+            got = memo[id(packed)] = np.bincount(owners, coverage(packed, los, his), minlength=len(order))
+        return got
 
-def _windows(
-    steady: list[Any],
-    windows: dict[Any, list[tuple[int, int]]],
-    ranks: dict[str, list[ProcessPart]],
-    busy: dict[str, list[array]],
-    unions: dict[str, array],
-    syncs: array,
-) -> list[dict[str, Any]]:
-    """The verdict per window of :data:`WINDOW` steady steps."""
+    walls = np.bincount(owners, (his - los).astype(np.float64), minlength=len(order))  # type: ignore[operator]
+    got = _figures(cover, walls, ranks, arrays)
+    by_step: dict[Any, list[Any]] = {}
+    for c in consumed:
+        by_step.setdefault(c[0], []).append(c)
+    lists = {k: _listed(got[k]) for k in ("overlap", "bubble", "sync", "pause")}
+    wall_list = walls.tolist()
+    busy = {role: _listed(value) for role, value in got["busy"].items()}
     out = []
-    for at in range(0, len(steady), WINDOW):
-        chunk = steady[at : at + WINDOW]
-        wall = merge_intervals(w for step in chunk for w in windows.get(step, ()))
-        if not wall:
-            continue
-        got = _figures(wall, ranks, busy, unions, syncs)
-        judged = verdict(got["idle"].get("trainer"), got["idle"].get("rollout"), got["pause_share"])
-        out.append({"first_step": chunk[0], "last_step": chunk[-1], **judged})
+    for n, step in enumerate(order):
+        stale = staleness(by_step.get(step, ()), bound) or {}
+        pause = lists["pause"][n] if lists["pause"] is not None else None
+        out.append(
+            {
+                "step": step,
+                "wall_s": round(wall_list[n] / 1e9, 6),
+                "busy": {role: round(values[n], 6) for role, values in busy.items()},  # type: ignore[index]
+                "overlap": round(lists["overlap"][n], 6),  # type: ignore[index]
+                "bubble": round(lists["bubble"][n], 6),  # type: ignore[index]
+                "sync_s": round(lists["sync"][n] / 1e9, 6),  # type: ignore[index]
+                "pause_s": None if pause is None else round(pause / 1e9, 6),
+                "staleness_mean": stale.get("mean"),
+                "staleness_p90": stale.get("p90"),
+                "staleness_max": stale.get("max"),
+                "staleness_beyond": stale.get("beyond"),
+            }
+        )
+    return out, _chunks(order, steady, walls, cover, ranks, arrays)
+
+
+def _listed(value: Any) -> list[float] | None:
+    return None if value is None else np.broadcast_to(np.asarray(value, np.float64), value.shape).tolist()
+
+
+def _chunks(
+    order: list[Any], steady: list[Any], walls: Any, cover: Any, ranks: Any, arrays: Any
+) -> list[dict[str, Any]]:
+    """The verdict per window of :data:`WINDOW` steady steps: each array's per-step coverage summed per window."""
+    at = {step: n for n, step in enumerate(order)}
+    picked = np.array([at[s] for s in steady if s in at], np.int64)
+    if not len(picked):
+        return []
+    starts = np.arange(0, len(picked), WINDOW)
+    summed = lambda values: np.add.reduceat(np.asarray(values, np.float64)[picked], starts)  # noqa: E731
+    got = _figures(lambda packed: summed(cover(packed)), summed(walls), ranks, arrays)
+    trainer, rollout, pause = got["idle"].get("trainer"), got["idle"].get("rollout"), got["pause_share"]
+    out = []
+    for k, first in enumerate(starts.tolist()):
+        last = min(first + WINDOW, len(picked)) - 1
+        judged = verdict(
+            None if trainer is None else float(trainer[k]),
+            None if rollout is None else float(rollout[k]),
+            None if pause is None else float(pause[k]),
+        )
+        out.append({"first_step": order[picked[first]], "last_step": order[picked[last]], **judged})
     return out

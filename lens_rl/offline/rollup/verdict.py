@@ -32,6 +32,9 @@ _MOVE = {
 
 def verdict(trainer_idle: float | None, rollout_idle: float | None, pause_share: float | None) -> dict[str, Any]:
     """``{"verdict", "figures", "move"}`` from the pools' idle shares and the sync pause's share of the wall."""
+    trainer_idle, rollout_idle, pause_share = (
+        None if v is None else float(v) for v in (trainer_idle, rollout_idle, pause_share)
+    )
     figures = {
         "trainer_idle": _r(trainer_idle),
         "rollout_idle": _r(rollout_idle),
@@ -55,4 +58,4 @@ def verdict(trainer_idle: float | None, rollout_idle: float | None, pause_share:
 
 
 def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
+    return None if value is None else round(float(value), 6)
