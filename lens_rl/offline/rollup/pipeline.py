@@ -250,22 +250,25 @@ def _per_step(
     by_step: dict[Any, list[Any]] = {}
     for c in consumed:
         by_step.setdefault(c[0], []).append(c)
-    lists = {k: _listed(got[k]) for k in ("overlap", "bubble", "sync", "pause")}
-    wall_list = walls.tolist()
-    busy = {role: _listed(value) for role, value in got["busy"].items()}
+    shares = {k: _listed(got[k], 1) for k in ("overlap", "bubble")}
+    seconds = {k: _listed(got[k], 1e9) for k in ("sync", "pause")}
+    busy = {role: _listed(value, 1) for role, value in got["busy"].items()}
+    walls_s = _listed(walls, 1e9)
+    none: list[Any] = [None] * len(order)
+    pauses = seconds["pause"] or none
     out = []
     for n, step in enumerate(order):
-        stale = staleness(by_step.get(step, ()), bound) or {}
-        pause = lists["pause"][n] if lists["pause"] is not None else None
+        mine = by_step.get(step)
+        stale = (staleness(mine, bound) or {}) if mine else {}
         out.append(
             {
                 "step": step,
-                "wall_s": round(wall_list[n] / 1e9, 6),
-                "busy": {role: round(values[n], 6) for role, values in busy.items()},  # type: ignore[index]
-                "overlap": round(lists["overlap"][n], 6),  # type: ignore[index]
-                "bubble": round(lists["bubble"][n], 6),  # type: ignore[index]
-                "sync_s": round(lists["sync"][n] / 1e9, 6),  # type: ignore[index]
-                "pause_s": None if pause is None else round(pause / 1e9, 6),
+                "wall_s": walls_s[n],  # type: ignore[index]
+                "busy": {role: values[n] for role, values in busy.items()},  # type: ignore[index]
+                "overlap": shares["overlap"][n],  # type: ignore[index]
+                "bubble": shares["bubble"][n],  # type: ignore[index]
+                "sync_s": seconds["sync"][n],  # type: ignore[index]
+                "pause_s": pauses[n],
                 "staleness_mean": stale.get("mean"),
                 "staleness_p90": stale.get("p90"),
                 "staleness_max": stale.get("max"),
@@ -275,8 +278,11 @@ def _per_step(
     return out, _chunks(order, steady, walls, cover, ranks, arrays)
 
 
-def _listed(value: Any) -> list[float] | None:
-    return None if value is None else np.broadcast_to(np.asarray(value, np.float64), value.shape).tolist()
+def _listed(value: Any, unit: float) -> list[float] | None:
+    """A per-step numpy array (or a scalar for every step) over ``unit``, rounded to 6 places, as floats."""
+    if value is None:
+        return None
+    return np.round(np.asarray(value, np.float64) / unit, 6).tolist()  # type: ignore[no-any-return]
 
 
 def _chunks(
