@@ -67,6 +67,7 @@ _ALLOWED = {
     ("lens_rl.offline.read.steps", "StepPart"),
     ("lens_rl.offline.read.parts", "RequestsPart"),
     ("lens_rl.offline.read.critical", "CritPart"),
+    ("lens_rl.offline.read.pipe", "PipePart"),
     ("lens_rl.store.format", "Process"),
     ("lens_rl.store.reader", "ReadStats"),
     ("lens_rl.offline.run.safe_pickle", "array_from_buffer"),
