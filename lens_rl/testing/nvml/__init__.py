@@ -27,7 +27,8 @@ The scenario (JSON):
     ``memory_total`` bytes (default 80 GiB), ``mig``: MIG UUIDs of its instances (``nvmlDeviceGetHandleByUUID``
     finds them; ``nvmlDeviceGetDeviceHandleFromMigDeviceHandle`` gives this device);
   - a timeline per counter: ``util``, ``mem_util`` (percent), ``mem_used`` (bytes), ``power`` (mW),
-    ``sm_clock`` (MHz), and with ``gpm`` true ``sm_active``, ``sm_occupancy``, ``tensor_active`` (percent).
+    ``sm_clock`` (MHz), and with ``gpm`` true ``sm_active``, ``sm_occupancy``, ``tensor_active`` (percent);
+    a counter not scripted reads 0, but ``power`` (60000 mW) and ``sm_clock`` (1410 MHz), as an idle GPU's do.
     A timeline is a number (constant) or piecewise-constant segments ``[[start, end, value], ...]`` in
     seconds from ``t0``: ``value`` holds in [start, end), 0 outside every segment. Readings are at
     ``time.time()``; GPM metrics are the time-weighted mean between the two GPM samples, as NVML's are;

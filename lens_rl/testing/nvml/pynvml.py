@@ -204,7 +204,7 @@ class _Device:
     def value(self, counter: str, at: float | None = None) -> float:
         if self.zero and counter != "mem_used":
             return 0.0
-        return _at(self.spec.get(counter, 0), (time.time() if at is None else at) - self.t0)
+        return _at(self.spec.get(counter, _IDLE.get(counter, 0)), (time.time() if at is None else at) - self.t0)
 
     def mean(self, counter: str, start: float, end: float) -> float:
         """The time-weighted mean of ``counter`` over [start, end] (a GPM metric's window)."""
@@ -220,6 +220,11 @@ class _Device:
             if hi > lo:
                 total += (hi - lo) * float(seg[2])
         return total / (end - start)
+
+
+#: What a counter the scenario does not script reads: an idle GPU's power and clock (never 0: a real idle GPU
+#: draws power), 0 for the rest.
+_IDLE = {"power": 60_000, "sm_clock": 1410}
 
 
 def _at(timeline: Any, t: float) -> float:
