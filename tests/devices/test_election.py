@@ -34,21 +34,23 @@ def test_a_forked_child_does_not_keep_the_lock() -> None:
     rid = f"e{uuid.uuid4().hex[:8]}"
     fd = election.try_lock(rid)
     assert fd is not None
-    read_end, write_end = os.pipe()
+    go_read, go_write = os.pipe()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: wait until told to go
-        os.close(write_end)
-        os.read(read_end, 1)
+    if pid == 0:  # the child (its copy closed by then): say so, then wait until told to go
+        os.write(ready_write, b"r")
+        os.read(go_read, 1)
         os._exit(0)
-    os.close(read_end)
     try:
+        assert os.read(ready_read, 1) == b"r"
         election.unlock(fd)
         taken = election.try_lock(rid)
         assert taken is not None
         election.unlock(taken)
     finally:
-        os.write(write_end, b"x")
-        os.close(write_end)
+        os.write(go_write, b"x")
+        for end in (go_read, go_write, ready_read, ready_write):
+            os.close(end)
         os.waitpid(pid, 0)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from lens_rl.testing import OTLPReceiver, nvml
 from tests.conftest import run_python
-from tests.devices.conftest import ROOT
+from tests.gpu_jobs import ROOT
 
 pytestmark = pytest.mark.slow
 

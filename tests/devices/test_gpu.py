@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.devices.conftest import Job, gpu_files, job_env, read_gpu, scenario, wait_for
+from tests.gpu_jobs import Job, gpu_files, job_env, read_gpu, scenario, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -151,11 +151,14 @@ def test_without_nvml_nothing_is_written_and_nothing_said(tmp_path: Path, job: J
 
 def test_a_failing_nvml_call_is_one_warning_and_the_job_goes_on(tmp_path: Path, job: Job) -> None:
     """A GPU lost mid-run: the sample that failed reads null for it, one warning, sampling stops, exit 0."""
-    sc = scenario(tmp_path, [{"uuid": "GPU-ok", "util": 30}, {"uuid": "GPU-lost", "util": 40, "fail_at": 1.5}])
+    lost = tmp_path / "lose-the-gpu"
+    sc = scenario(tmp_path, [{"uuid": "GPU-ok", "util": 30}, {"uuid": "GPU-lost", "util": 40, "fail_when": str(lost)}])
     rid = run_id()
     job.start(job_env(tmp_path / "traces", rid, sc))
     run_dir = tmp_path / "traces" / rid
     path = wait_for(lambda: gpu_files(run_dir), what="the sample file")[0]
+    wait_for(lambda: len(read_gpu(path)[1]) >= 2, what="samples")
+    lost.touch()
     wait_for(lambda: any(s["d"][1] is None for s in read_gpu(path)[1]), what="the failure")
     ((code, _, stderr),) = job.finish()
     assert code == 0, stderr

@@ -38,7 +38,8 @@ The scenario (JSON):
   - ``gpm`` (default false): ``nvmlGpmQueryDeviceSupport`` says the device has GPM;
   - ``zero``: the device reads 0 on every counter but ``mem_used`` (devices that have no counter);
   - ``fail_at`` (seconds from ``t0``) and ``fail_code`` (default ``NVML_ERROR_GPU_IS_LOST``): from then on,
-    every query of the device raises that error.
+    every query of the device raises that error; ``fail_when`` (a path): the same once that file exists (a
+    test's trigger, whatever the machine's load).
 
 ``pynvml.CALLS`` counts each function's calls in the process (a test can check no per-process query ran).
 """

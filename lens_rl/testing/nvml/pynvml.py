@@ -194,9 +194,12 @@ class _Device:
         fail = spec.get("fail_at")
         self.fail_at = None if fail is None else float(fail) + t0
         self.fail_code = int(spec.get("fail_code", NVML_ERROR_GPU_IS_LOST))
+        self.fail_when = spec.get("fail_when")
 
     def check(self, counter: str | None = None) -> None:
         if self.fail_at is not None and time.time() >= self.fail_at:
+            raise NVMLError(self.fail_code)
+        if self.fail_when is not None and os.path.exists(self.fail_when):
             raise NVMLError(self.fail_code)
         if counter is not None and counter in self.not_supported:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
