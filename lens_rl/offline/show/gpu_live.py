@@ -35,9 +35,9 @@ def gpu_state(beat: Mapping[str, Any], *, open_phases: int, running: bool) -> di
     if not devices:
         return None
     utils = [u for u in (_number(d.get("util")) for d in devices) if u is not None]
-    since = [d.get("idle_since_ns") for d in devices]
+    since = [s for s in (d.get("idle_since_ns") for d in devices) if type(s) is int]
     idle_s = None
-    if all(type(s) is int for s in since):
+    if len(since) == len(devices):  # every device has read 0 % since then
         idle_s = round(max(entry["t"] - max(since), 0) / 1e9, 3)
     alert = _number(entry.get("idle_alert_s"))
     return {
