@@ -47,7 +47,8 @@ GAUGES = {
     "sm_occupancy": ("rl.gpu.sm_occupancy", "%"),
     "tensor_active": ("rl.gpu.tensor_active", "%"),
 }
-#: The latest-sample file is rewritten at most this often (heartbeats read it every interval).
+#: The latest-sample file is rewritten every half heartbeat interval (heartbeats read it once an interval),
+#: and at most this often.
 LATEST_EVERY_S = 1.0
 
 
@@ -74,7 +75,11 @@ class GpuSampler:
         self.devices: list[Device] = []
         self.latest: tuple[int, list[Any]] | None = None  # (t ns, rows) of the last sample, the holder's
         self.samples = 0
-        self.cpu_s = 0.0  # the sampling thread's own CPU time
+        #: The sampling thread's own CPU seconds and the monotonic time, at the first and the latest sample
+        #: (the benchmark's figures: start-up apart from the steady state).
+        self.cpu_s = 0.0
+        self.first: tuple[float, float] | None = None
+        self.last: tuple[float, float] | None = None
         self.holding = False
         self._lock: int | None = None
         self._stop = threading.Event()
@@ -190,6 +195,9 @@ class GpuSampler:
                     out = None
             self._track_idle(now_ns, rows, final=failure is not None)
             self.cpu_s = time.thread_time()
+            self.last = (self.cpu_s, time.monotonic())
+            if self.first is None:
+                self.first = self.last
             if failure is not None:
                 warn_once(
                     "gpu-sampler",
@@ -212,7 +220,7 @@ class GpuSampler:
                 self._idle_since.setdefault(index, now_ns)
             else:
                 self._idle_since.pop(index, None)
-        if not final and time.monotonic() - self._latest_written < LATEST_EVERY_S:
+        if not final and time.monotonic() - self._latest_written < max(self.retry_s, LATEST_EVERY_S):
             return
         self._latest_written = time.monotonic()
         devices = {}
