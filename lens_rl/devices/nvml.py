@@ -164,30 +164,43 @@ def _percent(value: Any) -> float | None:
 def read(nv: Any, device: Device) -> list[Any]:
     """One sample of ``device``: values in :data:`~lens_rl.store.gpu.COUNTERS`' order, None where it has no
     such counter. A device reading 0 on every busy counter while its memory is in use has none of them (it
-    reports no counter: GB10, Thor; a live GPU always draws power and clocks), so they read None, never 0. Raises :class:`NvmlError`."""
-    row: list[Any] = [None] * len(COUNTERS)
+    reports no counter: GB10, Thor; a live GPU always draws power and clocks), so they read None, never 0.
+    Raises :class:`NvmlError` on an NVML error other than "not supported"."""
+    row: list[Any] = [None] * 8
     handle, has = device.handle, device.has
-    if "util" in has:
-        ok, rates = _try(nv, nv.nvmlDeviceGetUtilizationRates, handle)
-        if ok:
-            row[0], row[1] = int(rates.gpu), int(rates.memory)
-    if "mem_used" in has:
-        ok, memory = _try(nv, nv.nvmlDeviceGetMemoryInfo, handle)
-        if ok:
-            row[2] = int(memory.used)
-    if "power" in has:
-        ok, power = _try(nv, nv.nvmlDeviceGetPowerUsage, handle)
-        row[3] = int(power) if ok else None
-    if "sm_clock" in has:
-        ok, clock = _try(nv, nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
-        row[4] = int(clock) if ok else None
+    try:
+        if "util" in has:
+            rates = _or_none(nv, nv.nvmlDeviceGetUtilizationRates, handle)
+            if rates is not None:
+                row[0], row[1] = int(rates.gpu), int(rates.memory)
+        if "mem_used" in has:
+            memory = _or_none(nv, nv.nvmlDeviceGetMemoryInfo, handle)
+            if memory is not None:
+                row[2] = int(memory.used)
+        if "power" in has:
+            power = _or_none(nv, nv.nvmlDeviceGetPowerUsage, handle)
+            row[3] = None if power is None else int(power)
+        if "sm_clock" in has:
+            clock = _or_none(nv, nv.nvmlDeviceGetClockInfo, handle, nv.NVML_CLOCK_SM)
+            row[4] = None if clock is None else int(clock)
+    except nv.NVMLError as exc:
+        raise NvmlError(f"device {device.index}: {exc}") from exc
     if device.gpm is not None:
         _read_gpm(nv, device, row)
-    busy = [v for v in (row[0], row[1], row[3], row[4], row[5]) if v is not None]
-    if row[2] and (row[3] is not None or row[4] is not None) and not any(busy):
+    if row[2] and (row[3] is not None or row[4] is not None) and not any((row[0], row[1], row[3], row[4], row[5])):
         for slot in (0, 1, 3, 4, 5, 6, 7):
             row[slot] = None
     return row
+
+
+def _or_none(nv: Any, call: Any, *args: Any) -> Any:
+    """``call(*args)``, None when the device does not support it (any other NVML error propagates)."""
+    try:
+        return call(*args)
+    except nv.NVMLError as exc:
+        if _code(exc) == NOT_SUPPORTED:
+            return None
+        raise
 
 
 def _read_gpm(nv: Any, device: Device, row: list[Any]) -> None:

@@ -195,33 +195,40 @@ class _Device:
         self.fail_at = None if fail is None else float(fail) + t0
         self.fail_code = int(spec.get("fail_code", NVML_ERROR_GPU_IS_LOST))
         self.fail_when = spec.get("fail_when")
+        self.failing = self.fail_at is not None or self.fail_when is not None
+        #: counter -> a constant, or its segments as (start, end, value) floats (parsed once: reads are cheap)
+        self.timelines: dict[str, float | tuple[tuple[float, float, float], ...]] = {
+            name: _parse(spec.get(name, _IDLE.get(name, 0)))
+            for name in ("util", "mem_util", "mem_used", "power", "sm_clock", "clock", *_GPM_COUNTERS.values())
+        }
 
     def check(self, counter: str | None = None) -> None:
-        if self.fail_at is not None and time.time() >= self.fail_at:
-            raise NVMLError(self.fail_code)
-        if self.fail_when is not None and os.path.exists(self.fail_when):
-            raise NVMLError(self.fail_code)
+        if self.failing:
+            if self.fail_at is not None and time.time() >= self.fail_at:
+                raise NVMLError(self.fail_code)
+            if self.fail_when is not None and os.path.exists(self.fail_when):
+                raise NVMLError(self.fail_code)
         if counter is not None and counter in self.not_supported:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
     def value(self, counter: str, at: float | None = None) -> float:
         if self.zero and counter != "mem_used":
             return 0.0
-        return _at(self.spec.get(counter, _IDLE.get(counter, 0)), (time.time() if at is None else at) - self.t0)
+        return _at(self.timelines[counter], (time.time() if at is None else at) - self.t0)
 
     def mean(self, counter: str, start: float, end: float) -> float:
         """The time-weighted mean of ``counter`` over [start, end] (a GPM metric's window)."""
         if self.zero:
             return 0.0
-        timeline = self.spec.get(counter, 0)
+        timeline = self.timelines[counter]
         start, end = start - self.t0, end - self.t0
-        if end <= start or not isinstance(timeline, list):
+        if end <= start or isinstance(timeline, float):
             return _at(timeline, end)
         total = 0.0
-        for seg in timeline:
-            lo, hi = max(float(seg[0]), start), min(float(seg[1]), end)
+        for lo, hi, value in timeline:
+            lo, hi = max(lo, start), min(hi, end)
             if hi > lo:
-                total += (hi - lo) * float(seg[2])
+                total += (hi - lo) * value
         return total / (end - start)
 
 
@@ -230,14 +237,21 @@ class _Device:
 _IDLE = {"power": 60_000, "sm_clock": 1410}
 
 
-def _at(timeline: Any, t: float) -> float:
-    """A timeline's value at ``t``: a number is constant; ``[[start, end, value], ...]`` holds ``value`` in
-    [start, end) and 0 outside every segment."""
+def _parse(timeline: Any) -> float | tuple[tuple[float, float, float], ...]:
+    """A scenario's timeline: a number (constant), or ``[[start, end, value], ...]`` as float triples."""
     if isinstance(timeline, (int, float)):
         return float(timeline)
-    for seg in timeline:
-        if float(seg[0]) <= t < float(seg[1]):
-            return float(seg[2])
+    return tuple((float(seg[0]), float(seg[1]), float(seg[2])) for seg in timeline)
+
+
+def _at(timeline: float | tuple[tuple[float, float, float], ...], t: float) -> float:
+    """A timeline's value at ``t``: a constant, or ``value`` in [start, end) of its segment, 0 outside every
+    segment."""
+    if isinstance(timeline, float):
+        return timeline
+    for start, end, value in timeline:
+        if start <= t < end:
+            return value
     return 0.0
 
 
