@@ -189,3 +189,14 @@ def test_zero_hz_turns_sampling_off(tmp_path: Path, job: Job) -> None:
     ((code, stdout, stderr),) = job.finish()
     assert code == 0, stderr
     assert gpu_files(run_dir) == []
+
+
+def test_a_bad_rate_in_a_workers_environment_is_one_warning_and_telemetry_off(tmp_path: Path, job: Job) -> None:
+    """LENS_RL_OTEL_GPU_SAMPLE_HZ=50 on a worker: one warning naming the field and what is allowed, no files."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a"}])
+    rid = run_id()
+    job.start(job_env(tmp_path / "traces", rid, sc, LENS_RL_OTEL_GPU_SAMPLE_HZ="50"))
+    ((code, stdout, stderr),) = job.finish()
+    assert code == 0, stderr
+    assert stderr.count("gpu_sample_hz") == 1 and "from 0 (off) to 10" in stderr
+    assert not (tmp_path / "traces" / rid).exists()
