@@ -186,7 +186,7 @@ def _phase_rows(
         if row is None:
             row = phases[(group, str(name), bucket)] = {"count": 0, "total_s": 0.0, "acc": _acc()}
         row["count"] += int(count[i])
-        row["total_s"] = round(row["total_s"] + total[i] / 1e9, 6)
+        row["total_s"] = round(row["total_s"] + float(total[i]) / 1e9, 6)
         _add(row["acc"], per[i], peaks[i] if np.isfinite(peaks[i]) else np.nan)
         row.update(_sums(row["acc"]))
 
