@@ -1,24 +1,28 @@
-"""The store's GPU sample files: their format and header, as the sampler (``lens_rl.devices``) writes them.
+"""The GPU sample file's format: what the sampler (``lens_rl.devices``) writes and the offline tools read.
 
-``trace_dir/<run_id>/gpu-<host>-<pid>.jsonl``: one file per sampling process (the host's elected sampler; a
-sampler taken over by another process writes another file). Its first line is a header, then one short line
-per sample::
+``trace_dir/<run_id>/gpu-<host>-<pid>.jsonl``, one per sampling process (one per host and run at a time; a
+process that takes the sampling over writes its own file). Whole lines, each flushed as written::
 
     {"v": 1, "header": true, "format": "lens_rl.gpu/1", "kind": "gpu", "host": str, "run_id": str,
      "attempt": int, "pid": int, "since": ns, "hz": float,
      "devices": [{"i": int, "uuid": str, "name": str, "mem_total": int bytes, "has": [counter names]}]}
-    {"t": ns (wall clock), "d": [[util, mem_util, mem_used, power_mw, sm_clock_mhz, sm_active,
-                                  sm_occupancy, tensor_active], ...]}   (one list per device, header order)
+    {"t": ns, "d": [[util, mem_util, mem_used, power_mw, sm_clock_mhz, sm_active, sm_occupancy,
+                     tensor_active], ...]}
 
-Percentages are 0-100; ``null`` is a counter the device lacks (never 0); a whole device entry is ``null``
-where it was not read at that sample. A process names its devices in its span file's resource
-(``rl.gpu.uuids``). This module reads headers only (no numpy): the sample lines are read in bulk by
-:mod:`lens_rl.offline.read.gpu_samples`.
+A sample line's ``t`` is ``time.time_ns()`` at the reading; ``d`` holds one list per device in the header's
+order (or ``null`` for a device that could not be read at that sample), its values in :data:`COUNTERS`'
+order: percents (0-100) for the utilisations and activities, bytes, mW, MHz; ``null`` for a counter the
+device lacks (never 0 in its place). The header's ``has`` names the counters a device answered when the
+sampling started.
+
+A process names its devices in its span file's resource (``rl.gpu.uuids``). The readers here take headers
+only (no numpy): the sample lines are read in bulk by :mod:`lens_rl.offline.read.gpu_samples`.
 
 Example::
 
-    for path in gpu_files("lens_traces/run42"):
-        head = gpu_head(first_line_of(path))
+    gpu_path("lens_traces", "run42", "node-1", 4321)   # lens_traces/run42/gpu-node-1-4321.jsonl
+    for path in gpu_files(["lens_traces/run42"]):
+        ...
 """
 
 from __future__ import annotations
@@ -29,27 +33,59 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lens_rl.store.files import listed
-from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS
+from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS, safe_part
 from lens_rl.store.rows import loads
 
 __all__ = [
+    "COUNTERS",
     "GPU_COUNTERS",
     "GPU_FORMAT",
+    "GPU_KIND",
     "GPU_UUIDS",
+    "GPU_VERSION",
     "GpuDevice",
     "GpuHead",
     "gpu_files",
     "gpu_head",
+    "gpu_header",
+    "gpu_path",
     "gpu_uuids",
 ]
 
+GPU_VERSION = 1
 GPU_FORMAT = "lens_rl.gpu/1"
+GPU_KIND = "gpu"
+#: A sample's values, in the order of each device's list (and the names a header's ``has`` uses).
+COUNTERS = ("util", "mem_util", "mem_used", "power", "sm_clock", "sm_active", "sm_occupancy", "tensor_active")
+GPU_COUNTERS = COUNTERS  # (the readers' name for it)
 #: The resource attribute naming a process's devices (a list of NVML UUIDs).
 GPU_UUIDS = "rl.gpu.uuids"
-#: A sample line's values per device, in this order.
-GPU_COUNTERS = ("util", "mem_util", "mem_used", "power", "sm_clock", "sm_active", "sm_occupancy", "tensor_active")
 _MAX_DEVICES = 1024
 _MAX_HZ = 1000.0
+
+
+def gpu_path(trace_dir: str | Path, run_id: str, host: str, pid: int) -> Path:
+    """Where a sampling process writes: ``trace_dir/<run_id>/gpu-<host>-<pid>.jsonl`` (parts made harmless)."""
+    return Path(trace_dir) / safe_part(run_id, "run") / f"gpu-{safe_part(host, 'host')}-{int(pid)}.jsonl"
+
+
+def gpu_header(
+    *, host: str, run_id: str, attempt: int, pid: int, since_ns: int, hz: float, devices: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A sample file's header (the format above)."""
+    return {
+        "v": GPU_VERSION,
+        "header": True,
+        "format": GPU_FORMAT,
+        "kind": GPU_KIND,
+        "host": host,
+        "run_id": run_id,
+        "attempt": attempt,
+        "pid": pid,
+        "since": since_ns,
+        "hz": float(hz),
+        "devices": devices,
+    }
 
 
 class GpuDevice(NamedTuple):

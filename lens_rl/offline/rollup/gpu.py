@@ -157,7 +157,7 @@ def gpu_rollup(
             "devices": len(used),
         },
     }
-    warnings = _idle_in_productive(phase_rows) + _gaps(groups, lines) + _unavailable(devices, users)
+    warnings = _idle_in_productive(phase_rows) + _gaps(groups, lines) + _unavailable(devices, users, lines)
     return section, warnings
 
 
@@ -317,13 +317,19 @@ def _intersect(a: list[Any], b: list[Any]) -> list[tuple[int, int]]:
     return out
 
 
-def _unavailable(devices: Mapping[str, Any], users: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _unavailable(
+    devices: Mapping[str, Any], users: Mapping[str, Any], lines: Mapping[str, Timeline]
+) -> list[dict[str, Any]]:
+    """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all."""
     out = []
     for uuid, device in devices.items():
+        line = lines.get(uuid)
         if device.unavailable:
             why = "reads 0 on every counter while its memory is in use"
         elif "util" not in device.has:
             why = "has no utilisation counter"
+        elif line is None or not line.rates[:, _K].any():
+            why = "gave no utilisation reading"
         else:
             continue
         out.append(
