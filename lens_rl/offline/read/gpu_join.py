@@ -1,11 +1,12 @@
 """A device's samples as a step function of time, and its integrals over any intervals (vectorised).
 
-**What a sample stands for.** A sample at time ``t`` of a file sampled at ``hz`` stands for the period
-around it: ``[t - P/2, t + P/2)`` with ``P = 1/hz``, cut at the midpoint to its neighbour where samples are
-closer (sample-and-hold over one period, centred: a reading is NVML's duty cycle over about its own period).
-Where samples are further apart than ``P`` (the sampler stopped, a holder was killed before another took
-over) the time between is not measured: it reads neither busy nor idle. So a phase's figures are exact to
-within half a sample period at each of its ends.
+**What a sample stands for.** A sample at time ``t`` stands for the period around it: from the midpoint
+to the sample before to the midpoint to the sample after (sample-and-hold, centred: a reading is NVML's duty
+cycle over about its own period ``P = 1/hz``), at most ``P`` either side of ``t``. Samples at their regular
+``P`` apart each stand for ``[t - P/2, t + P/2)``; a sampler's jitter leaves no hole; where samples are more
+than ``2P`` apart (the sampler stopped, a holder was killed before another took over), the time beyond ``P``
+of either is not measured: it reads neither busy nor idle. So a phase's figures are exact to within half a
+sample period at each of its ends.
 
 **Measures** (per device, integrated over an interval, in ns): ``known`` (time with a utilisation reading),
 ``busy`` (utilisation x time, as a fraction), ``idle`` (time reading 0 %), ``sm`` / ``sm_known`` and
@@ -18,7 +19,7 @@ activity) at every sample while its memory is in use is flagged unavailable: its
 
 Example::
 
-    line = timeline(times, values, half_ns)             # one device's samples (values: (n, 8))
+    line = timeline(times, values, period_ns)           # one device's samples (values: (n, 8))
     line.idle_intervals()                               # where it read 0 %
     sums = line.integrals(starts, ends)                 # (spans, MEASURES) ns
 """
@@ -108,11 +109,11 @@ class Timeline:
         return out
 
 
-def timeline(times: Any, values: Any, half_ns: Any, unavailable: bool = False) -> Timeline:
-    """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``half_ns`` each sample's half period)
-    as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
+def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) -> Timeline:
+    """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``reach_ns`` each sample's period: how far
+    it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
     order = np.argsort(times, kind="stable")
-    t, v, h = times[order], values[order], np.broadcast_to(half_ns, times.shape)[order]
+    t, v, h = times[order], values[order], np.broadcast_to(reach_ns, times.shape)[order]
     keep = np.ones(t.size, bool)
     keep[1:] = t[1:] != t[:-1]  # (a time sampled twice: the first reading)
     t, v, h = t[keep], v[keep], h[keep]

@@ -39,7 +39,7 @@ _log = logging.getLogger("lens_rl")
 
 class Device(NamedTuple):
     """One device's samples from every file that sampled it: times (int64 ns), values ``(n, 8)`` (a counter
-    its header says it lacks: nan), each sample's half period (ns), and what the headers say of it."""
+    its header says it lacks: nan), each sample's period (ns: ``1/hz``), and what the headers say of it."""
 
     uuid: str
     host: str
@@ -49,7 +49,7 @@ class Device(NamedTuple):
     has: tuple[str, ...]
     t: Any
     v: Any
-    half: Any
+    period: Any
     unavailable: bool
     files: tuple[str, ...]
 
@@ -203,7 +203,7 @@ def read_devices(paths: Sequence[Path], cache: str | None = None) -> tuple[dict[
                 v[:, lacks] = np.nan
             values.append(v)
         v_all = np.concatenate(values) if values else np.zeros((0, COUNTERS))
-        half = np.concatenate([np.full(t.size, int(5e8 / h.hz), np.int64) for _d, h, t, _v, _n in pieces])
+        period = np.concatenate([np.full(t.size, int(1e9 / h.hz), np.int64) for _d, h, t, _v, _n in pieces])
         devices[uuid] = Device(
             uuid,
             head.host,
@@ -213,7 +213,7 @@ def read_devices(paths: Sequence[Path], cache: str | None = None) -> tuple[dict[
             device.has,
             np.concatenate([t for _d, _h, t, _v, _n in pieces]),
             v_all,
-            half,
+            period,
             flagged_unavailable(v_all),
             tuple(dict.fromkeys(n for *_x, n in pieces)),
         )
@@ -250,7 +250,7 @@ def gpu_look(paths: Sequence[Path], parts: Sequence[Any], stats: ReadStats, cach
     stats.add(read)
     if not devices:
         return GpuLook(found, devices, None, [])
-    lines = {u: timeline(d.t, d.v, d.half, d.unavailable) for u, d in devices.items() if d.t.size}
+    lines = {u: timeline(d.t, d.v, d.period, d.unavailable) for u, d in devices.items() if d.t.size}
     section, warnings = gpu_rollup(parts, devices, lines)
     return GpuLook(found, devices, section, warnings)
 
