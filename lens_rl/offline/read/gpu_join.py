@@ -1,12 +1,12 @@
 """A device's samples as a step function of time, and its integrals over any intervals (vectorised).
 
-**What a sample stands for.** A sample at time ``t`` stands for the period around it: from the midpoint
-to the sample before to the midpoint to the sample after (sample-and-hold, centred: a reading is NVML's duty
-cycle over about its own period ``P = 1/hz``), at most ``P`` either side of ``t``. Samples at their regular
-``P`` apart each stand for ``[t - P/2, t + P/2)``; a sampler's jitter leaves no hole; where samples are more
-than ``2P`` apart (the sampler stopped, a holder was killed before another took over), the time beyond ``P``
-of either is not measured: it reads neither busy nor idle. So a phase's figures are exact to within half a
-sample period at each of its ends.
+**What a sample stands for.** A sample at time ``t`` stands for the period around it (sample-and-hold,
+centred: a reading is NVML's duty cycle over about its own period ``P = 1/hz``): towards a neighbour at most
+``2P`` away, up to the midpoint between them (so a sampler's jitter leaves no hole); towards none (the file's
+first or last sample, or a neighbour further away: the sampler stopped, a holder was killed before another
+took over), ``P/2``, the time beyond read neither busy nor idle. Samples at their regular ``P`` apart each
+stand for ``[t - P/2, t + P/2)``, so a phase's figures are exact to within half a sample period at each of
+its ends.
 
 **Measures** (per device, integrated over an interval, in ns): ``known`` (time with a utilisation reading),
 ``busy`` (utilisation x time, as a fraction), ``idle`` (time reading 0 %), ``sm`` / ``sm_known`` and
@@ -117,11 +117,13 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
     keep = np.ones(t.size, bool)
     keep[1:] = t[1:] != t[:-1]  # (a time sampled twice: the first reading)
     t, v, h = t[keep], v[keep], h[keep]
-    a, b = t - h, t + h
+    a, b = t - h // 2, t + h // 2
     if t.size > 1:
-        mid = t[:-1] + (t[1:] - t[:-1]) // 2
-        a[1:] = np.maximum(a[1:], mid)
-        b[:-1] = np.minimum(b[:-1], mid)
+        gap = t[1:] - t[:-1]
+        near = gap <= 2 * np.maximum(h[1:], h[:-1])  # (a neighbour within two periods: up to the midpoint)
+        mid = t[:-1] + gap // 2
+        a[1:] = np.where(near, mid, a[1:])
+        b[:-1] = np.where(near, mid, b[:-1])
     util, sm, tensor = (v[:, column].astype(np.float64) / 100.0 for column in (_UTIL, _SM, _TENSOR))
     if unavailable:  # (its readings are no readings)
         util, sm, tensor = (np.full_like(util, np.nan) for _ in range(3))
