@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,7 +32,20 @@ from lens_rl.offline.run.index import complete_end, file_identity, grown_only, t
 from lens_rl.store import ReadStats, loads
 from lens_rl.store.gpu import GPU_COUNTERS, GpuDevice, GpuHead, gpu_files
 
-__all__ = ["Device", "GpuLook", "gpu_look", "read_devices", "read_file_blocks", "sample_files", "with_gpu"]
+__all__ = [
+    "LANE_BINS",
+    "Device",
+    "GpuLook",
+    "gpu_lanes",
+    "gpu_look",
+    "read_devices",
+    "read_file_blocks",
+    "sample_files",
+    "with_gpu",
+]
+
+#: the columns of the report's GPU lanes (each the devices' mean busy over its stretch of the window)
+LANE_BINS = 240
 
 _log = logging.getLogger("lens_rl")
 
@@ -227,6 +240,7 @@ class GpuLook(NamedTuple):
     devices: dict[str, Device]
     section: dict[str, Any] | None
     warnings: list[dict[str, Any]]
+    lines: dict[str, Any] = {}
 
 
 def sample_files(span_paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
@@ -252,7 +266,7 @@ def gpu_look(paths: Sequence[Path], parts: Sequence[Any], stats: ReadStats, cach
         return GpuLook(found, devices, None, [])
     lines = {u: timeline(d.t, d.v, d.period, d.unavailable) for u, d in devices.items() if d.t.size}
     section, warnings = gpu_rollup(parts, devices, lines)
-    return GpuLook(found, devices, section, warnings)
+    return GpuLook(found, devices, section, warnings, lines)
 
 
 def with_gpu(report: Any, look: GpuLook) -> Any:
@@ -263,3 +277,38 @@ def with_gpu(report: Any, look: GpuLook) -> Any:
         report["gpu"] = look.section
         report["warnings"] = list(report["warnings"]) + look.warnings
     return report
+
+
+def gpu_lanes(look: GpuLook, timeline: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's GPU lane per rank shown in ``timeline`` (its spans): the rank's devices' mean busy % in
+    each of :data:`LANE_BINS` stretches of the timeline's window (None: no reading), and the stretches' start
+    in ms from the window's start (the timeline's axis)."""
+    if look.section is None or not timeline:
+        return []
+    origin = min(s["start"] for s in timeline)
+    end = max(s["end"] for s in timeline)
+    if end <= origin:
+        return []
+    edges = np.linspace(origin, end, LANE_BINS + 1).astype(np.int64)
+    shown = {s["process"] for s in timeline}
+    lanes = []
+    for rank in look.section["ranks"]:
+        label = f"{rank['worker_group']} rank {rank['rank']} (pid {rank['pid']})"
+        lines = [look.lines[u] for u in rank["devices"] if u in look.lines]
+        if label not in shown or not lines:
+            continue
+        known = busy = np.zeros(LANE_BINS)
+        for line in lines:
+            sums = line.integrals(edges[:-1], edges[1:])
+            known, busy = known + sums[:, 0], busy + sums[:, 1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            value = np.where(known > 0, 100 * busy / known, np.nan)
+        lanes.append(
+            {
+                "process": label,
+                "devices": list(rank["devices"]),
+                "ms": ((edges[:-1] - origin) / 1e6).tolist(),
+                "busy": [None if np.isnan(v) else round(float(v), 1) for v in value],
+            }
+        )
+    return lanes
