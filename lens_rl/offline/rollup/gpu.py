@@ -74,26 +74,35 @@ def _add(acc: dict[str, Any], measures: Any, mem: float) -> None:
         acc["mem"] = mem if acc["mem"] is None else max(acc["mem"], mem)
 
 
-class _Joined:
-    """One process's devices joined to intervals: the devices' mean per interval (``(n, MEASURES)`` ns) and
-    memory peak (nan: none)."""
+class _Queries:
+    """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
+    productive spans' union), and what its devices answered: each measure summed over them (the devices'
+    mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
+    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
 
-    def __init__(self, lines: list[Timeline]) -> None:
-        self.lines = lines
+    def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
+        self.intervals = intervals
+        self.sums = [np.zeros((len(lo), len(MEASURES))) for lo, _hi in intervals]
+        self.mem = [np.full(len(lo), np.nan) for lo, _hi in intervals]
+        self.counts = np.zeros(len(MEASURES))
+        self.devices = 0
 
-    def over(self, starts: Any, ends: Any) -> tuple[Any, Any]:
-        total = np.zeros((len(starts), len(MEASURES)))
-        mem = np.full(len(starts), np.nan)
-        counts = np.zeros(len(MEASURES))
-        for line in self.lines:
-            total += line.integrals(starts, ends)
-            counts += line.rates.any(axis=0) if line.rates.size else 0
-            with np.errstate(invalid="ignore"):
-                mem = np.fmax(mem, line.mem_peak(starts, ends))
+    def answer(self, line: Timeline) -> None:
+        for (lo, hi), sums, mem in zip(self.intervals, self.sums, self.mem, strict=True):
+            if len(lo):
+                sums += line.integrals(lo, hi)
+                np.fmax(mem, line.mem_peak(lo, hi), out=mem)
+        self.counts += line.rates.any(axis=0) if line.rates.size else 0
+        self.devices += 1
+
+    def mean(self) -> None:
+        """Sums over devices as the devices' mean (each measure over the devices that have it)."""
+        counts = self.counts.copy()
         counts[[_K, _BUSY, _IDLE]] = counts[_K]
         counts[[_SMK, _SM]] = counts[_SMK]
         counts[[_TK, _T]] = counts[_TK]
-        return total / np.maximum(counts, 1), mem
+        for sums in self.sums:
+            sums /= np.maximum(counts, 1)
 
 
 def _merged_gpu(parts: Iterable[Any]) -> dict[Any, Any]:
@@ -109,56 +118,94 @@ def gpu_rollup(
     parts: Iterable[Any], devices: Mapping[str, Any], lines: Mapping[str, Timeline]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
-    known) and the GPU warnings, from the parts, the sampled devices and their timelines (by UUID)."""
-    processes = _merged_gpu(parts)
+    known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
+    may build each when asked: each is asked for once)."""
+    processes = sorted(_merged_gpu(parts).items())
+    users: dict[str, list[Any]] = {}
+    queries: dict[Any, _Queries] = {}
+    columns: dict[Any, tuple[Any, ...]] = {}
+    for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in processes:
+        for uuid in uuids:
+            users.setdefault(uuid, []).append(key)
+        starts, ends = np.frombuffer(starts_a, np.int64), np.frombuffer(ends_a, np.int64)
+        index, span_steps = np.frombuffer(index_a, np.int32), np.frombuffer(steps_a, np.int64)
+        values, step_lo, step_hi = _step_hulls(span_steps, starts, ends)
+        productive = _productive(keys, index, starts, ends)
+        hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
+        queries[key] = _Queries([(starts, ends), hull, (step_lo, step_hi), productive])
+        columns[key] = (uuids, starts, ends, keys, index, values)
+    device_rows, idle, util_read = [], {}, set()
+    for uuid, device in devices.items():
+        line = lines.get(uuid)
+        device_rows.append(_device_row(uuid, device, line, [_who(k) for k in users.get(uuid, [])]))
+        if line is None:
+            continue
+        if line.rates[:, _K].any():
+            util_read.add(uuid)
+        if uuid in users:
+            idle[uuid] = line.idle_intervals()
+            for key in users[uuid]:
+                queries[key].answer(line)
+        del line
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
     steps: dict[int, dict[str, Any]] = {}
     ranks: list[dict[str, Any]] = []
-    users: dict[str, list[dict[str, Any]]] = {}
-    productive = np.zeros(len(MEASURES))
+    productive_busy = 0.0
     groups: dict[str, list[tuple[Any, Any]]] = {}
-    for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in sorted(processes.items()):
-        who = {"worker_group": key.group, "rank": key.rank, "pid": key.pid}
-        for uuid in uuids:
-            users.setdefault(uuid, []).append(who)
-        joined = _Joined([lines[u] for u in uuids if u in lines])
-        starts, ends = np.frombuffer(starts_a, np.int64), np.frombuffer(ends_a, np.int64)
-        index, span_steps = np.frombuffer(index_a, np.int32), np.frombuffer(steps_a, np.int64)
+    for key, (uuids, starts, ends, keys, index, values) in columns.items():
+        done = queries[key]
+        done.mean()
         groups.setdefault(key.group, []).append((key, (uuids, starts, ends, keys, index)))
         if not starts.size:
             continue
-        sums, mem = joined.over(starts, ends)
-        _phase_rows(phases, key.group, keys, index, starts, ends, sums, mem)
-        _step_rows(steps, joined, span_steps, starts, ends)
-        lo, hi = np.array([starts.min()]), np.array([ends.max()])
-        whole, peak = joined.over(lo, hi)
+        _phase_rows(phases, key.group, keys, index, starts, ends, done.sums[0], done.mem[0])
+        for i, step in enumerate(values.tolist()):
+            _add(steps.setdefault(step, _acc()), done.sums[2][i], done.mem[2][i])
         acc = _acc()
-        _add(acc, whole[0], peak[0])
-        ranks.append({**who, "attempt": key.attempt, "devices": list(uuids), **_sums(acc)})
-        mine = [i for i, (_name, bucket) in enumerate(keys) if bucket == "productive"]
-        if mine:
-            chosen = np.isin(index, mine)
-            union = np.array(merge_intervals(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)))
-            if union.size:
-                # (device-ns: the mean over its devices times their count)
-                productive += joined.over(union[:, 0], union[:, 1])[0].sum(axis=0) * len(joined.lines)
-    used = sorted({u for u in users if u in lines and lines[u].rates[:, _K].any()})
+        _add(acc, done.sums[1][0], done.mem[1][0])
+        ranks.append({**_who(key), "attempt": key.attempt, "devices": list(uuids), **_sums(acc)})
+        # (device-ns: the mean over its devices times their count)
+        productive_busy += float(done.sums[3][:, _BUSY].sum()) * done.devices
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.pop("acc", None)
     section = {
-        "devices": _device_rows(devices, lines, users),
+        "devices": device_rows,
         "phases": phase_rows,
         "steps": [{"step": s, **_sums(acc)} for s, acc in sorted(steps.items())],
         "ranks": ranks,
         "goodput": {
             "goodput": None,
-            "busy_productive_s": round(float(productive[_BUSY]) / 1e9, 6),
-            "devices": len(used),
+            "busy_productive_s": round(productive_busy / 1e9, 6),
+            "devices": len(util_read & set(users)),
         },
     }
-    warnings = _idle_in_productive(phase_rows) + _gaps(groups, lines) + _unavailable(devices, users, lines)
+    warnings = _idle_in_productive(phase_rows) + _gaps(groups, idle) + _unavailable(devices, users, util_read)
     return section, warnings
+
+
+def _who(key: Any) -> dict[str, Any]:
+    return {"worker_group": key.group, "rank": key.rank, "pid": key.pid}
+
+
+def _step_hulls(span_steps: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
+    """A process's steps (ints) and each one's first start and last end."""
+    stepped = span_steps != NO_STEP
+    values, at = np.unique(span_steps[stepped], return_inverse=True)
+    lo = np.full(values.size, np.iinfo(np.int64).max)
+    hi = np.full(values.size, np.iinfo(np.int64).min)
+    np.minimum.at(lo, at, starts[stepped])
+    np.maximum.at(hi, at, ends[stepped])
+    return values, lo, hi
+
+
+def _productive(keys: list[Any], index: Any, starts: Any, ends: Any) -> tuple[Any, Any]:
+    """The union of a process's productive spans, as (starts, ends)."""
+    mine = [i for i, (_name, bucket) in enumerate(keys) if bucket == "productive"]
+    chosen = np.isin(index, mine)
+    union = merge_intervals(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True))
+    pairs = np.array(union, np.int64).reshape(-1, 2)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
 def gpu_goodput(section: dict[str, Any], wall_s: float | None) -> None:
@@ -191,48 +238,24 @@ def _phase_rows(
         row.update(_sums(row["acc"]))
 
 
-def _step_rows(steps: dict[int, Any], joined: _Joined, span_steps: Any, starts: Any, ends: Any) -> None:
-    """One process's steps (first to last span of each) summed into the step rows."""
-    stepped = span_steps != NO_STEP
-    if not stepped.any():
-        return
-    values, at = np.unique(span_steps[stepped], return_inverse=True)
-    lo = np.full(values.size, np.iinfo(np.int64).max)
-    hi = np.full(values.size, np.iinfo(np.int64).min)
-    np.minimum.at(lo, at, starts[stepped])
-    np.maximum.at(hi, at, ends[stepped])
-    sums, mem = joined.over(lo, hi)
-    for i, step in enumerate(values.tolist()):
-        acc = steps.get(step)
-        if acc is None:
-            acc = steps[step] = _acc()
-        _add(acc, sums[i], mem[i])
-
-
-def _device_rows(devices: Mapping[str, Any], lines: Mapping[str, Timeline], users: Mapping[str, Any]) -> list[Any]:
-    rows = []
-    for uuid, device in devices.items():
-        acc = _acc()
-        line = lines.get(uuid)
-        if line is not None:
-            whole = line.integrals(line.a[:1], line.b[-1:])[0]
-            _add(acc, whole, float(np.nanmax(line.mem)) if not np.isnan(line.mem).all() else np.nan)
-        rows.append(
-            {
-                "uuid": uuid,
-                "host": device.host,
-                "index": device.number,
-                "name": device.name,
-                "mem_total_bytes": device.mem_total,
-                "has": list(device.has),
-                "samples": int(device.t.size),
-                "unavailable": bool(device.unavailable),
-                "processes": users.get(uuid, []),
-                "files": list(device.files),
-                **_sums(acc),
-            }
-        )
-    return rows
+def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
+    acc = _acc()
+    if line is not None:
+        whole = line.integrals(line.a[:1], line.b[-1:])[0]
+        _add(acc, whole, float(np.nanmax(line.mem)) if not np.isnan(line.mem).all() else np.nan)
+    return {
+        "uuid": uuid,
+        "host": device.host,
+        "index": device.number,
+        "name": device.name,
+        "mem_total_bytes": device.mem_total,
+        "has": list(device.has),
+        "samples": int(device.t.size),
+        "unavailable": bool(device.unavailable),
+        "processes": users,
+        "files": list(device.files),
+        **_sums(acc),
+    }
 
 
 def _idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -255,13 +278,13 @@ def _idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], lines: Mapping[str, Timeline]) -> list[dict[str, Any]]:
+def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``gpu_idle_gap`` warnings: per group, the stretches where every one of its devices read idle while the
     group ran, by the phases on either side (the group's span that ended last before the stretch, the one
     that started first after it)."""
     out = []
     for group, members in sorted(groups.items()):
-        uuids = sorted({u for _key, cols in members for u in cols[0] if u in lines})
+        uuids = sorted({u for _key, cols in members for u in cols[0] if u in idle_of})
         spans = [cols for _key, cols in members if cols[1].size]
         if not uuids or not spans:
             continue
@@ -270,7 +293,7 @@ def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], lines: Mapping[str, Timel
         names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
         idle = [(int(starts.min()), int(ends.max()))]
         for uuid in uuids:
-            idle = _intersect(idle, lines[uuid].idle_intervals().tolist())
+            idle = _intersect(idle, idle_of[uuid].tolist())
         found: dict[tuple[str, str], list[float]] = {}
         for lo, hi in idle:
             if hi - lo < GAP_S * 1e9:
@@ -317,18 +340,15 @@ def _intersect(a: list[Any], b: list[Any]) -> list[tuple[int, int]]:
     return out
 
 
-def _unavailable(
-    devices: Mapping[str, Any], users: Mapping[str, Any], lines: Mapping[str, Timeline]
-) -> list[dict[str, Any]]:
+def _unavailable(devices: Mapping[str, Any], users: Mapping[str, Any], util_read: set[str]) -> list[dict[str, Any]]:
     """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all."""
     out = []
     for uuid, device in devices.items():
-        line = lines.get(uuid)
         if device.unavailable:
             why = "reads 0 on every counter while its memory is in use"
         elif "util" not in device.has:
             why = "has no utilisation counter"
-        elif line is None or not line.rates[:, _K].any():
+        elif uuid not in util_read:
             why = "gave no utilisation reading"
         else:
             continue

@@ -233,6 +233,27 @@ def read_devices(paths: Sequence[Path], cache: str | None = None) -> tuple[dict[
     return devices, stats
 
 
+class Timelines(Mapping[str, Any]):
+    """Each device's :func:`timeline`, built when asked for and not kept (a day of 64 devices' timelines at
+    once would not fit in memory)."""
+
+    def __init__(self, devices: Mapping[str, Device]) -> None:
+        self.devices = {u: d for u, d in devices.items() if d.t.size}
+
+    def __getitem__(self, uuid: str) -> Any:
+        d = self.devices[uuid]
+        return timeline(d.t, d.v, d.period, d.unavailable)
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self.devices
+
+    def __iter__(self) -> Any:
+        return iter(self.devices)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+
 class GpuLook(NamedTuple):
     """What a look found of the run's GPUs: its sample files, devices, section and warnings (None: no file)."""
 
@@ -240,7 +261,7 @@ class GpuLook(NamedTuple):
     devices: dict[str, Device]
     section: dict[str, Any] | None
     warnings: list[dict[str, Any]]
-    lines: dict[str, Any] = {}
+    lines: Mapping[str, Any] = {}
 
 
 def sample_files(span_paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
@@ -264,7 +285,7 @@ def gpu_look(paths: Sequence[Path], parts: Sequence[Any], stats: ReadStats, cach
     stats.add(read)
     if not devices:
         return GpuLook(found, devices, None, [])
-    lines = {u: timeline(d.t, d.v, d.period, d.unavailable) for u, d in devices.items() if d.t.size}
+    lines = Timelines(devices)
     section, warnings = gpu_rollup(parts, devices, lines)
     return GpuLook(found, devices, section, warnings, lines)
 
