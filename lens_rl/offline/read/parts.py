@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
+from lens_rl.offline.read.gpu_spans import NO_STEP, merged_gpu
 from lens_rl.offline.read.intervals import (
     covered,
     merge_packed,
@@ -34,6 +35,7 @@ __all__ = [
     "BUCKETS",
     "COMPUTE_BUCKETS",
     "EXACT_DURATIONS",
+    "NO_STEP",
     "PhasePart",
     "ProcessPart",
     "RequestsPart",
@@ -41,6 +43,7 @@ __all__ = [
     "SlotsState",
     "StepPart",
     "median",
+    "merged_gpu",
     "merge_parts",
     "share_steps",
     "step_key",
@@ -214,6 +217,9 @@ class ProcessPart:
     remote_tokens: dict[str, list[float]] = field(default_factory=dict)
     #: its vLLM request spans' numbers (:class:`RequestsPart`), or None
     requests: RequestsPart | None = None
+    #: a GPU process's phase spans kept for the join with its devices' samples
+    #: (:mod:`lens_rl.offline.read.gpu_spans`), or None
+    gpu: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -303,6 +309,7 @@ class ProcessPart:
         self.cycles += other.cycles
         self.requests = _folded(self.requests, other.requests)
         self.crit = _folded(self.crit, other.crit)
+        self.gpu = merged_gpu(self.gpu, other.gpu)
         self._merge_tables(other)
 
     def _merge_tables(self, other: ProcessPart) -> None:
