@@ -47,8 +47,8 @@ GAUGES = {
     "sm_occupancy": ("rl.gpu.sm_occupancy", "%"),
     "tensor_active": ("rl.gpu.tensor_active", "%"),
 }
-#: The latest-sample file is rewritten every half heartbeat interval (heartbeats read it once an interval),
-#: and at most this often.
+#: The latest-sample file is rewritten every heartbeat interval (heartbeats read it once an interval), and
+#: at most this often.
 LATEST_EVERY_S = 1.0
 
 
@@ -83,6 +83,10 @@ class GpuSampler:
         self.holding = False
         self._lock: int | None = None
         self._stop = threading.Event()
+        # Held until stop() releases it: the loop waits by acquiring it with a timeout, one primitive wait
+        # (an Event's wait goes through a Condition: a new lock and several Python calls per wake).
+        self._halt = threading.Lock()
+        self._halt.acquire()
         self._thread: threading.Thread | None = None
         self._idle_since: dict[int, int] = {}
         self._latest_written = 0.0
@@ -98,13 +102,25 @@ class GpuSampler:
 
     def stop(self, timeout_s: float = 1.0) -> None:
         """Stop sampling (waiting at most ``timeout_s`` for the thread) and give the lock up."""
-        self._stop.set()
+        if not self._stop.is_set():
+            self._stop.set()
+            try:
+                self._halt.release()
+            except RuntimeError:  # a concurrent stop() released it first
+                pass
         thread = self._thread
         if thread is not None and thread is not threading.current_thread() and os.getpid() == self.pid:
             thread.join(max(timeout_s, 0.0))
         if thread is None or not thread.is_alive():
             election.unlock(self._lock)
             self._lock = None
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait ``seconds`` (at least none); True once stopped."""
+        if self._halt.acquire(timeout=max(seconds, 0.0)):
+            self._halt.release()  # stays free: every later wait returns at once
+            return True
+        return False
 
     def _run(self) -> None:
         try:
@@ -118,7 +134,7 @@ class GpuSampler:
                     self.holding = True
                     self._hold()
                     return
-                if self._stop.wait(self.retry_s):
+                if self._wait(self.retry_s):
                     return
         except Exception as exc:  # never the job's problem
             internal_error(exc, "gpu-sampler")
@@ -175,7 +191,7 @@ class GpuSampler:
     def _loop(self, nv: Any, out: Any) -> None:
         period = 1.0 / self.hz
         due = time.monotonic()
-        while not self._stop.wait(max(due - time.monotonic(), 0.0)):
+        while not self._wait(due - time.monotonic()):
             now_ns = time.time_ns()
             rows: list[Any] = []
             failure: NvmlError | None = None
@@ -220,7 +236,7 @@ class GpuSampler:
                 self._idle_since.setdefault(index, now_ns)
             else:
                 self._idle_since.pop(index, None)
-        if not final and time.monotonic() - self._latest_written < max(self.retry_s, LATEST_EVERY_S):
+        if not final and time.monotonic() - self._latest_written < max(2 * self.retry_s, LATEST_EVERY_S):
             return
         self._latest_written = time.monotonic()
         devices = {}
