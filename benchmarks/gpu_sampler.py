@@ -78,6 +78,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
+        tempfile.tempdir = folder  # the sampler's local lock files go there too, and away with it
         os.environ[nvml.SCENARIO_ENV] = nvml.write_scenario(
             os.path.join(folder, "gpus.json"), devices(args.devices), t0=time.time()
         )

@@ -33,6 +33,9 @@ def job_env(
         "LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS": "1000",
         "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p),
     }
+    node_tmp = Path(trace_dir).parent / "node-tmp"  # the host's local lock files: in the test's folder
+    node_tmp.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(node_tmp)
     if standin:
         env = nvml.env(scenario, base=env)
     env.update(extra)

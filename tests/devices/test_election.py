@@ -5,8 +5,19 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from lens_rl.devices import election
+
+
+@pytest.fixture(autouse=True)
+def _local_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The host's lock files in the test's own folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield
 
 
 def test_one_holder_per_run_and_runs_apart() -> None:

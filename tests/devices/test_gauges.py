@@ -31,7 +31,7 @@ lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "exporter": "otl
 time.sleep(1.5)
 assert lens_rl.shutdown_telemetry(5000)
 """
-    out = run_python(code, env=nvml.env(sc, base={"PYTHONPATH": ROOT}))
+    out = run_python(code, env=nvml.env(sc, base={"PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)}))
     assert out.returncode == 0, out.stderr
     points: dict[tuple[str, str], float] = {}
     hosts = set()
@@ -66,7 +66,7 @@ with lens_rl.traced_phase("generation"):
     time.sleep(3)
 lens_rl.shutdown_telemetry(5000)
 """
-    env = nvml.env(sc, base={"PYTHONPATH": ROOT})
+    env = nvml.env(sc, base={"PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)})
     env.update(
         LENS_RL_OTEL_ENABLED="true",
         LENS_RL_OTEL_TRACE_DIR=str(tmp_path / "traces"),
