@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
+from lens_rl.offline.read.gpu_spans import NO_STEP, merged_gpu
 from lens_rl.offline.read.intervals import (
     covered,
     merge_packed,
@@ -34,6 +35,7 @@ __all__ = [
     "BUCKETS",
     "COMPUTE_BUCKETS",
     "EXACT_DURATIONS",
+    "NO_STEP",
     "PhasePart",
     "ProcessPart",
     "RequestsPart",
@@ -41,6 +43,7 @@ __all__ = [
     "SlotsState",
     "StepPart",
     "median",
+    "merged_gpu",
     "merge_parts",
     "share_steps",
     "step_key",
@@ -216,6 +219,9 @@ class ProcessPart:
     requests: RequestsPart | None = None
     #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
     pipe: Any = None
+    #: a GPU process's phase spans kept for the join with its devices' samples
+    #: (:mod:`lens_rl.offline.read.gpu_spans`), or None
+    gpu: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
@@ -306,6 +312,7 @@ class ProcessPart:
         self.requests = _folded(self.requests, other.requests)
         self.crit = _folded(self.crit, other.crit)
         self.pipe = _folded(self.pipe, other.pipe)
+        self.gpu = merged_gpu(self.gpu, other.gpu)
         self._merge_tables(other)
 
     def _merge_tables(self, other: ProcessPart) -> None:
