@@ -29,9 +29,11 @@ from typing import Any
 from lens_rl._errors import internal_error
 from lens_rl.config.values import (
     Parser,
+    ProfileSpec,
     as_endpoint,
     as_path,
     as_positive_float,
+    as_profile,
     as_rate,
     as_str,
     choice,
@@ -42,6 +44,7 @@ from lens_rl.config.values import (
     parse_bool,
     parse_headers,
     positive_int,
+    profile_to_env,
     strip_userinfo,
 )
 
@@ -125,6 +128,8 @@ class TelemetryConfig:
     hang_timeout_s: float = param(600.0, "LENS_RL_OTEL_HANG_TIMEOUT_S", as_positive_float)
     #: Frameworks woven at every init (``lens_rl.instrument``): ``trl``, ``verl``, ... or ``all``; none by default.
     instrument: tuple[str, ...] = param((), "LENS_RL_OTEL_INSTRUMENT", name_list(FRAMEWORKS))
+    #: Profiler windows (``lens_rl.devices.profile``): steps, groups, ranks, backend, caps; unset: on request only.
+    profile: ProfileSpec | None = param(None, "LENS_RL_OTEL_PROFILE", as_profile, to_env=profile_to_env)
 
     @property
     def resolved_endpoint(self) -> str:

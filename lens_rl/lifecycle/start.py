@@ -286,6 +286,17 @@ def _activate(handle: Handle, role: str) -> None:
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
     _weave_configured(handle)
+    _profile_windows(handle)
+
+
+def _profile_windows(handle: Any) -> None:
+    """The profiler windows' step hook (``lens_rl.devices.profile``): telemetry on, so requests are looked at."""
+    try:
+        from lens_rl.devices.profile import install
+
+        install(handle)
+    except Exception as exc:
+        internal_error(exc, "profile")
 
 
 def _weave_configured(handle: Any) -> None:
