@@ -32,6 +32,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
+from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
 from lens_rl.devices.profile_requests import PROFILES, REQUEST_FILE, matches, read_request, write_answer
 from lens_rl.store.format import safe_part
@@ -122,6 +123,10 @@ class Profiler:
         self.captures: dict[str, tuple[list[str], list[str]]] = {}  # request id -> (files, errors)
         self.done: set[int] = set()  # steps captured (or tried) here: never twice
         self.lock = threading.Lock()
+        self.auto: AutoTrigger | None = None
+        if spec is not None and spec.steps == "auto":
+            decides = getattr(handle, "role", "") == "driver" or self.rank == 0
+            self.auto = AutoTrigger(self.run, self.group, self.rank, decides)
         self._backend: Backend | None = None
         self._watch: threading.Event | None = None
 
@@ -135,8 +140,11 @@ class Profiler:
             internal_error(exc, "profile-boundary")
 
     def step_end(self, step: Any, end_ns: int) -> None:
-        """A step umbrella closed: the window of its step ends here."""
-        window = self.window
+        """A step umbrella closed: the window of its step ends here (and ``auto`` looks at its wall)."""
+        auto, last, window = self.auto, RUNTIME.last_step, self.window
+        if auto is not None and last is not None and last["step"] == step:
+            profiled = window is not None or step in self.done
+            auto.step_done(step, last["wall_s"], last["seconds"]["productive"], profiled)
         if window is not None and window.step == step and window.thread == threading.get_ident():
             self._close_safe(window.cut or "step end")
 

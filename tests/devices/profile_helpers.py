@@ -45,7 +45,7 @@ def start_loop(
     )
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 240) -> tuple[str, str]:
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[str, str]:
     """Wait for a loop; its output and errors (it must have ended well)."""
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]

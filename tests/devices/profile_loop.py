@@ -3,8 +3,9 @@
 Telemetry from the environment (a worker of group ``trainer``); each step an umbrella ``train_step`` with a
 ``forward`` phase of matrix products (torch when importable, else pure Python). Prints one ``step N loss X``
 line a step and ``done`` last. ``LOOP_PAUSE_S`` waits between steps (a request may arrive meanwhile);
-``LOOP_START_FILE``: the loop waits for that file before its first step, ``LOOP_FAIL_PROFILER``: the job's
-torch profiler raises when started.
+``LOOP_PHASES`` phases a step (default 1), ``LOOP_INNER`` products a phase (default 20) of ``LOOP_SIZE``-square
+matrices (default 64); ``LOOP_BARRIER_DIR``: each step ends in a phase ``allreduce`` (idle) where the two ranks
+wait for each other (files in that folder); ``LOOP_FAIL_PROFILER``: the job's torch profiler raises when started.
 """
 
 from __future__ import annotations
@@ -33,22 +34,31 @@ def main() -> None:
 
         torch.profiler.profile.start = fail
     lens_rl.init_telemetry_worker(rank=rank, world_size=2, worker_group="trainer")
-    start_file = os.environ.get("LOOP_START_FILE")
-    while start_file and not Path(start_file).exists():
-        time.sleep(0.05)
-    x = torch.ones(64, 64) if torch is not None else None
+    phases = int(os.environ.get("LOOP_PHASES", "1"))
+    inner = int(os.environ.get("LOOP_INNER", "20"))
+    size = int(os.environ.get("LOOP_SIZE", "64"))
+    barrier = Path(os.environ["LOOP_BARRIER_DIR"]) if os.environ.get("LOOP_BARRIER_DIR") else None
+    torch.manual_seed(0) if torch is not None else None
+    x = torch.rand(size, size) if torch is not None else None
     for step in range(steps):
         with lens_rl.traced_phase("step", step=step):
-            with lens_rl.traced_phase("forward", bucket="productive"):
-                loss = 0.0
-                for _ in range(20):
-                    if torch is not None:
-                        x = torch.tanh(x @ x / 64)
-                        loss = float(x.mean())
-                    else:
-                        loss += sum(i * i for i in range(2000)) * 1e-12
-                if step == slow_step:
+            loss = 0.0
+            for phase in range(phases):
+                with lens_rl.traced_phase("forward" if phase % 2 == 0 else "backward", bucket="productive"):
+                    for _ in range(inner):
+                        if torch is not None:
+                            x = torch.tanh(x @ x / size + 0.1)
+                            loss = float(x.mean())
+                        else:
+                            loss += sum(i * i for i in range(2000)) * 1e-12
+            if step == slow_step:
+                with lens_rl.traced_phase("forward", bucket="productive"):
                     time.sleep(slow_s)
+            if barrier:  # a collective: each rank waits for the other's arrival
+                with lens_rl.traced_phase("allreduce", bucket="idle"):
+                    (barrier / f"step{step}-rank{rank}").touch()
+                    while not (barrier / f"step{step}-rank{1 - rank}").exists():
+                        time.sleep(0.002)
         print(f"step {step} loss {loss:.6f}", flush=True)
         if pause:
             time.sleep(pause)
