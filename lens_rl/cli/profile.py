@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from lens_rl.cli.inputs import CliError, parse_steps, run_dir
 
-__all__ = ["cmd_profile"]
+__all__ = ["cmd_profile", "format_profiles"]
 
 #: How often the answers are looked at while waiting.
 POLL_S = 0.2
@@ -86,3 +88,21 @@ def _done(run: Path, files: list[str], errors: list[str]) -> int:
     for text in sorted(set(errors)):
         print(f"lens-rl: profile: {text}", file=sys.stderr)
     return 0
+
+
+def format_profiles(captures: Sequence[Mapping[str, Any]]) -> str:
+    """``lens-rl goodput``'s section of captures: one line each, and a torch capture's phases under it."""
+    lines = ["", "profiler captures (paths relative to the run folder)"]
+    for row in captures:
+        missing = "" if row["exists"] else "  (file missing)"
+        lines.append(
+            f"  step {row['step']}  {row['worker_group']} rank {row['rank']}  {row['backend']}  {row['reason']}: "
+            f"{row['path']}{missing}"
+        )
+        for phase in row.get("summary") or []:
+            kernel = "" if phase["kernel_s"] is None else f"  kernels {phase['kernel_s']:.3f}s"
+            idle = "" if phase["no_kernel_share"] is None else f"  no kernel running {phase['no_kernel_share']:.0%}"
+            lines.append(
+                f"      {phase['phase']:24s} {phase['wall_s']:8.3f}s  cpu ops {phase['cpu_op_s']:.3f}s{kernel}{idle}"
+            )
+    return "\n".join(lines)
