@@ -34,6 +34,7 @@ from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
 from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
+from lens_rl.devices.profile_devices import claim_device, device_key, release_device
 from lens_rl.devices.profile_requests import PROFILES, REQUEST_FILE, matches, read_request, write_answer
 from lens_rl.store.format import safe_part
 
@@ -75,6 +76,7 @@ class Window:
         "parent",
         "cut",
         "rss0",
+        "device",
     )
 
     def __init__(self, step: int, backend: str, name: str, reason: str, request: str | None, parent: Any) -> None:
@@ -88,6 +90,7 @@ class Window:
         self.thread = threading.get_ident()
         self.cut: str | None = None
         self.rss0 = _rss()
+        self.device: Path | None = None
 
 
 class Profiler:
@@ -167,13 +170,14 @@ class Profiler:
         if now >= self.next_look:
             self.next_look = now + REQUEST_EVERY_S
             self._look(step)
-        if self.window is not None or self.windows >= self.max_windows or step in self.done:
-            return
-        planned = self.planned.pop(step, None)
-        if planned is not None:
-            self._open(parent, step, *planned)
-        elif self.config_steps is not None and self.config_steps[0] <= step <= self.config_steps[1]:
-            self._open(parent, step, "config", None, None)
+        with self.lock:  # (threads of one process reaching a boundary at once open one window)
+            if self.window is not None or self.windows >= self.max_windows or step in self.done:
+                return
+            planned = self.planned.pop(step, None)
+            if planned is not None:
+                self._open(parent, step, *planned)
+            elif self.config_steps is not None and self.config_steps[0] <= step <= self.config_steps[1]:
+                self._open(parent, step, "config", None, None)
 
     # ------------------------------------------------------------------ requests
 
@@ -188,9 +192,14 @@ class Profiler:
         reason: str = request["reason"] if isinstance(request.get("reason"), str) else "request"
         steps = request["steps"]
         wanted = [step + 1] if steps == "next" else list(range(max(steps[0], step), steps[1] + 1))
+        self.captures.setdefault(request["id"], ([], []))
+        if self.windows >= self.max_windows:
+            self._failed(
+                request["id"], backend or self.backend, BackendMissingError(f"max_windows ({self.max_windows}) reached")
+            )
+            return
         for want in wanted[: self.max_windows]:
             self.planned[want] = (reason, request["id"], backend)
-        self.captures.setdefault(request["id"], ([], []))
 
     # ------------------------------------------------------------------ windows
 
@@ -198,14 +207,18 @@ class Profiler:
         backend_name = backend or self.backend
         self.done.add(step)
         name = f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}"
+        claimed = None
         try:
             made = make_backend(backend_name)
             (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
+            claimed = claim_device(self.run / PROFILES, device_key(backend_name))
             window = Window(step, backend_name, name, reason, request, parent)
             window.start_ns = time.time_ns()
             made.start(name)
             window.started_ns = time.time_ns()
+            window.device = claimed
         except Exception as exc:
+            release_device(claimed)
             self._failed(request, backend_name, exc)
             return
         self.windows += 1
@@ -231,6 +244,7 @@ class Profiler:
         if window is None or backend is None:
             return
         files: list[str] = []
+        device = window.device
         error = None
         stop_ns = time.time_ns()
         try:
@@ -240,6 +254,7 @@ class Profiler:
             error = f"{window.backend} backend failed: {type(exc).__name__}: {exc}"
             warn_once(f"profile-{window.backend}-failed", "lens_rl: profiler window not written (%s)", error)
         end_ns = time.time_ns()
+        release_device(device)
         self._span(window, files, why, stop_ns, end_ns, error)
         if window.request is not None:
             done, errors = self.captures.setdefault(window.request, ([], []))

@@ -124,3 +124,19 @@ def test_with_telemetry_off_no_request_is_ever_looked_at(tmp_path: Path) -> None
     finish(start_loop(0, 4, env))
     assert sorted(p.name for p in run.iterdir()) == [REQUEST_FILE]
     assert not (tmp_path / "cuda.log").exists()
+
+
+def test_two_processes_on_one_device_never_profile_at_once(tmp_path: Path) -> None:
+    """Two ranks sharing a device, both configured for step 2 and meeting at each step's end: one window opens,
+    the other process says the device is busy (one warning) and goes on."""
+    (tmp_path / "barrier").mkdir()
+    env = _cuda_env(tmp_path, "steps=2-2,backend=cuda")
+    env.update({"LOOP_BARRIER_DIR": str(tmp_path / "barrier"), "CUDA_VISIBLE_DEVICES": "0", "LOOP_INNER": "200"})
+    procs = [start_loop(rank, 4, env) for rank in (0, 1)]
+    errs = [finish(proc)[1] for proc in procs]
+    windows = profile_spans(tmp_path / "t" / "r1")
+    assert len(windows) == 1, windows
+    assert sum("has a profiler window open in process" in err for err in errs) == 1, errs
+    calls = (tmp_path / "cuda.log").read_text().split()
+    assert calls[::2] == ["cudaProfilerStart", "cudaProfilerStop"]
+    assert not list((tmp_path / "t" / "r1" / "profiles").glob(".device-*.lock"))
