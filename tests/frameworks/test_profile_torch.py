@@ -60,6 +60,21 @@ def test_config_profiles_exactly_the_configured_steps_of_the_configured_rank(tmp
                 <= umbrella["e"] / 1000 + 1
             )
         assert window["b"] <= umbrella["e"] and window["e"] >= umbrella["e"]
+    done = subprocess.run(
+        [sys.executable, "-m", "lens_rl", "goodput", str(run), "--json"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    captures = json.loads(done.stdout)["profiles"]
+    assert [(c["step"], c["rank"], c["reason"]) for c in captures] == [(3, 1, "config"), (4, 1, "config")]
+    for capture in captures:
+        (forward,) = capture["summary"]
+        assert forward["phase"] == "forward" and 0 < forward["cpu_op_s"] <= forward["wall_s"]
+        assert forward["kernel_s"] is None and forward["no_kernel_share"] is None  # a CPU-only trace
 
 
 def test_a_request_while_the_job_runs_captures_the_next_step_of_rank_1(tmp_path: Path) -> None:
