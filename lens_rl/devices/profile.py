@@ -117,7 +117,7 @@ class Profiler:
             self.config_steps = None
         #: what the engine compares a phase's step with (ALWAYS while a window is open)
         self.step: Any = None
-        self.current: Any = None
+        self.current: int | None = None
         self.windows = 0
         self.window: Window | None = None
         self.planned: dict[int, tuple[str, str | None, str | None]] = {}  # step -> (reason, request id, backend)
@@ -158,10 +158,10 @@ class Profiler:
                 return  # a phase of the window's own step
             if window.thread == threading.get_ident():
                 self._close_safe(window.cut or "step end")
-        if not isinstance(step, int) or isinstance(step, bool):
+        if step.__class__ is not int:  # (a bool or a framework's text step: no window)
             return
         current = self.current
-        if isinstance(current, int) and step < current:
+        if current is not None and step < current:
             return  # a late phase of an older step (an async pipeline): no boundary
         self.current = step
         if self.window is None:
@@ -170,13 +170,16 @@ class Profiler:
         if now >= self.next_look:
             self.next_look = now + REQUEST_EVERY_S
             self._look(step)
+        config = self.config_steps
+        if not self.planned and (config is None or not config[0] <= step <= config[1]):
+            return  # (the common case: no window wanted at this step)
         with self.lock:  # (threads of one process reaching a boundary at once open one window)
             if self.window is not None or self.windows >= self.max_windows or step in self.done:
                 return
             planned = self.planned.pop(step, None)
             if planned is not None:
                 self._open(parent, step, *planned)
-            elif self.config_steps is not None and self.config_steps[0] <= step <= self.config_steps[1]:
+            elif config is not None and config[0] <= step <= config[1]:
                 self._open(parent, step, "config", None, None)
 
     # ------------------------------------------------------------------ requests

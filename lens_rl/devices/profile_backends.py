@@ -65,10 +65,11 @@ def _job_torch() -> Any:
     return torch
 
 
-def _cuda_in_use(torch: Any) -> bool:
+def cuda_in_use(torch: Any) -> bool:
+    """Has the job initialised CUDA through ``torch`` (a torch without CUDA, or a broken one: no)?"""
     try:
         return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
-    except Exception:
+    except (RuntimeError, AttributeError, AssertionError, OSError):
         return False
 
 
@@ -85,7 +86,7 @@ class TorchBackend(Backend):
     def start(self, name: str) -> None:
         activity = self.torch.profiler.ProfilerActivity
         activities = [activity.CPU]
-        if _cuda_in_use(self.torch):
+        if cuda_in_use(self.torch):
             activities.append(activity.CUDA)
         self.prof = self.torch.profiler.profile(activities=activities)
         self.prof.start()
@@ -140,7 +141,7 @@ class CudaBackend(Backend):
 
 def _cuda_api() -> Any:
     torch = sys.modules.get("torch")
-    if torch is not None and _cuda_in_use(torch):
+    if torch is not None and cuda_in_use(torch):
         return torch.cuda.cudart()
     for name in ("cuda.bindings.runtime", "cuda.cudart"):
         try:

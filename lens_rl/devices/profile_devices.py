@@ -19,6 +19,7 @@ import socket
 import sys
 from pathlib import Path
 
+from lens_rl.devices.profile_backends import cuda_in_use
 from lens_rl.store.format import safe_part
 
 __all__ = ["DeviceBusyError", "claim_device", "device_key", "release_device"]
@@ -32,11 +33,7 @@ def device_key(backend: str) -> str | None:
     """The device a window of ``backend`` would profile, as a lock name; None for a CPU-only window."""
     if backend == "torch":
         torch = sys.modules.get("torch")
-        try:
-            on_gpu = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
-        except Exception:
-            on_gpu = False
-        if not on_gpu:
+        if torch is None or not cuda_in_use(torch):
             return None
     devices = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() or "all"
     return safe_part(f"{socket.gethostname()}-{devices}", "device")
