@@ -42,6 +42,8 @@ __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
 
 #: How often a process looks at the request file (seconds), at most.
 REQUEST_EVERY_S = 1.0
+#: A request written this long before the process's telemetry started is an earlier attempt's: left alone.
+STALE_REQUEST_NS = 600 * 10**9
 #: How often the watcher reads the process's memory while a window is open.
 WATCH_EVERY_S = 0.1
 
@@ -126,6 +128,7 @@ class Profiler:
         self.captures: dict[str, tuple[list[str], list[str]]] = {}  # request id -> (files, errors)
         self.done: set[int] = set()  # steps captured (or tried) here: never twice
         self.lock = threading.Lock()
+        self.created_ns = time.time_ns()
         self.auto: AutoTrigger | None = None
         if spec is not None and spec.steps == "auto":
             decides = getattr(handle, "role", "") == "driver" or self.rank == 0
@@ -174,6 +177,8 @@ class Profiler:
         if not self.planned and (config is None or not config[0] <= step <= config[1]):
             return  # (the common case: no window wanted at this step)
         with self.lock:  # (threads of one process reaching a boundary at once open one window)
+            for missed in [want for want in self.planned if want < step]:  # (a step this process never began)
+                del self.planned[missed]
             if self.window is not None or self.windows >= self.max_windows or step in self.done:
                 return
             planned = self.planned.pop(step, None)
@@ -189,6 +194,9 @@ class Profiler:
         if request is None or request["id"] == self.request_seen:
             return
         self.request_seen = request["id"]
+        written = request.get("written_ns")
+        if isinstance(written, int) and written < self.created_ns - STALE_REQUEST_NS:
+            return  # left by an earlier attempt of the run: not this process's to take
         if not matches(request, self.group, self.rank):
             return
         backend: str | None = request["backend"] if request.get("backend") in ("torch", "cuda", "vllm") else None

@@ -140,3 +140,16 @@ def test_two_processes_on_one_device_never_profile_at_once(tmp_path: Path) -> No
     calls = (tmp_path / "cuda.log").read_text().split()
     assert calls[::2] == ["cudaProfilerStart", "cudaProfilerStop"]
     assert not list((tmp_path / "t" / "r1" / "profiles").glob(".device-*.lock"))
+
+
+def test_a_request_left_by_an_earlier_attempt_is_not_taken(tmp_path: Path) -> None:
+    """A request written long before the process started (a previous attempt's) is left alone: no capture."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    write_request(run, steps=(0, 3), backend="cuda")
+    body = json.loads((run / REQUEST_FILE).read_text())
+    body["written_ns"] -= 2 * 3600 * 10**9
+    (run / REQUEST_FILE).write_text(json.dumps(body))
+    finish(start_loop(0, 4, _cuda_env(tmp_path, "")))
+    assert not profile_spans(run)
+    assert not (tmp_path / "cuda.log").exists()
