@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # annotations only: the runtime imports neither OpenTelemetry
 
     from lens_rl.config import TelemetryConfig
 
-__all__ = ["ACTIVE", "AMBIENT", "RUNTIME", "FastSpans", "Handle", "PhaseRecorder", "Runtime"]
+__all__ = ["ACTIVE", "AMBIENT", "RUNTIME", "FastSpans", "Handle", "PhaseRecorder", "Runtime", "StepHook"]
 
 #: The innermost phase entered with ``with`` in this context (a linked stack of tokens).
 ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("lens_rl_phase", default=None)
@@ -69,6 +69,17 @@ class PhaseRecorder(Protocol):
     def record_seconds(self, name: str, bucket: str, seconds: float) -> None: ...
 
     def drain(self) -> None: ...
+
+
+class StepHook(Protocol):
+    """What the phase engine calls at step boundaries (``lens_rl.devices.profile.Profiler``)."""
+
+    #: The last step a boundary was called for.
+    step: Any
+
+    def boundary(self, step: Any, parent: Any) -> None: ...
+
+    def step_end(self, step: Any, end_ns: int) -> None: ...
 
 
 class Handle(Protocol):
@@ -138,6 +149,7 @@ class Runtime:
         "worker_init",
         "otel_keys",
         "step_claim",
+        "step_hook",
     )
 
     def __init__(self) -> None:
@@ -196,6 +208,11 @@ class Runtime:
         #: Called by the first phase with a step of a process ``lens-rl run`` started, before it opens (that
         #: process may claim the driver's role); set by the bootstrap, cleared by the call. Survives reset.
         self.step_claim: Callable[[], None] | None = None
+        #: Called at step boundaries (``lens_rl.devices.profile``: profiler windows) when set: the engine calls
+        #: ``boundary(step, parent)`` when a step umbrella opens (``parent``: its span) and before a phase that
+        #: carries a step other than ``step_hook.step`` starts (``parent``: its parent context), and
+        #: ``step_end(step, end_ns)`` when an umbrella closes. None: nothing is called.
+        self.step_hook: StepHook | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())
@@ -269,6 +286,7 @@ class Runtime:
         self.last_shutdown = None
         self.last_step = None
         self.weight_version = None
+        self.step_hook = None
         self.open_phases.clear()
         self.phase_cache.clear()
         _errors.forget()

@@ -14,6 +14,7 @@ from typing import Any
 
 from lens_rl.cli.cache import command_cache
 from lens_rl.cli.inputs import CliError, check_steps, parallel, parse_steps, run_dir, span_files_of
+from lens_rl.cli.profile import format_profiles
 from lens_rl.offline.run.parallel import no_gc
 
 __all__ = ["cmd_demo", "cmd_goodput", "cmd_perfetto", "cmd_replay", "cmd_report", "cmd_run", "cmd_status", "cmd_watch"]
@@ -73,10 +74,17 @@ def cmd_goodput(args: argparse.Namespace) -> int:
             f"lens-rl: skipped {report['skipped_lines']} unreadable line(s) (e.g. a killed process's last line)",
             file=sys.stderr,
         )
+    from lens_rl.offline.run.profiles import profiles_of
+
+    captures = profiles_of(path)  # (none without a profiles/ folder: nothing read)
+    if captures:
+        report["profiles"] = captures  # type: ignore[typeddict-unknown-key]
     if args.json:
         _print_json(report)
     else:
         print(format_table(report, all_steps=args.steps is not None))
+        if captures:
+            print(format_profiles(captures))
     return 0
 
 

@@ -16,6 +16,7 @@ from lens_rl.cli.commands import (
     cmd_status,
     cmd_watch,
 )
+from lens_rl.cli.profile import cmd_profile
 
 __all__ = ["build_parser"]
 
@@ -144,6 +145,18 @@ def _run(sub: _Subparsers) -> None:
     run.set_defaults(func=cmd_run)
 
 
+def _profile(sub: _Subparsers) -> None:
+    prof = sub.add_parser("profile", help="ask the running job for a profiler window; print the captured files")
+    prof.add_argument("trace_dir", metavar="TRACE_DIR")
+    _add_run(prof)
+    prof.add_argument("--group", metavar="G", help="the worker group (a name or glob; default every group)")
+    prof.add_argument("--rank", type=int, metavar="N", help="the rank (default every rank)")
+    prof.add_argument("--steps", default="next", metavar="next|A-B", help="the steps to capture (default next)")
+    prof.add_argument("--backend", choices=("torch", "cuda", "vllm"), help="the profiler (default: the job's config)")
+    prof.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (default 300)")
+    prof.set_defaults(func=cmd_profile)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``lens-rl`` parser: ``--version`` and the commands, in the order ``--help`` lists them."""
     from lens_rl._version import __version__
@@ -151,6 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lens-rl", description="lens_rl: goodput and traces for RL jobs")
     parser.add_argument("--version", action="version", version=f"lens-rl {__version__}")
     sub = parser.add_subparsers(dest="command")
-    for add in (_demo, _goodput, _perfetto, _report, _replay, _status, _watch, _run):
+    for add in (_demo, _goodput, _perfetto, _report, _replay, _status, _watch, _run, _profile):
         add(sub)
     return parser

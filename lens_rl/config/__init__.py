@@ -29,9 +29,11 @@ from typing import Any
 from lens_rl._errors import internal_error
 from lens_rl.config.values import (
     Parser,
+    ProfileSpec,
     as_endpoint,
     as_path,
     as_positive_float,
+    as_profile,
     as_rate,
     as_sample_hz,
     as_str,
@@ -43,6 +45,7 @@ from lens_rl.config.values import (
     parse_bool,
     parse_headers,
     positive_int,
+    profile_to_env,
     strip_userinfo,
 )
 
@@ -130,6 +133,8 @@ class TelemetryConfig:
     gpu_sample_hz: float = param(2.0, "LENS_RL_OTEL_GPU_SAMPLE_HZ", as_sample_hz)
     #: ``status`` marks a process ``GPU IDLE`` once its GPUs read 0 % this long while a phase is open.
     gpu_idle_alert_s: float = param(300.0, "LENS_RL_OTEL_GPU_IDLE_ALERT_S", as_positive_float)
+    #: Profiler windows (``lens_rl.devices.profile``): steps, groups, ranks, backend, caps; unset: on request only.
+    profile: ProfileSpec | None = param(None, "LENS_RL_OTEL_PROFILE", as_profile, to_env=profile_to_env)
 
     @property
     def resolved_endpoint(self) -> str:

@@ -5,3 +5,7 @@
 
 Started by the lifecycle when telemetry is on; nothing here is imported by ``import lens_rl``.
 """
+
+from lens_rl.devices.profile_backends import register_engine
+
+__all__ = ["register_engine"]

@@ -309,6 +309,17 @@ def _activate(handle: Handle, role: str) -> None:
         except Exception as exc:
             internal_error(exc, "activate-hook")
     _start_devices(handle)
+    _profile_windows(handle)
+
+
+def _profile_windows(handle: Any) -> None:
+    """The profiler windows' step hook (``lens_rl.devices.profile``): telemetry on, so requests are looked at."""
+    try:
+        from lens_rl.devices.profile import install
+
+        install(handle)
+    except Exception as exc:
+        internal_error(exc, "profile")
 
 
 def _start_devices(handle: Any) -> None:

@@ -66,6 +66,13 @@ def record_crash(failure: BaseException) -> None:
 def _shutdown(timeout_ms: int) -> bool:
     deadline = time.monotonic() + timeout_ms / 1000.0
     hooks_ok = True
+    if RUNTIME.step_hook is not None:  # an open profiler window is written (and its span sent) first
+        try:
+            from lens_rl.devices.profile import uninstall
+
+            uninstall()
+        except Exception as exc:
+            internal_error(exc, "profile-shutdown")
     for hook in RUNTIME.shutdown_hooks:  # e.g. Ray workers flushed before the driver closes
         try:
             hooks_ok = bool(hook(max(int((deadline - time.monotonic()) * 1000), 0))) and hooks_ok

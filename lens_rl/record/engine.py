@@ -138,6 +138,11 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         version = RUNTIME.weight_version
         if version is not None and kind_of(spec.name) == "generation":  # what it generates with
             attributes["rl.weight_version"] = version
+        hook = RUNTIME.step_hook
+        if hook is not None and (bucket is not None or own_step is None):
+            step = own_step if own_step is not None else carried_step
+            if step is not None and step != hook.step:  # a first phase of a new step: before it starts
+                hook.boundary(step, parent_ctx)
         if start_ns is None:
             start_ns = time.time_ns()
         fast = handle.fast
@@ -159,6 +164,8 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         elif parent_node is not None:
             node.step_node = parent_node.step_node
         RUNTIME.open_phases[span_id] = node
+        if umbrella and hook is not None:  # a step umbrella began: its window opens inside it
+            hook.boundary(own_step, span)
         return node
     except Exception as exc:
         internal_error(exc, "phase-start")
@@ -234,6 +241,9 @@ def _account(node: Node, end_ns: int) -> None:
     handle = RUNTIME.handle
     if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
         end_step(node, end_ns, duration_s, handle)
+        hook = RUNTIME.step_hook
+        if hook is not None:
+            hook.step_end(node.step, end_ns)
     if handle is None:
         return
     if handle.phase_metrics is not None:

@@ -26,10 +26,13 @@ __all__ = [
     "Degrading",
     "GoodputReport",
     "GpuSection",
+    "GoodputWithProfiles",
     "GroupRow",
     "JobRow",
     "Persistent",
     "PhaseRow",
+    "PhaseSummary",
+    "ProfileRow",
     "RankRow",
     "RequestsRow",
     "SlowStep",
@@ -506,3 +509,38 @@ def _walk(value: Any, hint: Any, where: str, out: list[str], most: int) -> None:
 @functools.cache
 def _hints(typed_dict: Any) -> dict[str, Any]:
     return typing.get_type_hints(typed_dict)
+
+
+# ---------------------------------------------------------------------- profiler captures (issue 47)
+
+
+class PhaseSummary(TypedDict):
+    """One phase inside a ``torch`` capture's window."""
+
+    phase: str
+    wall_s: float
+    cpu_op_s: float
+    kernel_s: float | None  # None: the trace has no device kernels (a CPU-only capture)
+    no_kernel_share: float | None
+
+
+class ProfileRow(TypedDict):
+    """One profiler capture (``lens-rl goodput --json`` ``profiles``): an ``rl.profile`` span and its file."""
+
+    step: int | None
+    worker_group: str
+    rank: int
+    pid: int
+    backend: str  # torch | cuda | vllm
+    reason: str  # config | request | auto: step N took X.Xx the median
+    path: str | None  # relative to the run folder: profiles/<group>-<rank>-step<N>.<ext>
+    exists: bool
+    ended_by: str  # step end | max_bytes | shutdown
+    wall_s: float
+    summary: list[PhaseSummary] | None  # torch captures only
+
+
+class GoodputWithProfiles(GoodputReport, total=False):
+    """What ``lens-rl goodput --json`` prints: the report and, where the run has captures, ``profiles``."""
+
+    profiles: list[ProfileRow]

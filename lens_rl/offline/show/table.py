@@ -17,8 +17,8 @@ from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import seconds as _secs
 from lens_rl.offline.show.formats import share
-from lens_rl.offline.show.pipeline import format_pipeline
 from lens_rl.offline.show.gpu_table import gpu_lines
+from lens_rl.offline.show.pipeline import format_pipeline
 from lens_rl.offline.show.requests import format_requests
 
 __all__ = ["MAX_STEP_ROWS", "format_table"]

@@ -107,5 +107,9 @@ def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **option
     key = (options.get("steps"), options.get("warmup_steps", 1))
     kept = [*paths, *sample_files(paths)[0]]  # (its sample files too: a page of grown samples is built again)
     page = kept_page(options.get("cache"), kept, key, lambda: build_report(paths, **options))
+    if paths:  # each profiled step linked to its capture (a run without profiles/ is not read again)
+        from lens_rl.offline.show.report.profiles import with_profiles
+
+        page = with_profiles(page, Path(paths[0]).parent, Path(output))
     Path(output).write_text(page, encoding="utf-8")
     return len(page.encode("utf-8"))

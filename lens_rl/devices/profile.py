@@ -1,0 +1,381 @@
+"""Profiler windows at step boundaries: one step captured by the configured backend, linked to its step.
+
+:class:`Profiler` is the process's :data:`lens_rl._runtime.RUNTIME` ``step_hook``, installed by the lifecycle
+when telemetry starts (never while off: then no file is looked at, ever). The phase engine calls it at step
+boundaries only (a driver's step umbrella opening and closing; a worker's first phase of a new step), so a phase
+pays one slot read. At a boundary it:
+
+* closes the open window if its step is over (or it was cut: ``max_bytes``, estimated by the memory the
+  process grew by while it was open, checked by a watcher thread that only marks it);
+* at most once a second, looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`);
+* opens a window when this step is wanted: by the config's ``steps`` (on the config's ``groups`` / ``ranks``),
+  by a request naming this process, or by the automatic trigger's request; at most ``max_windows``.
+
+A window is one step of one process: ``profiles/<group>-<rank>-step<N>.<ext>`` in the run folder, and a span
+``rl.profile`` (bucket ``overhead``) over it with ``rl.profile.path``, ``rl.profile.backend`` and
+``rl.profile.reason``. A missing or failing backend is one warning; the step never fails.
+
+Example::
+
+    profiler = install(handle)       # RUNTIME.step_hook = profiler
+    ...
+    profiler.close("shutdown")
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from lens_rl._errors import internal_error, warn_once
+from lens_rl._runtime import RUNTIME
+from lens_rl.devices.profile_auto import AutoTrigger
+from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
+from lens_rl.devices.profile_devices import claim_device, device_key, release_device
+from lens_rl.devices.profile_requests import PROFILES, REQUEST_FILE, matches, read_request, write_answer
+from lens_rl.store.format import safe_part
+
+__all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
+
+#: How often a process looks at the request file (seconds), at most.
+REQUEST_EVERY_S = 1.0
+#: A request written this long before the process's telemetry started is an earlier attempt's: left alone.
+STALE_REQUEST_NS = 600 * 10**9
+#: How often the watcher reads the process's memory while a window is open.
+WATCH_EVERY_S = 0.1
+
+
+class _Always:
+    """A step equal to none: while a window is open the engine calls the hook at every phase (cut checks)."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+ALWAYS = _Always()
+
+
+class Window:
+    """One open capture."""
+
+    __slots__ = (
+        "step",
+        "backend",
+        "name",
+        "reason",
+        "request",
+        "start_ns",
+        "started_ns",
+        "thread",
+        "parent",
+        "cut",
+        "rss0",
+        "device",
+    )
+
+    def __init__(self, step: int, backend: str, name: str, reason: str, request: str | None, parent: Any) -> None:
+        self.step = step
+        self.backend = backend
+        self.name = name
+        self.reason = reason
+        self.request = request
+        self.parent = parent
+        self.start_ns = self.started_ns = 0
+        self.thread = threading.get_ident()
+        self.cut: str | None = None
+        self.rss0 = _rss()
+        self.device: Path | None = None
+
+
+class Profiler:
+    """The step hook of one process (see the module docstring)."""
+
+    def __init__(self, handle: Any) -> None:
+        config = handle.config
+        resource = handle.resource.attributes
+        self.handle = handle
+        self.spec = getattr(config, "profile", None)
+        self.group = str(resource.get("rl.worker_group", "worker"))
+        try:
+            self.rank = int(resource.get("nv.dl.rank", 0))
+        except (TypeError, ValueError):
+            self.rank = 0
+        self.run = Path(config.trace_dir) / safe_part(config.run_id or "run", "run")
+        self.request_path = self.run / REQUEST_FILE
+        spec = self.spec
+        self.backend = spec.backend if spec is not None else "torch"
+        self.max_windows = spec.max_windows if spec is not None else 2
+        self.max_bytes = spec.max_bytes if spec is not None else 512 << 20
+        self.config_steps = spec.steps if spec is not None and isinstance(spec.steps, tuple) else None
+        if self.config_steps is not None and not _chosen(spec, self.group, self.rank):
+            self.config_steps = None
+        #: what the engine compares a phase's step with (ALWAYS while a window is open)
+        self.step: Any = None
+        self.current: int | None = None
+        self.windows = 0
+        self.window: Window | None = None
+        self.planned: dict[int, tuple[str, str | None, str | None]] = {}  # step -> (reason, request id, backend)
+        self.next_look = 0.0
+        self.request_seen: str | None = None
+        self.captures: dict[str, tuple[list[str], list[str]]] = {}  # request id -> (files, errors)
+        self.done: set[int] = set()  # steps captured (or tried) here: never twice
+        self.lock = threading.Lock()
+        self.created_ns = time.time_ns()
+        self.auto: AutoTrigger | None = None
+        if spec is not None and spec.steps == "auto":
+            decides = getattr(handle, "role", "") == "driver" or self.rank == 0
+            self.auto = AutoTrigger(self.run, self.group, self.rank, decides)
+        self._backend: Backend | None = None
+        self._watch: threading.Event | None = None
+
+    # ------------------------------------------------------------------ the engine's calls
+
+    def boundary(self, step: Any, parent: Any) -> None:
+        """A step began here (``parent``: the umbrella's span, or a worker phase's parent context). Never raises."""
+        try:
+            self._boundary(step, parent)
+        except Exception as exc:
+            internal_error(exc, "profile-boundary")
+
+    def step_end(self, step: Any, end_ns: int) -> None:
+        """A step umbrella closed: the window of its step ends here (and ``auto`` looks at its wall)."""
+        auto, last, window = self.auto, RUNTIME.last_step, self.window
+        if auto is not None and last is not None and last["step"] == step:
+            profiled = window is not None or step in self.done
+            auto.step_done(step, last["wall_s"], last["seconds"]["productive"], profiled)
+        if window is not None and window.step == step and window.thread == threading.get_ident():
+            self._close_safe(window.cut or "step end")
+
+    def _boundary(self, step: Any, parent: Any) -> None:
+        window = self.window
+        if window is not None:
+            if window.cut is None and step == window.step:
+                return  # a phase of the window's own step
+            if window.thread == threading.get_ident():
+                self._close_safe(window.cut or "step end")
+        if step.__class__ is not int:  # (a bool or a framework's text step: no window)
+            return
+        current = self.current
+        if current is not None and step < current:
+            return  # a late phase of an older step (an async pipeline): no boundary
+        self.current = step
+        if self.window is None:
+            self.step = step
+        now = time.monotonic()
+        if now >= self.next_look:
+            self.next_look = now + REQUEST_EVERY_S
+            self._look(step)
+        config = self.config_steps
+        if not self.planned and (config is None or not config[0] <= step <= config[1]):
+            return  # (the common case: no window wanted at this step)
+        with self.lock:  # (threads of one process reaching a boundary at once open one window)
+            for missed in [want for want in self.planned if want < step]:  # (a step this process never began)
+                del self.planned[missed]
+            if self.window is not None or self.windows >= self.max_windows or step in self.done:
+                return
+            planned = self.planned.pop(step, None)
+            if planned is not None:
+                self._open(parent, step, *planned)
+            elif config is not None and config[0] <= step <= config[1]:
+                self._open(parent, step, "config", None, None)
+
+    # ------------------------------------------------------------------ requests
+
+    def _look(self, step: int) -> None:
+        request = read_request(self.request_path)
+        if request is None or request["id"] == self.request_seen:
+            return
+        self.request_seen = request["id"]
+        written = request.get("written_ns")
+        if isinstance(written, int) and written < self.created_ns - STALE_REQUEST_NS:
+            return  # left by an earlier attempt of the run: not this process's to take
+        if not matches(request, self.group, self.rank):
+            return
+        backend: str | None = request["backend"] if request.get("backend") in ("torch", "cuda", "vllm") else None
+        reason: str = request["reason"] if isinstance(request.get("reason"), str) else "request"
+        steps = request["steps"]
+        wanted = [step + 1] if steps == "next" else list(range(max(steps[0], step), steps[1] + 1))
+        self.captures.setdefault(request["id"], ([], []))
+        if self.windows >= self.max_windows:
+            self._failed(
+                request["id"], backend or self.backend, BackendMissingError(f"max_windows ({self.max_windows}) reached")
+            )
+            return
+        for want in wanted[: self.max_windows]:
+            self.planned[want] = (reason, request["id"], backend)
+
+    # ------------------------------------------------------------------ windows
+
+    def _open(self, parent: Any, step: int, reason: str, request: str | None, backend: str | None) -> None:
+        backend_name = backend or self.backend
+        self.done.add(step)
+        name = f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}"
+        claimed = None
+        try:
+            made = make_backend(backend_name)
+            (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
+            claimed = claim_device(self.run / PROFILES, device_key(backend_name))
+            window = Window(step, backend_name, name, reason, request, parent)
+            window.start_ns = time.time_ns()
+            made.start(name)
+            window.started_ns = time.time_ns()
+            window.device = claimed
+        except Exception as exc:
+            release_device(claimed)
+            self._failed(request, backend_name, exc)
+            return
+        self.windows += 1
+        self._backend = made
+        self.window = window
+        self.step = ALWAYS  # every phase now asks whether the window must close (a cut, another step)
+        self._watch = _watch(self, window)
+
+    def _close_safe(self, why: str) -> None:
+        try:
+            self.close(why)
+        except Exception as exc:
+            internal_error(exc, "profile-close")
+
+    def close(self, why: str = "step end") -> None:
+        """Stop the open window (on the thread that opened it), write its capture and its span."""
+        with self.lock:
+            window, backend = self.window, self._backend
+            self.window, self._backend = None, None
+            self.step = self.current
+            if self._watch is not None:
+                self._watch.set()
+        if window is None or backend is None:
+            return
+        files: list[str] = []
+        device = window.device
+        error = None
+        stop_ns = time.time_ns()
+        try:
+            written = backend.stop(self.run / PROFILES / window.name)
+            files = [str(path.relative_to(self.run)) for path in written]
+        except Exception as exc:
+            error = f"{window.backend} backend failed: {type(exc).__name__}: {exc}"
+            warn_once(f"profile-{window.backend}-failed", "lens_rl: profiler window not written (%s)", error)
+        end_ns = time.time_ns()
+        release_device(device)
+        self._span(window, files, why, stop_ns, end_ns, error)
+        if window.request is not None:
+            done, errors = self.captures.setdefault(window.request, ([], []))
+            done.extend(files)
+            if error:
+                errors.append(error)
+            try:
+                write_answer(self.run, window.request, self.group, self.rank, done, errors)
+            except OSError as exc:
+                internal_error(exc, "profile-answer")
+
+    def _failed(self, request: str | None, backend: str, exc: BaseException) -> None:
+        if isinstance(exc, BackendMissingError):
+            text = f"{backend} profiler unavailable: {exc}"
+        else:
+            text = f"{backend} profiler failed to start: {type(exc).__name__}: {exc}"
+        warn_once(f"profile-{backend}", "lens_rl: no profiler window (%s); the job goes on", text)
+        if request is not None:
+            files, errors = self.captures.setdefault(request, ([], []))
+            errors.append(text)
+            try:
+                write_answer(self.run, request, self.group, self.rank, files, errors)
+            except OSError as err:
+                internal_error(err, "profile-answer")
+
+    def _span(self, window: Window, files: list[str], why: str, stop_ns: int, end_ns: int, error: str | None) -> None:
+        """``rl.profile`` over the window (no bucket: the step's phases keep their time), its step's when its
+        parent is the umbrella; the capture's own time (starting; stopping and writing) as ``rl.profile.start``
+        / ``rl.profile.stop`` in bucket ``overhead``."""
+        handle = RUNTIME.handle
+        if handle is None:
+            return
+        from opentelemetry import trace
+
+        attributes: dict[str, Any] = {
+            "rl.profile.step": window.step,
+            "rl.profile.backend": window.backend,
+            "rl.profile.reason": window.reason,
+            "rl.profile.ended_by": why,
+        }
+        if files:
+            attributes["rl.profile.path"] = files[0]
+        if error:
+            attributes["rl.profile.error"] = error[:1024]
+        parent = window.parent
+        if parent is not None and hasattr(parent, "get_span_context"):
+            parent = trace.set_span_in_context(parent)
+        tracer = handle.tracer
+        span = tracer.start_span("rl.profile", context=parent, attributes=attributes, start_time=window.start_ns)
+        inner = trace.set_span_in_context(span)
+        cost: dict[str, Any] = {"rl.bucket": "overhead", "rl.step": window.step}
+        for name, lo, hi in (
+            ("rl.profile.start", window.start_ns, window.started_ns),
+            ("rl.profile.stop", stop_ns, end_ns),
+        ):
+            if hi > lo:
+                tracer.start_span(name, context=inner, attributes=cost, start_time=lo).end(hi)
+        span.end(end_ns)
+
+
+def _chosen(spec: Any, group: str, rank: int) -> bool:
+    import fnmatch
+
+    if spec.groups and not any(fnmatch.fnmatchcase(group, pattern) for pattern in spec.groups):
+        return False
+    return not (spec.ranks and rank not in spec.ranks)
+
+
+def _rss() -> int:
+    """The process's resident memory in bytes (0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _watch(profiler: Profiler, window: Window) -> threading.Event:
+    """A thread that marks ``window`` cut once the process grew by ``max_bytes`` (the capture's estimate):
+    the next phase boundary on the window's thread stops it (a profiler stops on the thread that started it)."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(WATCH_EVERY_S):
+            if window.rss0 and _rss() - window.rss0 > profiler.max_bytes:
+                window.cut = "max_bytes"
+                return
+
+    threading.Thread(target=run, name="lens_rl-profile-watch", daemon=True).start()
+    return stop
+
+
+def install(handle: Any) -> Profiler | None:
+    """Make a :class:`Profiler` for ``handle`` the process's step hook (closing any previous one's window)."""
+    uninstall()
+    try:
+        profiler = Profiler(handle)
+    except Exception as exc:
+        internal_error(exc, "profile-install")
+        return None
+    RUNTIME.step_hook = profiler
+    return profiler
+
+
+def uninstall(why: str = "shutdown") -> None:
+    """Close the open window, if any (shutdown: its capture is written), and remove the hook."""
+    hook = RUNTIME.step_hook
+    RUNTIME.step_hook = None
+    if isinstance(hook, Profiler) and hook.window is not None:
+        if hook.window.thread == threading.get_ident():
+            hook._close_safe(why)
+        else:
+            warn_once("profile-other-thread", "lens_rl: a profiler window open on another thread was not written")

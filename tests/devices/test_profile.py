@@ -1,0 +1,155 @@
+"""Profiler windows in real processes without torch: the cuda backend against a stand-in of the CUDA profiler
+API, a missing backend, a request from ``lens-rl profile``, and telemetry off."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lens_rl.devices.profile_requests import REQUEST_FILE, write_request
+from tests.devices.profile_helpers import ROOT, STANDINS, finish, loop_env, losses, profile_spans, start_loop
+
+pytestmark = pytest.mark.slow
+
+
+def _cuda_env(tmp_path: Path, profile: str) -> dict[str, str]:
+    env = loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": profile, "CUDA_STANDIN_LOG": str(tmp_path / "cuda.log")})
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{STANDINS}"
+    return env
+
+
+def test_cuda_backend_starts_and_stops_the_cuda_profiler_once_inside_the_window(tmp_path: Path) -> None:
+    """backend=cuda calls cudaProfilerStart and cudaProfilerStop once each, inside the configured step's window."""
+    proc = start_loop(1, 5, _cuda_env(tmp_path, "steps=2-2,backend=cuda"))
+    finish(proc)
+    calls = [line.split() for line in (tmp_path / "cuda.log").read_text().splitlines()]
+    assert [name for name, _ in calls] == ["cudaProfilerStart", "cudaProfilerStop"]
+    (window,) = profile_spans(tmp_path / "t" / "r1")
+    assert window["a"]["rl.profile.step"] == 2 and window["a"]["rl.profile.backend"] == "cuda"
+    assert window["a"]["rl.profile.path"] == "profiles/trainer-1-step2.cuda.json"
+    assert window["b"] <= int(calls[0][1]) <= int(calls[1][1]) <= window["e"]
+    note = json.loads((tmp_path / "t" / "r1" / window["a"]["rl.profile.path"]).read_text())
+    assert note["backend"] == "cuda" and note["start_ns"] <= note["end_ns"]
+
+
+def test_a_missing_backend_is_one_warning_and_the_job_is_unchanged(tmp_path: Path) -> None:
+    """backend=torch in a job without torch: one warning, no window, the same steps and losses as unprofiled."""
+    plain = start_loop(0, 4, loop_env(tmp_path / "plain"), python=sys.executable)
+    out_plain, _ = finish(plain)
+    env = loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": "steps=1-2,backend=torch"})
+    out, err = finish(start_loop(0, 4, env))
+    if "torch" in sys.modules or _has_torch():
+        pytest.skip("this venv has torch: the missing-backend case needs a venv without it")
+    assert losses(out) == losses(out_plain)
+    assert err.count("no profiler window") == 1, err
+    assert not (tmp_path / "t" / "r1" / "profiles").exists() or not any((tmp_path / "t" / "r1" / "profiles").iterdir())
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lens_rl", "profile", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_request_from_lens_rl_profile_captures_the_next_step_of_the_named_rank(tmp_path: Path) -> None:
+    """``lens-rl profile --rank 1 --steps next`` while two workers run: only rank 1 captures, and the command
+    prints that file and exits 0."""
+    env = _cuda_env(tmp_path, "")
+    env["LOOP_PAUSE_S"] = "0.3"
+    procs = [start_loop(rank, 40, env) for rank in (0, 1)]
+    try:
+        run = tmp_path / "t" / "r1"
+        deadline = time.monotonic() + 120
+        while not list(run.glob("live-*.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        done = _cli(str(tmp_path / "t"), "--rank", "1", "--steps", "next", "--backend", "cuda", "--timeout", "120")
+    finally:
+        for proc in procs:
+            finish(proc)
+    assert done.returncode == 0, done.stderr
+    (printed,) = done.stdout.split()
+    windows = profile_spans(run)
+    assert [(w["rank"], w["a"]["rl.profile.reason"]) for w in windows] == [(1, "request")]
+    assert printed == str(run / windows[0]["a"]["rl.profile.path"])
+    assert Path(printed).is_file()
+
+
+def test_lens_rl_profile_bad_input_and_an_unwritable_run_folder_fail_cleanly(tmp_path: Path) -> None:
+    """Bad --steps, --rank or --timeout exit 2 with one line; a run folder the user cannot write exits 2, no
+    traceback; nobody answering exits 1 with the reason."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    (run / "live-trainer-0-1.json").write_text("{}")
+    for args in (["--steps", "4-3"], ["--steps", "all"], ["--rank", "-1"], ["--timeout", "0"], ["--backend", "nsys"]):
+        done = _cli(str(tmp_path / "t"), *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    done = _cli(str(tmp_path / "t"), "--timeout", "0.5")
+    assert done.returncode == 1 and "no process took request" in done.stderr
+    if os.geteuid() != 0:  # root writes anywhere
+        run.chmod(0o500)
+        try:
+            done = _cli(str(tmp_path / "t"), "--timeout", "1")
+        finally:
+            run.chmod(0o700)
+        assert done.returncode == 2 and "cannot write the request" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_with_telemetry_off_no_request_is_ever_looked_at(tmp_path: Path) -> None:
+    """Telemetry off: a request waiting in the run folder is never taken (no answer, no capture), whatever the
+    config says."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    write_request(run, steps=(0, 3), backend="cuda")
+    env = _cuda_env(tmp_path, "steps=0-3,backend=cuda")
+    env["LENS_RL_OTEL_ENABLED"] = "false"
+    finish(start_loop(0, 4, env))
+    assert sorted(p.name for p in run.iterdir()) == [REQUEST_FILE]
+    assert not (tmp_path / "cuda.log").exists()
+
+
+def test_two_processes_on_one_device_never_profile_at_once(tmp_path: Path) -> None:
+    """Two ranks sharing a device, both configured for step 2 and meeting at each step's end: one window opens,
+    the other process says the device is busy (one warning) and goes on."""
+    (tmp_path / "barrier").mkdir()
+    env = _cuda_env(tmp_path, "steps=2-2,backend=cuda")
+    env.update({"LOOP_BARRIER_DIR": str(tmp_path / "barrier"), "CUDA_VISIBLE_DEVICES": "0", "LOOP_INNER": "200"})
+    procs = [start_loop(rank, 4, env) for rank in (0, 1)]
+    errs = [finish(proc)[1] for proc in procs]
+    windows = profile_spans(tmp_path / "t" / "r1")
+    assert len(windows) == 1, windows
+    assert sum("has a profiler window open in process" in err for err in errs) == 1, errs
+    calls = (tmp_path / "cuda.log").read_text().split()
+    assert calls[::2] == ["cudaProfilerStart", "cudaProfilerStop"]
+    assert not list((tmp_path / "t" / "r1" / "profiles").glob(".device-*.lock"))
+
+
+def test_a_request_left_by_an_earlier_attempt_is_not_taken(tmp_path: Path) -> None:
+    """A request written long before the process started (a previous attempt's) is left alone: no capture."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    write_request(run, steps=(0, 3), backend="cuda")
+    body = json.loads((run / REQUEST_FILE).read_text())
+    body["written_ns"] -= 2 * 3600 * 10**9
+    (run / REQUEST_FILE).write_text(json.dumps(body))
+    finish(start_loop(0, 4, _cuda_env(tmp_path, "")))
+    assert not profile_spans(run)
+    assert not (tmp_path / "cuda.log").exists()

@@ -1,0 +1,89 @@
+"""The ``profile`` field and the pieces of the profiler windows that need no process: the config's parser (a
+mapping or ``LENS_RL_OTEL_PROFILE``, with clear errors), the request file, and the automatic trigger's rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lens_rl.config import TelemetryConfig
+from lens_rl.config.values import ProfileSpec
+from lens_rl.devices.profile_auto import AutoTrigger, culprit_of, spike
+from lens_rl.devices.profile_requests import REQUEST_FILE, answers, matches, read_request, write_answer, write_request
+
+
+def test_the_env_form_and_the_mapping_form_read_alike_and_travel_to_workers() -> None:
+    """``steps=3-4,groups=trainer|roll*,ranks=0|3,backend=cuda`` and the same mapping give one spec, which a
+    worker's environment carries back unchanged; unset means on request only."""
+    env = TelemetryConfig.from_env({"LENS_RL_OTEL_PROFILE": "steps=3-4,groups=trainer|roll*,ranks=0|3,backend=cuda"})
+    block = {"steps": "3-4", "groups": ["trainer", "roll*"], "ranks": [0, 3], "backend": "cuda"}
+    mapped = TelemetryConfig.from_master_config({"telemetry": {"profile": block}}, environ={})
+    assert env.profile == mapped.profile == ProfileSpec((3, 4), ("trainer", "roll*"), (0, 3), "cuda")
+    assert TelemetryConfig.from_env(env.to_env()).profile == env.profile
+    assert TelemetryConfig.from_env({}).profile is None
+    auto = TelemetryConfig.from_master_config(
+        {"telemetry": {"profile": {"steps": "auto", "max_windows": 5}}}, environ={}
+    )
+    assert auto.profile == ProfileSpec("auto", max_windows=5)
+    assert auto.profile.max_bytes == 512 << 20
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("steps=4-3", "telemetry.profile (from $LENS_RL_OTEL_PROFILE).steps: invalid value '4-3'"),
+        ("stepz=3", "unknown key 'stepz'; did you mean 'steps'?"),
+        ("backend=nsys", ".backend: invalid value 'nsys'; allowed: torch, cuda, vllm"),
+        ("ranks=a", ".ranks: invalid value 'a'; allowed: ranks >= 0"),
+        ("max_bytes=0", ".max_bytes: expected an integer > 0, got 0"),
+        ("max_windows=-1", ".max_windows: expected an integer > 0"),
+        ("steps", "invalid item 'steps'; allowed: key=value pairs"),
+    ],
+)
+def test_a_bad_profile_value_names_the_field_the_value_and_what_is_allowed(value: str, says: str) -> None:
+    """Each bad key or value raises ValueError naming it, the value and what is allowed."""
+    with pytest.raises(ValueError, match=None) as caught:
+        TelemetryConfig.from_env({"LENS_RL_OTEL_PROFILE": value})
+    assert says in str(caught.value)
+
+
+def test_a_request_names_its_processes_and_is_read_back(tmp_path: Path) -> None:
+    """A request written for group glob ``train*`` rank 1 is read back whole and matches only that process;
+    a torn or foreign file is no request; answers are gathered per request."""
+    request_id = write_request(tmp_path, steps=(3, 5), group="train*", rank=1, backend="torch")
+    request = read_request(tmp_path / REQUEST_FILE)
+    assert request is not None and request["id"] == request_id and request["steps"] == [3, 5]
+    assert matches(request, "trainer", 1) and not matches(request, "trainer", 0) and not matches(request, "rollout", 1)
+    (tmp_path / REQUEST_FILE).write_text('{"id": "x", "steps": "sometime"}')
+    assert read_request(tmp_path / REQUEST_FILE) is None
+    (tmp_path / REQUEST_FILE).write_text("{torn")
+    assert read_request(tmp_path / REQUEST_FILE) is None
+    write_answer(tmp_path, request_id, "trainer", 1, ["profiles/trainer-1-step3.pt.trace.json.gz"], [])
+    assert answers(tmp_path, request_id) == [
+        {"id": request_id, "files": ["profiles/trainer-1-step3.pt.trace.json.gz"], "errors": []}
+    ]
+
+
+def test_a_spike_is_five_mads_over_the_median_and_not_jitter() -> None:
+    """5 MADs over the median of the history is a spike (the ratio); a steady loop's jitter or a short history
+    is not."""
+    history = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95]
+    assert spike(history, 2.3) == pytest.approx(2.3)
+    assert spike(history, 1.2) is None
+    assert spike([0.001] * 10, 0.004) is None  # 3 ms over a 1 ms median: under the 50 ms floor
+    assert spike(history[:3], 9.0) is None
+
+
+def test_the_culprit_is_the_rank_with_the_longest_compute_and_a_profiled_step_is_none(tmp_path: Path) -> None:
+    """At a flagged step every rank's wall is alike; the culprit named is the rank that computed longest (the
+    other waited in the collective); a step someone profiled names nobody."""
+    ranks = {rank: AutoTrigger(tmp_path, "trainer", rank, decides=False) for rank in (0, 1)}
+    for step in range(3):
+        ranks[0].step_done(step, 1.0, 0.2 if step == 1 else 0.9)
+        ranks[1].step_done(step, 1.0, 0.95 if step == 1 else 0.9, profiled=step == 2)
+    assert culprit_of(tmp_path, "trainer", 1, wait_s=0) == 1
+    assert culprit_of(tmp_path, "trainer", 2, wait_s=0) is None
+    lines = (ranks[1].path).read_text().splitlines()
+    assert json.loads(lines[2]) == {"step": 2, "wall_s": 1.0, "compute_s": 0.9, "profiled": True}
