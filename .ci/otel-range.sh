@@ -63,7 +63,7 @@ run_end() {  # name, the resolver's resolution for the core's ranges (lowest-dir
     return 1
   fi
   local constraints="$venv/constraints.txt"
-  "$UV" pip freeze --python "$python" | grep -E "^($(IFS='|'; echo "${CORE[*]}"))==" >"$constraints"
+  "$UV" pip freeze -q --python "$python" | grep -E "^($(IFS='|'; echo "${CORE[*]}"))==" >"$constraints"
   version=$(sed -n 's/^opentelemetry-sdk==//p' "$constraints")
   echo "--- $name: the resolver picked opentelemetry-sdk $version"
   if ! "$UV" pip install -q --python "$python" -c "$constraints" -e "$ROOT[test]" 2>"$venv/install.err"; then
@@ -84,7 +84,7 @@ run_end() {  # name, the resolver's resolution for the core's ranges (lowest-dir
     fi
   fi
   echo "--- $name: uv pip freeze | grep -i opentelemetry"
-  "$UV" pip freeze --python "$python" | grep -i opentelemetry
+  "$UV" pip freeze -q --python "$python" | grep -i opentelemetry
   local have
   have=$("$python" -c 'from importlib.metadata import version; print(version("opentelemetry-sdk"))')
   echo "--- $name: opentelemetry-sdk $have installed"

@@ -9,19 +9,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/_torch_stage.sh"
 
 otel_and_ray() {
     echo "--- .ci/verl.sh: OpenTelemetry and Ray $1 installing lens_rl:"
-    "$UV" pip freeze --python "$PY" | grep -i -e opentelemetry -e '^ray' || true
+    "$UV" pip freeze -q --python "$PY" | grep -i -e opentelemetry -e '^ray' || true
 }
 
 # veRL without its GPU extras, and the three modules its trainer module imports that its base requirements leave out
 install 'verl==0.9.1' cachetools uvicorn fastapi
 # what veRL brought, before lens_rl is installed beside it
-before="$("$UV" pip freeze --python "$PY" | grep -i -e opentelemetry -e '^ray' || true)"
+before="$("$UV" pip freeze -q --python "$PY" | grep -i -e opentelemetry -e '^ray' || true)"
 echo "--- .ci/verl.sh: OpenTelemetry and Ray before installing lens_rl:"
 echo "$before"
 # lens_rl as a user installs it beside veRL (its base and the Ray and analysis extras): this must move nothing
 install -e "$ROOT[ray,analysis]"
 otel_and_ray after
-after="$("$UV" pip freeze --python "$PY" | grep -i -e opentelemetry -e '^ray' || true)"
+after="$("$UV" pip freeze -q --python "$PY" | grep -i -e opentelemetry -e '^ray' || true)"
 # every package veRL brought is still there at its version (lens_rl's own additions aside)
 changed=0
 moved="$(comm -23 <(echo "$before" | sort) <(echo "$after" | sort))"
