@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The veRL stage: a venv of its own with CPU torch and veRL 0.9.1 (no GPU extras), then lens_rl installed into it
-# beside veRL's own OpenTelemetry and Ray, then the real-veRL tests (tests/frameworks/test_verl.py) and a
+# The veRL stage: a fresh venv of its own (uv, from the shared package cache: .ci/_uv.sh) with CPU torch and
+# veRL 0.9.1 (no GPU extras), then lens_rl installed into it beside veRL's own OpenTelemetry and Ray, then the real-veRL tests (tests/frameworks/test_verl.py) and a
 # `ray.init()` in that venv. Called from .ci/run; exits non-zero on failure.
 set -euo pipefail
 STAGE=verl
@@ -9,22 +9,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/_torch_stage.sh"
 
 otel_and_ray() {
     echo "--- .ci/verl.sh: OpenTelemetry and Ray $1 installing lens_rl:"
-    "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true
+    "$UV" pip freeze -q --python "$PY" | grep -i -e opentelemetry -e '^ray' || true
 }
 
 # veRL without its GPU extras, and the three modules its trainer module imports that its base requirements leave out
-"$PY" -c 'import verl' 2>/dev/null || install 'verl==0.9.1'
-"$PY" -c 'import cachetools, uvicorn, fastapi' 2>/dev/null || install cachetools uvicorn fastapi
-# what veRL brought, before lens_rl was first installed here (kept beside the venv: a rerun compares with it)
-BEFORE="$VENV/otel-and-ray-before-lens-rl.txt"
-[ -f "$BEFORE" ] || { "$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' >"$BEFORE" || true; }
-before="$(cat "$BEFORE")"
+install 'verl==0.9.1' cachetools uvicorn fastapi
+# what veRL brought, before lens_rl is installed beside it
+before="$("$UV" pip freeze -q --python "$PY" | grep -i -e opentelemetry -e '^ray' || true)"
 echo "--- .ci/verl.sh: OpenTelemetry and Ray before installing lens_rl:"
 echo "$before"
 # lens_rl as a user installs it beside veRL (its base and the Ray and analysis extras): this must move nothing
 install -e "$ROOT[ray,analysis]"
 otel_and_ray after
-after="$("$PY" -m pip freeze | grep -i -e opentelemetry -e '^ray' || true)"
+after="$("$UV" pip freeze -q --python "$PY" | grep -i -e opentelemetry -e '^ray' || true)"
 # every package veRL brought is still there at its version (lens_rl's own additions aside)
 changed=0
 moved="$(comm -23 <(echo "$before" | sort) <(echo "$after" | sort))"
@@ -36,6 +33,7 @@ fi
 
 # what the tests need (the test extra's pinned contrib pair would move veRL's OpenTelemetry: not a user's install)
 install 'pytest>=8' 'pytest-timeout>=2.3'
+echo "--- .ci/verl.sh: installed in $(( $(date +%s) - start )) s"
 
 cd "$ROOT"
 "$PY" -c 'import verl, verl.trainer.ppo.ray_trainer; print("veRL", verl.__version__)'

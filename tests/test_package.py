@@ -11,11 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_loads_no_opentelemetry_ray_or_aiohttp() -> None:
-    """`import lens_rl` loads none of the heavy dependencies and starts no thread."""
+    """`import lens_rl` loads none of the heavy dependencies (nor the reading side's parsers) and starts no
+    thread."""
     out = run_python(
         """
         import sys, threading, lens_rl
-        heavy = sorted({m.split(".")[0] for m in sys.modules} & {"opentelemetry", "ray", "aiohttp", "grpc"})
+        heavy = sorted({m.split(".")[0] for m in sys.modules} & {"opentelemetry", "ray", "aiohttp", "grpc", "msgspec", "orjson", "requests"})
         print(heavy, threading.active_count())
         """
     )

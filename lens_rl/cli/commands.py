@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -21,13 +20,9 @@ __all__ = ["cmd_demo", "cmd_goodput", "cmd_perfetto", "cmd_replay", "cmd_report"
 
 
 def _print_json(report: Any) -> None:
-    """``report`` as indented JSON on stdout (orjson when the analysis extra is there: the same JSON, faster)."""
-    try:
-        import orjson
-    except ImportError:
-        json.dump(report, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-        return
+    """``report`` as indented JSON on stdout (orjson: the standard library's JSON, faster)."""
+    import orjson
+
     data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     out = getattr(sys.stdout, "buffer", None)
     if out is None:  # a text stream (a caller's StringIO)

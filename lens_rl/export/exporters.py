@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lens_rl._errors import require
-from lens_rl.export._sdk import own_random, read_environment_once
+from lens_rl.export._sdk import jitter_from_own_stream
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter
@@ -52,17 +52,15 @@ def _span_exporter(
         from lens_rl.export.otlp import HTTPSpanExporter, grpc_exporter_class
 
         if config.protocol == "grpc":
-            return own_random(  # type: ignore[no-any-return]
-                grpc_exporter_class(_grpc_module("traces").OTLPSpanExporter)(
-                    endpoint=config.resolved_endpoint,
-                    insecure=config.resolved_endpoint.startswith("http://"),
-                    timeout=timeout_s,
-                    headers=headers,
-                )
+            exporter = grpc_exporter_class(_grpc_module("traces").OTLPSpanExporter)(
+                endpoint=config.resolved_endpoint,
+                insecure=config.resolved_endpoint.startswith("http://"),
+                timeout=timeout_s,
+                headers=headers,
             )
-        url = config.resolved_endpoint + "/v1/traces"
-        exporter = HTTPSpanExporter(endpoint=url, timeout=timeout_s, headers=headers)
-        return own_random(read_environment_once(exporter, url))  # type: ignore[no-any-return]
+            jitter_from_own_stream()
+            return exporter  # type: ignore[no-any-return]
+        return HTTPSpanExporter(endpoint=config.resolved_endpoint + "/v1/traces", timeout=timeout_s, headers=headers)
     return None
 
 
@@ -79,17 +77,24 @@ def _metric_exporter(
         return ConsoleMetricExporter()
     if config.exporter == "otlp":
         if config.protocol == "grpc":
-            return own_random(  # type: ignore[no-any-return]
-                _grpc_module("metrics").OTLPMetricExporter(
-                    endpoint=config.resolved_endpoint,
-                    insecure=config.resolved_endpoint.startswith("http://"),
-                    timeout=timeout_s,
-                    headers=headers,
-                )
+            exporter = _grpc_module("metrics").OTLPMetricExporter(
+                endpoint=config.resolved_endpoint,
+                insecure=config.resolved_endpoint.startswith("http://"),
+                timeout=timeout_s,
+                headers=headers,
             )
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        else:  # OpenTelemetry's, with its public arguments: a session of lens_rl's (the environment read once)
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-        url = config.resolved_endpoint + "/v1/metrics"
-        exporter = OTLPMetricExporter(endpoint=url, timeout=timeout_s, headers=headers)
-        return own_random(read_environment_once(exporter, url))  # type: ignore[no-any-return]
+            from lens_rl.export.http_post import session_for
+
+            url = config.resolved_endpoint + "/v1/metrics"
+            session = session_for(url, "metrics")
+            # (before 1.45 each request passes verify=certificate_file itself: the CA bundle resolved, given)
+            bundle = session.verify if isinstance(session.verify, str) else None
+            exporter = OTLPMetricExporter(
+                endpoint=url, timeout=timeout_s, headers=headers, session=session, certificate_file=bundle
+            )
+        jitter_from_own_stream()  # (its retry jitter: lens_rl's random stream, not the job's)
+        return exporter  # type: ignore[no-any-return]
     return None

@@ -10,9 +10,10 @@ identity first, and encodes a resource once per batch. Its output is the same
 field, on spans of every shape); what it does not handle inline (events, links, array
 and mapping values) it hands to OpenTelemetry's own helpers.
 
-:class:`HTTPSpanExporter` and :func:`grpc_exporter_class` give OpenTelemetry's OTLP
-exporters with this encoder; sending, TLS, headers, compression and timeouts are
-theirs.
+:class:`HTTPSpanExporter` POSTs what it encodes itself (one request a send, the status
+answered: the span pipeline owns retries and the split on 413); :func:`grpc_exporter_class`
+gives OpenTelemetry's gRPC exporter with this encoder (sending, TLS, headers and timeouts
+are its own).
 
 Example::
 
@@ -30,12 +31,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PBSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import DEFAULT_TRACE_STATE as _NO_STATE
 
 from lens_rl._errors import internal_error
-from lens_rl.export._sdk import attributes_dict, encoders, http_sender, too_large
+from lens_rl.export._sdk import attributes_dict, encoders
 from lens_rl.export.fastspan import remember
+from lens_rl.export.http_post import Poster
+from lens_rl.export.retry import UNSENT
 
 __all__ = ["HTTPSpanExporter", "encode_request", "encode_request_bytes", "grpc_exporter_class"]
 
@@ -265,36 +268,52 @@ def _put_rest(out: Any, span: ReadableSpan) -> None:
         out.dropped_links_count = dropped
 
 
-class HTTPSpanExporter(_HTTPExporter):
-    """OpenTelemetry's OTLP/HTTP span exporter, encoding with :func:`encode_request`.
+class HTTPSpanExporter(SpanExporter):
+    """lens_rl's OTLP/HTTP span exporter: each batch encoded by :func:`encode_request_bytes` and POSTed once
+    (:class:`lens_rl.export.http_post.Poster`, a session of lens_rl's).
 
-    Each export is one send (:func:`lens_rl.export._sdk.http_sender`) whose HTTP status lands on
-    ``_lens_status``: the span pipeline tells a batch worth retrying (408, 429, 5xx, no answer) from one to
-    split (413) or drop (other 4xx). Where that send or lens_rl's encoder is missing, the SDK's own public
-    ``export`` serves (and no status is tracked: every failure is retried).
+    :meth:`export_with_status` answers the export's HTTP status with it (None: no answer; :data:`UNSENT`: nothing was
+    sent, the batch could not be encoded), so the span pipeline tells a batch worth retrying (408, 429, 5xx,
+    no answer) from one to split (413) or drop (other 4xx); :meth:`export` is the SDK's interface over it.
+    Where lens_rl's encoder cannot run (OpenTelemetry's encoding helpers gone), OpenTelemetry's own exporter
+    serves, built with its public arguments and the same session (and every failure is retried).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lens_send = http_sender(self) if FAST else None
-        if self._lens_send is not None:
-            self._lens_status: int | None = None
+    def __init__(self, endpoint: str, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:
+        self.endpoint = endpoint
+        self._post = Poster(endpoint, headers, timeout, "traces")
+        self._public = (
+            None
+            if FAST
+            else _HTTPExporter(endpoint=endpoint, timeout=timeout, headers=headers, session=self._post.session)
+        )
+        self._shutdown = False
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        send = self._lens_send
-        if send is None:
-            return super().export(spans)  # type: ignore[no-any-return]
-        if getattr(self, "_shutdown", False):
-            return SpanExportResult.FAILURE
+    def export_with_status(self, spans: Sequence[ReadableSpan]) -> tuple[bool, int | str | None]:
+        """One export of ``spans``: (accepted, the HTTP status, None when no answer came, or UNSENT)."""
+        if self._shutdown:
+            return False, UNSENT
+        if self._public is not None:
+            return self._public.export(spans) is SpanExportResult.SUCCESS, None
         try:
             data = encode_request_bytes(spans)
         except Exception as exc:  # an unencodable batch: nothing sent (the pipeline splits it)
             internal_error(exc, "span-encode")
-            return SpanExportResult.FAILURE
-        if too_large(data, getattr(self, "_max_request_size", None)):
-            return SpanExportResult.FAILURE  # too large to send: nothing sent (the pipeline splits it)
-        ok, self._lens_status = send(data)
-        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+            return False, UNSENT
+        status = self._post(data)
+        return status is not None and 200 <= status < 300, status
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS if self.export_with_status(spans)[0] else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        if self._public is not None:
+            self._public.shutdown()
+        self._post.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
 
 
 def grpc_exporter_class(base: type) -> type:

@@ -268,13 +268,16 @@ class SpanPipeline(SpanProcessor):
             self._progress.notify_all()
 
     def _send(self, batch: Sequence[ReadableSpan]) -> tuple[bool, Any, str | None]:
-        """One export attempt: (ok, the HTTP status or UNSENT or None, error text)."""
+        """One export attempt: (ok, the HTTP status or UNSENT or None, error text). An exporter that tells
+        the status (lens_rl's OTLP/HTTP one) answers it with the result; for any other, None."""
         exporter = self.exporter
-        tracks = hasattr(exporter, "_lens_status")
-        if tracks:
-            exporter._lens_status = UNSENT  # type: ignore[attr-defined]
+        with_status = getattr(exporter, "export_with_status", None)
+        status: Any = None
         try:
-            ok = exporter.export(batch) is SpanExportResult.SUCCESS
+            if with_status is not None:
+                ok, status = with_status(batch)
+            else:
+                ok = exporter.export(batch) is SpanExportResult.SUCCESS
             error = None if ok else "exporter returned FAILURE"
         except OSError as exc:  # the collector unreachable, raised (older exporters do): a failed export
             ok, error = False, f"{type(exc).__name__} raised"
@@ -282,7 +285,6 @@ class SpanPipeline(SpanProcessor):
             if not self._stop.is_set():  # (after a bounded close gave up, a closed exporter may raise: no bug)
                 internal_error(exc, "span-export")
             ok, error = False, f"{type(exc).__name__}: {exc}"
-        status = getattr(exporter, "_lens_status", None) if tracks else None
         if not ok and isinstance(status, int):
             error = f"HTTP {status}"
         elif not ok and status == UNSENT:

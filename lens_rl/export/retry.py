@@ -27,7 +27,7 @@ _log = logging.getLogger("lens_rl")
 
 #: HTTP statuses worth retrying (the OTLP spec's retryable ones, plus 408).
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-#: Set on an exporter before each export; left unchanged when nothing was sent (encoding, size).
+#: The status of an export that sent nothing (the batch could not be encoded, or the exporter is shut down).
 UNSENT = "unsent"
 
 

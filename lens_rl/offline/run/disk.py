@@ -70,13 +70,9 @@ def append_to(path: Path, data: bytes) -> bool:
 
 
 def json_bytes(value: Any) -> bytes:
-    """``value`` as compact JSON (orjson when the analysis extra is there); what it cannot say, as text."""
-    try:
-        import orjson
-    except ImportError:
-        import json
+    """``value`` as compact JSON (orjson); what it cannot say, as text."""
+    import orjson
 
-        return json.dumps(value, default=str, separators=(",", ":")).encode()
     try:
         return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:  # an integer past 64 bits (a store written before identities were range-checked)

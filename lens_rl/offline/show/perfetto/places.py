@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from lens_rl.offline.run.perfetto import Options
 
 __all__ = ["BUCKET_COLORS", "NO_ATTRS", "SLICE", "category", "dumps", "process_name"]
@@ -21,20 +23,12 @@ NO_ATTRS: dict[str, Any] = {}
 SLICE = 20_000
 
 
-_orjson: Any
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - where the extra is missing
-    _orjson = None
-
-
 def dumps(value: Any) -> bytes:
-    """One compact JSON value (orjson, from the analysis extra, when installed); what JSON lacks as text."""
-    if _orjson is not None:
-        try:
-            return bytes(_orjson.dumps(value, default=str))
-        except TypeError:  # an integer past 64 bits, which orjson does not write: the standard library does
-            pass
+    """One compact JSON value (orjson); what JSON lacks as text."""
+    try:
+        return bytes(orjson.dumps(value, default=str))
+    except TypeError:  # an integer past 64 bits, which orjson does not write: the standard library does
+        pass
     return json.dumps(value, separators=(",", ":"), default=str).encode()
 
 
