@@ -235,7 +235,8 @@ def test_the_commands_read_malformed_heartbeats_without_a_traceback(tmp_path: Pa
     driver is running), the rows say unreadable, no traceback."""
     run = tmp_path / "r"
     now_age = (time.time_ns() - NOW) / 1e9
-    beat(run, "driver", 0, 1, age_s=-now_age)
+    # (a long interval: three commands in a row on a loaded machine must not find the driver stale)
+    beat(run, "driver", 0, 1, age_s=-now_age, interval_ms=600_000)
     for n, (field, values) in enumerate(_WRONG.items()):
         path = _malformed(run, field, values[0])
         path.rename(run / f"live-lm_policy-{n}-{100 + n}.json")
