@@ -26,7 +26,9 @@ from lens_rl.offline.run.cache import (
     grown_bytes,
     load_memo,
     load_report,
+    parts_received,
     read_parts,
+    read_parts_sent,
     save_memo,
     save_report,
     save_sizes,
@@ -43,7 +45,7 @@ _log = logging.getLogger("lens_rl")
 
 #: bytes new since the last look under which a look through the refresh cache reads in this process
 #: (measured, 1 M spans, +1 %: worker processes made it 1.06 s against 0.88 s here: each file's settled parts
-#: travel back to this process pickled, which costs what reading its cache entry here does)
+#: travel back to this process, which costs what reading its cache entry here does)
 SMALL_REFRESH = 32 << 20
 
 
@@ -69,10 +71,19 @@ def analyze_parts(
     options: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
     superseded = _superseded(paths, frozenset(driven), index, options) if len(attempts) > 1 else {}
     steps_seen: dict[bytes, Any] = {}
+    here = jobs == 1 and not use_ray  # (else the parts travel back as their records: read_parts_sent)
     with no_gc():
-        for file_result, file_stats in map_files(
-            read_parts, paths, driver_in_run, superseded, critical, cache, desc="goodput", **options
+        for sent, file_stats in map_files(
+            read_parts if here else read_parts_sent,
+            paths,
+            driver_in_run,
+            superseded,
+            critical,
+            cache,
+            desc="goodput",
+            **options,
         ):
+            file_result = sent if here else parts_received(sent)
             for part in file_result:
                 share_steps(part, steps_seen)
             parts.extend(file_result)

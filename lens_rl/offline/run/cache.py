@@ -17,8 +17,8 @@ line) and lens_rl's version and the read's options:
 
 A query's answer is the settled part, plus the held spans (and a last line still being written) reduced as a
 cold read would reduce them: identical to a cold read, always. A cache that is corrupt, of another version or
-another shape is ignored (never trusted: it is read with an unpickler that builds nothing but these classes)
-and rewritten.
+another shape is ignored (never trusted: its records are typed data, :mod:`~lens_rl.offline.run.records`,
+validated as they are decoded) and rewritten.
 
 Example::
 
@@ -53,6 +53,7 @@ from lens_rl.offline.run.cache_files import (
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.offline.run.memo_file import load_memo, save_memo
+from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part_record
 from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
 __all__ = [
@@ -62,6 +63,8 @@ __all__ = [
     "cached_file_parts",
     "grown_bytes",
     "read_parts",
+    "read_parts_sent",
+    "parts_received",
     "load_memo",
     "load_report",
     "save_memo",
@@ -225,6 +228,30 @@ def read_parts(
     return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache)
 
 
+def read_parts_sent(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+    cache: str | None = None,
+) -> tuple[bytes | list[ProcessPart], ReadStats]:
+    """:func:`read_parts` in a worker process (``--jobs``, ``--ray``): its parts as their records, encoded,
+    for the trip back (a few buffers per part, not an object per step); as they are where a value is one the
+    records cannot hold. :func:`parts_received` makes them parts again."""
+    parts, stats = read_parts(path, driver_in_run, superseded, critical, cache)
+    try:
+        return encode([part_record(part) for part in parts]), stats
+    except Exception:  # (an int past 64 bits, say)
+        return parts, stats
+
+
+def parts_received(sent: bytes | list[ProcessPart]) -> list[ProcessPart]:
+    """The parts :func:`read_parts_sent` sent."""
+    if isinstance(sent, list):
+        return sent
+    return [part_from(rec) for rec in decode(sent, list[PartRec])]
+
+
 def cached_file_parts(
     path: str | os.PathLike[str], options: tuple[bool, Mapping[int, frozenset[Any]], bool], folder: str
 ) -> tuple[list[ProcessPart], ReadStats]:
@@ -340,7 +367,7 @@ def _settle(
     entry.tail = tail_hash(look.path, end)
     parent, entry.token = entry.token, os.urandom(8).hex()
     delta = None if cold else entry.delta(parent, {part.key: part for part in parts}, ids)
-    for part in parts:  # (after the delta is pickled: merged, they are entry's)
+    for part in parts:  # (after the delta is encoded: merged, they are entry's)
         mine = entry.settled.get(part.key)
         if mine is None:
             entry.settled[part.key] = part
