@@ -37,6 +37,7 @@ from lens_rl.record.phases import Phase, traced_phase
 from lens_rl.record.scopes import with_bucket
 from lens_rl.record.spans import current_span
 from lens_rl.record.steps import step_goodput, step_metrics
+from lens_rl.record.versions import set_weight_version
 from lens_rl.record.worker_init import traced_worker_init
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "inject_context",
     "instrument",
     "instrument_aiohttp_client",
+    "set_weight_version",
     "shutdown_telemetry",
     "step_goodput",
     "step_metrics",

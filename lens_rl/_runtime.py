@@ -64,7 +64,9 @@ class FastSpans(Protocol):
 class PhaseRecorder(Protocol):
     """A completed phase's metrics, recorded cheaply and drained in batches (``export.live_metrics.PhaseMetrics``)."""
 
-    def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float) -> None: ...
+    def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float | None) -> None: ...
+
+    def record_seconds(self, name: str, bucket: str, seconds: float) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -129,6 +131,7 @@ class Runtime:
         "shutdown_hooks",
         "driver_hooks",
         "last_step",
+        "weight_version",
         "worker_init",
         "otel_keys",
     )
@@ -173,6 +176,9 @@ class Runtime:
         self.driver_hooks: list[Callable[[], None]] = []
         #: The last completed step's goodput (``lens_rl.step_goodput()``), or None.
         self.last_step: dict[str, Any] | None = None
+        #: The weight version this process generates with (``lens_rl.set_weight_version``), or None: recorded
+        #: as ``rl.weight_version`` on its generation-family phases and in its heartbeat.
+        self.weight_version: int | None = None
         #: ``(rank, world_size, worker_group) -> handle | None``: starts worker telemetry from a decorated
         #: constructor's arguments (set by lifecycle: the hot path never imports upward).
         self.worker_init: Callable[[Any, Any, Any], Handle | None] | None = None
@@ -251,6 +257,7 @@ class Runtime:
         self.resolved = False
         self.last_shutdown = None
         self.last_step = None
+        self.weight_version = None
         self.open_phases.clear()
         self.phase_cache.clear()
         _errors.forget()

@@ -27,14 +27,18 @@ __all__ = [
     "FLOP_FACTORS",
     "PHASE_KINDS",
     "PHASE_SOURCES",
+    "WEIGHT_SYNC_PHASES",
     "Bucket",
+    "claimed",
     "closest_phase_name",
     "coerce_bucket",
     "default_bucket",
     "exclusive_time",
     "goodput_of",
+    "is_weight_sync",
     "kind_of",
     "normalized",
+    "subtracted",
     "union_length",
 ]
 
@@ -207,6 +211,23 @@ PHASE_KINDS: Mapping[str, str] = MappingProxyType({
 FLOP_FACTORS: Mapping[str, int] = MappingProxyType({"training": 6, "generation": 2, "logprob": 2})
 
 
+#: The weight-sync family (lens_rl's names and the frameworks', by their last ``/`` part as the table keys them):
+#: what the pipeline's weight-sync ``total`` and ``pause`` are measured on.
+WEIGHT_SYNC_PHASES: frozenset[str] = frozenset((
+    "weight_sync", "refit", "weight_update", "broadcast_weights",  # lens_rl
+    "transfer_and_update_weights",  # NeMo-RL (prepare_for_generation/transfer_and_update_weights)
+    "update_weights", "sync_rollout_weights", "param_sync",  # veRL
+    "broadcast",  # OpenRLHF
+    "sync_weights", "sync_weights_to_inference_engines",  # SkyRL, TRL
+))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def is_weight_sync(name: str) -> bool:
+    """Whether a phase name is of the weight-sync family (:data:`WEIGHT_SYNC_PHASES`), by its last ``/`` part."""
+    return isinstance(name, str) and normalized(name).split("/")[-1] in WEIGHT_SYNC_PHASES
+
+
 @functools.lru_cache(maxsize=4096)
 def kind_of(name: str) -> str | None:
     """A phase name's kind (``training``, ``generation``, ``logprob``), by its last ``/`` part; else None."""
@@ -266,3 +287,53 @@ def exclusive_time(start: Any, end: Any, inner: Iterable[tuple[Any, Any]]) -> An
     """
     clipped = [(max(a, start), min(b, end)) for a, b in inner if min(b, end) > max(a, start)]
     return max((end - start) - union_length(clipped), 0)
+
+
+def subtracted(start: int, end: int, holes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, end]`` less the union of ``holes`` (clipped to it): what a span covers that its nearest bucketed
+    descendants do not, as sorted, disjoint intervals (its exclusive time is their length)."""
+    out = []
+    at = start
+    for a, b in sorted((max(a, start), min(b, end)) for a, b in holes if min(b, end) > max(a, start)):
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if end > at:
+        out.append((at, end))
+    return out
+
+
+def claimed(segments: Iterable[tuple[int, int, int, Any]], ranks: int = 4) -> tuple[list[int], dict[Any, float]]:
+    """Wall-clock time claimed by rank: ``segments`` are ``(start, end, rank, owner)`` (a span's exclusive
+    stretches, its bucket's rank in :class:`Bucket`'s order); each instant some
+    segment covers goes once to the lowest rank covering it (productive first), split evenly among that
+    rank's owners there. Returns ns per rank (they add up to the segments' union) and each owner's share
+    (float ns): concurrent spans of one process (threads, async tasks) are counted once over the wall."""
+    events = []
+    for start, end, rank, owner in segments:
+        if end > start:
+            events.append((start, 1, rank, owner))
+            events.append((end, -1, rank, owner))
+    events.sort(key=lambda event: event[0])
+    totals = [0] * ranks
+    shares: dict[Any, float] = {}
+    active: list[dict[Any, int]] = [{} for _ in range(ranks)]
+    at = None
+    for t, delta, rank, owner in events:
+        if at is not None and t > at:
+            for r in range(ranks):
+                owners = active[r]
+                if owners:
+                    totals[r] += t - at
+                    each = (t - at) / len(owners)
+                    for who in owners:
+                        shares[who] = shares.get(who, 0.0) + each
+                    break
+        at = t
+        owners = active[rank]
+        count = owners.get(owner, 0) + delta
+        if count > 0:
+            owners[owner] = count
+        else:
+            owners.pop(owner, None)
+    return totals, shares

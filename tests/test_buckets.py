@@ -28,3 +28,35 @@ def test_the_docs_list_every_default_phase_name() -> None:
     text = (ROOT / "docs" / "phase-names.md").read_text()
     missing = [name for name, bucket in DEFAULT_PHASE_BUCKETS.items() if f"`{name}` | {bucket.value}" not in text]
     assert missing == []
+
+
+def test_claimed_counts_each_instant_once_productive_first() -> None:
+    """Two productive stretches overlapping and an overhead one beside them: productive is their union, overhead
+    only where nothing productive runs, and each owner's share splits the time it shared evenly."""
+    from lens_rl.buckets import claimed
+
+    totals, shares = claimed([(0, 10, 0, "train"), (2, 6, 0, "gen"), (8, 14, 1, "ckpt")])
+    assert totals == [10, 4, 0, 0]
+    assert shares == {"train": 8.0, "gen": 2.0, "ckpt": 4.0}
+
+
+def test_subtracted_leaves_what_the_holes_do_not_cover() -> None:
+    """A span 0-10 less its children 2-4, 3-5 and 9-12: 0-2, 5-9."""
+    from lens_rl.buckets import subtracted
+
+    assert subtracted(0, 10, [(3, 5), (2, 4), (9, 12)]) == [(0, 2), (5, 9)]
+
+
+def test_the_weight_sync_family_holds_the_specs_and_frameworks_names() -> None:
+    """weight_sync, update_weights, sync_weights, refit and NeMo-RL's prepare_for_generation/transfer_and_update_weights
+    are weight syncs; generation is not."""
+    from lens_rl.buckets import is_weight_sync
+
+    names = [
+        "weight_sync",
+        "update_weights",
+        "sync_weights",
+        "refit",
+        "prepare_for_generation/transfer_and_update_weights",
+    ]
+    assert all(map(is_weight_sync, names)) and not is_weight_sync("generation")

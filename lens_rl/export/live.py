@@ -243,6 +243,7 @@ class LiveMonitor:
             "state": state,
             "open": open_phases,
             "last_step": RUNTIME.last_step,
+            "weight_version": RUNTIME.weight_version,
             "phases": metrics.stats.snapshot() if metrics is not None else {},
             "hangs": self.hangs,
             "stats": self.handle.stats(),

@@ -146,7 +146,7 @@ class PhaseMetrics:
     HISTOGRAM_SAMPLES_PER_DRAIN = 256
 
     def __init__(self, meter: metrics_api.Meter | None, dropped: Any = None) -> None:
-        self._pending: deque[tuple[str, str | None, float, float]] = deque()
+        self._pending: deque[tuple[str, str | None, float | None, float | None]] = deque()
         #: records refused at a full pending queue (a drain thread that could not keep up): in ``stats()``
         self.overflow = 0
         #: per name, the completed runs' count, longest and p95 (kept with metrics off too: the watchdog's)
@@ -175,13 +175,19 @@ class PhaseMetrics:
                 description="Spans lens_rl dropped (queue full or export failed for good)",
             )
 
-    def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float) -> None:
+    def record(self, name: str, bucket: str | None, duration_s: float, exclusive_s: float | None) -> None:
+        """A phase ended; ``exclusive_s`` None: its bucket seconds come later (:meth:`record_seconds`, when its
+        step ends and its seconds over the step's wall are known)."""
         if len(self._pending) >= self.MAX_PENDING:
             self.overflow += 1
             return
         self._pending.append((name, bucket, duration_s, exclusive_s))
         if self._thread is None:
             self._start()
+
+    def record_seconds(self, name: str, bucket: str, seconds: float) -> None:
+        """Bucket seconds of a phase already counted by :meth:`record` (a step's phase, once its step ended)."""
+        self.record(name, bucket, None, seconds)  # type: ignore[arg-type]
 
     def drain(self) -> None:
         with self._lock:
@@ -192,15 +198,20 @@ class PhaseMetrics:
                 group = groups.get((name, bucket))
                 if group is None:
                     group = groups[(name, bucket)] = [0.0, []]
-                group[0] += exclusive_s
-                group[1].append(duration_s)
+                if exclusive_s is not None:
+                    group[0] += exclusive_s
+                if duration_s is not None:
+                    group[1].append(duration_s)
             for (name, bucket), (exclusive_s, durations) in groups.items():
-                self.stats.add(name, durations)
+                if durations:
+                    self.stats.add(name, durations)
                 if not self._instruments:
                     continue
                 attrs = {"rl.phase": name, "rl.bucket": bucket or "none"}
                 if bucket is not None:
                     self._bucket_seconds.add(max(exclusive_s, 0.0), attrs)
+                if not durations:
+                    continue
                 self._count.add(len(durations), attrs)
                 for duration_s in durations[: self.HISTOGRAM_SAMPLES_PER_DRAIN]:
                     self._duration.record(duration_s, attrs)

@@ -19,7 +19,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
-from lens_rl.buckets import Bucket, exclusive_time
+from lens_rl.buckets import Bucket, exclusive_time, kind_of
 from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_str
 from lens_rl.record.steps import end_step
@@ -48,6 +48,7 @@ class Node:
         "step",
         "step_node",
         "step_seconds",
+        "step_spans",
         "thread",
         "hang",
     )
@@ -81,6 +82,9 @@ class Node:
         self.step: Any = None
         self.step_node: Node | None = None
         self.step_seconds: dict[str, float] | None = None
+        #: a step umbrella's bucketed phases while it is open, (start, end, bucket, inner, name, exclusive s)
+        #: each: their time over the wall and their metrics, counted when it closes (None once closed)
+        self.step_spans: list[tuple[Any, ...]] | None = None
         #: the thread that opened it (what a heartbeat and a hang warning name)
         self.thread = 0
         #: set by the hang watchdog when it suspected a hang: (age s, timeout s) at that moment
@@ -124,13 +128,16 @@ def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
         outer = None
         if parent_node is not None:
             outer = parent_node if parent_node.bucket is not None else parent_node.outer
+        version = RUNTIME.weight_version
+        if version is not None and kind_of(spec.name) == "generation":  # what it generates with
+            attributes["rl.weight_version"] = version
         if start_ns is None:
             start_ns = time.time_ns()
         fast = handle.fast
         if fast is not None:  # the common case: no SDK span on the phase's thread
-            # spans of one phase object, bucket and step start with equal names and attributes: exporters
-            # encode those once (a template) for as long as the span keeps them
-            shape = (spec, bucket, attributes.get("rl.step"))
+            # spans of one phase object, bucket, step (and weight version) start with equal names and
+            # attributes: exporters encode those once (a template) for as long as the span keeps them
+            shape = (spec, bucket, attributes.get("rl.step"), attributes.get("rl.weight_version"))
             span = fast.start(spec.name, parent_span, attributes, start_ns, shape, parent_ctx)
         else:
             span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
@@ -142,7 +149,7 @@ def open_node(spec: Any, start_ns: int | None = None) -> Node | None:
         node.step = own_step if own_step is not None else carried_step
         node.thread = get_ident()
         if umbrella:
-            node.step_node, node.step_seconds = node, {}
+            node.step_node, node.step_seconds, node.step_spans = node, {}, []
         elif parent_node is not None:
             node.step_node = parent_node.step_node
         RUNTIME.open_phases[span_id] = node
@@ -201,19 +208,25 @@ def _account(node: Node, end_ns: int) -> None:
         if node.outer is not None:
             node.outer.inner.append((node.start_ns, end_ns))
     step_node = node.step_node
-    if bucket is not None and step_node is not None and step_node.step_seconds is not None:
+    deferred = False
+    if bucket is not None and step_node is not None and step_node.step_spans is not None:
         seconds = step_node.step_seconds
         value = bucket._value_  # (.value is an enum descriptor: several times slower on this path)
-        seconds[value] = seconds.get(value, 0.0) + exclusive_s
+        seconds[value] = seconds.get(value, 0.0) + exclusive_s  # type: ignore[index,union-attr]
         if node.outer is None or node.outer.step_node is not step_node:  # the umbrella's nearest bucketed phases
             step_node.inner.append((node.start_ns, end_ns))
+        # its seconds are counted over the step's wall when the step ends (concurrent phases once)
+        step_node.step_spans.append((node.start_ns, end_ns, value, node.inner, node.name, exclusive_s))
+        deferred = True
     handle = RUNTIME.handle
     if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
         end_step(node, end_ns, duration_s, handle)
     if handle is None:
         return
     if handle.phase_metrics is not None:
-        handle.phase_metrics.record(node.name, bucket._value_ if bucket else None, duration_s, exclusive_s)
+        handle.phase_metrics.record(
+            node.name, bucket._value_ if bucket else None, duration_s, None if deferred else exclusive_s
+        )
     if node.step_flush and handle.config.flush_on_step:
         handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
 

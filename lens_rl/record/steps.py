@@ -8,40 +8,96 @@ and goodput = productive / wall, the offline rollup's rules.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from lens_rl._runtime import RUNTIME, Handle
-from lens_rl.buckets import Bucket, exclusive_time
+from lens_rl.buckets import Bucket, claimed, exclusive_time, is_weight_sync, kind_of, subtracted, union_length
 
 __all__ = ["end_step", "step_goodput", "step_metrics"]
 
 
 def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> None:
-    """What ``step_goodput()`` answers after a step umbrella ends: its phases' exclusive seconds by bucket
-    (all four), the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
-    and goodput = productive / wall."""
+    """What ``step_goodput()`` answers after a step umbrella ends: its phases' seconds by bucket (all four)
+    over the wall, the time none of them covers (the offline rollup's rule: the umbrella's own exclusive time),
+    and goodput = productive / wall. Phases that ran at once (threads, async tasks) count once: where their
+    exclusive seconds add up to more than they cover, each instant goes to one bucket, productive first
+    (:func:`lens_rl.buckets.claimed`, the offline driver view's rule); the bucket-seconds metric of its phases
+    is recorded here, the same way."""
+    spans, node.step_spans = node.step_spans or [], None
+    unattributed_ns = exclusive_time(node.start_ns, end_ns, node.inner)
     seconds = dict.fromkeys(_BUCKET_VALUES, 0.0)
     seconds.update(node.step_seconds or {})
-    unattributed_s = exclusive_time(node.start_ns, end_ns, node.inner) / 1e9
+    shares = None
+    covered_s = (end_ns - node.start_ns - unattributed_ns) / 1e9
+    if sum(seconds.values()) > covered_s + 1e-9 * max(len(spans), 1):  # (beyond the floats' rounding)
+        totals, shares = claimed(_segments(spans))
+        seconds = {value: ns / 1e9 for value, ns in zip(_BUCKET_VALUES, totals, strict=True)}
+    metrics = handle.phase_metrics if handle is not None else None
+    if metrics is not None:
+        for n, (_, _, value, _, name, exclusive_s) in enumerate(spans):
+            metrics.record_seconds(name, value, exclusive_s if shares is None else shares.get(n, 0.0) / 1e9)
     attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
     RUNTIME.last_step = {
         "step": node.step,
         "attempt": attempt,
         "seconds": seconds,
-        "unattributed_s": unattributed_s,
+        "unattributed_s": unattributed_ns / 1e9,
         "wall_s": wall_s,
         "goodput": seconds["productive"] / wall_s if wall_s > 0 else None,
+        "pipeline": _pipeline(spans, node.start_ns, end_ns),
     }
 
 
+def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float]:
+    """The step's pipeline figures within this process (its threads and tasks are its pools): busy of its
+    generation-family (rollout) and training or logprob (trainer) productive phases, their overlap, the bubble
+    where no productive phase runs (shares of the wall), weight-sync seconds and the pause (the part of them no
+    generation ran beside): the offline pipeline's rules, on this process's spans."""
+    wall = hi - lo
+    gen, train, productive, sync = [], [], [], []
+    for start, end, value, _, name, _ in spans:
+        interval = (max(start, lo), min(end, hi))
+        if interval[1] <= interval[0]:
+            continue
+        if value == "productive":
+            productive.append(interval)
+            kind = kind_of(name)
+            if kind == "generation":
+                gen.append(interval)
+            elif kind in ("training", "logprob"):
+                train.append(interval)
+        if is_weight_sync(name):
+            sync.append(interval)
+    g, t = union_length(gen), union_length(train)
+    sync_ns = union_length(sync)
+    return {
+        "busy_rollout": g / wall if wall > 0 else 0.0,
+        "busy_trainer": t / wall if wall > 0 else 0.0,
+        "overlap": (g + t - union_length(gen + train)) / wall if wall > 0 else 0.0,
+        "bubble": (wall - union_length(productive)) / wall if wall > 0 else 0.0,
+        "sync_s": sync_ns / 1e9,
+        "pause_s": (union_length(sync + gen) - g) / 1e9,
+    }
+
+
+def _segments(spans: list[tuple[Any, ...]]) -> Iterator[tuple[int, int, int, int]]:
+    """The step's phases' exclusive stretches as ``(start, end, bucket rank, phase index)``."""
+    for n, (start, end, value, inner, _, _) in enumerate(spans):
+        rank = _RANK[value]
+        for a, b in subtracted(start, end, inner) if inner else ((start, end),):
+            yield a, b, rank, n
+
+
 _BUCKET_VALUES = tuple(b.value for b in Bucket)
+_RANK = {value: n for n, value in enumerate(_BUCKET_VALUES)}
 
 
 def step_goodput() -> dict[str, Any] | None:
     """The last completed step's goodput on this process, or None.
 
     ``{"step", "attempt", "seconds": {bucket: s} (all four, zeros included), "unattributed_s", "wall_s",
-    "goodput"}``. A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
+    "goodput", "pipeline"}`` (``pipeline``: :func:`step_metrics`' ``pipeline/`` figures as a dict). A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
     step); ``seconds`` are the exclusive seconds of the bucketed phases inside it, ``unattributed_s`` the
     time none of them covers, and goodput = productive / wall: computed live with the rules the offline
     rollup uses. A plain read; None while off or before the first step.
@@ -61,7 +117,9 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     ``SummaryWriter.add_scalar`` and ``mlflow.log_metrics`` take. Empty before the first step (or off).
 
     Keys: ``step``, ``attempt``, ``goodput`` (absent for a zero-length step), ``wall_s``,
-    ``unattributed_s``, and ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``.
+    ``unattributed_s``, ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``, and the step's pipeline
+    figures on this process: ``pipeline/busy_rollout``, ``pipeline/busy_trainer``, ``pipeline/overlap``,
+    ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s``.
 
     Example::
 
@@ -83,4 +141,6 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     out[f"{prefix}unattributed_s"] = float(last["unattributed_s"])
     for bucket, seconds in last["seconds"].items():
         out[f"{prefix}{bucket}_s"] = float(seconds)
+    for key, value in (last.get("pipeline") or {}).items():
+        out[f"{prefix}pipeline/{key}"] = float(value)
     return out

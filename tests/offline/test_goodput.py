@@ -16,7 +16,8 @@ from tests.stores import rollup, rollup_recorded, v1_record
 
 
 def test_nested_bucketed_span_takes_its_time_from_the_outer_one() -> None:
-    """A checkpoint inside training counts once, as overhead; concurrent children are unioned."""
+    """A checkpoint inside training counts once, as overhead; concurrent children are unioned, and on the
+    driver's wall their overlap (3-4 s: checkpointing beside the wait) counts once, to the first bucket."""
     recs = [
         v1_record("step", 0, 10, span="s", **{"rl.step": 1}),
         v1_record("policy_training", 0, 8, span="t", parent="s", **{"rl.bucket": "productive"}),
@@ -25,8 +26,10 @@ def test_nested_bucketed_span_takes_its_time_from_the_outer_one() -> None:
         v1_record("wait", 3, 6, span="w", parent="i", **{"rl.bucket": "idle"}),  # ...its bucketed child still counts
     ]
     report = rollup(recs)
-    assert report["job"]["seconds"] == {"productive": 4.0, "overhead": 2.0, "idle": 3.0, "wasted": 0.0}
+    assert report["job"]["seconds"] == {"productive": 4.0, "overhead": 2.0, "idle": 2.0, "wasted": 0.0}
     step = report["steps"][0]
+    assert step["seconds"] == report["job"]["seconds"]
+    assert {r["phase"]: r["exclusive_s"] for r in report["phases"]}["wait"] == 3.0  # per span, as before
     assert step["step"] == 1 and step["wall_s"] == 10.0 and step["unattributed_s"] == 2.0
     assert report["goodput"] == pytest.approx(4 / 10)  # productive over the wall: the 2 s no bucket covers count too
     assert step["goodput"] == pytest.approx(4 / 10)

@@ -10,6 +10,7 @@ import pytest
 
 from lens_rl.offline.read.critical import CritPart
 from lens_rl.offline.read.parts import PhasePart, ProcessPart, RequestsPart, Series
+from lens_rl.offline.read.pipe import PipePart
 from lens_rl.offline.read.steps import StepPart
 from lens_rl.offline.run.records import PartRec, array_of, decode, encode, part_from, part_record, raw
 from lens_rl.store import Process
@@ -29,6 +30,9 @@ def _part() -> ProcessPart:
     part.device, part.job_error = {"host": "h", "rl.gpu_ids": [0, 1]}, {"type": "E", "message": "m"}
     part.requests = RequestsPart()
     part.requests.e2e.append(0.5)
+    part.pipe = PipePart()
+    part.pipe.productive, part.pipe.syncs = array("q", [1, 3]), [(1, 2, 3), (4, 5, None)]
+    part.pipe.consumed = [(3, 2, [1, 2], 100, None), ("w", "w", [0], None, 1)]
     crit = CritPart()
     crit.node_ids, crit.e_parent = array("Q", [1, 2]), ["x-parent"]
     crit.node_attr, crit.attrs = array("i", [0, 0]), [("gen", "productive")]

@@ -14,6 +14,7 @@ import pytest
 import lens_rl
 from lens_rl import traced_phase
 from lens_rl.testing import recording
+from tests.stores import rollup_recorded
 
 
 def _three_steps(write: Any) -> list[dict[str, Any]]:
@@ -39,7 +40,7 @@ def test_step_goodput_has_every_bucket_and_the_unattributed_time() -> None:
         lives = _three_steps(lambda step, metrics: None)
         flat = lens_rl.step_metrics(prefix="gp.")
     live = lives[-1]
-    assert set(live) == {"step", "attempt", "seconds", "unattributed_s", "wall_s", "goodput"}
+    assert set(live) == {"step", "attempt", "seconds", "unattributed_s", "wall_s", "goodput", "pipeline"}
     assert set(live["seconds"]) == {"productive", "overhead", "idle", "wasted"} and live["seconds"]["idle"] == 0.0
     assert live["step"] == 2 and live["attempt"] == 0
     assert live["unattributed_s"] >= 0.01
@@ -114,3 +115,63 @@ def test_the_live_figures_carry_the_attempt(monkeypatch: pytest.MonkeyPatch, tmp
     assert lens_rl.step_goodput()["attempt"] == 3
     assert lens_rl.step_metrics()["goodput/attempt"] == 3.0
     lens_rl.shutdown_telemetry(2000)
+
+
+def test_a_generation_thread_beside_the_trainer_counts_once_live() -> None:
+    """A generation thread started with the step's context beside the trainer (0.2 s inside 0.3 s): the step's
+    productive seconds, its goodput and the bucket-seconds metric never exceed the wall, and equal the rollup's."""
+    import threading
+
+    with recording(worker_group="driver") as rec:
+        with traced_phase("step", step=0):
+            carrier = lens_rl.inject_context()
+
+            def generate() -> None:
+                with lens_rl.attach_context(carrier), traced_phase("generation"):
+                    time.sleep(0.2)
+
+            thread = threading.Thread(target=generate)
+            with traced_phase("policy_training"):
+                thread.start()
+                time.sleep(0.3)
+                thread.join()
+        live = lens_rl.step_goodput()
+        flat = lens_rl.step_metrics()
+        metric = sum(
+            p.value for p in rec.metrics()["rl.goodput.bucket_seconds"] if p.attributes["rl.bucket"] == "productive"
+        )
+        offline = rollup_recorded(rec.spans)
+    assert live["goodput"] <= 1.0 and flat["goodput/goodput"] <= 1.0
+    assert live["seconds"]["productive"] <= live["wall_s"] and metric <= live["wall_s"] + 1e-6
+    assert metric == pytest.approx(live["seconds"]["productive"], abs=1e-6)
+    assert live["seconds"]["productive"] == pytest.approx(offline["steps"][-1]["seconds"]["productive"], abs=1e-5)
+    assert offline["goodput"] <= 1.0
+    pipe = live["pipeline"]  # the step's pipeline within the process: generation inside training
+    assert pipe["overlap"] == pytest.approx(pipe["busy_rollout"]) and 0.5 < pipe["busy_rollout"] < pipe["busy_trainer"]
+    assert pipe["bubble"] < 0.1 and flat["goodput/pipeline/overlap"] == pipe["overlap"]
+
+
+def test_set_weight_version_is_carried_on_generation_phases_only() -> None:
+    """After set_weight_version(3), generation-family phases carry rl.weight_version 3 and training phases do
+    not; None forgets it; a value that is no int is refused, naming it."""
+    with recording(worker_group="rollout") as rec:
+        with traced_phase("generation"):
+            pass
+        lens_rl.set_weight_version(3)
+        with traced_phase("generation"), traced_phase("policy_training"):
+            pass
+        with traced_phase("generate_sequences"):
+            pass
+        lens_rl.set_weight_version(None)
+        with traced_phase("generation"):
+            pass
+    versions = [(s.name, dict(s.attributes).get("rl.weight_version")) for s in rec.spans]
+    assert versions == [
+        ("generation", None),
+        ("policy_training", None),
+        ("generation", 3),
+        ("generate_sequences", 3),
+        ("generation", None),
+    ]
+    with pytest.raises(ValueError, match="version must be an int"):
+        lens_rl.set_weight_version(True)  # type: ignore[arg-type]

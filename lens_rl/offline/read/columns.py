@@ -53,6 +53,7 @@ class Columns:
         "tokens",
         "flops",
         "gen_tokens",
+        "versions",
         "flags",
         "requests",
         "root",
@@ -75,6 +76,9 @@ class Columns:
         self.flops: dict[int, float] = {}
         #: row -> (output, input) tokens of a third-party span that says them (``gen_ai.usage.*``), sparse
         self.gen_tokens: dict[int, tuple[float, float]] = {}
+        #: row -> (``rl.policy_version``, ``rl.trajectory_versions``, ``rl.trajectory_tokens``,
+        #: ``rl.max_staleness``) of a phase that says what it consumed (sparse: what staleness is computed from)
+        self.versions: dict[int, tuple[Any, Any, Any, Any]] = {}
         self.flags = bytearray()
         #: row -> a vLLM request span's numbers (:func:`lens_rl.offline.read.requests.request_numbers`; sparse)
         self.requests: dict[int, tuple[float, ...]] = {}
@@ -147,6 +151,14 @@ class Columns:
                 self._add_flops(flops)
             if name == REQUEST_SPAN:
                 self._add_request(attrs)
+            consumed = attrs.get("rl.trajectory_versions")
+            if consumed is not None:
+                self.versions[len(self.tokens) - 1] = (
+                    attrs.get("rl.policy_version"),
+                    consumed,
+                    attrs.get("rl.trajectory_tokens"),
+                    attrs.get("rl.max_staleness"),
+                )
         else:
             self.buckets.append(None)
             self.steps.append(None)
@@ -206,11 +218,12 @@ class Columns:
         out.buckets = list(compress(self.buckets, keep))
         out.steps = list(compress(self.steps, keep))
         out.tokens = list(compress(self.tokens, keep))
-        if self.flops or self.requests or self.gen_tokens:
+        if self.flops or self.requests or self.gen_tokens or self.versions:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
             out.flops = _reindexed(self.flops, new_index)
             out.requests = _reindexed(self.requests, new_index)
             out.gen_tokens = _reindexed(self.gen_tokens, new_index)
+            out.versions = _reindexed(self.versions, new_index)
         out.flags = bytearray(compress(self.flags, keep))
         return out
 

@@ -52,6 +52,7 @@ class Tree:
         "remote",
         "flops",
         "gen_tokens",
+        "versions",
         "third_roots",
         "remote_tokens",
     )
@@ -75,6 +76,7 @@ class Tree:
     remote: dict[int, Any]
     flops: dict[int, float]
     gen_tokens: dict[int, tuple[float, float]]
+    versions: dict[int, tuple[Any, Any, Any, Any]]
     third_roots: dict[int, Any]
     remote_tokens: dict[str, list[float]]
 
@@ -116,6 +118,7 @@ def link(cols: Columns) -> Tree:
         if tok is not None and isinstance(tok, (int, float)) and not isinstance(tok, bool)
     }
     tree.gen_tokens = cols.gen_tokens
+    tree.versions = cols.versions
     return tree
 
 

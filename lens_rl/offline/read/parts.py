@@ -206,6 +206,8 @@ class ProcessPart:
     remote_tokens: dict[str, list[float]] = field(default_factory=dict)
     #: its vLLM request spans' numbers (:class:`RequestsPart`), or None
     requests: RequestsPart | None = None
+    #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
+    pipe: Any = None
 
     @property
     def is_driver(self) -> bool:
@@ -279,6 +281,7 @@ class ProcessPart:
         self.cycles += other.cycles
         self.requests = _folded(self.requests, other.requests)
         self.crit = _folded(self.crit, other.crit)
+        self.pipe = _folded(self.pipe, other.pipe)
         self._merge_tables(other)
 
     def _merge_tables(self, other: ProcessPart) -> None:

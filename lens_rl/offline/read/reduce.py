@@ -22,7 +22,9 @@ from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_column
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.read.linked import Tree, inner, link, resolve
+from lens_rl.offline.read.overlap import claim_overlaps
 from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart
+from lens_rl.offline.read.pipe import pipe_part
 from lens_rl.offline.read.requests import requests_part
 from lens_rl.offline.read.steps import Series, StepPart
 from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key
@@ -66,6 +68,7 @@ def part_from_columns(
         part.cycles = tree.cycles
         part.remote_tokens = tree.remote_tokens
         accumulate(part, tree, *inner(tree), step_rows, superseded)
+        part.pipe = pipe_part(tree, superseded)
         if critical:
             part.crit = _walks(key, tree, superseded)
         tree.ids = None
@@ -82,6 +85,8 @@ def _device(resource: Mapping[str, Any]) -> dict[str, Any]:
         "rl.device.name",
         "rl.device.peak_tflops",
         "rl.model.num_params",
+        "rl.pool",
+        "rl.max_staleness",
     ):
         value = resource.get(key)
         if value is not None and not isinstance(value, (dict, list)):
@@ -213,6 +218,8 @@ def accumulate(
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    if part.key.driver:  # the driver's view is wall-clock: concurrent spans of it counted once
+        claim_overlaps(part, tree, kids_of, superseded)
     if in_umbrella:
         _gaps(part, tree, in_umbrella)
     if rerun:

@@ -40,7 +40,9 @@ kind: ``phase``, ``bucket``, ``worker_group``, ``steps`` | ``share``, ``unattrib
 {``per_step``, ``persistent``, ``degrading``}, ``critical_path`` {``phases``, ``steps``}, ``throughput``
 {``gpus``, ``tokens``, ``e2e_tokens_per_s_per_gpu``}, ``requests`` [{``worker_group``, ``requests``, ``e2e_p50_s``,
 ``e2e_p95_s``, ``queue_share``, ``queue_p95_s``, ``ttft_p50_s``, ``ttft_p95_s``, ``prefill_s``, ``decode_s``,
-``output_tokens``, ``busy_s``, ``output_tokens_per_s``}] (vLLM's request spans, :mod:`lens_rl.offline.rollup.requests`), ``sampled``, ``concurrent``, ``runs``, ``notes``,
+``output_tokens``, ``busy_s``, ``output_tokens_per_s``}] (vLLM's request spans, :mod:`lens_rl.offline.rollup.requests`),
+``pipeline`` {``pools``, ``imbalance``, ``overlap``, ``bubble``, ``weight_sync``, ``staleness``, ``verdict``,
+``per_step``} or None (:mod:`lens_rl.offline.rollup.pipeline`), ``sampled``, ``concurrent``, ``runs``, ``notes``,
 ``spans``, ``files``, ``skipped_lines``. Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
 ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (docs/optimise.md).
 
@@ -57,6 +59,7 @@ from lens_rl.offline.read.intervals import covered, merge_intervals
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, merge_parts
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
 from lens_rl.offline.rollup.critical import Memo, critical_path
+from lens_rl.offline.rollup.pipeline import pipeline_row
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
     UNBUCKETED_SHARE,
@@ -73,6 +76,7 @@ from lens_rl.offline.rollup.schema import (
     GroupRow,
     JobRow,
     PhaseRow,
+    Pipeline,
     RankRow,
     RequestsRow,
     StepRow,
@@ -146,6 +150,7 @@ def report_from_parts(
         "critical_path": cast(CriticalPath, critical_path(processes, rows, memo)),
         "throughput": cast(Throughput, throughput),
         "requests": cast("list[RequestsRow]", requests_rows(processes)),
+        "pipeline": cast("Pipeline | None", pipeline_row(processes, view, rows, warmup_steps, steps)),
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,

@@ -253,6 +253,89 @@ class RequestsRow(TypedDict):
     output_tokens_per_s: float | None
 
 
+class PipelineRank(TypedDict):
+    worker_group: str
+    rank: int
+    pid: int
+    busy: float
+
+
+class PipelinePool(TypedDict):
+    pool: str  # rollout | trainer | other
+    worker_groups: list[str]
+    busy: float
+    idle: float
+    busy_s: float
+    ranks: list[PipelineRank]
+
+
+class WeightSync(TypedDict):
+    count: int
+    total_s: float
+    pause_s: float | None
+    pause_share: float | None
+
+
+class Staleness(TypedDict):
+    mean: float
+    p90: float
+    max: float
+    beyond: float | None
+    bound: float | None
+    trajectories: int
+    tokens: float
+
+
+class VerdictFigures(TypedDict):
+    trainer_idle: float | None
+    rollout_idle: float | None
+    sync_pause_share: float | None
+
+
+class VerdictWindow(TypedDict):
+    first_step: Step
+    last_step: Step
+    verdict: str | None  # rollout-bound | trainer-bound | sync-bound | balanced
+    figures: VerdictFigures
+    move: str
+
+
+class Verdict(TypedDict):
+    verdict: str | None
+    figures: VerdictFigures
+    move: str
+    windows: list[VerdictWindow]
+
+
+class PipelineStep(TypedDict):
+    step: Step
+    wall_s: float
+    busy: dict[str, float]
+    overlap: float
+    bubble: float
+    sync_s: float
+    pause_s: float | None
+    staleness_mean: float | None
+    staleness_p90: float | None
+    staleness_max: float | None
+    staleness_beyond: float | None
+
+
+class Pipeline(TypedDict):
+    """The async pipeline (:mod:`lens_rl.offline.rollup.pipeline`): shares are of the steady-state wall."""
+
+    wall_s: float
+    steps: int
+    pools: list[PipelinePool]
+    imbalance: float | None
+    overlap: float
+    bubble: float
+    weight_sync: WeightSync
+    staleness: Staleness | None
+    verdict: Verdict
+    per_step: list[PipelineStep]
+
+
 class GoodputReport(TypedDict):
     schema: str  # "lens_rl.goodput/1"
     goodput: float | None
@@ -274,6 +357,7 @@ class GoodputReport(TypedDict):
     critical_path: CriticalPath
     throughput: Throughput
     requests: list[RequestsRow]
+    pipeline: Pipeline | None
     sampled: bool
     concurrent: bool
     runs: list[str]

@@ -27,7 +27,7 @@ from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, step_key
 from lens_rl.offline.rollup.bulk import packed_spans, seconds_rounded
 from lens_rl.offline.rollup.stragglers import in_range
 
-__all__ = ["steady_goodput", "step_rows", "step_times"]
+__all__ = ["steady_goodput", "steady_indexes", "step_rows", "step_times", "step_windows"]
 
 _EMPTY = array("q")
 
@@ -165,6 +165,17 @@ def steady_goodput(
         return None
     wall = sum(walls_ns[n] for n in taken)
     return sum(productive_ns[n] for n in taken) / wall if wall else None
+
+
+def steady_indexes(step_rows: list[dict[str, Any]], warmup_steps: int) -> list[int]:
+    """The indexes of the steady state's rows: complete final runs after each attempt's first ``warmup_steps``."""
+    return [n for n in _after_warmup(step_rows, max(warmup_steps, 0)) if not step_rows[n]["incomplete"]]
+
+
+def step_windows(view: list[ProcessPart], steps: tuple[int, int] | None) -> dict[Any, list[tuple[int, int]]]:
+    """Each step of the view's wall as intervals (its umbrellas' union, else first start to last end)."""
+    combined, _ = _combined(view, steps)
+    return {step: _windows(sp) for step, sp in combined.items()}
 
 
 def _after_warmup(step_rows: list[dict[str, Any]], warm: int) -> Sequence[int]:

@@ -28,6 +28,7 @@ import msgspec
 from lens_rl.offline.read.critical import CritPart
 from lens_rl.offline.read.intervals import intervals_column, intervals_from_column
 from lens_rl.offline.read.parts import PhasePart, ProcessPart, RequestsPart, Series
+from lens_rl.offline.read.pipe import PipePart
 from lens_rl.offline.read.steps import StepPart
 from lens_rl.store import Process, ReadStats
 
@@ -168,6 +169,16 @@ class RequestsRec(_Rec):
     busy: Raw
 
 
+class PipeRec(_Rec):
+    """A process's share of the async-pipeline figures (:class:`~lens_rl.offline.read.pipe.PipePart`): its
+    productive spans' union (packed), its weight syncs (start, end, step) and consumed versions (step, policy
+    version, trajectory versions, trajectory tokens, max staleness: attribute values as written)."""
+
+    productive: Raw
+    syncs: list[tuple[int, int, Scalar]]
+    consumed: list[tuple[Scalar, Any, Any, Any, Any]]
+
+
 #: CritPart's arrays and their typecodes (node_ids and e_parent: a Column of ids)
 _CRIT_ARRAYS = (
     ("node_attr", "i"),
@@ -222,6 +233,7 @@ class PartRec(_Rec):
     untokened: list[tuple[Id, Scalar, Scalar, int, Scalar]]
     remote_tokens: list[tuple[Id, Num, Num]]
     requests: RequestsRec | None
+    pipe: PipeRec | None
 
 
 class StatsRec(_Rec):
@@ -472,6 +484,16 @@ def _crit_from(rec: CritRec) -> CritPart:
     return out
 
 
+def _pipe_record(part: PipePart) -> PipeRec:
+    return PipeRec(raw(part.productive, "q"), list(part.syncs), list(part.consumed))
+
+
+def _pipe_from(rec: PipeRec) -> PipePart:
+    out = PipePart()
+    out.productive, out.syncs, out.consumed = array_of("q", rec.productive), rec.syncs, rec.consumed
+    return out
+
+
 def part_record(part: ProcessPart) -> PartRec:
     """``part`` as its record."""
     return PartRec(
@@ -499,6 +521,7 @@ def part_record(part: ProcessPart) -> PartRec:
         [(span_id, *value) for span_id, value in part.untokened.items()],
         [(parent, out, into) for parent, (out, into) in part.remote_tokens.items()],
         None if part.requests is None else _requests_record(part.requests),
+        None if part.pipe is None else _pipe_record(part.pipe),
     )
 
 
@@ -529,6 +552,7 @@ def part_from(rec: PartRec) -> ProcessPart:
         untokened={span_id: (name, bucket, ns, step) for span_id, name, bucket, ns, step in rec.untokened},  # type: ignore[misc]
         remote_tokens={parent: [out, into] for parent, out, into in rec.remote_tokens},  # type: ignore[misc]
         requests=None if rec.requests is None else _requests_from(rec.requests),
+        pipe=None if rec.pipe is None else _pipe_from(rec.pipe),
     )
 
 

@@ -17,6 +17,7 @@ from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import seconds as _secs
 from lens_rl.offline.show.formats import share
+from lens_rl.offline.show.pipeline import format_pipeline
 from lens_rl.offline.show.requests import format_requests
 
 __all__ = ["MAX_STEP_ROWS", "format_table"]
@@ -37,6 +38,7 @@ def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     lines += _critical_lines(report)
     lines += _throughput_lines(report)
     lines += format_requests(report)
+    lines += format_pipeline(report)
     lines += _group_lines(report)
     lines += _straggler_lines(report)
     return "\n".join(lines)

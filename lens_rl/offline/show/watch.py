@@ -51,6 +51,10 @@ def _look(run_dir: Path, jobs: int | None) -> tuple[Any, bool]:
     parts: list[Any] = [Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")]
     if report is not None:
         parts.append(_headline(report))
+        if report.get("pipeline"):  # the async pipeline's verdict and the figures that decided it
+            from lens_rl.offline.show.pipeline import pipeline_line
+
+            parts.append(Text(pipeline_line(report)))
     if status is not None:
         parts.append(_processes(status))
     if report is not None and report["steps"]:

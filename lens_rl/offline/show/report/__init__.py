@@ -48,6 +48,7 @@ from lens_rl.offline.show.report.figures import (
     timeline_figure,
 )
 from lens_rl.offline.show.report.page import page
+from lens_rl.offline.show.report.pipeline import pipeline_figure
 
 __all__ = [
     "HEAT_LIMIT",
@@ -80,6 +81,7 @@ def build_report(paths: Sequence[Path], **options: Any) -> str:
         *step_figures(go, report),
         critical_figure(go, report),
         requests_figure(go, report),
+        pipeline_figure(go, report),
         rank_figure(go, report, data.ranks),
         *heat_figures(go, data.heat),
     ]

@@ -11,6 +11,7 @@ from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import seconds as _secs
 from lens_rl.offline.show.formats import share
+from lens_rl.offline.show.report.pipeline import pipeline_card
 
 __all__ = ["page"]
 
@@ -58,6 +59,7 @@ algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {
 <div class="card">steps<b>{steps_done}</b></div>
 <div class="card" id="headline-throughput">tokens/s/GPU end to end<b>{_rate(report.get("throughput", {}).get("e2e_tokens_per_s_per_gpu"))}</b></div>
 {restarts}
+{pipeline_card(report)}
 </div>
 {notes_html}
 {charts}

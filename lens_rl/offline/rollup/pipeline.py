@@ -1,0 +1,309 @@
+"""The async pipeline: pools and roles, busy and idle, overlap, bubble, weight-sync pause, staleness, verdict.
+
+* **Pools.** Each worker group is a pool with a role: ``rollout`` when most of its productive time is in
+  generation-family phases, ``trainer`` when most is training or logprob, else ``other``; a process's
+  ``rl.pool`` resource attribute wins.
+* **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; without steps, the
+  run's first to last span): per rank, the union of its productive spans over the wall; per pool, the mean
+  over its ranks; ``idle`` = 1 - busy; ``imbalance`` = |idle(trainer) - idle(rollout)|. ``overlap``: where the
+  trainer pool's union and the rollout pool's both cover, over the wall; ``bubble``: where no pool works.
+  Every pause counts: idle is measured from the union of real spans, never from one window per version.
+* **Weight sync.** Spans of the weight-sync family (:data:`lens_rl.buckets.WEIGHT_SYNC_PHASES`), on any
+  process, as a union: ``total`` seconds, and ``pause``: the part during which the rollout pool generated
+  nothing. Per step too.
+* **Staleness** (:mod:`~lens_rl.offline.rollup.staleness`) and the **verdict**
+  (:mod:`~lens_rl.offline.rollup.verdict`), per job and per window of :data:`WINDOW` steps.
+
+Example::
+
+    pipeline_row(processes, view, rows, warmup_steps=1, steps=None)["verdict"]["verdict"]   # "rollout-bound"
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from lens_rl.buckets import kind_of
+from lens_rl.offline.read.intervals import coverage, merge_intervals, pack, union_packed
+from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.rollup.staleness import staleness
+from lens_rl.offline.rollup.steps import steady_indexes, step_windows
+from lens_rl.offline.rollup.verdict import verdict
+
+__all__ = ["ROLES", "WINDOW", "pipeline_row", "roles_of"]
+
+#: Steps per verdict window.
+WINDOW = 20
+ROLES = ("rollout", "trainer", "other")
+_EMPTY = array("q")
+
+
+def roles_of(processes: Sequence[ProcessPart]) -> dict[str, str]:
+    """worker group -> its pool's role: ``rl.pool`` where a process of it says one, else by its productive
+    exclusive time (generation-family phases most: rollout; training or logprob most: trainer; else other)."""
+    by_kind: dict[str, dict[str, int]] = {}
+    said: dict[str, str] = {}
+    for part in processes:
+        group = part.key.group
+        pool = part.device.get("rl.pool")
+        if isinstance(pool, str) and pool in ROLES:
+            said.setdefault(group, pool)
+        kinds = by_kind.setdefault(group, {})
+        for (name, bucket), phase in part.phases.items():
+            if bucket == "productive":
+                kind = kind_of(name) or "other"
+                kinds[kind] = kinds.get(kind, 0) + phase.excl_ns
+    out = {}
+    for group, kinds in by_kind.items():
+        total = sum(kinds.values())
+        gen, train = kinds.get("generation", 0), kinds.get("training", 0) + kinds.get("logprob", 0)
+        role = "rollout" if total and 2 * gen > total else "trainer" if total and 2 * train > total else "other"
+        out[group] = said.get(group, role)
+    return out
+
+
+def pipeline_row(
+    processes: Sequence[ProcessPart],
+    view: Sequence[ProcessPart],
+    rows: list[dict[str, Any]],
+    warmup_steps: int = 1,
+    steps: tuple[int, int] | None = None,
+) -> dict[str, Any] | None:
+    """The ``pipeline`` section (the module docstring); None when no process has a productive span. Per-step
+    figures are computed for every step at once (:func:`~lens_rl.offline.read.intervals.coverage`)."""
+    if not any(p.pipe is not None and len(p.pipe.productive) for p in processes):
+        return None
+    roles = roles_of(processes)
+    windows = step_windows(list(view), steps)
+    steady = [rows[n]["step"] for n in steady_indexes(rows, warmup_steps) if windows.get(rows[n]["step"])]
+    wall = merge_intervals(w for step in steady for w in windows.get(step, ()))
+    if not wall:
+        lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
+        hi = max((p.last_ns for p in processes if p.last_ns is not None), default=None)
+        wall = [(lo, hi)] if lo is not None and hi is not None and hi > lo else []
+    if not wall:
+        return None
+    ranks = {role: [p for p in processes if roles.get(p.key.group) == role] for role in ROLES}
+    arrays = _arrays(processes, ranks)
+    consumed = [c for p in processes if p.pipe for c in p.pipe.consumed]
+    bound = next((p.device.get("rl.max_staleness") for p in view if "rl.max_staleness" in p.device), None)
+    wl, wh = np.array([a for a, _ in wall], np.int64), np.array([b for _, b in wall], np.int64)
+    length = int((wh - wl).sum())
+    covered_ns: dict[int, int] = {}  # (each array's coverage of the wall, read once: the pools reuse it)
+
+    def cover(packed: array) -> int:
+        got = covered_ns.get(id(packed))
+        if got is None:
+            got = covered_ns[id(packed)] = int(coverage(packed, wl, wh).sum())
+        return got
+
+    job = _figures(cover, length, ranks, arrays)
+    steady_set = set(steady)
+    per_step, chunks = _per_step(rows, windows, steady, ranks, arrays, consumed, bound)
+    judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
+    judged["windows"] = chunks
+    return {
+        "wall_s": round(length / 1e9, 6),
+        "steps": len(steady),
+        "pools": _pools(ranks, arrays, cover, length),
+        "imbalance": _r(job["imbalance"]),
+        "overlap": _r(job["overlap"]),
+        "bubble": _r(job["bubble"]),
+        "weight_sync": {
+            "count": _inside(pack(wall), (s for p in processes if p.pipe for s in p.pipe.syncs)),
+            "total_s": round(job["sync"] / 1e9, 6),
+            "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
+            "pause_share": _r(job["pause_share"]),
+        },
+        "staleness": staleness((c for c in consumed if not steady_set or c[0] in steady_set), bound),
+        "verdict": judged,
+        "per_step": per_step,
+    }
+
+
+def _r(value: Any) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
+def _arrays(processes: Sequence[ProcessPart], ranks: dict[str, list[ProcessPart]]) -> dict[str, Any]:
+    """The packed interval arrays the figures are read from: each rank's busy time, each pool's union, any
+    pool's, rollout and trainer's, the weight syncs' and syncs with rollout's."""
+    busy = {role: [_own(p) for p in ranks[role]] for role in ROLES}
+    unions = {role: union_packed(busy[role]) for role in ROLES}
+    syncs = pack(merge_intervals((a, b) for p in processes if p.pipe for a, b, _ in p.pipe.syncs))
+    return {
+        "busy": busy,
+        "rollout": unions["rollout"],
+        "trainer": unions["trainer"],
+        "any": union_packed(unions[role] for role in ROLES),
+        "both": union_packed([unions["rollout"], unions["trainer"]]),
+        "syncs": syncs,
+        "syncs_rollout": union_packed([syncs, unions["rollout"]]),
+        "has_rollout": bool(ranks["rollout"]),
+    }
+
+
+def _inside(wall: array, syncs: Any) -> int:
+    """How many of the ``(start, end, step)`` spans ran within the merged, packed ``wall``."""
+    spans = [(start, end) for start, end, _ in syncs if end > start]
+    if not spans:
+        return 0
+    return int((coverage(wall, [a for a, _ in spans], [b for _, b in spans]) > 0).sum())
+
+
+def _own(part: ProcessPart) -> array:
+    return part.pipe.productive if part.pipe is not None else _EMPTY
+
+
+def _figures(cover: Any, length: Any, ranks: dict[str, list[ProcessPart]], arrays: dict[str, Any]) -> dict[str, Any]:
+    """The figures over a wall of ``length`` ns, ``cover(packed)`` the ns of it an array covers: scalars for one
+    wall, numpy arrays for one per step alike. Per role busy and idle shares (the mean over its ranks),
+    imbalance, overlap, bubble, weight-sync ns and the pause (ns and share of the wall)."""
+    idle: dict[str, Any] = {}
+    shares: dict[str, Any] = {}
+    safe = np.maximum(length, 1)
+    for role in ROLES:
+        if ranks[role]:
+            shares[role] = sum(cover(own) for own in arrays["busy"][role]) / len(ranks[role]) / safe
+            idle[role] = 1 - shares[role]
+    r, t = cover(arrays["rollout"]), cover(arrays["trainer"])
+    overlap = r + t - cover(arrays["both"])
+    sync = cover(arrays["syncs"]) if len(arrays["syncs"]) else 0 * r
+    pause = None
+    if len(arrays["syncs"]):
+        pause = cover(arrays["syncs_rollout"]) - r if arrays["has_rollout"] else sync
+    both = "trainer" in idle and "rollout" in idle
+    return {
+        "busy": shares,
+        "idle": idle,
+        "imbalance": abs(idle["trainer"] - idle["rollout"]) if both else None,
+        "overlap": overlap / safe,
+        "bubble": np.maximum(length - cover(arrays["any"]), 0) / safe,
+        "sync": sync,
+        "pause": pause,
+        "pause_share": None if pause is None else pause / safe,
+    }
+
+
+def _pools(
+    ranks: dict[str, list[ProcessPart]], arrays: dict[str, Any], cover: Any, length: int
+) -> list[dict[str, Any]]:
+    """One row per pool with ranks: its groups, busy and idle (means over its ranks), and each rank's busy."""
+    out = []
+    for role in ROLES:
+        if not ranks[role]:
+            continue
+        each = [cover(own) / length for own in arrays["busy"][role]]
+        mean = sum(each) / len(each)
+        out.append(
+            {
+                "pool": role,
+                "worker_groups": sorted({p.key.group for p in ranks[role]}),
+                "busy": round(mean, 6),
+                "idle": round(1 - mean, 6),
+                "busy_s": round(mean * length / 1e9, 6),
+                "ranks": [
+                    {"worker_group": p.key.group, "rank": p.key.rank, "pid": p.key.pid, "busy": round(b, 6)}
+                    for p, b in zip(ranks[role], each, strict=True)
+                ],
+            }
+        )
+    return out
+
+
+def _per_step(
+    rows: list[dict[str, Any]],
+    windows: dict[Any, list[tuple[int, int]]],
+    steady: list[Any],
+    ranks: dict[str, list[ProcessPart]],
+    arrays: dict[str, Any],
+    consumed: list[Any],
+    bound: Any,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every complete step's figures (busy per pool, overlap, bubble, sync and pause, staleness) and the verdict
+    per window of :data:`WINDOW` steady steps, each array's coverage of every step read at once."""
+    order = [r["step"] for r in rows if not r["incomplete"] and windows.get(r["step"])]
+    if not order:
+        return [], []
+    owner, los, his = [], [], []
+    for n, step in enumerate(order):
+        for lo, hi in windows[step]:
+            owner.append(n)
+            los.append(lo)
+            his.append(hi)
+    owners = np.array(owner, np.int64)
+    los, his = np.array(los, np.int64), np.array(his, np.int64)  # type: ignore[assignment]
+    memo: dict[int, Any] = {}
+
+    def cover(packed: array) -> Any:
+        got = memo.get(id(packed))
+        if got is None:
+            got = memo[id(packed)] = np.bincount(owners, coverage(packed, los, his), minlength=len(order))
+        return got
+
+    walls = np.bincount(owners, (his - los).astype(np.float64), minlength=len(order))  # type: ignore[operator]
+    got = _figures(cover, walls, ranks, arrays)
+    by_step: dict[Any, list[Any]] = {}
+    for c in consumed:
+        by_step.setdefault(c[0], []).append(c)
+    shares = {k: _listed(got[k], 1) for k in ("overlap", "bubble")}
+    seconds = {k: _listed(got[k], 1e9) for k in ("sync", "pause")}
+    busy = {role: _listed(value, 1) for role, value in got["busy"].items()}
+    walls_s = _listed(walls, 1e9)
+    none: list[Any] = [None] * len(order)
+    pauses = seconds["pause"] or none
+    out = []
+    for n, step in enumerate(order):
+        mine = by_step.get(step)
+        stale = (staleness(mine, bound) or {}) if mine else {}
+        out.append(
+            {
+                "step": step,
+                "wall_s": walls_s[n],  # type: ignore[index]
+                "busy": {role: values[n] for role, values in busy.items()},  # type: ignore[index]
+                "overlap": shares["overlap"][n],  # type: ignore[index]
+                "bubble": shares["bubble"][n],  # type: ignore[index]
+                "sync_s": seconds["sync"][n],  # type: ignore[index]
+                "pause_s": pauses[n],
+                "staleness_mean": stale.get("mean"),
+                "staleness_p90": stale.get("p90"),
+                "staleness_max": stale.get("max"),
+                "staleness_beyond": stale.get("beyond"),
+            }
+        )
+    return out, _chunks(order, steady, walls, cover, ranks, arrays)
+
+
+def _listed(value: Any, unit: float) -> list[float] | None:
+    """A per-step numpy array (or a scalar for every step) over ``unit``, rounded to 6 places, as floats."""
+    if value is None:
+        return None
+    return np.round(np.asarray(value, np.float64) / unit, 6).tolist()  # type: ignore[no-any-return]
+
+
+def _chunks(
+    order: list[Any], steady: list[Any], walls: Any, cover: Any, ranks: Any, arrays: Any
+) -> list[dict[str, Any]]:
+    """The verdict per window of :data:`WINDOW` steady steps: each array's per-step coverage summed per window."""
+    at = {step: n for n, step in enumerate(order)}
+    picked = np.array([at[s] for s in steady if s in at], np.int64)
+    if not len(picked):
+        return []
+    starts = np.arange(0, len(picked), WINDOW)
+    summed = lambda values: np.add.reduceat(np.asarray(values, np.float64)[picked], starts)  # noqa: E731
+    got = _figures(lambda packed: summed(cover(packed)), summed(walls), ranks, arrays)
+    trainer, rollout, pause = got["idle"].get("trainer"), got["idle"].get("rollout"), got["pause_share"]
+    out = []
+    for k, first in enumerate(starts.tolist()):
+        last = min(first + WINDOW, len(picked)) - 1
+        judged = verdict(
+            None if trainer is None else float(trainer[k]),
+            None if rollout is None else float(rollout[k]),
+            None if pause is None else float(pause[k]),
+        )
+        out.append({"first_step": order[picked[first]], "last_step": order[picked[last]], **judged})
+    return out

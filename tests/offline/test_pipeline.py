@@ -1,0 +1,140 @@
+"""The async pipeline from hand-built stores with known intervals: pools, busy, overlap, bubble, weight-sync pause,
+staleness and the verdict, exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.store import span_files
+from tests.stores import span, write_process
+
+
+def _store(
+    run: Path,
+    steps: list[tuple[float, float]],
+    rollout: list[tuple[float, float]],
+    trainer: list[tuple[float, float]],
+    syncs: list[tuple[float, float]] = (),  # type: ignore[assignment]
+    consumed: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    **resource: Any,
+) -> dict[str, Any]:
+    """A driver with these step umbrellas (and weight syncs), a rollout process generating and a trainer
+    process training at these times (seconds); ``consumed``: attributes of extra training spans (step 0)."""
+    driver = [span("step", lo, hi, f"s{n}", step=n) for n, (lo, hi) in enumerate(steps)]
+    driver += [span("weight_sync", a, b, f"w{n}", bucket="overhead") for n, (a, b) in enumerate(syncs)]
+    write_process(run, "driver", 0, 1, driver, **resource)
+    write_process(
+        run,
+        "rollout",
+        0,
+        2,
+        [span("generation", a, b, f"g{n}", bucket="productive") for n, (a, b) in enumerate(rollout)],
+    )
+    train = [span("policy_training", a, b, f"t{n}", bucket="productive") for n, (a, b) in enumerate(trainer)]
+    train += [
+        span("policy_training", 0.0, 0.001, f"c{n}", bucket="productive", step=0, **attrs)
+        for n, attrs in enumerate(consumed)
+    ]
+    write_process(run, "trainer", 0, 3, train)
+    report = analyze(span_files(run), jobs=1, warmup_steps=0)
+    assert report["pipeline"] is not None
+    return report["pipeline"]
+
+
+def _pool(pipe: dict[str, Any], role: str) -> dict[str, Any]:
+    return next(p for p in pipe["pools"] if p["pool"] == role)
+
+
+def test_a_rollout_pool_paused_twice_within_one_version_counts_both_pauses(tmp_path: Path) -> None:
+    """Generation 0-3, 4-6, 7-10 over a 10 s wall: busy 0.8 (both pauses idle), not one window per version."""
+    pipe = _store(tmp_path, [(0, 10)], [(0, 3), (4, 6), (7, 10)], [(0, 10)])
+    assert _pool(pipe, "rollout")["busy"] == 0.8 and _pool(pipe, "rollout")["idle"] == pytest.approx(0.2)
+    assert _pool(pipe, "trainer")["busy"] == 1.0 and pipe["imbalance"] == pytest.approx(0.2)
+    assert pipe["overlap"] == 0.8 and pipe["bubble"] == 0.0
+
+
+def test_a_fully_overlapped_pipeline_overlap_is_the_shorter_pools_busy(tmp_path: Path) -> None:
+    """Rollout busy 2-9, trainer 1-10: overlap = rollout's busy (0.7), bubble 0.1, balanced within 10 points? no:
+    trainer idle 0.1, rollout idle 0.3: trainer-bound (rollout waits by 20 points)."""
+    pipe = _store(tmp_path, [(0, 10)], [(2, 9)], [(1, 10)])
+    assert pipe["overlap"] == pytest.approx(_pool(pipe, "rollout")["busy"]) == pytest.approx(0.7)
+    assert pipe["bubble"] == pytest.approx(0.1)
+    assert pipe["verdict"]["verdict"] == "trainer-bound"
+
+
+def test_a_sync_job_has_no_overlap_and_names_the_pool_the_other_waits_on(tmp_path: Path) -> None:
+    """Generation 0-7 then training 7-10 in each of two steps: overlap 0; the trainer idles 70 %, rollout 30 %:
+    rollout-bound, with the figures that decided it and what to move."""
+    pipe = _store(tmp_path, [(0, 10), (10, 20)], [(0, 7), (10, 17)], [(7, 10), (17, 20)])
+    assert pipe["overlap"] == 0.0 and pipe["bubble"] == 0.0 and pipe["steps"] == 2
+    verdict = pipe["verdict"]
+    assert verdict["verdict"] == "rollout-bound" and "trainer pool to rollout" in verdict["move"]
+    assert verdict["figures"]["trainer_idle"] == pytest.approx(0.7)
+    assert verdict["figures"]["rollout_idle"] == pytest.approx(0.3)
+    assert [w["verdict"] for w in verdict["windows"]] == ["rollout-bound"]
+    assert [s["busy"]["rollout"] for s in pipe["per_step"]] == [0.7, 0.7]
+
+
+def test_a_weight_sync_that_pauses_nobody_costs_nothing(tmp_path: Path) -> None:
+    """A 1 s sync while the rollout pool generates throughout: total 1 s, pause 0."""
+    pipe = _store(tmp_path, [(0, 10)], [(0, 10)], [(0, 9)], syncs=[(4, 5)])
+    sync = pipe["weight_sync"]
+    assert sync["total_s"] == 1.0 and sync["pause_s"] == 0.0 and sync["count"] == 1
+
+
+def test_a_sync_bound_job(tmp_path: Path) -> None:
+    """Syncs 3-5 and 8-10 during which nothing is generated: pause 4 s = 40 % of the wall: sync-bound first,
+    whatever the idles say."""
+    pipe = _store(tmp_path, [(0, 10)], [(0, 3), (5, 8)], [(0, 10)], syncs=[(3, 5), (8, 10)])
+    assert pipe["weight_sync"]["pause_s"] == 4.0 and pipe["weight_sync"]["pause_share"] == 0.4
+    assert pipe["verdict"]["verdict"] == "sync-bound" and pipe["per_step"][0]["pause_s"] == 4.0
+
+
+def test_staleness_from_known_versions_and_tokens(tmp_path: Path) -> None:
+    """Policy version 5 consuming versions [5, 4, 3, 1] with tokens [10, 20, 30, 40]: staleness 0,1,2,4 weighted
+    mean (0*10+1*20+2*30+4*40)/100 = 2.4, p90 4, max 4; beyond a bound of 2: 40 %."""
+    attrs = {"rl.policy_version": 5, "rl.trajectory_versions": [5, 4, 3, 1], "rl.trajectory_tokens": [10, 20, 30, 40]}
+    pipe = _store(tmp_path, [(0, 10)], [(0, 10)], [(0, 10)], consumed=[attrs], **{"rl.max_staleness": 2})
+    assert pipe["staleness"] == {
+        "mean": 2.4,
+        "p90": 4,
+        "max": 4,
+        "beyond": 0.4,
+        "bound": 2,
+        "trajectories": 4,
+        "tokens": 100.0,
+    }
+    assert pipe["per_step"][0]["staleness_mean"] == 2.4 and pipe["per_step"][0]["staleness_beyond"] == 0.4
+
+
+def test_rl_pool_wins_over_the_phases(tmp_path: Path) -> None:
+    """A group whose phases say rollout but whose resource says rl.pool=trainer is a trainer pool."""
+    run = tmp_path
+    write_process(run, "driver", 0, 1, [span("step", 0, 10, "s0", step=0)])
+    write_process(run, "gen", 0, 2, [span("generation", 0, 5, "g", bucket="productive")], **{"rl.pool": "trainer"})
+    report = analyze(span_files(run), jobs=1, warmup_steps=0)
+    assert [p["pool"] for p in report["pipeline"]["pools"]] == ["trainer", "other"]
+
+
+def test_the_table_card_and_refresh_cache_show_the_pipeline(tmp_path: Path) -> None:
+    """The table's pipeline section and the report's card name the verdict and what to move; a look through the
+    refresh cache gives the same pipeline as a cold read."""
+    import json
+
+    from lens_rl.offline.run.cache import cache_folder
+    from lens_rl.offline.show.report.pipeline import pipeline_card
+    from lens_rl.offline.show.table import format_table
+
+    _store(tmp_path, [(0, 10), (10, 20)], [(0, 7), (10, 17)], [(7, 10), (17, 20)], syncs=[(7, 8)])
+    paths = span_files(tmp_path)
+    cold = analyze(paths, jobs=1, warmup_steps=0)
+    table = format_table(cold)
+    assert "pipeline (async RL" in table and "verdict: rollout-bound" in table and "move: move GPUs" in table
+    assert 'id="headline-pipeline"' in pipeline_card(cold) and "rollout-bound" in pipeline_card(cold)
+    for _ in range(2):
+        warm = analyze(paths, jobs=1, warmup_steps=0, cache=cache_folder(tmp_path))
+        assert json.dumps(warm["pipeline"], sort_keys=True) == json.dumps(cold["pipeline"], sort_keys=True)
