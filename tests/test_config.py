@@ -220,3 +220,33 @@ def test_the_readme_table_documents_every_declared_field() -> None:
         names = re.findall(r"`([A-Z][A-Z0-9_]+)`", env)
         assert names == [ENV[field], *PARAMS[field].fallback], field
         assert _documents_default(default, defaults[field]), (field, default)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("gpu_sample_hz", 11, "from 0 (off) to 10"),
+        ("gpu_sample_hz", -1, "from 0 (off) to 10"),
+        ("gpu_sample_hz", "fast", "from 0 (off) to 10"),
+        ("gpu_sample_hz", True, "from 0 (off) to 10"),
+        ("gpu_sample_hz", float("nan"), "from 0 (off) to 10"),
+        ("gpu_idle_alert_s", 0, "seconds > 0"),
+        ("gpu_idle_alert_s", "soon", "seconds > 0"),
+    ],
+)
+def test_gpu_fields_refuse_bad_values_naming_them(field: str, value: object, allowed: str) -> None:
+    """A bad GPU sampling rate or idle alert is a ValueError naming the field, the value and what is allowed."""
+    with pytest.raises(ValueError, match=rf"telemetry\.{field}: invalid value .*allowed: .*{re.escape(allowed)}"):
+        TelemetryConfig.from_master_config({"telemetry": {field: value}}, environ={})
+
+
+def test_gpu_fields_default_and_come_from_the_environment() -> None:
+    """gpu_sample_hz is 2 and gpu_idle_alert_s 300 by default; their env vars set them (0 turns sampling off)."""
+    assert TelemetryConfig.from_env({}).gpu_sample_hz == 2.0
+    assert TelemetryConfig.from_env({}).gpu_idle_alert_s == 300.0
+    env = {"LENS_RL_OTEL_GPU_SAMPLE_HZ": "0", "LENS_RL_OTEL_GPU_IDLE_ALERT_S": "60"}
+    cfg = TelemetryConfig.from_env(env)
+    assert (cfg.gpu_sample_hz, cfg.gpu_idle_alert_s) == (0.0, 60.0)
+    assert TelemetryConfig.from_env({"LENS_RL_OTEL_GPU_SAMPLE_HZ": "0.5"}).gpu_sample_hz == 0.5
+    with pytest.raises(ValueError, match=r"gpu_sample_hz \(from \$LENS_RL_OTEL_GPU_SAMPLE_HZ\)"):
+        TelemetryConfig.from_env({"LENS_RL_OTEL_GPU_SAMPLE_HZ": "20"})

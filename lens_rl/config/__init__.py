@@ -33,6 +33,7 @@ from lens_rl.config.values import (
     as_path,
     as_positive_float,
     as_rate,
+    as_sample_hz,
     as_str,
     choice,
     env_text,
@@ -125,6 +126,10 @@ class TelemetryConfig:
     hang_timeout_s: float = param(600.0, "LENS_RL_OTEL_HANG_TIMEOUT_S", as_positive_float)
     #: Frameworks woven at every init (``lens_rl.instrument``): ``trl``, ``verl``, ... or ``all``; none by default.
     instrument: tuple[str, ...] = param((), "LENS_RL_OTEL_INSTRUMENT", name_list(FRAMEWORKS))
+    #: GPU samples per second (one sampler per host and run; NVML through pynvml); 0 turns it off, at most 10.
+    gpu_sample_hz: float = param(2.0, "LENS_RL_OTEL_GPU_SAMPLE_HZ", as_sample_hz)
+    #: ``status`` marks a process ``GPU IDLE`` once its GPUs read 0 % this long while a phase is open.
+    gpu_idle_alert_s: float = param(300.0, "LENS_RL_OTEL_GPU_IDLE_ALERT_S", as_positive_float)
 
     @property
     def resolved_endpoint(self) -> str:

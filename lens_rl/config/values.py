@@ -25,6 +25,7 @@ __all__ = [
     "as_positive_float",
     "as_positive_int",
     "as_rate",
+    "as_sample_hz",
     "as_str",
     "choice",
     "env_text",
@@ -243,3 +244,28 @@ def parse_headers(text: str) -> dict[str, str]:
             if key.strip():
                 out[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(value.strip())
     return out
+
+
+#: The highest GPU sampling rate taken: NVML's counters are averaged over 1/6 s or more, and faster polling
+#: holds the driver's lock long enough to slow the job.
+MAX_SAMPLE_HZ = 10.0
+
+
+def as_sample_hz(value: object, field: str) -> float:
+    """Samples per second: a number from 0 (off) to :data:`MAX_SAMPLE_HZ`."""
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, (int, float))
+        or not math.isfinite(number)
+        or not 0 <= number <= MAX_SAMPLE_HZ
+    ):
+        raise ValueError(
+            f"telemetry.{field}: invalid value {value!r}; allowed: samples per second from 0 (off) to {MAX_SAMPLE_HZ:g}"
+        )
+    return float(number)

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import metrics as metrics_api
@@ -107,6 +108,9 @@ class LiveMonitor:
         self.hangs = 0
         self._warned = 0
         self._last_write = 0.0
+        #: key -> a callable whose answer (unless None) the heartbeat carries under that key (``gpu``: the
+        #: process's GPUs' latest sample, from ``lens_rl.devices``, a floor above this one).
+        self.sources: dict[str, Callable[[], Any]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         meter = handle.meter
@@ -230,7 +234,7 @@ class LiveMonitor:
         metrics = self.handle.phase_metrics
         if metrics is not None:
             metrics.drain()
-        return {
+        beat = {
             "v": 1,
             "format": LIVE_FORMAT,
             "kind": "live",
@@ -248,6 +252,15 @@ class LiveMonitor:
             "hangs": self.hangs,
             "stats": self.handle.stats(),
         }
+        for key, source in list(self.sources.items()):
+            try:
+                value = source()
+            except Exception as exc:
+                internal_error(exc, f"heartbeat-{key}")
+                continue
+            if value is not None:
+                beat[key] = value
+        return beat
 
     def write(self, state: str, now_ns: int | None = None) -> bool:
         """Write the heartbeat atomically; a failure warns once (per file) and never raises."""

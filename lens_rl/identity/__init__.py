@@ -30,6 +30,7 @@ from lens_rl.identity.attributes import (
     CAMPAIGN_STAGE,
     DEVICE_NAME,
     GPU_IDS,
+    GPU_UUIDS,
     MASTER_CONFIG_PATHS,
     NUM_GPUS,
     RANK,
@@ -40,7 +41,7 @@ from lens_rl.identity.attributes import (
     decode_attributes,
     encode_attributes,
 )
-from lens_rl.identity.device import device_name, gpus
+from lens_rl.identity.device import device_name, gpu_uuids, gpus
 
 # (the attribute names, the attempt and the GPUs are read in identity.attributes, identity.attempt and
 # identity.device; what __all__ names stays importable from here)
@@ -124,10 +125,14 @@ def _detected(env: Mapping[str, str]) -> dict[str, Any]:
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     count, ids = gpus(env)
     attrs[NUM_GPUS] = count
+    name = None
     if ids is not None:
         attrs[GPU_IDS] = ids
+        uuids, name = gpu_uuids(ids)
+        if uuids:
+            attrs[GPU_UUIDS] = uuids
     if count:
-        name = device_name()
+        name = name or device_name()
         if name is not None:
             attrs[DEVICE_NAME] = name
     attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))

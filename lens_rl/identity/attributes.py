@@ -13,6 +13,7 @@ __all__ = [
     "CAMPAIGN_STAGE",
     "DEVICE_NAME",
     "GPU_IDS",
+    "GPU_UUIDS",
     "INT_LIMIT",
     "MASTER_CONFIG_PATHS",
     "NUM_GPUS",
@@ -34,6 +35,8 @@ ALGORITHM = "rl.algorithm"
 ATTEMPT = "rl.attempt"
 NUM_GPUS = "rl.num_gpus"
 GPU_IDS = "rl.gpu_ids"
+#: The UUIDs of the process's GPUs (a list of strings): what its GPU samples are joined by.
+GPU_UUIDS = "rl.gpu.uuids"
 DEVICE_NAME = "rl.device.name"
 
 #: attribute -> master-config paths tried in order (first present wins). Nothing

@@ -1,5 +1,7 @@
-"""What a process can tell of its GPUs: how many and which (from ``CUDA_VISIBLE_DEVICES`` or Ray), and their
-kind (from torch, when the job imported it). Neither Ray nor torch is ever imported here."""
+"""What a process can tell of its GPUs: how many and which (from ``CUDA_VISIBLE_DEVICES`` or Ray), their
+UUIDs and kind (through NVML when it is there, else torch when the job imported it). Neither Ray nor torch
+is ever imported here; ``pynvml`` only when the process names GPUs (telemetry is on: identity is computed
+then alone)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import Mapping
 
 from lens_rl._errors import internal_error
 
-__all__ = ["device_name", "gpus"]
+__all__ = ["device_name", "gpu_uuids", "gpus"]
 
 
 def gpus(env: Mapping[str, str]) -> tuple[int, str | None]:
@@ -47,3 +49,24 @@ def device_name() -> str | None:
     except Exception as exc:
         internal_error(exc, "device-name")
     return None
+
+
+def gpu_uuids(ids: str) -> tuple[list[str] | None, str | None]:
+    """The UUIDs of the GPUs ``ids`` names (comma-separated indices, ``GPU-`` UUIDs or ``MIG-`` ids: a MIG
+    instance counts as its GPU) and the first one's name, resolved through NVML; without NVML, UUIDs given as
+    such are kept and anything else is unknown (None)."""
+    names = [d.strip() for d in ids.split(",") if d.strip()]
+    if not names:
+        return None, None
+    try:
+        from lens_rl.devices.nvml import resolve_uuids
+
+        resolved = resolve_uuids(names)
+    except Exception as exc:
+        internal_error(exc, "gpu-uuids")
+        resolved = None
+    if resolved is not None:
+        return resolved
+    if all(name.startswith("GPU-") for name in names):
+        return names, None
+    return None, None

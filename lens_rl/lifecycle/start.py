@@ -286,6 +286,20 @@ def _activate(handle: Handle, role: str) -> None:
 
         multiprocessing.util.register_after_fork(_MP_TOKEN, _after_mp_fork)
     _weave_configured(handle)
+    _start_devices(handle)
+
+
+def _start_devices(handle: Any) -> None:
+    """This process's part in sampling the host's GPUs (``lens_rl.devices``: pynvml is imported there, in
+    the sampler's own thread, only now that telemetry is on)."""
+    if not getattr(getattr(handle, "config", None), "gpu_sample_hz", 0):
+        return
+    try:
+        from lens_rl.devices import gpu
+
+        gpu.start(handle)
+    except Exception as exc:
+        internal_error(exc, "gpu-sampler")
 
 
 def _weave_configured(handle: Any) -> None:

@@ -84,6 +84,8 @@ def _shutdown(timeout_ms: int) -> bool:
         RUNTIME.end_open_phases()
         if root is not None:
             root.end()
+        _stop_devices(min(timeout_ms, 1000))
+        timeout_ms = max(int((deadline - time.monotonic()) * 1000), 0)
         ok = bool(handle.shutdown(timeout_ms)) and hooks_ok
     except Exception as exc:
         internal_error(exc, "shutdown")
@@ -92,6 +94,13 @@ def _shutdown(timeout_ms: int) -> bool:
         forget_projection()  # the environment is the user's again: a next init reads its own config
     RUNTIME.last_shutdown = ok
     return ok
+
+
+def _stop_devices(timeout_ms: int) -> None:
+    """Stop this process's GPU sampler, if it runs (bounded); its samples are on disk line by line."""
+    gpu = sys.modules.get("lens_rl.devices.gpu")
+    if gpu is not None:
+        gpu.stop(timeout_ms / 1000.0)
 
 
 def _within(timeout_ms: int, work: Any) -> bool:

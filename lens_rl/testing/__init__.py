@@ -6,6 +6,7 @@
 * :func:`reset` — forget all lens_rl global state (shuts a live handle down, bounded).
 * :class:`OTLPReceiver` — a real OTLP/HTTP receiver on loopback.
 * :func:`write_spans` — recorded spans written as a file store, for the offline tools.
+* :mod:`lens_rl.testing.nvml` — a stand-in ``pynvml`` over scripted GPUs, for GPU telemetry without a GPU.
 
 Example::
 

@@ -32,6 +32,7 @@ def _part() -> ProcessPart:
     part.requests.e2e.append(0.5)
     part.pipe = PipePart()
     part.pipe.productive, part.pipe.syncs = array("q", [1, 3]), [(1, 2, 3), (4, 5, None)]
+    part.gpu = (("GPU-a",), array("q", [1]), array("q", [2]), [("gen", "productive")], array("i", [0]), array("q", [3]))
     part.pipe.consumed = [(3, 2, [1, 2], 100, None), ("w", "w", [0], None, 1)]
     crit = CritPart()
     crit.node_ids, crit.e_parent = array("Q", [1, 2]), ["x-parent"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lens_rl.buckets import Bucket
+from lens_rl.offline.read.gpu_spans import NO_STEP, merged_gpu
 from lens_rl.offline.read.intervals import (
     covered,
     merge_packed,
@@ -33,6 +34,7 @@ __all__ = [
     "BUCKETS",
     "COMPUTE_BUCKETS",
     "EXACT_DURATIONS",
+    "NO_STEP",
     "PhasePart",
     "ProcessPart",
     "RequestsPart",
@@ -40,6 +42,7 @@ __all__ = [
     "SlotsState",
     "StepPart",
     "median",
+    "merged_gpu",
     "merge_parts",
     "share_steps",
     "step_key",
@@ -208,6 +211,9 @@ class ProcessPart:
     requests: RequestsPart | None = None
     #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
     pipe: Any = None
+    #: a GPU process's phase spans kept for the join with its devices' samples
+    #: (:mod:`lens_rl.offline.read.gpu_spans`), or None
+    gpu: Any = None
 
     @property
     def is_driver(self) -> bool:
@@ -282,6 +288,7 @@ class ProcessPart:
         self.requests = _folded(self.requests, other.requests)
         self.crit = _folded(self.crit, other.crit)
         self.pipe = _folded(self.pipe, other.pipe)
+        self.gpu = merged_gpu(self.gpu, other.gpu)
         self._merge_tables(other)
 
     def _merge_tables(self, other: ProcessPart) -> None:

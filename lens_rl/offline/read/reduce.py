@@ -20,6 +20,7 @@ from typing import Any
 from lens_rl.buckets import exclusive_time, kind_of
 from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_columns
 from lens_rl.offline.read.critical import CritPart, walk_file
+from lens_rl.offline.read.gpu_spans import gpu_spans
 from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
 from lens_rl.offline.read.linked import Tree, inner, link, resolve
 from lens_rl.offline.read.overlap import claim_overlaps
@@ -30,6 +31,7 @@ from lens_rl.offline.read.steps import Series, StepPart
 from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
 from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
+from lens_rl.store.gpu import gpu_uuids
 
 # (link and resolve, passes 1 and 2, stay importable from here)
 __all__ = ["file_parts", "file_steps", "link", "part_from_columns", "reduce_columns", "resolve"]
@@ -69,6 +71,9 @@ def part_from_columns(
         part.remote_tokens = tree.remote_tokens
         accumulate(part, tree, *inner(tree), step_rows, superseded)
         part.pipe = pipe_part(tree, superseded)
+        uuids = next((u for u in map(gpu_uuids, cols.resources) if u), ())
+        if uuids:  # (a GPU process: its spans kept for the join with its devices' samples)
+            part.gpu = gpu_spans(uuids, tree, superseded)
         if critical:
             part.crit = _walks(key, tree, superseded)
         tree.ids = None

@@ -25,6 +25,7 @@ __all__ = [
     "CriticalTop",
     "Degrading",
     "GoodputReport",
+    "GpuSection",
     "GroupRow",
     "JobRow",
     "Persistent",
@@ -151,6 +152,14 @@ class WarningRow(_WarningRow, total=False):
     gap_share: float | None
     # both
     worker_group: str
+    # gpu_idle_in_productive, gpu_idle_gap, gpu_unavailable (lens_rl.offline.rollup.gpu)
+    gpu_idle_s: float
+    gaps: int
+    longest_s: float
+    first_at_s: float
+    uuid: str
+    host: str
+    processes: int
 
 
 class GroupRow(TypedDict):
@@ -336,7 +345,7 @@ class Pipeline(TypedDict):
     per_step: list[PipelineStep]
 
 
-class GoodputReport(TypedDict):
+class _GoodputReport(TypedDict):
     schema: str  # "lens_rl.goodput/1"
     goodput: float | None
     steady_state_goodput: float | None
@@ -365,6 +374,77 @@ class GoodputReport(TypedDict):
     spans: int
     files: int | None
     skipped_lines: int
+
+
+# ---- GPU truth (lens_rl.offline.rollup.gpu): present only where the run has GPU sample files
+
+
+class GpuFigures(TypedDict):
+    gpu_busy: float | None  # time-weighted utilisation, 0..1 (None: no reading: unavailable, never 0)
+    gpu_idle_s: float | None
+    gpu_measured_s: float
+    gpu_idle_share: float | None
+    mem_peak_bytes: int | None
+    sm_active: float | None
+    tensor_active: float | None
+
+
+class GpuUser(TypedDict):
+    worker_group: str
+    rank: int
+    pid: int
+
+
+class GpuDeviceRow(GpuFigures):
+    uuid: str
+    host: str
+    index: int
+    name: str
+    mem_total_bytes: int | None
+    has: list[str]
+    samples: int
+    unavailable: bool
+    processes: list[GpuUser]
+    files: list[str]
+
+
+class GpuPhaseRow(GpuFigures):
+    worker_group: str
+    phase: str
+    bucket: str | None
+    count: int
+    total_s: float
+
+
+class GpuStepRow(GpuFigures):
+    step: Step
+
+
+class GpuRankRow(GpuFigures):
+    worker_group: str
+    rank: int
+    pid: int
+    attempt: int
+    devices: list[str]
+
+
+class GpuGoodput(TypedDict):
+    goodput: float | None
+    busy_productive_s: float
+    devices: int
+    gpu_s: float
+
+
+class GpuSection(TypedDict):
+    devices: list[GpuDeviceRow]
+    phases: list[GpuPhaseRow]
+    steps: list[GpuStepRow]
+    ranks: list[GpuRankRow]
+    goodput: GpuGoodput
+
+
+class GoodputReport(_GoodputReport, total=False):
+    gpu: GpuSection
 
 
 def mismatches(value: Any, hint: Any = GoodputReport, where: str = "report", most: int = 5) -> list[str]:

@@ -34,6 +34,7 @@ from lens_rl.offline.run.cache import (
     save_sizes,
     store_fingerprint,
 )
+from lens_rl.offline.run.gpu import gpu_look, sample_files, with_gpu
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
 from lens_rl.store import ReadStats, read_head
@@ -179,15 +180,16 @@ def analyze(
     False leaves the critical path out (its ``phases`` and ``steps`` empty); ``cache``: the refresh cache's
     folder (:func:`lens_rl.offline.run.cache.cache_folder`), or None to read cold."""
     fingerprint = None
-    if cache is not None:  # an unchanged store: the report kept for it
-        fingerprint = store_fingerprint(paths, (critical, sorted(options.items(), key=str)))
+    if cache is not None:  # an unchanged store: the report kept for it (its sample files too)
+        fingerprint = store_fingerprint([*paths, *sample_files(paths)[0]], (critical, sorted(options.items(), key=str)))
         kept = load_report(cache, fingerprint)
         if kept is not None:
             return cast(GoodputReport, kept)
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )
-    report = rolled_up(parts, stats, cache if critical else None, **options)
+    gpu = gpu_look(paths, parts, stats, cache)  # (joined before the rollup merges the parts)
+    report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), gpu)
     if cache is not None and fingerprint is not None and not _grew(stats):
         save_report(cache, fingerprint, report)
     return report

@@ -179,6 +179,19 @@ class PipeRec(_Rec):
     consumed: list[tuple[Scalar, Any, Any, Any, Any]]
 
 
+class GpuRec(_Rec):
+    """A GPU process's phase spans kept for the join with its devices' samples
+    (:mod:`lens_rl.offline.read.gpu_spans`): its devices' uuids, each span's start and end, the (phase,
+    bucket) table, each span's index into it and its step."""
+
+    uuids: list[str]
+    starts: Raw
+    ends: Raw
+    keys: list[tuple[Scalar, Scalar]]
+    index: Raw
+    steps: Raw
+
+
 #: CritPart's arrays and their typecodes (node_ids and e_parent: a Column of ids)
 _CRIT_ARRAYS = (
     ("node_attr", "i"),
@@ -234,6 +247,7 @@ class PartRec(_Rec):
     remote_tokens: list[tuple[Id, Num, Num]]
     requests: RequestsRec | None
     pipe: PipeRec | None
+    gpu: GpuRec | None
 
 
 class StatsRec(_Rec):
@@ -494,6 +508,22 @@ def _pipe_from(rec: PipeRec) -> PipePart:
     return out
 
 
+def _gpu_record(gpu: Any) -> GpuRec:
+    uuids, starts, ends, keys, index, steps = gpu
+    return GpuRec(
+        list(uuids), raw(starts, "q"), raw(ends, "q"), [tuple(k) for k in keys], raw(index, "i"), raw(steps, "q")
+    )
+
+
+def _gpu_from(rec: GpuRec) -> Any:
+    starts, ends, index, steps = (
+        array_of(c, b) for c, b in (("q", rec.starts), ("q", rec.ends), ("i", rec.index), ("q", rec.steps))
+    )
+    if not len(starts) == len(ends) == len(index) == len(steps) or any(not 0 <= i < len(rec.keys) for i in index):
+        raise ValueError("GPU span columns that do not add up")
+    return tuple(rec.uuids), starts, ends, list(rec.keys), index, steps
+
+
 def part_record(part: ProcessPart) -> PartRec:
     """``part`` as its record."""
     return PartRec(
@@ -522,6 +552,7 @@ def part_record(part: ProcessPart) -> PartRec:
         [(parent, out, into) for parent, (out, into) in part.remote_tokens.items()],
         None if part.requests is None else _requests_record(part.requests),
         None if part.pipe is None else _pipe_record(part.pipe),
+        None if part.gpu is None else _gpu_record(part.gpu),
     )
 
 
@@ -553,6 +584,7 @@ def part_from(rec: PartRec) -> ProcessPart:
         remote_tokens={parent: [out, into] for parent, out, into in rec.remote_tokens},  # type: ignore[misc]
         requests=None if rec.requests is None else _requests_from(rec.requests),
         pipe=None if rec.pipe is None else _pipe_from(rec.pipe),
+        gpu=None if rec.gpu is None else _gpu_from(rec.gpu),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from lens_rl.offline.read.tree import depths, rows_tree
 from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
 from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
+from lens_rl.offline.run.gpu import gpu_lanes, gpu_look, with_gpu
 from lens_rl.offline.run.index import complete_end
 from lens_rl.offline.run.parallel import map_files
 from lens_rl.offline.run.window import file_mark, keep, reused
@@ -55,6 +56,8 @@ class PageData:
     heat: dict[str, Any]
     ranks: list[Mapping[str, Any]]
     identity: dict[str, Any]
+    #: a GPU lane per rank of the timeline (:func:`lens_rl.offline.run.gpu.gpu_lanes`; none without samples)
+    gpu_lanes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def page_data(
@@ -70,7 +73,8 @@ def page_data(
     """Everything the page of these span files draws. ``ValueError`` when no readable span is there (an
     empty page would read as a run that did nothing) or ``steps`` selects none of the run's steps."""
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
-    report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
+    gpu = gpu_look(paths, parts, stats, cache)  # (joined before the rollup merges the parts)
+    report = with_gpu(rolled_up(parts, stats, cache, warmup_steps=warmup_steps), gpu)
     if not report["spans"]:
         raise ValueError(
             f"no readable lens_rl spans ({report['files']} files, {report['skipped_lines']} bad lines); no page written"
@@ -83,7 +87,8 @@ def page_data(
         drawn = _draw(paths, window, None if cache is not None else shown, cache, jobs, use_ray, ray_address)
     processes = {f"{group} rank {rank} (pid {pid})" for group, rank, pid in shown}
     timeline = [item for item in drawn if item["process"] in processes][:MAX_TIMELINE_SPANS]
-    return PageData(report, parts, window, timeline, heatmap(parts), ranks, identity(paths))
+    lanes = gpu_lanes(gpu, timeline)
+    return PageData(report, parts, window, timeline, heatmap(parts), ranks, identity(paths), lanes)
 
 
 def _draw(

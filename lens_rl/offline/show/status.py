@@ -2,8 +2,9 @@
 
 One row per process of the run's latest attempt (group, rank, host, pid, attempt; ``running``, ``stale``
 (no heartbeat for 3 of its intervals) or ``ended`` (said so, or alive until its driver ended: launchers
-such as Ray kill their workers without a goodbye); its step; its innermost open phase, how long it has been
-open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it), groups summed,
+such as Ray kill their workers without a goodbye); its step; its GPUs' busy percent (``gpu``, :mod:`~lens_rl.offline.show.gpu_live`); its innermost open phase, how
+long it has been open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it;
+``GPU IDLE`` when its GPUs have read 0 % past ``gpu_idle_alert_s`` while a phase is open), groups summed,
 the driver's step first. A heartbeat with a field of the wrong JSON type is a note and its row says
 ``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
 modification time and its row says ``clock ahead``. Processes of earlier attempts are counted apart
@@ -28,6 +29,7 @@ from typing import Any
 
 from lens_rl.offline.run.live import heartbeats
 from lens_rl.offline.show.formats import age as _secs
+from lens_rl.offline.show.gpu_live import gpu_state, gpu_text
 
 __all__ = ["CLOCK_AHEAD_S", "MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "malformed", "run_status"]
 
@@ -150,6 +152,7 @@ def _unreadable_row(beat: Mapping[str, Any]) -> dict[str, Any]:
         "written_ns": None,
         "interval_ms": 0,
         "clock_ahead": False,
+        "gpu": None,
     }
 
 
@@ -185,6 +188,7 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
         "written_ns": written,
         "interval_ms": interval_ms,
         "clock_ahead": ahead,
+        "gpu": gpu_state(beat, open_phases=len(open_phases), running=state == "running"),
     }
 
 
@@ -335,11 +339,13 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     for r in rows:
         counts[r["state"]] += 1
     hung = sum(r["hung"] for r in rows)
+    gpu_idle = sum(bool(r.get("gpu") and r["gpu"]["idle"]) for r in rows)
     lines = [
         f"run {report['run']} · attempt {report['attempt']} · {len(rows)} processes: {counts['running']} running, "
         f"{counts['stale']} stale, {counts['ended']} ended"
         + (f", {counts['unreadable']} unreadable" if counts["unreadable"] else "")
         + (f" · {hung} HUNG" if hung else "")
+        + (f" · {gpu_idle} GPU IDLE" if gpu_idle else "")
         + " · "
         + ("ok" if report["ok"] else "NOT OK"),
         f"driver step: {report['driver_step'] if report['driver_step'] is not None else '-'}",
@@ -355,19 +361,21 @@ def _process_lines(rows: Sequence[Mapping[str, Any]], all_rows: bool) -> list[st
     shown = rows
     lines = []
     if not all_rows and len(rows) > MAX_ROWS:
-        shown = [r for r in rows if r["state"] == "stale" or r["hung"]]
+        shown = [r for r in rows if r["state"] == "stale" or r["hung"] or (r.get("gpu") and r["gpu"]["idle"])]
         lines += ["", f"abnormal processes ({len(shown)} of {len(rows)}; --all for every one):"]
     else:
         lines.append("")
     lines.append(
-        f"{'group':20s}{'rank':>6s}  {'host':14s}{'pid':>8s}{'att':>4s}  {'state':10s}{'beat':>7s}{'step':>7s}  "
-        "open phase: open for / p95 / longest"
+        f"{'group':20s}{'rank':>6s}  {'host':14s}{'pid':>8s}{'att':>4s}  {'state':10s}{'beat':>7s}{'step':>7s}"
+        f"{'gpu':>6s}  open phase: open for / p95 / longest"
     )
     for r in shown[: len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS)]:
         lines.append(
             f"{r['worker_group'][:19]:20s}{str(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{str(r['pid']):>8s}"
-            f"{str(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{str(r['step']):>7s}  "
-            f"{_phase_text(r['phase'])}" + ("  clock ahead" if r["clock_ahead"] else "")
+            f"{str(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{str(r['step']):>7s}"
+            f"{gpu_text(r.get('gpu')):>6s}  {_phase_text(r['phase'])}"
+            + ("  clock ahead" if r["clock_ahead"] else "")
+            + (f"  GPU IDLE {_secs(r['gpu']['idle_s'])}" if r.get("gpu") and r["gpu"]["idle"] else "")
         )
     hidden = len(shown) - (len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS))
     if hidden > 0:

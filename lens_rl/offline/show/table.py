@@ -17,6 +17,7 @@ from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import seconds as _secs
 from lens_rl.offline.show.formats import share
+from lens_rl.offline.show.gpu_table import gpu_lines
 from lens_rl.offline.show.pipeline import format_pipeline
 from lens_rl.offline.show.requests import format_requests
 
@@ -32,6 +33,7 @@ def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     lines += _attempt_lines(report)
     lines += _step_lines(report, all_steps)
     lines += _phase_table(report)
+    lines += gpu_lines(report)  # (none where the run has no GPU samples)
     warnings = report.get("warnings") or ()
     if warnings:
         lines += ["", *(f"warning: {w['message']}" for w in warnings)]

@@ -137,11 +137,11 @@ def _hangs(status: Any) -> Any:
     """The suspected hangs and stale processes (at most 20), or a line saying there is none."""
     from rich.text import Text
 
-    hung = [r for r in status["processes"] if r["hung"] or r["state"] == "stale"]
+    hung = [r for r in status["processes"] if r["hung"] or r["state"] == "stale" or (r.get("gpu") or {}).get("idle")]
     if not hung:
-        return Text("no suspected hang, no stale process", style="green")
+        return Text("no suspected hang, no stale process, no idle GPU", style="green")
     columns = ("group", "rank", "host", "pid", "state", "phase", "open for", "usual p95")
-    alarms = _table(columns, columns, title="suspected hangs and stale processes", style="red")
+    alarms = _table(columns, columns, title="suspected hangs, stale processes, idle GPUs", style="red")
     for r in hung[:20]:
         phase = r["phase"] or {}
         alarms.add_row(
@@ -149,7 +149,7 @@ def _hangs(status: Any) -> Any:
             str(r["rank"]),
             str(r["host"] or "-"),
             str(r["pid"]),
-            "HUNG" if r["hung"] else r["state"],
+            "HUNG" if r["hung"] else r["state"] if r["state"] == "stale" else "GPU IDLE",
             str(phase.get("name", "-")),
             _secs(phase.get("open_s")),
             _secs(phase.get("p95_s")),

@@ -41,6 +41,7 @@ from typing import Any
 
 from lens_rl.offline.run.perfetto import Options, head_file, locate_file, options, scan_file
 from lens_rl.offline.show.perfetto.flows import Flows
+from lens_rl.offline.show.perfetto.gpu_tracks import gpu_counters
 from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
 from lens_rl.offline.show.perfetto.proto import proto_module
 from lens_rl.offline.show.perfetto.render import render_file
@@ -141,6 +142,7 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
             spans += chunk.spans
             flows.add(chunk)
         _locate_callers(flows, ordered, opts, parallel)
+        out.write(gpu_counters(paths, opts))  # (a counter track per GPU, where the run has sample files)
         if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans

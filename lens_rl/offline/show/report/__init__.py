@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._errors import require
+from lens_rl.offline.run.gpu import sample_files
 from lens_rl.offline.run.kept import kept_page
 from lens_rl.offline.run.timeline import (
     MAX_COLUMNS,
@@ -47,6 +48,7 @@ from lens_rl.offline.show.report.figures import (
     step_figures,
     timeline_figure,
 )
+from lens_rl.offline.show.report.gpu_lane import gpu_lane_figure
 from lens_rl.offline.show.report.page import page
 from lens_rl.offline.show.report.pipeline import pipeline_figure
 
@@ -88,6 +90,9 @@ def build_report(paths: Sequence[Path], **options: Any) -> str:
     figures = [figure for figure in drawn if figure is not None]  # (a single attempt, no driver steps)
     if data.timeline:
         figures.append(timeline_figure(go, data.timeline, data.window))
+        lanes = gpu_lane_figure(go, data.gpu_lanes, data.window)  # (under it: a GPU lane per rank, with samples)
+        if lanes is not None:
+            figures.append(lanes)
     config = {"displaylogo": False, "responsive": True}
     charts = "\n".join(
         f'<section id="{name}">{fig.to_html(full_html=False, include_plotlyjs=False, config=config)}</section>'
@@ -100,6 +105,7 @@ def write_report(paths: Sequence[Path], output: str | os.PathLike[str], **option
     """Write the page to ``output``; returns its size in bytes. With ``cache`` (the refresh cache's folder),
     the page of an unchanged store is the one kept there by the last look, else built and kept."""
     key = (options.get("steps"), options.get("warmup_steps", 1))
-    page = kept_page(options.get("cache"), paths, key, lambda: build_report(paths, **options))
+    kept = [*paths, *sample_files(paths)[0]]  # (its sample files too: a page of grown samples is built again)
+    page = kept_page(options.get("cache"), kept, key, lambda: build_report(paths, **options))
     Path(output).write_text(page, encoding="utf-8")
     return len(page.encode("utf-8"))

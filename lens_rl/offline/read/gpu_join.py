@@ -1,0 +1,135 @@
+"""A device's samples as a step function of time, and its integrals over any intervals (vectorised).
+
+**What a sample stands for.** A sample at time ``t`` stands for the period around it (sample-and-hold,
+centred: a reading is NVML's duty cycle over about its own period ``P = 1/hz``): towards a neighbour at most
+``2P`` away, up to the midpoint between them (so a sampler's jitter leaves no hole); towards none (the file's
+first or last sample, or a neighbour further away: the sampler stopped, a holder was killed before another
+took over), ``P/2``, the time beyond read neither busy nor idle. Samples at their regular ``P`` apart each
+stand for ``[t - P/2, t + P/2)``, so a phase's figures are exact to within half a sample period at each of
+its ends.
+
+**Measures** (per device, integrated over an interval, in ns): ``known`` (time with a utilisation reading),
+``busy`` (utilisation x time, as a fraction), ``idle`` (time reading 0 %), ``sm`` / ``sm_known`` and
+``tensor`` / ``tensor_known`` (GPM activity where the device has it); and the memory peak (the largest
+``mem_used`` of the samples whose period overlaps the interval). A counter the device lacks, or a device
+flagged unavailable, is ``nan``: never 0.
+
+**Unavailable.** A device that reads 0 on every counter (utilisation, memory utilisation, power, clock,
+activity) at every sample while its memory is in use is flagged unavailable: its readings are no readings.
+
+Example::
+
+    line = timeline(times, values, period_ns)           # one device's samples (values: (n, 8))
+    line.idle_intervals()                               # where it read 0 %
+    sums = line.integrals(starts, ends)                 # (spans, MEASURES) ns
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lens_rl.store.gpu import GPU_COUNTERS
+
+__all__ = ["MEASURES", "Timeline", "flagged_unavailable", "timeline"]
+
+_UTIL, _MEM_USED = GPU_COUNTERS.index("util"), GPU_COUNTERS.index("mem_used")
+_SM, _TENSOR = GPU_COUNTERS.index("sm_active"), GPU_COUNTERS.index("tensor_active")
+#: the counters that read 0 on a device whose readings are no readings (all but memory used)
+_ZERO_WHEN_BROKEN = [i for i, c in enumerate(GPU_COUNTERS) if c != "mem_used"]
+#: the integrated measures, in their column order
+MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
+
+
+def flagged_unavailable(values: Any) -> bool:
+    """Whether a device's samples (``(n, 8)``) read 0 on every counter while its memory was in use."""
+    read = values[~np.isnan(values).all(axis=1)]
+    if not read.size:
+        return False
+    others = read[:, _ZERO_WHEN_BROKEN]
+    with np.errstate(invalid="ignore"):
+        return bool(np.nan_to_num(others, nan=0.0).max(initial=0.0) == 0.0 and np.nanmax(read[:, _MEM_USED]) > 0)
+
+
+class Timeline:
+    """One device's samples as disjoint, sorted segments ``[a, b)`` each with its rates, and their running
+    integrals (``cum[i]``: every measure integrated up to ``a[i]``)."""
+
+    def __init__(self, a: Any, b: Any, rates: Any, mem: Any) -> None:
+        self.a, self.b, self.rates, self.mem = a, b, rates, mem
+        widths = (b - a).astype(np.float64)
+        self.cum = np.zeros((a.size + 1, rates.shape[1]))
+        np.cumsum(rates * widths[:, None], axis=0, out=self.cum[1:])
+        self.widths = widths
+
+    def at(self, x: Any) -> Any:
+        """Every measure integrated from the start up to each time in ``x`` (ns): ``(len(x), MEASURES)``."""
+        k = np.searchsorted(self.a, x, side="right") - 1
+        inside = k >= 0
+        k0 = np.where(inside, k, 0)
+        into = np.clip(x - self.a[k0], 0, self.widths[k0] if self.a.size else 0).astype(np.float64)
+        out = self.cum[k0] + self.rates[k0] * into[:, None] if self.a.size else np.zeros((len(x), len(MEASURES)))
+        out[~inside] = 0.0
+        return out
+
+    def integrals(self, starts: Any, ends: Any) -> Any:
+        """Each measure over each interval ``[starts[i], ends[i])``, in ns: ``(len(starts), MEASURES)``."""
+        if not self.a.size:
+            return np.zeros((len(starts), len(MEASURES)))
+        return self.at(ends) - self.at(starts)
+
+    def idle_intervals(self) -> Any:
+        """The device's stretches reading 0 %, merged: ``(k, 2)`` int64 ns."""
+        idle = self.rates[:, MEASURES.index("idle")] > 0
+        if not idle.any():
+            return np.zeros((0, 2), np.int64)
+        a, b = self.a[idle], self.b[idle]
+        joined = np.ones(a.size, bool)
+        joined[1:] = a[1:] > b[:-1]  # (a new stretch where one does not start at the last one's end)
+        starts = np.flatnonzero(joined)
+        ends = np.append(starts[1:], a.size) - 1
+        return np.column_stack([a[starts], b[ends]])
+
+    def mem_peak(self, starts: Any, ends: Any) -> Any:
+        """The largest memory used (bytes) of the samples whose period overlaps each interval (nan: none)."""
+        out = np.full(len(starts), np.nan)
+        if not self.a.size or not len(starts):
+            return out
+        first = np.searchsorted(self.b, starts, side="right")
+        last = np.searchsorted(self.a, ends, side="left")
+        some = last > first
+        if not some.any():
+            return out
+        mem = np.append(np.nan_to_num(self.mem, nan=-np.inf), -np.inf)
+        bounds = np.empty(2 * int(some.sum()), np.int64)
+        bounds[0::2], bounds[1::2] = first[some], last[some]
+        peaks = np.maximum.reduceat(mem, bounds)[0::2]
+        out[some] = np.where(np.isfinite(peaks), peaks, np.nan)
+        return out
+
+
+def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) -> Timeline:
+    """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``reach_ns`` each sample's period: how far
+    it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
+    order = np.argsort(times, kind="stable")
+    t, v, h = times[order], values[order], np.broadcast_to(reach_ns, times.shape)[order]
+    keep = np.ones(t.size, bool)
+    keep[1:] = t[1:] != t[:-1]  # (a time sampled twice: the first reading)
+    t, v, h = t[keep], v[keep], h[keep]
+    a, b = t - h // 2, t + h // 2
+    if t.size > 1:
+        gap = t[1:] - t[:-1]
+        near = gap <= 2 * np.maximum(h[1:], h[:-1])  # (a neighbour within two periods: up to the midpoint)
+        mid = t[:-1] + gap // 2
+        a[1:] = np.where(near, mid, a[1:])
+        b[:-1] = np.where(near, mid, b[:-1])
+    util, sm, tensor = (v[:, column].astype(np.float64) / 100.0 for column in (_UTIL, _SM, _TENSOR))
+    if unavailable:  # (its readings are no readings)
+        util, sm, tensor = (np.full_like(util, np.nan) for _ in range(3))
+    with np.errstate(invalid="ignore"):
+        rates = np.column_stack(
+            [~np.isnan(util), np.nan_to_num(util), util == 0, ~np.isnan(sm), np.nan_to_num(sm)]
+            + [~np.isnan(tensor), np.nan_to_num(tensor)]
+        ).astype(np.float64)
+    return Timeline(a, b, rates, v[:, _MEM_USED].astype(np.float64))

@@ -1,0 +1,250 @@
+"""A GPU sample file's lines read in bulk into arrays (:class:`Block`: times and values per device and counter).
+
+Sample lines are many (a day at 2 Hz is 172,800 per host) and all alike, so they are not decoded one by
+one: a chunk of whole lines is checked against the shape its header implies (the line with every number,
+``null`` and blank taken out must read ``{"t":,"d":[[,,,,,,,],...]}``) and its numbers parsed by numpy in
+one call. A chunk that is not all alike (a device entry ``null`` at a sample, a garbage line, a header
+again) is read line by line: the lines of the common shape in bulk, the others decoded, a bad one skipped
+and counted. Bad lines: not JSON, longer than :data:`~lens_rl.store.LINE_MAX`, another shape than the
+header's devices, a time outside 2000-2200, a percentage outside 0-100, a negative memory or power.
+
+Values are float32 (``nan``: ``null``, a counter the device lacks or a device not read at that sample;
+exact for percentages, power and clocks, memory to 1 part in 10^7: a day of 8 devices is 350 MB, not 700);
+times int64 ns (parsed as float64 first: exact to 256 ns, far below a sample period).
+
+Example::
+
+    blocks, end = read_samples(path, stats)
+    for block in blocks:
+        print(block.head.host, block.t.size, block.v.shape)   # (n,), (n, devices, 8)
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import IO, Any, NamedTuple
+
+import numpy as np
+
+from lens_rl.store import LINE_MAX, TIME_MAX_NS, TIME_MIN_NS, ReadStats, UnreadableError, loads, open_file
+from lens_rl.store.files import rest_of_line, why_not
+from lens_rl.store.gpu import GPU_COUNTERS, GpuHead, gpu_head
+
+__all__ = ["COUNTERS", "Block", "read_samples"]
+
+COUNTERS = len(GPU_COUNTERS)
+_PERCENT = [GPU_COUNTERS.index(c) for c in ("util", "mem_util", "sm_active", "sm_occupancy", "tensor_active")]
+_CHUNK = 4 << 20
+_SKELETON_DROP = b"0123456789.-+eEnul \t\r"
+_BLANKS = bytes.maketrans(b'{}[]":,td\n', b"          ")
+
+
+class Block(NamedTuple):
+    """The samples under one header: ``t`` (n,) int64 ns, ``v`` (n, devices, counters) float32."""
+
+    head: GpuHead
+    t: Any
+    v: Any
+
+
+def _skeleton(devices: int) -> bytes:
+    return b'{"t":,"d":[' + b",".join([b"[" + b"," * (COUNTERS - 1) + b"]"] * devices) + b"]}\n"
+
+
+def _checked(t: Any, v: Any) -> Any:
+    """Which rows are plausible (a time in range, percentages 0-100, memory and power not negative)."""
+    ok = (t >= TIME_MIN_NS) & (t < TIME_MAX_NS)
+    with np.errstate(invalid="ignore"):
+        pct = v[:, :, _PERCENT]
+        ok &= ~((pct < 0) | (pct > 100)).any(axis=(1, 2))
+        ok &= ~(v < 0).any(axis=(1, 2))
+    return ok
+
+
+def _bulk(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
+    """``lines`` whole lines of the common shape parsed at once (None where numpy cannot read them all)."""
+    text = data.replace(b"null", b"nan ").translate(_BLANKS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            values = np.fromstring(text, dtype=np.float64, sep=" ")  # type: ignore[call-overload]
+        except (ValueError, DeprecationWarning):
+            return None
+    width = 1 + devices * COUNTERS
+    if values.size != lines * width:
+        return None
+    values = values.reshape(lines, width)
+    with np.errstate(invalid="ignore"):
+        t = np.where(np.isfinite(values[:, 0]), values[:, 0], 0).astype(np.int64)
+    return t, values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
+
+
+def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
+    """One line of another shape decoded (a device entry ``null``): (time, values), None where it is bad."""
+    try:
+        line = loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if type(line) is not dict or type(line.get("t")) is not int or type(line.get("d")) is not list:
+        return None
+    entries = line["d"]
+    if len(entries) != devices:
+        return None
+    out: list[float] = []
+    for entry in entries:
+        if entry is None:
+            out.extend([float("nan")] * COUNTERS)
+            continue
+        if type(entry) is not list or len(entry) != COUNTERS:
+            return None
+        for value in entry:
+            kind = type(value)
+            if value is None:
+                out.append(float("nan"))
+            elif (kind is int or kind is float) and abs(value) < 1e18:
+                out.append(float(value))
+            else:
+                return None
+    return line["t"], out
+
+
+class _Reader:
+    """The blocks of one read, the current one's pieces gathered as arrays."""
+
+    def __init__(self, head: GpuHead | None, stats: ReadStats) -> None:
+        self.blocks: list[Block] = []
+        self.head = head
+        self.pieces: list[tuple[Any, Any]] = []
+        self.stats = stats
+
+    def close_block(self) -> None:
+        if self.head is not None and self.pieces:
+            t = np.concatenate([p[0] for p in self.pieces])
+            v = np.concatenate([p[1] for p in self.pieces])
+            ok = _checked(t, v)
+            bad = int(ok.size - np.count_nonzero(ok))
+            if bad:
+                self.stats.skipped += bad
+                t, v = t[ok], v[ok]
+            if t.size:
+                self.blocks.append(Block(self.head, t, v))
+        self.pieces = []
+
+    def chunk(self, data: bytes) -> None:
+        """Whole lines (``data`` ends with a newline)."""
+        lines = data.count(b"\n")
+        self.stats.lines += lines
+        if self.head is not None:
+            devices = len(self.head.devices)
+            skeleton = _skeleton(devices)
+            if data.translate(None, _SKELETON_DROP) == skeleton * lines:
+                parsed = _bulk(data, lines, devices)
+                if parsed is not None:
+                    self.pieces.append(parsed)
+                    return
+        self.by_line(data.split(b"\n")[:-1])
+
+    def by_line(self, lines: list[bytes]) -> None:
+        """Lines read one by one: runs of the common shape in bulk, the others decoded or skipped."""
+        run: list[bytes] = []
+        skeleton = _skeleton(len(self.head.devices)) if self.head is not None else b""
+        for raw in lines:
+            if self.head is not None and (raw + b"\n").translate(None, _SKELETON_DROP) == skeleton:
+                run.append(raw)
+                continue
+            self._flush(run)
+            run = []
+            self.odd(raw)
+        self._flush(run)
+
+    def _flush(self, run: list[bytes]) -> None:
+        if not run or self.head is None:
+            return
+        parsed = _bulk(b"\n".join(run) + b"\n", len(run), len(self.head.devices))
+        if parsed is not None:
+            self.pieces.append(parsed)
+            return
+        for raw in run:
+            self.odd(raw)
+
+    def odd(self, raw: bytes) -> None:
+        """A line of another shape: a header again (a new block), a sample decoded, or a bad line."""
+        if raw[:40].find(b'"header"') != -1 or raw.startswith(b'{"v"'):
+            head = gpu_head(raw)
+            if head is not None:
+                self.close_block()
+                self.head = head
+                return
+        one = _one(raw, len(self.head.devices)) if self.head is not None else None
+        if one is None:
+            self.stats.skipped += 1
+            return
+        devices = len(self.head.devices)  # type: ignore[union-attr]
+        self.pieces.append((np.array([one[0]], np.int64), np.array(one[1], np.float32).reshape(1, devices, COUNTERS)))
+
+
+def read_samples(
+    path: str | os.PathLike[str],
+    stats: ReadStats,
+    *,
+    start: int = 0,
+    head: GpuHead | None = None,
+    stop: int | None = None,
+) -> tuple[list[Block], int, GpuHead | None]:
+    """The samples of a file from its start (its first line must be a header), or from byte ``start`` under
+    ``head`` (a read resumed where an earlier one stopped), up to byte ``stop`` (a line's end; None: the
+    last whole line): the blocks, where the read stopped (a line's end) and the header in force there. A
+    file that cannot be read or starts with no header yields nothing (noted in ``stats``)."""
+    name = os.path.basename(os.fspath(path))
+    try:
+        handle = open_file(path)
+    except OSError as exc:
+        stats.notes.append(f"{name}: {exc if isinstance(exc, UnreadableError) else why_not(path, exc)}; skipped")
+        return [], start, head
+    with handle:
+        at = start
+        if head is None:
+            stats.files += 1
+            first = handle.readline(LINE_MAX)
+            head = gpu_head(first) if first.endswith(b"\n") else None
+            if head is None:
+                if first:
+                    stats.notes.append(f"{name}: not a lens_rl GPU sample file (its first line is no header); skipped")
+                return [], start, None
+            stats.lines += 1
+            at = len(first)
+        else:
+            handle.seek(start)
+        reader = _Reader(head, stats)
+        at = _read_region(handle, at, stop, reader)
+        reader.close_block()
+        return reader.blocks, at, reader.head
+
+
+def _read_region(handle: IO[bytes], at: int, stop: int | None, reader: _Reader) -> int:
+    """Whole lines from ``at`` up to ``stop`` (None: the end) fed to ``reader`` in chunks; where it stopped."""
+    while stop is None or at < stop:
+        data = handle.read(_CHUNK if stop is None else min(_CHUNK, stop - at))
+        if not data:
+            break
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:  # one line longer than a chunk: read on to its end, within the cap
+            rest = handle.readline(LINE_MAX)
+            if len(data) + len(rest) > LINE_MAX or not rest.endswith(b"\n"):
+                if not rest.endswith(b"\n") and len(data) + len(rest) < LINE_MAX:
+                    break  # (a last line still being written)
+                skipped = rest_of_line(handle) if not rest.endswith(b"\n") else 0
+                reader.stats.lines += 1
+                reader.stats.skipped += 1
+                at += len(data) + len(rest) + skipped
+                continue
+            reader.by_line([data + rest[:-1]])
+            reader.stats.lines += 1
+            at += len(data) + len(rest)
+            continue
+        reader.chunk(data[:cut])
+        at += cut
+        if cut < len(data):
+            handle.seek(at)
+    return at

@@ -1,0 +1,365 @@
+"""GPU truth: each span of a GPU process joined to its devices' samples, rolled up per (group, phase), step,
+rank and device, the job's GPU goodput, and the GPU warnings (``--json`` ``gpu``, typed in
+:mod:`lens_rl.offline.rollup.schema`).
+
+* A process's devices are those its resource names (``rl.gpu.uuids``); a process naming none has no GPU
+  figures. A span's figures are its devices' mean: ``gpu_busy`` (time-weighted utilisation, a fraction,
+  over the time with a reading), ``gpu_idle_s`` (seconds reading 0 %), the memory peak (the largest of its
+  devices), SM / tensor activity where the devices have them. What a sample stands for:
+  :mod:`lens_rl.offline.read.gpu_join`. A row of many spans sums their seconds, as ``total_s`` does.
+* A step's figures cover each GPU process's first to last span of the step; a rank's, its first to last span.
+* **GPU goodput**: busy GPU-seconds inside productive spans (each process's productive spans' union, on each
+  of its devices) over the GPU-seconds of the wall (the job's wall x the devices with a reading).
+* Warnings: ``gpu_idle_in_productive`` (a productive phase whose devices read idle more than 20 % of its
+  measured time), ``gpu_idle_gap`` (stretches of :data:`GAP_S` or more where every device of a group read
+  idle while the group ran, by the phases on either side), ``gpu_unavailable`` (a device flagged
+  unavailable, or with no utilisation counter: its figures are null, never 0 %).
+
+Example::
+
+    gpu, warnings = gpu_rollup(parts, devices, lines)
+    gpu_goodput(gpu, wall_s)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import merge_intervals
+from lens_rl.offline.read.parts import NO_STEP, merged_gpu
+
+__all__ = ["GAP_S", "IDLE_SHARE", "gpu_goodput", "gpu_rollup"]
+
+#: a productive phase whose devices read idle past this share of its measured time is named
+IDLE_SHARE = 0.2
+#: a stretch at least this long (s) where every device of a group read idle is named
+GAP_S = 2.0
+_MOST_GAPS = 20
+#: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`), in its column order
+MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
+_K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
+#: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
+Timeline = Any
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return round(float(num / den), 4) if den > 0 else None
+
+
+def _sums(rows: Any) -> dict[str, Any]:
+    """An accumulator's figures as a row's GPU fields."""
+    known, busy, idle, smk, sm, tk, t = rows["m"]
+    peak = rows["mem"]
+    return {
+        "gpu_busy": _ratio(busy, known),
+        "gpu_idle_s": round(float(idle) / 1e9, 6) if known > 0 else None,
+        "gpu_measured_s": round(float(known) / 1e9, 6),
+        "gpu_idle_share": _ratio(idle, known),
+        "mem_peak_bytes": None if peak is None else int(peak),
+        "sm_active": _ratio(sm, smk),
+        "tensor_active": _ratio(t, tk),
+    }
+
+
+def _acc() -> dict[str, Any]:
+    return {"m": np.zeros(len(MEASURES)), "mem": None}
+
+
+def _add(acc: dict[str, Any], measures: Any, mem: float) -> None:
+    acc["m"] += measures
+    if not np.isnan(mem):
+        acc["mem"] = mem if acc["mem"] is None else max(acc["mem"], mem)
+
+
+class _Queries:
+    """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
+    productive spans' union), and what its devices answered: each measure summed over them (the devices'
+    mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
+    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
+
+    def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
+        self.intervals = intervals
+        self.sums = [np.zeros((len(lo), len(MEASURES))) for lo, _hi in intervals]
+        self.mem = [np.full(len(lo), np.nan) for lo, _hi in intervals]
+        self.counts = np.zeros(len(MEASURES))
+        self.devices = 0
+
+    def answer(self, line: Timeline) -> None:
+        for (lo, hi), sums, mem in zip(self.intervals, self.sums, self.mem, strict=True):
+            if len(lo):
+                sums += line.integrals(lo, hi)
+                np.fmax(mem, line.mem_peak(lo, hi), out=mem)
+        self.counts += line.rates.any(axis=0) if line.rates.size else 0
+        self.devices += 1
+
+    def mean(self) -> None:
+        """Sums over devices as the devices' mean (each measure over the devices that have it)."""
+        counts = self.counts.copy()
+        counts[[_K, _BUSY, _IDLE]] = counts[_K]
+        counts[[_SMK, _SM]] = counts[_SMK]
+        counts[[_TK, _T]] = counts[_TK]
+        for sums in self.sums:
+            sums /= np.maximum(counts, 1)
+
+
+def _merged_gpu(parts: Iterable[Any]) -> dict[Any, Any]:
+    """Each GPU process's span columns (its parts' merged; the parts are left as they are)."""
+    out: dict[Any, Any] = {}
+    for part in parts:
+        if part.gpu is not None:
+            out[part.key] = merged_gpu(out.get(part.key), part.gpu)
+    return out
+
+
+def gpu_rollup(
+    parts: Iterable[Any], devices: Mapping[str, Any], lines: Mapping[str, Timeline]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
+    known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
+    may build each when asked: each is asked for once)."""
+    processes = sorted(_merged_gpu(parts).items())
+    users: dict[str, list[Any]] = {}
+    queries: dict[Any, _Queries] = {}
+    columns: dict[Any, tuple[Any, ...]] = {}
+    for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in processes:
+        for uuid in uuids:
+            users.setdefault(uuid, []).append(key)
+        starts, ends = np.frombuffer(starts_a, np.int64), np.frombuffer(ends_a, np.int64)
+        index, span_steps = np.frombuffer(index_a, np.int32), np.frombuffer(steps_a, np.int64)
+        values, step_lo, step_hi = _step_hulls(span_steps, starts, ends)
+        productive = _productive(keys, index, starts, ends)
+        hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
+        queries[key] = _Queries([(starts, ends), hull, (step_lo, step_hi), productive])
+        columns[key] = (uuids, starts, ends, keys, index, values)
+    device_rows, idle, util_read = [], {}, set()
+    for uuid, device in devices.items():
+        line = lines.get(uuid)
+        device_rows.append(_device_row(uuid, device, line, [_who(k) for k in users.get(uuid, [])]))
+        if line is None:
+            continue
+        if line.rates[:, _K].any():
+            util_read.add(uuid)
+        if uuid in users:
+            idle[uuid] = line.idle_intervals()
+            for key in users[uuid]:
+                queries[key].answer(line)
+        del line
+    phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
+    steps: dict[int, dict[str, Any]] = {}
+    ranks: list[dict[str, Any]] = []
+    productive_busy = 0.0
+    groups: dict[str, list[tuple[Any, Any]]] = {}
+    for key, (uuids, starts, ends, keys, index, values) in columns.items():
+        done = queries[key]
+        done.mean()
+        groups.setdefault(key.group, []).append((key, (uuids, starts, ends, keys, index)))
+        if not starts.size:
+            continue
+        _phase_rows(phases, key.group, keys, index, starts, ends, done.sums[0], done.mem[0])
+        for i, step in enumerate(values.tolist()):
+            _add(steps.setdefault(step, _acc()), done.sums[2][i], done.mem[2][i])
+        acc = _acc()
+        _add(acc, done.sums[1][0], done.mem[1][0])
+        ranks.append({**_who(key), "attempt": key.attempt, "devices": list(uuids), **_sums(acc)})
+        # (device-ns: the mean over its devices times their count)
+        productive_busy += float(done.sums[3][:, _BUSY].sum()) * done.devices
+    phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
+    for row in phase_rows:
+        row.pop("acc", None)
+    section = {
+        "devices": device_rows,
+        "phases": phase_rows,
+        "steps": [{"step": s, **_sums(acc)} for s, acc in sorted(steps.items())],
+        "ranks": ranks,
+        "goodput": {
+            "goodput": None,
+            "busy_productive_s": round(productive_busy / 1e9, 6),
+            "devices": len(util_read & set(users)),
+        },
+    }
+    warnings = _idle_in_productive(phase_rows) + _gaps(groups, idle) + _unavailable(devices, users, util_read)
+    return section, warnings
+
+
+def _who(key: Any) -> dict[str, Any]:
+    return {"worker_group": key.group, "rank": key.rank, "pid": key.pid}
+
+
+def _step_hulls(span_steps: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
+    """A process's steps (ints) and each one's first start and last end."""
+    stepped = span_steps != NO_STEP
+    values, at = np.unique(span_steps[stepped], return_inverse=True)
+    lo = np.full(values.size, np.iinfo(np.int64).max)
+    hi = np.full(values.size, np.iinfo(np.int64).min)
+    np.minimum.at(lo, at, starts[stepped])
+    np.maximum.at(hi, at, ends[stepped])
+    return values, lo, hi
+
+
+def _productive(keys: list[Any], index: Any, starts: Any, ends: Any) -> tuple[Any, Any]:
+    """The union of a process's productive spans, as (starts, ends)."""
+    mine = [i for i, (_name, bucket) in enumerate(keys) if bucket == "productive"]
+    chosen = np.isin(index, mine)
+    union = merge_intervals(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True))
+    pairs = np.array(union, np.int64).reshape(-1, 2)
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def gpu_goodput(section: dict[str, Any], wall_s: float | None) -> None:
+    """The job's GPU goodput in ``section``: busy productive GPU-seconds over the wall's GPU-seconds."""
+    good = section["goodput"]
+    gpu_s = (wall_s or 0) * good["devices"]
+    good["gpu_s"] = round(gpu_s, 6)
+    good["goodput"] = round(good["busy_productive_s"] / gpu_s, 4) if gpu_s > 0 else None
+
+
+def _phase_rows(
+    phases: dict[Any, Any], group: str, keys: list[Any], index: Any, starts: Any, ends: Any, sums: Any, mem: Any
+) -> None:
+    """One process's spans summed into the (group, phase, bucket) rows."""
+    n = len(keys)
+    per = np.column_stack([np.bincount(index, sums[:, m], minlength=n) for m in range(len(MEASURES))])
+    count = np.bincount(index, minlength=n)
+    total = np.bincount(index, (ends - starts).astype(np.float64), minlength=n)
+    peaks = np.full(n, -np.inf)
+    np.maximum.at(peaks, index, np.nan_to_num(mem, nan=-np.inf))
+    for i, (name, bucket) in enumerate(keys):
+        if not count[i]:
+            continue
+        row = phases.get((group, str(name), bucket))
+        if row is None:
+            row = phases[(group, str(name), bucket)] = {"count": 0, "total_s": 0.0, "acc": _acc()}
+        row["count"] += int(count[i])
+        row["total_s"] = round(row["total_s"] + float(total[i]) / 1e9, 6)
+        _add(row["acc"], per[i], peaks[i] if np.isfinite(peaks[i]) else np.nan)
+        row.update(_sums(row["acc"]))
+
+
+def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
+    acc = _acc()
+    if line is not None:
+        whole = line.integrals(line.a[:1], line.b[-1:])[0]
+        _add(acc, whole, float(np.nanmax(line.mem)) if not np.isnan(line.mem).all() else np.nan)
+    return {
+        "uuid": uuid,
+        "host": device.host,
+        "index": device.number,
+        "name": device.name,
+        "mem_total_bytes": device.mem_total,
+        "has": list(device.has),
+        "samples": int(device.t.size),
+        "unavailable": bool(device.unavailable),
+        "processes": users,
+        "files": list(device.files),
+        **_sums(acc),
+    }
+
+
+def _idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for row in phases:
+        share = row["gpu_idle_share"]
+        if row["bucket"] == "productive" and share is not None and share > IDLE_SHARE:
+            out.append(
+                {
+                    "kind": "gpu_idle_in_productive",
+                    "message": f"{row['phase']} ({row['worker_group']}) is productive by the clock, but its GPUs "
+                    f"read idle {share:.0%} of its time ({row['gpu_idle_s']:.1f} s): waiting on something?",
+                    "phase": row["phase"],
+                    "bucket": row["bucket"],
+                    "worker_group": row["worker_group"],
+                    "share": share,
+                    "gpu_idle_s": row["gpu_idle_s"],
+                }
+            )
+    return out
+
+
+def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``gpu_idle_gap`` warnings: per group, the stretches where every one of its devices read idle while the
+    group ran, by the phases on either side (the group's span that ended last before the stretch, the one
+    that started first after it)."""
+    out = []
+    for group, members in sorted(groups.items()):
+        uuids = sorted({u for _key, cols in members for u in cols[0] if u in idle_of})
+        spans = [cols for _key, cols in members if cols[1].size]
+        if not uuids or not spans:
+            continue
+        starts = np.concatenate([c[1] for c in spans])
+        ends = np.concatenate([c[2] for c in spans])
+        names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
+        idle = [(int(starts.min()), int(ends.max()))]
+        for uuid in uuids:
+            idle = _intersect(idle, idle_of[uuid].tolist())
+        found: dict[tuple[str, str], list[float]] = {}
+        for lo, hi in idle:
+            if hi - lo < GAP_S * 1e9:
+                continue
+            before = ends <= hi
+            before &= ~((starts <= lo) & (ends >= hi))
+            after = (starts >= lo) & ~((starts <= lo) & (ends >= hi))
+            name_before = str(names[before][np.argmax(ends[before])]) if before.any() else "start"
+            name_after = str(names[after][np.argmin(starts[after])]) if after.any() else "end"
+            got = found.setdefault((name_before, name_after), [0, 0.0, 0.0, lo / 1e9])
+            got[0] += 1
+            got[1] += float(hi - lo) / 1e9
+            got[2] = max(got[2], float(hi - lo) / 1e9)
+        for (name_before, name_after), (count, total, longest, first) in sorted(
+            found.items(), key=lambda item: -item[1][1]
+        )[:_MOST_GAPS]:
+            out.append(
+                {
+                    "kind": "gpu_idle_gap",
+                    "message": f"every GPU of {group} read idle between {name_before} and {name_after}: "
+                    f"{int(count)} stretch(es) of {GAP_S:g} s or more, {total:.1f} s in all (longest {longest:.1f} s)",
+                    "worker_group": group,
+                    "between": [name_before, name_after],
+                    "gaps": int(count),
+                    "gap_s": round(total, 6),
+                    "longest_s": round(longest, 6),
+                    "first_at_s": round(float(first), 6),
+                }
+            )
+    return out
+
+
+def _intersect(a: list[Any], b: list[Any]) -> list[tuple[int, int]]:
+    """The intersection of two sorted, disjoint interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _unavailable(devices: Mapping[str, Any], users: Mapping[str, Any], util_read: set[str]) -> list[dict[str, Any]]:
+    """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all."""
+    out = []
+    for uuid, device in devices.items():
+        if device.unavailable:
+            why = "reads 0 on every counter while its memory is in use"
+        elif "util" not in device.has:
+            why = "has no utilisation counter"
+        elif uuid not in util_read:
+            why = "gave no utilisation reading"
+        else:
+            continue
+        out.append(
+            {
+                "kind": "gpu_unavailable",
+                "message": f"GPU {uuid} ({device.name or '?'} on {device.host or '?'}) {why}: "
+                "its figures read null (unavailable), never 0 %",
+                "uuid": uuid,
+                "host": device.host,
+                "processes": len(users.get(uuid, [])),
+            }
+        )
+    return out

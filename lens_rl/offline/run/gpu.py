@@ -1,0 +1,335 @@
+"""Every GPU sample file of a run read into per-device samples, through the refresh cache where one is kept.
+
+A sample file sits beside the span files (``gpu-<host>-<pid>.jsonl``, :mod:`lens_rl.store.gpu`). Through the
+cache, each file's samples so far are kept in ``gpu-<file>.samples`` in the cache's folder: a JSON line
+(lens_rl's cache key, the file's identity, size, mtime and ctime, where the read stopped and a hash of the
+bytes before it, the blocks' headers and sample counts, the read's line counts) then the arrays as raw
+little-endian bytes, their lengths checked against the file's before any is read (nothing read from it can
+allocate more than its own size, nothing runs code). A file that grew is read from where the last read
+stopped; one that shrank, was rewritten or replaced is read cold (the checks of
+:mod:`lens_rl.offline.run.index`). Results are identical to a cold read.
+
+Example::
+
+    devices, stats = read_devices(gpu_files([run_dir]), cache_folder(run_dir))
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
+from lens_rl.offline.read.gpu_samples import COUNTERS, Block, read_samples
+from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
+from lens_rl.offline.run.disk import append_to, cache_key, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
+from lens_rl.store import ReadStats, loads
+from lens_rl.store.gpu import GPU_COUNTERS, GpuDevice, GpuHead, gpu_files
+
+__all__ = [
+    "LANE_BINS",
+    "Device",
+    "GpuLook",
+    "gpu_lanes",
+    "gpu_look",
+    "read_devices",
+    "read_file_blocks",
+    "sample_files",
+    "with_gpu",
+]
+
+#: the columns of the report's GPU lanes (each the devices' mean busy over its stretch of the window)
+LANE_BINS = 240
+
+_log = logging.getLogger("lens_rl")
+
+
+class Device(NamedTuple):
+    """One device's samples from every file that sampled it: times (int64 ns), values ``(n, 8)`` (a counter
+    its header says it lacks: nan), each sample's period (ns: ``1/hz``), and what the headers say of it."""
+
+    uuid: str
+    host: str
+    name: str
+    number: int
+    mem_total: int | None
+    has: tuple[str, ...]
+    t: Any
+    v: Any
+    period: Any
+    unavailable: bool
+    files: tuple[str, ...]
+
+
+def _plain_head(head: GpuHead) -> dict[str, Any]:
+    return {**head._asdict(), "devices": [list(d) for d in head.devices]}
+
+
+def _head_of(plain: Any) -> GpuHead:
+    devices = tuple(
+        GpuDevice(int(i), str(u), str(n), None if m is None else int(m), tuple(str(c) for c in has))
+        for i, u, n, m, has in plain["devices"]
+    )
+    since = plain["since"]
+    return GpuHead(
+        str(plain["host"]),
+        str(plain["run_id"]),
+        int(plain["attempt"]),
+        int(plain["pid"]),
+        None if since is None else int(since),
+        float(plain["hz"]),
+        devices,
+    )
+
+
+def _entry_path(cache: str, path: Path) -> Path:
+    return Path(cache) / f"gpu-{path.name}.samples"
+
+
+def _records(data: bytes) -> Any:
+    """The records of a kept file: (meta, blocks) each, their lengths checked against the file's."""
+    at = 0
+    while at < len(data):
+        cut = data.index(b"\n", at) + 1
+        meta = loads(data[at:cut])
+        if type(meta) is not dict or meta.get("key") != cache_key():
+            raise ValueError("not this lens_rl's")
+        at = cut
+        blocks: list[Block] = []
+        for plain, n in meta["blocks"]:
+            head = _head_of(plain)
+            n = int(n)
+            width = len(head.devices) * COUNTERS
+            size = n * (8 + 4 * width)
+            if n < 0 or at + size > len(data):
+                raise ValueError("shorter than it says")
+            t = np.frombuffer(data, "<i8", n, at)
+            v = np.frombuffer(data, "<f4", n * width, at + n * 8).reshape(n, len(head.devices), COUNTERS)
+            blocks.append(Block(head, t, v))
+            at += size
+        yield meta, blocks
+
+
+def _load(cache: str, path: Path, identity: list[Any], stat: os.stat_result) -> tuple[Any, list[Block]] | None:
+    """The kept read of ``path`` (its last record's meta and every block), where it is this lens_rl's, of
+    this very file, and the file only grew since; None otherwise."""
+    try:
+        meta: Any = None
+        blocks: list[Block] = []
+        for record, new in _records(read_bytes(_entry_path(cache, path))):
+            meta, blocks = record, _joined(blocks, new)
+        if meta is None or meta.get("identity") != identity:
+            return None
+        if not grown_only(path, stat, meta["state"], int(meta["end"]), bytes.fromhex(meta["tail"])):
+            return None
+        return meta, blocks
+    except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return None
+
+
+def _joined(blocks: list[Block], new: list[Block]) -> list[Block]:
+    """``new`` blocks after ``blocks``: the first one continues the last where their headers are the same."""
+    if new and blocks and new[0].head == blocks[-1].head:
+        last = blocks[-1]
+        first = Block(last.head, np.concatenate([last.t, new[0].t]), np.concatenate([last.v, new[0].v]))
+        return [*blocks[:-1], first, *new[1:]]
+    return blocks + new
+
+
+def _record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
+    meta = {**meta, "key": cache_key(), "blocks": [[_plain_head(b.head), int(b.t.size)] for b in blocks]}
+    out = [json_bytes(meta) + b"\n"]
+    for block in blocks:
+        out.append(np.ascontiguousarray(block.t, "<i8").tobytes())
+        out.append(np.ascontiguousarray(block.v, "<f4").tobytes())
+    return b"".join(out)
+
+
+def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> list[Block]:
+    """One sample file's blocks: cold, or through the cache (only the bytes new since the last read, kept as
+    a record appended to the file's entry)."""
+    if cache is None:
+        return read_samples(path, stats)[0]
+    try:
+        stat, ident = file_identity(path)
+        end = complete_end(path, stat.st_size)
+    except OSError:
+        return read_samples(path, stats)[0]
+    identity = list(ident)
+    kept = _load(cache, path, identity, stat)
+    fresh = ReadStats()
+    new: list[Block] = []
+    if kept is None:
+        blocks, stop, _head = read_samples(path, fresh, stop=end)
+        new = blocks
+        lines, skipped = fresh.lines, fresh.skipped
+        stats.notes.extend(fresh.notes)
+        stats.files += fresh.files
+        if not fresh.files:  # (no sample file after all: nothing kept)
+            return blocks
+    else:
+        meta, blocks = kept
+        lines, skipped, stop = int(meta["lines"]), int(meta["skipped"]), int(meta["end"])
+        if end > stop and blocks:
+            new, stop, _head = read_samples(path, fresh, start=stop, head=blocks[-1].head, stop=end)
+            lines, skipped = lines + fresh.lines, skipped + fresh.skipped
+            blocks = _joined(blocks, new)
+        stats.files += 1
+    stats.lines += lines
+    stats.skipped += skipped
+    state = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    if kept is None or state != kept[0]["state"]:
+        meta = {"identity": identity, "state": state, "end": stop, "tail": tail_hash(path, stop).hex()}
+        record = _record({**meta, "lines": lines, "skipped": skipped}, new)
+        entry = _entry_path(cache, path)
+        try:
+            if kept is None or not append_to(entry, record):
+                write_atomic(entry, _record({**meta, "lines": lines, "skipped": skipped}, blocks))
+        except OSError:
+            pass
+    return blocks
+
+
+def read_devices(paths: Sequence[Path], cache: str | None = None) -> tuple[dict[str, Device], ReadStats]:
+    """Every device sampled in these files (by UUID; a device sampled by several files, one after another
+    as samplers took over, gets them all), and what the reads found."""
+    stats = ReadStats()
+    found: dict[str, list[tuple[GpuDevice, GpuHead, Any, Any, str]]] = {}
+    for path in paths:
+        for block in read_file_blocks(Path(path), stats, cache):
+            for at, device in enumerate(block.head.devices):
+                found.setdefault(device.uuid, []).append((device, block.head, block.t, block.v[:, at, :], path.name))
+    devices: dict[str, Device] = {}
+    for uuid, pieces in sorted(found.items()):
+        device, head = pieces[-1][0], pieces[-1][1]
+        values = []
+        for dev, _head, _t, v, _name in pieces:
+            lacks = [i for i, c in enumerate(GPU_COUNTERS) if c not in dev.has]
+            if lacks:
+                v = v.copy()
+                v[:, lacks] = np.nan
+            values.append(v)
+        v_all = np.concatenate(values) if values else np.zeros((0, COUNTERS))
+        period = np.concatenate([np.full(t.size, int(1e9 / h.hz), np.int64) for _d, h, t, _v, _n in pieces])
+        devices[uuid] = Device(
+            uuid,
+            head.host,
+            device.name,
+            device.i,
+            device.mem_total,
+            device.has,
+            np.concatenate([t for _d, _h, t, _v, _n in pieces]),
+            v_all,
+            period,
+            flagged_unavailable(v_all),
+            tuple(dict.fromkeys(n for *_x, n in pieces)),
+        )
+    return devices, stats
+
+
+class Timelines(Mapping[str, Any]):
+    """Each device's :func:`timeline`, built when asked for and not kept (a day of 64 devices' timelines at
+    once would not fit in memory)."""
+
+    def __init__(self, devices: Mapping[str, Device]) -> None:
+        self.devices = {u: d for u, d in devices.items() if d.t.size}
+
+    def __getitem__(self, uuid: str) -> Any:
+        d = self.devices[uuid]
+        return timeline(d.t, d.v, d.period, d.unavailable)
+
+    def __contains__(self, uuid: object) -> bool:
+        return uuid in self.devices
+
+    def __iter__(self) -> Any:
+        return iter(self.devices)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+
+class GpuLook(NamedTuple):
+    """What a look found of the run's GPUs: its sample files, devices, section and warnings (None: no file)."""
+
+    paths: list[Path]
+    devices: dict[str, Device]
+    section: dict[str, Any] | None
+    warnings: list[dict[str, Any]]
+    lines: Mapping[str, Any] = {}
+
+
+def sample_files(span_paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The sample files beside these span files (their folders'), and notes on the entries not read."""
+    notes: list[str] = []
+    return gpu_files({Path(p).parent for p in span_paths}, notes), notes
+
+
+def gpu_look(paths: Sequence[Path], parts: Sequence[Any], stats: ReadStats, cache: str | None) -> GpuLook:
+    """The run's GPU samples joined to the parts (before the rollup merges them), the sample files' reads
+    counted in ``stats`` (files, lines, bad lines, notes: said once on stderr each)."""
+    found, notes = sample_files(paths)
+    for note in notes:
+        _log.warning("lens-rl: %s", note)
+    stats.notes.extend(notes)
+    if not found:
+        return GpuLook([], {}, None, [])
+    devices, read = read_devices(found, cache)
+    for note in read.notes:
+        _log.warning("lens-rl: %s", note)
+    stats.add(read)
+    if not devices:
+        return GpuLook(found, devices, None, [])
+    lines = Timelines(devices)
+    section, warnings = gpu_rollup(parts, devices, lines)
+    return GpuLook(found, devices, section, warnings, lines)
+
+
+def with_gpu(report: Any, look: GpuLook) -> Any:
+    """``report`` with the look's ``gpu`` section (its GPU goodput over the job's wall) and warnings; a look
+    with no samples leaves it as it is."""
+    if look.section is not None:
+        gpu_goodput(look.section, report["job"]["wall_s"])
+        report["gpu"] = look.section
+        report["warnings"] = list(report["warnings"]) + look.warnings
+    return report
+
+
+def gpu_lanes(look: GpuLook, timeline: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's GPU lane per rank shown in ``timeline`` (its spans): the rank's devices' mean busy % in
+    each of :data:`LANE_BINS` stretches of the timeline's window (None: no reading), and the stretches' start
+    in ms from the window's start (the timeline's axis)."""
+    if look.section is None or not timeline:
+        return []
+    origin = min(s["start"] for s in timeline)
+    end = max(s["end"] for s in timeline)
+    if end <= origin:
+        return []
+    edges = np.linspace(origin, end, LANE_BINS + 1).astype(np.int64)
+    shown = {s["process"] for s in timeline}
+    lanes = []
+    for rank in look.section["ranks"]:
+        label = f"{rank['worker_group']} rank {rank['rank']} (pid {rank['pid']})"
+        lines = [look.lines[u] for u in rank["devices"] if u in look.lines]
+        if label not in shown or not lines:
+            continue
+        known = busy = np.zeros(LANE_BINS)
+        for line in lines:
+            sums = line.integrals(edges[:-1], edges[1:])
+            known, busy = known + sums[:, 0], busy + sums[:, 1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            value = np.where(known > 0, 100 * busy / known, np.nan)
+        lanes.append(
+            {
+                "process": label,
+                "devices": list(rank["devices"]),
+                "ms": ((edges[:-1] - origin) / 1e6).tolist(),
+                "busy": [None if np.isnan(v) else round(float(v), 1) for v in value],
+            }
+        )
+    return lanes
