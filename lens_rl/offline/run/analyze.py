@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,9 +27,7 @@ from lens_rl.offline.run.cache import (
     grown_bytes,
     load_memo,
     load_report,
-    parts_received,
     read_parts,
-    read_parts_sent,
     save_memo,
     save_report,
     save_sizes,
@@ -37,6 +36,7 @@ from lens_rl.offline.run.cache import (
 from lens_rl.offline.run.gpu import gpu_look, sample_files, with_gpu
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
+from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part_record
 from lens_rl.store import ReadStats, read_head
 
 __all__ = ["SMALL_REFRESH", "analyze", "analyze_parts", "rolled_up"]
@@ -93,6 +93,30 @@ def analyze_parts(
         save_sizes(cache, paths)
         index.save()
     return parts, stats
+
+
+def read_parts_sent(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+    cache: str | None = None,
+) -> tuple[bytes | list[ProcessPart], ReadStats]:
+    """:func:`read_parts` in a worker process (``--jobs``, ``--ray``): its parts as their records, encoded,
+    for the trip back (a few buffers per part, not an object per step); as they are where a value is one the
+    records cannot hold. :func:`parts_received` makes them parts again."""
+    parts, stats = read_parts(path, driver_in_run, superseded, critical, cache)
+    try:
+        return encode([part_record(part) for part in parts]), stats
+    except Exception:  # (an int past 64 bits, say)
+        return parts, stats
+
+
+def parts_received(sent: bytes | list[ProcessPart]) -> list[ProcessPart]:
+    """The parts :func:`read_parts_sent` sent."""
+    if isinstance(sent, list):
+        return sent
+    return [part_from(rec) for rec in decode(sent, list[PartRec])]
 
 
 def _attempts(paths: Sequence[Path], index: Index, notes: list[str]) -> tuple[set[int], set[int], bool]:

@@ -53,7 +53,6 @@ from lens_rl.offline.run.cache_files import (
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.offline.run.memo_file import load_memo, save_memo
-from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part_record
 from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
 
 __all__ = [
@@ -63,8 +62,6 @@ __all__ = [
     "cached_file_parts",
     "grown_bytes",
     "read_parts",
-    "read_parts_sent",
-    "parts_received",
     "load_memo",
     "load_report",
     "save_memo",
@@ -226,30 +223,6 @@ def read_parts(
     if cache is None:
         return file_parts(path, driver_in_run, superseded, critical)
     return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache)
-
-
-def read_parts_sent(
-    path: str | os.PathLike[str],
-    driver_in_run: bool = False,
-    superseded: Mapping[int, frozenset[Any]] | None = None,
-    critical: bool = True,
-    cache: str | None = None,
-) -> tuple[bytes | list[ProcessPart], ReadStats]:
-    """:func:`read_parts` in a worker process (``--jobs``, ``--ray``): its parts as their records, encoded,
-    for the trip back (a few buffers per part, not an object per step); as they are where a value is one the
-    records cannot hold. :func:`parts_received` makes them parts again."""
-    parts, stats = read_parts(path, driver_in_run, superseded, critical, cache)
-    try:
-        return encode([part_record(part) for part in parts]), stats
-    except Exception:  # (an int past 64 bits, say)
-        return parts, stats
-
-
-def parts_received(sent: bytes | list[ProcessPart]) -> list[ProcessPart]:
-    """The parts :func:`read_parts_sent` sent."""
-    if isinstance(sent, list):
-        return sent
-    return [part_from(rec) for rec in decode(sent, list[PartRec])]
 
 
 def cached_file_parts(
