@@ -63,3 +63,21 @@ def test_arrays_are_raw_little_endian_and_cut_ones_are_refused() -> None:
         raw(array("i", [1]), "q")
     with pytest.raises(msgspec.DecodeError):
         decode(encode([1, 2, 3]), PartRec)
+
+
+def test_a_memo_record_claiming_4_gib_is_refused_before_anything_is_allocated() -> None:
+    """A memo record (as read under the user's seal) whose map, array or bytes claim 4 GiB is a DecodeError,
+    and decoding it allocates next to nothing."""
+    import tracemalloc
+
+    from lens_rl.offline.run.records import MemoRec
+
+    for planted in (b"\xdf\xff\xff\xff\xff", b"\xdd\xff\xff\xff\xff", b"\xc6\xff\xff\xff\xff" + b"x" * 64):
+        tracemalloc.start()
+        try:
+            with pytest.raises(msgspec.DecodeError):
+                decode(planted, MemoRec)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak
