@@ -324,7 +324,5 @@ def grow_store(run: Path, first: int, last: int) -> None:
 
 
 def cache_record(payload: bytes) -> bytes:
-    """The pickle ``payload`` as a record of a refresh-cache entry's file: its length (8 bytes, little-endian),
-    then the record, framed as :func:`lens_rl.offline.run.safe_pickle.framed` frames one with no buffer."""
-    inner = len(payload).to_bytes(8, "little") + (0).to_bytes(8, "little") + payload
-    return len(inner).to_bytes(8, "little") + inner
+    """``payload`` as a record of a refresh-cache entry's file: its length (8 bytes, little-endian), then it."""
+    return len(payload).to_bytes(8, "little") + payload

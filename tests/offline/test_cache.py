@@ -12,12 +12,13 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from lens_rl.offline.run import kept
 from lens_rl.offline.run.analyze import analyze, analyze_parts
 from lens_rl.offline.run.cache import CACHE_DIR, FORMAT, cache_folder
-from lens_rl.offline.run.safe_pickle import ClassUnpickler, unpickled
+from lens_rl.offline.run.records import EntryRec, MemoRec, decode, encode
 from lens_rl.store import span_files
 from tests.conftest import lens
 from tests.stores import cache_record as record
@@ -104,7 +105,8 @@ def test_a_replaced_file_a_new_header_and_parallel_reads(tmp_path: Path) -> None
 
 def test_a_foreign_corrupt_or_planted_cache_is_never_trusted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A cache of another version, a corrupt one and a planted pickle that would run code: each ignored with
-    one line, the answer a cold read's, the planted code never run."""
+    one line, the answer a cold read's, the planted code never run (a cache record is MessagePack, never a
+    pickle)."""
     run = tmp_path / "r"
     grow_store(run, 0, 20)
     _same(run)
@@ -116,10 +118,10 @@ def test_a_foreign_corrupt_or_planted_cache_is_never_trusted(tmp_path: Path, cap
     data = victim.read_bytes()
     assert data.startswith(magic)
     length = int.from_bytes(data[len(magic) : len(magic) + 8], "little")
-    entry = unpickled(ClassUnpickler, data, len(magic) + 8, len(magic) + 8 + length)
-    entry.options = entry.options.replace("(", "('0.0.0-other', ", 1)
-    victim.write_bytes(magic + record(pickle.dumps(entry)))
-    (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(magic + record(b"\x80\x05garbage"))
+    entry = decode(data[len(magic) + 8 : len(magic) + 8 + length], EntryRec)
+    other = msgspec.structs.replace(entry, options=entry.options.replace("(", "('0.0.0-other', ", 1))
+    victim.write_bytes(magic + record(encode(other)))
+    (folder / "spans-lm_policy-2-102.jsonl.cache").write_bytes(magic + record(b"\xc1garbage"))
     marker = tmp_path / "planted"
 
     class Planted:
@@ -214,15 +216,16 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
     folder = Path(cache_folder(run))
     for report in folder.glob("report-*.json"):
         report.unlink()
-    memo_file = folder / "critical-memo.pickle"
+    memo_file = folder / "critical-memo.msgpack"
     memo = memo_file.read_bytes()
     memo_file.write_bytes(memo[: len(memo) // 2])  # cut short
     caplog.set_level("WARNING", "lens_rl")
     assert look() == 45
     _, _, body = memo[8:].partition(b"\n")
-    planted = pickle.loads(body)
-    planted["records"][3][4] = [len(planted["keys"]) + 7, 1]  # well-formed, under another's seal
-    memo_file.write_bytes(_framed(hashlib.sha256(body).hexdigest().encode() + b"\n" + pickle.dumps(planted)))
+    planted = decode(body, MemoRec)
+    planted.records[3][4] = [len(planted.keys) + 7, 1]  # well-formed, under another's seal
+    body = encode(planted)
+    memo_file.write_bytes(_framed(hashlib.sha256(body).hexdigest().encode() + b"\n" + body))
     for report in folder.glob("report-*.json"):
         report.unlink()
     assert look() == 45
@@ -233,7 +236,7 @@ def test_a_second_look_walks_only_the_steps_that_new_spans_can_reach(
         report.unlink()
     assert look() == 45 and not marker.exists()
     said = [r.getMessage() for r in caplog.records if "(the critical path's: " in r.getMessage()]
-    assert len(said) == 1 and "corrupt (UnpicklingError)" in said[0], said
+    assert len(said) == 1 and "corrupt (ValidationError)" in said[0], said
 
 
 def test_a_store_seen_growing_keeps_its_whole_answer_only_once_it_stops(

@@ -14,6 +14,7 @@ import pytest
 from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.run.cache_files import (
     CACHE_DIR,
+    FORMAT,
     Entry,
     cache_folder,
     load_entry,
@@ -200,62 +201,83 @@ def test_a_report_read_from_the_cache_is_the_report_a_cold_read_returns(tmp_path
         assert _plain(json.loads(json.dumps(built))) == _plain(built)
 
 
-def test_a_pickle_that_would_allocate_by_an_argument_is_refused_before_it_is_read() -> None:
-    """The cache's own pickles pass the check; a length past the data (a string, bytes, a bytearray, a frame),
-    a memo index past the data, the extension registry and persistent ids are refused before unpickling,
-    and a bytearray class is no cache class."""
-    import pickle
-    from array import array
+def _entry_file(tmp_path: Path) -> tuple[Path, str, tuple[int, int, str], bytes]:
+    """A real entry file (a 20-step store read through the cache): its path, options key, identity, bytes."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 20)
+    same_as_cold(run)
+    path = next(Path(cache_folder(run)).glob("spans-driver*.cache"))
+    key = options_key((True, {}, True))
+    rec = _first_record(path.read_bytes())
+    return path, key, tuple(rec.identity), path.read_bytes()  # type: ignore[return-value]
 
-    from lens_rl.offline.run.safe_pickle import ClassUnpickler, checked_pickle, unpickled
 
-    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
-        value = {"a": [1, 2**70, 1.5, "x" * 300, b"y" * 70_000, bytearray(3), array("q", range(9))], "b": (None,)}
-        assert pickle.loads(checked_pickle(pickle.dumps(value, protocol=protocol))) == value
-    huge = (1 << 62).to_bytes(8, "little")
-    refused = [
-        b"\x80\x05\x8e" + huge + b"x.",  # BINBYTES8
-        b"\x80\x05\x8d" + huge + b"x.",  # BINUNICODE8
-        b"\x80\x05\x96" + huge + b"x.",  # BYTEARRAY8
-        b"\x80\x04\x95" + huge + b"N.",  # FRAME
-        b"\x80\x02B\xff\xff\xff\x7fx.",  # BINBYTES
-        b"\x80\x04]r\xff\xff\xff\x7f.",  # LONG_BINPUT
-        b"(lp4000000000\n.",  # PUT
-        b"\x80\x02\x82\x01.",  # EXT1
-        b"P1\n.",  # PERSID
-        b"S'x",  # a text argument with no end
+def _first_record(data: bytes) -> Any:
+    from lens_rl.offline.run.records import EntryRec, decode
+
+    at = len(FORMAT) + 1
+    length = int.from_bytes(data[at : at + 8], "little")
+    return decode(data[at + 8 : at + 8 + length], EntryRec)
+
+
+def _with_first(data: bytes, record: bytes) -> bytes:
+    """An entry file's bytes with its first record replaced by ``record`` (the rest dropped)."""
+    return FORMAT.encode() + b"\n" + len(record).to_bytes(8, "little") + record
+
+
+def test_a_planted_record_claiming_4_gib_is_refused_before_anything_is_allocated(tmp_path: Path) -> None:
+    """A well-framed MessagePack record whose array (bytes, or a list of parts) claims 4 GiB is refused as
+    corrupt with the entry's memory bounded by the record's size: a cold read, nothing allocated past it."""
+    import tracemalloc
+
+    import msgspec
+
+    from lens_rl.offline.run.records import encode
+
+    path, key, identity, data = _entry_file(tmp_path)
+    rec = msgspec.structs.replace(_first_record(data), held=memoryview(b"HELDHELD"), settled=[])
+    plain = encode(rec)
+    assert b"\xc4\x08HELDHELD" in plain and plain.count(b"\x90") >= 1
+    planted = [
+        plain.replace(b"\xc4\x08HELDHELD", b"\xc6\xff\xff\xff\xffHELDHELD"),  # bin 32: 4 GiB of bytes
+        plain.replace(b"\x90", b"\xdd\xff\xff\xff\xff", 1),  # array 32: 4 G parts
     ]
-    for data in refused:
-        with pytest.raises(pickle.UnpicklingError):
-            checked_pickle(data)
-    planted = b"cbuiltins\nbytearray\n(J\x00\x2f\x68\x59tR."
-    with pytest.raises(pickle.UnpicklingError, match="not a cache class"):
-        unpickled(ClassUnpickler, len(planted).to_bytes(8, "little") + bytes(8) + planted)
+    for record in planted:
+        path.write_bytes(_with_first(data, record))
+        tracemalloc.start()
+        try:
+            back, why = load_entry(path, key, identity)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert back is None and why is not None and why.startswith("corrupt"), why
+        assert peak < 64 * len(data) + (1 << 20), peak
 
 
-def test_a_record_is_read_in_place_and_never_past_its_end() -> None:
-    """A record is unpickled where it lies in an entry file's bytes, its large arrays out of band (made from
-    the bytes read); one whose last opcode is not STOP (its unpickling would run on into the next record's
-    bytes), that ends mid-opcode, or whose lengths do not add up is refused, as is an array type the cache
-    never writes."""
-    import pickle
-    from array import array
+def test_a_record_cut_short_of_another_version_or_not_adding_up_is_read_cold(tmp_path: Path) -> None:
+    """A first record cut short, one of another schema version (its tag), one whose step columns or held
+    lines do not add up: each is corrupt (never trusted, one line); a delta cut short leaves the state before
+    it (the next look appends nothing to it)."""
+    import msgspec
 
-    from lens_rl.offline.run.safe_pickle import ClassUnpickler, array_from_buffer, checked_pickle, framed, unpickled
+    from lens_rl.offline.run.records import VERSION, encode
 
-    value = [array("q", range(5)), array("d", [0.5] * 300), array("Q", range(2000)), "x"]
-    first, second = framed(value), framed({"y": 2})
-    body, buffers = int.from_bytes(first[:8], "little"), int.from_bytes(first[8:16], "little")
-    assert buffers == 2 and body < 300  # (the two arrays of 512 bytes or more after the pickle, not in it)
-    data = b"head" + first + second
-    assert unpickled(ClassUnpickler, data, 4, 4 + len(first)) == value
-    assert unpickled(ClassUnpickler, data, 4 + len(first), len(data)) == {"y": 2}
-    for start, stop in ((4, 4 + len(first) - 1), (4, 4 + len(first) + 1), (4, 12)):
-        with pytest.raises(pickle.UnpicklingError):
-            unpickled(ClassUnpickler, data, start, stop)
-    no_stop = b"\x80\x05K\x01"  # PROTO 5, BININT1 1: no STOP, the next bytes would be read on
-    for start, stop in ((0, len(no_stop)), (0, 3)):
-        with pytest.raises(pickle.UnpicklingError, match="truncated"):
-            checked_pickle(no_stop + second, start, stop)
-    with pytest.raises(pickle.UnpicklingError, match="not an array type"):
-        array_from_buffer("u", b"abcd")
+    path, key, identity, data = _entry_file(tmp_path)
+    rec = _first_record(data)
+    whole = encode(rec)
+    path.write_bytes(_with_first(data, whole)[:-5])
+    assert load_entry(path, key, identity)[1] == "corrupt (ValueError)"  # (its length past the file's end)
+    other = whole.replace(f"entry/{VERSION}".encode(), f"entry/{VERSION + 1}".encode(), 1)
+    path.write_bytes(_with_first(data, other))
+    assert load_entry(path, key, identity)[1] == "corrupt (ValidationError)"
+    part = next(p for p in rec.settled if len(p.steps.ns))
+    steps = msgspec.structs.replace(part.steps, ns=memoryview(bytes(part.steps.ns)[:-8]))
+    short = msgspec.structs.replace(rec, settled=[msgspec.structs.replace(part, steps=steps)])
+    path.write_bytes(_with_first(data, encode(short)))
+    assert load_entry(path, key, identity)[1] == "corrupt (ValueError)"
+    odd = msgspec.structs.replace(rec, held=memoryview(bytes(24 + 8)))
+    path.write_bytes(_with_first(data, encode(odd)))
+    assert load_entry(path, key, identity)[1] == "corrupt (ValueError)"
+    path.write_bytes(_with_first(data, whole) + (1000).to_bytes(8, "little") + b"\x9d")  # a delta cut short
+    back, why = load_entry(path, key, identity)
+    assert why is None and back is not None and back.token == rec.token and back.disk is None

@@ -31,7 +31,7 @@ def test_a_grown_runs_memo_is_appended_to_and_reads_back_as_the_last_looks(tmp_p
 
     run = tmp_path / "r"
     grow_store(run, 0, 30)
-    memo_file = Path(cache_folder(run)) / "critical-memo.pickle"
+    memo_file = Path(cache_folder(run)) / "critical-memo.msgpack"
 
     def look(steps: tuple[int, int] | None = None) -> int:
         for report in memo_file.parent.glob("report-*.json"):

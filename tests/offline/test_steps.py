@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from array import array
 
-from lens_rl.offline.read.steps import Series, StepPart, step_columns, steps_from_columns
+from lens_rl.offline.read.steps import Series, StepPart
+from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part_record
+from lens_rl.store import Process
 
 
 def test_series_merged_sums_step_by_step() -> None:
@@ -33,4 +35,11 @@ def test_step_parts_merge_and_come_back_from_their_columns() -> None:
     assert first.ns == [11, 2, 3, 5] and list(first.umbrellas) == [10, 20, 5, 8]
     assert (first.lo, first.hi, list(first.bucketed), first.incomplete) == (5, 20, [10, 18], True)
     steps = {3: first, 4: StepPart(), "warmup": StepPart(None, 7)}
-    assert steps_from_columns(step_columns(steps)) == steps
+    part = part_record(_part_with(steps))
+    assert part_from(decode(encode(part), PartRec)).steps == steps
+
+
+def _part_with(steps: dict) -> object:
+    from lens_rl.offline.read.parts import ProcessPart
+
+    return ProcessPart(Process("driver", 0, 1, 0, True), steps=steps)

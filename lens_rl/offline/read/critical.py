@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.intervals import int64_array
-from lens_rl.offline.read.packing import runs_columns, runs_from_columns
 from lens_rl.offline.read.parts import SlotsState
 from lens_rl.offline.read.tree import JOB, THIRD_PARTY
 
@@ -96,16 +95,6 @@ class CritPart(SlotsState):
         self.w_entry = array("i")
         self.w_off = array("q")
         self.w_len = array("i")
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        # the steps' runs as columns (a driver's 10 k steps: a few arrays, not 10 k lists of tuples)
-        state = super().__getstate__()
-        at = self.__slots__.index("steps")
-        return (*state[:at], runs_columns(self.steps, 3), *state[at + 1 :])
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        at = self.__slots__.index("steps")
-        super().__setstate__((*state[:at], runs_from_columns(state[at]), *state[at + 1 :]))
 
     def merge(self, other: CritPart) -> None:
         """Fold another part of the same process in (its nodes, stretches and entries after this one's)."""

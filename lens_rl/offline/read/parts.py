@@ -26,9 +26,8 @@ from lens_rl.offline.read.intervals import (
     merge_packed,
     pairs,
 )
-from lens_rl.offline.read.packing import hex_column, indexed, pairs_columns, pairs_from_columns, scalars, unhexed
 from lens_rl.offline.read.sketch import folded, quantile_s
-from lens_rl.offline.read.steps import Series, StepPart, step_columns, steps_from_columns
+from lens_rl.offline.read.steps import Series, StepPart
 from lens_rl.store import Process
 
 __all__ = [
@@ -66,20 +65,12 @@ def median(values: Sequence[float]) -> float:
 
 
 class SlotsState:
-    """Pickling and equality of a part kept in ``__slots__`` (its fields as one tuple, in slot order): the
-    refresh cache stores it with no per-field dict."""
+    """Equality of a part kept in ``__slots__``: field by field, in slot order."""
 
     __slots__: tuple[str, ...] = ()
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for key, value in zip(self.__slots__, state, strict=True):
-            setattr(self, key, value)
-
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.__getstate__() == other.__getstate__()  # type: ignore[attr-defined]
+        return type(other) is type(self) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
 
 #: Durations a phase keeps exactly (per process, and merged per group); past it, a log-scale sketch.
@@ -171,7 +162,8 @@ class RequestsPart(SlotsState):
 
 @dataclass
 class ProcessPart:
-    """Everything the reports need of one process, compact and mergeable (picklable for --jobs / --ray)."""
+    """Everything the reports need of one process, compact and mergeable (picklable for --jobs / --ray; the
+    refresh cache keeps it as a record: :mod:`lens_rl.offline.run.records`)."""
 
     key: Process
     spans: int = 0
@@ -222,22 +214,6 @@ class ProcessPart:
     #: a GPU process's phase spans kept for the join with its devices' samples
     #: (:mod:`lens_rl.offline.read.gpu_spans`), or None
     gpu: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # the steps as columns: a driver's 100 k StepParts pickle as a few arrays (a pickler keeps a memo
-        # entry per object it writes: per step object, that memo was the worker's peak)
-        state = dict(self.__dict__)
-        state["steps"] = step_columns(self.steps)
-        state["untokened"] = _untokened_columns(self.untokened)
-        state["step_tokens"] = pairs_columns(self.step_tokens)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        state["steps"] = steps_from_columns(state["steps"])
-        state["untokened"] = _untokened_from_columns(state["untokened"])
-        state["step_tokens"] = pairs_from_columns(state["step_tokens"])
-        self.__dict__.update(state)
 
     @property
     def is_driver(self) -> bool:
@@ -374,17 +350,3 @@ def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
     for series in part.compute.values():
         if isinstance(series, Series):
             series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
-
-
-def _untokened_columns(untokened: Mapping[Any, tuple[Any, Any, int, Any]]) -> tuple[Any, ...]:
-    """A part's untokened generation phases as columns: their span ids, their (phase, bucket) as indexes into
-    a table, their ns and their steps."""
-    values = untokened.values()
-    table, index = indexed((name, bucket) for name, bucket, _ns, _step in values)
-    ns = array("q", (v[2] for v in values))
-    return hex_column(untokened), table, index, ns, scalars(v[3] for v in values)
-
-
-def _untokened_from_columns(columns: tuple[Any, ...]) -> dict[Any, tuple[Any, Any, int, Any]]:
-    keys, table, index, ns, steps = columns
-    return {key: (*table[at], n, step) for key, at, n, step in zip(unhexed(keys), index, ns, steps, strict=True)}

@@ -1,6 +1,5 @@
 """A part's per-step tables: :class:`Series` (step -> ns, two arrays) for the compute time stragglers are judged
-on, :class:`StepPart` (one process's share of one step) for the job view's step rows, and the columns a part's
-steps pickle as (:func:`step_columns`).
+on, :class:`StepPart` (one process's share of one step) for the job view's step rows.
 
 Example::
 
@@ -14,10 +13,9 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from lens_rl.offline.read.intervals import intervals_column, intervals_from_column, merge_packed
-from lens_rl.offline.read.packing import scalars
+from lens_rl.offline.read.intervals import merge_packed
 
-__all__ = ["Series", "StepPart", "step_columns", "steps_from_columns"]
+__all__ = ["Series", "StepPart"]
 
 
 class Series(Mapping[Any, int]):
@@ -82,7 +80,7 @@ class Series(Mapping[Any, int]):
         raise TypeError("Series is unhashable")
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return self.steps, self.ns
+        return self.steps, self.ns  # (not its index: made again where it is looked up)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.steps, self.ns = state
@@ -119,36 +117,3 @@ class StepPart:
         if other.bucketed:
             self.bucketed = merge_packed(self.bucketed or array("q"), other.bucketed)
         self.incomplete = self.incomplete or other.incomplete
-
-
-def step_columns(steps: Mapping[Any, StepPart]) -> tuple[Any, ...]:
-    """``steps`` as a few flat columns (a part pickles its steps so: a driver's 100 k StepParts as a few
-    arrays, not an object each); exact."""
-    parts = steps.values()
-    ns = array("q")
-    for sp in parts:
-        ns.extend(sp.ns)
-    flags = bytes(4 * sp.incomplete + 2 * (sp.lo is None) + (sp.hi is None) for sp in parts)
-    lows = array("q", (sp.lo or 0 for sp in parts))
-    highs = array("q", (sp.hi or 0 for sp in parts))
-    umbrellas = intervals_column(sp.umbrellas for sp in parts)
-    bucketed = intervals_column(sp.bucketed for sp in parts)
-    return scalars(steps), ns, flags, lows, highs, umbrellas, bucketed
-
-
-def steps_from_columns(columns: tuple[Any, ...]) -> dict[Any, StepPart]:
-    """The steps :func:`step_columns` made columns of."""
-    keys, ns, flags, lows, highs, umbrellas, bucketed = columns
-    new, ns = StepPart.__new__, ns.tolist()
-    out = {}
-    for n, (key, flag, lo, hi, umbrella, spans) in enumerate(
-        zip(keys, flags, lows, highs, intervals_from_column(*umbrellas), intervals_from_column(*bucketed), strict=True)
-    ):
-        sp = new(StepPart)  # (its fields all set here: no defaults made to be replaced)
-        sp.lo = None if flag & 2 else lo
-        sp.hi = None if flag & 1 else hi
-        sp.incomplete = bool(flag & 4)
-        sp.ns = ns[4 * n : 4 * n + 4]
-        sp.umbrellas, sp.bucketed = umbrella, spans
-        out[key] = sp
-    return out

@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,7 @@ from lens_rl.offline.run.cache import (
 from lens_rl.offline.run.gpu import gpu_look, sample_files, with_gpu
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
+from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part_record
 from lens_rl.store import ReadStats, read_head
 
 __all__ = ["SMALL_REFRESH", "analyze", "analyze_parts", "rolled_up"]
@@ -45,7 +47,7 @@ _log = logging.getLogger("lens_rl")
 
 #: bytes new since the last look under which a look through the refresh cache reads in this process
 #: (measured, 1 M spans, +1 %: worker processes made it 1.06 s against 0.88 s here: each file's settled parts
-#: travel back to this process pickled, which costs what reading its cache entry here does)
+#: travel back to this process, which costs what reading its cache entry here does)
 SMALL_REFRESH = 32 << 20
 
 
@@ -71,10 +73,19 @@ def analyze_parts(
     options: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
     superseded = _superseded(paths, frozenset(driven), index, options) if len(attempts) > 1 else {}
     steps_seen: dict[bytes, Any] = {}
+    here = jobs == 1 and not use_ray  # (else the parts travel back as their records: read_parts_sent)
     with no_gc():
-        for file_result, file_stats in map_files(
-            read_parts, paths, driver_in_run, superseded, critical, cache, desc="goodput", **options
+        for sent, file_stats in map_files(
+            read_parts if here else read_parts_sent,
+            paths,
+            driver_in_run,
+            superseded,
+            critical,
+            cache,
+            desc="goodput",
+            **options,
         ):
+            file_result = sent if here else parts_received(sent)
             for part in file_result:
                 share_steps(part, steps_seen)
             parts.extend(file_result)
@@ -83,6 +94,30 @@ def analyze_parts(
         save_sizes(cache, paths)
         index.save()
     return parts, stats
+
+
+def read_parts_sent(
+    path: str | os.PathLike[str],
+    driver_in_run: bool = False,
+    superseded: Mapping[int, frozenset[Any]] | None = None,
+    critical: bool = True,
+    cache: str | None = None,
+) -> tuple[bytes | list[ProcessPart], ReadStats]:
+    """:func:`read_parts` in a worker process (``--jobs``, ``--ray``): its parts as their records, encoded,
+    for the trip back (a few buffers per part, not an object per step); as they are where a value is one the
+    records cannot hold. :func:`parts_received` makes them parts again."""
+    parts, stats = read_parts(path, driver_in_run, superseded, critical, cache)
+    try:
+        return encode([part_record(part) for part in parts]), stats
+    except Exception:  # (an int past 64 bits, say)
+        return parts, stats
+
+
+def parts_received(sent: bytes | list[ProcessPart]) -> list[ProcessPart]:
+    """The parts :func:`read_parts_sent` sent."""
+    if isinstance(sent, list):
+        return sent
+    return [part_from(rec) for rec in decode(sent, list[PartRec])]
 
 
 def _attempts(paths: Sequence[Path], index: Index, notes: list[str]) -> tuple[set[int], set[int], bool]:

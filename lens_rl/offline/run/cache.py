@@ -17,8 +17,8 @@ line) and lens_rl's version and the read's options:
 
 A query's answer is the settled part, plus the held spans (and a last line still being written) reduced as a
 cold read would reduce them: identical to a cold read, always. A cache that is corrupt, of another version or
-another shape is ignored (never trusted: it is read with an unpickler that builds nothing but these classes)
-and rewritten.
+another shape is ignored (never trusted: its records are typed data, :mod:`~lens_rl.offline.run.records`,
+validated as they are decoded) and rewritten.
 
 Example::
 
@@ -340,7 +340,7 @@ def _settle(
     entry.tail = tail_hash(look.path, end)
     parent, entry.token = entry.token, os.urandom(8).hex()
     delta = None if cold else entry.delta(parent, {part.key: part for part in parts}, ids)
-    for part in parts:  # (after the delta is pickled: merged, they are entry's)
+    for part in parts:  # (after the delta is encoded: merged, they are entry's)
         mine = entry.settled.get(part.key)
         if mine is None:
             entry.settled[part.key] = part

@@ -2,14 +2,15 @@
 entry per span file, and the critical path's per-step results. Whole answers kept per store are
 :mod:`~lens_rl.offline.run.kept`'s.
 
-An entry file grows by appending: its first record is a whole :class:`Entry`, each later one a :class:`Delta`
-(what one look added: the parts of the spans it settled, their ids, where it stopped), chained to the state
+An entry file grows by appending: its first record is a whole :class:`Entry`, each later one a delta
+(:class:`~lens_rl.offline.run.records.DeltaRec`: what one look added: the parts of the spans it settled, their ids, where it stopped), chained to the state
 it extends by that state's token. A look writes only its delta, in one ``O_APPEND`` write; the file is
 rewritten whole (compacted) after :data:`MAX_RECORDS` records, or when its deltas outgrow half its first
 record. A reader applies each delta whose parent is the state it has (of two looks that appended at once, the
 second's delta is skipped: its spans are read again) and stops at a record cut short (a look killed while
-writing). Every record is read back after a check that it allocates no more than its size, by an unpickler
-that builds nothing but the cache's own classes (:mod:`~lens_rl.offline.run.safe_pickle`).
+writing). Every record is typed data (:mod:`~lens_rl.offline.run.records`: MessagePack of a declared schema,
+arrays as raw buffers), validated as it is decoded: nothing read can run code, and a record claiming more
+than its bytes hold is refused before anything is allocated.
 
 Example::
 
@@ -32,7 +33,18 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, write_atomic
-from lens_rl.offline.run.safe_pickle import ClassUnpickler, framed, unpickled
+from lens_rl.offline.run.records import (
+    DeltaRec,
+    EntryRec,
+    array_of,
+    decode,
+    encode,
+    part_from,
+    part_record,
+    raw,
+    stats_from,
+    stats_record,
+)
 from lens_rl.store import Process, ReadStats, loads
 
 __all__ = [
@@ -40,7 +52,6 @@ __all__ = [
     "FORMAT",
     "LENGTH",
     "MAX_RECORDS",
-    "Delta",
     "Entry",
     "cache_folder",
     "grown_bytes",
@@ -119,49 +130,88 @@ class Entry:
         #: (records, bytes of the first, bytes after it) of the file it was read from or written to; None: neither
         self.disk: tuple[int, int, int] | None = None
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, k) for k in self.__slots__[:-1])
+    def record(self) -> EntryRec:
+        """The entry as its record (what its file's first record holds)."""
+        return EntryRec(
+            self.options,
+            self.identity,  # type: ignore[arg-type]
+            self.end,
+            self.size,
+            self.mtime_ns,
+            self.ctime_ns,
+            self.tail,
+            self.heads,
+            self.head_at_end,
+            [part_record(part) for part in self.settled.values()],
+            raw(self.held, "q"),
+            raw(self.ids, "Q") if type(self.ids) is array else list(self.ids),
+            stats_record(self.stats),
+            self.token,
+        )
 
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for key, value in zip(self.__slots__[:-1], state, strict=True):
-            setattr(self, key, value)
-        self.disk = None
+    @staticmethod
+    def of(rec: EntryRec) -> Entry:
+        """The entry ``rec`` records (ValueError: columns that do not add up)."""
+        entry = Entry(rec.options, tuple(rec.identity))
+        entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = rec.end, rec.size, rec.mtime_ns, rec.ctime_ns
+        entry.tail, entry.heads, entry.head_at_end = rec.tail, rec.heads, rec.head_at_end
+        entry.settled = {part.key: part for part in map(part_from, rec.settled)}
+        entry.held = _held(rec.held)
+        entry.ids = array_of("Q", rec.ids) if type(rec.ids) is memoryview else rec.ids
+        entry.stats = stats_from(rec.stats)
+        entry.token = rec.token
+        return entry
 
-    def delta(self, parent: str | None, parts: Mapping[Process, ProcessPart], ids: Any) -> bytes:
-        """A :class:`Delta` record from the state whose token is ``parent`` to this entry's: ``parts`` and
-        ``ids``, what the look settled (pickled now, before they are merged into others)."""
-        meta = tuple(getattr(self, k) for k in Delta.META)
-        return _record(Delta(parent, self.token, meta, dict(parts), ids))
+    def delta(self, parent: str | None, parts: Mapping[Process, ProcessPart], ids: Any) -> bytes | None:
+        """A :class:`~lens_rl.offline.run.records.DeltaRec` record from the state whose token is ``parent``
+        to this entry's: ``parts`` and ``ids``, what the look settled (encoded now, before they are merged
+        into others); None where a value is one the schema cannot hold (the entry is then written whole)."""
+        try:
+            return self._delta(parent, parts, ids)
+        except Exception:  # (an int past 64 bits, say)
+            return None
 
-    def apply(self, delta: Delta) -> None:
+    def _delta(self, parent: str | None, parts: Mapping[Process, ProcessPart], ids: Any) -> bytes:
+        return _record(
+            DeltaRec(
+                parent,
+                self.token,
+                self.end,
+                self.size,
+                self.mtime_ns,
+                self.ctime_ns,
+                self.tail,
+                self.heads,
+                self.head_at_end,
+                raw(self.held, "q"),
+                stats_record(self.stats),
+                [part_record(part) for part in parts.values()],
+                list(ids),
+            )
+        )
+
+    def apply(self, delta: DeltaRec) -> None:
         """``delta``'s spans merged in, its state taken."""
-        for key, part in delta.parts.items():
-            mine = self.settled.get(key)
+        held, parts = _held(delta.held), [part_from(part) for part in delta.parts]  # (all or nothing)
+        for part in parts:
+            mine = self.settled.get(part.key)
             if mine is None:
-                self.settled[key] = part
+                self.settled[part.key] = part
             else:
                 mine.merge(part)
         self.ids = merged_ids(self.ids, list(delta.ids))
-        for key, value in zip(Delta.META, delta.meta, strict=True):
-            setattr(self, key, value)
+        self.end, self.size, self.mtime_ns, self.ctime_ns = delta.end, delta.size, delta.mtime_ns, delta.ctime_ns
+        self.tail, self.heads, self.head_at_end, self.held = delta.tail, delta.heads, delta.head_at_end, held
+        self.stats = stats_from(delta.stats)
         self.token = delta.token
 
 
-class Delta:
-    """What one look added to an :class:`Entry` whose token was ``parent``: the parts of the spans it settled,
-    their ids, and the entry's state after it (the fields :attr:`META` names, and its new ``token``)."""
-
-    META = ("end", "size", "mtime_ns", "ctime_ns", "tail", "heads", "head_at_end", "held", "stats")
-    __slots__ = ("parent", "token", "meta", "parts", "ids")
-
-    def __init__(self, parent: str | None, token: str | None, meta: tuple[Any, ...], parts: dict[Any, Any], ids: Any):
-        self.parent, self.token, self.meta, self.parts, self.ids = parent, token, meta, parts, ids
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return (self.parent, self.token, self.meta, self.parts, self.ids)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.parent, self.token, self.meta, self.parts, self.ids = state
+def _held(buffer: memoryview) -> array:
+    """The held lines' (offset, size, head) triples (ValueError: not whole triples)."""
+    held = array_of("q", buffer)
+    if len(held) % 3:
+        raise ValueError("held lines that do not add up")
+    return held
 
 
 def id_key(span_id: Any) -> Any:
@@ -210,8 +260,8 @@ def merged_ids(ids: Any, new: list[Any]) -> Any:
 
 
 def _record(value: Any) -> bytes:
-    """``value`` as a :func:`~lens_rl.offline.run.safe_pickle.framed` record, after its length."""
-    return after_length(framed(value))
+    """``value`` encoded (:func:`~lens_rl.offline.run.records.encode`), after its length."""
+    return after_length(encode(value))
 
 
 def after_length(data: bytes) -> bytes:
@@ -250,15 +300,20 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     records = records_in(data, len(_MAGIC))
     try:
-        entry = unpickled(ClassUnpickler, data, *next(records))
-    except Exception as exc:  # a corrupt or foreign file: never trusted
+        start, stop = next(records)
+        rec = decode(memoryview(data)[start:stop], EntryRec | DeltaRec)
+    except Exception as exc:  # a corrupt or foreign file, another schema's record: never trusted
         return None, f"corrupt ({type(exc).__name__})"
-    if not isinstance(entry, Entry):
+    if not isinstance(rec, EntryRec):
         return None, "not a cache entry"
-    if entry.options != options:
-        return None, None if entry.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
-    if entry.identity != identity:
+    if rec.options != options:
+        return None, None if rec.options.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
+    if tuple(rec.identity) != identity:
         return None, None  # another file under that name: read cold, quietly
+    try:
+        entry = Entry.of(rec)
+    except Exception as exc:  # columns that do not add up: never trusted
+        return None, f"corrupt ({type(exc).__name__})"
     _apply_deltas(entry, data, records, path)
     return entry, None
 
@@ -268,11 +323,12 @@ def _apply_deltas(entry: Entry, data: bytes, records: Iterator[tuple[int, int]],
     once, skipped); at a record cut short or corrupt, the state before it stands and ``entry`` is left with no
     file to append to (written whole next)."""
     count, appended = 1, 0
+    view = memoryview(data)
     try:
         for start, stop in records:
-            delta = unpickled(ClassUnpickler, data, start, stop)
+            delta = decode(view[start:stop], EntryRec | DeltaRec)
             count, appended = count + 1, appended + LENGTH + stop - start
-            if isinstance(delta, Delta) and delta.parent == entry.token:
+            if isinstance(delta, DeltaRec) and delta.parent == entry.token:
                 entry.apply(delta)
     except Exception as exc:  # (never trusted: whatever a record holds, the state before it is a cold read's)
         _log.debug("lens-rl: %s: read up to a record cut short or corrupt (%s)", path.name, type(exc).__name__)
@@ -289,7 +345,10 @@ def save_entry(path: Path, entry: Entry, delta: bytes | None = None) -> None:
         if records < MAX_RECORDS and appended + len(delta) <= max(first // 2, 1 << 16) and append_to(path, delta):
             entry.disk = (records + 1, first, appended + len(delta))
             return
-    whole = _MAGIC + _record(entry)
+    try:
+        whole = _MAGIC + _record(entry.record())
+    except Exception:  # a value the schema cannot hold: nothing kept, read cold next
+        return
     write_atomic(path, whole)
     entry.disk = (1, len(whole), 0)
 

@@ -1,8 +1,9 @@
-"""The critical path's memo on disk (``critical-memo.pickle`` in a run's cache folder): the per-step results
+"""The critical path's memo on disk (``critical-memo.msgpack`` in a run's cache folder): the per-step results
 of earlier looks (:class:`~lens_rl.offline.rollup.memo.Memo`) with the tokens of the cache entries they were
-made from. Records framed as an entry's (:mod:`~lens_rl.offline.run.cache_files`), each plain values pickled
-behind the user's seal (:func:`~lens_rl.offline.run.kept.sealed`: one anybody else wrote reads as none) and
-read by an unpickler that builds no class: the first whole, each later one what one look walked, chained to
+made from. Records framed as an entry's (:mod:`~lens_rl.offline.run.cache_files`), each typed data
+(:class:`~lens_rl.offline.run.records.MemoRec`, :class:`~lens_rl.offline.run.records.MemoDeltaRec`) behind
+the user's seal (:func:`~lens_rl.offline.run.kept.sealed`: one anybody else wrote reads as none): the first
+whole, each later one what one look walked, chained to
 the tokens it was made from; written whole after :data:`~lens_rl.offline.run.cache_files.MAX_RECORDS`
 records, or once its appended records outgrow half its first.
 
@@ -15,9 +16,7 @@ Example::
 
 from __future__ import annotations
 
-import io
 import logging
-import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,13 +25,13 @@ from lens_rl.offline.rollup.memo import Memo, memo_key
 from lens_rl.offline.run.cache_files import LENGTH, MAX_RECORDS, after_length, records_in
 from lens_rl.offline.run.disk import append_to, cache_key, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
-from lens_rl.offline.run.safe_pickle import PlainUnpickler
+from lens_rl.offline.run.records import MemoDeltaRec, MemoRec, decode, encode
 from lens_rl.store import CacheRead
 
 __all__ = ["load_memo", "save_memo"]
 
 _log = logging.getLogger("lens_rl")
-_MEMO = "critical-memo.pickle"
+_MEMO = "critical-memo.msgpack"
 
 
 class _MemoFile(NamedTuple):
@@ -77,16 +76,23 @@ def _read_state(data: bytes) -> _State | str | None:
     """The state a memo file's records come to; else why not (None: none worth a line)."""
     records = records_in(data, 0)
     try:
-        base = _record(data, *next(records))
+        start, stop = next(records)
     except (StopIteration, ValueError):
-        return None  # cut short, or not sealed by this user's lens_rl (or no key): walked afresh
+        return None  # cut short: walked afresh
+    body = unsealed(data[start:stop])
+    if body is None:
+        return None  # not sealed by this user's lens_rl (or no key): walked afresh
+    try:
+        base = decode(body, MemoRec | MemoDeltaRec)
     except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it
         return f"corrupt ({type(exc).__name__})"
     try:
-        if base["key"] != cache_key():
+        if not isinstance(base, MemoRec):
+            return "corrupt (not a memo)"
+        if base.key != cache_key():
             return "of another lens_rl version"
-        rows = {memo_key(r): r for r in base["records"]}
-        state = _State(dict(base["tokens"]), list(base["keys"]), rows, base.get("sums"), (1, len(data), 0))
+        rows = {memo_key(r): r for r in base.records}
+        state = _State(base.tokens, base.keys, rows, base.sums, (1, len(data), 0))
     except Exception as exc:
         return f"corrupt ({type(exc).__name__})"
     return _with_deltas(state, data, records)
@@ -102,27 +108,25 @@ def _with_deltas(state: _State, data: bytes, records: Iterator[tuple[int, int]])
         for start, stop in records:
             delta = _record(data, start, stop)
             count, appended = count + 1, appended + LENGTH + stop - start
-            if delta.get("parent") == tokens and delta["keys_from"] == len(keys):
-                tokens, sums = dict(delta["tokens"]), delta.get("sums")
-                keys += delta["keys"]
-                for key in delta["dropped"]:  # (first: a step walked again drops its earlier record)
-                    rows.pop(tuple(key), None)
-                rows.update((memo_key(r), r) for r in delta["records"])
+            if isinstance(delta, MemoDeltaRec) and delta.parent == tokens and delta.keys_from == len(keys):
+                tokens, sums = delta.tokens, delta.sums
+                keys += delta.keys
+                for key in delta.dropped:  # (first: a step walked again drops its earlier record)
+                    rows.pop(key, None)
+                rows.update((memo_key(r), r) for r in delta.records)
     except Exception as exc:  # (the state before it stands; written whole next)
         _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
         count = MAX_RECORDS
     return _State(tokens, keys, rows, sums, (count, len(data) - appended, appended))
 
 
-def _record(data: bytes, start: int, stop: int) -> dict[str, Any]:
-    """One record of the memo's file: its plain values (ValueError: not sealed by this user's lens_rl)."""
+def _record(data: bytes, start: int, stop: int) -> MemoRec | MemoDeltaRec:
+    """One record of the memo's file (ValueError: not sealed by this user's lens_rl; msgspec.DecodeError: not
+    a memo record of this schema)."""
     body = unsealed(data[start:stop])
     if body is None:
         raise ValueError("not sealed by this user's lens_rl")
-    value = PlainUnpickler(io.BytesIO(body)).load()
-    if type(value) is not dict:
-        raise TypeError("not a memo record")
-    return value
+    return decode(body, MemoRec | MemoDeltaRec)  # type: ignore[no-any-return]
 
 
 def _made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
@@ -146,33 +150,31 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
         _count, first, appended = source.disk
         if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
             return
-    whole = {
-        "key": cache_key(),
-        "tokens": tokens,
-        "keys": [list(key) for key in memo.keys],
-        "records": memo.made,
-        "sums": memo.state_sums(),
-    }
+    whole = MemoRec(cache_key(), tokens, [list(key) for key in memo.keys], memo.made, memo.state_sums())  # type: ignore[arg-type]
     record = _sealed_record(whole)
     if record is not None:
         write_atomic(path, record)
 
 
-def _delta(memo: Memo, source: _MemoFile, tokens: dict[str, Any]) -> dict[str, Any]:
+def _delta(memo: Memo, source: _MemoFile, tokens: dict[str, Any]) -> MemoDeltaRec:
     """What this look adds to the state it read (``source``): the steps it walked, the records it no longer
     holds true, the stretch keys it added and its tokens and sums."""
-    return {
-        "parent": source.tokens,
-        "tokens": tokens,
-        "keys_from": memo.earlier_keys,
-        "keys": [list(key) for key in memo.keys[memo.earlier_keys :]],
-        "records": memo.walked,
-        "dropped": memo.dropped(),
-        "sums": memo.state_sums(),
-    }
+    return MemoDeltaRec(
+        source.tokens,
+        tokens,
+        memo.earlier_keys,
+        [list(key) for key in memo.keys[memo.earlier_keys :]],
+        memo.walked,  # type: ignore[arg-type]
+        memo.dropped(),
+        memo.state_sums(),
+    )
 
 
-def _sealed_record(value: dict[str, Any]) -> bytes | None:
-    """``value`` pickled behind the user's seal, after its length (None: no key, nothing kept)."""
-    data = sealed(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+def _sealed_record(value: MemoRec | MemoDeltaRec) -> bytes | None:
+    """``value`` encoded behind the user's seal, after its length (None: no key, or a value the schema cannot
+    hold: nothing kept)."""
+    try:
+        data = sealed(encode(value))
+    except Exception:  # (an int past 64 bits, say)
+        return None
     return None if data is None else after_length(data)

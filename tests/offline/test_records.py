@@ -1,0 +1,83 @@
+"""The refresh cache's records: a part of every shape comes back from its MessagePack record equal to itself
+(ints stay ints, odd steps and span ids as they were), and a record that does not fit its schema is refused."""
+
+from __future__ import annotations
+
+from array import array
+
+import msgspec
+import pytest
+
+from lens_rl.offline.read.critical import CritPart
+from lens_rl.offline.read.parts import PhasePart, ProcessPart, RequestsPart, Series
+from lens_rl.offline.read.pipe import PipePart
+from lens_rl.offline.read.steps import StepPart
+from lens_rl.offline.run.records import PartRec, array_of, decode, encode, part_from, part_record, raw
+from lens_rl.store import Process
+
+
+def _part() -> ProcessPart:
+    part = ProcessPart(Process("lm_policy", 3, 103, 1, False), spans=7, runs={"a"}, sampled=True)
+    part.lifetime, part.jobs, part.since = (1, 9), [(1, 9)], 0
+    part.bucketed, part.rerun, part.rerun_steps = array("q", [1, 4]), array("q", [5, 6]), {2, "warm"}
+    part.steps = {3: StepPart(1, 5), "warmup": StepPart(None, 7)}
+    part.phases = {("gen", "productive"): PhasePart(2, 10, 8, array("q", [4, 6]), 1.5, 3, sketch={1: 2})}
+    part.compute = {"gen": Series(array("q", [1, 2]), array("q", [3, 4])), "odd": {"x": 5}}
+    part.step_tokens = {("own", 3): 10.0, ("gen", "warmup"): 2}
+    part.enclosing, part.gaps = {("gen", None): 1}, {("a", "step end"): 3}
+    part.untokened = {"00000000000000ff": ("gen", "productive", 5, 3), "not-hex": ("gen", None, 1, "w")}
+    part.remote_tokens = {"abc": [1.0, 2.0]}
+    part.device, part.job_error = {"host": "h", "rl.gpu_ids": [0, 1]}, {"type": "E", "message": "m"}
+    part.requests = RequestsPart()
+    part.requests.e2e.append(0.5)
+    part.pipe = PipePart()
+    part.pipe.productive, part.pipe.syncs = array("q", [1, 3]), [(1, 2, 3), (4, 5, None)]
+    part.gpu = (("GPU-a",), array("q", [1]), array("q", [2]), [("gen", "productive")], array("i", [0]), array("q", [3]))
+    part.pipe.consumed = [(3, 2, [1, 2], 100, None), ("w", "w", [0], None, 1)]
+    crit = CritPart()
+    crit.node_ids, crit.e_parent = array("Q", [1, 2]), ["x-parent"]
+    crit.node_attr, crit.attrs = array("i", [0, 0]), [("gen", "productive")]
+    crit.a, crit.node, crit.steps = array("q", [5]), array("i", [1]), {3: [(0, 1, 9)]}
+    crit.e_start, crit.e_end, crit.e_node = array("q", [1]), array("q", [2]), array("i", [0])
+    part.crit = crit
+    return part
+
+
+def test_a_part_of_every_shape_comes_back_equal() -> None:
+    """Every field of a part (steps of odd keys, a dict of compute, critical walks, requests, ids that are not
+    lens_rl's) survives its record exactly."""
+    part = _part()
+    back = part_from(decode(encode(part_record(part)), PartRec))
+    assert back == part
+    assert type(back.step_tokens[("gen", "warmup")]) is int and back.rerun_steps == {2, "warm"}
+
+
+def test_arrays_are_raw_little_endian_and_cut_ones_are_refused() -> None:
+    """An array is its raw little-endian bytes; a buffer cut mid-item is a ValueError, an array of another
+    type than the schema's a TypeError, a record of another shape a DecodeError."""
+    assert bytes(raw(array("q", [1]), "q")) == (1).to_bytes(8, "little")
+    assert list(array_of("q", memoryview((2).to_bytes(8, "little")))) == [2]
+    with pytest.raises(ValueError):
+        array_of("q", memoryview(b"abc"))
+    with pytest.raises(TypeError):
+        raw(array("i", [1]), "q")
+    with pytest.raises(msgspec.DecodeError):
+        decode(encode([1, 2, 3]), PartRec)
+
+
+def test_a_memo_record_claiming_4_gib_is_refused_before_anything_is_allocated() -> None:
+    """A memo record (as read under the user's seal) whose map, array or bytes claim 4 GiB is a DecodeError,
+    and decoding it allocates next to nothing."""
+    import tracemalloc
+
+    from lens_rl.offline.run.records import MemoRec
+
+    for planted in (b"\xdf\xff\xff\xff\xff", b"\xdd\xff\xff\xff\xff", b"\xc6\xff\xff\xff\xff" + b"x" * 64):
+        tracemalloc.start()
+        try:
+            with pytest.raises(msgspec.DecodeError):
+                decode(planted, MemoRec)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak
