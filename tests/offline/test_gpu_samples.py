@@ -98,3 +98,28 @@ def test_sample_files_and_span_files_are_never_taken_for_one_another(tmp_path: P
     write_samples(tmp_path, "n", 1, [device("GPU-a")], _reading, end_s=1)
     assert [p.name for p in span_files(tmp_path)] == ["spans-actor-0-3.jsonl"]
     assert [p.name for p in gpu_files([tmp_path])] == ["gpu-n-1.jsonl"]
+
+
+def _integers(t: float) -> list[Any]:
+    return [
+        [int(t * 10) % 101, None, 80 * 2**30 + int(t), 250000, 1980, None, None, None],
+        [7, 3, 2**40, 1, 2] + [0] * 3,
+    ]
+
+
+def test_integer_lines_read_as_integers_give_what_a_plain_decode_gives(tmp_path: Path) -> None:
+    """Lines of integers and nulls only (devices without GPM activity: the integer fast path) give exactly the
+    times and values a plain decode gives; a negative value among them is still a bad line, skipped and counted."""
+    devices = [device("GPU-a"), device("GPU-b", 1)]
+    path = write_samples(tmp_path, "n", 1, devices, _integers, end_s=400, hz=5)
+    want_t, want_v = _expected(path)
+    assert gpu_samples._bulk_ints(path.read_bytes().split(b"\n", 1)[1], 2000, 2) is not None
+    stats = ReadStats()
+    (block,), _end, _head = read_samples(path, stats)
+    assert np.array_equal(block.t, want_t) and np.array_equal(block.v, want_v, equal_nan=True)
+    bad = json.dumps({"t": int(want_t[-1]) + 10**9, "d": [[-1, 0, 0, 0, 0, None, None, None]] * 2})
+    with path.open("a") as out:
+        out.write(bad + "\n")
+    stats = ReadStats()
+    (block,), _end, _head = read_samples(path, stats)
+    assert block.t.size == 2000 and stats.skipped == 1

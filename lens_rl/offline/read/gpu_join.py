@@ -44,6 +44,8 @@ MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
 
 def flagged_unavailable(values: Any) -> bool:
     """Whether a device's samples (``(n, 8)``) read 0 on every counter while its memory was in use."""
+    if (values[:, _UTIL] > 0).any():  # (the common case, decided on one column: nan compares False)
+        return False
     read = values[~np.isnan(values).all(axis=1)]
     if not read.size:
         return False

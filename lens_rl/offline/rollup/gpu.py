@@ -148,7 +148,7 @@ def gpu_rollup(
                 queries[key].answer(line)
         del line
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
-    steps: dict[int, dict[str, Any]] = {}
+    step_parts: list[tuple[Any, Any, Any]] = []
     ranks: list[dict[str, Any]] = []
     productive_busy = 0.0
     groups: dict[str, list[tuple[Any, Any]]] = {}
@@ -159,8 +159,7 @@ def gpu_rollup(
         if not starts.size:
             continue
         _phase_rows(phases, key.group, keys, index, starts, ends, done.sums[0], done.mem[0])
-        for i, step in enumerate(values.tolist()):
-            _add(steps.setdefault(step, _acc()), done.sums[2][i], done.mem[2][i])
+        step_parts.append((values, done.sums[2], done.mem[2]))
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(uuids), **_sums(acc)})
@@ -172,7 +171,7 @@ def gpu_rollup(
     section = {
         "devices": device_rows,
         "phases": phase_rows,
-        "steps": [{"step": s, **_sums(acc)} for s, acc in sorted(steps.items())],
+        "steps": _step_rows(step_parts),
         "ranks": ranks,
         "goodput": {
             "goodput": None,
@@ -182,6 +181,25 @@ def gpu_rollup(
     }
     warnings = _idle_in_productive(phase_rows) + _gaps(groups, idle) + _unavailable(devices, users, util_read)
     return section, warnings
+
+
+def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
+    """The step rows from each process's steps, their sums and memory peaks: each step's sums added in process
+    order (as :func:`_add` would, one at a time), its peak the largest of those read."""
+    if not step_parts:
+        return []
+    values = np.concatenate([p[0] for p in step_parts])
+    sums = np.concatenate([p[1] for p in step_parts])
+    mem = np.concatenate([p[2] for p in step_parts])
+    steps, at = np.unique(values, return_inverse=True)
+    totals = np.column_stack([np.bincount(at, sums[:, m], minlength=steps.size) for m in range(len(MEASURES))])
+    peaks = np.full(steps.size, -np.inf)
+    np.maximum.at(peaks, at, np.nan_to_num(mem, nan=-np.inf))
+    rows = []
+    for i, step in enumerate(steps.tolist()):
+        acc = {"m": totals[i], "mem": float(peaks[i]) if np.isfinite(peaks[i]) else None}
+        rows.append({"step": step, **_sums(acc)})
+    return rows
 
 
 def _who(key: Any) -> dict[str, Any]:

@@ -219,7 +219,7 @@ def analyze(
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )
-    gpu = gpu_look(paths, parts, stats, cache)  # (joined before the rollup merges the parts)
+    gpu = gpu_look(paths, parts, stats, cache, jobs)  # (joined before the rollup merges the parts)
     report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), gpu)
     if cache is not None and fingerprint is not None and not _grew(stats):
         save_report(cache, fingerprint, report)

@@ -73,7 +73,7 @@ def page_data(
     """Everything the page of these span files draws. ``ValueError`` when no readable span is there (an
     empty page would read as a run that did nothing) or ``steps`` selects none of the run's steps."""
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
-    gpu = gpu_look(paths, parts, stats, cache)  # (joined before the rollup merges the parts)
+    gpu = gpu_look(paths, parts, stats, cache, jobs)  # (joined before the rollup merges the parts)
     report = with_gpu(rolled_up(parts, stats, cache, warmup_steps=warmup_steps), gpu)
     if not report["spans"]:
         raise ValueError(

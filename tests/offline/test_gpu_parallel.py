@@ -1,0 +1,54 @@
+"""Sample files read on worker processes, and step rows summed at once: the same figures as one at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.rollup import gpu as rollup
+from lens_rl.offline.run.gpu import read_devices
+from tests.gpu_stores import device, scripted_reading, write_samples
+
+
+def _store(run: Path) -> list[Path]:
+    paths = []
+    for k in range(3):
+        devices = [device(f"GPU-{k}-{i}", i) for i in range(2)]
+        extra = ["garbage", '{"t":1,"d":[null,null]}']
+        paths.append(write_samples(run, f"node-{k}", 100 + k, devices, lambda t: scripted_reading(t) * 2, extra=extra))
+    return paths
+
+
+def test_sample_files_read_on_worker_processes_give_what_one_process_reads(tmp_path: Path) -> None:
+    """A cold look reading its sample files on several processes finds the same devices, samples and counts."""
+    paths = _store(tmp_path / "run")
+    one, stats_one = read_devices(paths, jobs=1)
+    many, stats_many = read_devices(paths, jobs=2)
+    assert list(one) == list(many) and len(one) == 6
+    for uuid, d in one.items():
+        other = many[uuid]
+        assert np.array_equal(d.t, other.t) and np.array_equal(d.v, other.v, equal_nan=True)
+        assert (d.host, d.files, d.unavailable) == (other.host, other.files, other.unavailable)
+    counts = [(s.files, s.lines, s.skipped) for s in (stats_one, stats_many)]
+    assert counts[0] == counts[1] and counts[0][2] == 6  # (two bad lines a file, counted once each)
+
+
+def test_step_rows_add_each_steps_sums_over_processes_as_one_at_a_time(tmp_path: Path) -> None:
+    """A step two processes ran sums both processes' seconds and keeps the larger memory peak."""
+    sums_a = np.arange(2 * len(rollup.MEASURES), dtype=float).reshape(2, -1) + 1
+    sums_b = np.full((2, len(rollup.MEASURES)), 0.5)
+    parts = [
+        (np.array([3, 4]), sums_a, np.array([10.0, np.nan])),
+        (np.array([4, 7]), sums_b, np.array([20.0, np.nan])),
+    ]
+    expected: dict[int, Any] = {}
+    for steps, sums, mem in parts:
+        for i, step in enumerate(steps.tolist()):
+            rollup._add(expected.setdefault(step, rollup._acc()), sums[i], mem[i])
+    rows = rollup._step_rows(parts)
+    assert [r["step"] for r in rows] == [3, 4, 7]
+    assert rows == [{"step": s, **rollup._sums(acc)} for s, acc in sorted(expected.items())]
+    assert rows[1]["mem_peak_bytes"] == 20 and rows[2]["mem_peak_bytes"] is None
+    assert rollup._step_rows([]) == []
