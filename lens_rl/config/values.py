@@ -117,20 +117,23 @@ def non_negative_int(maximum: int, unit: str) -> Parser:
     return lambda value, field: as_non_negative_int(value, field, maximum, unit)
 
 
-def as_positive_float(value: object, field: str) -> float:
-    """A number of seconds > 0, at most a week."""
+def _finite_number(value: object) -> float | None:
+    """``value`` as a finite number (a number, or text that reads as one), else None (a bool is no number)."""
     number: object = value
     if isinstance(value, str):
         try:
             number = float(value.strip())
         except ValueError:
-            number = None
-    if (
-        isinstance(number, bool)
-        or not isinstance(number, (int, float))
-        or not math.isfinite(number)
-        or not 0 < number <= MAX_HANG_TIMEOUT_S
-    ):
+            return None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+        return None
+    return number
+
+
+def as_positive_float(value: object, field: str) -> float:
+    """A number of seconds > 0, at most a week."""
+    number = _finite_number(value)
+    if number is None or not 0 < number <= MAX_HANG_TIMEOUT_S:
         raise ValueError(
             f"telemetry.{field}: invalid value {value!r}; allowed: seconds > 0, at most {MAX_HANG_TIMEOUT_S:.0f}"
         )
@@ -254,18 +257,8 @@ MAX_SAMPLE_HZ = 10.0
 
 def as_sample_hz(value: object, field: str) -> float:
     """Samples per second: a number from 0 (off) to :data:`MAX_SAMPLE_HZ`."""
-    number: object = value
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            number = None
-    if (
-        isinstance(number, bool)
-        or not isinstance(number, (int, float))
-        or not math.isfinite(number)
-        or not 0 <= number <= MAX_SAMPLE_HZ
-    ):
+    number = _finite_number(value)
+    if number is None or not 0 <= number <= MAX_SAMPLE_HZ:
         raise ValueError(
             f"telemetry.{field}: invalid value {value!r}; allowed: samples per second from 0 (off) to {MAX_SAMPLE_HZ:g}"
         )

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.intervals import merge_intervals
+from lens_rl.offline.read.intervals import intersected, merge_intervals
 from lens_rl.offline.read.parts import NO_STEP, merged_gpu
 
 __all__ = ["GAP_S", "IDLE_SHARE", "gpu_goodput", "gpu_rollup"]
@@ -311,7 +311,7 @@ def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any
         names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
         idle = [(int(starts.min()), int(ends.max()))]
         for uuid in uuids:
-            idle = _intersect(idle, idle_of[uuid].tolist())
+            idle = intersected(idle, idle_of[uuid].tolist())
         found: dict[tuple[str, str], list[float]] = {}
         for lo, hi in idle:
             if hi - lo < GAP_S * 1e9:
@@ -341,20 +341,6 @@ def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any
                     "first_at_s": round(float(first), 6),
                 }
             )
-    return out
-
-
-def _intersect(a: list[Any], b: list[Any]) -> list[tuple[int, int]]:
-    """The intersection of two sorted, disjoint interval lists."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if lo < hi:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
     return out
 
 
