@@ -12,15 +12,14 @@ current where ``start`` ran, passed explicitly, and holds no context token, so i
 whichever thread calls it and restores nothing; no later phase is its child. A step umbrella
 (:class:`StepUmbrella`, opened by one call and closed by another) is loose too, but the framework's phases
 opened on its thread while it is open, with no phase made current since, are its children (passed
-explicitly); once it closes it is forgotten, so no later phase is parented under it. (A phase the job opens
-itself, ``traced_phase``, reads only the current context: directly inside a step umbrella it is the
-umbrella's sibling, not its child.)
+explicitly); once it closes it is forgotten, so no later phase is parented under it. A phase the job opens
+itself (``traced_phase``) directly inside an umbrella is its child too, with its step: the rule is the
+engine's (:mod:`lens_rl.record.umbrellas`).
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,6 +30,7 @@ from lens_rl.buckets import Bucket, coerce_bucket
 from lens_rl.propagation import phase_parent, under
 from lens_rl.record.engine import Node, close_node, open_node
 from lens_rl.record.phases import Phase
+from lens_rl.record.umbrellas import UMBRELLAS, forget_umbrella, keep_umbrella, umbrella_parent
 
 __all__ = ["OpenPhases", "StepUmbrella", "call_in_phase", "close_phase", "open_phase", "phase_for", "record_interval"]
 
@@ -57,44 +57,6 @@ def phase_for(name: str, *, bucket: Bucket | str | None = None, **rl_attributes:
     return _phase(name, bucket, rl_attributes)
 
 
-#: thread id -> the step umbrellas opened on that thread and still open, oldest first, each with the context
-#: the framework's phases open under while it is the innermost
-_UMBRELLAS: dict[int, list[tuple[Node, Any]]] = {}
-_UMBRELLAS_LOCK = threading.Lock()
-
-
-def _umbrella_parent() -> Any:
-    """The context a framework phase opens under: the innermost step umbrella open on this thread, unless a
-    phase made current after it opened is current (a ``with`` block inside it); else None (the current context
-    decides, as for any phase)."""
-    stack = _UMBRELLAS.get(threading.get_ident())
-    if not stack:
-        return None
-    open_phases = RUNTIME.open_phases
-    with _UMBRELLAS_LOCK:
-        while stack and stack[-1][0].span_id not in open_phases:  # ended meanwhile (shutdown, a new handle)
-            stack.pop()
-        if not stack:
-            return None
-        node, context = stack[-1]
-    current = open_phases.get(phase_parent()[1][1])  # (a SpanContext is a tuple: [1] is its span id)
-    if current is not None and current.start_ns > node.start_ns:
-        return None
-    return context
-
-
-def _forget_umbrella(node: Node) -> None:
-    with _UMBRELLAS_LOCK:
-        stack = _UMBRELLAS.get(node.thread)
-        if stack:
-            for i in range(len(stack) - 1, -1, -1):
-                if stack[i][0] is node:
-                    del stack[i]
-                    break
-            if not stack:
-                _UMBRELLAS.pop(node.thread, None)
-
-
 def open_phase(
     name: str,
     *,
@@ -112,14 +74,12 @@ def open_phase(
 
 def _open(phase: Phase, start_ns: int | None, loose: bool, umbrella: bool) -> Node | None:
     try:
-        parent = _umbrella_parent() if _UMBRELLAS else None
-        if not loose:
-            return open_node(phase, start_ns, parent)
-        context = phase_parent(parent)[0]
+        if not loose:  # (its parent: the current context, or the umbrella open on this thread: the engine's rule)
+            return open_node(phase, start_ns)
+        context = phase_parent(umbrella_parent() if UMBRELLAS else None)[0]
         node = open_node(phase, start_ns, context, False)
         if node is not None and umbrella:
-            with _UMBRELLAS_LOCK:
-                _UMBRELLAS.setdefault(node.thread, []).append((node, under(context, node.span, node.step)))
+            keep_umbrella(node, under(context, node.span, node.step))
         return node
     except Exception as exc:
         internal_error(exc, "framework-phase")
@@ -130,9 +90,9 @@ def close_phase(node: Node | None, exc: BaseException | None = None, *, end_ns: 
     """Close what :func:`open_phase` opened (None: nothing), from any thread; ``end_ns`` as ``start_ns``
     there. Never raises."""
     if node is not None:
-        if node.otel_token is None and _UMBRELLAS:  # a loose phase: an umbrella is forgotten at once
+        if node.otel_token is None and UMBRELLAS:  # a loose phase: an umbrella is forgotten at once
             try:
-                _forget_umbrella(node)
+                forget_umbrella(node)
             except Exception as err:
                 internal_error(err, "framework-phase")
         close_node(node, exc, end_ns)

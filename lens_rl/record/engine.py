@@ -23,6 +23,7 @@ from lens_rl.buckets import Bucket, exclusive_time, kind_of
 from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_str
 from lens_rl.record.steps import end_step
+from lens_rl.record.umbrellas import UMBRELLAS, umbrella_parent
 
 __all__ = ["Node", "close_node", "enter_with", "exit_with", "open_node"]
 
@@ -122,8 +123,11 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         handle = RUNTIME.handle or RUNTIME.resolve()
         if handle is None:
             return None
-        if parent_ctx is None and spec.parent is not None:
-            parent_ctx = spec._parent()
+        if parent_ctx is None:
+            if spec.parent is not None:
+                parent_ctx = spec._parent()
+            elif UMBRELLAS:  # a framework's step is open on some thread, not current: inside it, its child
+                parent_ctx = umbrella_parent()
         parent_ctx, parent_span, baggage = phase_parent(parent_ctx)
         carried_bucket, carried_step = carried_in(baggage)
         bucket = resolve_bucket(spec, carried_bucket)

@@ -248,3 +248,32 @@ def test_the_lifecycle_weaves_through_the_runtimes_hook_list(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "nemo_rl"]
+
+
+def test_the_jobs_own_phase_inside_a_woven_step_is_its_child_with_its_step() -> None:
+    """A traced_phase opened directly inside a framework's step umbrella (not current: begun and ended by two
+    calls) is the umbrella's child and carries its step; one opened on another thread meanwhile, or after the
+    step ended, is not under it."""
+    steps = StepUmbrella("step", loose=True)
+    with recording() as rec:
+        steps.begin(7)
+        with lens_rl.traced_phase("reward_fn", bucket="productive"):
+            pass
+        other = threading.Thread(target=_phase_elsewhere)
+        other.start()
+        other.join()
+        steps.end()
+        with lens_rl.traced_phase("after", bucket="overhead"):
+            pass
+    umbrella = rec.find_all("step")[0]
+    inside = rec.find_all("reward_fn")[0]
+    assert inside.parent.span_id == umbrella.context.span_id and inside.attributes.get("rl.step") == 7
+    for name in ("elsewhere", "after"):
+        span = rec.find_all(name)[0]
+        assert span.parent is None or span.parent.span_id != umbrella.context.span_id, name
+    _assert_no_child_of_a_closed_span(rec)
+
+
+def _phase_elsewhere() -> None:
+    with lens_rl.traced_phase("elsewhere", bucket="idle"):
+        pass

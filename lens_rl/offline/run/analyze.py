@@ -37,7 +37,7 @@ from lens_rl.offline.run.cache import (
 from lens_rl.offline.run.gpu import gpu_look, sample_files, with_gpu
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
-from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part_record
+from lens_rl.offline.run.records import UNENCODABLE, PartRec, decode, encode, part_from, part_record
 from lens_rl.store import ReadStats, read_head
 
 __all__ = ["SMALL_REFRESH", "analyze", "analyze_parts", "rolled_up"]
@@ -109,7 +109,7 @@ def read_parts_sent(
     parts, stats = read_parts(path, driver_in_run, superseded, critical, cache)
     try:
         return encode([part_record(part) for part in parts]), stats
-    except Exception:  # (an int past 64 bits, say)
+    except UNENCODABLE:  # (an int past 64 bits, say)
         return parts, stats
 
 

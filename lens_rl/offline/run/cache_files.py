@@ -34,6 +34,7 @@ from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, write_atomic
 from lens_rl.offline.run.records import (
+    UNENCODABLE,
     DeltaRec,
     EntryRec,
     array_of,
@@ -168,7 +169,7 @@ class Entry:
         into others); None where a value is one the schema cannot hold (the entry is then written whole)."""
         try:
             return self._delta(parent, parts, ids)
-        except Exception:  # (an int past 64 bits, say)
+        except UNENCODABLE:  # (an int past 64 bits, say)
             return None
 
     def _delta(self, parent: str | None, parts: Mapping[Process, ProcessPart], ids: Any) -> bytes:
@@ -347,7 +348,7 @@ def save_entry(path: Path, entry: Entry, delta: bytes | None = None) -> None:
             return
     try:
         whole = _MAGIC + _record(entry.record())
-    except Exception:  # a value the schema cannot hold: nothing kept, read cold next
+    except UNENCODABLE:  # a value the schema cannot hold: nothing kept, read cold next
         return
     write_atomic(path, whole)
     entry.disk = (1, len(whole), 0)

@@ -25,7 +25,7 @@ from lens_rl.offline.rollup.memo import Memo, memo_key
 from lens_rl.offline.run.cache_files import LENGTH, MAX_RECORDS, after_length, records_in
 from lens_rl.offline.run.disk import append_to, cache_key, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
-from lens_rl.offline.run.records import MemoDeltaRec, MemoRec, decode, encode
+from lens_rl.offline.run.records import UNENCODABLE, MemoDeltaRec, MemoRec, decode, encode
 from lens_rl.store import CacheRead
 
 __all__ = ["load_memo", "save_memo"]
@@ -175,6 +175,6 @@ def _sealed_record(value: MemoRec | MemoDeltaRec) -> bytes | None:
     hold: nothing kept)."""
     try:
         data = sealed(encode(value))
-    except Exception:  # (an int past 64 bits, say)
+    except UNENCODABLE:  # (an int past 64 bits, say)
         return None
     return None if data is None else after_length(data)

@@ -33,6 +33,7 @@ from lens_rl.offline.read.steps import StepPart
 from lens_rl.store import Process, ReadStats
 
 __all__ = [
+    "UNENCODABLE",
     "VERSION",
     "DeltaRec",
     "EntryRec",
@@ -50,6 +51,10 @@ __all__ = [
 
 #: the records' schema version (a record of another is refused by its tag: the file is read cold)
 VERSION = 1
+
+#: what encoding a value the schema cannot hold raises (an int past 64 bits, a type it has no form for): such a
+#: value is kept nowhere, and the next look reads cold
+UNENCODABLE = (OverflowError, TypeError, ValueError)
 
 #: a step, a phase or bucket name, an attribute's value: a JSON scalar
 Scalar = int | float | str | bool | None
