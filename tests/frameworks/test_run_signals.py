@@ -192,7 +192,10 @@ pid = os.fork()
 if pid == 0:
     os.setpgid(0, 0)
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-os.setpgid(pid, pid)
+try:  # (as a shell does: both sides set the group; the child may have exec'd already: EACCES, done)
+    os.setpgid(pid, pid)
+except PermissionError:
+    pass
 os.tcsetpgrp(0, pid)
 _, status = os.waitpid(pid, os.WUNTRACED)
 print("lens-rl run stopped" if os.WIFSTOPPED(status) else "lens-rl run ended", flush=True)
