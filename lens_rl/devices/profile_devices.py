@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from lens_rl.devices.profile_backends import cuda_in_use
@@ -45,21 +46,26 @@ def claim_device(folder: Path, key: str | None) -> Path | None:
     if key is None:
         return None
     path = folder / f".device-{key}.lock"
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _holder(path)
-            if holder is not None and holder != os.getpid() and _alive(holder):
-                raise DeviceBusyError(f"device {key} has a profiler window open in process {holder}") from None
+    # the claim appears whole, its pid already in it (written aside, then linked: a link fails where the name
+    # exists): a claim seen half-written would read as no holder and be taken over by a second process
+    mine = folder / f".device-{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+    mine.write_text(str(os.getpid()))
+    try:
+        for _ in range(2):
             try:
-                path.unlink()  # a dead holder's (or our own stale) claim
-            except FileNotFoundError:
-                pass
-            continue
-        with os.fdopen(fd, "w") as out:
-            out.write(str(os.getpid()))
-        return path
+                os.link(mine, path)
+            except FileExistsError:
+                holder = _holder(path)
+                if holder is not None and holder != os.getpid() and _alive(holder):
+                    raise DeviceBusyError(f"device {key} has a profiler window open in process {holder}") from None
+                try:
+                    path.unlink()  # a dead holder's (or our own stale) claim
+                except FileNotFoundError:
+                    pass
+                continue
+            return path
+    finally:
+        mine.unlink(missing_ok=True)
     raise DeviceBusyError(f"device {key}: its lock could not be claimed")
 
 

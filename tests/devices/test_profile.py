@@ -3,6 +3,7 @@ API, a missing backend, a request from ``lens-rl profile``, and telemetry off.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -127,18 +128,20 @@ def test_with_telemetry_off_no_request_is_ever_looked_at(tmp_path: Path) -> None
 
 
 def test_two_processes_on_one_device_never_profile_at_once(tmp_path: Path) -> None:
-    """Two ranks sharing a device, both configured for step 2 and meeting at each step's end: one window opens,
-    the other process says the device is busy (one warning) and goes on."""
+    """Two ranks sharing a device, both configured for step 2 and meeting at each step's end: their windows
+    never overlap; the one that finds the device busy says so (one warning) and goes on (on a loaded machine
+    one rank may finish its window before the other's step 2 begins: then both capture, one after the other)."""
     (tmp_path / "barrier").mkdir()
     env = _cuda_env(tmp_path, "steps=2-2,backend=cuda")
     env.update({"LOOP_BARRIER_DIR": str(tmp_path / "barrier"), "CUDA_VISIBLE_DEVICES": "0", "LOOP_INNER": "200"})
     procs = [start_loop(rank, 4, env) for rank in (0, 1)]
     errs = [finish(proc)[1] for proc in procs]
-    windows = profile_spans(tmp_path / "t" / "r1")
-    assert len(windows) == 1, windows
-    assert sum("has a profiler window open in process" in err for err in errs) == 1, errs
+    windows = sorted(profile_spans(tmp_path / "t" / "r1"), key=lambda w: w["b"])
+    assert windows and all(a["e"] <= b["b"] for a, b in itertools.pairwise(windows)), windows  # never at once
+    busy = sum("has a profiler window open in process" in err for err in errs)
+    assert len(windows) + busy == 2, (windows, errs)  # each rank either captured or was told the device was busy
     calls = (tmp_path / "cuda.log").read_text().split()
-    assert calls[::2] == ["cudaProfilerStart", "cudaProfilerStop"]
+    assert calls[::2] == ["cudaProfilerStart", "cudaProfilerStop"] * len(windows), calls
     assert not list((tmp_path / "t" / "r1" / "profiles").glob(".device-*.lock"))
 
 
