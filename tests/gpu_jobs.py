@@ -96,9 +96,11 @@ def gpu_files(run_dir: Path) -> list[Path]:
 
 
 def read_gpu(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A sample file's header and sample lines."""
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return lines[0], lines[1:]
+    """A sample file's header and sample lines: its whole lines only (a sampler may be writing the next one;
+    a file just created has no header yet: an empty header and no samples)."""
+    whole = path.read_text().rpartition("\n")[0]
+    lines = [json.loads(line) for line in whole.splitlines() if line.strip()]
+    return (lines[0], lines[1:]) if lines else ({}, [])
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
