@@ -159,12 +159,32 @@ class GpuSampler:
             if not self.devices:
                 _log.debug("lens_rl: no GPU sampling: NVML sees no device on %s", self.host)
                 return
+            self._idle_since = self._inherited_idle()
             out = self._open_file()
             self._loop(nv, out)
         finally:
             if out is not None:
                 out.close()
             release(nv)
+
+    def _inherited_idle(self) -> dict[int, int]:
+        """Since when each device has read idle, as the previous holder on this host last said (a takeover
+        keeps the idle clock running: a sampler SIGKILLed mid-stretch does not restart a `GPU IDLE` alert's
+        wait). Only a recent file counts (at most two heartbeat intervals old), by device UUID."""
+        try:
+            with open(election.latest_path(self.run_id), "rb") as handle:
+                latest = json.loads(handle.read(1 << 20))
+            if (time.time_ns() - int(latest["t"])) / 1e9 > max(4 * self.retry_s, 2 * LATEST_EVERY_S):
+                return {}
+            before = latest["devices"]
+            out = {}
+            for index, device in enumerate(self.devices):
+                since = before.get(device.uuid, {}).get("idle_since_ns")
+                if type(since) is int:
+                    out[index] = since
+            return out
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
 
     def _open_file(self) -> Any:
         if self.trace_dir is None:

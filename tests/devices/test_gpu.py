@@ -121,6 +121,43 @@ def test_another_process_takes_over_when_the_holder_is_killed(tmp_path: Path, jo
     assert 0 < gap_s <= 2.0, gap_s
 
 
+def test_a_takeover_keeps_the_idle_clock_of_the_device(tmp_path: Path, job: Job) -> None:
+    """A GPU idle before the holder is SIGKILLed stays idle since then after the takeover (no alert restarts)."""
+    from lens_rl.devices import election
+
+    sc = scenario(tmp_path, [{"uuid": "GPU-idle", "util": 0, "mem_used": 1 << 30}])
+    rid = run_id()
+    run_dir = tmp_path / "traces" / rid
+    env = job_env(tmp_path / "traces", rid, sc, LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS="1000")
+    # the job's host-local files are in its TMPDIR (the test's folder): find the latest sample's name there
+    latest = Path(env["TMPDIR"]) / election.latest_path(rid).name
+
+    def idle_since() -> tuple[int, int] | None:
+        try:
+            data = json.loads(latest.read_bytes())
+        except (OSError, ValueError):
+            return None
+        since = data["devices"]["GPU-idle"]["idle_since_ns"]
+        return (data["pid"], since) if since is not None else None
+
+    first = job.start({**env, "RANK": "0"})
+    _, before = wait_for(
+        lambda: idle_since() if idle_since() and idle_since()[0] == first.pid else None,
+        what="the first sampler's idle clock",
+    )
+    second = job.start({**env, "RANK": "1"})
+    wait_for(lambda: len(list(run_dir.glob("live-actor-1-*.json"))) == 1, what="second process up")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(30)
+    holder, after = wait_for(
+        lambda: idle_since() if idle_since() and idle_since()[0] == second.pid else None,
+        what="the new holder's idle clock",
+    )
+    job.finish()
+    assert holder == second.pid
+    assert after == before
+
+
 def test_two_runs_on_one_host_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
     """Two runs on one host: each run's folder gets its own sample file."""
     sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
