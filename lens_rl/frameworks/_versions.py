@@ -26,7 +26,7 @@ from lens_rl._errors import warn_once
 from lens_rl.buckets import kind_of
 from lens_rl.record.versions import set_weight_version
 
-__all__ = ["consumed", "discard", "generating", "take", "unexpected"]
+__all__ = ["attributes", "consumed", "discard", "generating", "take", "unexpected"]
 
 _LOG = logging.getLogger("lens_rl.frameworks")
 #: what a trainer took last and no training phase has taken yet: the rl attributes of that phase
@@ -59,24 +59,35 @@ def consumed(
 ) -> None:
     """A trainer of ``framework`` took trajectories of weight ``versions`` (``tokens`` each, where known) to train
     policy version ``policy_version`` (``bound``: the most versions a trajectory may lag, where the framework has
-    one). Kept for the next training phase; a shape that is not this is one debug line and nothing is kept."""
+    one). Kept for the next training phase (:func:`take`)."""
+    said = attributes(policy_version, versions, tokens, framework, bound)
+    if said is not None:
+        with _LOCK:
+            _PENDING[0] = said
+
+
+def attributes(
+    policy_version: Any, versions: Iterable[Any], tokens: Iterable[Any] | None, framework: str, bound: Any = None
+) -> dict[str, Any] | None:
+    """What a phase records of a consumption (``policy_version``, ``trajectory_versions``, ``trajectory_tokens``
+    where every count is readable, ``max_staleness``), as plain ints and floats (a framework's numpy values
+    too); None, with one debug line, for a shape that is not this."""
     try:
         policy = _int(policy_version)
         listed = [_int(v) for v in versions]
         counts = None if tokens is None else [_count(t) for t in tokens]
     except (TypeError, ValueError, AttributeError, KeyError) as exc:  # another shape: stand down, say why
         _LOG.debug("lens_rl: %s consumed versions not readable (%r): left out", framework, exc)
-        return
+        return None
     if policy is None or not listed or None in listed:
         _LOG.debug("lens_rl: %s consumed versions not readable (%r, %r): left out", framework, policy, listed)
-        return
+        return None
     said: dict[str, Any] = {"policy_version": policy, "trajectory_versions": listed}
     if counts is not None and len(counts) == len(listed) and None not in counts:
         said["trajectory_tokens"] = counts
     if _int(bound) is not None:
         said["max_staleness"] = _int(bound)
-    with _LOCK:
-        _PENDING[0] = said
+    return said
 
 
 def _count(value: Any) -> int | float | None:

@@ -233,3 +233,19 @@ def test_the_async_weaves_are_verls_own_when_off_and_after_uninstrument() -> Non
         vars(LLMServerClient)["generate"],
         vars(FullyAsyncLLMServerClient)["generate"],
     ) == originals
+
+
+def test_ray_still_pickles_verls_fully_async_actors_with_nothing_of_lens_rl() -> None:
+    """Woven, veRL's @ray.remote FullyAsyncTrainer and FullyAsyncRollouter pickle as Ray ships them (by value),
+    holding nothing of lens_rl: their woven base class is named, not copied."""
+    from ray import cloudpickle
+    from verl.experimental.fully_async_policy import fully_async_rollouter, fully_async_trainer
+
+    from lens_rl.frameworks import instrument, uninstrument
+
+    assert instrument("verl") == ["verl"]
+    try:
+        for actor in (fully_async_trainer.FullyAsyncTrainer, fully_async_rollouter.FullyAsyncRollouter):
+            assert b"lens_rl" not in cloudpickle.dumps(actor.__ray_metadata__.modified_class)
+    finally:
+        uninstrument("verl")
