@@ -91,7 +91,7 @@ _ASYNC_MARK = "max_staleness_steps"
 def _convert(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``convert_generation_group_mini_batch_to_training_input(groups)``: what the trainer takes, kept for its
     training phase (read before the call: SkyRL's own figure is computed from the same objects there)."""
-    groups = args[0] if args else kwargs.get("cur_generation_group_mini_batch")
+    groups: Any = args[0] if args else kwargs.get("cur_generation_group_mini_batch")
     try:
         versions = [g.global_step_when_scheduled for g in groups]
         tokens = [sum(len(r) for r in g.generator_output["response_ids"]) for g in groups]
