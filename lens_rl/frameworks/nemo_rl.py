@@ -16,6 +16,17 @@ The step: ``total_step_time`` is the umbrella; its ``rl.step`` is the step the l
 after the weave gets it, and where the algorithms bind it: ``nemo_rl.algorithms.*``), else a per-process count
 from 0. When NeMo-RL's own OpenTelemetry layer is on (nemo-lens: ``NEMO_RL_OTEL_ENABLED`` or
 ``NEMO_LENS_ENABLED``), lens_rl's weaving stands down with one line: no span is counted twice.
+
+Async GRPO (``nemo_rl/algorithms/async_utils/``): what a training step consumes is known only in the
+``ReplayBuffer`` actor (the driver gets the trajectories and their mean ``avg_trajectory_age``). Its plain base
+``ReplayBufferImpl.sample(num_prompt_groups, current_weight_version, max_age_steps)`` is woven there: each
+sample that returns trajectories is phase ``replay_buffer_sample`` (overhead) carrying the sampled groups'
+generation versions (``trajectory_versions``, looked up by identity in the buffer before the call), their
+tokens (each group's ``batch["input_lengths"]`` summed), ``current_weight_version`` as the policy version and
+``max_age_steps`` as the bound, and ``rl.step`` = ``current_weight_version + 1``: the driver's step, as
+``async_grpo_train`` keeps ``weight_version == step`` and numbers its profile step ``step + 1``. The collector's
+own weight version (``AsyncTrajectoryCollector.set_weight_version``) is not woven: that class is ``@ray.remote``
+itself, which Ray pickles by value with whatever its methods are.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from lens_rl.frameworks import _versions
 from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, close_phase, open_phase, record_interval
 from lens_rl.frameworks._trainers import logged_name
 from lens_rl.record.engine import Node
@@ -157,6 +169,58 @@ def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
             weaver.around(cls, "time", _time)
 
 
+#: the replay buffer's sample, as a phase of the step it feeds (what it handed the trainer)
+SAMPLE_PHASE = "replay_buffer_sample"
+
+
+def _sample(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``ReplayBufferImpl.sample``: the sampled groups' versions, tokens and the trainer's version, recorded."""
+    before = _versions_in(args[0])
+    start_ns = time.time_ns()
+    result = original(*args, **kwargs)
+    taken = result.get("trajectories") if isinstance(result, dict) else None
+    if before is not None and taken:
+        policy = args[2] if len(args) > 2 else kwargs.get("current_weight_version")
+        bound = args[3] if len(args) > 3 else kwargs.get("max_age_steps")
+        versions = [before.get(id(group)) for group in taken]
+        said = _versions.attributes(policy, versions, [_tokens(group) for group in taken], "nemo_rl", bound)
+        if said is not None:
+            record_interval(SAMPLE_PHASE, start_ns, bucket="overhead", step=said["policy_version"] + 1, **said)
+    return result
+
+
+def _versions_in(buffer: Any) -> dict[int, Any] | None:
+    """The buffer's trajectories' generation versions by the trajectory's identity (read under its lock)."""
+    lock = getattr(buffer, "_lock", None)
+    try:
+        if lock is not None:
+            with lock:
+                groups, versions = list(buffer.trajectories), list(buffer.trajectory_versions)
+        else:
+            groups, versions = list(buffer.trajectories), list(buffer.trajectory_versions)
+    except (AttributeError, TypeError) as exc:
+        _versions.unexpected("nemo_rl", f"ReplayBufferImpl ({exc!r})")
+        return None
+    return {id(group): version for group, version in zip(groups, versions, strict=False)}
+
+
+def _tokens(group: Any) -> Any:
+    """A group's tokens: its batch's ``input_lengths`` summed (None where it has none)."""
+    try:
+        lengths = group["batch"]["input_lengths"]
+        return lengths.sum().item() if hasattr(lengths, "sum") else sum(lengths)
+    except (KeyError, TypeError, AttributeError, ValueError, RuntimeError):
+        return None
+
+
+def _weave_buffer(module: ModuleType, weaver: Weaver) -> None:
+    buffer = getattr(module, "ReplayBufferImpl", None)
+    if not isinstance(buffer, type) or not callable(getattr(buffer, "sample", None)):
+        _versions.unexpected("nemo_rl", "ReplayBufferImpl.sample")  # the timers stay woven
+        return
+    weaver.around(buffer, "sample", _sample)
+
+
 def _weave_algorithm(module: ModuleType, weaver: Weaver) -> None:
     if callable(getattr(module, "maybe_gpu_profile_step", None)):
         weaver.wrap(module, "maybe_gpu_profile_step", _profile_step)
@@ -184,6 +248,7 @@ FRAMEWORK = Framework(
     {
         "nemo_rl.utils.timer": _weave_timer,
         "nemo_rl.utils.nsys": _weave_algorithm,  # its source: a loop imported after weaving binds the woven one
+        "nemo_rl.algorithms.async_utils.replay_buffer": _weave_buffer,
         **{f"nemo_rl.algorithms.{name}": _weave_algorithm for name in _ALGORITHMS},
     },
     unweave=_unweave,

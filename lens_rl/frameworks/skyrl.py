@@ -7,6 +7,13 @@ every timer of the trainers (the fully async trainer's ``timed_phase`` macro-pha
 becomes phase ``message`` (the name SkyRL logs as ``timing/<message>``), opened before SkyRL's clock starts and
 closed after it stops; ``step`` becomes the step umbrella, its ``rl.step`` the ``global_step`` of the trainer
 whose ``train`` opened it (read from the calling frame when the timer runs), else a per-process count from 1.
+
+The fully async trainer (``skyrl/train/fully_async_trainer.py``): its
+``convert_generation_group_mini_batch_to_training_input(groups)`` (woven) hands each group's
+``global_step_when_scheduled`` (the version SkyRL stamps on what it generates), its response tokens, the
+trainer's ``global_step`` and ``max_staleness_steps`` to the next training phase (``run_training``): SkyRL's own
+``staleness = global_step - global_step_when_scheduled``, token-weighted. Each ``step`` of that trainer sets the
+process's weight version to its ``global_step``, the stamp its generator tasks put on the groups they schedule.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from collections.abc import Awaitable
 from types import ModuleType
 from typing import Any
 
+from lens_rl.frameworks import _versions
 from lens_rl.frameworks._base import Framework, OpenPhases, StepUmbrella, Weaver
-from lens_rl.frameworks._trainers import caller_counter, logged_name
+from lens_rl.frameworks._trainers import called_from, caller_counter, logged_name
 
 __all__ = ["FRAMEWORK"]
 
@@ -28,9 +36,12 @@ _phases = OpenPhases()
 def _open(timer: Any) -> None:
     name = logged_name(getattr(timer, "message", ""))
     if name == UMBRELLA:
-        _steps.begin(caller_counter("global_step"))
+        number = caller_counter("global_step")
+        _steps.begin(number)
+        if number is not None and called_from(_ASYNC_MARK):  # the fully async trainer: its generation stamp
+            _versions.generating(number, "skyrl")
     else:
-        _phases.start(id(timer), name)
+        _phases.start(id(timer), name, **_versions.take(name))
 
 
 def _close(timer: Any, exc: Any) -> None:
@@ -73,6 +84,34 @@ async def _closed_after(exiting: Awaitable[Any], timer: Any, exc: Any) -> Any:
         _close(timer, exc)
 
 
+#: what only the fully async trainer has (its staleness bound)
+_ASYNC_MARK = "max_staleness_steps"
+
+
+def _convert(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``convert_generation_group_mini_batch_to_training_input(groups)``: what the trainer takes, kept for its
+    training phase (read before the call: SkyRL's own figure is computed from the same objects there)."""
+    groups: Any = args[0] if args else kwargs.get("cur_generation_group_mini_batch")
+    try:
+        versions = [g.global_step_when_scheduled for g in groups]
+        tokens = [sum(len(r) for r in g.generator_output["response_ids"]) for g in groups]
+    except (TypeError, AttributeError, KeyError) as exc:
+        _versions.unexpected("skyrl", f"GeneratedOutputGroup ({exc!r})")
+    else:
+        bound = getattr(instance, _ASYNC_MARK, None)
+        _versions.consumed(getattr(instance, "global_step", None), versions, tokens, "skyrl", bound)
+    return wrapped(*args, **kwargs)
+
+
+def _weave_fully_async(module: ModuleType, weaver: Weaver) -> None:
+    trainer = getattr(module, "FullyAsyncRayPPOTrainer", None)
+    method = "convert_generation_group_mini_batch_to_training_input"
+    if not isinstance(trainer, type) or not callable(getattr(trainer, method, None)):
+        _versions.unexpected("skyrl", f"FullyAsyncRayPPOTrainer.{method}")  # the timers stay woven
+        return
+    weaver.wrap(trainer, method, _convert)
+
+
 def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
     timer = module.Timer
     weaver.around(timer, "__enter__", _enter)
@@ -85,12 +124,17 @@ def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
 def _unweave() -> None:
     _phases.clear()
     _steps.reset()
+    _versions.discard()
 
 
 FRAMEWORK = Framework(
     "skyrl",
     "skyrl",
     ">=0.3,<0.4",
-    {"skyrl.train.utils.utils": _weave_timer, "skyrl_train.utils.utils": _weave_timer},
+    {
+        "skyrl.train.utils.utils": _weave_timer,
+        "skyrl_train.utils.utils": _weave_timer,
+        "skyrl.train.fully_async_trainer": _weave_fully_async,
+    },
     unweave=_unweave,
 )

@@ -12,6 +12,17 @@ lens_rl's seconds contain veRL's ``timing_raw`` by a few microseconds.
 
 veRL's ``main_ppo`` runs ``fit`` in its ``TaskRunner`` Ray actor, not on the driver: the weave reaches it through
 ``lens-rl run`` or the config field ``instrument`` (every worker's init); nothing Ray dispatches is patched.
+
+The fully async path (``verl/experimental/fully_async_policy/``): veRL's ``FullyAsyncTrainer`` is a ``@ray.remote``
+class, which Ray pickles by value, so nothing of its own is patched; its base ``SeparateRayPPOTrainer`` is
+imported by name. Its ``_fit_update_actor(batch)`` (woven) hands the batch's ``meta_info``
+``trajectory_param_versions`` (each trajectory's ``max_global_steps``, the weight version it finished with) and
+``global_token_num`` (its tokens) with the trainer's ``current_param_version`` to the ``update_actor`` phase
+inside it (``_versions``): the staleness veRL's ``stale_trajectory_processed`` counts. The generation side: each
+response an ``LLMServerClient.generate`` (and ``FullyAsyncLLMServerClient``'s) returns carries the server's
+weight version (``extra_fields["global_steps"]``, set by ``set_global_steps`` at each weight update): it
+becomes the process's ``lens_rl.set_weight_version``. The weight sync is ``timing_s/param_sync``: phase
+``param_sync``, of the weight-sync family.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+from lens_rl.frameworks import _versions
 from lens_rl.frameworks._base import Framework, StepUmbrella, Weaver, close_phase, open_phase
 from lens_rl.frameworks._trainers import caller_counter, logged_name
 
@@ -44,7 +56,7 @@ def _phased(timed: Iterator[None], name: str) -> Iterator[None]:
             raise
         _steps.end()
         return
-    node = open_phase(name)
+    node = open_phase(name, **(_versions.take(name) if name == _CONSUMING else {}))
     try:
         yield from timed
     except BaseException as exc:
@@ -53,18 +65,73 @@ def _phased(timed: Iterator[None], name: str) -> Iterator[None]:
     close_phase(node)
 
 
+#: the phase that trains on what the fully async trainer took (veRL's policy update)
+_CONSUMING = "update_actor"
+
+
+def _update_actor(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``SeparateRayPPOTrainer._fit_update_actor(batch)``: on the fully async trainer (it has
+    ``current_param_version``; the batch's ``meta_info`` has ``trajectory_param_versions``), what it trains on is
+    handed to the ``update_actor`` phase inside; other trainers pass straight through."""
+    policy = getattr(instance, "current_param_version", None)
+    batch = args[0] if args else kwargs.get("batch")
+    meta = getattr(batch, "meta_info", None)
+    if policy is None or not isinstance(meta, dict) or meta.get("trajectory_param_versions") is None:
+        return wrapped(*args, **kwargs)
+    _versions.consumed(policy, meta["trajectory_param_versions"], meta.get("global_token_num"), "verl")
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _versions.discard()  # (no update_actor ran: critic warm-up)
+
+
+def _generate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _versioned(wrapped(*args, **kwargs))
+
+
+async def _versioned(pending: Any) -> Any:
+    """A response's weight version (``extra_fields["global_steps"]``) becomes the process's."""
+    output = await pending
+    extra = getattr(output, "extra_fields", None)
+    if isinstance(extra, dict) and extra.get("global_steps") is not None:
+        _versions.generating(extra["global_steps"], "verl")
+    return output
+
+
 def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
     weaver.around(module, "_timer", _timer_on)
 
 
+def _weave_trainer(module: ModuleType, weaver: Weaver) -> None:
+    trainer = getattr(module, "SeparateRayPPOTrainer", None)
+    if not isinstance(trainer, type) or not callable(getattr(trainer, "_fit_update_actor", None)):
+        _versions.unexpected("verl", "SeparateRayPPOTrainer._fit_update_actor")  # the timers stay woven
+        return
+    weaver.wrap(trainer, "_fit_update_actor", _update_actor)
+
+
+def _weave_server_client(module: ModuleType, weaver: Weaver) -> None:
+    found = [getattr(module, name, None) for name in ("LLMServerClient", "FullyAsyncLLMServerClient")]
+    found = [cls for cls in found if isinstance(cls, type) and "generate" in vars(cls)]
+    if not found:
+        _versions.unexpected("verl", "LLMServerClient.generate")
+    for cls in found:
+        weaver.wrap(cls, "generate", _generate)
+
+
 def _unweave() -> None:
     _steps.reset()
+    _versions.discard()
 
 
 FRAMEWORK = Framework(
     "verl",
     "verl",
     ">=0.9,<0.10",
-    {"verl.utils.profiler.performance": _weave_timer},
+    {
+        "verl.utils.profiler.performance": _weave_timer,
+        "verl.experimental.separation.ray_trainer": _weave_trainer,
+        "verl.workers.rollout.llm_server": _weave_server_client,
+    },
     unweave=_unweave,
 )

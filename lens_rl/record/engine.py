@@ -52,6 +52,7 @@ class Node:
         "step_spans",
         "thread",
         "hang",
+        "consumed",
     )
 
     def __init__(
@@ -90,6 +91,9 @@ class Node:
         self.thread = 0
         #: set by the hang watchdog when it suspected a hang: (age s, timeout s) at that moment
         self.hang: tuple[float, float] | None = None
+        #: what it said it consumed (``trajectory_versions=``): (policy version, versions, tokens, bound); on a
+        #: step umbrella, its phases' as (step, policy version, versions, tokens, bound) for the step's staleness
+        self.consumed: Any = None
 
 
 def resolve_bucket(spec: Any, carried_bucket: str | None = None) -> Bucket | None:
@@ -163,6 +167,12 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
         node.step = own_step if own_step is not None else carried_step
         node.thread = get_ident()
+        versions = attributes.get("rl.trajectory_versions")
+        if versions is not None:  # a training phase saying what it consumed: the step's staleness
+            said = (attributes.get("rl.policy_version"), versions, attributes.get("rl.trajectory_tokens"))
+            node.consumed = (*said, attributes.get("rl.max_staleness"))
+            if umbrella:  # (a step that says it itself)
+                node.consumed = [(own_step, own_step if said[0] is None else said[0], *node.consumed[1:])]
         if umbrella:
             node.step_node, node.step_seconds, node.step_spans = node, {}, []
         elif parent_node is not None:
@@ -242,6 +252,8 @@ def _account(node: Node, end_ns: int) -> None:
         # its seconds are counted over the step's wall when the step ends (concurrent phases once)
         step_node.step_spans.append((node.start_ns, end_ns, value, node.inner, node.name, exclusive_s))
         deferred = True
+    if node.consumed is not None and step_node is not None and step_node is not node:
+        _consumed_in(node, step_node)
     handle = RUNTIME.handle
     if node.step_seconds is not None:  # a step umbrella ended: what step_goodput() answers from now on
         end_step(node, end_ns, duration_s, handle)
@@ -256,6 +268,19 @@ def _account(node: Node, end_ns: int) -> None:
         )
     if node.step_flush and handle.config.flush_on_step:
         handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
+
+
+def _consumed_in(node: Node, step_node: Node) -> None:
+    """What ``node`` consumed, kept on its open step umbrella (policy version default: the step)."""
+    if step_node.step_spans is None:
+        return
+    policy, versions, tokens, bound = node.consumed
+    step = node.step if node.step is not None else step_node.step
+    entry = (step, step if policy is None else policy, versions, tokens, bound)
+    if step_node.consumed is None:
+        step_node.consumed = [entry]
+    else:
+        step_node.consumed.append(entry)
 
 
 def enter_with(spec: Any, owner: Any = None) -> Any:

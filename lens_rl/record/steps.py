@@ -12,7 +12,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from lens_rl._runtime import RUNTIME, Handle
-from lens_rl.buckets import Bucket, claimed, exclusive_time, is_weight_sync, kind_of, subtracted, union_length
+from lens_rl.buckets import (
+    Bucket,
+    claimed,
+    exclusive_time,
+    is_weight_sync,
+    kind_of,
+    staleness,
+    subtracted,
+    union_length,
+)
 
 __all__ = ["end_step", "step_goodput", "step_metrics"]
 
@@ -38,6 +47,14 @@ def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> No
         for n, (_, _, value, _, name, exclusive_s) in enumerate(spans):
             metrics.record_seconds(name, value, exclusive_s if shares is None else shares.get(n, 0.0) / 1e9)
     attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
+    pipeline = _pipeline(spans, node.start_ns, end_ns)
+    consumed, node.consumed = node.consumed, None
+    if consumed:  # its training phases said what they consumed: the offline rollup's staleness, for this step
+        bound = handle.resource.attributes.get("rl.max_staleness") if handle is not None else None
+        stale = staleness(consumed, bound) or {}
+        for key in ("mean", "p90", "max", "beyond"):
+            if stale.get(key) is not None:
+                pipeline[f"staleness_{key}"] = float(stale[key])
     RUNTIME.last_step = {
         "step": node.step,
         "attempt": attempt,
@@ -45,7 +62,7 @@ def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> No
         "unattributed_s": unattributed_ns / 1e9,
         "wall_s": wall_s,
         "goodput": seconds["productive"] / wall_s if wall_s > 0 else None,
-        "pipeline": _pipeline(spans, node.start_ns, end_ns),
+        "pipeline": pipeline,
     }
 
 
@@ -119,7 +136,11 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     Keys: ``step``, ``attempt``, ``goodput`` (absent for a zero-length step), ``wall_s``,
     ``unattributed_s``, ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``, and the step's pipeline
     figures on this process: ``pipeline/busy_rollout``, ``pipeline/busy_trainer``, ``pipeline/overlap``,
-    ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s``.
+    ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s``; where the step's
+    phases said what they consumed (``trajectory_versions=``), its staleness by the offline rollup's rule
+    (:func:`lens_rl.buckets.staleness`): ``pipeline/staleness_mean``, ``pipeline/staleness_p90``,
+    ``pipeline/staleness_max`` and, where a bound is set (the phase's or the job's ``rl.max_staleness``),
+    ``pipeline/staleness_beyond`` (the share of tokens past it).
 
     Example::
 

@@ -169,3 +169,72 @@ def test_every_label_nemo_rl_times_is_bucketed() -> None:
     ]  # fmt: skip
     assert [label for label in labels if default_bucket(label) is None] == []
     assert default_bucket("total_step_time") is None
+
+
+def _async_grpo(steps: int, lead: int = 2) -> list[dict[str, Any]]:
+    """An async_grpo_train-shaped driver over the buffer's own sample (no Ray: the same ReplayBufferImpl code):
+    weight_version == step, the profile step step + 1, groups generated `lead` versions ahead of their target;
+    what NeMo-RL's sample returned each step."""
+    buffer = importlib.import_module("nemo_rl.algorithms.async_utils.replay_buffer").ReplayBufferImpl(max_size=64)
+    profile = importlib.import_module("nemo_rl.utils.nsys").maybe_gpu_profile_step
+    timer = importlib.import_module("nemo_rl.utils.timer").Timer()
+
+    def generate(version: int, target: int) -> None:  # the collector's add: two prompt groups, 2 x 10 tokens each
+        for _ in range(2):
+            buffer.add({"batch": {"input_lengths": [10, 10]}, "rollout_metrics": {}}, version, target)
+
+    for target in range(lead + 1):
+        generate(0, target)
+    weight_version = step = 0
+    returned = []
+    while step < steps:
+        profile(None, step + 1)
+        with timer.time("total_step_time"):
+            with timer.time("exposed_generation"):
+                result = buffer.sample(num_prompt_groups=2, current_weight_version=weight_version, max_age_steps=lead)
+            returned.append({"version": weight_version, "age": result["avg_trajectory_age"]})
+            with timer.time("policy_training"):
+                time.sleep(0.005)
+            with timer.time("weight_sync"):
+                weight_version += 1
+                generate(weight_version, weight_version + lead)
+        step += 1
+    return returned
+
+
+def test_async_grpos_replay_buffer_gives_each_step_its_staleness(nemo: None) -> None:
+    """Woven ReplayBufferImpl.sample: each driver step's staleness in the pipeline rollup is NeMo-RL's own
+    avg_trajectory_age of the groups it sampled (equal tokens each), its max current_weight_version minus the
+    oldest, the bound max_age_steps; recorded as replay_buffer_sample of that step (overhead)."""
+    from tests.stores import rollup_recorded
+
+    instrument("nemo_rl")
+    with recording() as rec:
+        returned = _async_grpo(4)
+        offline = rollup_recorded(rec.spans, warmup_steps=0)
+    per_step = {row["step"]: row for row in offline["pipeline"]["per_step"]}
+    assert [r["age"] for r in returned] == [0.0, 1.0, 2.0, 2.0]  # (the first groups were all made at version 0)
+    for said in returned:
+        row = per_step[said["version"] + 1]
+        assert row["staleness_mean"] == round(said["age"], 6) and row["staleness_max"] == said["age"]
+        assert row["staleness_beyond"] == 0.0
+    samples = rec.find_all("replay_buffer_sample")
+    assert [s.attributes["rl.step"] for s in samples] == [1, 2, 3, 4]
+    assert {s.attributes["rl.bucket"] for s in samples} == {"overhead"}
+    assert list(samples[0].attributes["rl.trajectory_tokens"]) == [20, 20]
+    assert offline["pipeline"]["staleness"]["bound"] == 2 and offline["pipeline"]["weight_sync"]["count"] == 4
+
+
+def test_ray_still_pickles_the_buffer_actor_with_nothing_of_lens_rl(nemo: None) -> None:
+    """After weaving, the @ray.remote ReplayBuffer pickles as Ray ships it, naming ReplayBufferImpl (woven in its
+    own module) and holding nothing of lens_rl; uninstrument puts NeMo-RL's sample back."""
+    from ray import cloudpickle
+
+    module = importlib.import_module("nemo_rl.algorithms.async_utils.replay_buffer")
+    original = vars(module.ReplayBufferImpl)["sample"]
+    instrument("nemo_rl")
+    assert vars(module.ReplayBufferImpl)["sample"] is not original
+    shipped = cloudpickle.dumps(module.ReplayBuffer.__ray_metadata__.modified_class)
+    assert b"lens_rl" not in shipped and b"ReplayBufferImpl" in shipped
+    uninstrument("nemo_rl")
+    assert vars(module.ReplayBufferImpl)["sample"] is original

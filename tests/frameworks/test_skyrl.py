@@ -115,3 +115,54 @@ def test_every_timer_name_skyrl_uses_is_bucketed() -> None:
     ]  # fmt: skip
     assert [name for name in names if default_bucket(name) is None] == []
     assert default_bucket("step") is None
+
+
+def test_the_fully_async_trainers_staleness_is_skyrls_own(sky: None) -> None:
+    """SkyRL's fully async trainer (generator tasks stamping groups with global_step, a worker thread converting
+    each mini-batch): every step's staleness in the pipeline rollup and the last step's step_metrics() are the
+    token-weighted global_step - global_step_when_scheduled of the groups SkyRL itself converted, with
+    max_staleness_steps as the bound; the process's weight version is the last step's global_step."""
+    from lens_rl._runtime import RUNTIME
+    from tests.stores import rollup_recorded
+
+    instrument("skyrl")
+    trainer = importlib.import_module("skyrl.train.fully_async_trainer").FullyAsyncRayPPOTrainer(steps=4)
+    with recording() as rec:
+        asyncio.run(trainer.train())
+        flat = lens_rl.step_metrics()
+        version = RUNTIME.weight_version
+        offline = rollup_recorded(rec.spans, warmup_steps=0)
+    assert [c["step"] for c in trainer.consumed] == [1, 2, 3, 4] and version == 4
+    assert max(s for c in trainer.consumed for s in c["stalenesses"]) >= 1  # (the backlog ages)
+    per_step = {row["step"]: row for row in offline["pipeline"]["per_step"]}
+    for said in trainer.consumed:
+        tokens = sum(said["tokens"])
+        mean = round(sum(s * t for s, t in zip(said["stalenesses"], said["tokens"], strict=True)) / tokens, 6)
+        beyond = round(sum(t for s, t in zip(said["stalenesses"], said["tokens"], strict=True) if s > 2) / tokens, 6)
+        row = per_step[said["step"]]
+        assert (row["staleness_mean"], row["staleness_max"], row["staleness_beyond"]) == (
+            mean,
+            max(said["stalenesses"]),
+            beyond,
+        )
+    assert flat["goodput/pipeline/staleness_mean"] == per_step[4]["staleness_mean"]
+    assert offline["pipeline"]["staleness"]["bound"] == 2
+    (run,) = [s for s in rec.find_all("run_training") if s.attributes["rl.step"] == 1]
+    assert run.attributes["rl.policy_version"] == 1 and run.attributes["rl.max_staleness"] == 2
+
+
+def test_a_fully_async_trainer_of_another_shape_leaves_the_timers_woven(sky: None, caplog: Any) -> None:
+    """A FullyAsyncRayPPOTrainer without the conversion method read: one warning names it, the timers stay woven."""
+    module = importlib.import_module("skyrl.train.fully_async_trainer")
+    name = "convert_generation_group_mini_batch_to_training_input"
+    method = vars(module.FullyAsyncRayPPOTrainer)[name]
+    delattr(module.FullyAsyncRayPPOTrainer, name)
+    try:
+        assert instrument("skyrl") == ["skyrl"]
+        assert "convert_generation_group_mini_batch_to_training_input is not as read" in caplog.text
+        timer = importlib.import_module("skyrl.train.utils.utils").Timer
+        with recording() as rec, timer("sync_weights"):
+            pass
+        assert rec.find("sync_weights") is not None
+    finally:
+        setattr(module.FullyAsyncRayPPOTrainer, name, method)

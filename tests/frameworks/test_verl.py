@@ -147,3 +147,105 @@ def test_the_woven_timer_is_verls_own_when_off_and_after_uninstrument() -> None:
     finally:
         uninstrument("verl")
     assert performance._timer is original
+
+
+ASYNC_JOB = Path(__file__).with_name("verl_async_job.py")
+
+
+def _expected(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Token-weighted staleness (policy - version) of what veRL's batches said, worked out here from scratch."""
+    pairs = [(s["policy"] - v, t) for s in steps for v, t in zip(s["versions"], s["tokens"], strict=True)]
+    tokens = sum(t for _, t in pairs)
+    return {"mean": round(sum(a * t for a, t in pairs) / tokens, 6), "max": max(a for a, _ in pairs), "n": len(pairs)}
+
+
+@pytest.mark.slow
+def test_lens_rl_run_weaves_verls_fully_async_versions_and_staleness(tmp_path: Path) -> None:
+    """`lens-rl run --instrument verl` of an unmodified job over veRL's own fully async objects (the rollout
+    client's generate, assemble_batch_from_rollout_samples, SeparateRayPPOTrainer._fit_update_actor): `lens-rl
+    goodput --json`'s pipeline has, per step and for the job, the token-weighted staleness of the batches'
+    trajectory_param_versions and global_token_num against the trainer's current_param_version; each
+    generation phase carries the weight version of the response before it; every param_sync is a weight sync."""
+    own_path, trace_dir = tmp_path / "own.json", tmp_path / "traces"
+    cmd = [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(trace_dir), "--instrument", "verl", "--"]
+    done = subprocess.run(
+        [*cmd, sys.executable, str(ASYNC_JOB), str(own_path)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    own = json.loads(own_path.read_text())
+    report = lens("goodput", str(trace_dir), "--json", "--warmup-steps", "0")
+    assert report.returncode == 0, report.stderr[-4000:]
+    pipe = json.loads(report.stdout)["pipeline"]
+    per_step = {row["step"]: row for row in pipe["per_step"]}
+    assert sorted(per_step) == [s["step"] for s in own["steps"]]
+    for step in own["steps"]:
+        want = _expected([step])
+        assert (per_step[step["step"]]["staleness_mean"], per_step[step["step"]]["staleness_max"]) == (
+            want["mean"],
+            want["max"],
+        ), step
+    job = _expected(own["steps"])
+    assert job["max"] >= 1  # (the job is async: some batches train on older samples)
+    assert (pipe["staleness"]["mean"], pipe["staleness"]["max"], pipe["staleness"]["trajectories"]) == (
+        job["mean"],
+        job["max"],
+        job["n"],
+    )
+    assert pipe["staleness"]["tokens"] == sum(sum(s["tokens"]) for s in own["steps"])
+    assert pipe["weight_sync"]["count"] == len(own["steps"])
+    spans = [row for path in span_files(trace_dir) for _, row in iter_rows(path) if row.n is not None]
+    generated = sorted((row for row in spans if row.n == "generate_sequences"), key=lambda row: time_ns(row.b))
+    assert [row.a.get("rl.weight_version") for row in generated] == [None, *own["response_versions"][:-1]]
+    trained = sorted((row for row in spans if row.n == "update_actor"), key=lambda row: time_ns(row.b))
+    assert [row.a.get("rl.policy_version") for row in trained] == [s["policy"] for s in own["steps"]]
+    assert json.loads(report.stdout)["unbucketed_phases"] == []
+
+
+def test_the_async_weaves_are_verls_own_when_off_and_after_uninstrument() -> None:
+    """Woven, veRL's generate stays a coroutine function (its callers await it as veRL's); uninstrument("verl")
+    puts veRL's own _fit_update_actor and generate back."""
+    import inspect
+
+    from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
+
+    from lens_rl.frameworks import instrument, uninstrument
+
+    originals = (
+        vars(SeparateRayPPOTrainer)["_fit_update_actor"],
+        vars(LLMServerClient)["generate"],
+        vars(FullyAsyncLLMServerClient)["generate"],
+    )
+    assert instrument("verl") == ["verl"]
+    try:
+        assert vars(SeparateRayPPOTrainer)["_fit_update_actor"] is not originals[0]
+        assert inspect.iscoroutinefunction(LLMServerClient.generate)
+        assert inspect.iscoroutinefunction(FullyAsyncLLMServerClient.generate)
+    finally:
+        uninstrument("verl")
+    assert (
+        vars(SeparateRayPPOTrainer)["_fit_update_actor"],
+        vars(LLMServerClient)["generate"],
+        vars(FullyAsyncLLMServerClient)["generate"],
+    ) == originals
+
+
+def test_ray_still_pickles_verls_fully_async_actors_with_nothing_of_lens_rl() -> None:
+    """Woven, veRL's @ray.remote FullyAsyncTrainer and FullyAsyncRollouter pickle as Ray ships them (by value),
+    holding nothing of lens_rl: their woven base class is named, not copied."""
+    from ray import cloudpickle
+    from verl.experimental.fully_async_policy import fully_async_rollouter, fully_async_trainer
+
+    from lens_rl.frameworks import instrument, uninstrument
+
+    assert instrument("verl") == ["verl"]
+    try:
+        for actor in (fully_async_trainer.FullyAsyncTrainer, fully_async_rollouter.FullyAsyncRollouter):
+            assert b"lens_rl" not in cloudpickle.dumps(actor.__ray_metadata__.modified_class)
+    finally:
+        uninstrument("verl")

@@ -175,3 +175,33 @@ def test_set_weight_version_is_carried_on_generation_phases_only() -> None:
     ]
     with pytest.raises(ValueError, match="version must be an int"):
         lens_rl.set_weight_version(True)  # type: ignore[arg-type]
+
+
+def test_step_metrics_carry_the_steps_staleness_as_the_rollup_computes_it() -> None:
+    """A step whose training phase consumed versions [5, 4, 3, 1] with tokens [10, 20, 30, 40] under policy
+    version 5 and a bound of 2: step_metrics() has the token-weighted mean 2.4, p90 4, max 4 and 40 % beyond the
+    bound, the same figures the offline rollup gives that step; a step that consumed nothing has none of these
+    keys; with no policy version a phase trains its step's (step 7 consuming [6, 6]: staleness 1)."""
+    said = {"trajectory_versions": [5, 4, 3, 1], "trajectory_tokens": [10, 20, 30, 40]}
+    with recording(worker_group="driver") as rec:
+        with traced_phase("step", step=3), traced_phase("policy_training", policy_version=5, max_staleness=2, **said):
+            pass
+        flat = lens_rl.step_metrics()
+        with traced_phase("step", step=4), traced_phase("policy_training"):
+            pass
+        plain = lens_rl.step_metrics()
+        with traced_phase("step", step=7), traced_phase("policy_training", trajectory_versions=[6, 6]):
+            pass
+        defaulted = lens_rl.step_metrics()
+        offline = rollup_recorded(rec.spans, warmup_steps=0)
+    assert {k: v for k, v in flat.items() if "staleness" in k} == {
+        "goodput/pipeline/staleness_mean": 2.4,
+        "goodput/pipeline/staleness_p90": 4.0,
+        "goodput/pipeline/staleness_max": 4.0,
+        "goodput/pipeline/staleness_beyond": 0.4,
+    }
+    row = next(r for r in offline["pipeline"]["per_step"] if r["step"] == 3)
+    for key in ("mean", "p90", "max", "beyond"):
+        assert flat[f"goodput/pipeline/staleness_{key}"] == row[f"staleness_{key}"]
+    assert not [k for k in plain if "staleness" in k]
+    assert defaulted["goodput/pipeline/staleness_mean"] == 1.0 and "goodput/pipeline/staleness_beyond" not in defaulted
