@@ -13,7 +13,7 @@ import pytest
 from lens_rl.buckets import default_bucket
 from lens_rl.frameworks import instrument, uninstrument
 from lens_rl.testing import recording
-from tests.frameworks.standins import assert_agree, standin
+from tests.frameworks.standins import PREEMPTION_S, assert_agree, standin
 
 PHASES = {"generation", "make_experience", "ppo_train", "broadcast"}
 
@@ -51,9 +51,10 @@ def test_a_ppo_fit_is_steps_of_phases_agreeing_with_openrlhfs_timing(orl: None) 
         for span in inside:
             pairs.append((f"{logged['global_step']} {span.name}", _seconds(span), logged[f"timing/{span.name}"]))
             assert span.attributes["rl.bucket"] == str(default_bucket(span.name))
-        # the step's wall is OpenRLHF's step_total and the few calls it leaves untimed
+        # the step's wall is OpenRLHF's step_total and the few calls it leaves untimed (a preemption on a
+        # loaded machine may land in them: at most one, PREEMPTION_S)
         theirs = logged["timing/step_total"]
-        assert -(0.001 + 0.01 * theirs) <= _seconds(umbrella) - theirs < 0.01
+        assert -(0.001 + 0.01 * theirs) <= _seconds(umbrella) - theirs < PREEMPTION_S
     assert_agree(pairs)
     saves = rec.find_all("save_logs_and_checkpoints")
     assert len(saves) == 3 and all(s.attributes.get("rl.step") is None for s in saves)  # after train_step: no step
