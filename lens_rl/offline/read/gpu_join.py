@@ -56,23 +56,32 @@ def flagged_unavailable(values: Any) -> bool:
 
 class Timeline:
     """One device's samples as disjoint, sorted segments ``[a, b)`` each with its rates, and their running
-    integrals (``cum[i]``: every measure integrated up to ``a[i]``)."""
+    integrals (``cum[i]``: every measure integrated up to ``a[i]``). Kept measure-major (``by_measure``:
+    ``(MEASURES, n)``, each measure's row contiguous: the running sums and lookups walk rows, 3x faster than
+    columns of an ``(n, MEASURES)`` array); ``rates`` and ``cum`` are their ``(n, MEASURES)`` views."""
 
-    def __init__(self, a: Any, b: Any, rates: Any, mem: Any) -> None:
-        self.a, self.b, self.rates, self.mem = a, b, rates, mem
+    def __init__(self, a: Any, b: Any, by_measure: Any, mem: Any) -> None:
+        self.a, self.b, self.mem = a, b, mem
         widths = (b - a).astype(np.float64)
-        self.cum = np.zeros((a.size + 1, rates.shape[1]))
-        np.cumsum(rates * widths[:, None], axis=0, out=self.cum[1:])
+        cum = np.zeros((by_measure.shape[0], a.size + 1))
+        # (a measure the device never has, SM / tensor activity without GPM, is 0 throughout: not walked)
+        self._present = np.flatnonzero(by_measure.any(axis=1))
+        self._rates = by_measure[self._present]
+        self._cum = np.zeros((self._present.size, a.size + 1))
+        np.cumsum(self._rates * widths, axis=1, out=self._cum[:, 1:])
+        cum[self._present] = self._cum
+        self.rates, self.cum = by_measure.T, cum.T
         self.widths = widths
 
     def at(self, x: Any) -> Any:
         """Every measure integrated from the start up to each time in ``x`` (ns): ``(len(x), MEASURES)``."""
-        k = np.searchsorted(self.a, x, side="right") - 1
-        inside = k >= 0
-        k0 = np.where(inside, k, 0)
-        into = np.clip(x - self.a[k0], 0, self.widths[k0] if self.a.size else 0).astype(np.float64)
-        out = self.cum[k0] + self.rates[k0] * into[:, None] if self.a.size else np.zeros((len(x), len(MEASURES)))
-        out[~inside] = 0.0
+        if not self.a.size:
+            return np.zeros((len(x), len(MEASURES)))
+        k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1, 0)
+        # (before the first segment: k0 0, nothing into it, cum[0] 0)
+        into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64)
+        out = np.zeros((len(x), len(MEASURES)))
+        out[:, self._present] = (self._cum[:, k0] + self._rates[:, k0] * into).T
         return out
 
     def integrals(self, starts: Any, ends: Any) -> Any:
@@ -114,11 +123,13 @@ class Timeline:
 def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) -> Timeline:
     """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``reach_ns`` each sample's period: how far
     it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
-    order = np.argsort(times, kind="stable")
-    t, v, h = times[order], values[order], np.broadcast_to(reach_ns, times.shape)[order]
-    keep = np.ones(t.size, bool)
-    keep[1:] = t[1:] != t[:-1]  # (a time sampled twice: the first reading)
-    t, v, h = t[keep], v[keep], h[keep]
+    t, v, h = times, values, np.broadcast_to(reach_ns, times.shape)
+    if t.size > 1 and not (t[1:] > t[:-1]).all():  # (not in order, or a time sampled twice: the first reading)
+        order = np.argsort(t, kind="stable")
+        t, v, h = t[order], v[order], h[order]
+        keep = np.ones(t.size, bool)
+        keep[1:] = t[1:] != t[:-1]
+        t, v, h = t[keep], v[keep], h[keep]
     a, b = t - h // 2, t + h // 2
     if t.size > 1:
         gap = t[1:] - t[:-1]
@@ -126,12 +137,15 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
         mid = t[:-1] + gap // 2
         a[1:] = np.where(near, mid, a[1:])
         b[:-1] = np.where(near, mid, b[:-1])
-    util, sm, tensor = (v[:, column].astype(np.float64) / 100.0 for column in (_UTIL, _SM, _TENSOR))
-    if unavailable:  # (its readings are no readings)
-        util, sm, tensor = (np.full_like(util, np.nan) for _ in range(3))
-    with np.errstate(invalid="ignore"):
-        rates = np.column_stack(
-            [~np.isnan(util), np.nan_to_num(util), util == 0, ~np.isnan(sm), np.nan_to_num(sm)]
-            + [~np.isnan(tensor), np.nan_to_num(tensor)]
-        ).astype(np.float64)
+    rates = np.zeros((len(MEASURES), t.size))
+    if not unavailable:  # (else its readings are no readings)
+        for known, sum_, column in ((0, 1, _UTIL), (3, 4, _SM), (5, 6, _TENSOR)):
+            x = v[:, column].astype(np.float64) / 100.0
+            missing = np.isnan(x)
+            if missing.all():
+                continue
+            rates[known] = ~missing
+            rates[sum_] = np.nan_to_num(x)
+            if column == _UTIL:
+                rates[2] = x == 0
     return Timeline(a, b, rates, v[:, _MEM_USED].astype(np.float64))
