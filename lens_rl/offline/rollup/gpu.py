@@ -92,7 +92,7 @@ class _Queries:
             if len(lo):
                 sums += line.integrals(lo, hi)
                 np.fmax(mem, line.mem_peak(lo, hi), out=mem)
-        self.counts += line.rates.any(axis=0) if line.rates.size else 0
+        self.counts += line.measured
         self.devices += 1
 
     def mean(self) -> None:
@@ -140,7 +140,7 @@ def gpu_rollup(
         device_rows.append(_device_row(uuid, device, line, [_who(k) for k in users.get(uuid, [])]))
         if line is None:
             continue
-        if line.rates[:, _K].any():
+        if line.measured[_K]:
             util_read.add(uuid)
         if uuid in users:
             idle[uuid] = line.idle_intervals()
