@@ -23,7 +23,9 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -78,7 +80,7 @@ class _Queries:
     """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
     productive spans' union), and what its devices answered: each measure summed over them (the devices'
     mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
-    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
+    timeline built once and dropped (a day of 64 devices' timelines at once would not fit: two at a time)."""
 
     def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
         self.intervals = intervals
@@ -87,12 +89,18 @@ class _Queries:
         self.counts = np.zeros(len(MEASURES))
         self.devices = 0
 
-    def answer(self, line: Timeline) -> None:
-        for (lo, hi), sums, mem in zip(self.intervals, self.sums, self.mem, strict=True):
-            if len(lo):
-                sums += line.integrals(lo, hi)
-                np.fmax(mem, line.mem_peak(lo, hi), out=mem)
-        self.counts += line.measured
+    def asked(self, line: Timeline) -> list[Any]:
+        """What one device answers (each interval set's integrals and memory peaks, and what it measures)."""
+        out = [(line.integrals(lo, hi), line.mem_peak(lo, hi)) if len(lo) else None for lo, hi in self.intervals]
+        return [*out, line.measured]
+
+    def answer(self, answered: list[Any]) -> None:
+        """One device's answer (:meth:`asked`) added in (devices in the same order every look: the same sums)."""
+        for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
+            if got is not None:
+                sums += got[0]
+                np.fmax(mem, got[1], out=mem)
+        self.counts += answered[-1]
         self.devices += 1
 
     def mean(self) -> None:
@@ -134,19 +142,27 @@ def gpu_rollup(
         hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
         queries[key] = _Queries([(starts, ends), hull, (step_lo, step_hi), productive])
         columns[key] = (uuids, starts, ends, keys, index, values)
-    device_rows, idle, util_read = [], {}, set()
-    for uuid, device in devices.items():
+
+    def device(uuid: str) -> tuple[Any, ...]:
+        """One device's timeline built, asked by each process using it, and dropped (on a thread: 2 at once)."""
         line = lines.get(uuid)
-        device_rows.append(_device_row(uuid, device, line, [_who(k) for k in users.get(uuid, [])]))
-        if line is None:
-            continue
-        if line.measured[_K]:
-            util_read.add(uuid)
-        if uuid in users:
-            idle[uuid] = line.idle_intervals()
-            for key in users[uuid]:
-                queries[key].answer(line)
-        del line
+        row = _device_row(uuid, devices[uuid], line, [_who(k) for k in users.get(uuid, [])])
+        if line is None or uuid not in users:
+            return row, line is not None and bool(line.measured[_K]), None, []
+        return row, bool(line.measured[_K]), line.idle_intervals(), [queries[k].asked(line) for k in users[uuid]]
+
+    device_rows, idle, util_read = [], {}, set()
+    # (the timelines' numpy work lets go of the GIL: two devices at once on two cores; their answers are
+    # added in device order, so the sums are the same whatever the threads)
+    with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
+        for uuid, (row, read, idle_at, answers) in zip(devices, pool.map(device, devices), strict=True):
+            device_rows.append(row)
+            if read:
+                util_read.add(uuid)
+            if idle_at is not None:
+                idle[uuid] = idle_at
+            for key, answered in zip(users.get(uuid, []), answers, strict=False):
+                queries[key].answer(answered)
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
     step_parts: list[tuple[Any, Any, Any]] = []
     ranks: list[dict[str, Any]] = []
