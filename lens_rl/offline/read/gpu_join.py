@@ -83,19 +83,23 @@ class Timeline:
     def at(self, x: Any) -> Any:
         """Every measure integrated from the start up to each time in ``x`` (ns): ``(len(x), MEASURES)``."""
         out = np.zeros((len(x), len(MEASURES)))
-        if not self.a.size or not self._present.size:
-            return out
+        if self.a.size and self._present.size:
+            out[:, self._present] = self._upto(x).T
+        return out
+
+    def _upto(self, x: Any) -> Any:
+        """The present measures integrated up to each time in ``x``: ``(present, len(x))``."""
         k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1, 0)
         # (before the first segment: k0 0, nothing into it, cum[0] 0)
         into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64)
-        out[:, self._present] = (self._cum[:, k0] + self._rates[:, k0] * into).T
-        return out
+        return self._cum[:, k0] + self._rates[:, k0] * into
 
     def integrals(self, starts: Any, ends: Any) -> Any:
         """Each measure over each interval ``[starts[i], ends[i])``, in ns: ``(len(starts), MEASURES)``."""
-        if not self.a.size:
-            return np.zeros((len(starts), len(MEASURES)))
-        return self.at(ends) - self.at(starts)
+        out = np.zeros((len(starts), len(MEASURES)))
+        if self.a.size and self._present.size:
+            out[:, self._present] = (self._upto(ends) - self._upto(starts)).T
+        return out
 
     def idle_intervals(self) -> Any:
         """The device's stretches reading 0 %, merged: ``(k, 2)`` int64 ns."""
@@ -143,13 +147,16 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
         keep = np.ones(t.size, bool)
         keep[1:] = t[1:] != t[:-1]
         t, v, h = t[keep], v[keep], h[keep]
+    if h.size and h[0] == h.min() == h.max():  # (one period throughout, as one sampler's: its arithmetic once)
+        h = h[:1].copy()
     a, b = t - h // 2, t + h // 2
     if t.size > 1:
         gap = t[1:] - t[:-1]
-        near = gap <= 2 * np.maximum(h[1:], h[:-1])  # (a neighbour within two periods: up to the midpoint)
+        reach = 2 * np.maximum(h[1:], h[:-1]) if h.size > 1 else 2 * h
+        near = gap <= reach  # (a neighbour within two periods: up to the midpoint)
         mid = t[:-1] + gap // 2
-        a[1:] = np.where(near, mid, a[1:])
-        b[:-1] = np.where(near, mid, b[:-1])
+        np.copyto(a[1:], mid, where=near)
+        np.copyto(b[:-1], mid, where=near)
     present: list[int] = []
     rows = np.empty((len(MEASURES), t.size))
     if not unavailable:  # (else its readings are no readings)
