@@ -1,5 +1,5 @@
-"""Sample files read side by side (threads with the C scanner, else worker processes), read ahead while the
-span files are, and step rows summed at once: the same figures as one at a time."""
+"""Sample files read side by side (threads with the C scanner, else worker processes), and step rows summed
+at once: the same figures as one at a time."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 from lens_rl.offline.read import gpu_samples
 from lens_rl.offline.rollup import gpu as rollup
 from lens_rl.offline.run import gpu as run_gpu
-from lens_rl.offline.run.gpu import gpu_look, read_ahead, read_devices
-from lens_rl.store import ReadStats
+from lens_rl.offline.run import gpu_ahead
+from lens_rl.offline.run.gpu import read_devices
+from lens_rl.offline.run.gpu_ahead import read_ahead
 from tests.gpu_stores import device, scripted_reading, write_samples
 
 
@@ -45,26 +46,11 @@ def test_without_the_scanner_files_are_read_on_worker_processes_alike(tmp_path: 
     one = read_devices(paths, jobs=1)[0]
     monkeypatch.setattr(gpu_samples, "_gpuscan", None)
     monkeypatch.setattr(run_gpu, "SCANNER", False)
+    monkeypatch.setattr(gpu_ahead, "SCANNER", False)
     many = read_devices(paths, jobs=2)[0]
     assert list(one) == list(many)
     assert all(np.array_equal(d.v, many[u].v, equal_nan=True) for u, d in one.items())
     assert read_ahead(paths, None) is None  # (the pure-Python reading holds the GIL: read when asked)
-
-
-def test_a_look_read_ahead_finds_what_a_look_reading_when_asked_finds(tmp_path: Path) -> None:
-    """The sample files read on a thread while the spans are read give the same look: devices, counts, notes."""
-    paths = _store(tmp_path / "run")
-    spans = [tmp_path / "run" / "spans-x.jsonl"]  # (the look finds sample files beside the span files)
-    plain, ahead = ReadStats(), ReadStats()
-    now = gpu_look(spans, [], plain, None, 2)
-    later = gpu_look(spans, [], ahead, None, 2, read_ahead(spans, None, 2) if gpu_samples.SCANNER else None)
-    assert now.paths == later.paths == sorted(paths) and list(now.devices) == list(later.devices)
-    assert (plain.files, plain.lines, plain.skipped, plain.notes) == (
-        ahead.files,
-        ahead.lines,
-        ahead.skipped,
-        ahead.notes,
-    )
 
 
 def test_step_rows_add_each_steps_sums_over_processes_as_one_at_a_time(tmp_path: Path) -> None:

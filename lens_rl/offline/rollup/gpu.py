@@ -23,9 +23,7 @@ Example::
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -80,7 +78,7 @@ class _Queries:
     """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
     productive spans' union), and what its devices answered: each measure summed over them (the devices'
     mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
-    timeline built once and dropped (a day of 64 devices' timelines at once would not fit: two at a time)."""
+    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
 
     def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
         self.intervals = intervals
@@ -123,11 +121,15 @@ def _merged_gpu(parts: Iterable[Any]) -> dict[Any, Any]:
 
 
 def gpu_rollup(
-    parts: Iterable[Any], devices: Mapping[str, Any], lines: Mapping[str, Timeline]
+    parts: Iterable[Any],
+    devices: Mapping[str, Any],
+    lines: Mapping[str, Timeline],
+    each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
     known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
-    may build each when asked: each is asked for once)."""
+    may build each when asked: each is asked for once). ``each`` maps the work of one device over the
+    devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL)."""
     processes = sorted(_merged_gpu(parts).items())
     users: dict[str, list[Any]] = {}
     queries: dict[Any, _Queries] = {}
@@ -144,7 +146,7 @@ def gpu_rollup(
         columns[key] = (uuids, starts, ends, keys, index, values)
 
     def device(uuid: str) -> tuple[Any, ...]:
-        """One device's timeline built, asked by each process using it, and dropped (on a thread: 2 at once)."""
+        """One device's timeline built, asked by each process using it, and dropped."""
         line = lines.get(uuid)
         row = _device_row(uuid, devices[uuid], line, [_who(k) for k in users.get(uuid, [])])
         if line is None or uuid not in users:
@@ -152,17 +154,15 @@ def gpu_rollup(
         return row, bool(line.measured[_K]), line.idle_intervals(), [queries[k].asked(line) for k in users[uuid]]
 
     device_rows, idle, util_read = [], {}, set()
-    # (the timelines' numpy work lets go of the GIL: two devices at once on two cores; their answers are
-    # added in device order, so the sums are the same whatever the threads)
-    with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
-        for uuid, (row, read, idle_at, answers) in zip(devices, pool.map(device, devices), strict=True):
-            device_rows.append(row)
-            if read:
-                util_read.add(uuid)
-            if idle_at is not None:
-                idle[uuid] = idle_at
-            for key, answered in zip(users.get(uuid, []), answers, strict=False):
-                queries[key].answer(answered)
+    # (answers added in device order: the sums are the same whichever way ``each`` runs the devices)
+    for uuid, (row, read, idle_at, answers) in zip(devices, each(device, devices), strict=True):
+        device_rows.append(row)
+        if read:
+            util_read.add(uuid)
+        if idle_at is not None:
+            idle[uuid] = idle_at
+        for key, answered in zip(users.get(uuid, []), answers, strict=False):
+            queries[key].answer(answered)
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
     step_parts: list[tuple[Any, Any, Any]] = []
     ranks: list[dict[str, Any]] = []
