@@ -19,7 +19,7 @@ from tests.conftest import run_python
 from tests.gpu_stores import ALL, device
 from tests.stores import at_ns
 
-pytestmark = pytest.mark.skipif(not gpu_samples.SCANNER, reason="the C scanner was not built here")
+needs_scanner = pytest.mark.skipif(not gpu_samples.SCANNER, reason="the C scanner was not built here")
 
 T = at_ns(10**9)
 GOOD = [60, 25, 12345678901, 250000, 1980, 45.5, 30.25, 0.1]
@@ -119,6 +119,7 @@ HOSTILE = [
 ]
 
 
+@needs_scanner
 def test_normal_and_edge_lines_read_alike_and_as_a_plain_decode(tmp_path: Path, monkeypatch: Any) -> None:
     """Integers, decimals, exponents, nulls per counter and per device, white space of every kind: the
     scanner's arrays are the pure-Python path's, and a plain JSON decode's (times exact)."""
@@ -132,6 +133,7 @@ def test_normal_and_edge_lines_read_alike_and_as_a_plain_decode(tmp_path: Path, 
     assert np.array_equal(block.v, np.array(want_v, np.float64).astype(np.float32), equal_nan=True)
 
 
+@needs_scanner
 def test_hostile_lines_are_skipped_or_read_as_the_python_path_does(tmp_path: Path, monkeypatch: Any) -> None:
     """Signs, values out of range, huge or long numbers, JSON's near misses, other shapes and garbage, each
     between good lines: the same blocks, values and bad-line count with and without the scanner."""
@@ -143,6 +145,7 @@ def test_hostile_lines_are_skipped_or_read_as_the_python_path_does(tmp_path: Pat
     assert fast[3] >= 20
 
 
+@needs_scanner
 def test_a_header_again_and_a_truncated_last_line(tmp_path: Path, monkeypatch: Any) -> None:
     """A header of another device count mid-file starts a block the scanner reads on; a last line still being
     written is left for the next read, with and without the scanner alike."""
@@ -155,6 +158,7 @@ def test_a_header_again_and_a_truncated_last_line(tmp_path: Path, monkeypatch: A
     assert fast[1] == path.stat().st_size - 20
 
 
+@needs_scanner
 def test_random_mutations_read_alike(tmp_path: Path, monkeypatch: Any) -> None:
     """Thousands of lines with random bytes changed, dropped or doubled read alike with and without the
     scanner (a fixed seed: the same lines every run)."""
