@@ -10,8 +10,9 @@ do, no sample file: the same look without sample files) and **samples** (they do
 of ``--hours`` at ``--hz`` with ``--devices`` devices, utilisation varying sample to sample). Then, each in a
 fresh process and in every round, ``lens-rl goodput --json --no-cache`` of each store, and on **samples**
 through the refresh cache: the cold look that writes it, and after 1 % more spans and 1 % more samples were
-appended. Reported: medians of wall and CPU, and the ratios (goals: samples / uuids <= 1.10; the +1 % look
-<= 0.10 of its cold look, SPEC "Refresh").
+appended (in the first round, its answer checked against a ``--no-cache`` look at the same grown store).
+Reported: medians of wall and CPU, and the ratios (goals: samples / uuids <= 1.10; the +1 % look <= 0.10 of
+its cold look, SPEC "Refresh").
 """
 
 from __future__ import annotations
@@ -90,6 +91,13 @@ def _write_samples(run: Path, nodes: int, devices: int, lines: int, hz: float) -
                 out.write(_sample_lines(node, devices, first, min(20_000, lines - first), hz))
 
 
+def _same_answer(warm: Path, cold: Path) -> str:
+    """ "ok" where the two saved ``--json`` answers are the same, else the top-level keys that differ."""
+    a, b = json.loads(warm.read_text()), json.loads(cold.read_text())
+    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return "ok" if not differ else f"DIFFERS in {differ}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spans", type=int, default=1_000_000)
@@ -120,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         _compile()
         looks: dict[str, list[dict]] = {}
+        checks: list[str] = []
         for _ in range(args.rounds):
             for name, store in stores.items():
                 looks.setdefault(f"cold {name}", []).append(
@@ -140,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
                 for node in range(args.nodes):
                     with (run / f"gpu-node-{node}-{9000 + node}.jsonl").open("a") as out:
                         out.write(_sample_lines(node, args.devices, lines, lines // 100, args.hz))
+                warm, cold = root / "refresh.json", root / "refresh.cold"
                 looks.setdefault("cache: +1 % spans and samples", []).append(
-                    _run(MEASURE, "goodput", str(run), "--json")
+                    _run(MEASURE, "goodput", str(run), "--json", save=warm)
                 )
+                if not checks:  # (the first round: the +1 % answer against a --no-cache read of the same store)
+                    _run(MEASURE, "goodput", str(run), "--json", "--no-cache", save=cold)
+                    checks.append(_same_answer(warm, cold))
             finally:
                 for path, size in sizes.items():
                     os.truncate(path, size)
@@ -157,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{med['cold uuids']['s'] / med['cold plain']['s']:.2f}x; "
             f"+1 % refresh / its cold look (goal <= 0.10): {refresh:.3f}x   ({args.rounds} rounds, medians)"
         )
+        print(f"+1 % through the cache == --no-cache: {checks[0] if checks else 'not checked'}")
         print("rounds (s): " + "; ".join(f"{k}: " + " / ".join(f"{r['s']:.2f}" for r in v) for k, v in looks.items()))
     finally:
         if args.keep is None:

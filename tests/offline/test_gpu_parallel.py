@@ -1,4 +1,5 @@
-"""Sample files read on worker processes, and step rows summed at once: the same figures as one at a time."""
+"""Sample files read side by side (threads with the C scanner, else worker processes), and step rows summed
+at once: the same figures as one at a time."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from lens_rl.offline.read import gpu_samples
 from lens_rl.offline.rollup import gpu as rollup
+from lens_rl.offline.run import gpu as run_gpu
+from lens_rl.offline.run import gpu_ahead
 from lens_rl.offline.run.gpu import read_devices
+from lens_rl.offline.run.gpu_ahead import read_ahead
 from tests.gpu_stores import device, scripted_reading, write_samples
 
 
@@ -33,6 +38,19 @@ def test_sample_files_read_on_worker_processes_give_what_one_process_reads(tmp_p
         assert (d.host, d.files, d.unavailable) == (other.host, other.files, other.unavailable)
     counts = [(s.files, s.lines, s.skipped) for s in (stats_one, stats_many)]
     assert counts[0] == counts[1] and counts[0][2] == 6  # (two bad lines a file, counted once each)
+
+
+def test_without_the_scanner_files_are_read_on_worker_processes_alike(tmp_path: Path, monkeypatch: Any) -> None:
+    """Where the C scanner was not built, several files go to worker processes and read as one process does."""
+    paths = _store(tmp_path / "run")
+    one = read_devices(paths, jobs=1)[0]
+    monkeypatch.setattr(gpu_samples, "_gpuscan", None)
+    monkeypatch.setattr(run_gpu, "SCANNER", False)
+    monkeypatch.setattr(gpu_ahead, "SCANNER", False)
+    many = read_devices(paths, jobs=2)[0]
+    assert list(one) == list(many)
+    assert all(np.array_equal(d.v, many[u].v, equal_nan=True) for u, d in one.items())
+    assert read_ahead(paths, None) is None  # (the pure-Python reading holds the GIL: read when asked)
 
 
 def test_step_rows_add_each_steps_sums_over_processes_as_one_at_a_time(tmp_path: Path) -> None:

@@ -56,34 +56,57 @@ def flagged_unavailable(values: Any) -> bool:
 
 class Timeline:
     """One device's samples as disjoint, sorted segments ``[a, b)`` each with its rates, and their running
-    integrals (``cum[i]``: every measure integrated up to ``a[i]``)."""
+    integrals (``cum[i]``: every measure integrated up to ``a[i]``). Only the measures the device has are
+    kept (``present``: SM / tensor activity without GPM, or every one of a device flagged unavailable, are 0
+    throughout), measure-major (``(present, n)``: each measure's running sum a contiguous row, 3x faster to
+    sum and look up than the columns of an ``(n, MEASURES)`` array)."""
 
-    def __init__(self, a: Any, b: Any, rates: Any, mem: Any) -> None:
-        self.a, self.b, self.rates, self.mem = a, b, rates, mem
-        widths = (b - a).astype(np.float64)
-        self.cum = np.zeros((a.size + 1, rates.shape[1]))
-        np.cumsum(rates * widths[:, None], axis=0, out=self.cum[1:])
-        self.widths = widths
+    def __init__(self, a: Any, b: Any, present: Any, rows: Any, mem: Any) -> None:
+        self.a, self.b, self.mem = a, b, mem
+        self.widths = (b - a).astype(np.float64)
+        self._present = np.asarray(present, np.intp)
+        self._rates = rows
+        self._cum = np.zeros((rows.shape[0], a.size + 1))
+        np.cumsum(rows * self.widths, axis=1, out=self._cum[:, 1:])
+        #: which measures read anything (a rate not 0 somewhere)
+        self.measured = np.zeros(len(MEASURES), bool)
+        self.measured[self._present] = rows.any(axis=1)
+        self._mem_low: Any = None
+
+    @property
+    def rates(self) -> Any:
+        """Each segment's rate of each measure: ``(n, MEASURES)``."""
+        out = np.zeros((self.a.size, len(MEASURES)))
+        out[:, self._present] = self._rates.T
+        return out
 
     def at(self, x: Any) -> Any:
         """Every measure integrated from the start up to each time in ``x`` (ns): ``(len(x), MEASURES)``."""
-        k = np.searchsorted(self.a, x, side="right") - 1
-        inside = k >= 0
-        k0 = np.where(inside, k, 0)
-        into = np.clip(x - self.a[k0], 0, self.widths[k0] if self.a.size else 0).astype(np.float64)
-        out = self.cum[k0] + self.rates[k0] * into[:, None] if self.a.size else np.zeros((len(x), len(MEASURES)))
-        out[~inside] = 0.0
+        out = np.zeros((len(x), len(MEASURES)))
+        if self.a.size and self._present.size:
+            out[:, self._present] = self._upto(x).T
         return out
+
+    def _upto(self, x: Any) -> Any:
+        """The present measures integrated up to each time in ``x``: ``(present, len(x))``."""
+        k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1, 0)
+        # (before the first segment: k0 0, nothing into it, cum[0] 0)
+        into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64)
+        return self._cum[:, k0] + self._rates[:, k0] * into
 
     def integrals(self, starts: Any, ends: Any) -> Any:
         """Each measure over each interval ``[starts[i], ends[i])``, in ns: ``(len(starts), MEASURES)``."""
-        if not self.a.size:
-            return np.zeros((len(starts), len(MEASURES)))
-        return self.at(ends) - self.at(starts)
+        out = np.zeros((len(starts), len(MEASURES)))
+        if self.a.size and self._present.size:
+            out[:, self._present] = (self._upto(ends) - self._upto(starts)).T
+        return out
 
     def idle_intervals(self) -> Any:
         """The device's stretches reading 0 %, merged: ``(k, 2)`` int64 ns."""
-        idle = self.rates[:, MEASURES.index("idle")] > 0
+        where = np.flatnonzero(self._present == MEASURES.index("idle"))
+        if not where.size:
+            return np.zeros((0, 2), np.int64)
+        idle = self._rates[where[0]] > 0
         if not idle.any():
             return np.zeros((0, 2), np.int64)
         a, b = self.a[idle], self.b[idle]
@@ -103,7 +126,9 @@ class Timeline:
         some = last > first
         if not some.any():
             return out
-        mem = np.append(np.nan_to_num(self.mem, nan=-np.inf), -np.inf)
+        if self._mem_low is None:  # (asked for by each process using the device: made once)
+            self._mem_low = np.append(np.nan_to_num(self.mem, nan=-np.inf), -np.inf)
+        mem = self._mem_low
         bounds = np.empty(2 * int(some.sum()), np.int64)
         bounds[0::2], bounds[1::2] = first[some], last[some]
         peaks = np.maximum.reduceat(mem, bounds)[0::2]
@@ -114,24 +139,39 @@ class Timeline:
 def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) -> Timeline:
     """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``reach_ns`` each sample's period: how far
     it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
-    order = np.argsort(times, kind="stable")
-    t, v, h = times[order], values[order], np.broadcast_to(reach_ns, times.shape)[order]
-    keep = np.ones(t.size, bool)
-    keep[1:] = t[1:] != t[:-1]  # (a time sampled twice: the first reading)
-    t, v, h = t[keep], v[keep], h[keep]
+    # (a device's rows gathered once from a block of several devices: its columns then read from 32-byte rows)
+    t, v, h = times, np.ascontiguousarray(values), np.broadcast_to(reach_ns, times.shape)
+    if t.size > 1 and not (t[1:] > t[:-1]).all():  # (not in order, or a time sampled twice: the first reading)
+        order = np.argsort(t, kind="stable")
+        t, v, h = t[order], v[order], h[order]
+        keep = np.ones(t.size, bool)
+        keep[1:] = t[1:] != t[:-1]
+        t, v, h = t[keep], v[keep], h[keep]
+    if h.size and h[0] == h.min() == h.max():  # (one period throughout, as one sampler's: its arithmetic once)
+        h = h[:1].copy()
     a, b = t - h // 2, t + h // 2
     if t.size > 1:
         gap = t[1:] - t[:-1]
-        near = gap <= 2 * np.maximum(h[1:], h[:-1])  # (a neighbour within two periods: up to the midpoint)
+        reach = 2 * np.maximum(h[1:], h[:-1]) if h.size > 1 else 2 * h
+        near = gap <= reach  # (a neighbour within two periods: up to the midpoint)
         mid = t[:-1] + gap // 2
-        a[1:] = np.where(near, mid, a[1:])
-        b[:-1] = np.where(near, mid, b[:-1])
-    util, sm, tensor = (v[:, column].astype(np.float64) / 100.0 for column in (_UTIL, _SM, _TENSOR))
-    if unavailable:  # (its readings are no readings)
-        util, sm, tensor = (np.full_like(util, np.nan) for _ in range(3))
-    with np.errstate(invalid="ignore"):
-        rates = np.column_stack(
-            [~np.isnan(util), np.nan_to_num(util), util == 0, ~np.isnan(sm), np.nan_to_num(sm)]
-            + [~np.isnan(tensor), np.nan_to_num(tensor)]
-        ).astype(np.float64)
-    return Timeline(a, b, rates, v[:, _MEM_USED].astype(np.float64))
+        np.copyto(a[1:], mid, where=near)
+        np.copyto(b[:-1], mid, where=near)
+    present: list[int] = []
+    rows = np.empty((len(MEASURES), t.size))
+    if not unavailable:  # (else its readings are no readings)
+        for known, sum_, column in ((0, 1, _UTIL), (3, 4, _SM), (5, 6, _TENSOR)):
+            x = v[:, column].astype(np.float64) / 100.0
+            missing = np.isnan(x)
+            if missing.all():
+                continue
+            at = len(present)
+            np.logical_not(missing, out=rows[at])  # (as 0.0 / 1.0)
+            np.nan_to_num(x, copy=False)
+            rows[at + 1] = x
+            present += [known, sum_]
+            if column == _UTIL:
+                np.equal(x, 0, out=rows[at + 2], where=~missing)
+                rows[at + 2][missing] = 0.0
+                present.append(2)
+    return Timeline(a, b, present, rows[: len(present)], v[:, _MEM_USED].astype(np.float64))

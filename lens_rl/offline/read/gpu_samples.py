@@ -6,12 +6,18 @@ one: a chunk of whole lines is checked against the shape its header implies (the
 one call (as integers where all are: 3.5x faster than as floats). A chunk that is not all alike (a device entry ``null`` at a sample, a garbage line, a header
 again) is read line by line: the lines of the common shape in bulk, the others decoded, a bad one skipped
 and counted. Bad lines: not JSON, longer than :data:`~lens_rl.store.LINE_MAX`, another shape than the
-header's devices, a time outside 2000-2200, a percentage outside 0-100, a negative memory or power.
+header's devices, a time outside 2000-2200, a percentage outside 0-100, a value negative or of 10^18 or
+more. A line reads the same whatever its neighbours (a run that numpy cannot read at once is read line by
+line, each in bulk where it can be).
 
 Values are float32 (``nan``: ``null``, a counter the device lacks or a device not read at that sample;
 exact for percentages, power and clocks, memory to 1 part in 10^7: a day of 8 devices is 350 MB, not 700);
-times int64 ns (exact; in a chunk with a fraction, parsed as float64 first: exact to 256 ns, far below a
-sample period).
+times int64 ns, exact.
+
+**The C scanner** (``_gpuscan.c``, built where a compiler was at hand; :data:`SCANNER`) reads the lines of
+the documented shape straight into the arrays (no Python object per number: ~10x numpy's text parser) and
+stops at any line it does not fully validate (a header, another shape, a sign, a number of more than 15
+digits, garbage), which is then read on the path above, in its place: its results are the same.
 
 Example::
 
@@ -22,7 +28,9 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import warnings
 from typing import IO, Any, NamedTuple
 
@@ -32,14 +40,26 @@ from lens_rl.store import LINE_MAX, TIME_MAX_NS, TIME_MIN_NS, ReadStats, Unreada
 from lens_rl.store.files import rest_of_line, why_not
 from lens_rl.store.gpu import GPU_COUNTERS, GpuHead, gpu_head
 
-__all__ = ["COUNTERS", "Block", "read_samples"]
+try:  # the strict scanner, built from _gpuscan.c where a compiler was at hand at install time (optional)
+    from lens_rl.offline.read import _gpuscan  # type: ignore[attr-defined]
+except ImportError:
+    _gpuscan = None
+
+__all__ = ["COUNTERS", "SCANNER", "Block", "read_samples"]
+
+#: whether sample lines are read by the C scanner (else by numpy's text parser and the checked decode)
+SCANNER = _gpuscan is not None
 
 COUNTERS = len(GPU_COUNTERS)
 _PERCENT = [GPU_COUNTERS.index(c) for c in ("util", "mem_util", "sm_active", "sm_occupancy", "tensor_active")]
+_HUGE = 10**18
+_PERCENT_MASK = sum(1 << i for i in _PERCENT)
 _CHUNK = 4 << 20
 _SKELETON_DROP = b"0123456789.-+eEnul \t\r"
-_BLANKS = bytes.maketrans(b'{}[]":,td\n', b"          ")
+#: a line's structure to blanks, keeping the commas, a line's end a comma: exactly one number between commas
+_BLANKS = bytes.maketrans(b'{}[]":td\n', b"        ,")
 _NOT_INT = (b".", b"-", b"+", b"e", b"E")
+_TIME = re.compile(rb'^[ \t\r]*\{[ \t\r]*"t"[ \t\r]*:[ \t\r]*([^, \t\r]*)', re.M)
 
 
 class Block(NamedTuple):
@@ -55,21 +75,22 @@ def _skeleton(devices: int) -> bytes:
 
 
 def _checked(t: Any, v: Any) -> Any:
-    """Which rows are plausible (a time in range, percentages 0-100, memory and power not negative)."""
+    """Which rows are plausible (a time in range, percentages 0-100, no value negative nor 10^18 or more)."""
     ok = (t >= TIME_MIN_NS) & (t < TIME_MAX_NS)
     with np.errstate(invalid="ignore"):
         pct = v[:, :, _PERCENT]
         ok &= ~((pct < 0) | (pct > 100)).any(axis=(1, 2))
-        ok &= ~(v < 0).any(axis=(1, 2))
+        ok &= ~((v < 0) | (v >= _HUGE)).any(axis=(1, 2))
     return ok
 
 
 def _numbers(text: bytes, dtype: Any) -> Any:
-    """Every number of ``text`` (numbers between blanks) as ``dtype`` (None where one is not a number)."""
+    """Every number of ``text`` (one between each two commas) as ``dtype`` (None where a slot holds no
+    number, or two: a line with one number short and one with one more never read as two good lines)."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
-            return np.fromstring(text, dtype=dtype, sep=" ")  # type: ignore[call-overload]
+            return np.fromstring(text, dtype=dtype, sep=",")  # type: ignore[call-overload]
         except (ValueError, DeprecationWarning):
             return None
 
@@ -85,7 +106,7 @@ def _bulk_ints(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
     if ints is None or ints.size != lines * width:
         return None
     ints = ints.reshape(lines, width)
-    values = ints[:, 1:].astype(np.float32)
+    values = ints[:, 1:].astype(np.float64).astype(np.float32)  # (rounded as text read as a float64 is)
     values[ints[:, 1:] < 0] = np.nan
     return ints[:, 0].copy(), values.reshape(lines, devices, COUNTERS)
 
@@ -102,7 +123,17 @@ def _bulk(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
     values = values.reshape(lines, width)
     with np.errstate(invalid="ignore"):
         t = np.where(np.isfinite(values[:, 0]), values[:, 0], 0).astype(np.int64)
-    return t, values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
+    return _exact_times(data, t), values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
+
+
+def _exact_times(data: bytes, t: Any) -> Any:
+    """``t`` (the lines' times read as float64: to 256 ns) with each time written as an integer read exactly."""
+    found = _TIME.findall(data)
+    if len(found) == t.size:
+        for i, raw in enumerate(found):
+            if raw.isdigit() and len(raw) <= 19 and int(raw) < 2**63:
+                t[i] = int(raw)
+    return t
 
 
 def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
@@ -112,6 +143,8 @@ def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
     except (ValueError, RecursionError):
         return None
     if type(line) is not dict or type(line.get("t")) is not int or type(line.get("d")) is not list:
+        return None
+    if not -(2**63) <= line["t"] < 2**63:  # (past int64: no time, and no crash of the reader)
         return None
     entries = line["d"]
     if len(entries) != devices:
@@ -127,8 +160,8 @@ def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
             kind = type(value)
             if value is None:
                 out.append(float("nan"))
-            elif (kind is int or kind is float) and abs(value) < 1e18:
-                out.append(float(value))
+            elif (kind is int and -_HUGE < value < _HUGE) or (kind is float and math.isfinite(value)):
+                out.append(float(value))  # (a value of 10^18 or more: a bad line, as any is, by _checked)
             else:
                 return None
     return line["t"], out
@@ -140,35 +173,63 @@ class _Reader:
     def __init__(self, head: GpuHead | None, stats: ReadStats) -> None:
         self.blocks: list[Block] = []
         self.head = head
-        self.pieces: list[tuple[Any, Any]] = []
+        self.pieces: list[tuple[Any, Any, bool]] = []  # (times, values, checked)
         self.stats = stats
 
     def close_block(self) -> None:
         if self.head is not None and self.pieces:
-            t = np.concatenate([p[0] for p in self.pieces])
-            v = np.concatenate([p[1] for p in self.pieces])
-            ok = _checked(t, v)
-            bad = int(ok.size - np.count_nonzero(ok))
-            if bad:
-                self.stats.skipped += bad
-                t, v = t[ok], v[ok]
+            times, values = [], []
+            for t, v, checked in self.pieces:
+                if not checked:  # (the scanner's pieces are: it takes plausible lines only)
+                    ok = _checked(t, v)
+                    bad = int(ok.size - np.count_nonzero(ok))
+                    if bad:
+                        self.stats.skipped += bad
+                        t, v = t[ok], v[ok]
+                times.append(t)
+                values.append(v)
+            t = np.concatenate(times) if len(times) > 1 else times[0]
             if t.size:
-                self.blocks.append(Block(self.head, t, v))
+                self.blocks.append(Block(self.head, t, np.concatenate(values) if len(values) > 1 else values[0]))
         self.pieces = []
 
     def chunk(self, data: bytes) -> None:
         """Whole lines (``data`` ends with a newline)."""
         lines = data.count(b"\n")
         self.stats.lines += lines
+        if _gpuscan is not None:
+            self.scanned(data, lines)
+            return
         if self.head is not None:
             devices = len(self.head.devices)
             skeleton = _skeleton(devices)
             if data.translate(None, _SKELETON_DROP) == skeleton * lines:
                 parsed = _bulk(data, lines, devices)
                 if parsed is not None:
-                    self.pieces.append(parsed)
+                    self.pieces.append((*parsed, False))
                     return
         self.by_line(data.split(b"\n")[:-1])
+
+    def scanned(self, data: bytes, lines: int) -> None:
+        """Whole lines read by the C scanner into arrays; each line it does not take (another shape, a header,
+        a sign, a long number, garbage) read on the checked path, in its place, then the scan goes on."""
+        pos, size, rows, t, v = 0, len(data), 0, None, None
+        while pos < size:
+            if self.head is None:
+                self.by_line(data[pos:].split(b"\n")[:-1])
+                return
+            devices = len(self.head.devices)
+            if t is None or v is None or v.shape[1] != devices:  # (room for the lines left, at most)
+                room = min(lines if pos == 0 else data.count(b"\n", pos), (size - pos) // (13 + 5 * devices) + 1)
+                t, v, rows = np.empty(room, np.int64), np.empty((room, devices, COUNTERS), np.float32), 0
+            got, pos = _gpuscan.scan(data, pos, devices, t, v, rows, TIME_MIN_NS, TIME_MAX_NS, _PERCENT_MASK)
+            if got > rows:
+                self.pieces.append((t[rows:got], v[rows:got], True))
+                rows = got
+            if pos < size:
+                cut = data.index(b"\n", pos)
+                self.by_line([data[pos:cut]])
+                pos = cut + 1
 
     def by_line(self, lines: list[bytes]) -> None:
         """Lines read one by one: runs of the common shape in bulk, the others decoded or skipped."""
@@ -186,12 +247,17 @@ class _Reader:
     def _flush(self, run: list[bytes]) -> None:
         if not run or self.head is None:
             return
-        parsed = _bulk(b"\n".join(run) + b"\n", len(run), len(self.head.devices))
+        devices = len(self.head.devices)
+        parsed = _bulk(b"\n".join(run) + b"\n", len(run), devices)
         if parsed is not None:
-            self.pieces.append(parsed)
+            self.pieces.append((*parsed, False))
             return
-        for raw in run:
-            self.odd(raw)
+        for raw in run:  # (each line read alone: a line reads the same whatever its neighbours)
+            parsed = _bulk(raw + b"\n", 1, devices) if len(run) > 1 else None
+            if parsed is not None:
+                self.pieces.append((*parsed, False))
+            else:
+                self.odd(raw)
 
     def odd(self, raw: bytes) -> None:
         """A line of another shape: a header again (a new block), a sample decoded, or a bad line."""
@@ -206,7 +272,8 @@ class _Reader:
             self.stats.skipped += 1
             return
         devices = len(self.head.devices)  # type: ignore[union-attr]
-        self.pieces.append((np.array([one[0]], np.int64), np.array(one[1], np.float32).reshape(1, devices, COUNTERS)))
+        values = np.array(one[1], np.float32).reshape(1, devices, COUNTERS)
+        self.pieces.append((np.array([one[0]], np.int64), values, False))
 
 
 def read_samples(

@@ -23,7 +23,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -87,12 +87,18 @@ class _Queries:
         self.counts = np.zeros(len(MEASURES))
         self.devices = 0
 
-    def answer(self, line: Timeline) -> None:
-        for (lo, hi), sums, mem in zip(self.intervals, self.sums, self.mem, strict=True):
-            if len(lo):
-                sums += line.integrals(lo, hi)
-                np.fmax(mem, line.mem_peak(lo, hi), out=mem)
-        self.counts += line.rates.any(axis=0) if line.rates.size else 0
+    def asked(self, line: Timeline) -> list[Any]:
+        """What one device answers (each interval set's integrals and memory peaks, and what it measures)."""
+        out = [(line.integrals(lo, hi), line.mem_peak(lo, hi)) if len(lo) else None for lo, hi in self.intervals]
+        return [*out, line.measured]
+
+    def answer(self, answered: list[Any]) -> None:
+        """One device's answer (:meth:`asked`) added in (devices in the same order every look: the same sums)."""
+        for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
+            if got is not None:
+                sums += got[0]
+                np.fmax(mem, got[1], out=mem)
+        self.counts += answered[-1]
         self.devices += 1
 
     def mean(self) -> None:
@@ -115,11 +121,15 @@ def _merged_gpu(parts: Iterable[Any]) -> dict[Any, Any]:
 
 
 def gpu_rollup(
-    parts: Iterable[Any], devices: Mapping[str, Any], lines: Mapping[str, Timeline]
+    parts: Iterable[Any],
+    devices: Mapping[str, Any],
+    lines: Mapping[str, Timeline],
+    each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
     known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
-    may build each when asked: each is asked for once)."""
+    may build each when asked: each is asked for once). ``each`` maps the work of one device over the
+    devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL)."""
     processes = sorted(_merged_gpu(parts).items())
     users: dict[str, list[Any]] = {}
     queries: dict[Any, _Queries] = {}
@@ -134,19 +144,25 @@ def gpu_rollup(
         hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
         queries[key] = _Queries([(starts, ends), hull, (step_lo, step_hi), productive])
         columns[key] = (uuids, starts, ends, keys, index, values)
-    device_rows, idle, util_read = [], {}, set()
-    for uuid, device in devices.items():
+
+    def device(uuid: str) -> tuple[Any, ...]:
+        """One device's timeline built, asked by each process using it, and dropped."""
         line = lines.get(uuid)
-        device_rows.append(_device_row(uuid, device, line, [_who(k) for k in users.get(uuid, [])]))
-        if line is None:
-            continue
-        if line.rates[:, _K].any():
+        row = _device_row(uuid, devices[uuid], line, [_who(k) for k in users.get(uuid, [])])
+        if line is None or uuid not in users:
+            return row, line is not None and bool(line.measured[_K]), None, []
+        return row, bool(line.measured[_K]), line.idle_intervals(), [queries[k].asked(line) for k in users[uuid]]
+
+    device_rows, idle, util_read = [], {}, set()
+    # (answers added in device order: the sums are the same whichever way ``each`` runs the devices)
+    for uuid, (row, read, idle_at, answers) in zip(devices, each(device, devices), strict=True):
+        device_rows.append(row)
+        if read:
             util_read.add(uuid)
-        if uuid in users:
-            idle[uuid] = line.idle_intervals()
-            for key in users[uuid]:
-                queries[key].answer(line)
-        del line
+        if idle_at is not None:
+            idle[uuid] = idle_at
+        for key, answered in zip(users.get(uuid, []), answers, strict=False):
+            queries[key].answer(answered)
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
     step_parts: list[tuple[Any, Any, Any]] = []
     ranks: list[dict[str, Any]] = []

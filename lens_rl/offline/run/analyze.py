@@ -34,7 +34,8 @@ from lens_rl.offline.run.cache import (
     save_sizes,
     store_fingerprint,
 )
-from lens_rl.offline.run.gpu import gpu_look, sample_files, with_gpu
+from lens_rl.offline.run.gpu import sample_files, with_gpu
+from lens_rl.offline.run.gpu_ahead import join_ahead, read_ahead
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
 from lens_rl.offline.run.records import UNENCODABLE, PartRec, decode, encode, part_from, part_record
@@ -216,11 +217,12 @@ def analyze(
         kept = load_report(cache, fingerprint)
         if kept is not None:
             return cast(GoodputReport, kept)
+    ahead = read_ahead(paths, cache, jobs)  # (the sample files read while the span files are)
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )
-    gpu = gpu_look(paths, parts, stats, cache, jobs)  # (joined before the rollup merges the parts)
-    report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), gpu)
+    joining = join_ahead(paths, parts, stats, cache, jobs, ahead)  # (joined while the rollup merges the parts)
+    report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), joining.result())
     if cache is not None and fingerprint is not None and not _grew(stats):
         save_report(cache, fingerprint, report)
     return report

@@ -21,7 +21,8 @@ from lens_rl.offline.read.tree import depths, rows_tree
 from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
 from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
-from lens_rl.offline.run.gpu import gpu_lanes, gpu_look, with_gpu
+from lens_rl.offline.run.gpu import gpu_lanes, with_gpu
+from lens_rl.offline.run.gpu_ahead import join_ahead, read_ahead
 from lens_rl.offline.run.index import complete_end
 from lens_rl.offline.run.parallel import map_files
 from lens_rl.offline.run.window import file_mark, keep, reused
@@ -72,9 +73,12 @@ def page_data(
 ) -> PageData:
     """Everything the page of these span files draws. ``ValueError`` when no readable span is there (an
     empty page would read as a run that did nothing) or ``steps`` selects none of the run's steps."""
+    ahead = read_ahead(paths, cache, jobs)  # (the sample files read while the span files are)
     parts, stats = analyze_parts(paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, cache=cache)
-    gpu = gpu_look(paths, parts, stats, cache, jobs)  # (joined before the rollup merges the parts)
-    report = with_gpu(rolled_up(parts, stats, cache, warmup_steps=warmup_steps), gpu)
+    joining = join_ahead(paths, parts, stats, cache, jobs, ahead)  # (joined while the rollup merges the parts)
+    report = rolled_up(parts, stats, cache, warmup_steps=warmup_steps)
+    gpu = joining.result()
+    report = with_gpu(report, gpu)
     if not report["spans"]:
         raise ValueError(
             f"no readable lens_rl spans ({report['files']} files, {report['skipped_lines']} bad lines); no page written"

@@ -1,0 +1,66 @@
+"""A look's GPU work done beside its other work: the sample files read while the span files are, and the
+join run while the rollup merges the parts (the C scanner and numpy let go of the GIL, and this process
+only waits on its span-reading workers, then runs the rollup's Python, meanwhile).
+
+Example::
+
+    ahead = read_ahead(paths, cache, jobs)            # before the span files are read
+    parts, stats = analyze_parts(paths, ...)
+    joining = join_ahead(paths, parts, stats, cache, jobs, ahead)   # the GPU counts now in stats
+    report = with_gpu(rolled_up(parts, stats, ...), joining.result())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from lens_rl.offline.read.gpu_samples import SCANNER
+from lens_rl.offline.run.gpu import GpuLook, gpu_join, gpu_read, read_run
+from lens_rl.store import ReadStats
+
+__all__ = ["join_ahead", "read_ahead"]
+
+
+class _Columns(NamedTuple):
+    """A part's GPU span columns as they were before the rollup merged the parts (the join's snapshot)."""
+
+    key: Any
+    gpu: Any
+
+
+def _on_thread(fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def read_ahead(paths: Sequence[Path], cache: str | None, jobs: int | None = None) -> Future[Any] | None:
+    """The run's sample files read on a thread of their own while the span files are read: pass it to
+    :func:`join_ahead` (or :func:`~lens_rl.offline.run.gpu.gpu_look`). None without the C scanner (the
+    pure-Python reading holds the GIL: read when the look asks)."""
+    return _on_thread(read_run, paths, cache, jobs) if SCANNER else None
+
+
+def join_ahead(
+    paths: Sequence[Path],
+    parts: Sequence[Any],
+    stats: ReadStats,
+    cache: str | None,
+    jobs: int | None = None,
+    ahead: Future[Any] | None = None,
+) -> Future[GpuLook]:
+    """The run's samples read (or ``ahead``'s reading waited for: its counts and notes are in ``stats`` when
+    this returns, before the report is made of them) and joined to the parts on a thread, from a snapshot of
+    their GPU columns: the parts may be merged meanwhile. ``.result()`` is the :class:`GpuLook`."""
+    found, devices = gpu_read(paths, stats, cache, jobs, ahead)
+    columns = [_Columns(part.key, part.gpu) for part in parts if part.gpu is not None]
+    if not found or not devices:
+        done: Future[GpuLook] = Future()
+        done.set_result(gpu_join(found, devices, columns))
+        return done
+    return _on_thread(gpu_join, found, devices, columns)

@@ -1,0 +1,34 @@
+"""A look's GPU work done beside its other work (sample files read while the span files are, the join run
+while the rollup merges the parts) gives the same look as done in turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lens_rl.offline.read import gpu_samples
+from lens_rl.offline.run.analyze import analyze_parts
+from lens_rl.offline.run.gpu import gpu_look
+from lens_rl.offline.run.gpu_ahead import join_ahead, read_ahead
+from lens_rl.store import ReadStats, span_files
+from tests.gpu_stores import write_scripted_job
+
+
+def test_a_look_read_and_joined_ahead_is_the_look_done_in_turn(tmp_path: Path) -> None:
+    """Read ahead and joined on a thread, with the parts emptied of their GPU columns as soon as the join is
+    started (as the rollup's merges change them), the look's section, warnings and counts are the same."""
+    paths = span_files(str(write_scripted_job(tmp_path / "run")))
+    parts, stats = analyze_parts(paths, jobs=1)
+    before = ReadStats()
+    look = gpu_look(paths, parts, before, None, 1)
+    ahead_stats = ReadStats()
+    ahead = read_ahead(paths, None, 2)
+    assert (ahead is None) == (not gpu_samples.SCANNER)
+    joining = join_ahead(paths, parts, ahead_stats, None, 2, ahead)
+    counted = (ahead_stats.files, ahead_stats.lines, ahead_stats.skipped, list(ahead_stats.notes))
+    assert counted == (before.files, before.lines, before.skipped, before.notes) and before.files == 2
+    for part in parts:  # (what the rollup's merges may do to the parts meanwhile)
+        part.gpu = None
+    later = joining.result()
+    assert look.section is not None and later.paths == look.paths and list(later.devices) == list(look.devices)
+    assert json.dumps([later.section, later.warnings]) == json.dumps([look.section, look.warnings])
