@@ -237,12 +237,15 @@ def settled_has(ids: Any, key: Any) -> bool:
     return at < len(ids) and ids[at] == key
 
 
-def merged_ids(ids: Any, new: list[Any]) -> Any:
-    """The settled ids with ``new`` ones, sorted (an int array while every id is lens_rl's form)."""
-    if not new:
+def merged_ids(ids: Any, new: Any) -> Any:
+    """The settled ids with ``new`` ones (a list, or an int array), sorted (an int array while every id is
+    lens_rl's form)."""
+    if not len(new):
         return ids
-    if type(ids) is array and all(type(i) is int and 0 <= i < 2**64 for i in new):
-        new.sort()
+    if type(ids) is array and (type(new) is array or all(type(i) is int and 0 <= i < 2**64 for i in new)):
+        new = sorted(new)
+        if not len(ids):  # (a first look: its ids, sorted once)
+            return array("Q", new)
         out, at = array("Q"), 0  # (the few new ones slotted in: no sort of the whole run)
         for i in new:
             to = bisect_left(ids, i, at)
@@ -251,7 +254,7 @@ def merged_ids(ids: Any, new: list[Any]) -> Any:
             at = to
         out += ids[at:]
         return out
-    merged = list(ids) + new
+    merged = list(ids) + list(new)
     try:
         return sorted(merged)
     except TypeError:  # ids of several types: kept as they are (looked up one by one)
