@@ -34,7 +34,7 @@ from itertools import compress
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lens_rl.offline.read.columns import REMOTE_PARENT, Columns
+from lens_rl.offline.read.columns import Columns
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.read.reduce import file_parts, reduce_columns
 from lens_rl.offline.run.cache_files import (
@@ -51,6 +51,7 @@ from lens_rl.offline.run.cache_files import (
     save_sizes,
     settled_has,
 )
+from lens_rl.offline.run.chains import complete_chains
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.offline.run.memo_file import load_memo, save_memo
@@ -161,7 +162,7 @@ class _Batch:
         still = array("q")
         numbers, given = array("Q"), list[Any]()
         for process, cols in self.columns.items():
-            keep, late = _complete(cols, settled)
+            keep, late = complete_chains(cols, settled)
             if late:
                 return None
             every = all(keep)
@@ -182,53 +183,6 @@ class _Batch:
             else:
                 pending[process] = cols
         return done, pending, _in_file_order(still), [*numbers, *given] if given else numbers
-
-
-#: a flags byte -> 1 where the span's parent is not a remote one (whose chain ends at it)
-_LOCAL = bytes(0 if f & REMOTE_PARENT else 1 for f in range(256))
-
-
-def _complete(cols: Columns, settled: Any) -> tuple[bytearray, bool]:
-    """Which rows have their whole ancestor chain in the batch (1), and whether a row hangs from a span an
-    earlier read settled (a late child: the file must be read cold)."""
-    ids, parents, flags, root = cols.ids, cols.parent_ids, cols.flags, cols.root
-    none = 0 if type(parents) is array else None
-    outside = set(parents).difference(ids)  # (parents not in the batch: the only places a chain can stop short)
-    outside.discard(none)
-    outside.discard(root)
-    if not outside or outside.isdisjoint(compress(parents, flags.translate(_LOCAL))):
-        return bytearray(b"\x01") * len(ids), False  # (every chain ends in the batch: no walk)
-    index = {span_id: i for i, span_id in enumerate(ids)}
-    state = bytearray(len(ids))  # 0 not yet, 1 complete, 2 held
-    late = False
-    for i in range(len(ids)):
-        if state[i]:
-            continue
-        trail: list[int] = []
-        on_trail: set[int] = set()
-        j = i
-        while True:
-            if state[j]:
-                result = state[j]
-                break
-            trail.append(j)
-            on_trail.add(j)
-            parent = parents[j]
-            if parent == none or parent == root or flags[j] & REMOTE_PARENT:
-                result = 1
-                break
-            k = index.get(parent)
-            if k is None:  # not written yet, or settled by an earlier read
-                late = late or settled_has(settled, parent if type(parent) is not str else id_key(parent))
-                result = 2
-                break
-            if k == j or k in on_trail:  # a malformed cycle: reduced as a cold read reduces it
-                result = 1
-                break
-            j = k
-        for t in trail:
-            state[t] = result
-    return bytearray(1 if s == 1 else 0 for s in state), late
 
 
 def read_parts(
