@@ -1,13 +1,16 @@
 """Offline analysis at scale: goodput, report and Perfetto over synthesized stores, against a plain parse.
 
-Run:  python benchmarks/scale.py [--spans 1000000] [--files 50] [--jobs N] [--keep DIR] [--rounds K]
-                                 [--refresh-only] [--json OUT]
+Run:  python benchmarks/scale.py [--spans 1000000] [--files 50] [--steps S] [--groups G] [--jobs N] [--keep DIR]
+                                 [--rounds K] [--refresh-only] [--json OUT]
 
 Synthesizes (``synth.py``) a GRPO-shaped run in the v2 file store (one driver file, the rest worker files;
 per step a driver umbrella with its phases, and on each worker a bucketed phase called from the driver plus
 a nested child), and a resumed job of three attempts of about as many spans (the driver restarted under its
 pid, appending a header per attempt to its file; ``files - 1`` new worker files per attempt; each attempt
-re-runs the previous one's last 5 steps). Then it times, each in a fresh process:
+re-runs the previous one's last 5 steps). ``--steps S`` makes both stores of S steps (each worker writing more
+spans under its phase per step, as many as make about ``--spans``) and ``--groups G`` lays the workers out in G
+worker groups (issue 48's second store: ``--steps 4000 --groups 2``, a driver and two worker groups in 50
+files). Then it times, each in a fresh process:
 
 * the baseline: one plain pass of the standard library's ``json.loads`` over every line;
 * ``lens-rl goodput --json --no-cache`` (default ``--jobs``: the cores, at most 4);
@@ -55,7 +58,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (synth.py, also when loaded by its path)
 
-from synth import append_attempt_steps, append_steps, steps_of, synthesize, synthesize_attempts
+from synth import (
+    Shape,
+    append_attempt_steps,
+    append_steps,
+    per_step,
+    shape_for,
+    steps_of,
+    synthesize,
+    synthesize_attempts,
+)
 
 __all__ = ["append_attempt_steps", "append_steps", "main", "steps_of", "synthesize", "synthesize_attempts"]
 
@@ -179,16 +191,18 @@ def _checks(root: Path) -> list[str]:
     return lines
 
 
-def _round(root: Path, spans: int, files: int, jobs: list[str], check: bool) -> dict[tuple[str, str], dict]:
-    """One round of every refresh and report look, on both stores."""
+def _round(
+    root: Path, spans: int, files: int, jobs: list[str], check: bool, shape: Shape
+) -> dict[tuple[str, str], dict]:
+    """One round of every refresh and report look, on both stores (of ``shape``)."""
     one, three = root / "run", root / "attempts" / "run"
-    more = steps_of(spans // 100, files)
+    more = steps_of(spans // 100, files, shape)
 
     def grow_one() -> None:
-        append_steps(root, files, steps_of(spans, files), more, seed=1)
+        append_steps(root, files, steps_of(spans, files, shape), more, seed=1, shape=shape)
 
     def grow_three() -> None:
-        append_attempt_steps(root / "attempts", spans, files, more)
+        append_attempt_steps(root / "attempts", spans, files, more, shape=shape)
 
     looks = [
         (ONE, "goodput", one, ("goodput", str(one), "--json", *jobs), grow_one, root / "one.json"),
@@ -249,20 +263,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=None, help="steps of each store (default: as --spans make)")
+    parser.add_argument("--groups", type=int, default=1, help="worker groups (1 or 2)")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--keep", help="synthesize into (and keep, or reuse) this directory")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every case; medians are reported")
     parser.add_argument("--refresh-only", action="store_true", help="only the refresh and report cases")
     args = parser.parse_args(argv)
+    try:
+        shape = shape_for(args.spans, args.files, args.steps, args.groups)
+    except ValueError as exc:
+        parser.error(str(exc))
+    size = args.spans if args.steps is None else per_step(args.files, shape) * args.steps  # (whole steps)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="lens-scale-"))
     run = root / "run"
     try:
         t = time.perf_counter()
         if not run.exists():
-            synthesize(root, args.spans, args.files)
+            synthesize(root, size, args.files, shape=shape)
         if not (root / "attempts" / "run").exists():
-            synthesize_attempts(root / "attempts", args.spans, args.files)
+            synthesize_attempts(root / "attempts", size, args.files, shape=shape)
         spans = 0
         for name, folder in ((ONE, run), (THREE, root / "attempts" / "run")):
             count, files = _count(folder)
@@ -270,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             size_mb = sum(p.stat().st_size for p in folder.glob("spans-*.jsonl")) / 1e6
             print(
                 f"store, {name}: {count:,} spans in {files} files, {size_mb:.0f} MB ({size_mb * 1e6 / count:.0f} B a span)"
+                f"; {steps_of(size, args.files, shape):,} steps, {shape.groups} worker group(s)"
             )
         print(f"made in {time.perf_counter() - t:.0f}s; lens_rl byte-compiled in {_compile()}")
         jobs = [] if args.jobs is None else ["--jobs", str(args.jobs)]
@@ -288,9 +310,16 @@ def main(argv: list[str] | None = None) -> int:
             for name, command in cases.items():
                 if not args.refresh_only or command[0] is BASELINE:
                     runs[name].append(_run(*command))
-            for key, measured in _round(root, args.spans, args.files, jobs, check=k == 0).items():
+            for key, measured in _round(root, size, args.files, jobs, k == 0, shape).items():
                 looks[key].append(measured)
-        results: dict = {"spans": spans, "files": args.files, "rounds": args.rounds}
+        steps = steps_of(size, args.files, shape)
+        results: dict = {
+            "spans": spans,
+            "files": args.files,
+            "steps": steps,
+            "groups": shape.groups,
+            "rounds": args.rounds,
+        }
         if not args.refresh_only:
             results.update(_plain_table(runs, spans, args.rounds))
         results["looks"] = _table(looks)

@@ -235,7 +235,9 @@ def test_a_planted_record_claiming_4_gib_is_refused_before_anything_is_allocated
     from lens_rl.offline.run.records import encode
 
     path, key, identity, data = _entry_file(tmp_path)
-    rec = msgspec.structs.replace(_first_record(data), held=memoryview(b"HELDHELD"), settled=[])
+    first = _first_record(data)
+    state = msgspec.structs.replace(first.state, held=memoryview(b"HELDHELD"))
+    rec = msgspec.structs.replace(first, state=state, settled=[])
     plain = encode(rec)
     assert b"\xc4\x08HELDHELD" in plain and plain.count(b"\x90") >= 1
     planted = [
@@ -275,9 +277,9 @@ def test_a_record_cut_short_of_another_version_or_not_adding_up_is_read_cold(tmp
     short = msgspec.structs.replace(rec, settled=[msgspec.structs.replace(part, steps=steps)])
     path.write_bytes(_with_first(data, encode(short)))
     assert load_entry(path, key, identity)[1] == "corrupt (ValueError)"
-    odd = msgspec.structs.replace(rec, held=memoryview(bytes(24 + 8)))
+    odd = msgspec.structs.replace(rec, state=msgspec.structs.replace(rec.state, held=memoryview(bytes(24 + 8))))
     path.write_bytes(_with_first(data, encode(odd)))
     assert load_entry(path, key, identity)[1] == "corrupt (ValueError)"
     path.write_bytes(_with_first(data, whole) + (1000).to_bytes(8, "little") + b"\x9d")  # a delta cut short
     back, why = load_entry(path, key, identity)
-    assert why is None and back is not None and back.token == rec.token and back.disk is None
+    assert why is None and back is not None and back.token == rec.state.token and back.disk is None

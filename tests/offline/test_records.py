@@ -81,3 +81,18 @@ def test_a_memo_record_claiming_4_gib_is_refused_before_anything_is_allocated() 
         finally:
             tracemalloc.stop()
         assert peak < 1 << 20, peak
+
+
+def test_an_entry_and_a_delta_carry_one_file_state() -> None:
+    """An entry's and a delta's file state is one schema (StateRec): the state an entry carries decodes
+    unchanged from a delta, and an entry record is refused as a delta (its tag)."""
+    from lens_rl.offline.run.records import DeltaRec, EntryRec, StateRec, StatsRec
+
+    stats = StatsRec(1, 2, 0, 0, [], 0, [], [])
+    state = StateRec("t", 10, 12, 1, 2, b"cut", [{"format": "x"}], 0, raw(array("q", [0, 5, 0]), "q"), stats)
+    entry = decode(encode(EntryRec("o", (1, 2, "line"), state, [], [])), EntryRec)
+    delta = decode(encode(DeltaRec("s", state, [], [])), DeltaRec)
+    assert msgspec.structs.astuple(entry.state)[:-2] == msgspec.structs.astuple(delta.state)[:-2]
+    assert bytes(entry.state.held) == bytes(delta.state.held) and entry.state.stats == delta.state.stats == stats
+    with pytest.raises(msgspec.DecodeError):
+        decode(encode(EntryRec("o", (1, 2, "line"), state, [], [])), DeltaRec)

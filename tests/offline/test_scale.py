@@ -73,3 +73,22 @@ def test_a_job_of_three_attempts_refreshed_reads_as_a_cold_read(tmp_path: Path) 
     warm = _report(run)
     assert warm["attempts"][2]["last_step"] == first["attempts"][2]["last_step"] + 10
     assert warm == _report(run, "--no-cache")
+
+
+def test_a_store_of_so_many_steps_in_two_worker_groups_refreshes_as_a_cold_read(tmp_path: Path) -> None:
+    """The benchmark's second store (--steps, --groups: a driver and two worker groups, several spans under
+    each worker's phase) has the steps and groups asked for, and after it grew a look through the refresh cache
+    gives the very report a --no-cache read does."""
+    scale = scale_module()
+    shape = scale.shape_for(30 * 26, 5, 30, groups=2)
+    assert (shape.groups, shape.children) == (2, 4)
+    scale.synthesize(tmp_path, scale.per_step(5, shape) * 30, 5, shape=shape)
+    run = tmp_path / "run"
+    first = _report(run)
+    assert first["spans"] == 30 * 26 and len(first["steps"]) == 30
+    assert {r["worker_group"] for r in first["ranks"]} >= {"lm_policy", "rollout"}
+    scale.append_steps(tmp_path, 5, 30, 3, seed=1, shape=shape)
+    warm = _report(run)
+    assert len(warm["steps"]) == 33 and warm == _report(run, "--no-cache")
+    with pytest.raises(ValueError):
+        scale.shape_for(1000, 5, 30, groups=3)

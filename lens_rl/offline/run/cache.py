@@ -30,10 +30,11 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Mapping
+from itertools import compress
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lens_rl.offline.read.columns import REMOTE_PARENT, Columns
+from lens_rl.offline.read.columns import Columns
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.read.reduce import file_parts, reduce_columns
 from lens_rl.offline.run.cache_files import (
@@ -50,6 +51,7 @@ from lens_rl.offline.run.cache_files import (
     save_sizes,
     settled_has,
 )
+from lens_rl.offline.run.chains import complete_chains
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.offline.run.memo_file import load_memo, save_memo
@@ -128,88 +130,59 @@ class _Batch:
         else:
             start_head = None if entry.head_at_end is None else self.heads[entry.head_at_end]
             rows = scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
-        settled = array("Q") if entry is None else entry.ids
+        settled = None if entry is None or not len(entry.ids) else entry.ids  # (none: no lookup per row)
         seen, last, h = self.seen, None, -1
+        seen_add = seen.add
         cols: Columns | None = None
-        where = array("q")
+        where = array("q").extend
         for head, row, at, length in rows:
             if head is not last:  # (a header's rows come in a run: its number and columns looked up once)
                 last, h, cols = head, self.number(head), None
             span_id = row.s
-            if span_id in seen or settled_has(settled, id_key(span_id)):
+            if span_id in seen or (settled is not None and settled_has(settled, id_key(span_id))):
                 read.duplicates += 1  # (a cold read keeps a span id's first line)
                 continue
             if cols is None:  # (made at a header's first new row: none for a header of repeats alone)
                 cols = _columns_for(self.columns, head)
-                where = self.where.setdefault(head.process, array("q"))
-            seen.add(span_id)
-            _into(cols, row)
-            where.extend((at, length, h))
+                where = self.where.setdefault(head.process, array("q")).extend
+            seen_add(span_id)
+            if row.n == "rl.job":  # (as _into: inlined, this loop is the first look's)
+                cols.add_job(row)
+            cols.add(row.n, span_id, row.p, row.b, row.e, row.a, row.pr, row.sc)
+            where((at, length, h))
         return met
 
-    def split(self, settled: Any) -> tuple[dict[Process, Columns], dict[Process, Columns], array, list[Any]] | None:
+    def split(self, settled: Any) -> tuple[dict[Process, Columns], dict[Process, Columns], array, Any] | None:
         """The batch's spans whose whole ancestor chain is in it (settled now) and the rest (held): their
-        columns, the held lines' places, the settled spans' ids; None where a span hangs from one an earlier
-        read settled (``settled``: their ids; the file is read cold)."""
+        columns, the held lines' places, the settled spans' ids (an int array where every process keeps its
+        ids as ints, else a list); None where a span hangs from one an earlier read settled (``settled``:
+        their ids; the file is read cold)."""
         done: dict[Process, Columns] = {}
         pending: dict[Process, Columns] = {}
         still = array("q")
-        new_ids: list[Any] = []
+        numbers, given = array("Q"), list[Any]()
         for process, cols in self.columns.items():
-            keep, late = _complete(cols, settled)
+            keep, late = complete_chains(cols, settled)
             if late:
                 return None
-            new_ids.extend(id_key(i) if type(i) is str else i for i, k in zip(cols.ids, keep, strict=True) if k)
+            every = all(keep)
+            if type(cols.ids) is array:
+                numbers.extend(cols.ids if every else compress(cols.ids, keep))
+            else:
+                given.extend(id_key(i) if type(i) is str else i for i in compress(cols.ids, keep))
+            if every:
+                done[process] = cols
+                continue
             places = self.where[process]
             for n, k in enumerate(keep):
                 if not k:
                     still.extend(places[3 * n : 3 * n + 3])
-            if all(keep):
-                done[process] = cols
-            elif any(keep):
+            if any(keep):
                 done[process] = cols.subset(keep)
                 pending[process] = cols.subset(bytearray(1 - k for k in keep))
             else:
                 pending[process] = cols
-        return done, pending, _in_file_order(still), new_ids
-
-
-def _complete(cols: Columns, settled: Any) -> tuple[bytearray, bool]:
-    """Which rows have their whole ancestor chain in the batch (1), and whether a row hangs from a span an
-    earlier read settled (a late child: the file must be read cold)."""
-    ids, parents, flags, root = cols.ids, cols.parent_ids, cols.flags, cols.root
-    none = 0 if type(parents) is array else None
-    index = {span_id: i for i, span_id in enumerate(ids)}
-    state = bytearray(len(ids))  # 0 not yet, 1 complete, 2 held
-    late = False
-    for i in range(len(ids)):
-        if state[i]:
-            continue
-        trail: list[int] = []
-        on_trail: set[int] = set()
-        j = i
-        while True:
-            if state[j]:
-                result = state[j]
-                break
-            trail.append(j)
-            on_trail.add(j)
-            parent = parents[j]
-            if parent == none or parent == root or flags[j] & REMOTE_PARENT:
-                result = 1
-                break
-            k = index.get(parent)
-            if k is None:  # not written yet, or settled by an earlier read
-                late = late or settled_has(settled, parent if type(parent) is not str else id_key(parent))
-                result = 2
-                break
-            if k == j or k in on_trail:  # a malformed cycle: reduced as a cold read reduces it
-                result = 1
-                break
-            j = k
-        for t in trail:
-            state[t] = result
-    return bytearray(1 if s == 1 else 0 for s in state), late
+        return done, pending, _in_file_order(still), [*numbers, *given] if given else numbers
 
 
 def read_parts(
@@ -329,7 +302,7 @@ def _refresh(
 
 
 def _settle(
-    entry: Entry, look: _Look, end: int, read: ReadStats, parts: list[ProcessPart], ids: list[Any], cold: bool
+    entry: Entry, look: _Look, end: int, read: ReadStats, parts: list[ProcessPart], ids: Any, cold: bool
 ) -> bytes | None:
     """What a read settled (``parts``, their spans' ``ids``) and where it stopped (``end``, ``read``'s counts)
     into ``entry``, under a new token; the :class:`~.Delta` record from the state it was read in (None: read

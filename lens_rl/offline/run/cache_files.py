@@ -37,6 +37,7 @@ from lens_rl.offline.run.records import (
     UNENCODABLE,
     DeltaRec,
     EntryRec,
+    StateRec,
     array_of,
     decode,
     encode,
@@ -136,6 +137,24 @@ class Entry:
         return EntryRec(
             self.options,
             self.identity,  # type: ignore[arg-type]
+            self._state(),
+            [part_record(part) for part in self.settled.values()],
+            raw(self.ids, "Q") if type(self.ids) is array else list(self.ids),
+        )
+
+    @staticmethod
+    def of(rec: EntryRec) -> Entry:
+        """The entry ``rec`` records (ValueError: columns that do not add up)."""
+        entry = Entry(rec.options, tuple(rec.identity))
+        entry.settled = {part.key: part for part in map(part_from, rec.settled)}
+        entry.ids = array_of("Q", rec.ids) if type(rec.ids) is memoryview else rec.ids
+        entry._take(rec.state, _held(rec.state.held))
+        return entry
+
+    def _state(self) -> StateRec:
+        """The file's state as this entry holds it (an entry's record and a delta's end in it)."""
+        return StateRec(
+            self.token,
             self.end,
             self.size,
             self.mtime_ns,
@@ -143,25 +162,16 @@ class Entry:
             self.tail,
             self.heads,
             self.head_at_end,
-            [part_record(part) for part in self.settled.values()],
             raw(self.held, "q"),
-            raw(self.ids, "Q") if type(self.ids) is array else list(self.ids),
             stats_record(self.stats),
-            self.token,
         )
 
-    @staticmethod
-    def of(rec: EntryRec) -> Entry:
-        """The entry ``rec`` records (ValueError: columns that do not add up)."""
-        entry = Entry(rec.options, tuple(rec.identity))
-        entry.end, entry.size, entry.mtime_ns, entry.ctime_ns = rec.end, rec.size, rec.mtime_ns, rec.ctime_ns
-        entry.tail, entry.heads, entry.head_at_end = rec.tail, rec.heads, rec.head_at_end
-        entry.settled = {part.key: part for part in map(part_from, rec.settled)}
-        entry.held = _held(rec.held)
-        entry.ids = array_of("Q", rec.ids) if type(rec.ids) is memoryview else rec.ids
-        entry.stats = stats_from(rec.stats)
-        entry.token = rec.token
-        return entry
+    def _take(self, state: StateRec, held: array) -> None:
+        """``state`` taken (``held``: its held lines, checked)."""
+        self.end, self.size, self.mtime_ns, self.ctime_ns = state.end, state.size, state.mtime_ns, state.ctime_ns
+        self.tail, self.heads, self.head_at_end, self.held = state.tail, state.heads, state.head_at_end, held
+        self.stats = stats_from(state.stats)
+        self.token = state.token
 
     def delta(self, parent: str | None, parts: Mapping[Process, ProcessPart], ids: Any) -> bytes | None:
         """A :class:`~lens_rl.offline.run.records.DeltaRec` record from the state whose token is ``parent``
@@ -176,16 +186,7 @@ class Entry:
         return _record(
             DeltaRec(
                 parent,
-                self.token,
-                self.end,
-                self.size,
-                self.mtime_ns,
-                self.ctime_ns,
-                self.tail,
-                self.heads,
-                self.head_at_end,
-                raw(self.held, "q"),
-                stats_record(self.stats),
+                self._state(),
                 [part_record(part) for part in parts.values()],
                 list(ids),
             )
@@ -193,7 +194,7 @@ class Entry:
 
     def apply(self, delta: DeltaRec) -> None:
         """``delta``'s spans merged in, its state taken."""
-        held, parts = _held(delta.held), [part_from(part) for part in delta.parts]  # (all or nothing)
+        held, parts = _held(delta.state.held), [part_from(part) for part in delta.parts]  # (all or nothing)
         for part in parts:
             mine = self.settled.get(part.key)
             if mine is None:
@@ -201,10 +202,7 @@ class Entry:
             else:
                 mine.merge(part)
         self.ids = merged_ids(self.ids, list(delta.ids))
-        self.end, self.size, self.mtime_ns, self.ctime_ns = delta.end, delta.size, delta.mtime_ns, delta.ctime_ns
-        self.tail, self.heads, self.head_at_end, self.held = delta.tail, delta.heads, delta.head_at_end, held
-        self.stats = stats_from(delta.stats)
-        self.token = delta.token
+        self._take(delta.state, held)
 
 
 def _held(buffer: memoryview) -> array:
@@ -239,12 +237,15 @@ def settled_has(ids: Any, key: Any) -> bool:
     return at < len(ids) and ids[at] == key
 
 
-def merged_ids(ids: Any, new: list[Any]) -> Any:
-    """The settled ids with ``new`` ones, sorted (an int array while every id is lens_rl's form)."""
-    if not new:
+def merged_ids(ids: Any, new: Any) -> Any:
+    """The settled ids with ``new`` ones (a list, or an int array), sorted (an int array while every id is
+    lens_rl's form)."""
+    if not len(new):
         return ids
-    if type(ids) is array and all(type(i) is int and 0 <= i < 2**64 for i in new):
-        new.sort()
+    if type(ids) is array and (type(new) is array or all(type(i) is int and 0 <= i < 2**64 for i in new)):
+        new = sorted(new)
+        if not len(ids):  # (a first look: its ids, sorted once)
+            return array("Q", new)
         out, at = array("Q"), 0  # (the few new ones slotted in: no sort of the whole run)
         for i in new:
             to = bisect_left(ids, i, at)
@@ -253,7 +254,7 @@ def merged_ids(ids: Any, new: list[Any]) -> Any:
             at = to
         out += ids[at:]
         return out
-    merged = list(ids) + new
+    merged = list(ids) + list(new)
     try:
         return sorted(merged)
     except TypeError:  # ids of several types: kept as they are (looked up one by one)
