@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 from lens_rl._errors import warn_once
 from lens_rl.buckets import kind_of
 from lens_rl.record.versions import set_weight_version
 
-__all__ = ["attributes", "consumed", "discard", "generating", "take", "unexpected"]
+__all__ = ["attributes", "class_with", "consumed", "discard", "generating", "take", "unexpected"]
 
 _LOG = logging.getLogger("lens_rl.frameworks")
 #: what a trainer took last and no training phase has taken yet: the rl attributes of that phase
@@ -122,3 +123,13 @@ def unexpected(framework: str, target: str) -> None:
         framework,
         target,
     )
+
+
+def class_with(framework: str, module: ModuleType, name: str, method: str) -> type | None:
+    """``module.name`` when it is a class with a callable ``method`` (the version weave's target as read),
+    else None after :func:`unexpected`'s one line."""
+    cls = getattr(module, name, None)
+    if isinstance(cls, type) and callable(getattr(cls, method, None)):
+        return cls
+    unexpected(framework, f"{name}.{method}")
+    return None

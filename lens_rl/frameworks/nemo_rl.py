@@ -214,11 +214,9 @@ def _tokens(group: Any) -> Any:
 
 
 def _weave_buffer(module: ModuleType, weaver: Weaver) -> None:
-    buffer = getattr(module, "ReplayBufferImpl", None)
-    if not isinstance(buffer, type) or not callable(getattr(buffer, "sample", None)):
-        _versions.unexpected("nemo_rl", "ReplayBufferImpl.sample")  # the timers stay woven
-        return
-    weaver.around(buffer, "sample", _sample)
+    buffer = _versions.class_with("nemo_rl", module, "ReplayBufferImpl", "sample")
+    if buffer is not None:  # (else the timers stay woven)
+        weaver.around(buffer, "sample", _sample)
 
 
 def _weave_algorithm(module: ModuleType, weaver: Weaver) -> None:

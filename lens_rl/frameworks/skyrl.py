@@ -104,12 +104,10 @@ def _convert(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[st
 
 
 def _weave_fully_async(module: ModuleType, weaver: Weaver) -> None:
-    trainer = getattr(module, "FullyAsyncRayPPOTrainer", None)
     method = "convert_generation_group_mini_batch_to_training_input"
-    if not isinstance(trainer, type) or not callable(getattr(trainer, method, None)):
-        _versions.unexpected("skyrl", f"FullyAsyncRayPPOTrainer.{method}")  # the timers stay woven
-        return
-    weaver.wrap(trainer, method, _convert)
+    trainer = _versions.class_with("skyrl", module, "FullyAsyncRayPPOTrainer", method)
+    if trainer is not None:  # (else the timers stay woven)
+        weaver.wrap(trainer, method, _convert)
 
 
 def _weave_timer(module: ModuleType, weaver: Weaver) -> None:

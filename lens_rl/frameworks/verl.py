@@ -103,11 +103,9 @@ def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
 
 
 def _weave_trainer(module: ModuleType, weaver: Weaver) -> None:
-    trainer = getattr(module, "SeparateRayPPOTrainer", None)
-    if not isinstance(trainer, type) or not callable(getattr(trainer, "_fit_update_actor", None)):
-        _versions.unexpected("verl", "SeparateRayPPOTrainer._fit_update_actor")  # the timers stay woven
-        return
-    weaver.wrap(trainer, "_fit_update_actor", _update_actor)
+    trainer = _versions.class_with("verl", module, "SeparateRayPPOTrainer", "_fit_update_actor")
+    if trainer is not None:  # (else the timers stay woven)
+        weaver.wrap(trainer, "_fit_update_actor", _update_actor)
 
 
 def _weave_server_client(module: ModuleType, weaver: Weaver) -> None:
