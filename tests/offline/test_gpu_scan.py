@@ -145,6 +145,32 @@ def test_hostile_lines_are_skipped_or_read_as_the_python_path_does(tmp_path: Pat
     assert fast[3] >= 20
 
 
+NOT_JSON = [  # the common shape's near misses that are not JSON: each a bad line, never a sample
+    '{"t":%d,"d":[[60, ,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',  # a blank slot (numpy reads 0)
+    '{"t":%d,"d":[[ ,25,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',
+    '{"t"%d:,"d":[[60,25,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',  # digits moved across the structure
+    '{"t":%d,"d":[[6,]0,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',
+    '{"t":%d,"d":[[.5,25,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',
+    '{"t":%d,"d":[[01,25,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',
+    '{"t":%d.5,"d":[[1,25,12,250000,1980,45,30,1],[1,2,3,4,5,6,7,8]]}',  # a time that is not an integer
+]
+
+
+@pytest.mark.parametrize("bad", NOT_JSON)
+def test_a_line_that_is_not_json_is_a_bad_line_and_its_neighbours_keep_their_exact_times(
+    tmp_path: Path, monkeypatch: Any, bad: str
+) -> None:
+    """A near miss of the sample line's shape between good lines: skipped and counted on both paths (never a
+    sample reading 0), and the good lines' times exact to the nanosecond."""
+    good = [_line(T + k, [60, 25, 12, 250000, 1980, 45, 30, 1], [1, 2, 3, 4, 5, 6, 7, 8]) for k in range(7)]
+    path = _write(tmp_path, [*good[:3], bad % (T + 100), *good[3:]])
+    fast, slow = _both(path, monkeypatch)
+    for read in (fast, slow):
+        assert read[3] == 1
+        times = np.concatenate([block.t for block in read[0]])
+        assert (times - T).tolist() == list(range(7))
+
+
 @needs_scanner
 def test_a_header_again_and_a_truncated_last_line(tmp_path: Path, monkeypatch: Any) -> None:
     """A header of another device count mid-file starts a block the scanner reads on; a last line still being

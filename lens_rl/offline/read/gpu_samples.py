@@ -36,6 +36,7 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
+from lens_rl.offline.read.gpu_grammar import json_shaped
 from lens_rl.store import LINE_MAX, TIME_MAX_NS, TIME_MIN_NS, ReadStats, UnreadableError, loads, open_file
 from lens_rl.store.files import rest_of_line, why_not
 from lens_rl.store.gpu import GPU_COUNTERS, GpuHead, gpu_head
@@ -56,6 +57,8 @@ _HUGE = 10**18
 _PERCENT_MASK = sum(1 << i for i in _PERCENT)
 _CHUNK = 4 << 20
 _SKELETON_DROP = b"0123456789.-+eEnul \t\r"
+
+
 #: a line's structure to blanks, keeping the commas, a line's end a comma: exactly one number between commas
 _BLANKS = bytes.maketrans(b'{}[]":td\n', b"        ,")
 _NOT_INT = (b".", b"-", b"+", b"e", b"E")
@@ -112,7 +115,10 @@ def _bulk_ints(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
 
 
 def _bulk(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
-    """``lines`` whole lines of the common shape parsed at once (None where numpy cannot read them all)."""
+    """``lines`` whole lines of the common shape parsed at once (None where they are not all JSON or numpy
+    cannot read them all: then each is read alone)."""
+    if not json_shaped(data):
+        return None
     parsed = _bulk_ints(data, lines, devices)
     if parsed is not None:
         return parsed
@@ -123,17 +129,23 @@ def _bulk(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
     values = values.reshape(lines, width)
     with np.errstate(invalid="ignore"):
         t = np.where(np.isfinite(values[:, 0]), values[:, 0], 0).astype(np.int64)
-    return _exact_times(data, t), values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
+    if not _exact_times(data, t):
+        return None
+    return t, values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
 
 
-def _exact_times(data: bytes, t: Any) -> Any:
-    """``t`` (the lines' times read as float64: to 256 ns) with each time written as an integer read exactly."""
+def _exact_times(data: bytes, t: Any) -> bool:
+    """``t`` (the lines' times read as float64: to 256 ns) with each time, an integer, read exactly; False
+    where a time is not found or not a non-negative int64 (then each line is read alone, on the checked path:
+    a time is an integer, as the decode requires)."""
     found = _TIME.findall(data)
-    if len(found) == t.size:
-        for i, raw in enumerate(found):
-            if raw.isdigit() and len(raw) <= 19 and int(raw) < 2**63:
-                t[i] = int(raw)
-    return t
+    if len(found) != t.size:
+        return False
+    for i, raw in enumerate(found):
+        if not (raw.isdigit() and len(raw) <= 19 and int(raw) < 2**63):
+            return False
+        t[i] = int(raw)
+    return True
 
 
 def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
