@@ -176,12 +176,12 @@ class GpuSampler:
                 latest = json.loads(handle.read(1 << 20))
             if (time.time_ns() - int(latest["t"])) / 1e9 > max(4 * self.retry_s, 2 * LATEST_EVERY_S):
                 return {}
-            before = latest["devices"]
+            before, at = latest["devices"], int(latest["t"])
             out = {}
             for index, device in enumerate(self.devices):
                 since = before.get(device.uuid, {}).get("idle_since_ns")
                 if type(since) is int:
-                    out[index] = since
+                    out[index] = min(since, at)  # (never later than the reading that said it)
             return out
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}

@@ -24,15 +24,18 @@ from types import ModuleType
 from typing import Any
 
 from lens_rl._errors import warn_once
+from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import kind_of
 from lens_rl.record.versions import set_weight_version
 
-__all__ = ["attributes", "class_with", "consumed", "discard", "generating", "take", "unexpected"]
+__all__ = ["attributes", "class_with", "consumed", "discard", "generating", "reset", "take", "unexpected"]
 
 _LOG = logging.getLogger("lens_rl.frameworks")
 #: what a trainer took last and no training phase has taken yet: the rl attributes of that phase
 _PENDING: list[dict[str, Any] | None] = [None]
 _LOCK = threading.Lock()
+#: the weight version a weave set last (what :func:`reset` takes back, unless the job set its own since)
+_SET: list[int | None] = [None]
 
 
 def _int(value: Any) -> int | None:
@@ -53,6 +56,7 @@ def generating(version: Any, framework: str) -> None:
         _LOG.debug("lens_rl: %s weight version %r is no int: not set", framework, version)
         return
     set_weight_version(as_int)
+    _SET[0] = as_int
 
 
 def consumed(
@@ -110,8 +114,17 @@ def take(name: str) -> dict[str, Any]:
 
 
 def discard() -> None:
-    """Forget a kept consumption no training phase took (its call ended, unweave)."""
+    """Forget a kept consumption no training phase took (its call ended, or raised)."""
     _PENDING[0] = None
+
+
+def reset() -> None:
+    """Unweave: forget a kept consumption, and the weight version a weave set (a later training of the process
+    starts with none, unless the job set its own since)."""
+    discard()
+    if _SET[0] is not None and RUNTIME.weight_version == _SET[0]:
+        set_weight_version(None)
+    _SET[0] = None
 
 
 def unexpected(framework: str, target: str) -> None:

@@ -237,6 +237,7 @@ def _unweave() -> None:
             _close(key)
     _steps.reset()
     _profiled_step[0] = None
+    _versions.reset()
 
 
 FRAMEWORK = Framework(

@@ -100,7 +100,11 @@ def _convert(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[st
     else:
         bound = getattr(instance, _ASYNC_MARK, None)
         _versions.consumed(getattr(instance, "global_step", None), versions, tokens, "skyrl", bound)
-    return wrapped(*args, **kwargs)
+    try:
+        return wrapped(*args, **kwargs)
+    except BaseException:
+        _versions.discard()  # (no training input made: no training phase takes this consumption)
+        raise
 
 
 def _weave_fully_async(module: ModuleType, weaver: Weaver) -> None:
@@ -122,7 +126,7 @@ def _weave_timer(module: ModuleType, weaver: Weaver) -> None:
 def _unweave() -> None:
     _phases.clear()
     _steps.reset()
-    _versions.discard()
+    _versions.reset()
 
 
 FRAMEWORK = Framework(

@@ -27,6 +27,7 @@ becomes the process's ``lens_rl.set_weight_version``. The weight sync is ``timin
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -110,7 +111,11 @@ def _weave_trainer(module: ModuleType, weaver: Weaver) -> None:
 
 def _weave_server_client(module: ModuleType, weaver: Weaver) -> None:
     found = [getattr(module, name, None) for name in ("LLMServerClient", "FullyAsyncLLMServerClient")]
-    found = [cls for cls in found if isinstance(cls, type) and "generate" in vars(cls)]
+    found = [
+        cls
+        for cls in found
+        if isinstance(cls, type) and "generate" in vars(cls) and inspect.iscoroutinefunction(vars(cls)["generate"])
+    ]  # (a coroutine as read: a generate of another kind is not woven, never handed an awaitable in its stead)
     if not found:
         _versions.unexpected("verl", "LLMServerClient.generate")
     for cls in found:
@@ -119,7 +124,7 @@ def _weave_server_client(module: ModuleType, weaver: Weaver) -> None:
 
 def _unweave() -> None:
     _steps.reset()
-    _versions.discard()
+    _versions.reset()
 
 
 FRAMEWORK = Framework(

@@ -69,3 +69,32 @@ def test_a_generation_version_is_set_only_when_it_is_an_integer() -> None:
     _versions.generating(None, "test")
     _versions.generating(7.5, "test")
     assert RUNTIME.weight_version == 7
+
+
+def test_unweaving_forgets_the_weight_version_a_weave_set_but_not_the_jobs_own() -> None:
+    """After a framework is unwoven, a later training of the process does not carry the version the weave set
+    last; a version the job set itself since stays."""
+    _versions.generating(7, "test")
+    assert RUNTIME.weight_version == 7
+    _versions.reset()
+    assert RUNTIME.weight_version is None
+    _versions.generating(8, "test")
+    lens_rl.set_weight_version(3)
+    _versions.reset()
+    assert RUNTIME.weight_version == 3
+
+
+def test_a_skyrl_conversion_that_raises_leaves_no_consumption_for_the_next_training_phase() -> None:
+    """SkyRL's conversion raising: the error is SkyRL's own, and no training phase takes what it was given."""
+    from types import SimpleNamespace
+
+    from lens_rl.frameworks import skyrl
+
+    group = SimpleNamespace(global_step_when_scheduled=2, generator_output={"response_ids": [[1, 2, 3]]})
+
+    def convert(groups: object) -> object:
+        raise RuntimeError("SkyRL's own error")
+
+    with pytest.raises(RuntimeError, match="SkyRL's own error"):
+        skyrl._convert(convert, SimpleNamespace(global_step=4), ([group],), {})
+    assert _versions.take("policy_training") == {}
