@@ -49,7 +49,7 @@ def test_a_driver_and_two_gpu_workers_read_within_one_sample_period(tmp_path: Pa
     """Real processes, the stand-in NVML first on the path: ``goodput --json`` gives generation's and training's
     busy and idle seconds within one sample period per span of the script, names generation as idle in a
     productive phase and the 3 s gap between generation and training, and the GPU goodput."""
-    t0 = time.time() + 6  # (time for every process to start on a loaded machine)
+    t0 = time.time() + 10  # (time for every process to start, and the sampler's first reading, on a loaded machine)
     devices = [{"uuid": f"GPU-e2e-{i}", "util": UTIL, "mem_used": (20 + i) << 30} for i in range(2)]
     scenario = nvml.write_scenario(tmp_path / "gpus.json", devices, t0=t0)
     trace_dir = tmp_path / "traces"
@@ -86,7 +86,11 @@ def test_a_driver_and_two_gpu_workers_read_within_one_sample_period(tmp_path: Pa
                 p.communicate()
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     run = trace_dir / "e2e"
-    assert list(run.glob("gpu-*.jsonl")), sorted(p.name for p in run.iterdir())
+    files = list(run.glob("gpu-*.jsonl"))
+    assert files, sorted(p.name for p in run.iterdir())
+    first = min(json.loads(line)["t"] / 1e9 for f in files for line in f.read_text().splitlines()[1:2])
+    # (a premise of the figures below, not lens_rl's: the sampler read before the script's first phase)
+    assert first - t0 < 1, f"the sampler's first reading came {first - t0:.1f} s after t0: the machine too slow?"
     out = lens("goodput", str(run), "--json", "--no-cache")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
