@@ -4,6 +4,7 @@ while the rollup merges the parts) gives the same look as done in turn."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from lens_rl.offline.read import gpu_samples
@@ -32,3 +33,28 @@ def test_a_look_read_and_joined_ahead_is_the_look_done_in_turn(tmp_path: Path) -
     later = joining.result()
     assert look.section is not None and later.paths == look.paths and list(later.devices) == list(look.devices)
     assert json.dumps([later.section, later.warnings]) == json.dumps([look.section, look.warnings])
+
+
+def test_a_look_that_fails_while_samples_are_read_ahead_exits_at_once(tmp_path: Path) -> None:
+    """The look raising (or interrupted) while its sample files are still being read ahead: the process exits
+    with its error at once, not once the reading ends; the reading's own error is the future's."""
+    from tests.conftest import run_python
+
+    code = """
+import time
+from lens_rl.offline.run import gpu_ahead
+def slow(*args):
+    time.sleep(60)
+future = gpu_ahead._on_thread(slow)
+failed = gpu_ahead._on_thread(lambda: 1 / 0)
+try:
+    failed.result(10)
+except ZeroDivisionError:
+    print("the reading's error is the future's")
+raise SystemExit("the look failed")
+"""
+    started = time.monotonic()
+    out = run_python(code)
+    assert out.returncode == 1 and "the look failed" in out.stderr
+    assert "the reading's error is the future's" in out.stdout
+    assert time.monotonic() - started < 30

@@ -12,8 +12,9 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,11 +33,20 @@ class _Columns(NamedTuple):
 
 
 def _on_thread(fn: Callable[..., Any], *args: Any) -> Future[Any]:
-    pool = ThreadPoolExecutor(1)
-    try:
-        return pool.submit(fn, *args)
-    finally:
-        pool.shutdown(wait=False)
+    """``fn(*args)`` on a daemon thread, its result or error in the future returned: a look that fails or is
+    interrupted meanwhile exits at once (a pool's thread would hold the exit until the day of samples is read)."""
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # (the look's to raise, when it asks for the result)
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="lens_rl-gpu-ahead", daemon=True).start()
+    return future
 
 
 def read_ahead(paths: Sequence[Path], cache: str | None, jobs: int | None = None) -> Future[Any] | None:
