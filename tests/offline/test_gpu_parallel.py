@@ -38,6 +38,8 @@ def test_sample_files_read_on_worker_processes_give_what_one_process_reads(tmp_p
         assert (d.host, d.files, d.unavailable) == (other.host, other.files, other.unavailable)
     counts = [(s.files, s.lines, s.skipped) for s in (stats_one, stats_many)]
     assert counts[0] == counts[1] and counts[0][2] == 6  # (two bad lines a file, counted once each)
+    # (a zero or negative count from the Python API reads one at a time, as map_files does)
+    assert list(read_devices(paths, jobs=-1)[0]) == list(one) == list(read_devices(paths, jobs=0)[0])
 
 
 def test_without_the_scanner_files_are_read_on_worker_processes_alike(tmp_path: Path, monkeypatch: Any) -> None:

@@ -214,7 +214,7 @@ def read_devices(
     if SCANNER and jobs != 1 and len(paths) > 1:
         # (the C scanner lets go of the GIL: threads read side by side with no arrays sent between processes,
         # measured on 8 node-days: 1.8-2.1 s wall, 2.3-2.6 s CPU against 2.3-2.5 s, 3.5-3.8 s on processes)
-        with ThreadPoolExecutor(min(jobs or default_jobs(), len(paths))) as pool:
+        with ThreadPoolExecutor(max(1, min(jobs or default_jobs(), len(paths)))) as pool:  # (as map_files: 1+)
             reads: Iterable[Any] = list(pool.map(_file_blocks, paths, [cache] * len(paths)))
     else:
         reads = map_files(_file_blocks, paths, cache, jobs=jobs, desc="GPU samples")
