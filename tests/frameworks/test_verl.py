@@ -27,18 +27,16 @@ EXAMPLE = ROOT / "examples" / "verl_loop.py"
 STEPS = 5
 
 
+def _job(argv: list[str], tmp_path: Path) -> None:
+    """Run one job in ``tmp_path`` (a clean telemetry environment); it must exit 0."""
+    done = subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
 def _run(cmd: list[str], tmp_path: Path) -> dict[str, Any]:
     """Run one woven job; veRL's own timing of it, lens-rl goodput --json of its store, and its spans."""
     own_path, trace_dir = tmp_path / "own.json", tmp_path / "traces"
-    done = subprocess.run(
-        [*cmd, "--steps", str(STEPS), "--own", str(own_path), "--trace-dir", str(trace_dir)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    _job([*cmd, "--steps", str(STEPS), "--own", str(own_path), "--trace-dir", str(trace_dir)], tmp_path)
     report = lens("goodput", str(trace_dir), "--json")
     assert report.returncode == 0, report.stderr[-4000:]
     spans = [row for path in span_files(trace_dir) for _, row in iter_rows(path) if row.n is not None]
@@ -168,15 +166,7 @@ def test_lens_rl_run_weaves_verls_fully_async_versions_and_staleness(tmp_path: P
     generation phase carries the weight version of the response before it; every param_sync is a weight sync."""
     own_path, trace_dir = tmp_path / "own.json", tmp_path / "traces"
     cmd = [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(trace_dir), "--instrument", "verl", "--"]
-    done = subprocess.run(
-        [*cmd, sys.executable, str(ASYNC_JOB), str(own_path)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    _job([*cmd, sys.executable, str(ASYNC_JOB), str(own_path)], tmp_path)
     own = json.loads(own_path.read_text())
     report = lens("goodput", str(trace_dir), "--json", "--warmup-steps", "0")
     assert report.returncode == 0, report.stderr[-4000:]

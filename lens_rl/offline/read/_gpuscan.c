@@ -137,6 +137,24 @@ typedef struct {
     unsigned int percent;
 } Shape;
 
+/* An object's key (`key`: its three bytes, quotes included) and its colon at p, blanks around: where its
+   value begins (blanks skipped, before the line's end), NULL where not. */
+static const char *
+key_at(const char *p, const char *nl, const char *key)
+{
+    SKIP_WS(p, nl);
+    if (nl - p < 3 || memcmp(p, key, 3) != 0) {
+        return NULL;
+    }
+    p += 3;
+    SKIP_WS(p, nl);
+    if (p >= nl || *p++ != ':') {
+        return NULL;
+    }
+    SKIP_WS(p, nl);
+    return p < nl ? p : NULL;
+}
+
 static int
 line_at(const char *p, const char *nl, const Shape *shape, int64_t *t_row, float *v_row)
 {
@@ -146,17 +164,8 @@ line_at(const char *p, const char *nl, const Shape *shape, int64_t *t_row, float
         return 0;
     }
     p++;
-    SKIP_WS(p, nl);
-    if (nl - p < 3 || memcmp(p, "\"t\"", 3) != 0) {
-        return 0;
-    }
-    p += 3;
-    SKIP_WS(p, nl);
-    if (p >= nl || *p++ != ':') {
-        return 0;
-    }
-    SKIP_WS(p, nl);
-    if (p >= nl || *p < '0' || *p > '9' || (*p == '0' && p + 1 < nl && p[1] >= '0' && p[1] <= '9')) {
+    p = key_at(p, nl, "\"t\"");
+    if (p == NULL || *p < '0' || *p > '9' || (*p == '0' && p + 1 < nl && p[1] >= '0' && p[1] <= '9')) {
         return 0;
     }
     uint64_t t = 0;
@@ -175,16 +184,10 @@ line_at(const char *p, const char *nl, const Shape *shape, int64_t *t_row, float
     if (p >= nl || *p++ != ',') {
         return 0;
     }
-    SKIP_WS(p, nl);
-    if (nl - p < 3 || memcmp(p, "\"d\"", 3) != 0) {
+    p = key_at(p, nl, "\"d\"");
+    if (p == NULL) {
         return 0;
     }
-    p += 3;
-    SKIP_WS(p, nl);
-    if (p >= nl || *p++ != ':') {
-        return 0;
-    }
-    SKIP_WS(p, nl);
     if (p >= nl || *p++ != '[') {
         return 0;
     }
