@@ -1,0 +1,26 @@
+"""A GPU process's productive time for the GPU goodput: the union of its productive spans, as the one interval rule
+(offline/read/intervals.py) makes it, touching and nested spans merged, whatever their order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import merge_intervals
+from lens_rl.offline.rollup.gpu import _productive
+
+
+def test_the_productive_union_is_merge_intervals_of_the_productive_spans() -> None:
+    """Random spans (some nested, touching, out of order, even ending before they start) give exactly the union
+    merge_intervals gives of the productive ones, the other buckets' spans left out."""
+    rng = np.random.default_rng(1)
+    keys = [("generation", "productive"), ("wait", "idle")]
+    for _ in range(300):
+        n = int(rng.integers(0, 60))
+        starts = rng.integers(0, 100, n).astype(np.int64)
+        ends = starts + rng.integers(-5, 20, n)
+        index = rng.integers(0, 2, n).astype(np.int32)
+        lo, hi = _productive(keys, index, starts, ends)
+        chosen = index == 0
+        assert list(zip(lo.tolist(), hi.tolist(), strict=True)) == merge_intervals(
+            zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)
+        )
