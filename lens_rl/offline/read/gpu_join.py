@@ -161,10 +161,10 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
     rows = np.empty((len(MEASURES), t.size))
     if not unavailable:  # (else its readings are no readings)
         for known, sum_, column in ((0, 1, _UTIL), (3, 4, _SM), (5, 6, _TENSOR)):
-            x = v[:, column].astype(np.float64) / 100.0
-            missing = np.isnan(x)
-            if missing.all():
+            missing = np.isnan(v[:, column])
+            if missing.all():  # (decided before any arithmetic: most devices have no GPM)
                 continue
+            x = v[:, column].astype(np.float64) / 100.0
             at = len(present)
             np.logical_not(missing, out=rows[at])  # (as 0.0 / 1.0)
             np.nan_to_num(x, copy=False)

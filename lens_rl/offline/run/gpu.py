@@ -129,7 +129,7 @@ def _load(cache: str, path: Path, identity: list[Any], stat: os.stat_result) -> 
         meta: Any = None
         blocks: list[Block] = []
         for record, new in _records(read_bytes(_entry_path(cache, path))):
-            meta, blocks = record, _joined(blocks, new)
+            meta, blocks = record, blocks + new  # (kept apart: a device's pieces are put together once)
         if meta is None or meta.get("identity") != identity:
             return None
         if not grown_only(path, stat, meta["state"], int(meta["end"]), bytes.fromhex(meta["tail"])):
@@ -137,15 +137,6 @@ def _load(cache: str, path: Path, identity: list[Any], stat: os.stat_result) -> 
         return meta, blocks
     except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
         return None
-
-
-def _joined(blocks: list[Block], new: list[Block]) -> list[Block]:
-    """``new`` blocks after ``blocks``: the first one continues the last where their headers are the same."""
-    if new and blocks and new[0].head == blocks[-1].head:
-        last = blocks[-1]
-        first = Block(last.head, np.concatenate([last.t, new[0].t]), np.concatenate([last.v, new[0].v]))
-        return [*blocks[:-1], first, *new[1:]]
-    return blocks + new
 
 
 def _record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
@@ -185,7 +176,7 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
         if end > stop and blocks:
             new, stop, _head = read_samples(path, fresh, start=stop, head=blocks[-1].head, stop=end)
             lines, skipped = lines + fresh.lines, skipped + fresh.skipped
-            blocks = _joined(blocks, new)
+            blocks = blocks + new
         stats.files += 1
     stats.lines += lines
     stats.skipped += skipped
@@ -236,14 +227,20 @@ def read_devices(
     devices: dict[str, Device] = {}
     for uuid, pieces in sorted(found.items()):
         device, head = pieces[-1][0], pieces[-1][1]
-        values = []
-        for dev, _head, _t, v, _name in pieces:
+        if len(pieces) > 1:  # (the device's own rows put together once: its timeline reads them in place)
+            v_all = np.concatenate([v for *_x, v, _n in pieces])
+            at = 0
+            for dev, _head, t, _v, _name in pieces:
+                lacks = [i for i, c in enumerate(GPU_COUNTERS) if c not in dev.has]
+                if lacks:  # (a sampler writes null for them)
+                    v_all[at : at + t.size, lacks] = np.nan
+                at += t.size
+        else:
+            dev, v_all = pieces[0][0], pieces[0][3]
             lacks = [i for i, c in enumerate(GPU_COUNTERS) if c not in dev.has]
-            if lacks and not np.isnan(v[:, lacks]).all():  # (a sampler writes null for them: most often no copy)
-                v = v.copy()
-                v[:, lacks] = np.nan
-            values.append(v)
-        v_all = (np.concatenate(values) if len(values) > 1 else values[0]) if values else np.zeros((0, COUNTERS))
+            if lacks and not np.isnan(v_all[:, lacks]).all():  # (a sampler writes null for them: most often no copy)
+                v_all = v_all.copy()
+                v_all[:, lacks] = np.nan
         period = np.concatenate([np.full(t.size, int(1e9 / h.hz), np.int64) for _d, h, t, _v, _n in pieces])
         devices[uuid] = Device(
             uuid,
