@@ -91,7 +91,7 @@ def load_kept(cache: str, found: Sequence[Path], devices: Mapping[str, Any]) -> 
     if kept.key != cache_key():
         return None
     now = dict(_entries(cache, found))
-    if any(now.get(name) != inode for name, inode in kept.entries):
+    if any(now.get(name) != inode or inode < 0 for name, inode in kept.entries):  # (-1: no entry, unknown)
         return None
     bad = {m.uuid for m in kept.devices if m.uuid not in devices or not _grown(m, devices[m.uuid])}
     marked = {m.uuid for m in kept.devices}
