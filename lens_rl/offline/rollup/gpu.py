@@ -30,6 +30,7 @@ import numpy as np
 
 from lens_rl.offline.read.intervals import intersected
 from lens_rl.offline.read.parts import NO_STEP, merged_gpu
+from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, base_of, phase_sums, settle
 
 __all__ = ["GAP_S", "IDLE_SHARE", "gpu_goodput", "gpu_rollup"]
 
@@ -125,15 +126,22 @@ def gpu_rollup(
     devices: Mapping[str, Any],
     lines: Mapping[str, Timeline],
     each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map,
+    kept: Mapping[str, SpanPrefix] | None = None,
+    keep: dict[str, SpanPrefix] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
     known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
     may build each when asked: each is asked for once). ``each`` maps the work of one device over the
-    devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL)."""
+    devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL). ``kept``:
+    what an earlier look settled (:mod:`lens_rl.offline.rollup.gpu_prefix`, by ``repr`` of the process's key):
+    only the spans after it are joined; ``keep``: filled with what this look settles, for the next."""
+    parts = list(parts)
     processes = sorted(_merged_gpu(parts).items())
     users: dict[str, list[Any]] = {}
     queries: dict[Any, _Queries] = {}
     columns: dict[Any, tuple[Any, ...]] = {}
+    bases: dict[Any, tuple[SpanPrefix | None, int, list[str]]] = {}
+    limits: dict[str, int] = {}
     for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in processes:
         for uuid in uuids:
             users.setdefault(uuid, []).append(key)
@@ -142,12 +150,19 @@ def gpu_rollup(
         values, step_lo, step_hi = _step_hulls(span_steps, starts, ends)
         productive = _productive(keys, index, starts, ends)
         hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
-        queries[key] = _Queries([(starts, ends), hull, (step_lo, step_hi), productive])
+        mine = set(uuids)
+        answering = [u for u in devices if u in mine and u in lines]
+        prior = kept.get(repr(key)) if kept else None
+        base = base_of(prior, answering, starts, ends, keys)
+        bases[key] = (prior if base else None, base, answering)
+        queries[key] = _Queries([(starts[base:], ends[base:]), hull, (step_lo, step_hi), productive])
         columns[key] = (uuids, starts, ends, keys, index, values)
 
     def device(uuid: str) -> tuple[Any, ...]:
         """One device's timeline built, asked by each process using it, and dropped."""
         line = lines.get(uuid)
+        if line is not None and line.a.size:
+            limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
         row = _device_row(uuid, devices[uuid], line, [_who(k) for k in users.get(uuid, [])])
         if line is None or uuid not in users:
             return row, line is not None and bool(line.measured[_K]), None, []
@@ -168,13 +183,28 @@ def gpu_rollup(
     ranks: list[dict[str, Any]] = []
     productive_busy = 0.0
     groups: dict[str, list[tuple[Any, Any]]] = {}
+    for key, (prior, _base, answering) in bases.items():
+        done = queries[key]
+        if prior is not None and (prior.counts != done.counts.tolist() or done.devices != len(answering)):
+            return gpu_rollup(parts, devices, lines, each, None, keep)  # (what it kept no longer holds)
     for key, (uuids, starts, ends, keys, index, values) in columns.items():
         done = queries[key]
+        prior, base, answering = bases[key]
+        if keep is not None:
+            limit = min((limits[u] for u in answering), default=np.iinfo(np.int64).max)
+            counts = done.counts.tolist()
         done.mean()
+        if keep is not None:
+            got = settle(
+                repr(key), prior, base, starts, ends, keys, index, done.sums[0], done.mem[0], answering, counts, limit
+            )
+            if got is not None:
+                keep[repr(key)] = got
         groups.setdefault(key.group, []).append((key, (uuids, starts, ends, keys, index)))
         if not starts.size:
             continue
-        _phase_rows(phases, key.group, keys, index, starts, ends, done.sums[0], done.mem[0])
+        per, peaks = phase_sums(prior, base, keys, index, done.sums[0], done.mem[0])
+        _phase_rows(phases, key.group, keys, index, starts, ends, per, peaks)
         step_parts.append((values, done.sums[2], done.mem[2]))
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
@@ -258,15 +288,13 @@ def gpu_goodput(section: dict[str, Any], wall_s: float | None) -> None:
 
 
 def _phase_rows(
-    phases: dict[Any, Any], group: str, keys: list[Any], index: Any, starts: Any, ends: Any, sums: Any, mem: Any
+    phases: dict[Any, Any], group: str, keys: list[Any], index: Any, starts: Any, ends: Any, per: Any, peaks: Any
 ) -> None:
-    """One process's spans summed into the (group, phase, bucket) rows."""
+    """One process's spans summed into the (group, phase, bucket) rows (``per`` / ``peaks``: each (phase,
+    bucket)'s summed measures and memory peak, :func:`~lens_rl.offline.rollup.gpu_prefix.phase_sums`)."""
     n = len(keys)
-    per = np.column_stack([np.bincount(index, sums[:, m], minlength=n) for m in range(len(MEASURES))])
     count = np.bincount(index, minlength=n)
     total = np.bincount(index, (ends - starts).astype(np.float64), minlength=n)
-    peaks = np.full(n, -np.inf)
-    np.maximum.at(peaks, index, np.nan_to_num(mem, nan=-np.inf))
     for i, (name, bucket) in enumerate(keys):
         if not count[i]:
             continue
