@@ -90,7 +90,7 @@ class _Queries:
 
     def asked(self, line: Timeline) -> list[Any]:
         """What one device answers (each interval set's integrals and memory peaks, and what it measures)."""
-        out = [(line.integrals(lo, hi), line.mem_peak(lo, hi)) if len(lo) else None for lo, hi in self.intervals]
+        out = [line.joined(lo, hi) if len(lo) else None for lo, hi in self.intervals]
         return [*out, line.measured]
 
     def answer(self, answered: list[Any]) -> None:

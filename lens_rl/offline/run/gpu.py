@@ -3,8 +3,8 @@
 A sample file sits beside the span files (``gpu-<host>-<pid>.jsonl``, :mod:`lens_rl.store.gpu`). Through the
 cache, each file's samples so far are kept in ``gpu-<file>.samples`` in the cache's folder: a JSON line
 (lens_rl's cache key, the file's identity, size, mtime and ctime, where the read stopped and a hash of the
-bytes before it, the blocks' headers and sample counts, the read's line counts) then the arrays as raw
-little-endian bytes, their lengths checked against the file's before any is read (nothing read from it can
+bytes before it, the blocks' headers and sample counts, the read's line counts) then the arrays (each block's
+times, then its values device by device) as raw little-endian bytes, their lengths checked against the file's before any is read (nothing read from it can
 allocate more than its own size, nothing runs code). A file that grew is read from where the last read
 stopped; one that shrank, was rewritten or replaced is read cold (the checks of
 :mod:`lens_rl.offline.run.index`). Results are identical to a cold read.
@@ -54,6 +54,8 @@ __all__ = [
 LANE_BINS = 240
 
 _log = logging.getLogger("lens_rl")
+#: how a kept entry lays out a block's values: device by device (``(devices, n, counters)``)
+_LAYOUT = "device"
 
 
 class Device(NamedTuple):
@@ -104,7 +106,7 @@ def _records(data: bytes) -> Any:
     while at < len(data):
         cut = data.index(b"\n", at) + 1
         meta = loads(data[at:cut])
-        if type(meta) is not dict or meta.get("key") != cache_key():
+        if type(meta) is not dict or meta.get("key") != cache_key() or meta.get("layout") != _LAYOUT:
             raise ValueError("not this lens_rl's")
         at = cut
         blocks: list[Block] = []
@@ -116,7 +118,8 @@ def _records(data: bytes) -> Any:
             if n < 0 or at + size > len(data):
                 raise ValueError("shorter than it says")
             t = np.frombuffer(data, "<i8", n, at)
-            v = np.frombuffer(data, "<f4", n * width, at + n * 8).reshape(n, len(head.devices), COUNTERS)
+            v = np.frombuffer(data, "<f4", n * width, at + n * 8).reshape(len(head.devices), n, COUNTERS)
+            v = v.transpose(1, 0, 2)  # (kept device by device, as read: gpu_samples.device_major)
             blocks.append(Block(head, t, v))
             at += size
         yield meta, blocks
@@ -140,11 +143,12 @@ def _load(cache: str, path: Path, identity: list[Any], stat: os.stat_result) -> 
 
 
 def _record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
-    meta = {**meta, "key": cache_key(), "blocks": [[_plain_head(b.head), int(b.t.size)] for b in blocks]}
+    meta = {**meta, "key": cache_key(), "layout": _LAYOUT}
+    meta["blocks"] = [[_plain_head(b.head), int(b.t.size)] for b in blocks]
     out = [json_bytes(meta) + b"\n"]
     for block in blocks:
         out.append(np.ascontiguousarray(block.t, "<i8").tobytes())
-        out.append(np.ascontiguousarray(block.v, "<f4").tobytes())
+        out.append(np.ascontiguousarray(block.v.transpose(1, 0, 2), "<f4").tobytes())
     return b"".join(out)
 
 
