@@ -56,6 +56,8 @@ _PERCENT = [GPU_COUNTERS.index(c) for c in ("util", "mem_util", "sm_active", "sm
 _HUGE = 10**18
 _PERCENT_MASK = sum(1 << i for i in _PERCENT)
 _CHUNK = 4 << 20
+#: the most rows of the scanner's arrays allocated at once past a chunk's (a region of more: arrays in turn)
+_ROWS_AT_ONCE = 1 << 20
 _SKELETON_DROP = b"0123456789.-+eEnul \t\r"
 
 
@@ -201,8 +203,22 @@ class _Reader:
         self.head = head
         self.pieces: list[tuple[Any, Any, bool]] = []  # (times, values, checked)
         self.stats = stats
+        #: the scanner's arrays for the current block (times, values device by device, the first row not yet
+        #: in a piece, the first free row): filled chunk after chunk, a block read whole is one piece, no copy
+        self.scan: list[Any] | None = None
+        #: bytes of the region still to read after the current chunk (the arrays' room is guessed from it)
+        self.expect = 0
+
+    def seal(self) -> None:
+        """The scanner's rows since its last piece made a piece (before a line read otherwise: file order)."""
+        if self.scan is not None and self.scan[3] > self.scan[2]:
+            t, v, start, fill = self.scan
+            self.pieces.append((t[start:fill], v[:, start:fill].transpose(1, 0, 2), True))
+            self.scan[2] = fill
 
     def close_block(self) -> None:
+        self.seal()
+        self.scan = None
         if self.head is not None and self.pieces:
             times, values = [], []
             for t, v, checked in self.pieces:
@@ -216,7 +232,7 @@ class _Reader:
                 values.append(v)
             t = np.concatenate(times) if len(times) > 1 else times[0]
             if t.size:
-                self.blocks.append(Block(self.head, t, device_major(values)))
+                self.blocks.append(Block(self.head, t, values[0] if len(values) == 1 else device_major(values)))
         self.pieces = []
 
     def chunk(self, data: bytes) -> None:
@@ -239,20 +255,25 @@ class _Reader:
     def scanned(self, data: bytes, lines: int) -> None:
         """Whole lines read by the C scanner into arrays; each line it does not take (another shape, a header,
         a sign, a long number, garbage) read on the checked path, in its place, then the scan goes on."""
-        pos, size, rows, t, v = 0, len(data), 0, None, None
+        pos, size = 0, len(data)
         while pos < size:
             if self.head is None:
                 self.by_line(data[pos:].split(b"\n")[:-1])
                 return
             devices = len(self.head.devices)
-            if t is None or v is None or v.shape[1] != devices:  # (room for the lines left, at most)
-                room = min(lines if pos == 0 else data.count(b"\n", pos), (size - pos) // (13 + 5 * devices) + 1)
-                t, v, rows = np.empty(room, np.int64), np.empty((room, devices, COUNTERS), np.float32), 0
-            got, pos = _gpuscan.scan(data, pos, devices, t, v, rows, TIME_MIN_NS, TIME_MAX_NS, _PERCENT_MASK)
-            if got > rows:
-                self.pieces.append((t[rows:got], v[rows:got], True))
-                rows = got
-            if pos < size:
+            if self.scan is None or self.scan[1].shape[0] != devices or self.scan[3] == self.scan[0].size:
+                self.seal()
+                # (room for this chunk's lines left and as many a byte in the rest of the region: one array for
+                # a file read whole; rows never written are never touched, so cost no memory)
+                left = lines if pos == 0 else data.count(b"\n", pos)
+                room = left + int(left * 1.05 * self.expect / (size - pos))
+                room = min(room, (size - pos + self.expect) // (13 + 5 * devices) + 1, max(left, _ROWS_AT_ONCE))
+                self.scan = [np.empty(room, np.int64), np.empty((devices, room, COUNTERS), np.float32), 0, 0]
+            t, v, _start, fill = self.scan
+            got, pos = _gpuscan.scan(data, pos, devices, t, v, fill, TIME_MIN_NS, TIME_MAX_NS, _PERCENT_MASK, t.size)
+            self.scan[3] = got
+            if pos < size and got < t.size:  # (a line it did not take, not a full array)
+                self.seal()
                 cut = data.index(b"\n", pos)
                 self.by_line([data[pos:cut]])
                 pos = cut + 1
@@ -342,11 +363,16 @@ def read_samples(
 
 def _read_region(handle: IO[bytes], at: int, stop: int | None, reader: _Reader) -> int:
     """Whole lines from ``at`` up to ``stop`` (None: the end) fed to ``reader`` in chunks; where it stopped."""
+    try:
+        end = os.fstat(handle.fileno()).st_size if stop is None else stop
+    except (OSError, AttributeError, ValueError):
+        end = at
     while stop is None or at < stop:
         data = handle.read(_CHUNK if stop is None else min(_CHUNK, stop - at))
         if not data:
             break
         cut = data.rfind(b"\n") + 1
+        reader.expect = max(0, end - at - cut)
         if cut == 0:  # one line longer than a chunk: read on to its end, within the cap
             rest = handle.readline(LINE_MAX)
             if len(data) + len(rest) > LINE_MAX or not rest.endswith(b"\n"):
