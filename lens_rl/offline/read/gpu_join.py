@@ -67,7 +67,8 @@ class Timeline:
         self._present = np.asarray(present, np.intp)
         self._rates = rows
         self._cum = np.zeros((rows.shape[0], a.size + 1))
-        np.cumsum(rows * self.widths, axis=1, out=self._cum[:, 1:])
+        np.multiply(rows, self.widths, out=self._cum[:, 1:])  # (each segment's integral, then summed in place)
+        np.cumsum(self._cum[:, 1:], axis=1, out=self._cum[:, 1:])
         #: which measures read anything (a rate not 0 somewhere)
         self.measured = np.zeros(len(MEASURES), bool)
         self.measured[self._present] = rows.any(axis=1)
@@ -94,7 +95,7 @@ class Timeline:
         segment, the last starting at or before it, -1 before the first, where already looked up)."""
         k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1 if k is None else k, 0)
         # (before the first segment: k0 0, nothing into it, cum[0] 0)
-        into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64)
+        into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64, copy=False)
         return self._cum[:, k0] + self._rates[:, k0] * into
 
     def integrals(self, starts: Any, ends: Any) -> Any:
@@ -192,11 +193,10 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
             missing = np.isnan(v[:, column])
             if missing.all():  # (decided before any arithmetic: most devices have no GPM)
                 continue
-            x = v[:, column].astype(np.float64) / 100.0
             at = len(present)
+            x = np.divide(v[:, column], 100.0, out=rows[at + 1], dtype=np.float64)  # (as float64, then / 100)
             np.logical_not(missing, out=rows[at])  # (as 0.0 / 1.0)
             np.nan_to_num(x, copy=False)
-            rows[at + 1] = x
             present += [known, sum_]
             if column == _UTIL:
                 np.equal(x, 0, out=rows[at + 2], where=~missing)
