@@ -237,11 +237,11 @@ class _Reader:
 
     def chunk(self, data: bytes) -> None:
         """Whole lines (``data`` ends with a newline)."""
+        if _gpuscan is not None:
+            self.scanned(data)
+            return
         lines = data.count(b"\n")
         self.stats.lines += lines
-        if _gpuscan is not None:
-            self.scanned(data, lines)
-            return
         if self.head is not None:
             devices = len(self.head.devices)
             skeleton = _skeleton(devices)
@@ -252,28 +252,33 @@ class _Reader:
                     return
         self.by_line(data.split(b"\n")[:-1])
 
-    def scanned(self, data: bytes, lines: int) -> None:
+    def scanned(self, data: bytes) -> None:
         """Whole lines read by the C scanner into arrays; each line it does not take (another shape, a header,
-        a sign, a long number, garbage) read on the checked path, in its place, then the scan goes on."""
+        a sign, a long number, garbage) read on the checked path, in its place, then the scan goes on (lines
+        counted as they are read: no pass over the chunk to count them)."""
         pos, size = 0, len(data)
         while pos < size:
             if self.head is None:
-                self.by_line(data[pos:].split(b"\n")[:-1])
+                rest = data[pos:].split(b"\n")[:-1]
+                self.stats.lines += len(rest)
+                self.by_line(rest)
                 return
             devices = len(self.head.devices)
             if self.scan is None or self.scan[1].shape[0] != devices or self.scan[3] == self.scan[0].size:
                 self.seal()
                 # (room for this chunk's lines left and as many a byte in the rest of the region: one array for
                 # a file read whole; rows never written are never touched, so cost no memory)
-                left = lines if pos == 0 else data.count(b"\n", pos)
+                left = data.count(b"\n", pos)
                 room = left + int(left * 1.05 * self.expect / (size - pos))
                 room = min(room, (size - pos + self.expect) // (13 + 5 * devices) + 1, max(left, _ROWS_AT_ONCE))
                 self.scan = [np.empty(room, np.int64), np.empty((devices, room, COUNTERS), np.float32), 0, 0]
             t, v, _start, fill = self.scan
             got, pos = _gpuscan.scan(data, pos, devices, t, v, fill, TIME_MIN_NS, TIME_MAX_NS, _PERCENT_MASK, t.size)
             self.scan[3] = got
+            self.stats.lines += got - fill
             if pos < size and got < t.size:  # (a line it did not take, not a full array)
                 self.seal()
+                self.stats.lines += 1
                 cut = data.index(b"\n", pos)
                 self.by_line([data[pos:cut]])
                 pos = cut + 1
