@@ -95,8 +95,9 @@ class Timeline:
         segment, the last starting at or before it, -1 before the first, where already looked up)."""
         k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1 if k is None else k, 0)
         # (before the first segment: k0 0, nothing into it, cum[0] 0)
-        into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64, copy=False)
-        return self._cum[:, k0] + self._rates[:, k0] * into
+        # (np.take: 3x faster than indexing a (measures, n) array's columns, the same values)
+        into = np.clip(x - self.a.take(k0), 0, self.widths.take(k0)).astype(np.float64, copy=False)
+        return np.take(self._cum, k0, axis=1) + np.take(self._rates, k0, axis=1) * into
 
     def integrals(self, starts: Any, ends: Any) -> Any:
         """Each measure over each interval ``[starts[i], ends[i])``, in ns: ``(len(starts), MEASURES)``."""
@@ -135,9 +136,9 @@ class Timeline:
         # too where it ends by it; those starting before an end, the ones up to its segment but one starting
         # at it: mem_peak's two searches, from the integrals')
         at = np.maximum(k_lo, 0)
-        first = np.where(k_lo >= 0, k_lo + (self.b[at] <= starts), 0)
+        first = np.where(k_lo >= 0, k_lo + (self.b.take(at) <= starts), 0)
         at = np.maximum(k_hi, 0)
-        last = np.where(k_hi >= 0, k_hi + 1 - (self.a[at] == ends), 0)
+        last = np.where(k_hi >= 0, k_hi + 1 - (self.a.take(at) == ends), 0)
         return out, self._peaks(first, last)
 
     def mem_peak(self, starts: Any, ends: Any) -> Any:
