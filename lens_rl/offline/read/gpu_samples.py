@@ -198,7 +198,7 @@ def device_major(values: list[Any]) -> Any:
 class _Reader:
     """The blocks of one read, the current one's pieces gathered as arrays."""
 
-    def __init__(self, head: GpuHead | None, stats: ReadStats) -> None:
+    def __init__(self, head: GpuHead | None, stats: ReadStats, into: tuple[Any, Any, int] | None = None) -> None:
         self.blocks: list[Block] = []
         self.head = head
         self.pieces: list[tuple[Any, Any, bool]] = []  # (times, values, checked)
@@ -206,6 +206,12 @@ class _Reader:
         #: the scanner's arrays for the current block (times, values device by device, the first row not yet
         #: in a piece, the first free row): filled chunk after chunk, a block read whole is one piece, no copy
         self.scan: list[Any] | None = None
+        if into is not None and head is not None:  # (rows read before, under ``head``: the block goes on)
+            t, v, rows = into
+            if _gpuscan is not None and v.shape[0] == len(head.devices):
+                self.scan = [t, v, 0, rows]
+            else:
+                self.pieces.append((t[:rows], v[:, :rows].transpose(1, 0, 2), True))
         #: bytes of the region still to read after the current chunk (the arrays' room is guessed from it)
         self.expect = 0
 
@@ -335,11 +341,14 @@ def read_samples(
     start: int = 0,
     head: GpuHead | None = None,
     stop: int | None = None,
+    into: tuple[Any, Any, int] | None = None,
 ) -> tuple[list[Block], int, GpuHead | None]:
     """The samples of a file from its start (its first line must be a header), or from byte ``start`` under
     ``head`` (a read resumed where an earlier one stopped), up to byte ``stop`` (a line's end; None: the
     last whole line): the blocks, where the read stopped (a line's end) and the header in force there. A
-    file that cannot be read or starts with no header yields nothing (noted in ``stats``)."""
+    file that cannot be read or starts with no header yields nothing (noted in ``stats``). ``into``: a
+    resumed read's earlier rows under ``head`` (times, values device by device with room after them, their
+    count): the first block is theirs, read on into the same arrays (no copy while there is room)."""
     name = os.path.basename(os.fspath(path))
     try:
         handle = open_file(path)
@@ -360,7 +369,7 @@ def read_samples(
             at = len(first)
         else:
             handle.seek(start)
-        reader = _Reader(head, stats)
+        reader = _Reader(head, stats, into if start else None)
         at = _read_region(handle, at, stop, reader)
         reader.close_block()
         return reader.blocks, at, reader.head

@@ -26,13 +26,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
-from lens_rl.offline.read.gpu_samples import COUNTERS, SCANNER, Block, read_samples
+from lens_rl.offline.read.gpu_samples import SCANNER, Block, read_samples
 from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
-from lens_rl.offline.run.disk import append_to, cache_key, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.disk import append_to, cache_key, json_bytes, write_atomic
+from lens_rl.offline.run.gpu_entry import LAYOUT, load_entry
 from lens_rl.offline.run.gpu_kept import load_kept, save_kept
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.parallel import default_jobs, map_files
-from lens_rl.store import ReadStats, loads
+from lens_rl.store import ReadStats
 from lens_rl.store.gpu import GPU_COUNTERS, GpuDevice, GpuHead, gpu_files
 
 __all__ = [
@@ -54,8 +55,6 @@ __all__ = [
 LANE_BINS = 240
 
 _log = logging.getLogger("lens_rl")
-#: how a kept entry lays out a block's values: device by device (``(devices, n, counters)``)
-_LAYOUT = "device"
 
 
 class Device(NamedTuple):
@@ -79,71 +78,29 @@ def _plain_head(head: GpuHead) -> dict[str, Any]:
     return {**head._asdict(), "devices": [list(d) for d in head.devices]}
 
 
-def _head_of(plain: Any) -> GpuHead:
-    devices = tuple(
-        GpuDevice(int(i), str(u), str(n), None if m is None else int(m), tuple(str(c) for c in has))
-        for i, u, n, m, has in plain["devices"]
-    )
-    since = plain["since"]
-    return GpuHead(
-        str(plain["host"]),
-        str(plain["run_id"]),
-        int(plain["attempt"]),
-        int(plain["pid"]),
-        None if since is None else int(since),
-        float(plain["hz"]),
-        devices,
-    )
-
-
 def _entry_path(cache: str, path: Path) -> Path:
     return Path(cache) / f"gpu-{path.name}.samples"
 
 
-def _records(data: bytes) -> Any:
-    """The records of a kept file: (meta, blocks) each, their lengths checked against the file's."""
-    at = 0
-    while at < len(data):
-        cut = data.index(b"\n", at) + 1
-        meta = loads(data[at:cut])
-        if type(meta) is not dict or meta.get("key") != cache_key() or meta.get("layout") != _LAYOUT:
-            raise ValueError("not this lens_rl's")
-        at = cut
-        blocks: list[Block] = []
-        for plain, n in meta["blocks"]:
-            head = _head_of(plain)
-            n = int(n)
-            width = len(head.devices) * COUNTERS
-            size = n * (8 + 4 * width)
-            if n < 0 or at + size > len(data):
-                raise ValueError("shorter than it says")
-            t = np.frombuffer(data, "<i8", n, at)
-            v = np.frombuffer(data, "<f4", n * width, at + n * 8).reshape(len(head.devices), n, COUNTERS)
-            v = v.transpose(1, 0, 2)  # (kept device by device, as read: gpu_samples.device_major)
-            blocks.append(Block(head, t, v))
-            at += size
-        yield meta, blocks
-
-
-def _load(cache: str, path: Path, identity: list[Any], stat: os.stat_result) -> tuple[Any, list[Block]] | None:
-    """The kept read of ``path`` (its last record's meta and every block), where it is this lens_rl's, of
-    this very file, and the file only grew since; None otherwise."""
+def _load(
+    cache: str, path: Path, identity: list[Any], stat: os.stat_result, end: int
+) -> tuple[Any, list[Block], Any] | None:
+    """The kept read of ``path`` (its last record's meta, every block, the last one's arrays with room for
+    the samples up to ``end``: :func:`~lens_rl.offline.run.gpu_entry.load_entry`), where it is this
+    lens_rl's, of this very file, and the file only grew since; None otherwise."""
     try:
-        meta: Any = None
-        blocks: list[Block] = []
-        for record, new in _records(read_bytes(_entry_path(cache, path))):
-            meta, blocks = record, blocks + new  # (kept apart: a device's pieces are put together once)
-        if meta is None or meta.get("identity") != identity:
+        meta, blocks, carry = load_entry(_entry_path(cache, path), end)
+        if meta.get("identity") != identity:
             return None
         if not grown_only(path, stat, meta["state"], int(meta["end"]), bytes.fromhex(meta["tail"])):
             return None
-        return meta, blocks
+        return meta, blocks, carry
     except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
         return None
 
 
 def _record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
-    meta = {**meta, "key": cache_key(), "layout": _LAYOUT}
+    meta = {**meta, "key": cache_key(), "layout": LAYOUT}
     meta["blocks"] = [[_plain_head(b.head), int(b.t.size)] for b in blocks]
     out = [json_bytes(meta) + b"\n"]
     for block in blocks:
@@ -163,7 +120,7 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
     except OSError:
         return read_samples(path, stats)[0]
     identity = list(ident)
-    kept = _load(cache, path, identity, stat)
+    kept = _load(cache, path, identity, stat, end)
     fresh = ReadStats()
     new: list[Block] = []
     if kept is None:
@@ -175,12 +132,19 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
         if not fresh.files:  # (no sample file after all: nothing kept)
             return blocks
     else:
-        meta, blocks = kept
+        meta, blocks, carry = kept
         lines, skipped, stop = int(meta["lines"]), int(meta["skipped"]), int(meta["end"])
         if end > stop and blocks:
-            new, stop, _head = read_samples(path, fresh, start=stop, head=blocks[-1].head, stop=end)
+            # (the new samples read on into the last kept block's arrays: its rows then theirs, no copy)
+            read, stop, _head = read_samples(path, fresh, start=stop, head=blocks[-1].head, stop=end, into=carry)
             lines, skipped = lines + fresh.lines, skipped + fresh.skipped
-            blocks = blocks + new
+            if read and carry is not None:  # (the first block: the last kept one, continued)
+                kept_rows, first = blocks[-1].t.size, read[0]
+                new = [Block(first.head, first.t[kept_rows:], first.v[kept_rows:])] if first.t.size > kept_rows else []
+                new += read[1:]
+                blocks = blocks[:-1] + read
+            else:
+                new, blocks = read, blocks + read
         stats.files += 1
     stats.lines += lines
     stats.skipped += skipped
