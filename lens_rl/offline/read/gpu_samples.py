@@ -182,10 +182,9 @@ def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
 
 
 def device_major(values: list[Any]) -> Any:
-    """Pieces of a block's values (each ``(n, devices, counters)``) put together device by device: an ``(n,
-    devices, counters)`` view of a ``(devices, n, counters)`` array, so that each device's rows are contiguous
-    (its timeline reads its columns from 32-byte rows instead of from every device's: 1.4 ms a column of a
-    device-day against 0.06 ms). The pieces are copied once, as concatenating them did."""
+    """Pieces of a block's values (each ``(n, devices, counters)``) put together as an ``(n, devices, counters)``
+    view of a ``(devices, n, counters)`` array: each device's rows contiguous (its timeline's columns read from
+    32-byte rows, not every device's: 0.06 ms a column of a device-day against 1.4 ms)."""
     n = sum(v.shape[0] for v in values)
     out = np.empty((values[0].shape[1], n, COUNTERS), np.float32)
     at = 0
@@ -203,8 +202,8 @@ class _Reader:
         self.head = head
         self.pieces: list[tuple[Any, Any, bool]] = []  # (times, values, checked)
         self.stats = stats
-        #: the scanner's arrays for the current block (times, values device by device, the first row not yet
-        #: in a piece, the first free row): filled chunk after chunk, a block read whole is one piece, no copy
+        #: the scanner's arrays for the current block (times, values device by device, the first row not in a
+        #: piece, the first free row): filled chunk after chunk, a block read whole one piece (no copy)
         self.scan: list[Any] | None = None
         if into is not None and head is not None:  # (rows read before, under ``head``: the block goes on)
             t, v, rows = into
@@ -272,8 +271,8 @@ class _Reader:
             devices = len(self.head.devices)
             if self.scan is None or self.scan[1].shape[0] != devices or self.scan[3] == self.scan[0].size:
                 self.seal()
-                # (room for this chunk's lines left and as many a byte in the rest of the region: one array for
-                # a file read whole; rows never written are never touched, so cost no memory)
+                # (room for this chunk's lines left and as many a byte in the rest of the region: rows never
+                # written are never touched, so cost no memory)
                 left = data.count(b"\n", pos)
                 room = left + int(left * 1.05 * self.expect / (size - pos))
                 room = min(room, (size - pos + self.expect) // (13 + 5 * devices) + 1, max(left, _ROWS_AT_ONCE))
