@@ -121,17 +121,18 @@ class Timeline:
         ends = np.append(starts[1:], a.size) - 1
         return np.column_stack([a[starts], b[ends]])
 
-    def joined(self, starts: Any, ends: Any) -> tuple[Any, Any]:
-        """:meth:`integrals` and :meth:`mem_peak` of the same intervals, each end looked up once (a span's join)."""
+    def joined(self, starts: Any, ends: Any, peaks: bool = True) -> tuple[Any, Any]:
+        """:meth:`integrals` and :meth:`mem_peak` of the same intervals, each end looked up once (a span's join;
+        ``peaks`` False: the integrals only, None for the peaks)."""
         if not self.a.size or not len(starts):
-            return self.integrals(starts, ends), self.mem_peak(starts, ends)
+            return self.integrals(starts, ends), self.mem_peak(starts, ends) if peaks else None
         k_lo = np.searchsorted(self.a, starts, side="right") - 1
         k_hi = np.searchsorted(self.a, ends, side="right") - 1
         out = np.zeros((len(starts), len(MEASURES)))
         if self._present.size:
             out[:, self._present] = (self._upto(ends, k_hi) - self._upto(starts, k_lo)).T
-        if not self._increasing:
-            return out, self.mem_peak(starts, ends)
+        if not peaks or not self._increasing:
+            return out, self.mem_peak(starts, ends) if peaks else None
         # (segments disjoint and in order: those ending by a start are the ones up to its segment, that one
         # too where it ends by it; those starting before an end, the ones up to its segment but one starting
         # at it: mem_peak's two searches, from the integrals')

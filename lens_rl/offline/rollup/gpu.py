@@ -42,6 +42,8 @@ _MOST_GAPS = 20
 #: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`), in its column order
 MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
 _K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
+#: the productive union's place among a process's interval sets (spans, hull, steps, productive)
+_PRODUCTIVE = 3
 #: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
 Timeline = Any
 
@@ -90,7 +92,8 @@ class _Queries:
 
     def asked(self, line: Timeline) -> list[Any]:
         """What one device answers (each interval set's integrals and memory peaks, and what it measures)."""
-        out = [line.joined(lo, hi) if len(lo) else None for lo, hi in self.intervals]
+        # (the productive union's memory peaks are never read: its integrals only)
+        out = [line.joined(lo, hi, k != _PRODUCTIVE) if len(lo) else None for k, (lo, hi) in enumerate(self.intervals)]
         return [*out, line.measured]
 
     def answer(self, answered: list[Any]) -> None:
@@ -98,7 +101,8 @@ class _Queries:
         for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
             if got is not None:
                 sums += got[0]
-                np.fmax(mem, got[1], out=mem)
+                if got[1] is not None:
+                    np.fmax(mem, got[1], out=mem)
         self.counts += answered[-1]
         self.devices += 1
 
@@ -210,7 +214,7 @@ def gpu_rollup(
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(uuids), **_sums(acc)})
         # (device-ns: the mean over its devices times their count)
-        productive_busy += float(done.sums[3][:, _BUSY].sum()) * done.devices
+        productive_busy += float(done.sums[_PRODUCTIVE][:, _BUSY].sum()) * done.devices
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.pop("acc", None)
