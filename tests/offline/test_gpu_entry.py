@@ -57,10 +57,11 @@ def test_a_file_grown_again_and_again_reads_through_its_entry_as_cold(tmp_path: 
     assert carry is not None and carry[2] == blocks[-1].t.size and carry[0].size >= carry[2] + 4000 // 400
 
 
-@pytest.mark.parametrize("harm", ["cut", "key", "layout", "fifo"])
+@pytest.mark.parametrize("harm", ["cut", "key", "layout", "fifo", "end"])
 def test_a_broken_or_planted_entry_is_no_entry(tmp_path: Path, harm: str) -> None:
-    """An entry cut short, of another version or layout, or a FIFO in its place: load_entry raises, and the
-    look reads the file cold (the same samples), never a crash or a hang."""
+    """An entry cut short, of another version or layout, or a FIFO in its place: load_entry raises; one whose
+    end is planted leaves no room past the file's bytes; the look reads the file cold (the same samples),
+    never a crash or a hang."""
     path = write_samples(tmp_path, "n0", 7, [device("GPU-0")], lambda t: _reading(t)[:1], end_s=20.0)
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -70,13 +71,16 @@ def test_a_broken_or_planted_entry_is_no_entry(tmp_path: Path, harm: str) -> Non
     meta, rest = data.split(b"\n", 1)
     if harm == "cut":
         entry.write_bytes(data[:-9])
-    elif harm in ("key", "layout"):
+    elif harm in ("key", "layout", "end"):  # (an end far before the file's start: no room allocated for it)
         plain = json.loads(meta)
-        plain[harm] = "another"
+        plain[harm] = -(10**15) if harm == "end" else "another"
         entry.write_bytes(json.dumps(plain).encode() + b"\n" + rest)
     else:
         entry.unlink()
         os.mkfifo(entry)
-    with pytest.raises((OSError, ValueError)):
-        load_entry(entry)
+    if harm == "end":
+        assert load_entry(entry, path.stat().st_size)[2][0].size == 40  # (its rows, no room more)
+    else:
+        with pytest.raises((OSError, ValueError)):
+            load_entry(entry)
     _same(read_file_blocks(path, ReadStats(), str(cache)), read_samples(path, ReadStats())[0])

@@ -90,8 +90,8 @@ def _load(
     lens_rl's, of this very file, and the file only grew since; None otherwise."""
     try:
         meta, blocks, carry = load_entry(_entry_path(cache, path), end)
-        if meta.get("identity") != identity:
-            return None
+        if meta.get("identity") != identity or not 0 <= int(meta["end"]) <= stat.st_size:
+            return None  # (another file's, or a planted end: a read resumed there would seek outside the file)
         if not grown_only(path, stat, meta["state"], int(meta["end"]), bytes.fromhex(meta["tail"])):
             return None
         return meta, blocks, carry

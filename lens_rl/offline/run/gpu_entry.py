@@ -105,7 +105,8 @@ def load_entry(entry: Path, end: int = 0) -> tuple[Any, list[Block], tuple[Any, 
         meta, kept = _layout(handle, size)
         if meta is None:
             raise ValueError("empty")
-        grown_by = end - int(meta["end"])
+        kept_end = int(meta["end"])
+        grown_by = end - kept_end if 0 <= kept_end <= end else 0  # (room never past the file's own bytes)
         runs: list[list[tuple[GpuHead, int, int]]] = []
         for block in kept:
             if runs and runs[-1][0][0] == block[0]:
