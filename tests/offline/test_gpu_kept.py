@@ -105,10 +105,10 @@ def test_a_store_grown_in_three_rounds_joins_as_a_cold_read_each_round(tmp_path:
     assert json.loads(third)["gpu"]["devices"][0]["files"] == ["gpu-node0-100.jsonl", "gpu-node0-200.jsonl"]
 
 
-@pytest.mark.parametrize("harm", ["planted", "cut", "oversized"])
+@pytest.mark.parametrize("harm", ["planted", "cut", "oversized", "fifo"])
 def test_a_hostile_kept_join_record_is_one_stderr_line_and_a_cold_join(tmp_path: Path, harm: str) -> None:
-    """A kept GPU join record of another shape, cut short or oversized is said once on stderr and the GPU part is
-    joined cold: the answer is --no-cache's."""
+    """A kept GPU join record of another shape, cut short, oversized or a FIFO in its place (never opened: it
+    would block) is said once on stderr and the GPU part is joined cold: the answer is --no-cache's."""
     run = _store(tmp_path / "r1")
     _look(run)
     for rank in (0, 1):
@@ -120,6 +120,9 @@ def test_a_hostile_kept_join_record_is_one_stderr_line_and_a_cold_join(tmp_path:
         record.write_bytes(msgspec.msgpack.encode({"key": "x", "processes": [[1, 2, 3]], "sums": b"\0" * 99}))
     elif harm == "cut":
         record.write_bytes(data[: len(data) // 2])
+    elif harm == "fifo":
+        record.unlink()
+        os.mkfifo(record)
     else:
         os.truncate(record, MAX_BYTES + 1)
     got, stderr = _look(run)

@@ -4,8 +4,9 @@ each process's spans (:mod:`lens_rl.offline.rollup.gpu_prefix`) for the next loo
 One MessagePack record (msgspec, typed: :class:`JoinKept`; no pickle, nothing in it runs code): lens_rl's
 cache key, the sample files' kept entries (name and inode: an entry rewritten, because its file was read
 cold, is a new inode), each device's samples as the look saw them (:class:`DeviceMark`), and the processes'
-settled prefixes. A record of another version, cut short, planted or over :data:`MAX_BYTES` is one line on
-stderr and a cold join; a device whose samples changed other than by appending drops the prefixes it answered.
+settled prefixes. A record of another version, cut short, planted, over :data:`MAX_BYTES` or not a regular
+file (a FIFO is never opened) is one line on stderr and a cold join; a device whose samples changed other than
+by appending drops the prefixes it answered.
 
 Example::
 
@@ -26,7 +27,7 @@ import msgspec
 import numpy as np
 
 from lens_rl.offline.rollup.gpu_prefix import DeviceMark, SpanPrefix
-from lens_rl.offline.run.disk import cache_key, write_atomic
+from lens_rl.offline.run.disk import cache_key, read_bytes, write_atomic
 
 __all__ = ["MAX_BYTES", "JoinKept", "load_kept", "save_kept"]
 
@@ -82,7 +83,7 @@ def load_kept(cache: str, found: Sequence[Path], devices: Mapping[str, Any]) -> 
     try:
         if path.stat().st_size > MAX_BYTES:
             raise ValueError(f"larger than {MAX_BYTES} bytes")
-        kept = _decode(path.read_bytes())
+        kept = _decode(read_bytes(path))  # (a regular file only: a FIFO in its place is never opened)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, msgspec.DecodeError) as exc:
