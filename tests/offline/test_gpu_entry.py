@@ -65,11 +65,11 @@ def test_a_file_grown_again_and_again_reads_through_its_entry_as_cold(
     assert carry is not None and carry[2] == blocks[-1].t.size and carry[0].size >= carry[2] + 4000 // 400
 
 
-@pytest.mark.parametrize("harm", ["cut", "key", "layout", "fifo", "end"])
+@pytest.mark.parametrize("harm", ["cut", "key", "layout", "fifo", "end", "overflow"])
 def test_a_broken_or_planted_entry_is_no_entry(tmp_path: Path, harm: str) -> None:
     """An entry cut short, of another version or layout, or a FIFO in its place: load_entry raises; one whose
-    end is planted leaves no room past the file's bytes; the look reads the file cold (the same samples),
-    never a crash or a hang."""
+    end is planted leaves no room past the file's bytes; one whose end is past any integer (1e400) is no entry;
+    the look reads the file cold (the same samples), never a crash or a hang."""
     path = write_samples(tmp_path, "n0", 7, [device("GPU-0")], lambda t: _reading(t)[:1], end_s=20.0)
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -83,12 +83,16 @@ def test_a_broken_or_planted_entry_is_no_entry(tmp_path: Path, harm: str) -> Non
         plain = json.loads(meta)
         plain[harm] = -(10**15) if harm == "end" else "another"
         entry.write_bytes(json.dumps(plain).encode() + b"\n" + rest)
+    elif harm == "overflow":
+        plain = json.loads(meta)
+        plain["end"] = 0
+        entry.write_bytes(json.dumps(plain).encode().replace(b'"end": 0', b'"end": 1e400') + b"\n" + rest)
     else:
         entry.unlink()
         os.mkfifo(entry)
     if harm == "end":
         assert load_entry(entry, path.stat().st_size)[2][0].size == 40  # (its rows, no room more)
-    else:
+    elif harm != "overflow":
         with pytest.raises((OSError, ValueError)):
             load_entry(entry)
     _same(read_file_blocks(path, ReadStats(), str(cache)), read_samples(path, ReadStats())[0])
