@@ -1,14 +1,14 @@
 """A GPU sample file's lines read in bulk into arrays (:class:`Block`: times and values per device and counter).
 
-Sample lines are many (a day at 2 Hz is 172,800 per host) and all alike, so they are not decoded one by
-one: a chunk of whole lines is checked against the shape its header implies (the line with every number,
-``null`` and blank taken out must read ``{"t":,"d":[[,,,,,,,],...]}``) and its numbers parsed by numpy in
-one call (as integers where all are: 3.5x faster than as floats). A chunk that is not all alike (a device entry ``null`` at a sample, a garbage line, a header
-again) is read line by line: the lines of the common shape in bulk, the others decoded, a bad one skipped
-and counted. Bad lines: not JSON, longer than :data:`~lens_rl.store.LINE_MAX`, another shape than the
-header's devices, a time outside 2000-2200, a percentage outside 0-100, a value negative or of 10^18 or
-more. A line reads the same whatever its neighbours (a run that numpy cannot read at once is read line by
-line, each in bulk where it can be).
+Sample lines are many (a day at 2 Hz is 172,800 per host) and all alike, so they are not decoded one by one: a
+chunk of whole lines is checked against the shape its header implies (the line with every number, ``null`` and
+blank taken out must read ``{"t":,"d":[[,,,,,,,],...]}``) and its numbers parsed by numpy in one call (as
+integers where all are: 3.5x faster than as floats). A chunk that is not all alike (a device entry ``null`` at
+a sample, a garbage line, a header again) is read line by line: the lines of the common shape in bulk, the
+others decoded, a bad one skipped and counted. Bad lines: not JSON, longer than
+:data:`~lens_rl.store.LINE_MAX`, another shape than the header's devices, a time outside 2000-2200, a
+percentage outside 0-100, a value negative or of 10^18 or more. A line reads the same whatever its neighbours
+(a run that numpy cannot read at once is read line by line, each in bulk where it can be).
 
 Values are float32 (``nan``: ``null``, a counter the device lacks or a device not read at that sample;
 exact for percentages, power and clocks, memory to 1 part in 10^7: a day of 8 devices is 350 MB, not 700);

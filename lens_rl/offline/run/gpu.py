@@ -4,10 +4,10 @@ A sample file sits beside the span files (``gpu-<host>-<pid>.jsonl``, :mod:`lens
 cache, each file's samples so far are kept in ``gpu-<file>.samples`` in the cache's folder: a JSON line
 (lens_rl's cache key, the file's identity, size, mtime and ctime, where the read stopped and a hash of the
 bytes before it, the blocks' headers and sample counts, the read's line counts) then the arrays (each block's
-times, then its values device by device) as raw little-endian bytes, their lengths checked against the file's before any is read (nothing read from it can
-allocate more than its own size, nothing runs code). A file that grew is read from where the last read
-stopped; one that shrank, was rewritten or replaced is read cold (the checks of
-:mod:`lens_rl.offline.run.index`). Results are identical to a cold read.
+times, then its values device by device) as raw little-endian bytes, their lengths checked against the file's
+before any is read (nothing read from it can allocate more than its own size, nothing runs code). A file that
+grew is read from where the last read stopped; one that shrank, was rewritten or replaced is read cold (the
+checks of :mod:`lens_rl.offline.run.index`). Results are identical to a cold read.
 
 Example::
 
