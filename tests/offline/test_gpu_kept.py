@@ -13,7 +13,7 @@ import pytest
 
 from lens_rl.offline.run.gpu_kept import MAX_BYTES, JoinKept
 from tests.conftest import lens
-from tests.gpu_stores import device, write_samples
+from tests.gpu_stores import device, write_gpu_worker, write_samples
 from tests.stores import at_ns, span, write_process
 
 
@@ -59,14 +59,7 @@ def _store(run: Path) -> Path:
     steps = [span("step", 10 * s, 10 * s + 9.99, f"d{s}", parent="job", step=s) for s in range(4)]
     write_process(run, "driver", 0, 1, [span("rl.job", 0, 40, "job"), *steps], root="job")
     for rank in (0, 1):
-        write_process(
-            run,
-            "actor",
-            rank,
-            10 + rank,
-            _actor_spans(rank, 0, 20),
-            **{"rl.gpu.uuids": [f"GPU-{rank}"], "host.name": f"node{rank}"},
-        )
+        write_gpu_worker(run, rank, _actor_spans(rank, 0, 20))
         write_samples(run, f"node{rank}", 100 + rank, [device(f"GPU-{rank}")], _reading, end_s=20.0)
     return run
 
