@@ -14,6 +14,7 @@ into a :class:`Tree`, with no object per span.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key, parent_rows
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
 from lens_rl.offline.read.tree import resolve as resolve_tree
 
-__all__ = ["Tree", "inner", "link", "resolve"]
+__all__ = ["Kids", "Tree", "inner", "link", "resolve"]
 
 _BUCKET_SET = frozenset(BUCKETS)
 _BUCKET_OR_NONE = _BUCKET_SET | {None}
@@ -121,7 +122,7 @@ def link(cols: Columns) -> Tree:
     return tree
 
 
-def _np(values: array, dtype: Any) -> Any:
+def _np(values: array | bytearray, dtype: Any) -> Any:
     """An array's numbers as a numpy view (no copy)."""
     return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype=dtype)
 
@@ -221,21 +222,69 @@ def _third_party_tokens(tree: Tree) -> None:
             tree.tokens[p] = out or into
 
 
-def inner(tree: Tree) -> tuple[dict[int, list[tuple[int, int]]], dict[int, list[tuple[int, int]]]]:
-    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants; and each
-    unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive time:
-    what its time nested phases leave it, each instant counted once however deep the nesting)."""
-    out: dict[int, list[tuple[int, int]]] = {}
+def inner(tree: Tree) -> tuple[Kids, dict[int, list[tuple[int, int]]]]:
+    """Pass 3 (see the module docstring): each bucketed span's nearest bucketed descendants (:class:`Kids`);
+    and each unbucketed phase outside every bucketed span, its children that are phases (a phase's exclusive
+    time: what its time nested phases leave it, each instant counted once however deep the nesting)."""
+    n = tree.n
+    outer = _np(tree.outer, np.int64)
+    bucketed = np.fromiter((b is not None for b in tree.buckets), dtype=bool, count=n)
+    kids = np.flatnonzero((outer != -1) & bucketed)
     own: dict[int, list[tuple[int, int]]] = {}
-    buckets, outer, starts, ends = tree.buckets, tree.outer, tree.starts, tree.ends
-    parents, role = tree.parents, tree.role
-    for i in range(tree.n):
-        o = outer[i]
-        if o != -1:
-            if buckets[i] is not None:
-                out.setdefault(o, []).append((starts[i], ends[i]))
-            continue
-        p = parents[i]
-        if p != -1 and role[p] <= UMBRELLA and role[i] <= UMBRELLA:  # (no bucket above: its parent has none)
-            own.setdefault(p, []).append((starts[i], ends[i]))
-    return out, own
+    parents, role = _np(tree.parents, np.int64), _np(tree.role, np.uint8)
+    phase = role <= UMBRELLA
+    under = (outer == -1) & (parents != -1) & phase  # (no bucket above: its parent has none)
+    under[under] &= phase[parents[under]]
+    starts, ends = tree.starts, tree.ends
+    for i in np.flatnonzero(under).tolist():
+        own.setdefault(tree.parents[i], []).append((starts[i], ends[i]))
+    return Kids(outer[kids], _np(starts, np.int64)[kids], _np(ends, np.int64)[kids]), own
+
+
+class Kids(Mapping[int, list[tuple[int, int]]]):
+    """Bucketed span's row -> its nearest bucketed descendants' intervals, in row order: kept as three
+    arrays (the descendants' ancestor rows, starts, ends; in row order), a dict made only where one is
+    asked for by row (the driver's overlaps); :meth:`single` and :meth:`several` read the arrays."""
+
+    def __init__(self, rows: Any, starts: Any, ends: Any) -> None:
+        self.rows, self.starts, self.ends = rows, starts, ends
+        self._made: dict[int, list[tuple[int, int]]] | None = None
+
+    @property
+    def _dict(self) -> dict[int, list[tuple[int, int]]]:
+        if self._made is None:
+            made: dict[int, list[tuple[int, int]]] = {}
+            for o, start, end in zip(self.rows.tolist(), self.starts.tolist(), self.ends.tolist(), strict=True):
+                made.setdefault(o, []).append((start, end))
+            self._made = made
+        return self._made
+
+    def __getitem__(self, row: int) -> list[tuple[int, int]]:
+        return self._dict[row]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._dict)
+
+    def __len__(self) -> int:
+        return len(self._dict)
+
+    def single(self) -> tuple[Any, Any, Any]:
+        """The rows with one descendant, and its start and end (numpy arrays)."""
+        counts = np.bincount(self.rows, minlength=1) if self.rows.size else np.zeros(0, dtype=np.int64)
+        one = counts[self.rows] == 1 if self.rows.size else np.zeros(0, dtype=bool)
+        return self.rows[one], self.starts[one], self.ends[one]
+
+    def several(self) -> Iterator[tuple[int, list[tuple[int, int]]]]:
+        """(row, its descendants' intervals) of the rows with more than one, in the order they first appear."""
+        if not self.rows.size:
+            return
+        counts = np.bincount(self.rows)
+        many = counts[self.rows] > 1
+        if not many.any():
+            return
+        found: dict[int, list[tuple[int, int]]] = {}
+        for o, start, end in zip(
+            self.rows[many].tolist(), self.starts[many].tolist(), self.ends[many].tolist(), strict=True
+        ):
+            found.setdefault(o, []).append((start, end))
+        yield from found.items()

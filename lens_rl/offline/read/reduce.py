@@ -21,7 +21,7 @@ from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_column
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.gpu_spans import gpu_spans
 from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
-from lens_rl.offline.read.linked import Tree, inner, link, resolve
+from lens_rl.offline.read.linked import Kids, Tree, inner, link, resolve
 from lens_rl.offline.read.overlap import claim_overlaps
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart
 from lens_rl.offline.read.pipe import pipe_part
@@ -113,7 +113,7 @@ def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
 def accumulate(
     part: ProcessPart,
     tree: Tree,
-    kids_of: dict[int, list[tuple[int, int]]],
+    kids_of: Kids,
     own_kids: dict[int, list[tuple[int, int]]],
     step_rows: bool,
     superseded: frozenset[Any] = frozenset(),

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lens_rl.buckets import exclusive_time, kind_of
-from lens_rl.offline.read.linked import Tree
+from lens_rl.offline.read.linked import Kids, Tree
 from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart
 from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key
 from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
@@ -40,7 +40,7 @@ class Tally:
         self,
         part: ProcessPart,
         tree: Tree,
-        kids_of: Mapping[int, list[tuple[int, int]]],
+        kids_of: Kids,
         own_kids: Mapping[int, list[tuple[int, int]]],
         superseded: frozenset[Any],
     ) -> None:
@@ -64,29 +64,29 @@ class Tally:
             part.rerun_steps.update(tree.steps[i] for i in self.rerun)
             phase &= ~gone
         self.rows = np.flatnonzero(phase)
+        self.start_ns, self.end_ns = starts, ends
         self.duration = ends - starts
         self.big = bool(self.duration.size) and int(self.duration.max()) * n >= _SAFE_SUM
         self.stepped = np.fromiter((s is not None for s in tree.steps), dtype=bool, count=n)
         self.excl = self._exclusive(kids_of, own_kids, phase)
         self.role = role
 
-    def _exclusive(
-        self, kids_of: Mapping[int, list[tuple[int, int]]], own_kids: Mapping[int, list[tuple[int, int]]], phase: Any
-    ) -> Any:
+    def _exclusive(self, kids_of: Kids, own_kids: Mapping[int, list[tuple[int, int]]], phase: Any) -> Any:
         """Each span's exclusive ns: a bucketed span's what its nearest bucketed descendants leave it, an
         unbucketed one outside every bucketed span what its child phases leave it, any other 0."""
         tree, bucketed = self.tree, self.bucket >= 0
         excl = np.where(bucketed | (self.outer == -1), self.duration, 0)
         starts, ends, outer = tree.starts, tree.ends, tree.outer
-        is_phase, has_bucket = phase.tolist(), bucketed.tolist()
-        for i, kids in kids_of.items():
-            if is_phase[i] and has_bucket[i]:
-                start, end = starts[i], ends[i]
-                if len(kids) == 1:
-                    a, b = kids[0]
-                    excl[i] = max(end - start - max(min(b, end) - max(a, start), 0), 0)
-                else:
-                    excl[i] = exclusive_time(start, end, kids)
+        counted = phase & bucketed
+        rows, lo, hi = kids_of.single()  # (most: a phase's one child)
+        keep = counted[rows]
+        rows, lo, hi = rows[keep], lo[keep], hi[keep]
+        start, end = self.start_ns[rows], self.end_ns[rows]
+        excl[rows] = np.maximum(end - start - np.maximum(np.minimum(hi, end) - np.maximum(lo, start), 0), 0)
+        is_counted, is_phase, has_bucket = counted.tolist(), phase.tolist(), bucketed.tolist()
+        for i, kids in kids_of.several():
+            if is_counted[i]:
+                excl[i] = exclusive_time(starts[i], ends[i], kids)
         for i, kids in own_kids.items():
             if is_phase[i] and not has_bucket[i] and outer[i] == -1 and kids:
                 excl[i] = exclusive_time(starts[i], ends[i], kids)
@@ -145,6 +145,8 @@ class Tally:
         is_phase[self.rows] = True
         phase_rows = is_phase.tolist()
         starts, ends, names, buckets, steps = tree.starts, tree.ends, tree.names, tree.buckets, tree.steps
+        generation = {name for name in set(names) if kind_of(name) == "generation"}
+        flops_of = tree.flops or {}
         for i in sorted(tree.tokens):
             if not phase_rows[i]:
                 continue
@@ -152,7 +154,7 @@ class Tally:
             phase = part.phases[(names[i], bucket)]
             phase.tokens += count
             phase.token_ns += duration
-            flops = tree.flops.get(i) if tree.flops else None
+            flops = flops_of.get(i)
             if flops is not None:
                 phase.flops += count * flops
                 phase.flops_tokens += count
@@ -161,12 +163,9 @@ class Tally:
                 continue
             if bucket is None and tree.own_steps[i] is not None:
                 part.step_tokens[("own", step)] = part.step_tokens.get(("own", step), 0) + count
-            elif kind_of(names[i]) == "generation":
+            elif names[i] in generation:
                 part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
-        if tree.ids is None:
-            return
-        generation = {name for name in set(names) if kind_of(name) == "generation"}
-        if not generation:
+        if tree.ids is None or not generation:
             return
         for i in self.rows.tolist():
             name = names[i]
