@@ -135,3 +135,22 @@ def test_numbered_ids_link_as_ids_given_link() -> None:
                 )
             )
         assert trees[0] == trees[1], trial
+
+
+def test_a_phase_s_compute_ns_summed_per_step_in_bulk_as_one_by_one() -> None:
+    """Many compute spans' ns are summed per step with numpy: the steps in order and the sums are those the
+    span-by-span sum gives (negative and repeated steps, any order)."""
+    import random
+    from array import array
+
+    from lens_rl.offline.read.reduce import _BULK, _summed
+
+    rng = random.Random(5)
+    for size in (_BULK - 1, _BULK, 3 * _BULK):
+        steps = array("q", [rng.randrange(-20, 200) for _ in range(size)])
+        values = array("q", [rng.randrange(0, 10**12) for _ in range(size)])
+        expected: dict[int, int] = {}
+        for step, value in zip(steps, values, strict=True):
+            expected[step] = expected.get(step, 0) + value
+        series = _summed([steps, values])
+        assert list(series.steps) == sorted(expected) and list(series.ns) == [expected[s] for s in sorted(expected)]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Mapping
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
@@ -228,7 +230,7 @@ def inner(tree: Tree) -> tuple[Kids, dict[int, list[tuple[int, int]]]]:
     time: what its time nested phases leave it, each instant counted once however deep the nesting)."""
     n = tree.n
     outer = _np(tree.outer, np.int64)
-    bucketed = np.fromiter((b is not None for b in tree.buckets), dtype=bool, count=n)
+    bucketed = np.fromiter(map(is_not, tree.buckets, repeat(None)), dtype=bool, count=n)
     kids = np.flatnonzero((outer != -1) & bucketed)
     own: dict[int, list[tuple[int, int]]] = {}
     parents, role = _np(tree.parents, np.int64), _np(tree.role, np.uint8)

@@ -17,10 +17,12 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_columns
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.gpu_spans import gpu_spans
-from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
+from lens_rl.offline.read.intervals import int64_array, merge_indexed, pack, sorted_by
 from lens_rl.offline.read.linked import Kids, Tree, inner, link, resolve
 from lens_rl.offline.read.overlap import claim_overlaps
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart
@@ -36,6 +38,8 @@ from lens_rl.store.gpu import gpu_uuids
 __all__ = ["file_parts", "file_steps", "link", "part_from_columns", "reduce_columns", "resolve"]
 
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+#: a phase's compute spans from which their per-step sums are made with numpy; a bound on those sums' size
+_BULK, _SAFE_SUM = 256, 2**62
 
 
 def part_from_columns(
@@ -223,17 +227,24 @@ def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: a
 
 
 def _summed(pairs_: list[array]) -> Series:
-    """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed."""
+    """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed (with
+    numpy where they are many and their sums cannot pass int64)."""
     steps, values = pairs_
-    keys, sums = array("q"), array("q")
+    if len(steps) >= _BULK and max(max(values), -min(values)) < _SAFE_SUM // len(values):
+        ordered = np.argsort(np.frombuffer(steps, dtype=np.int64), kind="stable")
+        by_step = np.frombuffer(steps, dtype=np.int64)[ordered]
+        firsts = np.concatenate(([0], np.flatnonzero(np.diff(by_step)) + 1))
+        sums = np.add.reduceat(np.frombuffer(values, dtype=np.int64)[ordered], firsts)
+        return Series(int64_array(by_step[firsts]), int64_array(sums))
+    keys, summed = array("q"), array("q")
     for i in sorted_by(range(len(steps)), steps.__getitem__):
         step = steps[i]
         if keys and keys[-1] == step:
-            sums[-1] += values[i]
+            summed[-1] += values[i]
         else:
             keys.append(step)
-            sums.append(values[i])
-    return Series(keys, sums)
+            summed.append(values[i])
+    return Series(keys, summed)
 
 
 def file_parts(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
@@ -49,7 +51,7 @@ class Tally:
         starts, ends = _np(tree.starts, np.int64, n), _np(tree.ends, np.int64, n)
         role = _np(tree.role, np.uint8, n)
         self.outer = _np(tree.outer, np.int64, n)
-        self.bucket = np.fromiter((_CODE[b] for b in tree.buckets), dtype=np.int8, count=n)
+        self.bucket = np.fromiter(map(_CODE.__getitem__, tree.buckets), dtype=np.int8, count=n)
         job, third = role == JOB, role == THIRD_ROLE
         for i in np.flatnonzero(job).tolist():
             part.jobs.append((tree.starts[i], tree.ends[i]))
@@ -67,7 +69,7 @@ class Tally:
         self.start_ns, self.end_ns = starts, ends
         self.duration = ends - starts
         self.big = bool(self.duration.size) and int(self.duration.max()) * n >= _SAFE_SUM
-        self.stepped = np.fromiter((s is not None for s in tree.steps), dtype=bool, count=n)
+        self.stepped = np.fromiter(map(is_not, tree.steps, repeat(None)), dtype=bool, count=n)
         self.excl = self._exclusive(kids_of, own_kids, phase)
         self.role = role
 
@@ -113,8 +115,8 @@ class Tally:
         tree, part, rows = self.tree, self.part, self.rows
         if not rows.size:
             return
-        number: dict[Any, int] = {}
-        names = np.fromiter((number.setdefault(x, len(number)) for x in tree.names), dtype=np.int64, count=tree.n)
+        number = {name: k for k, name in enumerate(dict.fromkeys(tree.names))}
+        names = np.fromiter(map(number.__getitem__, tree.names), dtype=np.int64, count=tree.n)
         key = names[rows] * (len(BUCKETS) + 1) + self.bucket[rows] + 1
         order = np.argsort(key, kind="stable")
         ordered = key[order]
@@ -184,7 +186,7 @@ class Tally:
         steps, excl = tree.steps, self.excl
         for name, found in by_name.items():
             values = [steps[i] for i in found]
-            if all(type(s) is int and -INT64_END <= s < INT64_END for s in values):
+            if set(map(type, values)) == {int} and -INT64_END <= min(values) and max(values) < INT64_END:
                 compute[name] = [array("q", values), array("q", excl[found].astype(np.int64).tobytes())]
                 continue
             ns = excl[found].tolist()

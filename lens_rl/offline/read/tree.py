@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from itertools import repeat
+from operator import is_not, ne
 from typing import Any
 
 __all__ = [
@@ -202,9 +204,9 @@ def _by_levels(
     n = len(parents)
     up = np.frombuffer(parents, dtype=np.int64)
     steps = np.fromiter(own_steps, dtype=object, count=n)
-    has_own = np.fromiter((s is not None for s in own_steps), dtype=bool, count=n)
-    bucketed = np.fromiter((b is not None for b in buckets), dtype=bool, count=n)
-    may_top = has_own & np.fromiter((name != _JOB_NAME for name in names), dtype=bool, count=n)
+    has_own = np.fromiter(map(is_not, own_steps, repeat(None)), dtype=bool, count=n)
+    bucketed = np.fromiter(map(is_not, buckets, repeat(None)), dtype=bool, count=n)
+    may_top = has_own & np.fromiter(map(ne, names, repeat(_JOB_NAME)), dtype=bool, count=n)
     if isinstance(third_party, (bytes, bytearray)):
         may_top &= np.frombuffer(third_party, dtype=np.uint8) == 0
     elif third_party is not None:
