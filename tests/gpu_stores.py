@@ -81,6 +81,13 @@ def scripted_reading(t: float) -> list[Any]:
     return [[u, u // 2, int(mem), 150000 + 3000 * u, 1980, None, None, None]]
 
 
+def write_gpu_worker(run: Path, rank: int, spans: list[Any]) -> Path:
+    """Worker ``rank`` of group ``actor`` (pid ``10 + rank``) on host ``node<rank>``, using ``GPU-<rank>``."""
+    return write_process(
+        run, "actor", rank, 10 + rank, spans, **{"rl.gpu.uuids": [f"GPU-{rank}"], "host.name": f"node{rank}"}
+    )
+
+
 def write_scripted_job(run: Path, *, samples: bool = True) -> Path:
     """The driver (rl.job 0-20 s, one step) and two GPU workers (generation, then training), with their
     sample files (one node each) unless ``samples`` is False."""
@@ -98,16 +105,13 @@ def write_scripted_job(run: Path, *, samples: bool = True) -> Path:
         root="job",
     )
     for rank in (0, 1):
-        write_process(
+        write_gpu_worker(
             run,
-            "actor",
             rank,
-            10 + rank,
             [
                 span("generation", 1, 11, f"g{rank}", parent="d-gen", remote=True, bucket="productive", step=1),
                 span("training", 14, 19, f"t{rank}", parent="d-train", remote=True, bucket="productive", step=1),
             ],
-            **{"rl.gpu.uuids": [f"GPU-{rank}"], "host.name": f"node{rank}"},
         )
         if samples:
             write_samples(run, f"node{rank}", 100 + rank, [device(f"GPU-{rank}")], scripted_reading)

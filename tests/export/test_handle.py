@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,3 +65,21 @@ def test_exporter_none_and_console_run(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert '"name": "generation"' in out.stdout
+
+
+def test_metric_readers_left_by_a_spent_shutdown_budget_are_no_internal_error() -> None:
+    """A shutdown whose budget runs out before a metric reader's turn (the SDK raises "deadline already
+    exceeded") says False and logs no internal error: a late shutdown is the caller's budget, not a fault."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from lens_rl.export.handle import _shut_meters
+
+    class SlowReader(InMemoryMetricReader):
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            time.sleep(0.05)  # longer than the 1 ms left: the next reader never gets its turn
+            super().shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    provider = MeterProvider(metric_readers=[SlowReader(), InMemoryMetricReader()])
+    assert _shut_meters(provider, 0.0) is False
+    assert _shut_meters(MeterProvider(metric_readers=[InMemoryMetricReader()]), 5.0) is True

@@ -14,16 +14,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import clean_env
+from tests.frameworks.standins import assert_agree
 
 pytest.importorskip("trl")
 pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).with_name("trl_job.py")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _agree(ours_s: float, theirs_s: float) -> bool:
-    return abs(ours_s - theirs_s) <= 1e-3 + 0.01 * theirs_s
 
 
 #: Quiet neighbours for two clocks a few microseconds apart: no live metrics or heartbeat threads, one torch
@@ -70,10 +67,9 @@ def _check_steps_and_goodput(figures: dict[str, Any], store: Path, steps: int) -
     rows = _spans(store)
     umbrellas = {row["a"]["rl.step"]: row for row in rows if row["n"] == "step"}
     assert sorted(umbrellas) == list(range(1, steps + 1))
-    for number, row in umbrellas.items():
-        assert _agree(_seconds(row), figures["steps"][str(number)]), (number, _seconds(row), figures["steps"])
-    for number, row in ((r["a"].get("rl.step"), r) for r in rows if r["n"] == "optimizer_step"):
-        assert _agree(_seconds(row), figures["optimizer"][str(number)]), (number, _seconds(row))
+    assert_agree([(f"step {n}", _seconds(row), figures["steps"][str(n)]) for n, row in umbrellas.items()])
+    optimizer = ((r["a"].get("rl.step"), r) for r in rows if r["n"] == "optimizer_step")
+    assert_agree([(f"optimizer {n}", _seconds(row), figures["optimizer"][str(n)]) for n, row in optimizer])
     report = _goodput(store)
     assert [s["step"] for s in report["steps"]] == list(range(1, steps + 1))
     assert not any(s["incomplete"] for s in report["steps"])
@@ -97,8 +93,7 @@ def _check_profiling(figures: dict[str, Any], rows: list[dict[str, Any]]) -> set
     for name, durations in theirs.items():
         ours = [_seconds(row) for row in by_block[name]]
         assert len(ours) == len(durations)
-        apart = [(i, a, b) for i, (a, b) in enumerate(zip(ours, durations, strict=True)) if not _agree(a, b)]
-        assert apart == [], name
+        assert_agree([(f"{name} {i}", a, b) for i, (a, b) in enumerate(zip(ours, durations, strict=True))])
     return {row["n"] for row in rows}
 
 
@@ -178,10 +173,12 @@ def test_two_trainings_in_one_process_are_two_step_series(tmp_path: Path) -> Non
     assert sorted(umbrellas) == [1, 2, 3, 4, 5, 6]
     walls = {s["step"]: s["wall_s"] for s in _goodput(store)["steps"] if not s["incomplete"]}
     assert sorted(walls) == [1, 2, 3, 4, 5, 6]
+    pairs = []
     for training, offset in zip(figures["trainings"], (0, 3), strict=True):
         for number, theirs in training["steps"].items():
             step = int(number) + offset
-            assert _agree(_seconds(umbrellas[step]), theirs), (step, _seconds(umbrellas[step]), theirs)
-            assert _agree(walls[step], theirs), (step, walls[step], theirs)
+            pairs.append((f"step {step}", _seconds(umbrellas[step]), theirs))
+            assert walls[step] == pytest.approx(_seconds(umbrellas[step]), abs=1e-3), step
             assert umbrellas[step]["a"].get("rl.framework_step", step) == int(number)
+    assert_agree(pairs)
     assert figures["stderr"].count("numbers its 'step' steps from 1 again") == 1

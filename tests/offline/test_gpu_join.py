@@ -67,3 +67,29 @@ def test_a_device_reading_zero_everywhere_while_its_memory_is_used_is_unavailabl
 def test_the_rollup_reads_the_measures_in_the_joins_order() -> None:
     """The rollup's names for the join's columns are the join's, in its order."""
     assert rollup_gpu.MEASURES == MEASURES
+
+
+def test_a_spans_join_equals_its_integrals_and_memory_peaks_asked_apart() -> None:
+    """One lookup per span end gives the very integrals and memory peaks of asking each apart, on regular,
+    jittered, gapped, strided (a device's rows in a block of several) and degenerate (1 ns apart) samples."""
+    rng = np.random.default_rng(7)
+    for case in range(6):
+        n = 400
+        if case == 5:  # (1 ns apart, 1 ns period: segments of width 0, starts repeated)
+            t = np.arange(n, dtype=np.int64) * 1
+            period = 1
+        else:
+            t = np.cumsum(rng.integers(1, 3 if case < 2 else 40, n)).astype(np.int64) * 100_000_000
+            period = 500_000_000
+        block = rng.uniform(0, 100, (n, 3, 8)).astype(np.float32)
+        block[rng.random((n, 3)) < 0.1] = np.nan
+        block[:, :, 5:] = np.nan if case % 2 else block[:, :, 5:]
+        line = timeline(t, block[:, 1, :], period)
+        lo = rng.integers(int(t[0]) - 10**9, int(t[-1]) + 10**9, 300)
+        hi = lo + rng.integers(0, 5 * 10**9, 300)
+        lo[:20], hi[:20] = t[:20], t[5:25]  # (ends exactly at sample times)
+        sums, peaks = line.joined(lo, hi)
+        assert np.array_equal(sums, line.integrals(lo, hi))
+        assert np.array_equal(peaks, line.mem_peak(lo, hi), equal_nan=True)
+        whole = timeline(t, np.ascontiguousarray(block[:, 1, :]), period)
+        assert np.array_equal(whole.joined(lo, hi)[0], sums)

@@ -14,7 +14,7 @@ import pytest
 
 from lens_rl.offline.read import gpu_samples
 from lens_rl.offline.read.gpu_samples import read_samples
-from lens_rl.store import ReadStats
+from lens_rl.store import TIME_MAX_NS, TIME_MIN_NS, ReadStats
 from tests.conftest import run_python
 from tests.gpu_stores import ALL, device
 from tests.stores import at_ns
@@ -225,3 +225,42 @@ def test_without_the_extension_the_python_path_reads_alone(tmp_path: Path) -> No
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", str(len(NORMAL)), "5"]
+
+
+@needs_scanner
+def test_chunks_and_arrays_filled_in_turn_read_alike(tmp_path: Path, monkeypatch: Any) -> None:
+    """A file read in many small chunks into arrays of few rows at a time (headers of other device counts and
+    bad lines between) gives the blocks of the pure-Python path, each device's rows contiguous."""
+    rng = random.Random(7)
+    lines = []
+    for k in range(2000):
+        if k % 500 == 250:
+            lines.append(_head(3 if (k // 500) % 2 == 0 else 2))
+        devices = 3 if (k // 500) % 2 == 0 and k % 500 >= 250 else 2
+        line = _line(T + k, *([[rng.choice([0, 5, 99.5]), *GOOD[1:]]] * devices))
+        lines.append(line if rng.random() > 0.02 else line[:-3] + "x]}")
+    path = tmp_path / "gpu-n-1.jsonl"
+    path.write_text("\n".join([_head(), *lines]) + "\n")
+    monkeypatch.setattr(gpu_samples, "_CHUNK", 4096)
+    monkeypatch.setattr(gpu_samples, "_ROWS_AT_ONCE", 40)
+    fast, slow = _both(path, monkeypatch)
+    _same(fast, slow)
+    assert len(fast[0]) >= 4 and fast[3] > 0
+    assert all(b.v[:, 0, :].flags.c_contiguous for b in fast[0])
+
+
+@needs_scanner
+def test_the_scanner_writes_device_by_device_with_a_stride() -> None:
+    """With a stride, the scanner writes each device's rows contiguous: the same values as row by row."""
+    data = ("\n".join(_line(T + k, [k, *GOOD[1:]], None, GOOD) for k in range(5)) + "\n").encode()
+    scan = gpu_samples._gpuscan.scan
+    rows = np.empty(5, np.int64), np.empty((5, 3, 8), np.float32)
+    by_device = np.empty(7, np.int64), np.empty((3, 7, 8), np.float32)
+    mask = gpu_samples._PERCENT_MASK
+    assert scan(data, 0, 3, *rows, 0, TIME_MIN_NS, TIME_MAX_NS, mask) == (5, len(data))
+    assert scan(data, 0, 3, *by_device, 0, TIME_MIN_NS, TIME_MAX_NS, mask, 7) == (5, len(data))
+    assert np.array_equal(by_device[0][:5], rows[0])
+    assert np.array_equal(by_device[1][:, :5].transpose(1, 0, 2), rows[1], equal_nan=True)
+    with pytest.raises(ValueError):
+        scan(data, 0, 3, *by_device, 0, TIME_MIN_NS, TIME_MAX_NS, mask, -1)
+    assert scan(data, 0, 3, *by_device, 0, TIME_MIN_NS, TIME_MAX_NS, mask, 99) == (0, 0)  # (no room that big)

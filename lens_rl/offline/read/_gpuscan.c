@@ -19,10 +19,11 @@
  * reads that line on its checked path (which skips it or reads it as the scanner would not) and calls
  * again after it.
  *
- *   scan(data, pos, devices, t_out, v_out, row, t_min, t_max, percent) -> (row, pos)
+ *   scan(data, pos, devices, t_out, v_out, row, t_min, t_max, percent[, stride]) -> (row, pos)
  *
  * `data` bytes-like, `pos` the start of a line in it; `t_out` an int64 buffer, `v_out` a float32 buffer of
- * `devices * 8` values a row, both written from `row`. Lines are read while each is whole (ends with a
+ * `devices * 8` values a row (or, with `stride` > 0, device by device: `devices` runs of `stride` rows of 8
+ * values, each device's rows contiguous), both written from `row`. Lines are read while each is whole (ends with a
  * newline inside `data`), accepted and there is room; returns the next free row and where it stopped (the
  * start of the first line not taken, or len(data)). The GIL is released while scanning.
  */
@@ -132,7 +133,7 @@ value_at(const char *p, const char *end, float *out)
 
 /* One line from p (its newline at nl): 1 and the row written where it is taken, else 0. */
 typedef struct {
-    Py_ssize_t devices;
+    Py_ssize_t devices, step; /* step: floats from one device's values of a row to the next device's */
     long long t_min, t_max;
     unsigned int percent;
 } Shape;
@@ -158,7 +159,7 @@ key_at(const char *p, const char *nl, const char *key)
 static int
 line_at(const char *p, const char *nl, const Shape *shape, int64_t *t_row, float *v_row)
 {
-    Py_ssize_t devices = shape->devices;
+    Py_ssize_t devices = shape->devices, step = shape->step;
     SKIP_WS(p, nl);
     if (p >= nl || *p != '{') {
         return 0;
@@ -192,7 +193,7 @@ line_at(const char *p, const char *nl, const Shape *shape, int64_t *t_row, float
         return 0;
     }
     for (Py_ssize_t d = 0; d < devices; d++) {
-        float *out = v_row + d * COUNTERS;
+        float *out = v_row + d * step;
         SKIP_WS(p, nl);
         if (d > 0) {
             if (p >= nl || *p++ != ',') {
@@ -251,21 +252,28 @@ static PyObject *
 scan(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_buffer data, t_buf, v_buf;
-    Py_ssize_t pos, devices, row;
+    Py_ssize_t pos, devices, row, stride = 0;
     Shape shape;
-    if (!PyArg_ParseTuple(args, "y*nnw*w*nLLI", &data, &pos, &devices, &t_buf, &v_buf, &row, &shape.t_min,
-                          &shape.t_max, &shape.percent)) {
+    if (!PyArg_ParseTuple(args, "y*nnw*w*nLLI|n", &data, &pos, &devices, &t_buf, &v_buf, &row, &shape.t_min,
+                          &shape.t_max, &shape.percent, &stride)) {
         return NULL;
     }
     shape.devices = devices;
     PyObject *result = NULL;
     Py_ssize_t width = devices * COUNTERS;
-    if (devices < 1 || devices > MAX_DEVICES || pos < 0 || pos > data.len || row < 0) {
-        PyErr_SetString(PyExc_ValueError, "scan: pos, devices or row out of range");
+    if (devices < 1 || devices > MAX_DEVICES || pos < 0 || pos > data.len || row < 0 || stride < 0) {
+        PyErr_SetString(PyExc_ValueError, "scan: pos, devices, row or stride out of range");
         goto done;
     }
     Py_ssize_t rows = t_buf.len / (Py_ssize_t)sizeof(int64_t);
     Py_ssize_t v_rows = v_buf.len / ((Py_ssize_t)sizeof(float) * width);
+    if (stride > 0) { /* device by device: a device's rows `stride` rows apart from the next device's */
+        v_rows = v_buf.len / (Py_ssize_t)sizeof(float) / COUNTERS / devices >= stride ? stride : 0;
+        shape.step = stride * COUNTERS;
+        width = COUNTERS;
+    } else {
+        shape.step = COUNTERS;
+    }
     if (v_rows < rows) {
         rows = v_rows;
     }
@@ -293,7 +301,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_VARARGS, "scan(data, pos, devices, t_out, v_out, row, t_min, t_max, percent) -> (row, pos): see the module."},
+    {"scan", scan, METH_VARARGS, "scan(data, pos, devices, t_out, v_out, row, t_min, t_max, percent[, stride]) -> (row, pos): see the module."},
     {NULL, NULL, 0, NULL},
 };
 

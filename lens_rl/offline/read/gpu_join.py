@@ -67,11 +67,14 @@ class Timeline:
         self._present = np.asarray(present, np.intp)
         self._rates = rows
         self._cum = np.zeros((rows.shape[0], a.size + 1))
-        np.cumsum(rows * self.widths, axis=1, out=self._cum[:, 1:])
+        np.multiply(rows, self.widths, out=self._cum[:, 1:])  # (each segment's integral, then summed in place)
+        np.cumsum(self._cum[:, 1:], axis=1, out=self._cum[:, 1:])
         #: which measures read anything (a rate not 0 somewhere)
         self.measured = np.zeros(len(MEASURES), bool)
         self.measured[self._present] = rows.any(axis=1)
         self._mem_low: Any = None
+        #: whether the segments start strictly in order (always, but from samples 1 ns apart with a 1 ns period)
+        self._increasing = bool((a[1:] > a[:-1]).all() and (b[:-1] <= a[1:]).all() and (b >= a).all())
 
     @property
     def rates(self) -> Any:
@@ -87,12 +90,14 @@ class Timeline:
             out[:, self._present] = self._upto(x).T
         return out
 
-    def _upto(self, x: Any) -> Any:
-        """The present measures integrated up to each time in ``x``: ``(present, len(x))``."""
-        k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1, 0)
+    def _upto(self, x: Any, k: Any = None) -> Any:
+        """The present measures integrated up to each time in ``x``: ``(present, len(x))`` (``k``: each one's
+        segment, the last starting at or before it, -1 before the first, where already looked up)."""
+        k0 = np.maximum(np.searchsorted(self.a, x, side="right") - 1 if k is None else k, 0)
         # (before the first segment: k0 0, nothing into it, cum[0] 0)
-        into = np.clip(x - self.a[k0], 0, self.widths[k0]).astype(np.float64)
-        return self._cum[:, k0] + self._rates[:, k0] * into
+        # (np.take: 3x faster than indexing a (measures, n) array's columns, the same values)
+        into = np.clip(x - self.a.take(k0), 0, self.widths.take(k0)).astype(np.float64, copy=False)
+        return np.take(self._cum, k0, axis=1) + np.take(self._rates, k0, axis=1) * into
 
     def integrals(self, starts: Any, ends: Any) -> Any:
         """Each measure over each interval ``[starts[i], ends[i])``, in ns: ``(len(starts), MEASURES)``."""
@@ -116,13 +121,38 @@ class Timeline:
         ends = np.append(starts[1:], a.size) - 1
         return np.column_stack([a[starts], b[ends]])
 
+    def joined(self, starts: Any, ends: Any, peaks: bool = True) -> tuple[Any, Any]:
+        """:meth:`integrals` and :meth:`mem_peak` of the same intervals, each end looked up once (a span's join;
+        ``peaks`` False: the integrals only, None for the peaks)."""
+        if not self.a.size or not len(starts):
+            return self.integrals(starts, ends), self.mem_peak(starts, ends) if peaks else None
+        k_lo = np.searchsorted(self.a, starts, side="right") - 1
+        k_hi = np.searchsorted(self.a, ends, side="right") - 1
+        out = np.zeros((len(starts), len(MEASURES)))
+        if self._present.size:
+            out[:, self._present] = (self._upto(ends, k_hi) - self._upto(starts, k_lo)).T
+        if not peaks or not self._increasing:
+            return out, self.mem_peak(starts, ends) if peaks else None
+        # (segments disjoint and in order: those ending by a start are the ones up to its segment, that one
+        # too where it ends by it; those starting before an end, the ones up to its segment but one starting
+        # at it: mem_peak's two searches, from the integrals')
+        at = np.maximum(k_lo, 0)
+        first = np.where(k_lo >= 0, k_lo + (self.b.take(at) <= starts), 0)
+        at = np.maximum(k_hi, 0)
+        last = np.where(k_hi >= 0, k_hi + 1 - (self.a.take(at) == ends), 0)
+        return out, self._peaks(first, last)
+
     def mem_peak(self, starts: Any, ends: Any) -> Any:
         """The largest memory used (bytes) of the samples whose period overlaps each interval (nan: none)."""
-        out = np.full(len(starts), np.nan)
         if not self.a.size or not len(starts):
-            return out
+            return np.full(len(starts), np.nan)
         first = np.searchsorted(self.b, starts, side="right")
         last = np.searchsorted(self.a, ends, side="left")
+        return self._peaks(first, last)
+
+    def _peaks(self, first: Any, last: Any) -> Any:
+        """The largest memory used of samples ``first[i]`` up to ``last[i]`` (excluded) each (nan: none)."""
+        out = np.full(len(first), np.nan)
         some = last > first
         if not some.any():
             return out
@@ -139,8 +169,9 @@ class Timeline:
 def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) -> Timeline:
     """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``reach_ns`` each sample's period: how far
     it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
-    # (a device's rows gathered once from a block of several devices: its columns then read from 32-byte rows)
-    t, v, h = times, np.ascontiguousarray(values), np.broadcast_to(reach_ns, times.shape)
+    # (a device's rows may be a strided view into a block of several devices: only the columns a timeline reads
+    # are gathered, each once; a copy of every row was 0.5 s of a 1 M-span look's CPU at 64 device-days)
+    t, v, h = times, values, np.broadcast_to(reach_ns, times.shape)
     if t.size > 1 and not (t[1:] > t[:-1]).all():  # (not in order, or a time sampled twice: the first reading)
         order = np.argsort(t, kind="stable")
         t, v, h = t[order], v[order], h[order]
@@ -164,11 +195,10 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
             missing = np.isnan(v[:, column])
             if missing.all():  # (decided before any arithmetic: most devices have no GPM)
                 continue
-            x = v[:, column].astype(np.float64) / 100.0
             at = len(present)
+            x = np.divide(v[:, column], 100.0, out=rows[at + 1], dtype=np.float64)  # (as float64, then / 100)
             np.logical_not(missing, out=rows[at])  # (as 0.0 / 1.0)
             np.nan_to_num(x, copy=False)
-            rows[at + 1] = x
             present += [known, sum_]
             if column == _UTIL:
                 np.equal(x, 0, out=rows[at + 2], where=~missing)

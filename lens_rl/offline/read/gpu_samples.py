@@ -1,14 +1,14 @@
 """A GPU sample file's lines read in bulk into arrays (:class:`Block`: times and values per device and counter).
 
-Sample lines are many (a day at 2 Hz is 172,800 per host) and all alike, so they are not decoded one by
-one: a chunk of whole lines is checked against the shape its header implies (the line with every number,
-``null`` and blank taken out must read ``{"t":,"d":[[,,,,,,,],...]}``) and its numbers parsed by numpy in
-one call (as integers where all are: 3.5x faster than as floats). A chunk that is not all alike (a device entry ``null`` at a sample, a garbage line, a header
-again) is read line by line: the lines of the common shape in bulk, the others decoded, a bad one skipped
-and counted. Bad lines: not JSON, longer than :data:`~lens_rl.store.LINE_MAX`, another shape than the
-header's devices, a time outside 2000-2200, a percentage outside 0-100, a value negative or of 10^18 or
-more. A line reads the same whatever its neighbours (a run that numpy cannot read at once is read line by
-line, each in bulk where it can be).
+Sample lines are many (a day at 2 Hz is 172,800 per host) and all alike, so they are not decoded one by one: a
+chunk of whole lines is checked against the shape its header implies (the line with every number, ``null`` and
+blank taken out must read ``{"t":,"d":[[,,,,,,,],...]}``) and its numbers parsed by numpy in one call (as
+integers where all are: 3.5x faster than as floats). A chunk that is not all alike (a device entry ``null`` at
+a sample, a garbage line, a header again) is read line by line: the lines of the common shape in bulk, the
+others decoded, a bad one skipped and counted. Bad lines: not JSON, longer than
+:data:`~lens_rl.store.LINE_MAX`, another shape than the header's devices, a time outside 2000-2200, a
+percentage outside 0-100, a value negative or of 10^18 or more. A line reads the same whatever its neighbours
+(a run that numpy cannot read at once is read line by line, each in bulk where it can be).
 
 Values are float32 (``nan``: ``null``, a counter the device lacks or a device not read at that sample;
 exact for percentages, power and clocks, memory to 1 part in 10^7: a day of 8 devices is 350 MB, not 700);
@@ -46,7 +46,7 @@ try:  # the strict scanner, built from _gpuscan.c where a compiler was at hand a
 except ImportError:
     _gpuscan = None
 
-__all__ = ["COUNTERS", "SCANNER", "Block", "read_samples"]
+__all__ = ["COUNTERS", "SCANNER", "Block", "device_major", "read_samples"]
 
 #: whether sample lines are read by the C scanner (else by numpy's text parser and the checked decode)
 SCANNER = _gpuscan is not None
@@ -56,6 +56,8 @@ _PERCENT = [GPU_COUNTERS.index(c) for c in ("util", "mem_util", "sm_active", "sm
 _HUGE = 10**18
 _PERCENT_MASK = sum(1 << i for i in _PERCENT)
 _CHUNK = 4 << 20
+#: the most rows of the scanner's arrays allocated at once past a chunk's (a region of more: arrays in turn)
+_ROWS_AT_ONCE = 1 << 20
 _SKELETON_DROP = b"0123456789.-+eEnul \t\r"
 
 
@@ -179,16 +181,49 @@ def _one(raw: bytes, devices: int) -> tuple[int, list[float]] | None:
     return line["t"], out
 
 
+def device_major(values: list[Any]) -> Any:
+    """Pieces of a block's values (each ``(n, devices, counters)``) put together as an ``(n, devices, counters)``
+    view of a ``(devices, n, counters)`` array: each device's rows contiguous (its timeline's columns read from
+    32-byte rows, not every device's: 0.06 ms a column of a device-day against 1.4 ms)."""
+    n = sum(v.shape[0] for v in values)
+    out = np.empty((values[0].shape[1], n, COUNTERS), np.float32)
+    at = 0
+    for v in values:
+        out[:, at : at + v.shape[0]] = v.transpose(1, 0, 2)
+        at += v.shape[0]
+    return out.transpose(1, 0, 2)
+
+
 class _Reader:
     """The blocks of one read, the current one's pieces gathered as arrays."""
 
-    def __init__(self, head: GpuHead | None, stats: ReadStats) -> None:
+    def __init__(self, head: GpuHead | None, stats: ReadStats, into: tuple[Any, Any, int] | None = None) -> None:
         self.blocks: list[Block] = []
         self.head = head
         self.pieces: list[tuple[Any, Any, bool]] = []  # (times, values, checked)
         self.stats = stats
+        #: the scanner's arrays for the current block (times, values device by device, the first row not in a
+        #: piece, the first free row): filled chunk after chunk, a block read whole one piece (no copy)
+        self.scan: list[Any] | None = None
+        if into is not None and head is not None:  # (rows read before, under ``head``: the block goes on)
+            t, v, rows = into
+            if _gpuscan is not None and v.shape[0] == len(head.devices):
+                self.scan = [t, v, 0, rows]
+            else:
+                self.pieces.append((t[:rows], v[:, :rows].transpose(1, 0, 2), True))
+        #: bytes of the region still to read after the current chunk (the arrays' room is guessed from it)
+        self.expect = 0
+
+    def seal(self) -> None:
+        """The scanner's rows since its last piece made a piece (before a line read otherwise: file order)."""
+        if self.scan is not None and self.scan[3] > self.scan[2]:
+            t, v, start, fill = self.scan
+            self.pieces.append((t[start:fill], v[:, start:fill].transpose(1, 0, 2), True))
+            self.scan[2] = fill
 
     def close_block(self) -> None:
+        self.seal()
+        self.scan = None
         if self.head is not None and self.pieces:
             times, values = [], []
             for t, v, checked in self.pieces:
@@ -202,16 +237,16 @@ class _Reader:
                 values.append(v)
             t = np.concatenate(times) if len(times) > 1 else times[0]
             if t.size:
-                self.blocks.append(Block(self.head, t, np.concatenate(values) if len(values) > 1 else values[0]))
+                self.blocks.append(Block(self.head, t, values[0] if len(values) == 1 else device_major(values)))
         self.pieces = []
 
     def chunk(self, data: bytes) -> None:
         """Whole lines (``data`` ends with a newline)."""
+        if _gpuscan is not None:
+            self.scanned(data)
+            return
         lines = data.count(b"\n")
         self.stats.lines += lines
-        if _gpuscan is not None:
-            self.scanned(data, lines)
-            return
         if self.head is not None:
             devices = len(self.head.devices)
             skeleton = _skeleton(devices)
@@ -222,23 +257,33 @@ class _Reader:
                     return
         self.by_line(data.split(b"\n")[:-1])
 
-    def scanned(self, data: bytes, lines: int) -> None:
+    def scanned(self, data: bytes) -> None:
         """Whole lines read by the C scanner into arrays; each line it does not take (another shape, a header,
-        a sign, a long number, garbage) read on the checked path, in its place, then the scan goes on."""
-        pos, size, rows, t, v = 0, len(data), 0, None, None
+        a sign, a long number, garbage) read on the checked path, in its place, then the scan goes on (lines
+        counted as they are read: no pass over the chunk to count them)."""
+        pos, size = 0, len(data)
         while pos < size:
             if self.head is None:
-                self.by_line(data[pos:].split(b"\n")[:-1])
+                rest = data[pos:].split(b"\n")[:-1]
+                self.stats.lines += len(rest)
+                self.by_line(rest)
                 return
             devices = len(self.head.devices)
-            if t is None or v is None or v.shape[1] != devices:  # (room for the lines left, at most)
-                room = min(lines if pos == 0 else data.count(b"\n", pos), (size - pos) // (13 + 5 * devices) + 1)
-                t, v, rows = np.empty(room, np.int64), np.empty((room, devices, COUNTERS), np.float32), 0
-            got, pos = _gpuscan.scan(data, pos, devices, t, v, rows, TIME_MIN_NS, TIME_MAX_NS, _PERCENT_MASK)
-            if got > rows:
-                self.pieces.append((t[rows:got], v[rows:got], True))
-                rows = got
-            if pos < size:
+            if self.scan is None or self.scan[1].shape[0] != devices or self.scan[3] == self.scan[0].size:
+                self.seal()
+                # (room for this chunk's lines left and as many a byte in the rest of the region: rows never
+                # written are never touched, so cost no memory)
+                left = data.count(b"\n", pos)
+                room = left + int(left * 1.05 * self.expect / (size - pos))
+                room = min(room, (size - pos + self.expect) // (13 + 5 * devices) + 1, max(left, _ROWS_AT_ONCE))
+                self.scan = [np.empty(room, np.int64), np.empty((devices, room, COUNTERS), np.float32), 0, 0]
+            t, v, _start, fill = self.scan
+            got, pos = _gpuscan.scan(data, pos, devices, t, v, fill, TIME_MIN_NS, TIME_MAX_NS, _PERCENT_MASK, t.size)
+            self.scan[3] = got
+            self.stats.lines += got - fill
+            if pos < size and got < t.size:  # (a line it did not take, not a full array)
+                self.seal()
+                self.stats.lines += 1
                 cut = data.index(b"\n", pos)
                 self.by_line([data[pos:cut]])
                 pos = cut + 1
@@ -295,11 +340,14 @@ def read_samples(
     start: int = 0,
     head: GpuHead | None = None,
     stop: int | None = None,
+    into: tuple[Any, Any, int] | None = None,
 ) -> tuple[list[Block], int, GpuHead | None]:
     """The samples of a file from its start (its first line must be a header), or from byte ``start`` under
     ``head`` (a read resumed where an earlier one stopped), up to byte ``stop`` (a line's end; None: the
     last whole line): the blocks, where the read stopped (a line's end) and the header in force there. A
-    file that cannot be read or starts with no header yields nothing (noted in ``stats``)."""
+    file that cannot be read or starts with no header yields nothing (noted in ``stats``). ``into``: a
+    resumed read's earlier rows under ``head`` (times, values device by device with room after them, their
+    count): the first block is theirs, read on into the same arrays (no copy while there is room)."""
     name = os.path.basename(os.fspath(path))
     try:
         handle = open_file(path)
@@ -320,7 +368,7 @@ def read_samples(
             at = len(first)
         else:
             handle.seek(start)
-        reader = _Reader(head, stats)
+        reader = _Reader(head, stats, into if start else None)
         at = _read_region(handle, at, stop, reader)
         reader.close_block()
         return reader.blocks, at, reader.head
@@ -328,11 +376,16 @@ def read_samples(
 
 def _read_region(handle: IO[bytes], at: int, stop: int | None, reader: _Reader) -> int:
     """Whole lines from ``at`` up to ``stop`` (None: the end) fed to ``reader`` in chunks; where it stopped."""
+    try:
+        end = os.fstat(handle.fileno()).st_size if stop is None else stop
+    except (OSError, AttributeError, ValueError):
+        end = at
     while stop is None or at < stop:
         data = handle.read(_CHUNK if stop is None else min(_CHUNK, stop - at))
         if not data:
             break
         cut = data.rfind(b"\n") + 1
+        reader.expect = max(0, end - at - cut)
         if cut == 0:  # one line longer than a chunk: read on to its end, within the cap
             rest = handle.readline(LINE_MAX)
             if len(data) + len(rest) > LINE_MAX or not rest.endswith(b"\n"):

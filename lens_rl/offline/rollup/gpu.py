@@ -11,9 +11,9 @@ rank and device, the job's GPU goodput, and the GPU warnings (``--json`` ``gpu``
 * **GPU goodput**: busy GPU-seconds inside productive spans (each process's productive spans' union, on each
   of its devices) over the GPU-seconds of the wall (the job's wall x the devices with a reading).
 * Warnings: ``gpu_idle_in_productive`` (a productive phase whose devices read idle more than 20 % of its
-  measured time), ``gpu_idle_gap`` (stretches of :data:`GAP_S` or more where every device of a group read
-  idle while the group ran, by the phases on either side), ``gpu_unavailable`` (a device flagged
-  unavailable, or with no utilisation counter: its figures are null, never 0 %).
+  measured time), ``gpu_idle_gap`` (stretches of 2 s or more where every device of a group read idle while
+  the group ran, by the phases on either side), ``gpu_unavailable`` (a device flagged unavailable, or with
+  no utilisation counter: its figures are null, never 0 %): :mod:`lens_rl.offline.rollup.gpu_warnings`.
 
 Example::
 
@@ -28,19 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.intervals import intersected
 from lens_rl.offline.read.parts import NO_STEP, merged_gpu
+from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, base_of, phase_sums, settle
+from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
 
-__all__ = ["GAP_S", "IDLE_SHARE", "gpu_goodput", "gpu_rollup"]
+__all__ = ["gpu_goodput", "gpu_rollup"]
 
-#: a productive phase whose devices read idle past this share of its measured time is named
-IDLE_SHARE = 0.2
-#: a stretch at least this long (s) where every device of a group read idle is named
-GAP_S = 2.0
-_MOST_GAPS = 20
 #: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`), in its column order
 MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
 _K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
+#: the productive union's place among a process's interval sets (spans, hull, steps, productive)
+_PRODUCTIVE = 3
 #: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
 Timeline = Any
 
@@ -89,7 +87,8 @@ class _Queries:
 
     def asked(self, line: Timeline) -> list[Any]:
         """What one device answers (each interval set's integrals and memory peaks, and what it measures)."""
-        out = [(line.integrals(lo, hi), line.mem_peak(lo, hi)) if len(lo) else None for lo, hi in self.intervals]
+        # (the productive union's memory peaks are never read: its integrals only)
+        out = [line.joined(lo, hi, k != _PRODUCTIVE) if len(lo) else None for k, (lo, hi) in enumerate(self.intervals)]
         return [*out, line.measured]
 
     def answer(self, answered: list[Any]) -> None:
@@ -97,7 +96,8 @@ class _Queries:
         for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
             if got is not None:
                 sums += got[0]
-                np.fmax(mem, got[1], out=mem)
+                if got[1] is not None:
+                    np.fmax(mem, got[1], out=mem)
         self.counts += answered[-1]
         self.devices += 1
 
@@ -125,15 +125,22 @@ def gpu_rollup(
     devices: Mapping[str, Any],
     lines: Mapping[str, Timeline],
     each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map,
+    kept: Mapping[str, SpanPrefix] | None = None,
+    keep: dict[str, SpanPrefix] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
     known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
     may build each when asked: each is asked for once). ``each`` maps the work of one device over the
-    devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL)."""
+    devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL). ``kept``:
+    what an earlier look settled (:mod:`lens_rl.offline.rollup.gpu_prefix`, by ``repr`` of the process's key):
+    only the spans after it are joined; ``keep``: filled with what this look settles, for the next."""
+    parts = list(parts)
     processes = sorted(_merged_gpu(parts).items())
     users: dict[str, list[Any]] = {}
     queries: dict[Any, _Queries] = {}
     columns: dict[Any, tuple[Any, ...]] = {}
+    bases: dict[Any, tuple[SpanPrefix | None, int, list[str]]] = {}
+    limits: dict[str, int] = {}
     for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in processes:
         for uuid in uuids:
             users.setdefault(uuid, []).append(key)
@@ -142,12 +149,19 @@ def gpu_rollup(
         values, step_lo, step_hi = _step_hulls(span_steps, starts, ends)
         productive = _productive(keys, index, starts, ends)
         hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
-        queries[key] = _Queries([(starts, ends), hull, (step_lo, step_hi), productive])
+        mine = set(uuids)
+        answering = [u for u in devices if u in mine and u in lines]
+        prior = kept.get(repr(key)) if kept else None
+        base = base_of(prior, answering, starts, ends, keys)
+        bases[key] = (prior if base else None, base, answering)
+        queries[key] = _Queries([(starts[base:], ends[base:]), hull, (step_lo, step_hi), productive])
         columns[key] = (uuids, starts, ends, keys, index, values)
 
     def device(uuid: str) -> tuple[Any, ...]:
         """One device's timeline built, asked by each process using it, and dropped."""
         line = lines.get(uuid)
+        if line is not None and line.a.size:
+            limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
         row = _device_row(uuid, devices[uuid], line, [_who(k) for k in users.get(uuid, [])])
         if line is None or uuid not in users:
             return row, line is not None and bool(line.measured[_K]), None, []
@@ -168,19 +182,34 @@ def gpu_rollup(
     ranks: list[dict[str, Any]] = []
     productive_busy = 0.0
     groups: dict[str, list[tuple[Any, Any]]] = {}
+    for key, (prior, _base, answering) in bases.items():
+        done = queries[key]
+        if prior is not None and (prior.counts != done.counts.tolist() or done.devices != len(answering)):
+            return gpu_rollup(parts, devices, lines, each, None, keep)  # (what it kept no longer holds)
     for key, (uuids, starts, ends, keys, index, values) in columns.items():
         done = queries[key]
+        prior, base, answering = bases[key]
+        if keep is not None:
+            limit = min((limits[u] for u in answering), default=np.iinfo(np.int64).max)
+            counts = done.counts.tolist()
         done.mean()
+        if keep is not None:
+            got = settle(
+                repr(key), prior, base, starts, ends, keys, index, done.sums[0], done.mem[0], answering, counts, limit
+            )
+            if got is not None:
+                keep[repr(key)] = got
         groups.setdefault(key.group, []).append((key, (uuids, starts, ends, keys, index)))
         if not starts.size:
             continue
-        _phase_rows(phases, key.group, keys, index, starts, ends, done.sums[0], done.mem[0])
+        per, peaks = phase_sums(prior, base, keys, index, done.sums[0], done.mem[0])
+        _phase_rows(phases, key.group, keys, index, starts, ends, per, peaks)
         step_parts.append((values, done.sums[2], done.mem[2]))
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(uuids), **_sums(acc)})
         # (device-ns: the mean over its devices times their count)
-        productive_busy += float(done.sums[3][:, _BUSY].sum()) * done.devices
+        productive_busy += float(done.sums[_PRODUCTIVE][:, _BUSY].sum()) * done.devices
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.pop("acc", None)
@@ -195,7 +224,7 @@ def gpu_rollup(
             "devices": len(util_read & set(users)),
         },
     }
-    warnings = _idle_in_productive(phase_rows) + _gaps(groups, idle) + _unavailable(devices, users, util_read)
+    warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read)
     return section, warnings
 
 
@@ -225,7 +254,11 @@ def _who(key: Any) -> dict[str, Any]:
 def _step_hulls(span_steps: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
     """A process's steps (ints) and each one's first start and last end."""
     stepped = span_steps != NO_STEP
-    values, at = np.unique(span_steps[stepped], return_inverse=True)
+    mine = span_steps[stepped]
+    if mine.size and (mine[1:] >= mine[:-1]).all():  # (spans in step order, as most files are: no sorting)
+        first = np.flatnonzero(np.concatenate(([True], mine[1:] != mine[:-1])))
+        return mine[first], np.minimum.reduceat(starts[stepped], first), np.maximum.reduceat(ends[stepped], first)
+    values, at = np.unique(mine, return_inverse=True)
     lo = np.full(values.size, np.iinfo(np.int64).max)
     hi = np.full(values.size, np.iinfo(np.int64).min)
     np.minimum.at(lo, at, starts[stepped])
@@ -258,15 +291,13 @@ def gpu_goodput(section: dict[str, Any], wall_s: float | None) -> None:
 
 
 def _phase_rows(
-    phases: dict[Any, Any], group: str, keys: list[Any], index: Any, starts: Any, ends: Any, sums: Any, mem: Any
+    phases: dict[Any, Any], group: str, keys: list[Any], index: Any, starts: Any, ends: Any, per: Any, peaks: Any
 ) -> None:
-    """One process's spans summed into the (group, phase, bucket) rows."""
+    """One process's spans summed into the (group, phase, bucket) rows (``per`` / ``peaks``: each (phase,
+    bucket)'s summed measures and memory peak, :func:`~lens_rl.offline.rollup.gpu_prefix.phase_sums`)."""
     n = len(keys)
-    per = np.column_stack([np.bincount(index, sums[:, m], minlength=n) for m in range(len(MEASURES))])
     count = np.bincount(index, minlength=n)
     total = np.bincount(index, (ends - starts).astype(np.float64), minlength=n)
-    peaks = np.full(n, -np.inf)
-    np.maximum.at(peaks, index, np.nan_to_num(mem, nan=-np.inf))
     for i, (name, bucket) in enumerate(keys):
         if not count[i]:
             continue
@@ -297,96 +328,3 @@ def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any])
         "files": list(device.files),
         **_sums(acc),
     }
-
-
-def _idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for row in phases:
-        share = row["gpu_idle_share"]
-        if row["bucket"] == "productive" and share is not None and share > IDLE_SHARE:
-            out.append(
-                {
-                    "kind": "gpu_idle_in_productive",
-                    "message": f"{row['phase']} ({row['worker_group']}) is productive by the clock, but its GPUs "
-                    f"read idle {share:.0%} of its time ({row['gpu_idle_s']:.1f} s): waiting on something?",
-                    "phase": row["phase"],
-                    "bucket": row["bucket"],
-                    "worker_group": row["worker_group"],
-                    "share": share,
-                    "gpu_idle_s": row["gpu_idle_s"],
-                }
-            )
-    return out
-
-
-def _gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``gpu_idle_gap`` warnings: per group, the stretches where every one of its devices read idle while the
-    group ran, by the phases on either side (the group's span that ended last before the stretch, the one
-    that started first after it)."""
-    out = []
-    for group, members in sorted(groups.items()):
-        uuids = sorted({u for _key, cols in members for u in cols[0] if u in idle_of})
-        spans = [cols for _key, cols in members if cols[1].size]
-        if not uuids or not spans:
-            continue
-        starts = np.concatenate([c[1] for c in spans])
-        ends = np.concatenate([c[2] for c in spans])
-        names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
-        idle = [(int(starts.min()), int(ends.max()))]
-        for uuid in uuids:
-            idle = intersected(idle, idle_of[uuid].tolist())
-        found: dict[tuple[str, str], list[float]] = {}
-        for lo, hi in idle:
-            if hi - lo < GAP_S * 1e9:
-                continue
-            before = ends <= hi
-            before &= ~((starts <= lo) & (ends >= hi))
-            after = (starts >= lo) & ~((starts <= lo) & (ends >= hi))
-            name_before = str(names[before][np.argmax(ends[before])]) if before.any() else "start"
-            name_after = str(names[after][np.argmin(starts[after])]) if after.any() else "end"
-            got = found.setdefault((name_before, name_after), [0, 0.0, 0.0, lo / 1e9])
-            got[0] += 1
-            got[1] += float(hi - lo) / 1e9
-            got[2] = max(got[2], float(hi - lo) / 1e9)
-        for (name_before, name_after), (count, total, longest, first) in sorted(
-            found.items(), key=lambda item: -item[1][1]
-        )[:_MOST_GAPS]:
-            out.append(
-                {
-                    "kind": "gpu_idle_gap",
-                    "message": f"every GPU of {group} read idle between {name_before} and {name_after}: "
-                    f"{int(count)} stretch(es) of {GAP_S:g} s or more, {total:.1f} s in all (longest {longest:.1f} s)",
-                    "worker_group": group,
-                    "between": [name_before, name_after],
-                    "gaps": int(count),
-                    "gap_s": round(total, 6),
-                    "longest_s": round(longest, 6),
-                    "first_at_s": round(float(first), 6),
-                }
-            )
-    return out
-
-
-def _unavailable(devices: Mapping[str, Any], users: Mapping[str, Any], util_read: set[str]) -> list[dict[str, Any]]:
-    """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all."""
-    out = []
-    for uuid, device in devices.items():
-        if device.unavailable:
-            why = "reads 0 on every counter while its memory is in use"
-        elif "util" not in device.has:
-            why = "has no utilisation counter"
-        elif uuid not in util_read:
-            why = "gave no utilisation reading"
-        else:
-            continue
-        out.append(
-            {
-                "kind": "gpu_unavailable",
-                "message": f"GPU {uuid} ({device.name or '?'} on {device.host or '?'}) {why}: "
-                "its figures read null (unavailable), never 0 %",
-                "uuid": uuid,
-                "host": device.host,
-                "processes": len(users.get(uuid, [])),
-            }
-        )
-    return out

@@ -162,7 +162,7 @@ class WarningRow(_WarningRow, total=False):
     gap_share: float | None
     # both
     worker_group: str
-    # gpu_idle_in_productive, gpu_idle_gap, gpu_unavailable (lens_rl.offline.rollup.gpu)
+    # gpu_idle_in_productive, gpu_idle_gap, gpu_unavailable (lens_rl.offline.rollup.gpu_warnings)
     gpu_idle_s: float
     gaps: int
     longest_s: float

@@ -3,11 +3,11 @@
 A sample file sits beside the span files (``gpu-<host>-<pid>.jsonl``, :mod:`lens_rl.store.gpu`). Through the
 cache, each file's samples so far are kept in ``gpu-<file>.samples`` in the cache's folder: a JSON line
 (lens_rl's cache key, the file's identity, size, mtime and ctime, where the read stopped and a hash of the
-bytes before it, the blocks' headers and sample counts, the read's line counts) then the arrays as raw
-little-endian bytes, their lengths checked against the file's before any is read (nothing read from it can
-allocate more than its own size, nothing runs code). A file that grew is read from where the last read
-stopped; one that shrank, was rewritten or replaced is read cold (the checks of
-:mod:`lens_rl.offline.run.index`). Results are identical to a cold read.
+bytes before it, the blocks' headers and sample counts, the read's line counts) then the arrays (each block's
+times, then its values device by device) as raw little-endian bytes, their lengths checked against the file's
+before any is read (nothing read from it can allocate more than its own size, nothing runs code). A file that
+grew is read from where the last read stopped; one that shrank, was rewritten or replaced is read cold (the
+checks of :mod:`lens_rl.offline.run.index`). Results are identical to a cold read.
 
 Example::
 
@@ -26,12 +26,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
-from lens_rl.offline.read.gpu_samples import COUNTERS, SCANNER, Block, read_samples
+from lens_rl.offline.read.gpu_samples import SCANNER, Block, read_samples
 from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
-from lens_rl.offline.run.disk import append_to, cache_key, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.disk import append_to, cache_key, json_bytes, write_atomic
+from lens_rl.offline.run.gpu_entry import LAYOUT, load_entry
+from lens_rl.offline.run.gpu_kept import load_kept, save_kept
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.parallel import default_jobs, map_files
-from lens_rl.store import ReadStats, loads
+from lens_rl.store import ReadStats
 from lens_rl.store.gpu import GPU_COUNTERS, GpuDevice, GpuHead, gpu_files
 
 __all__ = [
@@ -76,74 +78,34 @@ def _plain_head(head: GpuHead) -> dict[str, Any]:
     return {**head._asdict(), "devices": [list(d) for d in head.devices]}
 
 
-def _head_of(plain: Any) -> GpuHead:
-    devices = tuple(
-        GpuDevice(int(i), str(u), str(n), None if m is None else int(m), tuple(str(c) for c in has))
-        for i, u, n, m, has in plain["devices"]
-    )
-    since = plain["since"]
-    return GpuHead(
-        str(plain["host"]),
-        str(plain["run_id"]),
-        int(plain["attempt"]),
-        int(plain["pid"]),
-        None if since is None else int(since),
-        float(plain["hz"]),
-        devices,
-    )
-
-
 def _entry_path(cache: str, path: Path) -> Path:
     return Path(cache) / f"gpu-{path.name}.samples"
 
 
-def _records(data: bytes) -> Any:
-    """The records of a kept file: (meta, blocks) each, their lengths checked against the file's."""
-    at = 0
-    while at < len(data):
-        cut = data.index(b"\n", at) + 1
-        meta = loads(data[at:cut])
-        if type(meta) is not dict or meta.get("key") != cache_key():
-            raise ValueError("not this lens_rl's")
-        at = cut
-        blocks: list[Block] = []
-        for plain, n in meta["blocks"]:
-            head = _head_of(plain)
-            n = int(n)
-            width = len(head.devices) * COUNTERS
-            size = n * (8 + 4 * width)
-            if n < 0 or at + size > len(data):
-                raise ValueError("shorter than it says")
-            t = np.frombuffer(data, "<i8", n, at)
-            v = np.frombuffer(data, "<f4", n * width, at + n * 8).reshape(n, len(head.devices), COUNTERS)
-            blocks.append(Block(head, t, v))
-            at += size
-        yield meta, blocks
-
-
-def _load(cache: str, path: Path, identity: list[Any], stat: os.stat_result) -> tuple[Any, list[Block]] | None:
-    """The kept read of ``path`` (its last record's meta and every block), where it is this lens_rl's, of
-    this very file, and the file only grew since; None otherwise."""
+def _load(
+    cache: str, path: Path, identity: list[Any], stat: os.stat_result, end: int
+) -> tuple[Any, list[Block], Any] | None:
+    """The kept read of ``path`` (its last record's meta, every block, the last one's arrays with room for
+    the samples up to ``end``: :func:`~lens_rl.offline.run.gpu_entry.load_entry`), where it is this
+    lens_rl's, of this very file, and the file only grew since; None otherwise."""
     try:
-        meta: Any = None
-        blocks: list[Block] = []
-        for record, new in _records(read_bytes(_entry_path(cache, path))):
-            meta, blocks = record, blocks + new  # (kept apart: a device's pieces are put together once)
-        if meta is None or meta.get("identity") != identity:
-            return None
+        meta, blocks, carry = load_entry(_entry_path(cache, path), end)
+        if meta.get("identity") != identity or not 0 <= int(meta["end"]) <= stat.st_size:
+            return None  # (another file's, or a planted end: a read resumed there would seek outside the file)
         if not grown_only(path, stat, meta["state"], int(meta["end"]), bytes.fromhex(meta["tail"])):
             return None
-        return meta, blocks
+        return meta, blocks, carry
     except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
         return None
 
 
 def _record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
-    meta = {**meta, "key": cache_key(), "blocks": [[_plain_head(b.head), int(b.t.size)] for b in blocks]}
+    meta = {**meta, "key": cache_key(), "layout": LAYOUT}
+    meta["blocks"] = [[_plain_head(b.head), int(b.t.size)] for b in blocks]
     out = [json_bytes(meta) + b"\n"]
     for block in blocks:
         out.append(np.ascontiguousarray(block.t, "<i8").tobytes())
-        out.append(np.ascontiguousarray(block.v, "<f4").tobytes())
+        out.append(np.ascontiguousarray(block.v.transpose(1, 0, 2), "<f4").tobytes())
     return b"".join(out)
 
 
@@ -158,7 +120,7 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
     except OSError:
         return read_samples(path, stats)[0]
     identity = list(ident)
-    kept = _load(cache, path, identity, stat)
+    kept = _load(cache, path, identity, stat, end)
     fresh = ReadStats()
     new: list[Block] = []
     if kept is None:
@@ -170,12 +132,19 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
         if not fresh.files:  # (no sample file after all: nothing kept)
             return blocks
     else:
-        meta, blocks = kept
+        meta, blocks, carry = kept
         lines, skipped, stop = int(meta["lines"]), int(meta["skipped"]), int(meta["end"])
         if end > stop and blocks:
-            new, stop, _head = read_samples(path, fresh, start=stop, head=blocks[-1].head, stop=end)
+            # (the new samples read on into the last kept block's arrays: its rows then theirs, no copy)
+            read, stop, _head = read_samples(path, fresh, start=stop, head=blocks[-1].head, stop=end, into=carry)
             lines, skipped = lines + fresh.lines, skipped + fresh.skipped
-            blocks = blocks + new
+            if read and carry is not None:  # (the first block: the last kept one, continued)
+                kept_rows, first = blocks[-1].t.size, read[0]
+                new = [Block(first.head, first.t[kept_rows:], first.v[kept_rows:])] if first.t.size > kept_rows else []
+                new += read[1:]
+                blocks = blocks[:-1] + read
+            else:
+                new, blocks = read, blocks + read
         stats.files += 1
     stats.lines += lines
     stats.skipped += skipped
@@ -318,15 +287,21 @@ def gpu_read(
     return found, devices
 
 
-def gpu_join(found: list[Path], devices: dict[str, Device], parts: Sequence[Any]) -> GpuLook:
-    """The devices' samples joined to the parts (each with ``key`` and ``gpu``; before the rollup merges them)."""
+def gpu_join(found: list[Path], devices: dict[str, Device], parts: Sequence[Any], cache: str | None = None) -> GpuLook:
+    """The devices' samples joined to the parts (each with ``key`` and ``gpu``; before the rollup merges them);
+    through the cache (``cache``: its folder), only the spans an earlier look had not settled
+    (:mod:`lens_rl.offline.run.gpu_kept`)."""
     if not found or not devices:
         return GpuLook(found, devices, None, [])
     lines = Timelines(devices)
+    kept = load_kept(cache, found, devices) if cache is not None else None
+    keep: dict[str, Any] | None = {} if cache is not None else None
     # (two devices' timelines built and asked at once: their numpy work lets go of the GIL; measured on the
     # 1 M-span benchmark, 1.7 s wall against 2.7 s, the same sums: answers are added in device order)
     with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
-        section, warnings = gpu_rollup(parts, devices, lines, pool.map)
+        section, warnings = gpu_rollup(parts, devices, lines, pool.map, kept, keep)
+    if cache is not None and keep is not None:
+        save_kept(cache, found, devices, keep)
     return GpuLook(found, devices, section, warnings, lines)
 
 
@@ -340,7 +315,7 @@ def gpu_look(
 ) -> GpuLook:
     """The run's GPU samples joined to the parts (before the rollup merges them): :func:`gpu_read` then
     :func:`gpu_join`."""
-    return gpu_join(*gpu_read(paths, stats, cache, jobs, ahead), parts)
+    return gpu_join(*gpu_read(paths, stats, cache, jobs, ahead), parts, cache)
 
 
 def with_gpu(report: Any, look: GpuLook) -> Any:

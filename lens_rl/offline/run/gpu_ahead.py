@@ -71,6 +71,6 @@ def join_ahead(
     columns = [_Columns(part.key, part.gpu) for part in parts if part.gpu is not None]
     if not found or not devices:
         done: Future[GpuLook] = Future()
-        done.set_result(gpu_join(found, devices, columns))
+        done.set_result(gpu_join(found, devices, columns, cache))
         return done
-    return _on_thread(gpu_join, found, devices, columns)
+    return _on_thread(gpu_join, found, devices, columns, cache)

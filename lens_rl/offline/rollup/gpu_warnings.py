@@ -1,0 +1,127 @@
+"""The GPU warnings of a look (``--json`` ``warnings``, the table, the page), from the GPU rollup's rows
+(:mod:`lens_rl.offline.rollup.gpu`):
+
+* ``gpu_idle_in_productive``: a productive phase whose devices read idle more than :data:`IDLE_SHARE` of its
+  measured time (generation waiting on a reward server);
+* ``gpu_idle_gap``: stretches of :data:`GAP_S` or more where every device of a group read idle while the
+  group ran, named by the phases on either side (the gap between generation and training), the longest
+  :data:`MOST_GAPS` pairs per group;
+* ``gpu_unavailable``: a device flagged unavailable, or with no utilisation counter or reading (its figures
+  are null, never 0 %).
+
+Example::
+
+    warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, read)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.intervals import intersected
+
+__all__ = ["GAP_S", "IDLE_SHARE", "MOST_GAPS", "idle_gaps", "idle_in_productive", "unavailable"]
+
+#: a productive phase whose devices read idle past this share of its measured time is named
+IDLE_SHARE = 0.2
+#: a stretch at least this long (s) where every device of a group read idle is named
+GAP_S = 2.0
+#: at most this many (phase before, phase after) pairs named per group
+MOST_GAPS = 20
+
+
+def idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``gpu_idle_in_productive``: each productive phase row whose devices read idle past :data:`IDLE_SHARE`."""
+    out = []
+    for row in phases:
+        share = row["gpu_idle_share"]
+        if row["bucket"] == "productive" and share is not None and share > IDLE_SHARE:
+            out.append(
+                {
+                    "kind": "gpu_idle_in_productive",
+                    "message": f"{row['phase']} ({row['worker_group']}) is productive by the clock, but its GPUs "
+                    f"read idle {share:.0%} of its time ({row['gpu_idle_s']:.1f} s): waiting on something?",
+                    "phase": row["phase"],
+                    "bucket": row["bucket"],
+                    "worker_group": row["worker_group"],
+                    "share": share,
+                    "gpu_idle_s": row["gpu_idle_s"],
+                }
+            )
+    return out
+
+
+def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``gpu_idle_gap`` warnings: per group, the stretches where every one of its devices read idle while the
+    group ran, by the phases on either side (the group's span that ended last before the stretch, the one
+    that started first after it)."""
+    out = []
+    for group, members in sorted(groups.items()):
+        uuids = sorted({u for _key, cols in members for u in cols[0] if u in idle_of})
+        spans = [cols for _key, cols in members if cols[1].size]
+        if not uuids or not spans:
+            continue
+        starts = np.concatenate([c[1] for c in spans])
+        ends = np.concatenate([c[2] for c in spans])
+        names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
+        idle = [(int(starts.min()), int(ends.max()))]
+        for uuid in uuids:
+            idle = intersected(idle, idle_of[uuid].tolist())
+        found: dict[tuple[str, str], list[float]] = {}
+        for lo, hi in idle:
+            if hi - lo < GAP_S * 1e9:
+                continue
+            before = ends <= hi
+            before &= ~((starts <= lo) & (ends >= hi))
+            after = (starts >= lo) & ~((starts <= lo) & (ends >= hi))
+            name_before = str(names[before][np.argmax(ends[before])]) if before.any() else "start"
+            name_after = str(names[after][np.argmin(starts[after])]) if after.any() else "end"
+            got = found.setdefault((name_before, name_after), [0, 0.0, 0.0, lo / 1e9])
+            got[0] += 1
+            got[1] += float(hi - lo) / 1e9
+            got[2] = max(got[2], float(hi - lo) / 1e9)
+        for (name_before, name_after), (count, total, longest, first) in sorted(
+            found.items(), key=lambda item: -item[1][1]
+        )[:MOST_GAPS]:
+            out.append(
+                {
+                    "kind": "gpu_idle_gap",
+                    "message": f"every GPU of {group} read idle between {name_before} and {name_after}: "
+                    f"{int(count)} stretch(es) of {GAP_S:g} s or more, {total:.1f} s in all (longest {longest:.1f} s)",
+                    "worker_group": group,
+                    "between": [name_before, name_after],
+                    "gaps": int(count),
+                    "gap_s": round(total, 6),
+                    "longest_s": round(longest, 6),
+                    "first_at_s": round(float(first), 6),
+                }
+            )
+    return out
+
+
+def unavailable(devices: Mapping[str, Any], users: Mapping[str, Any], util_read: set[str]) -> list[dict[str, Any]]:
+    """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all."""
+    out = []
+    for uuid, device in devices.items():
+        if device.unavailable:
+            why = "reads 0 on every counter while its memory is in use"
+        elif "util" not in device.has:
+            why = "has no utilisation counter"
+        elif uuid not in util_read:
+            why = "gave no utilisation reading"
+        else:
+            continue
+        out.append(
+            {
+                "kind": "gpu_unavailable",
+                "message": f"GPU {uuid} ({device.name or '?'} on {device.host or '?'}) {why}: "
+                "its figures read null (unavailable), never 0 %",
+                "uuid": uuid,
+                "host": device.host,
+                "processes": len(users.get(uuid, [])),
+            }
+        )
+    return out

@@ -1,0 +1,78 @@
+"""The GPU warnings from the rollup's rows: which phases and stretches are named, and which are not."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.rollup.gpu_warnings import GAP_S, IDLE_SHARE, idle_gaps, idle_in_productive, unavailable
+
+S = 1_000_000_000
+
+
+def _row(phase: str, bucket: str, share: float | None) -> dict[str, Any]:
+    return {"phase": phase, "bucket": bucket, "worker_group": "actor", "gpu_idle_share": share, "gpu_idle_s": 4.0}
+
+
+def test_a_productive_phase_idle_past_the_share_is_named_and_no_other() -> None:
+    """Only a productive phase whose GPUs read idle more than IDLE_SHARE of its time is named, with its share;
+    an overhead phase, one at the share exactly and one with no reading (null) are not."""
+    rows = [
+        _row("generation", "productive", 0.41),
+        _row("training", "productive", IDLE_SHARE),
+        _row("weight_sync", "overhead", 0.9),
+        _row("reward", "productive", None),
+    ]
+    (named,) = idle_in_productive(rows)
+    assert named["kind"] == "gpu_idle_in_productive" and named["phase"] == "generation" and named["share"] == 0.41
+    assert "41%" in named["message"] and "4.0 s" in named["message"]
+
+
+def _group(*spans: tuple[str, float, float]) -> list[tuple[Any, Any]]:
+    keys = sorted({(name, "productive") for name, _lo, _hi in spans})
+    index = np.array([keys.index((name, "productive")) for name, _lo, _hi in spans])
+    starts = np.array([int(lo * S) for _n, lo, _hi in spans], dtype=np.int64)
+    ends = np.array([int(hi * S) for _n, _lo, hi in spans], dtype=np.int64)
+    return [("rank0", (["GPU-0"], starts, ends, keys, index))]
+
+
+def test_a_stretch_where_every_device_idles_is_named_by_the_phases_on_either_side() -> None:
+    """Idle from 10 s to 13 s between generation (0-10 s) and training (13-20 s): one gap of 3 s, named
+    (generation, training); a stretch shorter than GAP_S (20.5-22 s, before the next generation) is not."""
+    groups = {"actor": _group(("generation", 0, 10), ("training", 13, 20), ("generation", 22, 30))}
+    idle = {"GPU-0": np.array([[10 * S, 13 * S], [int(20.5 * S), 22 * S]], dtype=np.int64)}
+    assert (22 - 20.5) < GAP_S < 3
+    (gap,) = idle_gaps(groups, idle)
+    assert gap["kind"] == "gpu_idle_gap" and gap["worker_group"] == "actor"
+    assert gap["between"] == ["generation", "training"] and gap["gaps"] == 1
+    assert gap["gap_s"] == 3.0 and gap["longest_s"] == 3.0 and gap["first_at_s"] == 10.0
+
+
+def test_a_stretch_is_named_only_where_every_device_of_the_group_idles() -> None:
+    """Two devices: the first idles 10-13 s, the second only 10-11 s: no stretch of GAP_S where both idle."""
+    (member,) = _group(("generation", 0, 10), ("training", 13, 20))
+    key, (_uuids, *cols) = member
+    groups = {"actor": [(key, (["GPU-0", "GPU-1"], *cols))]}
+    idle = {
+        "GPU-0": np.array([[10 * S, 13 * S]], dtype=np.int64),
+        "GPU-1": np.array([[10 * S, 11 * S]], dtype=np.int64),
+    }
+    assert idle_gaps(groups, idle) == []
+
+
+def test_a_device_with_no_utilisation_is_named_unavailable_never_read_as_idle() -> None:
+    """A device flagged unavailable, one without a utilisation counter and one that gave no reading are named
+    (with how many processes use it); a device that read utilisation is not."""
+    devices = {
+        "GPU-a": SimpleNamespace(unavailable=True, has={"util"}, name="H100", host="n0"),
+        "GPU-b": SimpleNamespace(unavailable=False, has={"mem"}, name="H100", host="n0"),
+        "GPU-c": SimpleNamespace(unavailable=False, has={"util"}, name=None, host=None),
+        "GPU-d": SimpleNamespace(unavailable=False, has={"util"}, name="H100", host="n1"),
+    }
+    named = {w["uuid"]: w for w in unavailable(devices, {"GPU-a": ["p1", "p2"]}, {"GPU-d"})}
+    assert sorted(named) == ["GPU-a", "GPU-b", "GPU-c"]
+    assert named["GPU-a"]["processes"] == 2 and "every counter" in named["GPU-a"]["message"]
+    assert "no utilisation counter" in named["GPU-b"]["message"]
+    assert "(? on ?)" in named["GPU-c"]["message"] and "never 0 %" in named["GPU-c"]["message"]
