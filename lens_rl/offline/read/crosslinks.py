@@ -82,16 +82,33 @@ def _joined(arrays: Sequence[Any]) -> Any:
     return np.concatenate([a.astype(object) for a in arrays])
 
 
+#: Bits of an id a table of :func:`_among` is indexed by (a table of 2**20 flags: 1 MB).
+_TABLE_BITS = 20
+
+
 def _among(ids: Any, wanted: Any) -> Any:
-    """Which of ``ids`` are among ``wanted`` (a binary search in the sorted ``wanted``: no hashing, no
-    sorting of ``ids``)."""
+    """Which of ``ids`` are among ``wanted``: a table of flags indexed by an id's low bits rules out most of
+    them (the common store: no id is wanted), then those it may hold are looked up exactly, by a binary search
+    among the few wanted ids whose low bits one of them has (no sort of a run's 470 k ids: measured 22 ms)."""
     if ids.dtype != np.uint64 or wanted.dtype != np.uint64:
         return np.isin(ids, wanted)
     if not len(wanted) or not len(ids):
         return np.zeros(len(ids), bool)
-    ordered = np.sort(wanted)
-    at = np.minimum(np.searchsorted(ordered, ids), len(ordered) - 1)
-    return ordered[at] == ids
+    mask = np.uint64((1 << _TABLE_BITS) - 1)
+    low = (ids & mask).astype(np.intp)
+    table = np.zeros(1 << _TABLE_BITS, bool)
+    table[(wanted & mask).astype(np.intp)] = True
+    maybe = np.flatnonzero(table[low])
+    out = np.zeros(len(ids), bool)
+    if not len(maybe):
+        return out
+    table[:] = False
+    table[low[maybe]] = True
+    near = wanted[table[(wanted & mask).astype(np.intp)]]  # (the wanted ids sharing low bits with a maybe)
+    ordered = np.sort(near)
+    at = np.minimum(np.searchsorted(ordered, ids[maybe]), len(ordered) - 1)
+    out[maybe] = ordered[at] == ids[maybe]
+    return out
 
 
 def cross_cut(processes: Sequence[Any]) -> CrossCut:
