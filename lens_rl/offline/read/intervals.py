@@ -135,8 +135,14 @@ def union_packed(arrays: Iterable[array]) -> array:
     import numpy as np  # (run-sized arrays: the pipeline's pools)
 
     bounds = np.concatenate([np.frombuffer(a, np.int64) for a in arrays]).reshape(-1, 2)
-    order = np.argsort(bounds[:, 0], kind="stable")
-    starts, ends = bounds[order, 0], np.maximum.accumulate(bounds[order, 1])
+    if bool((bounds[:, 1] >= bounds[:, 0]).all()):
+        # starts and ends sorted apart (each array's are in order: runs a stable sort merges): the k-th end is
+        # before the next start exactly where the first k intervals by start all ended before it (each ends
+        # after it starts), and a merged interval's end is then the k-th end
+        starts, ends = np.sort(bounds[:, 0], kind="stable"), np.sort(bounds[:, 1], kind="stable")
+    else:  # (an interval ending before it starts: the running end of the intervals by start)
+        order = np.argsort(bounds[:, 0], kind="stable")
+        starts, ends = bounds[order, 0], np.maximum.accumulate(bounds[order, 1])
     first = np.ones(len(starts), bool)
     first[1:] = starts[1:] > ends[:-1]
     at = np.flatnonzero(first)
