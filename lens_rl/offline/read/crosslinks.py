@@ -111,10 +111,24 @@ def _among(ids: Any, wanted: Any) -> Any:
     return out
 
 
+def _none_wanted(crits: Sequence[Any]) -> bool:
+    """Whether no entry's parent id is the id of any span of these processes (each one's whole node table, of
+    which the walks' nodes are some): then no link between them can be cut, and no walk is gathered (the
+    common store: workers' entries hang from the driver's spans, which have no entries)."""
+    if not all(type(c.node_ids) is array and type(c.e_parent) is array for c in crits):
+        return False  # (ids that are not all lens_rl's: the exact pass below)
+    none = np.zeros(0, np.uint64)
+    wanted = np.concatenate([np.frombuffer(c.e_parent, np.uint64) for c in crits if len(c.e_parent)] or [none])
+    nodes = np.concatenate([np.frombuffer(c.node_ids, np.uint64) for c in crits if len(c.node_ids)] or [none])
+    return not _among(nodes, wanted).any()
+
+
 def cross_cut(processes: Sequence[Any]) -> CrossCut:
     """The links between processes the tree rule cuts (see the module docstring)."""
     parts = [(p, part.crit) for p, part in enumerate(processes) if part.crit is not None and len(part.crit.e_node)]
     if not parts:
+        return CrossCut()
+    if _none_wanted([crit for _p, crit in parts]):
         return CrossCut()
     base, refs, parent_ids, node_ids, node_owner = 0, [], [], [], []
     for p, crit in parts:
