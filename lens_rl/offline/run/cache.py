@@ -50,6 +50,7 @@ from lens_rl.offline.run.cache_files import (
     save_entry,
     save_sizes,
     settled_has,
+    unsettled,
 )
 from lens_rl.offline.run.chains import complete_chains
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
@@ -148,7 +149,7 @@ class _Batch:
             if head is not last:  # (a header's rows come in runs: its number looked up once)
                 last, h = head, self.number(head)
             if settled is not None:  # (a span settled by an earlier read: a repeat)
-                keep = bytearray(not settled_has(settled, id_key(row.s)) for row in rows)
+                keep = unsettled(settled, [row.s for row in rows])
                 if not all(keep):
                     read.duplicates += len(keep) - sum(keep)
                     rows, ats, lengths = (
