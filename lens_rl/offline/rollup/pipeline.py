@@ -244,8 +244,8 @@ class _Windows:
             mask = np.zeros(len(self.order), bool)
             mask[[at[step] for step in steady]] = True
             picked = mask[self.owners]
-            lo, hi = np.sort(self.los[picked]), np.sort(self.his[picked])
-            if len(lo) == len(wall) and bool((lo[1:] >= hi[:-1]).all()):
+            starts, ends = np.sort(self.los[picked]), np.sort(self.his[picked])
+            if len(starts) == len(wall) and bool((starts[1:] >= ends[:-1]).all()):
                 self.steady = picked
 
     def of(self, packed: array) -> Any:
