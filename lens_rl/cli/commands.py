@@ -23,7 +23,10 @@ def _print_json(report: Any) -> None:
     """``report`` as indented JSON on stdout (orjson: the standard library's JSON, faster)."""
     import orjson
 
-    data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    try:  # (keys all text, the common report: a third faster than orjson's pass that checks each key's type)
+        data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2) + b"\n"
+    except TypeError:  # a key that is not text (a step's number, say): as text
+        data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
     out = getattr(sys.stdout, "buffer", None)
     if out is None:  # a text stream (a caller's StringIO)
         sys.stdout.write(data.decode())

@@ -50,9 +50,11 @@ from lens_rl.store.reader import (
     read_head,
     read_live,
     scan,
+    scan_runs,
     span_files,
     time_ns,
     trace_time_ns,
+    unseen,
 )
 
 __all__ = [
@@ -90,10 +92,12 @@ __all__ = [
     "read_head",
     "read_live",
     "scan",
+    "scan_runs",
     "safe_part",
     "span_files",
     "store_path",
     "time_ns",
     "trace_time_ns",
     "unreadable",
+    "unseen",
 ]

@@ -20,6 +20,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from functools import partial
+from itertools import compress, repeat
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,7 +65,10 @@ __all__ = [
     "plausible",
     "read_head",
     "read_live",
+    "RUN_ROWS",
     "scan",
+    "scan_runs",
+    "unseen",
     "span_files",
     "time_ns",
     "trace_time_ns",
@@ -153,18 +157,34 @@ def iter_rows(path: str | os.PathLike[str], stats: ReadStats | None = None) -> I
     """
     stats = stats if stats is not None else ReadStats()
     seen: set[Any] = set()
-    seen_add = seen.add
-    duplicates = 0
-    try:
-        for head, row, _at, _size in scan(path, stats):
-            span_id = row.s
-            if span_id in seen:  # (an id is text or a number: a list or object made the line garbage)
-                duplicates += 1
-                continue
-            seen_add(span_id)
+    for head, rows, _at, _size in scan_runs(path, stats):
+        repeats, rows, _places = unseen(seen, rows)
+        stats.duplicates += repeats
+        for row in rows:
             yield head, row
-    finally:
-        stats.duplicates += duplicates
+
+
+def unseen(seen: set[Any], rows: list[Row], *places: list[int]) -> tuple[int, list[Row], tuple[list[int], ...]]:
+    """A run's rows whose span id is not in ``seen`` nor repeated before it in the run (a file keeps a span
+    id's first line: a retried batch's repeat is skipped), their ids added to ``seen``; how many were
+    repeats, the rows left (``rows`` itself where none repeats) and the matching entries of each of
+    ``places`` (lists beside the rows, filtered alike)."""
+    ids = [row.s for row in rows]  # (an id is text or a number: a list or object made the line garbage)
+    fresh = set(ids)
+    if len(fresh) == len(ids) and seen.isdisjoint(fresh):  # (the common case: no repeat, nothing per row)
+        seen |= fresh
+        return 0, rows, places
+    keep = bytearray(len(ids))
+    add = seen.add
+    for n, span_id in enumerate(ids):
+        if span_id not in seen:
+            add(span_id)
+            keep[n] = 1
+    return len(ids) - sum(keep), list(compress(rows, keep)), tuple(list(compress(p, keep)) for p in places)
+
+
+#: span lines a run of :func:`scan_runs` holds at most (its rows are alive until the run is used)
+RUN_ROWS = 4096
 
 
 def scan(
@@ -176,11 +196,27 @@ def scan(
     stop: int | None = None,
     heads: list[Head] | None = None,
 ) -> Iterator[tuple[Head, Row, int, int]]:
-    """``(head, row, offset, length)`` for every span line of a file, with no duplicate check: from its start
-    (its first line must be a v2 header), or from byte ``start`` under ``head`` (a read resumed where an
-    earlier one ended), up to byte ``stop`` (the end of the file). Lines and bad lines are counted in
-    ``stats`` (the header line too, on a read from the start); a file counts once, on a read from its start.
-    ``heads`` gets every header met, in order (the first one too).
+    """``(head, row, offset, length)`` for every span line of a file (:func:`scan_runs`'s runs, a line at a
+    time)."""
+    for run_head, rows, offsets, lengths in scan_runs(path, stats, start=start, head=head, stop=stop, heads=heads):
+        yield from zip(repeat(run_head), rows, offsets, lengths)
+
+
+def scan_runs(
+    path: str | os.PathLike[str],
+    stats: ReadStats,
+    *,
+    start: int = 0,
+    head: Head | None = None,
+    stop: int | None = None,
+    heads: list[Head] | None = None,
+) -> Iterator[tuple[Head, list[Row], list[int], list[int]]]:
+    """``(head, rows, offsets, lengths)`` for the span lines of a file, in runs of at most :data:`RUN_ROWS`
+    lines under one header, with no duplicate check: from its start (its first line must be a v2 header), or
+    from byte ``start`` under ``head`` (a read resumed where an earlier one ended), up to byte ``stop`` (the
+    end of the file). Lines and bad lines are counted in ``stats`` (the header line too, on a read from the
+    start); a file counts once, on a read from its start. ``heads`` gets every header met, in order (the
+    first one too).
 
     A bad line is one that is not JSON, longer than :data:`LINE_MAX`, nested deeper than the parser allows,
     has a key of another JSON type than the format's, no name or id, or times that are not integers in
@@ -190,6 +226,9 @@ def scan(
         return
     lines = skipped = 0
     decode, bad = decode_row, BAD_LINE
+    rows: list[Row] = []
+    offsets: list[int] = []
+    lengths: list[int] = []
     try:
         with handle:
             if head is None:
@@ -216,6 +255,9 @@ def scan(
                 if row.s is None or row.n is None or row.v is not None:
                     later = later_head(raw, row)
                     if later is not None:  # a re-init in the same process: applies from here
+                        if rows:
+                            yield head, rows, offsets, lengths
+                            rows, offsets, lengths = [], [], []
                         head = later
                         skipped += head.dropped
                         if heads is not None:
@@ -230,7 +272,14 @@ def scan(
                 except TypeError:  # a time missing
                     skipped += 1
                     continue
-                yield head, row, offset, size
+                rows.append(row)
+                offsets.append(offset)
+                lengths.append(size)
+                if len(rows) == RUN_ROWS:
+                    yield head, rows, offsets, lengths
+                    rows, offsets, lengths = [], [], []
+            if rows:
+                yield head, rows, offsets, lengths
     finally:
         stats.lines += lines
         stats.skipped += skipped

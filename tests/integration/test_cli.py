@@ -370,3 +370,16 @@ def test_a_look_runs_with_the_cyclic_collector_paused_and_leaves_it_as_it_was(
         gc.callbacks.remove(count)
     assert collections == [] and gc.isenabled()
     assert json.loads(capsys.readouterr().out)["schema"] == "lens_rl.goodput/1"
+
+
+def test_json_output_names_a_key_that_is_not_text_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` prints a report whose keys are all text as it always did, and one with a key that is not (a
+    step's number) with that key as text, not an error."""
+    import orjson
+
+    from lens_rl.cli.commands import _print_json
+
+    for report in ({"steps": [{"step": 1, "a": None}], "b": 1.5}, {"by_step": {1: 2.0, "x": 3}}):
+        _print_json(report)
+        expected = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+        assert capsys.readouterr().out == expected.decode() + "\n"

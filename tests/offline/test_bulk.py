@@ -10,7 +10,7 @@ from typing import Any
 
 from lens_rl.offline.read.intervals import merge_intervals, pack
 from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, StepPart, median, step_key
-from lens_rl.offline.rollup.bulk import quantile_s, seconds_rounded, window_medians
+from lens_rl.offline.rollup.bulk import quantile_s, seconds_rounded, selected, window_medians
 from lens_rl.offline.rollup.steps import _wall, _walls, step_times
 
 
@@ -32,6 +32,33 @@ def test_seconds_rounded_is_pythons_round_of_ns_over_1e9_bit_for_bit() -> None:
     odd: list[Sequence[Any]] = [[2**64] + [1] * 300, [1.5e9] * 300, [True] * 300, array("q", [1_234_567] * 300)]
     for ns in odd:
         assert _bits(seconds_rounded(ns)) == _bits([round(n / 1e9, 6) for n in ns])
+
+
+def test_selected_is_the_sorted_arrays_value_at_the_rank_with_ties_and_outliers() -> None:
+    """A selection gives the sorted array's value at every rank, whatever the durations: all one value, two
+    values with a rare second, a few outliers past the sample's bracket, negative and int64-sized ones."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    arrays = [
+        np.full(n, 5, np.int64),
+        np.where(rng.random(n) < 0.01, 7, 5).astype(np.int64),
+        rng.integers(0, 10**9, n),
+        rng.integers(0, 3, n),
+        np.concatenate([np.full(n - 10, 5), rng.integers(0, 10**9, 10)]).astype(np.int64),
+        np.concatenate([np.full(n - 10, 10**9), rng.integers(0, 10**3, 10)]).astype(np.int64),
+        rng.integers(-(2**62), 2**62, n),
+        rng.integers(0, 100, 50),
+    ]
+    for values in arrays:
+        ordered = np.sort(values)
+        for rank in {0, 1, len(values) // 2, int(0.95 * len(values)), len(values) - 2, len(values) - 1}:
+            assert selected(values.copy(), rank) == ordered[rank]
+    for _ in range(200):
+        values = rng.integers(0, int(rng.integers(1, 40)), int(rng.integers(1024, 4000)))
+        rank = int(rng.integers(0, len(values)))
+        assert selected(values.copy(), rank) == np.sort(values)[rank]
 
 
 def test_quantile_is_the_phase_parts_own_exact_or_sketched() -> None:

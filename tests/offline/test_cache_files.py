@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +284,21 @@ def test_a_record_cut_short_of_another_version_or_not_adding_up_is_read_cold(tmp
     path.write_bytes(_with_first(data, whole) + (1000).to_bytes(8, "little") + b"\x9d")  # a delta cut short
     back, why = load_entry(path, key, identity)
     assert why is None and back is not None and back.token == rec.state.token and back.disk is None
+
+
+def test_which_new_lines_repeat_a_settled_span_is_the_one_by_one_rule_in_bulk() -> None:
+    """A grown file's new span ids are told apart from the settled ones in bulk exactly as one by one: lens_rl's
+    16 hex digits (either case) found or not, and ids that are not (a sign, a space, other digits, numbers)
+    taken as the rule takes them."""
+    from lens_rl.offline.run.cache_files import id_key, merged_ids, settled_has, unsettled
+
+    settled = merged_ids(array("Q"), [0x1, 0xABCDEF0123456789, 2**64 - 1])
+    every_kind: list[list[Any]] = [
+        ["0000000000000001", "abcdef0123456789", "ABCDEF0123456789", "ffffffffffffffff", "0000000000000002"],
+        ["0000000000000001", "+000000000000001", "00 0000000000001", "zz00000000000001", "0000000000000002"],
+        ["0000000000000001", "1", 1, None, "ffffffffffffffff"],
+    ]
+    for span_ids in every_kind:
+        expected = bytearray(not settled_has(settled, id_key(s)) for s in span_ids)
+        assert unsettled(settled, span_ids) == expected
+    assert unsettled(settled, ["0000000000000001", "0000000000000003"]) == bytearray([0, 1])

@@ -108,3 +108,21 @@ def test_a_chain_one_hundred_thousand_deep_across_processes(tmp_path: Path) -> N
     assert step["step"] == 1 and step["critical_s"] == pytest.approx(9.0, abs=1e-6)
     assert step["top"]["phase"] == f"level{(depth - 1) % 7}"  # the productive leaf, its whole interval once
     assert step["top"]["seconds"] == pytest.approx(9 - 2 * (depth - 1) * 1e-5, abs=1e-5)
+
+
+def test_which_ids_are_wanted_is_exact_where_their_low_bits_collide() -> None:
+    """Which span ids a link wants is exact: ids sharing low bits with a wanted one (the flag table's false
+    hits) are told apart from it, sequential and random ids alike, as numpy's own membership test says."""
+    import numpy as np
+
+    from lens_rl.offline.read.crosslinks import _TABLE_BITS, _among
+
+    rng = np.random.default_rng(7)
+    wanted = rng.integers(0, 2**63, 5000, dtype=np.uint64)
+    ids = rng.integers(0, 2**63, 50_000, dtype=np.uint64)
+    ids[::100] = wanted[:500]
+    ids[1::100] = wanted[:500] ^ np.uint64(1 << (_TABLE_BITS + 3))  # (same low bits, another id)
+    assert (_among(ids, wanted) == np.isin(ids, wanted)).all()
+    sequential, every_seventh = np.arange(200_000, dtype=np.uint64), np.arange(0, 400_000, 7, dtype=np.uint64)
+    assert (_among(sequential, every_seventh) == np.isin(sequential, every_seventh)).all()
+    assert not _among(ids, np.zeros(0, np.uint64)).any()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from array import array
 
-from lens_rl.offline.read.intervals import covered, merge_intervals, merge_packed, pack
+from lens_rl.offline.read.intervals import covered, merge_intervals, merge_packed, pack, union_packed
 
 
 def test_merge_packed_is_the_union_whether_the_arrays_follow_each_other_or_overlap() -> None:
@@ -69,3 +69,16 @@ def test_covered_cuts_each_array_to_each_window_as_a_plain_union_would() -> None
                 if min(b, hi) > max(a, lo)
             )
         )
+
+
+def test_union_packed_is_the_plain_union_with_touching_empty_and_nested_intervals() -> None:
+    """The union of several processes' busy arrays is the plain rule's (sorted, touching ones merged), whatever
+    the intervals: nested, touching, of no length, repeated across arrays."""
+    rng = random.Random(9)
+    for _ in range(300):
+        arrays = []
+        for _k in range(rng.randrange(1, 6)):
+            raw = [(a, a + rng.choice([0, 0, 1, rng.randrange(1, 30)])) for a in (rng.randrange(100) for _ in range(8))]
+            arrays.append(pack(merge_intervals(raw)))
+        expected = pack(merge_intervals(pair for a in arrays for pair in zip(a[0::2], a[1::2], strict=True)))
+        assert union_packed(arrays) == expected

@@ -138,3 +138,26 @@ def test_the_table_card_and_refresh_cache_show_the_pipeline(tmp_path: Path) -> N
     for _ in range(2):
         warm = analyze(paths, jobs=1, warmup_steps=0, cache=cache_folder(tmp_path))
         assert json.dumps(warm["pipeline"], sort_keys=True) == json.dumps(cold["pipeline"], sort_keys=True)
+
+
+def test_the_walls_coverage_is_the_steady_windows_summed_where_they_are_the_wall_and_read_apart_else() -> None:
+    """How much of the steady wall busy time covers is the same read from each step's windows (steps apart, the
+    common run) as read over the merged wall: steps apart, steps that touch, and a step of two windows."""
+    import numpy as np
+
+    from lens_rl.offline.read.intervals import coverage, merge_intervals, pack
+    from lens_rl.offline.rollup.pipeline import _Windows
+
+    busy = pack([(0, 5), (7, 12), (14, 40), (45, 46), (50, 90)])
+    layouts: list[dict[Any, list[tuple[int, int]]]] = [
+        {1: [(0, 10)], 2: [(12, 20)], 3: [(30, 60)], 4: [(61, 95)]},  # apart
+        {1: [(0, 10)], 2: [(10, 20)], 3: [(20, 60)], 4: [(60, 95)]},  # touching: merged into one wall
+        {1: [(0, 10)], 2: [(12, 15), (17, 20)], 3: [(18, 60)], 4: [(70, 70)]},  # overlapping, of no length
+    ]
+    rows, steady = [{"step": step, "incomplete": False} for step in (1, 2, 3, 4)], [2, 3, 4]
+    for windows in layouts:
+        wall = merge_intervals(w for step in steady for w in windows[step])
+        wl, wh = np.array([a for a, _ in wall], np.int64), np.array([b for _, b in wall], np.int64)
+        each = _Windows(rows, windows, steady, wall)
+        assert each.of_wall(busy, wl, wh) == int(coverage(busy, wl, wh).sum())
+    assert _Windows(rows, layouts[0], steady, [w for s in steady for w in layouts[0][s]]).steady is not None

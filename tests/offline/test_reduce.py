@@ -91,3 +91,66 @@ def test_a_process_part_pickles_exactly() -> None:
     back = pickle.loads(pickle.dumps(part))
     assert back == part and list(back.steps) == [1, "warmup", 3] and back.key.attempt == 2
     assert back.steps["warmup"].umbrellas == array("q") and back.steps[3].bucketed is None and back.steps[1].incomplete
+
+
+def test_numbered_ids_link_as_ids_given_link() -> None:
+    """Pass 1 on ids kept as numbers (numpy) finds what it finds on the same ids kept as text: parents (a
+    repeated id names its last span), children, self-parents, entries, third parties' roots, orphans."""
+    import random
+    from array import array
+
+    from lens_rl.offline.read.columns import REMOTE_PARENT, THIRD_PARTY, Columns
+    from lens_rl.offline.read.linked import link
+
+    rng = random.Random(3)
+    for trial in range(100):
+        n = rng.randrange(1, 60)
+        ids = [rng.randrange(1, n + 3) for _ in range(n)]
+        parents = [rng.choice([0, 0, rng.randrange(1, n + 6), 2**64 - 1]) for _ in range(n)]
+        flags = bytearray(rng.choice([0, REMOTE_PARENT, THIRD_PARTY, REMOTE_PARENT | THIRD_PARTY]) for _ in range(n))
+        root = rng.choice([None, rng.randrange(1, n + 6), 2**64 - 1])
+        starts, ends = [rng.randrange(0, 9) for _ in range(n)], [rng.randrange(0, 9) for _ in range(n)]
+        trees = []
+        for numbered in (True, False):
+            cols = Columns()
+            cols.names = ["x"] * n
+            cols.starts, cols.ends = array("q", starts), array("q", ends)
+            cols.buckets, cols.steps, cols.tokens, cols.flags = [None] * n, [None] * n, [None] * n, flags
+            if numbered:
+                cols.ids, cols.parent_ids, cols.root = array("Q", ids), array("Q", parents), root
+            else:  # (text: a missing parent is None, as the columns keep it once ids are text)
+                cols.ids = [f"{i:016x}" for i in ids]
+                cols.parent_ids = [f"{p:016x}" if p else None for p in parents]
+                cols.root = None if root is None else f"{root:016x}"
+            tree = link(cols)
+            keyed = (lambda v: 0 if v is None else int(v, 16)) if not numbered else (lambda v: v)
+            trees.append(
+                (
+                    tree.parents,
+                    tree.has_child,
+                    tree.orphan,
+                    tree.ends,
+                    {k: keyed(v) for k, v in tree.remote.items()},
+                    {k: keyed(v) for k, v in tree.third_roots.items()},
+                )
+            )
+        assert trees[0] == trees[1], trial
+
+
+def test_a_phase_s_compute_ns_summed_per_step_in_bulk_as_one_by_one() -> None:
+    """Many compute spans' ns are summed per step with numpy: the steps in order and the sums are those the
+    span-by-span sum gives (negative and repeated steps, any order)."""
+    import random
+    from array import array
+
+    from lens_rl.offline.read.reduce import _BULK, _summed
+
+    rng = random.Random(5)
+    for size in (_BULK - 1, _BULK, 3 * _BULK):
+        steps = array("q", [rng.randrange(-20, 200) for _ in range(size)])
+        values = array("q", [rng.randrange(0, 10**12) for _ in range(size)])
+        expected: dict[int, int] = {}
+        for step, value in zip(steps, values, strict=True):
+            expected[step] = expected.get(step, 0) + value
+        series = _summed([steps, values])
+        assert list(series.steps) == sorted(expected) and list(series.ns) == [expected[s] for s in sorted(expected)]

@@ -43,3 +43,25 @@ def _part_with(steps: dict) -> object:
     from lens_rl.offline.read.parts import ProcessPart
 
     return ProcessPart(Process("driver", 0, 1, 0, True), steps=steps)
+
+
+def test_the_views_steps_across_drivers_merge_where_several_ran_one_and_leave_the_parts_as_they_were() -> None:
+    """A job of two attempts: a step both drivers ran is one row (its ns summed, the later attempt's), a step
+    one ran is its own; every step's window is its umbrellas'; the drivers' parts are left as they were."""
+    from lens_rl.offline.read.parts import ProcessPart
+    from lens_rl.offline.rollup.steps import step_rows, step_windows
+
+    def driver(attempt: int, steps: dict[int, tuple[int, int, int]]) -> ProcessPart:
+        part = ProcessPart(Process("driver", 0, 100, attempt=attempt, driver=True))
+        for step, (lo, hi, ns) in steps.items():
+            sp = part.steps[step] = StepPart(lo, hi)
+            sp.ns, sp.umbrellas = [ns, 0, 0, 0], array("q", [lo, hi])
+        return part
+
+    first, second = driver(0, {1: (0, 10, 4)}), driver(1, {1: (20, 30, 5), 2: (30, 40, 6)})
+    before = [(step, sp.ns[:], array("q", sp.umbrellas)) for p in (first, second) for step, sp in p.steps.items()]
+    rows, _walls, productive = step_rows([first, second], None)
+    assert [(r["step"], r["attempt"]) for r in rows] == [(1, 1), (2, 1)] and productive == [9, 6]
+    assert step_windows([first, second], None) == {1: [(0, 10), (20, 30)], 2: [(30, 40)]}
+    after = [(step, sp.ns[:], array("q", sp.umbrellas)) for p in (first, second) for step, sp in p.steps.items()]
+    assert after == before

@@ -576,3 +576,41 @@ def test_odd_step_values_are_read_alike_by_every_command(tmp_path: Path) -> None
     )
     _every_command(run, tmp_path)
     assert set(_rows_steps(run / "spans-driver-0-1.jsonl").values()) == {None, 4}
+
+
+def test_a_tree_resolved_a_level_at_a_time_is_resolved_as_a_span_at_a_time() -> None:
+    """A shallow tree with no cycle (most files) is resolved a level at a time: every span's step, bucketed
+    ancestor, outermost span with a step and place come out as the span-at-a-time rule gives them."""
+    import random
+    from array import array
+
+    from lens_rl.offline.read import tree as rule
+
+    rng = random.Random(11)
+    for trial in range(60):
+        n = rng.randrange(rule._LEVELS_FROM, rule._LEVELS_FROM + 200)
+        ups = array("q", [-1 if i == 0 or rng.random() < 0.2 else rng.randrange(0, i) for i in range(n)])
+        order = list(range(n))
+        rng.shuffle(order)  # (children before parents, as files often hold them)
+        where = {old: new for new, old in enumerate(order)}
+        parents = array("q", [-1] * n)
+        for new, old in enumerate(order):
+            parents[new] = -1 if ups[old] == -1 else where[ups[old]]
+        own = [rng.choice([None, None, 1, 2, "warmup", 2.5, True]) for _ in range(n)]
+        buckets = [rng.choice([None, None, "productive", "idle"]) for _ in range(n)]
+        names = [rng.choice(["a", "b", "rl.job"]) for _ in range(n)]
+        third = rng.choice(
+            [None, bytearray(rng.random() < 0.1 for _ in range(n)), [rng.random() < 0.1 for _ in range(n)]]
+        )
+        levels = rule._levels(parents)
+        if levels is None:  # (deeper than resolved by levels: not this test's case)
+            continue
+        assert (
+            rule._by_levels(parents, levels, own, buckets, names, third)
+            == rule._in_order(array("q", parents), own, buckets, names, third)[:4]
+        ), trial
+    cyclic = array("q", [1, 0] + [-1] * rule._LEVELS_FROM)
+    assert (
+        rule._levels(cyclic) is None
+        and resolve(cyclic, [None] * len(cyclic), [None] * len(cyclic), ["x"] * len(cyclic)).cycles == 1
+    )

@@ -246,3 +246,24 @@ def test_a_span_outside_plausible_times_is_a_bad_line(tmp_path: Path) -> None:
     path = write_process(tmp_path, "driver", 0, 1, lines)
     stats = ReadStats()
     assert [row.s for _, row in iter_rows(path, stats)] == [good["s"], "8" * 16] and stats.skipped == 7
+
+
+def test_runs_of_rows_hold_one_header_each_and_are_the_lines_a_scan_yields(tmp_path: Path) -> None:
+    """scan_runs gives the very rows, offsets and lengths scan gives, in runs of at most RUN_ROWS rows that
+    never cross a header (a re-init applies from its line on)."""
+    from lens_rl.store import scan, scan_runs
+    from lens_rl.store.reader import RUN_ROWS
+
+    path = tmp_path / "spans-x.jsonl"
+    lines = [header("w", 0, 7)] + [span("a", 0, 1, f"a{i}") for i in range(RUN_ROWS + 3)]
+    lines += [header("w", 1, 7), span("b", 1, 2, "b"), span("b", 1, 2, "b")]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
+    runs = list(scan_runs(path, ReadStats()))
+    assert [(head.process.rank, len(rows)) for head, rows, _, _ in runs] == [(0, RUN_ROWS), (0, 3), (1, 2)]
+    flat = [
+        (head.process, row, at, size)
+        for head, rows, ats, sizes in runs
+        for row, at, size in zip(rows, ats, sizes, strict=True)
+    ]
+    assert flat == [(head.process, row, at, size) for head, row, at, size in scan(path, ReadStats())]
+    assert [row.s for _h, row in iter_rows(path)] == [row.s for _h, row, _a, _s in flat[:-1]]  # (a repeat skipped)

@@ -21,7 +21,8 @@ from itertools import compress
 from typing import Any
 
 from lens_rl.offline.read.requests import REQUEST_SPAN, request_numbers
-from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, iter_rows, time_ns
+from lens_rl.offline.read.runs import hex_ids, run_steps, where_equal, where_true
+from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, scan_runs, time_ns, unseen
 
 __all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "THIRD_PARTY", "Columns", "read_columns"]
 
@@ -35,6 +36,7 @@ _OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"
 _INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
 
 _BUCKET_NAMES = {name: name for name in ("productive", "overhead", "idle", "wasted")}
+_OWN_SCOPES = frozenset((None, OWN_SCOPE))
 _NO_KEY = (list, dict)  # JSON values that key nothing (a step of these reads as none)
 
 
@@ -148,38 +150,103 @@ class Columns:
             )
             flops = attrs.get("rl.flops_per_token")
             if flops is not None:
-                self._add_flops(flops)
+                self._add_flops(flops, len(self.tokens) - 1)
             if name == REQUEST_SPAN:
-                self._add_request(attrs)
+                self._add_request(attrs, len(self.tokens) - 1)
             consumed = attrs.get("rl.trajectory_versions")
             if consumed is not None:
-                self.versions[len(self.tokens) - 1] = (
-                    attrs.get("rl.policy_version"),
-                    consumed,
-                    attrs.get("rl.trajectory_tokens"),
-                    attrs.get("rl.max_staleness"),
-                )
+                self._add_versions(attrs, consumed, len(self.tokens) - 1)
         else:
             self.buckets.append(None)
             self.steps.append(None)
             self.tokens.append(None)
         self.flags.append(flag)
 
+    def extend(self, rows: list[Any]) -> None:
+        """Store rows of this process (:class:`lens_rl.store.Row`, in file order) added as :meth:`add` (and
+        :meth:`add_job`) add each, a column at a time: the reads' hot path. A run with a span the fast path
+        does not take (an id not of lens_rl's form, another library's span) is added row by row."""
+        span_ids, parent_ids = [row.s for row in rows], [row.p for row in rows]
+        numbers = hex_ids(span_ids, parent_ids) if type(self.ids) is array else None
+        scopes = set(row.sc for row in rows)
+        if numbers is None or not scopes <= _OWN_SCOPES:
+            for row in rows:
+                if row.n == "rl.job":
+                    self.add_job(row)
+                self.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+            return
+        try:
+            starts, ends = array("q", [row.b for row in rows]), array("q", [row.e for row in rows])
+        except (TypeError, OverflowError):  # (the reader checked each time: never, but as add reads it)
+            starts = array("q", map(time_ns, [row.b for row in rows]))
+            ends = array("q", map(time_ns, [row.e for row in rows]))
+        base = len(self.names)
+        shared = self._shared.setdefault
+        names = [row.n for row in rows]
+        self.names += map(shared, names, names)
+        self.ids.extend(numbers[0])
+        self.parent_ids.extend(numbers[1])
+        self.starts.extend(starts)
+        self.ends.extend(ends)
+        empty: dict[str, Any] = {}
+        attrs = [row.a or empty for row in rows]
+        flags = bytearray([row.pr is True for row in rows])  # (REMOTE_PARENT is 1)
+        for i in where_true([a.get("rl.ended_by_shutdown") for a in attrs]):
+            flags[i] |= ENDED_BY_SHUTDOWN
+        self.flags += flags
+        self.buckets += [
+            _BUCKET_NAMES.get(b, b) if type(b) is str else None for b in [a.get("rl.bucket") for a in attrs]
+        ]
+        self.steps += run_steps([a.get("rl.step") for a in attrs], shared)
+        self.tokens += [
+            t if type(t) is float or (type(t) is int and -INT64_END <= t < INT64_END) else None
+            for t in [a.get("rl.num_tokens") for a in attrs]
+        ]
+        for i in where_equal(names, "rl.job"):
+            self.add_job(rows[i])
+        for i in where_equal(names, REQUEST_SPAN):
+            if rows[i].a:
+                self._add_request(attrs[i], base + i)
+        self._sparse(attrs, base)
+
+    def _sparse(self, attrs: list[dict[str, Any]], base: int) -> None:
+        """:meth:`extend`'s columns few rows have (rows from ``base``): ``rl.flops_per_token``, what a phase
+        consumed."""
+        flops = [a.get("rl.flops_per_token") for a in attrs]
+        if flops.count(None) != len(flops):
+            for i, value in enumerate(flops):
+                if value is not None:
+                    self._add_flops(value, base + i)
+        consumed = [a.get("rl.trajectory_versions") for a in attrs]
+        if consumed.count(None) != len(consumed):
+            for i, value in enumerate(consumed):
+                if value is not None:
+                    self._add_versions(attrs[i], value, base + i)
+
     def _add_given_ids(self, span_id: Any, parent_id: Any) -> None:
         """A span's ids as they came (the columns keep them so once one is not 16 hex digits)."""
         self.ids.append(span_id)
         self.parent_ids.append(self._shared.setdefault(parent_id, parent_id) if type(parent_id) is str else parent_id)
 
-    def _add_flops(self, flops: Any) -> None:
-        """The last span's ``rl.flops_per_token``, where it is a plausible number."""
+    def _add_flops(self, flops: Any, row: int) -> None:
+        """A span's ``rl.flops_per_token``, where it is a plausible number."""
         if type(flops) in (int, float) and 0 < flops < 1e15:
-            self.flops[len(self.tokens) - 1] = float(flops)
+            self.flops[row] = float(flops)
 
-    def _add_request(self, attrs: dict[str, Any]) -> None:
-        """The last span's numbers as a vLLM request span, where it has them."""
+    def _add_request(self, attrs: dict[str, Any], row: int) -> None:
+        """A span's numbers as a vLLM request span, where it has them."""
         numbers = request_numbers(attrs)
         if numbers is not None:
-            self.requests[len(self.tokens) - 1] = numbers
+            self.requests[row] = numbers
+
+    def _add_versions(self, attrs: dict[str, Any], consumed: Any, row: int) -> None:
+        """What a phase says it consumed (``rl.trajectory_versions`` and the numbers beside it)."""
+        self.versions[row] = (
+            attrs.get("rl.policy_version"),
+            consumed,
+            attrs.get("rl.trajectory_tokens"),
+            attrs.get("rl.max_staleness"),
+        )
 
     def _gen_tokens(self, attrs: dict[str, Any]) -> None:
         """A third-party span's ``gen_ai.usage`` token counts (output, input), where it says any."""
@@ -269,15 +336,17 @@ def _reindexed(sparse: dict[int, Any], new_index: dict[int, int]) -> dict[int, A
 
 def read_columns(path: str | os.PathLike[str], stats: ReadStats | None = None) -> dict[Process, Columns]:
     """One file's spans by process (a re-init under another identity is another), as :class:`Columns`."""
+    stats = stats if stats is not None else ReadStats()
     out: dict[Process, Columns] = {}
     last: Any = None
     cols = Columns()
-    for head, row in iter_rows(path, stats):
+    seen: set[Any] = set()
+    for head, rows, _at, _size in scan_runs(path, stats):
         if head is not last:
             last = head
             cols = out.get(head.process) or out.setdefault(head.process, Columns())
             cols.add_head(head)
-        if row.n == "rl.job":
-            cols.add_job(row)
-        cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+        repeats, rows, _places = unseen(seen, rows)
+        stats.duplicates += repeats
+        cols.extend(rows)
     return out

@@ -135,8 +135,14 @@ def union_packed(arrays: Iterable[array]) -> array:
     import numpy as np  # (run-sized arrays: the pipeline's pools)
 
     bounds = np.concatenate([np.frombuffer(a, np.int64) for a in arrays]).reshape(-1, 2)
-    order = np.argsort(bounds[:, 0], kind="stable")
-    starts, ends = bounds[order, 0], np.maximum.accumulate(bounds[order, 1])
+    if bool((bounds[:, 1] >= bounds[:, 0]).all()):
+        # starts and ends sorted apart (each array's are in order: runs a stable sort merges): the k-th end is
+        # before the next start exactly where the first k intervals by start all ended before it (each ends
+        # after it starts), and a merged interval's end is then the k-th end
+        starts, ends = np.sort(bounds[:, 0], kind="stable"), np.sort(bounds[:, 1], kind="stable")
+    else:  # (an interval ending before it starts: the running end of the intervals by start)
+        order = np.argsort(bounds[:, 0], kind="stable")
+        starts, ends = bounds[order, 0], np.maximum.accumulate(bounds[order, 1])
     first = np.ones(len(starts), bool)
     first[1:] = starts[1:] > ends[:-1]
     at = np.flatnonzero(first)
@@ -206,6 +212,8 @@ def sorted_by(indexes: Sequence[int], key: Any) -> Sequence[int]:
 def merge_indexed(indexes: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> array:
     """The merged union of the intervals ``(starts[i], ends[i])`` for ``i`` in ``indexes``, packed (as
     ``pack(merge_intervals(...))`` gives it, without a tuple per interval)."""
+    if len(indexes) >= _BULK and type(starts) is array and type(ends) is array:
+        return _merged_bulk(indexes, starts, ends)
     out = array("q")
     for i in sorted_by(indexes, starts.__getitem__):
         start, end = starts[i], ends[i]
@@ -216,6 +224,24 @@ def merge_indexed(indexes: Sequence[int], starts: Sequence[int], ends: Sequence[
             out.append(start)
             out.append(end)
     return out
+
+
+def _merged_bulk(indexes: Sequence[int], starts: array, ends: array) -> array:
+    """:func:`merge_indexed` of many intervals with numpy: sorted by start, an interval joins the one before
+    where it starts at or before the furthest end so far (touching ones merge, as one at a time)."""
+    import numpy as np  # (only for a run-sized array: the readers of parts stay light)
+
+    rows = np.asarray(indexes, dtype=np.int64)
+    lo, hi = np.frombuffer(starts, np.int64)[rows], np.frombuffer(ends, np.int64)[rows]
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], np.maximum.accumulate(hi[order])
+    first = np.ones(lo.size, dtype=bool)
+    first[1:] = lo[1:] > hi[:-1]
+    last = np.empty(lo.size, dtype=bool)
+    last[:-1], last[-1] = first[1:], True
+    packed = np.empty(2 * int(first.sum()), dtype=np.int64)
+    packed[0::2], packed[1::2] = lo[first], hi[last]
+    return int64_array(packed)
 
 
 def int64_array(values: Any) -> array:

@@ -14,7 +14,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lens_rl.offline.read.intervals import claimed, pairs, subtracted
@@ -34,7 +34,7 @@ def overflows(summed: int, union: Any) -> bool:
 
 
 def claim_overlaps(
-    part: ProcessPart, tree: Tree, kids_of: dict[int, list[tuple[int, int]]], superseded: frozenset[Any]
+    part: ProcessPart, tree: Tree, kids_of: Mapping[int, list[tuple[int, int]]], superseded: frozenset[Any]
 ) -> None:
     """A driver part's buckets (and each overflowing step's) re-counted over the wall where its spans ran
     concurrently; nothing is done (or read again) where they did not."""
@@ -56,7 +56,7 @@ def claim_overlaps(
 
 
 def _claimed_by_tree(
-    tree: Tree, kids_of: dict[int, list[tuple[int, int]]], rows: list[int], root: list[int]
+    tree: Tree, kids_of: Mapping[int, list[tuple[int, int]]], rows: list[int], root: list[int]
 ) -> list[int]:
     """The rows' time claimed over the wall tree by tree (spans under one top span, below the job root), summed:
     a tree is what one read of a growing file reduces whole (the refresh cache settles whole trees), so a
@@ -104,7 +104,7 @@ def _bucketed_rows(tree: Tree, superseded: frozenset[Any]) -> Iterable[int]:
         yield i
 
 
-def _segments(tree: Tree, kids_of: dict[int, list[tuple[int, int]]], rows: list[int]) -> Iterable[tuple[Any, ...]]:
+def _segments(tree: Tree, kids_of: Mapping[int, list[tuple[int, int]]], rows: list[int]) -> Iterable[tuple[Any, ...]]:
     """Each row's exclusive stretches as ``(start, end, bucket rank, row)``."""
     starts, ends, buckets = tree.starts, tree.ends, tree.buckets
     for i in rows:

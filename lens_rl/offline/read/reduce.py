@@ -17,26 +17,29 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
-from lens_rl.buckets import exclusive_time, kind_of
+import numpy as np
+
 from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_columns
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.gpu_spans import gpu_spans
-from lens_rl.offline.read.intervals import merge_indexed, pack, sorted_by
-from lens_rl.offline.read.linked import Tree, inner, link, resolve
+from lens_rl.offline.read.intervals import int64_array, merge_indexed, pack, sorted_by
+from lens_rl.offline.read.linked import Kids, Tree, inner, link, resolve
 from lens_rl.offline.read.overlap import claim_overlaps
-from lens_rl.offline.read.parts import BUCKETS, COMPUTE_BUCKETS, PhasePart, ProcessPart
+from lens_rl.offline.read.parts import BUCKETS, ProcessPart
 from lens_rl.offline.read.pipe import pipe_part
 from lens_rl.offline.read.requests import requests_part
 from lens_rl.offline.read.steps import Series, StepPart
-from lens_rl.offline.read.tree import JOB, UMBRELLA, id_key
-from lens_rl.offline.read.tree import THIRD_PARTY as THIRD_ROLE
-from lens_rl.store import INT64_END, Process, ReadStats, heads, iter_rows, read_head
+from lens_rl.offline.read.tally import Tally
+from lens_rl.offline.read.tree import UMBRELLA
+from lens_rl.store import Process, ReadStats, heads, iter_rows, read_head
 from lens_rl.store.gpu import gpu_uuids
 
 # (link and resolve, passes 1 and 2, stay importable from here)
 __all__ = ["file_parts", "file_steps", "link", "part_from_columns", "reduce_columns", "resolve"]
 
 _BUCKET_INDEX = {b: i for i, b in enumerate(BUCKETS)}
+#: a phase's compute spans from which their per-step sums are made with numpy; a bound on those sums' size
+_BULK, _SAFE_SUM = 256, 2**62
 
 
 def part_from_columns(
@@ -114,92 +117,39 @@ def _walks(key: Process, tree: Tree, superseded: frozenset[Any]) -> CritPart:
 def accumulate(
     part: ProcessPart,
     tree: Tree,
-    kids_of: dict[int, list[tuple[int, int]]],
+    kids_of: Kids,
     own_kids: dict[int, list[tuple[int, int]]],
     step_rows: bool,
     superseded: frozenset[Any] = frozenset(),
 ) -> None:
-    """Pass 4 (see the module docstring): one loop over every span, the hot path of every read, so its
-    per-span work stays inline. A span of a ``superseded`` step is only a re-run interval; a third party's
-    span is no phase (its time is its nearest bucketed ancestor's, counted there once)."""
-    names, starts, ends, buckets, steps = tree.names, tree.starts, tree.ends, tree.buckets, tree.steps
-    outer, role, top, has_child = tree.outer, tree.role, tree.top, tree.has_child
-    orphan, tokens = tree.orphan, tree.tokens
-    bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
-    compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
-    top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
-    rerun = array("q")  # rows of spans of superseded steps
+    """Pass 4 (see the module docstring), a column at a time (:class:`~lens_rl.offline.read.tally.Tally`),
+    the step rows a span at a time. A span of a ``superseded`` step is only a re-run interval; a third
+    party's span is no phase (its time is its nearest bucketed ancestor's, counted there once)."""
+    tally = Tally(part, tree, kids_of, own_kids, superseded)
+    top_level = tally.buckets()
+    tally.phases()
+    tally.tokens()
+    compute = tally.compute()
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
-    generation: dict[Any, bool] = {}  # name -> a generation phase's (whose tokens a remote request may give)
-    ids = tree.ids
-    lo = hi = None
-    for i in range(tree.n):
-        name = names[i]
-        start, end = starts[i], ends[i]
-        kind = role[i]
-        if kind == JOB:
-            part.jobs.append((start, end))
-            continue
-        # a third party's span: no phase, no bucket of its own, and not the process's lifetime (a file of
-        # them alone, a vLLM engine's, is no resource of its own: its time is the calling phase's)
-        if kind != THIRD_ROLE:
-            lo = start if lo is None or start < lo else lo
-            hi = end if hi is None or end > hi else hi
-        step = steps[i]
-        if superseded and step in superseded:  # a run a later attempt did again: wasted, nothing else
-            rerun.append(i)
-            part.rerun_steps.add(step)
-            continue
-        if kind == THIRD_ROLE:
-            continue
-        duration = end - start
-        bucket = buckets[i]
-        excl = 0
-        if bucket is not None:
-            kids = kids_of.get(i)
-            if not kids:
-                excl = duration
-            elif len(kids) == 1:
-                a, b = kids[0]
-                excl = max(duration - max(min(b, end) - max(a, start), 0), 0)
-            else:
-                excl = exclusive_time(start, end, kids)
-            bucket_ns[bucket] += excl
-            if outer[i] == -1:
-                top_level.append(i)
-        elif outer[i] == -1:  # an unbucketed phase outside every bucketed one: what its phases leave it
-            kids = own_kids.get(i)
-            excl = exclusive_time(start, end, kids) if kids else duration
-        phase = phases.get((name, bucket))
-        if phase is None:
-            phase = phases[(name, bucket)] = PhasePart()
-        phase.count += 1
-        phase.total_ns += duration
-        phase.excl_ns += excl
-        phase.durations.append(duration)
-        if i in tokens:
-            _tokens(part, phase, tree, i, bucket, duration)
-        else:
-            gen = generation.get(name)
-            if gen is None:
-                gen = generation[name] = kind_of(name) == "generation"
-            if gen and ids is not None:
-                part.untokened[id_key(ids[i])] = (name, bucket, duration, step)
-        if step is None:
-            continue
-        if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
-            phase.leaf_ns += duration
-        if bucket is not None and bucket in COMPUTE_BUCKETS:
-            by_step: Any = compute.get(name)
-            if by_step is None:
-                by_step = compute[name] = [array("q"), array("q")]
-            if type(by_step) is list and type(step) is int and -INT64_END <= step < INT64_END:
-                by_step[0].append(step)  # (16 bytes a span; summed per step at the end)
-                by_step[1].append(excl)
-            else:  # a step that is not an int: this phase's steps stay a dict
-                _add_odd_step(compute, name, step, excl)
-        if not step_rows:
-            continue
+    if step_rows:
+        _step_rows(part, tree, tally, in_umbrella)
+    _finish(part, tree, compute, top_level)
+    if part.key.driver:  # the driver's view is wall-clock: concurrent spans of it counted once
+        claim_overlaps(part, tree, kids_of, superseded)
+    if in_umbrella:
+        _gaps(part, tree, in_umbrella)
+    if tally.rerun:
+        part.rerun = merge_indexed(tally.rerun, tree.starts, tree.ends)
+
+
+def _step_rows(part: ProcessPart, tree: Tree, tally: Tally, in_umbrella: dict[int, list[int]]) -> None:
+    """The step rows of the phases with a step, a span at a time: each step's interval, bucket ns, umbrellas
+    and bucketed spans, whether it ended."""
+    starts, ends, buckets, steps = tree.starts, tree.ends, tree.buckets, tree.steps
+    outer, top, role, orphan = tree.outer, tree.top, tree.role, tree.orphan
+    part_steps, excl, rows = part.steps, tally.excl, tally.rows
+    for i in rows[tally.stepped[rows]].tolist():
+        step, start, end = steps[i], starts[i], ends[i]
         sp = part_steps.get(step)
         if sp is None:
             sp = part_steps[step] = StepPart(lo=start, hi=end)
@@ -210,11 +160,12 @@ def accumulate(
                 sp.hi = end
         if orphan[i]:  # its parent never ended (a killed process): the step it belongs to never did either
             sp.incomplete = True
+        bucket = buckets[i]
         if bucket is None:
-            if kind == UMBRELLA:
+            if role[i] == UMBRELLA:
                 _umbrella(part, tree, sp, i, in_umbrella)
             continue
-        sp.ns[_BUCKET_INDEX[bucket]] += excl
+        sp.ns[_BUCKET_INDEX[bucket]] += int(excl[i])
         t = top[i]
         if t != -1 and role[t] == UMBRELLA and (outer[i] == -1 or top[outer[i]] != t):
             in_umbrella.setdefault(t, []).append(i)
@@ -222,23 +173,6 @@ def accumulate(
             if sp.bucketed is None:
                 sp.bucketed = []
             sp.bucketed.append(i)
-    _finish(part, tree, compute, top_level)
-    if part.key.driver:  # the driver's view is wall-clock: concurrent spans of it counted once
-        claim_overlaps(part, tree, kids_of, superseded)
-    if in_umbrella:
-        _gaps(part, tree, in_umbrella)
-    if rerun:
-        part.rerun = merge_indexed(rerun, starts, ends)
-    if lo is not None and hi is not None:
-        part.lifetime = (lo, hi)
-
-
-def _add_odd_step(compute: dict[str, Any], name: Any, step: Any, excl: int) -> None:
-    """A compute span's exclusive ns for a step that is no int64: its phase's steps become (or stay) a dict."""
-    by_step = compute[name]
-    if type(by_step) is list:
-        by_step = compute[name] = _step_dict(by_step)
-    by_step[step] = by_step.get(step, 0) + excl
 
 
 def _umbrella(part: ProcessPart, tree: Tree, sp: StepPart, i: int, in_umbrella: dict[int, list[int]]) -> None:
@@ -275,25 +209,6 @@ def _gaps(part: ProcessPart, tree: Tree, in_umbrella: dict[int, list[int]]) -> N
             gaps[key] = gaps.get(key, 0) + high - at
 
 
-def _tokens(part: ProcessPart, phase: PhasePart, tree: Tree, i: int, bucket: Any, duration: int) -> None:
-    """A span's ``rl.num_tokens``: its phase's tokens, time and FLOPs (where ``rl.flops_per_token`` says),
-    and its step's tokens (a step umbrella's own count, else its generation phases')."""
-    count = tree.tokens[i]
-    phase.tokens += count
-    phase.token_ns += duration
-    flops = tree.flops.get(i) if tree.flops else None
-    if flops is not None:
-        phase.flops += count * flops
-        phase.flops_tokens += count
-    step = tree.steps[i]
-    if step is None:
-        return
-    if bucket is None and tree.own_steps[i] is not None:
-        part.step_tokens[("own", step)] = part.step_tokens.get(("own", step), 0) + count
-    elif kind_of(tree.names[i]) == "generation":
-        part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
-
-
 def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: array) -> None:
     """After pass 4: rows packed into intervals (a run has steps x processes of these), compute time summed
     per step, durations bounded."""
@@ -311,26 +226,25 @@ def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: a
     part.bucketed = merge_indexed(top_level, starts, ends)
 
 
-def _step_dict(pairs_: list[array]) -> dict[Any, int]:
-    """``[steps, ns]`` arrays as the step -> summed ns dict, in the order they came."""
-    out: dict[Any, int] = {}
-    for step, value in zip(pairs_[0], pairs_[1], strict=True):
-        out[step] = out.get(step, 0) + value
-    return out
-
-
 def _summed(pairs_: list[array]) -> Series:
-    """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed."""
+    """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed (with
+    numpy where they are many and their sums cannot pass int64)."""
     steps, values = pairs_
-    keys, sums = array("q"), array("q")
+    if len(steps) >= _BULK and max(max(values), -min(values)) < _SAFE_SUM // len(values):
+        ordered = np.argsort(np.frombuffer(steps, dtype=np.int64), kind="stable")
+        by_step = np.frombuffer(steps, dtype=np.int64)[ordered]
+        firsts = np.concatenate(([0], np.flatnonzero(np.diff(by_step)) + 1))
+        sums = np.add.reduceat(np.frombuffer(values, dtype=np.int64)[ordered], firsts)
+        return Series(int64_array(by_step[firsts]), int64_array(sums))
+    keys, summed = array("q"), array("q")
     for i in sorted_by(range(len(steps)), steps.__getitem__):
         step = steps[i]
         if keys and keys[-1] == step:
-            sums[-1] += values[i]
+            summed[-1] += values[i]
         else:
             keys.append(step)
-            sums.append(values[i])
-    return Series(keys, sums)
+            summed.append(values[i])
+    return Series(keys, summed)
 
 
 def file_parts(

@@ -93,17 +93,18 @@ def pipeline_row(
     bound = next((p.device.get("rl.max_staleness") for p in view if "rl.max_staleness" in p.device), None)
     wl, wh = np.array([a for a, _ in wall], np.int64), np.array([b for _, b in wall], np.int64)
     length = int((wh - wl).sum())
+    each = _Windows(rows, windows, steady, wall)
     covered_ns: dict[int, int] = {}  # (each array's coverage of the wall, read once: the pools reuse it)
 
     def cover(packed: array) -> int:
         got = covered_ns.get(id(packed))
         if got is None:
-            got = covered_ns[id(packed)] = int(coverage(packed, wl, wh).sum())
+            got = covered_ns[id(packed)] = each.of_wall(packed, wl, wh)
         return got
 
     job = _figures(cover, length, ranks, arrays)
     steady_set = set(steady)
-    per_step, chunks = _per_step(rows, windows, steady, ranks, arrays, consumed, bound)
+    per_step, chunks = _per_step(each, steady, ranks, arrays, consumed, bound)
     judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
     judged["windows"] = chunks
     return {
@@ -215,9 +216,54 @@ def _pools(
     return out
 
 
+class _Windows:
+    """Every complete step's windows (``order``: those steps; ``owners``: each window's step's index), and each
+    array's coverage of every window, read once (:meth:`of`); the wall's is their sum where the steady steps'
+    windows are the wall itself, disjoint (coverage adds up over windows that only touch), else read apart."""
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        windows: dict[Any, list[tuple[int, int]]],
+        steady: list[Any],
+        wall: list[tuple[int, int]],
+    ) -> None:
+        self.order = [r["step"] for r in rows if not r["incomplete"] and windows.get(r["step"])]
+        owner, los, his = [], [], []
+        for n, step in enumerate(self.order):
+            for lo, hi in windows[step]:
+                owner.append(n)
+                los.append(lo)
+                his.append(hi)
+        self.owners = np.array(owner, np.int64)
+        self.los, self.his = np.array(los, np.int64), np.array(his, np.int64)
+        self._memo: dict[int, Any] = {}
+        self.steady: Any = None  # (which windows are the steady steps': None where the wall is not theirs alone)
+        at = {step: n for n, step in enumerate(self.order)}
+        if steady and all(step in at for step in steady):
+            mask = np.zeros(len(self.order), bool)
+            mask[[at[step] for step in steady]] = True
+            picked = mask[self.owners]
+            starts, ends = np.sort(self.los[picked]), np.sort(self.his[picked])
+            if len(starts) == len(wall) and bool((starts[1:] >= ends[:-1]).all()):
+                self.steady = picked
+
+    def of(self, packed: array) -> Any:
+        """How much of each window ``packed`` covers (ns, int64)."""
+        got = self._memo.get(id(packed))
+        if got is None:
+            got = self._memo[id(packed)] = coverage(packed, self.los, self.his)
+        return got
+
+    def of_wall(self, packed: array, wl: Any, wh: Any) -> int:
+        """How much of the wall (``wl``, ``wh``) ``packed`` covers (ns)."""
+        if self.steady is None:
+            return int(coverage(packed, wl, wh).sum())
+        return int(self.of(packed)[self.steady].sum())
+
+
 def _per_step(
-    rows: list[dict[str, Any]],
-    windows: dict[Any, list[tuple[int, int]]],
+    each: _Windows,
     steady: list[Any],
     ranks: dict[str, list[ProcessPart]],
     arrays: dict[str, Any],
@@ -226,23 +272,16 @@ def _per_step(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every complete step's figures (busy per pool, overlap, bubble, sync and pause, staleness) and the verdict
     per window of :data:`WINDOW` steady steps, each array's coverage of every step read at once."""
-    order = [r["step"] for r in rows if not r["incomplete"] and windows.get(r["step"])]
+    order = each.order
     if not order:
         return [], []
-    owner, los, his = [], [], []
-    for n, step in enumerate(order):
-        for lo, hi in windows[step]:
-            owner.append(n)
-            los.append(lo)
-            his.append(hi)
-    owners = np.array(owner, np.int64)
-    los, his = np.array(los, np.int64), np.array(his, np.int64)  # type: ignore[assignment]
+    owners, los, his = each.owners, each.los, each.his
     memo: dict[int, Any] = {}
 
     def cover(packed: array) -> Any:
         got = memo.get(id(packed))
         if got is None:
-            got = memo[id(packed)] = np.bincount(owners, coverage(packed, los, his), minlength=len(order))
+            got = memo[id(packed)] = np.bincount(owners, each.of(packed), minlength=len(order))
         return got
 
     walls = np.bincount(owners, (his - los).astype(np.float64), minlength=len(order))  # type: ignore[operator]

@@ -86,11 +86,24 @@ def _combined(view: list[ProcessPart], steps: tuple[int, int] | None) -> tuple[d
             return view[0].steps, attempt_of
         return {step: sp for step, sp in view[0].steps.items() if in_range(step, steps)}, attempt_of
     combined: dict[Any, StepPart] = {}
+    made: set[Any] = set()  # (the steps several processes ran: merged into a part of their own)
     for part in view:
+        attempt = part.key.attempt
         for step, sp in part.steps.items():
-            if in_range(step, steps):
-                combined.setdefault(step, StepPart()).merge(sp)
-                attempt_of[step] = max(attempt_of.get(step, part.key.attempt), part.key.attempt)
+            if steps is not None and not in_range(step, steps):
+                continue
+            found = combined.get(step)
+            if found is None:  # (a step one process ran, the common case: its part as it is, read only)
+                combined[step] = sp
+                attempt_of[step] = attempt
+                continue
+            if step not in made:
+                made.add(step)
+                first, found = found, StepPart()
+                found.merge(first)
+                combined[step] = found
+            found.merge(sp)
+            attempt_of[step] = max(attempt_of[step], attempt)
     return combined, attempt_of
 
 

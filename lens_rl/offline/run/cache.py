@@ -50,12 +50,25 @@ from lens_rl.offline.run.cache_files import (
     save_entry,
     save_sizes,
     settled_has,
+    unsettled,
 )
 from lens_rl.offline.run.chains import complete_chains
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.offline.run.memo_file import load_memo, save_memo
-from lens_rl.store import BAD_LINE, LINE_MAX, Head, Process, ReadStats, decode_row, open_file, plausible, scan
+from lens_rl.store import (
+    BAD_LINE,
+    LINE_MAX,
+    Head,
+    Process,
+    ReadStats,
+    decode_row,
+    open_file,
+    plausible,
+    scan,
+    scan_runs,
+    unseen,
+)
 
 __all__ = [
     "CACHE_DIR",
@@ -126,30 +139,33 @@ class _Batch:
         before (here or settled) skipped as a cold read skips it; the headers met, in order."""
         met: list[Head] = []
         if entry is None:
-            rows = scan(path, read, stop=end, heads=met)
+            runs = scan_runs(path, read, stop=end, heads=met)
         else:
             start_head = None if entry.head_at_end is None else self.heads[entry.head_at_end]
-            rows = scan(path, read, start=entry.end, head=start_head, stop=end, heads=met)
+            runs = scan_runs(path, read, start=entry.end, head=start_head, stop=end, heads=met)
         settled = None if entry is None or not len(entry.ids) else entry.ids  # (none: no lookup per row)
-        seen, last, h = self.seen, None, -1
-        seen_add = seen.add
-        cols: Columns | None = None
-        where = array("q").extend
-        for head, row, at, length in rows:
-            if head is not last:  # (a header's rows come in a run: its number and columns looked up once)
-                last, h, cols = head, self.number(head), None
-            span_id = row.s
-            if span_id in seen or (settled is not None and settled_has(settled, id_key(span_id))):
-                read.duplicates += 1  # (a cold read keeps a span id's first line)
+        last, h = None, -1
+        for head, rows, ats, lengths in runs:
+            if head is not last:  # (a header's rows come in runs: its number looked up once)
+                last, h = head, self.number(head)
+            if settled is not None:  # (a span settled by an earlier read: a repeat)
+                keep = unsettled(settled, [row.s for row in rows])
+                if not all(keep):
+                    read.duplicates += len(keep) - sum(keep)
+                    rows, ats, lengths = (
+                        list(compress(rows, keep)),
+                        list(compress(ats, keep)),
+                        list(compress(lengths, keep)),
+                    )
+            repeats, rows, (ats, lengths) = unseen(self.seen, rows, ats, lengths)
+            read.duplicates += repeats  # (a cold read keeps a span id's first line)
+            if not rows:  # (columns made at a header's first new row: none for a header of repeats alone)
                 continue
-            if cols is None:  # (made at a header's first new row: none for a header of repeats alone)
-                cols = _columns_for(self.columns, head)
-                where = self.where.setdefault(head.process, array("q")).extend
-            seen_add(span_id)
-            if row.n == "rl.job":  # (as _into: inlined, this loop is the first look's)
-                cols.add_job(row)
-            cols.add(row.n, span_id, row.p, row.b, row.e, row.a, row.pr, row.sc)
-            where((at, length, h))
+            _columns_for(self.columns, head).extend(rows)
+            places = array("q", bytes(24 * len(rows)))
+            places[0::3], places[1::3] = array("q", ats), array("q", lengths)
+            places[2::3] = array("q", [h]) * len(rows)
+            self.where.setdefault(head.process, array("q")).extend(places)
         return met
 
     def split(self, settled: Any) -> tuple[dict[Process, Columns], dict[Process, Columns], array, Any] | None:

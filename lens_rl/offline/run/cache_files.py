@@ -66,6 +66,7 @@ __all__ = [
     "save_entry",
     "save_sizes",
     "settled_has",
+    "unsettled",
 ]
 
 _log = logging.getLogger("lens_rl")
@@ -235,6 +236,23 @@ def settled_has(ids: Any, key: Any) -> bool:
     except TypeError:
         return key in ids
     return at < len(ids) and ids[at] == key
+
+
+def unsettled(ids: Any, span_ids: Sequence[Any]) -> bytearray:
+    """1 for each of ``span_ids`` (as lines hold them) that the settled ``ids`` do not hold, else 0: in bulk where
+    they are lens_rl's 16 hex digits and ``ids`` an int array (one binary search of them all), else one by one."""
+    if type(ids) is array and len(ids) and all(type(s) is str and len(s) == 16 for s in span_ids):
+        try:
+            raw = bytes.fromhex("".join(span_ids))
+        except ValueError:  # (not all hex digits: each as :func:`id_key` takes it)
+            raw = b""
+        if len(raw) == 8 * len(span_ids):
+            import numpy as np  # (a grown file's new lines: numpy is loaded by the reduction already)
+
+            keys, table = np.frombuffer(raw, ">u8").astype(np.uint64), np.frombuffer(ids, np.uint64)
+            found = table[np.minimum(np.searchsorted(table, keys), len(table) - 1)] == keys
+            return bytearray((~found).view(np.uint8).tobytes())
+    return bytearray(not settled_has(ids, id_key(span_id)) for span_id in span_ids)
 
 
 def merged_ids(ids: Any, new: Any) -> Any:

@@ -88,16 +88,23 @@ def forget_made_key() -> None:
             folder.rmdir()
 
 
+#: the seal's length: SHA-256's hex digest
+_SEAL = 64
+
+
 def sealed(data: bytes) -> bytes | None:
     """``data`` behind its seal (a line of the HMAC's hex digest), or None without a key."""
     key = _user_key()
     return None if key is None else hmac.new(key, data, "sha256").hexdigest().encode() + b"\n" + data
 
 
-def unsealed(kept: bytes) -> bytes | None:
-    """The data of a sealed answer whose seal is this user's, else None (no key is made to check it)."""
+def unsealed(kept: bytes | memoryview) -> memoryview | None:
+    """The data of a sealed answer whose seal is this user's (a view into ``kept``: no copy of a run's
+    megabytes), else None (no key is made to check it)."""
     key = _user_key(make=False)
-    seal, _, data = kept.partition(b"\n")
+    view = memoryview(kept)
+    at = bytes(view[: _SEAL + 1]).find(b"\n")
+    seal, data = (view[:at], view[at + 1 :]) if at >= 0 else (view, view[len(view) :])
     if key is None or not hmac.compare_digest(seal, hmac.new(key, data, "sha256").hexdigest().encode()):
         return None
     return data
@@ -157,7 +164,7 @@ def load_page(folder: str, fingerprint: str) -> str | None:
     unreadable, another's, or not UTF-8)."""
     try:
         data = unsealed(read_bytes(Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"))
-        return None if data is None else data.decode("utf-8")
+        return None if data is None else str(data, "utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 
