@@ -101,12 +101,14 @@ def load_lines(cache: str, found: Sequence[Path]) -> LinesKept | None:
         if path.stat().st_size > MAX_BYTES:
             raise ValueError(f"larger than {MAX_BYTES} bytes")
         kept = _decode(read_bytes(path))  # (a regular file only: a FIFO in its place is never opened)
+        if kept.key == cache_key() and kept.version != VERSION:  # (this lens_rl writes only its own)
+            raise ValueError(f"layout version {kept.version}, not {VERSION}")
     except FileNotFoundError:
         return None
     except (OSError, ValueError, msgspec.DecodeError) as exc:
         _log.warning("lens-rl: the GPU join's kept windows %s were not used (%s): joining cold", path, exc)
         return None
-    if kept.key != cache_key() or kept.version != VERSION:
+    if kept.key != cache_key():
         return None
     now = dict(entries_of(cache, found))
     if len(now) != len(kept.entries) or any(now.get(n) != i or i < 0 for n, i in kept.entries):
@@ -245,6 +247,8 @@ def _state(uuid: str, device: Any, line: Any, opens: list[Any]) -> LineState | N
         return None
     inner = line.line if isinstance(line, WindowLine) else line
     before = line.before if isinstance(line, WindowLine) else None
+    if not inner._increasing:  # (segments out of order: the memory peaks' two searches differ)
+        return None
     j = int(np.searchsorted(inner.a, inner.a[-1] - WINDOW_NS, side="right"))
     j = min(max(j, 0 if before is not None else 1), inner.a.size - 1)
     first = j if before is not None else j - 1  # (the window's samples from the one before its first segment)
