@@ -30,7 +30,7 @@ import numpy as np
 
 from lens_rl.offline.read.parts import NO_STEP, merged_gpu
 from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, kept_rows, reused
-from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, base_of, phase_sums, settle
+from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, phase_sums, settle
 from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
 
 __all__ = ["gpu_goodput", "gpu_rollup"]
@@ -146,6 +146,8 @@ def gpu_rollup(
     bases: dict[Any, tuple[SpanPrefix | None, int, list[str]]] = {}
     limits: dict[str, int] = {}
     memos: dict[Any, tuple[Any, ...]] = {}
+    hashed: dict[Any, Digest] = {}
+    keyed: dict[Any, tuple[Digest, Digest]] = {}
     spans_of: dict[Any, tuple[Any, ...]] = {}
     for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in processes:
         for uuid in uuids:
@@ -158,13 +160,15 @@ def gpu_rollup(
         mine = set(uuids)
         answering = [u for u in devices if u in mine and u in lines]
         prior = kept.get(repr(key)) if kept else None
-        base = base_of(prior, answering, starts, ends, keys)
+        hashed[key] = Digest(starts, ends)
+        base = base_of(prior, answering, starts, ends, keys, hashed[key])
         bases[key] = (prior if base else None, base, answering)
         memo = keeping.memos.get(repr(key)) if keeping is not None else None
         s_n, p_n = 0, 0
+        keyed[key] = (Digest(values, step_lo, step_hi), Digest(*productive))
         if memo is not None and memo.devices == answering:  # (kept steps and productive intervals not joined)
-            s_n, s_sums, s_peaks = reused(memo.steps, [values, step_lo, step_hi])
-            p_n, p_sums, _none = reused(memo.productive, list(productive), peaks=False)
+            s_n, s_sums, s_peaks = reused(memo.steps, keyed[key][0])
+            p_n, p_sums, _none = reused(memo.productive, keyed[key][1], peaks=False)
             memos[key] = (s_n, s_sums, s_peaks, p_n, p_sums)
         asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
         queries[key] = _Queries([(starts[base:], ends[base:]), hull, *asked])
@@ -218,11 +222,23 @@ def gpu_rollup(
             limit = min((limits[u] for u in answering), default=np.iinfo(np.int64).max)
             counts = done.counts.tolist()
         if keeping is not None and keep is not None:
-            _keep_memo(keeping, key, answering, spans_of[key], done, limit)
+            _keep_memo(keeping, key, answering, spans_of[key], keyed[key], done, limit)
         done.mean()
         if keep is not None:
             got = settle(
-                repr(key), prior, base, starts, ends, keys, index, done.sums[0], done.mem[0], answering, counts, limit
+                repr(key),
+                prior,
+                base,
+                starts,
+                ends,
+                keys,
+                index,
+                done.sums[0],
+                done.mem[0],
+                answering,
+                counts,
+                limit,
+                hashed[key],
             )
             if got is not None:
                 keep[repr(key)] = got
@@ -255,12 +271,14 @@ def gpu_rollup(
     return section, warnings
 
 
-def _keep_memo(keeping: Keeping, key: Any, answering: list[str], asked: tuple[Any, ...], done: Any, limit: int) -> None:
-    """The process's settled steps and productive intervals kept for the next look (sums before the mean), and
-    the starts of the others and of its hull, its devices' anchors."""
+def _keep_memo(
+    keeping: Keeping, key: Any, answering: list[str], asked: tuple[Any, ...], keyed: Any, done: Any, limit: int
+) -> None:
+    """The process's settled leading steps and productive intervals kept for the next look (sums before the
+    mean; ``keyed``: their keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`)."""
     values, step_lo, step_hi, productive = asked
-    steps = kept_rows([values, step_lo, step_hi], step_hi, limit, done.sums[2], done.mem[2])
-    busy = kept_rows(list(productive), productive[1], limit, done.sums[_PRODUCTIVE], None, [_BUSY])
+    steps = kept_rows(keyed[0], step_hi, limit, done.sums[2], done.mem[2])
+    busy = kept_rows(keyed[1], productive[1], limit, done.sums[_PRODUCTIVE], None, [_BUSY])
     keeping.out[repr(key)] = ProcessMemo(repr(key), list(answering), steps, busy)
 
 

@@ -12,12 +12,13 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import numpy as np
+
+from lens_rl.offline.rollup.gpu_prefix import Digest
 
 __all__ = ["Keeping", "Kept", "ProcessMemo", "kept_rows", "reused"]
 
@@ -45,31 +46,24 @@ class ProcessMemo(msgspec.Struct, frozen=True):
     productive: Kept
 
 
-def _digest(keys: list[Any], n: int) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for column in keys:
-        h.update(np.ascontiguousarray(column[:n], "<i8").tobytes())
-    return h.hexdigest()
-
-
-def reused(kept: Kept | None, keys: list[Any], peaks: bool = True) -> tuple[int, Any, Any]:
-    """How many leading rows of ``keys`` (their key columns) ``kept`` holds, their sums ``(n, 7)`` and peaks
-    (0, None, None: none)."""
-    rows = keys[0].size
+def reused(kept: Kept | None, keys: Digest, peaks: bool = True) -> tuple[int, Any, Any]:
+    """How many leading rows of ``keys`` (their key columns' digests) ``kept`` holds, their sums ``(n, 7)`` and
+    peaks (0, None, None: none)."""
+    rows = keys.columns[0].size
     if kept is None or not 0 < kept.n <= rows or not set(kept.columns) <= set(range(_MEASURES)):
         return 0, None, None
     sums = np.frombuffer(kept.sums, "<f8")
     high = np.frombuffer(kept.peaks, "<f8")
     if sums.size != kept.n * len(kept.columns) or (peaks and high.size != kept.n):
         return 0, None, None
-    if _digest(keys, kept.n) != kept.digest:
+    if keys.upto(kept.n) != kept.digest:
         return 0, None, None
     out = np.zeros((kept.n, _MEASURES))
     out[:, kept.columns] = sums.reshape(kept.n, len(kept.columns))
     return kept.n, out, high if peaks else None
 
 
-def kept_rows(keys: list[Any], hi: Any, limit: int, sums: Any, peaks: Any, columns: Any = None) -> Kept:
+def kept_rows(keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, columns: Any = None) -> Kept:
     """The leading rows ending before ``limit`` kept (``sums`` before the mean; ``columns``: the measures to
     keep, None: those summed to anything but 0)."""
     late = hi >= limit
@@ -78,7 +72,7 @@ def kept_rows(keys: list[Any], hi: Any, limit: int, sums: Any, peaks: Any, colum
         columns = np.flatnonzero((sums[:n] != 0).any(axis=0)).tolist()
     return Kept(
         n,
-        _digest(keys, n),
+        keys.upto(n),
         list(columns),
         np.ascontiguousarray(sums[:n][:, columns], "<f8").tobytes(),
         b"" if peaks is None else np.ascontiguousarray(peaks[:n], "<f8").tobytes(),
