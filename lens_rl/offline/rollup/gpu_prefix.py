@@ -59,7 +59,7 @@ class Digest:
     the CPU has SHA instructions: 70 MB of keys a 1 M-span refresh)."""
 
     def __init__(self, *columns: Any) -> None:
-        self.columns = [np.ascontiguousarray(c, "<i8") for c in columns]
+        self.columns: list[Any] = [np.ascontiguousarray(c, "<i8") for c in columns]
         self._start()
 
     def _start(self) -> None:
