@@ -98,6 +98,15 @@ class Timeline:
         rows = self._rates[:, 1:]
         return Timeline(self.a[1:], self.b[1:], self._present, rows, self.mem[1:], start[self._present])
 
+    def read_before(self, k: int) -> tuple[Any, Any]:
+        """Which measures read anything (a rate not 0) in the segments before ``k``, and which of those
+        segments read idle (no ``(n, MEASURES)`` copy of the rates)."""
+        measured = np.zeros(len(MEASURES), bool)
+        measured[self._present] = self._rates[:, :k].any(axis=1)
+        where = np.flatnonzero(self._present == MEASURES.index("idle"))
+        idle = self._rates[where[0], :k] > 0 if where.size else np.zeros(k, bool)
+        return measured, idle
+
     def running(self, k: int) -> Any:
         """Every measure integrated up to segment ``k``'s start (0 for a measure not kept): ``(MEASURES,)``."""
         out = np.zeros(len(MEASURES))

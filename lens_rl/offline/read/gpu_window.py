@@ -151,11 +151,10 @@ def before_at(line: Timeline, before: Before | None, j: int, opens: Any, read: A
     read by the samples of the segments before ``j``."""
     k0 = j if before is None else before.k0 + j
     cum = line.running(j)
-    measured = line.rates[:j].any(axis=0) if j else np.zeros(len(MEASURES), bool)
-    idle_at = MEASURES.index("idle")
-    idle = stretches(line.a[:j], line.b[:j], line.rates[:j, idle_at] > 0)
+    measured, idle_segments = line.read_before(j)
+    idle = stretches(line.a[:j], line.b[:j], idle_segments)
     a, b = line.a[: j + 1], line.b[: j + 1]
-    increasing = bool((a[1:] > a[:-1]).all() and (b[:-1] <= a[1:]).all() and (b >= a).all())
+    increasing = line._increasing or bool((a[1:] > a[:-1]).all() and (b[:-1] <= a[1:]).all() and (b >= a).all())
     mem = _mem_max(line.mem[:j])
     seen = tuple(sorted(set(read)))
     edge = line.a[j] if j < line.a.size else np.iinfo(np.int64).max

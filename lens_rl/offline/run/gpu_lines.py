@@ -56,6 +56,8 @@ MAX_BYTES = 64 << 20
 VERSION = 1
 _NAME = "gpu-lines.kept"
 _READ = (GPU_COUNTERS.index("util"), GPU_COUNTERS.index("sm_active"), GPU_COUNTERS.index("tensor_active"))
+#: the measure each of them is known by (its time with a reading)
+_KNOWN = (MEASURES.index("known"), MEASURES.index("sm_known"), MEASURES.index("tensor_known"))
 _log = logging.getLogger("lens_rl")
 
 
@@ -254,10 +256,9 @@ def _state(uuid: str, device: Any, line: Any, opens: list[Any]) -> LineState | N
     first = j if before is not None else j - 1  # (the window's samples from the one before its first segment)
     if first < 0:
         return None
-    shown = v[: first + 1]
-    read = [c for c in _READ if not np.isnan(shown[:, c]).all()]
-    util = GPU_COUNTERS.index("util")
-    if before is None and not (np.nan_to_num(v[:first, util]) > 0).any():
+    # (the counters a cold timeline keeps are those some sample read: the line's own, and those before it)
+    read = [c for m, c in zip(_KNOWN, _READ, strict=True) if m in inner.present]
+    if before is None and not (v[:first, GPU_COUNTERS.index("util")] > 0).any():  # (nan compares False)
         return None
     try:
         got = before_at(inner, before, j, np.concatenate(opens) if opens else np.zeros(0, np.int64), read)
