@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -308,8 +309,9 @@ def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     peaks = np.full(steps.size, -np.inf)
     np.maximum.at(peaks, at, np.nan_to_num(mem, nan=-np.inf))
     rows = []
-    for i, step in enumerate(steps.tolist()):
-        acc = {"m": totals[i], "mem": float(peaks[i]) if np.isfinite(peaks[i]) else None}
+    # (as Python floats: the same values and arithmetic, without a numpy scalar per figure of ~10^4 steps)
+    for step, measures, peak in zip(steps.tolist(), totals.tolist(), peaks.tolist(), strict=True):
+        acc = {"m": measures, "mem": peak if math.isfinite(peak) else None}
         rows.append({"step": step, **_sums(acc)})
     return rows
 
