@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.parts import NO_STEP, merged_gpu
-from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, kept_rows, reused
+from lens_rl.offline.rollup.gpu_memo import Keeping, reused
 from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, phase_sums, settle
 from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
 
@@ -39,7 +39,6 @@ __all__ = ["gpu_goodput", "gpu_rollup"]
 #: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`), in its column order
 MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
 _K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
-_NEVER = np.iinfo(np.int64).min
 #: the productive union's place among a process's interval sets (spans, hull, steps, productive)
 _PRODUCTIVE = 3
 #: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
@@ -175,7 +174,7 @@ def gpu_rollup(
         queries[key] = _Queries([(starts[base:], ends[base:]), hull, *asked])
         spans_of[key] = (values, step_lo, step_hi, productive)
         if keeping is not None:
-            _opens(keeping, devices, answering, [starts, ends, hull, (step_lo, step_hi), productive])
+            keeping.note_opens(devices, answering, [starts, ends, hull, (step_lo, step_hi), productive])
         columns[key] = (uuids, starts, ends, keys, index, values)
 
     def device(uuid: str) -> tuple[Any, ...]:
@@ -223,7 +222,9 @@ def gpu_rollup(
             limit = min((limits[u] for u in answering), default=np.iinfo(np.int64).max)
             counts = done.counts.tolist()
         if keeping is not None and keep is not None:
-            _keep_memo(keeping, key, answering, spans_of[key], keyed[key], done, limit)
+            step_lo, step_hi, productive = spans_of[key][1:]
+            steps = (keyed[key][0], step_hi, done.sums[2], done.mem[2])
+            keeping.keep(repr(key), answering, steps, (keyed[key][1], productive[1], done.sums[_PRODUCTIVE]), limit)
         done.mean()
         if keep is not None:
             got = settle(
@@ -270,30 +271,6 @@ def gpu_rollup(
     }
     warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read)
     return section, warnings
-
-
-def _keep_memo(
-    keeping: Keeping, key: Any, answering: list[str], asked: tuple[Any, ...], keyed: Any, done: Any, limit: int
-) -> None:
-    """The process's settled leading steps and productive intervals kept for the next look (sums before the
-    mean; ``keyed``: their keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`)."""
-    values, step_lo, step_hi, productive = asked
-    steps = kept_rows(keyed[0], step_hi, limit, done.sums[2], done.mem[2])
-    busy = kept_rows(keyed[1], productive[1], limit, done.sums[_PRODUCTIVE], None, [_BUSY])
-    keeping.out[repr(key)] = ProcessMemo(repr(key), list(answering), steps, busy)
-
-
-def _opens(keeping: Keeping, devices: Mapping[str, Any], answering: list[str], asked: list[Any]) -> None:
-    """The starts the process's devices may be asked again next look (their anchors): of its spans from the
-    first that may not settle, its hull, its steps and productive intervals that may not settle (may: ending at
-    or after a bound below any of its devices' last segment start, the sample before their last)."""
-    starts, ends, hull, (step_lo, step_hi), (prod_lo, prod_hi) = asked
-    bound = min((int(devices[u].t[-2]) if devices[u].t.size > 1 else _NEVER for u in answering), default=_NEVER)
-    late = np.maximum(starts, ends) >= bound
-    first = int(np.argmax(late)) if late.any() else starts.size
-    opens = [starts[first:], hull[0], step_lo[step_hi >= bound], prod_lo[prod_hi >= bound]]
-    for uuid in answering:
-        keeping.opens.setdefault(uuid, []).extend(opens)
 
 
 def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -23,6 +23,8 @@ from lens_rl.offline.rollup.gpu_prefix import Digest
 __all__ = ["Keeping", "Kept", "ProcessMemo", "kept_rows", "reused"]
 
 _MEASURES = 7
+_BUSY = 1  # (the busy measure's column: the only one of productive intervals the rollup reads)
+_NEVER = np.iinfo(np.int64).min
 
 
 class Kept(msgspec.Struct, frozen=True):
@@ -92,3 +94,27 @@ class Keeping:
         self.on_line: Callable[[str, Any], None] | None = None
         #: what ``on_line`` made of each device (by UUID)
         self.states: dict[str, Any] = {}
+
+    def keep(
+        self, key: str, devices: list[str], steps: tuple[Any, ...], productive: tuple[Any, ...], limit: int
+    ) -> None:
+        """A process's leading steps and productive intervals ending before ``limit`` kept for the next look:
+        ``steps`` (keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`, ends, sums before the mean, peaks),
+        ``productive`` (digest, ends, sums: their busy ones kept)."""
+        (s_keys, s_hi, s_sums, s_peaks), (p_keys, p_hi, p_sums) = steps, productive
+        kept_steps = kept_rows(s_keys, s_hi, limit, s_sums, s_peaks)
+        self.out[key] = ProcessMemo(
+            key, list(devices), kept_steps, kept_rows(p_keys, p_hi, limit, p_sums, None, [_BUSY])
+        )
+
+    def note_opens(self, devices: Mapping[str, Any], answering: list[str], asked: list[Any]) -> None:
+        """The starts a process's devices may be asked again next look (their anchors): of its spans from the
+        first that may not settle, its hull, its steps and productive intervals that may not settle (may: ending
+        at or after a bound below any of its devices' last segment start, the sample before their last)."""
+        starts, ends, hull, (step_lo, step_hi), (prod_lo, prod_hi) = asked
+        bound = min((int(devices[u].t[-2]) if devices[u].t.size > 1 else _NEVER for u in answering), default=_NEVER)
+        late = np.maximum(starts, ends) >= bound
+        first = int(np.argmax(late)) if late.any() else starts.size
+        opens = [starts[first:], hull[0], step_lo[step_hi >= bound], prod_lo[prod_hi >= bound]]
+        for uuid in answering:
+            self.opens.setdefault(uuid, []).extend(opens)
