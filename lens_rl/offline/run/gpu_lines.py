@@ -184,7 +184,7 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
         return None
     read = ReadStats()
     counts: dict[str, int] = {}
-    pieces: dict[str, list[tuple[Any, Any, Any]]] = {}
+    pieces: dict[str, list[tuple[Any, Any, Any, int]]] = {}
     heads: dict[str, tuple[Any, Any]] = {}
     files: dict[str, dict[str, None]] = {}
     for path in found:
@@ -198,10 +198,9 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
                 files.setdefault(device.uuid, {})[path.name] = None
         for block in got[1]:
             for at, device in enumerate(block.head.devices):
-                pieces.setdefault(device.uuid, []).append((device, block.head, block))
+                pieces.setdefault(device.uuid, []).append((device, block.head, block, at))
                 heads[device.uuid] = (device, block.head)
                 files.setdefault(device.uuid, {})[path.name] = None
-                del at
     states = {s.uuid: s for s in kept.lines}
     if set(states) != set(heads):
         return None
@@ -215,8 +214,8 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
             if state.n != counts.get(uuid, -1) or not 0 < t0.size == h0.size == v0.shape[0] <= state.n:
                 return None
             ts, vs, hs = [t0], [v0], [h0]
-            for dev, head, block in mine:
-                v = block.v[:, head.devices.index(dev), :].copy()
+            for dev, head, block, at in mine:
+                v = block.v[:, at, :].copy()
                 v[:, [i for i, c in enumerate(GPU_COUNTERS) if c not in dev.has]] = np.nan
                 ts.append(block.t)
                 vs.append(v)
