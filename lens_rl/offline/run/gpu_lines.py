@@ -162,8 +162,7 @@ def _new_blocks(path: Path, cache: str, stats: ReadStats) -> tuple[list[Any], li
             lines, skipped = int(meta["lines"]), int(meta["skipped"])
         stats.files += 1
         stats.lines += lines
-        stats.skipped += skipped
-        stats.notes.extend(fresh.notes)
+        stats.skipped += skipped  # (a resumed read's notes, as read_file_blocks's: none kept)
         return [(head, n) for head, n, _at in kept], new
     except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
         return None
