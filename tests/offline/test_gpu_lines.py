@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 from lens_rl.cli import main
@@ -130,13 +131,13 @@ def test_a_span_begun_before_the_window_and_written_since_joins_cold_with_the_sa
     assert got == _look(run, "--no-cache")
 
 
-@pytest.mark.parametrize("harm", ["planted", "cut", "oversized", "fifo", "version"])
+@pytest.mark.parametrize("harm", ["planted", "cut", "oversized", "fifo", "version", "unordered"])
 def test_a_hostile_kept_windows_record_is_one_stderr_line_and_a_cold_join(
     tmp_path: Path, harm: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A kept windows record of another shape, cut short, oversized, of another layout version, or a FIFO in its
-    place (never opened: it would block) is one warning (a line on stderr) and the devices are read whole: the
-    answer is --no-cache's."""
+    """A kept windows record of another shape, cut short, oversized, of another layout version, whose figures do
+    not hold together, or a FIFO in its place (never opened: it would block) is one warning (a line on stderr)
+    and the devices are read whole: the answer is --no-cache's."""
     run = _store(tmp_path / "r1")
     _look(run)
     _grow(run, 20, 30)
@@ -149,6 +150,11 @@ def test_a_hostile_kept_windows_record_is_one_stderr_line_and_a_cold_join(
     elif harm == "fifo":
         record.unlink()
         os.mkfifo(record)
+    elif harm == "unordered":  # (this shape and version, its anchors out of order: they are looked up by bisection)
+        kept = msgspec.msgpack.decode(data, type=LinesKept)
+        xs = np.array([5, 3], "<i8").tobytes()
+        bad = msgspec.structs.replace(kept.lines[0], xs=xs, at=np.zeros(14).tobytes(), peaks=np.zeros(2).tobytes())
+        record.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(kept, lines=[bad, *kept.lines[1:]])))
     elif harm == "version":
         kept = msgspec.msgpack.decode(data, type=LinesKept)
         record.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(kept, version=VERSION + 1)))

@@ -128,6 +128,8 @@ def _before(state: LineState) -> Before:
         raise ValueError("kept windows that do not add up")
     if len(state.measured) != len(MEASURES) or idle.size % 2 or not set(state.seen) <= set(_READ):
         raise ValueError("kept windows that do not add up")
+    if state.k0 < 1 or (xs.size > 1 and not (xs[1:] > xs[:-1]).all()):  # (anchors looked up by bisection)
+        raise ValueError("kept windows that do not add up")
     measured = np.array(state.measured, bool)
     at = at.reshape(xs.size, len(MEASURES))
     seen = tuple(state.seen)
@@ -232,7 +234,8 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
                 uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
                 tuple(files[uuid]), skipped, before,
             )  # fmt: skip
-    except (ValueError, TypeError):
+    except (ValueError, TypeError) as exc:  # (a record of this shape whose figures do not hold together)
+        _log.warning("lens-rl: the GPU join's kept windows in %s were not used (%s): joining cold", cache, exc)
         return None
     stats.add(read)
     return devices
@@ -280,7 +283,10 @@ def keeping_for(devices: Mapping[str, Any], memos: Mapping[str, ProcessMemo]) ->
     keeping = Keeping(dict(memos))
 
     def on_line(uuid: str, line: Any) -> None:
-        keeping.states[uuid] = _state(uuid, devices[uuid], line, keeping.opens.get(uuid, []))
+        try:
+            keeping.states[uuid] = _state(uuid, devices[uuid], line, keeping.opens.get(uuid, []))
+        except (ValueError, TypeError, IndexError, OverflowError):  # (nothing kept: the next look joins cold)
+            keeping.states[uuid] = None
 
     keeping.on_line = on_line
     return keeping
