@@ -165,3 +165,18 @@ def test_a_hostile_kept_windows_record_is_one_stderr_line_and_a_cold_join(
     said = [r for r in caplog.records if "GPU join's kept windows" in r.getMessage()]
     assert got == _look(run, "--no-cache")
     assert len(said) == 1, said
+
+
+def test_windows_too_large_to_keep_are_not_kept_and_say_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the kept windows would pass their size limit, none is written: the next look reads every sample,
+    with no warning, and answers as --no-cache."""
+    monkeypatch.setattr(gpu_lines, "MAX_BYTES", 1000)
+    run = _store(tmp_path / "r1")
+    _look(run)
+    assert not (run / ".lens_rl-cache" / "gpu-lines.kept").exists()
+    _grow(run, 20, 30)
+    caplog.clear()
+    assert _look(run) == _look(run, "--no-cache")
+    assert not [r for r in caplog.records if "kept windows" in r.getMessage()]

@@ -12,7 +12,7 @@ cannot answer: a cold join.
 Example::
 
     window = read_window(found, cache, stats)        # devices, or None: read them whole
-    save_lines(cache, found, devices, lines, keeping)
+    save_lines(cache, found, devices, keeping)         # (keeping: filled by the join, keeping_for)
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ __all__ = [
     "save_lines",
 ]
 
-#: a kept windows record larger than this is not read (a device's window is ~60 KB)
+#: a kept windows record larger than this is neither written nor read (a device's window is ~60 KB, a process's
+#: settled steps 32 bytes each: 24 MB at 1 M spans over 49 processes of ~10^4 steps)
 MAX_BYTES = 64 << 20
 #: the record's layout version (another is read as none)
 VERSION = 1
@@ -296,14 +297,14 @@ def save_lines(cache: str, found: Sequence[Path], devices: Mapping[str, Any], ke
     """This look's windows and settled intervals kept for the next (a device with none, or a failed write: the
     next look joins cold)."""
     states = [keeping.states.get(u) for u, d in devices.items() if d.t.size]
-    if any(s is None for s in states):
-        try:
-            os.unlink(Path(cache) / _NAME)
-        except OSError:
-            pass
-        return
-    record = LinesKept(cache_key(), VERSION, entries_of(cache, found), states, list(keeping.out.values()))  # type: ignore[arg-type]
+    record = None
+    if all(s is not None for s in states):
+        kept = LinesKept(cache_key(), VERSION, entries_of(cache, found), states, list(keeping.out.values()))  # type: ignore[arg-type]
+        record = _encode(kept)
     try:
-        write_atomic(Path(cache) / _NAME, _encode(record))
+        if record is None or len(record) > MAX_BYTES:  # (none to keep: none left for the next look either)
+            os.unlink(Path(cache) / _NAME)
+        else:
+            write_atomic(Path(cache) / _NAME, record)
     except OSError:
         pass
