@@ -61,20 +61,57 @@ class Timeline:
     throughout), measure-major (``(present, n)``: each measure's running sum a contiguous row, 3x faster to
     sum and look up than the columns of an ``(n, MEASURES)`` array)."""
 
-    def __init__(self, a: Any, b: Any, present: Any, rows: Any, mem: Any) -> None:
+    def __init__(self, a: Any, b: Any, present: Any, rows: Any, mem: Any, start: Any = None) -> None:
         self.a, self.b, self.mem = a, b, mem
         self.widths = (b - a).astype(np.float64)
         self._present = np.asarray(present, np.intp)
         self._rates = rows
         self._cum = np.zeros((rows.shape[0], a.size + 1))
         np.multiply(rows, self.widths, out=self._cum[:, 1:])  # (each segment's integral, then summed in place)
-        np.cumsum(self._cum[:, 1:], axis=1, out=self._cum[:, 1:])
+        if start is None:
+            np.cumsum(self._cum[:, 1:], axis=1, out=self._cum[:, 1:])
+        else:  # (a window's segments, on from the running sums ``start`` kept at its first: one by one, as above)
+            self._cum[:, 0] = start
+            np.cumsum(self._cum, axis=1, out=self._cum)
         #: which measures read anything (a rate not 0 somewhere)
         self.measured = np.zeros(len(MEASURES), bool)
         self.measured[self._present] = rows.any(axis=1)
         self._mem_low: Any = None
         #: whether the segments start strictly in order (always, but from samples 1 ns apart with a 1 ns period)
         self._increasing = bool((a[1:] > a[:-1]).all() and (b[:-1] <= a[1:]).all() and (b >= a).all())
+
+    @property
+    def present(self) -> Any:
+        """The measures kept (indices into :data:`MEASURES`)."""
+        return self._present
+
+    def whole(self) -> Any:
+        """Every measure from the first segment's start to the last one's end: ``(MEASURES,)``."""
+        return self.integrals(self.a[:1], self.b[-1:])[0]
+
+    def mem_max(self) -> float:
+        """The largest memory used of any sample (nan: none)."""
+        return float(np.nanmax(self.mem)) if not np.isnan(self.mem).all() else float("nan")
+
+    def window(self, start: Any) -> Timeline:
+        """This timeline but its first segment, its running sums on from ``start`` (``(MEASURES,)``)."""
+        rows = self._rates[:, 1:]
+        return Timeline(self.a[1:], self.b[1:], self._present, rows, self.mem[1:], start[self._present])
+
+    def read_before(self, k: int) -> tuple[Any, Any]:
+        """Which measures read anything (a rate not 0) in the segments before ``k``, and which of those
+        segments read idle (no ``(n, MEASURES)`` copy of the rates)."""
+        measured = np.zeros(len(MEASURES), bool)
+        measured[self._present] = self._rates[:, :k].any(axis=1)
+        where = np.flatnonzero(self._present == MEASURES.index("idle"))
+        idle = self._rates[where[0], :k] > 0 if where.size else np.zeros(k, bool)
+        return measured, idle
+
+    def running(self, k: int) -> Any:
+        """Every measure integrated up to segment ``k``'s start (0 for a measure not kept): ``(MEASURES,)``."""
+        out = np.zeros(len(MEASURES))
+        out[self._present] = self._cum[:, k]
+        return out
 
     @property
     def rates(self) -> Any:
@@ -166,9 +203,11 @@ class Timeline:
         return out
 
 
-def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) -> Timeline:
+def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False, keep: Any = ()) -> Timeline:
     """A device's samples (``times`` int64 ns, ``values`` ``(n, 8)``, ``reach_ns`` each sample's period: how far
-    it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for)."""
+    it may stand either side) as a :class:`Timeline` (see the module docstring for what a sample stands for).
+    ``keep``: counters kept though every sample lacks them (a window's, :mod:`lens_rl.offline.read.gpu_window`,
+    whose device read them before it)."""
     # (a device's rows may be a strided view into a block of several devices: only the columns a timeline reads
     # are gathered, each once; a copy of every row was 0.5 s of a 1 M-span look's CPU at 64 device-days)
     t, v, h = times, values, np.broadcast_to(reach_ns, times.shape)
@@ -193,7 +232,7 @@ def timeline(times: Any, values: Any, reach_ns: Any, unavailable: bool = False) 
     if not unavailable:  # (else its readings are no readings)
         for known, sum_, column in ((0, 1, _UTIL), (3, 4, _SM), (5, 6, _TENSOR)):
             missing = np.isnan(v[:, column])
-            if missing.all():  # (decided before any arithmetic: most devices have no GPM)
+            if missing.all() and column not in keep:  # (decided before any arithmetic: most devices have no GPM)
                 continue
             at = len(present)
             x = np.divide(v[:, column], 100.0, out=rows[at + 1], dtype=np.float64)  # (as float64, then / 100)

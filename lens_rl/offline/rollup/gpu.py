@@ -23,13 +23,15 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from lens_rl.offline.read.parts import NO_STEP, merged_gpu
-from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, base_of, phase_sums, settle
+from lens_rl.offline.rollup.gpu_memo import Keeping, reused
+from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, phase_sums, settle
 from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
 
 __all__ = ["gpu_goodput", "gpu_rollup"]
@@ -127,13 +129,15 @@ def gpu_rollup(
     each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]] = map,
     kept: Mapping[str, SpanPrefix] | None = None,
     keep: dict[str, SpanPrefix] | None = None,
+    keeping: Keeping | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
     known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
     may build each when asked: each is asked for once). ``each`` maps the work of one device over the
     devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL). ``kept``:
     what an earlier look settled (:mod:`lens_rl.offline.rollup.gpu_prefix`, by ``repr`` of the process's key):
-    only the spans after it are joined; ``keep``: filled with what this look settles, for the next."""
+    only the spans after it are joined; ``keep``: filled with what this look settles, for the next;
+    ``keeping``: the steps and productive intervals kept (:mod:`lens_rl.offline.rollup.gpu_memo`) in and out."""
     parts = list(parts)
     processes = sorted(_merged_gpu(parts).items())
     users: dict[str, list[Any]] = {}
@@ -141,6 +145,10 @@ def gpu_rollup(
     columns: dict[Any, tuple[Any, ...]] = {}
     bases: dict[Any, tuple[SpanPrefix | None, int, list[str]]] = {}
     limits: dict[str, int] = {}
+    memos: dict[Any, tuple[Any, ...]] = {}
+    hashed: dict[Any, Digest] = {}
+    keyed: dict[Any, tuple[Digest, Digest]] = {}
+    spans_of: dict[Any, tuple[Any, ...]] = {}
     for key, (uuids, starts_a, ends_a, keys, index_a, steps_a) in processes:
         for uuid in uuids:
             users.setdefault(uuid, []).append(key)
@@ -152,9 +160,21 @@ def gpu_rollup(
         mine = set(uuids)
         answering = [u for u in devices if u in mine and u in lines]
         prior = kept.get(repr(key)) if kept else None
-        base = base_of(prior, answering, starts, ends, keys)
+        hashed[key] = Digest(starts, ends)
+        base = base_of(prior, answering, starts, ends, keys, hashed[key])
         bases[key] = (prior if base else None, base, answering)
-        queries[key] = _Queries([(starts[base:], ends[base:]), hull, (step_lo, step_hi), productive])
+        memo = keeping.memos.get(repr(key)) if keeping is not None else None
+        s_n, p_n = 0, 0
+        keyed[key] = (Digest(values, step_lo, step_hi), Digest(*productive))
+        if memo is not None and memo.devices == answering:  # (kept steps and productive intervals not joined)
+            s_n, s_sums, s_peaks = reused(memo.steps, keyed[key][0])
+            p_n, p_sums, _none = reused(memo.productive, keyed[key][1], peaks=False)
+            memos[key] = (s_n, s_sums, s_peaks, p_n, p_sums)
+        asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
+        queries[key] = _Queries([(starts[base:], ends[base:]), hull, *asked])
+        spans_of[key] = (values, step_lo, step_hi, productive)
+        if keeping is not None:
+            keeping.note_opens(devices, answering, [starts, ends, hull, (step_lo, step_hi), productive])
         columns[key] = (uuids, starts, ends, keys, index, values)
 
     def device(uuid: str) -> tuple[Any, ...]:
@@ -163,6 +183,8 @@ def gpu_rollup(
         if line is not None and line.a.size:
             limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
         row = _device_row(uuid, devices[uuid], line, [_who(k) for k in users.get(uuid, [])])
+        if keeping is not None and keeping.on_line is not None and line is not None:
+            keeping.on_line(uuid, line)
         if line is None or uuid not in users:
             return row, line is not None and bool(line.measured[_K]), None, []
         return row, bool(line.measured[_K]), line.idle_intervals(), [queries[k].asked(line) for k in users[uuid]]
@@ -185,17 +207,40 @@ def gpu_rollup(
     for key, (prior, _base, answering) in bases.items():
         done = queries[key]
         if prior is not None and (prior.counts != done.counts.tolist() or done.devices != len(answering)):
-            return gpu_rollup(parts, devices, lines, each, None, keep)  # (what it kept no longer holds)
+            return gpu_rollup(parts, devices, lines, each, None, keep, keeping)  # (what it kept no longer holds)
     for key, (uuids, starts, ends, keys, index, values) in columns.items():
         done = queries[key]
         prior, base, answering = bases[key]
+        if key in memos:  # (the kept rows put back among the joined, before the mean as they were kept)
+            s_n, s_sums, s_peaks, p_n, p_sums = memos[key]
+            if s_n:
+                done.sums[2] = np.concatenate([s_sums, done.sums[2]])
+                done.mem[2] = np.concatenate([s_peaks, done.mem[2]])
+            if p_n:
+                done.sums[_PRODUCTIVE] = np.concatenate([p_sums, done.sums[_PRODUCTIVE]])
         if keep is not None:
             limit = min((limits[u] for u in answering), default=np.iinfo(np.int64).max)
             counts = done.counts.tolist()
+        if keeping is not None and keep is not None:
+            step_lo, step_hi, productive = spans_of[key][1:]
+            steps = (keyed[key][0], step_hi, done.sums[2], done.mem[2])
+            keeping.keep(repr(key), answering, steps, (keyed[key][1], productive[1], done.sums[_PRODUCTIVE]), limit)
         done.mean()
         if keep is not None:
             got = settle(
-                repr(key), prior, base, starts, ends, keys, index, done.sums[0], done.mem[0], answering, counts, limit
+                repr(key),
+                prior,
+                base,
+                starts,
+                ends,
+                keys,
+                index,
+                done.sums[0],
+                done.mem[0],
+                answering,
+                counts,
+                limit,
+                hashed[key],
             )
             if got is not None:
                 keep[repr(key)] = got
@@ -241,8 +286,9 @@ def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     peaks = np.full(steps.size, -np.inf)
     np.maximum.at(peaks, at, np.nan_to_num(mem, nan=-np.inf))
     rows = []
-    for i, step in enumerate(steps.tolist()):
-        acc = {"m": totals[i], "mem": float(peaks[i]) if np.isfinite(peaks[i]) else None}
+    # (as Python floats: the same values and arithmetic, without a numpy scalar per figure of ~10^4 steps)
+    for step, measures, peak in zip(steps.tolist(), totals.tolist(), peaks.tolist(), strict=True):
+        acc = {"m": measures, "mem": peak if math.isfinite(peak) else None}
         rows.append({"step": step, **_sums(acc)})
     return rows
 
@@ -313,8 +359,7 @@ def _phase_rows(
 def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
     acc = _acc()
     if line is not None:
-        whole = line.integrals(line.a[:1], line.b[-1:])[0]
-        _add(acc, whole, float(np.nanmax(line.mem)) if not np.isnan(line.mem).all() else np.nan)
+        _add(acc, line.whole(), line.mem_max())
     return {
         "uuid": uuid,
         "host": device.host,
@@ -322,7 +367,7 @@ def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any])
         "name": device.name,
         "mem_total_bytes": device.mem_total,
         "has": list(device.has),
-        "samples": int(device.t.size),
+        "samples": int(device.t.size) + device.skipped,
         "unavailable": bool(device.unavailable),
         "processes": users,
         "files": list(device.files),

@@ -217,7 +217,7 @@ def analyze(
         kept = load_report(cache, fingerprint)
         if kept is not None:
             return cast(GoodputReport, kept)
-    ahead = read_ahead(paths, cache, jobs)  # (the sample files read while the span files are)
+    ahead = read_ahead(paths, cache, jobs, window=True)  # (the sample files read while the span files are)
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )

@@ -27,10 +27,13 @@ import numpy as np
 
 from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
 from lens_rl.offline.read.gpu_samples import SCANNER, Block, read_samples
+from lens_rl.offline.read.gpu_window import ColdError, WindowLine
 from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
-from lens_rl.offline.run.disk import append_to, cache_key, json_bytes, write_atomic
-from lens_rl.offline.run.gpu_entry import LAYOUT, load_entry
+from lens_rl.offline.run.disk import append_to, write_atomic
+from lens_rl.offline.run.gpu_device import Device
+from lens_rl.offline.run.gpu_entry import entry_record, load_entry
 from lens_rl.offline.run.gpu_kept import load_kept, save_kept
+from lens_rl.offline.run.gpu_lines import Windows, keeping_for, read_window, save_lines
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.parallel import default_jobs, map_files
 from lens_rl.store import ReadStats
@@ -57,27 +60,6 @@ LANE_BINS = 240
 _log = logging.getLogger("lens_rl")
 
 
-class Device(NamedTuple):
-    """One device's samples from every file that sampled it: times (int64 ns), values ``(n, 8)`` (a counter
-    its header says it lacks: nan), each sample's period (ns: ``1/hz``), and what the headers say of it."""
-
-    uuid: str
-    host: str
-    name: str
-    number: int
-    mem_total: int | None
-    has: tuple[str, ...]
-    t: Any
-    v: Any
-    period: Any
-    unavailable: bool
-    files: tuple[str, ...]
-
-
-def _plain_head(head: GpuHead) -> dict[str, Any]:
-    return {**head._asdict(), "devices": [list(d) for d in head.devices]}
-
-
 def _entry_path(cache: str, path: Path) -> Path:
     return Path(cache) / f"gpu-{path.name}.samples"
 
@@ -97,16 +79,6 @@ def _load(
         return meta, blocks, carry
     except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
         return None
-
-
-def _record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
-    meta = {**meta, "key": cache_key(), "layout": LAYOUT}
-    meta["blocks"] = [[_plain_head(b.head), int(b.t.size)] for b in blocks]
-    out = [json_bytes(meta) + b"\n"]
-    for block in blocks:
-        out.append(np.ascontiguousarray(block.t, "<i8").tobytes())
-        out.append(np.ascontiguousarray(block.v.transpose(1, 0, 2), "<f4").tobytes())
-    return b"".join(out)
 
 
 def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> list[Block]:
@@ -151,11 +123,11 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
     state = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
     if kept is None or state != kept[0]["state"]:
         meta = {"identity": identity, "state": state, "end": stop, "tail": tail_hash(path, stop).hex()}
-        record = _record({**meta, "lines": lines, "skipped": skipped}, new)
+        record = entry_record({**meta, "lines": lines, "skipped": skipped}, new)
         entry = _entry_path(cache, path)
         try:
             if kept is None or not append_to(entry, record):
-                write_atomic(entry, _record({**meta, "lines": lines, "skipped": skipped}, blocks))
+                write_atomic(entry, entry_record({**meta, "lines": lines, "skipped": skipped}, blocks))
         except OSError:
             pass
     return blocks
@@ -235,6 +207,9 @@ class Timelines(Mapping[str, Any]):
 
     def __getitem__(self, uuid: str) -> Any:
         d = self.devices[uuid]
+        if d.before is not None:
+            line = timeline(d.t, d.v, d.period, d.unavailable, keep=d.before.seen)
+            return WindowLine(line.window(d.before.cum), d.before)
         return timeline(d.t, d.v, d.period, d.unavailable)
 
     def __contains__(self, uuid: object) -> bool:
@@ -263,9 +238,16 @@ def sample_files(span_paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
     return gpu_files({Path(p).parent for p in span_paths}, notes), notes
 
 
-def read_run(paths: Sequence[Path], cache: str | None, jobs: int | None) -> tuple[Any, ...]:
-    """The sample files beside these span files read: (files, notes on entries not read, devices, stats)."""
+def read_run(paths: Sequence[Path], cache: str | None, jobs: int | None, window: bool = False) -> tuple[Any, ...]:
+    """The sample files beside these span files read: (files, notes on entries not read, devices, stats);
+    ``window``: through the cache, each device's window only where the kept windows hold
+    (:mod:`lens_rl.offline.run.gpu_lines`: the look joins them, not a report's lanes)."""
     found, notes = sample_files(paths)
+    if found and cache is not None and window:
+        read = ReadStats()
+        got = read_window(found, cache, read)
+        if got is not None:
+            return found, notes, got, read
     devices, read = read_devices(found, cache, jobs=jobs) if found else ({}, ReadStats())
     return found, notes, devices, read
 
@@ -293,16 +275,23 @@ def gpu_join(found: list[Path], devices: dict[str, Device], parts: Sequence[Any]
     (:mod:`lens_rl.offline.run.gpu_kept`)."""
     if not found or not devices:
         return GpuLook(found, devices, None, [])
+    windows = isinstance(devices, Windows)
     lines = Timelines(devices)
     kept = load_kept(cache, found, devices) if cache is not None else None
     keep: dict[str, Any] | None = {} if cache is not None else None
-    # (two devices' timelines built and asked at once: their numpy work lets go of the GIL; measured on the
-    # 1 M-span benchmark, 1.7 s wall against 2.7 s, the same sums: answers are added in device order)
-    with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
-        section, warnings = gpu_rollup(parts, devices, lines, pool.map, kept, keep)
-    if cache is not None and keep is not None:
+    keeping = keeping_for(devices, devices.memos if isinstance(devices, Windows) else {}) if cache else None
+    try:
+        # (two devices' timelines built and asked at once: their numpy work lets go of the GIL; measured on the
+        # 1 M-span benchmark, 1.7 s wall against 2.7 s, the same sums: answers are added in device order)
+        with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
+            section, warnings = gpu_rollup(parts, devices, lines, pool.map, kept, keep, keeping)
+    except ColdError:  # (a query before a device's window that no anchor answers: every sample read, joined cold)
+        devices = read_devices(found, cache)[0]
+        return gpu_join(found, devices, parts, cache)
+    if cache is not None and keep is not None and keeping is not None:
         save_kept(cache, found, devices, keep)
-    return GpuLook(found, devices, section, warnings, lines)
+        save_lines(cache, found, devices, keeping)
+    return GpuLook(found, devices, section, warnings, {} if windows else lines)
 
 
 def gpu_look(

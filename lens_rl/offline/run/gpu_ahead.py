@@ -49,11 +49,14 @@ def _on_thread(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     return future
 
 
-def read_ahead(paths: Sequence[Path], cache: str | None, jobs: int | None = None) -> Future[Any] | None:
+def read_ahead(
+    paths: Sequence[Path], cache: str | None, jobs: int | None = None, window: bool = False
+) -> Future[Any] | None:
     """The run's sample files read on a thread of their own while the span files are read: pass it to
     :func:`join_ahead` (or :func:`~lens_rl.offline.run.gpu.gpu_look`). None without the C scanner (the
-    pure-Python reading holds the GIL: read when the look asks)."""
-    return _on_thread(read_run, paths, cache, jobs) if SCANNER else None
+    pure-Python reading holds the GIL: read when the look asks). ``window``: each device's window only where
+    the cache keeps them (a look with no GPU lanes: :func:`~lens_rl.offline.run.gpu.read_run`)."""
+    return _on_thread(read_run, paths, cache, jobs, window) if SCANNER else None
 
 
 def join_ahead(

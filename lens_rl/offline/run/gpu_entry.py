@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.gpu_samples import COUNTERS, Block
-from lens_rl.offline.run.disk import cache_key
+from lens_rl.offline.run.disk import cache_key, json_bytes
 from lens_rl.store import LINE_MAX, loads, open_file
 from lens_rl.store.gpu import GpuDevice, GpuHead
 
-__all__ = ["LAYOUT", "head_of", "load_entry"]
+__all__ = ["LAYOUT", "entry_record", "head_of", "layout", "load_entry"]
 
 #: how an entry lays out a block's values: device by device (``(devices, n, counters)``)
 LAYOUT = "device"
@@ -61,7 +61,7 @@ def _read_into(handle: Any, offset: int, array: Any) -> None:
         done += got
 
 
-def _layout(handle: Any, size: int) -> tuple[Any, list[tuple[GpuHead, int, int]]]:
+def layout(handle: Any, size: int) -> tuple[Any, list[tuple[GpuHead, int, int]]]:
     """The last record's meta and every kept block: (header, rows, where its arrays start)."""
     meta: Any = None
     blocks: list[tuple[GpuHead, int, int]] = []
@@ -102,7 +102,7 @@ def load_entry(entry: Path, end: int = 0) -> tuple[Any, list[Block], tuple[Any, 
     where the entry is not whole, not this lens_rl's, or planted (not a regular file)."""
     with open_file(entry, buffering=0) as handle:
         size = os.fstat(handle.fileno()).st_size
-        meta, kept = _layout(handle, size)
+        meta, kept = layout(handle, size)
         if meta is None:
             raise ValueError("empty")
         kept_end = int(meta["end"])
@@ -130,3 +130,17 @@ def load_entry(entry: Path, end: int = 0) -> tuple[Any, list[Block], tuple[Any, 
             blocks.append(Block(head, t[:rows], v[:, :rows].transpose(1, 0, 2)))
             carry = (t, v, rows)
         return meta, blocks, carry
+
+
+def _plain_head(head: GpuHead) -> dict[str, Any]:
+    return {**head._asdict(), "devices": [list(d) for d in head.devices]}
+
+
+def entry_record(meta: dict[str, Any], blocks: list[Block]) -> bytes:
+    meta = {**meta, "key": cache_key(), "layout": LAYOUT}
+    meta["blocks"] = [[_plain_head(b.head), int(b.t.size)] for b in blocks]
+    out = [json_bytes(meta) + b"\n"]
+    for block in blocks:
+        out.append(np.ascontiguousarray(block.t, "<i8").tobytes())
+        out.append(np.ascontiguousarray(block.v.transpose(1, 0, 2), "<f4").tobytes())
+    return b"".join(out)

@@ -29,7 +29,7 @@ import numpy as np
 from lens_rl.offline.rollup.gpu_prefix import DeviceMark, SpanPrefix
 from lens_rl.offline.run.disk import cache_key, read_bytes, write_atomic
 
-__all__ = ["MAX_BYTES", "JoinKept", "load_kept", "save_kept"]
+__all__ = ["MAX_BYTES", "JoinKept", "entries_of", "load_kept", "save_kept"]
 
 #: a kept join record larger than this is not read (its processes' prefixes are a few KB each)
 MAX_BYTES = 64 << 20
@@ -50,7 +50,7 @@ _decode = msgspec.msgpack.Decoder(JoinKept).decode
 _encode = msgspec.msgpack.Encoder().encode
 
 
-def _entries(cache: str, found: Sequence[Path]) -> list[tuple[str, int]]:
+def entries_of(cache: str, found: Sequence[Path]) -> list[tuple[str, int]]:
     """The sample files' kept entries (:mod:`lens_rl.offline.run.gpu`) by name, with their inodes."""
     out = []
     for path in found:
@@ -64,12 +64,12 @@ def _entries(cache: str, found: Sequence[Path]) -> list[tuple[str, int]]:
 def _mark(uuid: str, device: Any) -> DeviceMark:
     n = int(device.t.size)
     last = np.ascontiguousarray(device.v[n - 1], "<f4").tobytes() if n else b""
-    return DeviceMark(uuid, n, int(device.t[n - 1]) if n else 0, last, bool(device.unavailable))
+    return DeviceMark(uuid, n + device.skipped, int(device.t[n - 1]) if n else 0, last, bool(device.unavailable))
 
 
 def _grown(mark: DeviceMark, device: Any) -> bool:
     """Whether ``device``'s samples are ``mark``'s with only later samples after them."""
-    n, t = mark.n, device.t
+    n, t = mark.n - device.skipped, device.t  # (a window's samples: from its first held)
     if n <= 0 or t.size < n or bool(device.unavailable) != mark.unavailable or int(t[n - 1]) != mark.t_last:
         return False
     if np.ascontiguousarray(device.v[n - 1], "<f4").tobytes() != mark.last:
@@ -91,7 +91,7 @@ def load_kept(cache: str, found: Sequence[Path], devices: Mapping[str, Any]) -> 
         return None
     if kept.key != cache_key():
         return None
-    now = dict(_entries(cache, found))
+    now = dict(entries_of(cache, found))
     if any(now.get(name) != inode or inode < 0 for name, inode in kept.entries):  # (-1: no entry, unknown)
         return None
     bad = {m.uuid for m in kept.devices if m.uuid not in devices or not _grown(m, devices[m.uuid])}
@@ -105,7 +105,7 @@ def save_kept(
     """This look's settled prefixes kept for the next (a failed write: the next look joins cold)."""
     record = JoinKept(
         cache_key(),
-        _entries(cache, found),
+        entries_of(cache, found),
         [_mark(u, d) for u, d in devices.items() if d.t.size],
         list(processes.values()),
     )

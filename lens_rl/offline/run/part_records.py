@@ -230,7 +230,10 @@ def _gpu_from(rec: GpuRec) -> Any:
     starts, ends, index, steps = (
         array_of(c, b) for c, b in (("q", rec.starts), ("q", rec.ends), ("i", rec.index), ("q", rec.steps))
     )
-    if not len(starts) == len(ends) == len(index) == len(steps) or any(not 0 <= i < len(rec.keys) for i in index):
+    # (the index's bounds by min and max, in C: a generator over a 1 M-span process's index was 0.2 s a look)
+    if not len(starts) == len(ends) == len(index) == len(steps) or (
+        len(index) and (min(index) < 0 or max(index) >= len(rec.keys))
+    ):
         raise ValueError("GPU span columns that do not add up")
     return tuple(rec.uuids), starts, ends, list(rec.keys), index, steps
 

@@ -1,0 +1,120 @@
+"""What a look keeps of a process's step and productive joins for the next: the leading intervals (steps in
+order, productive intervals in order) that can no longer change (each ending before every one of its devices'
+last segment starts), with their devices' summed measures (before the mean; of productive intervals, the busy
+ones only: all the job's GPU goodput reads) and the steps' memory peaks. The next look joins only the intervals
+after them, when its own first ones are the same (a digest of their keys): the same sums, bit for bit, as each
+interval's sums depend only on it and its devices' final segments.
+
+Example::
+
+    n, sums, peaks = reused(memo.steps, [values, lo, hi])   # the first n rows kept, the rest to join
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from lens_rl.offline.rollup.gpu_prefix import Digest
+
+__all__ = ["Keeping", "Kept", "ProcessMemo", "kept_rows", "reused"]
+
+_MEASURES = 7
+_BUSY = 1  # (the busy measure's column: the only one of productive intervals the rollup reads)
+_NEVER = np.iinfo(np.int64).min
+
+
+class Kept(msgspec.Struct, frozen=True):
+    """The leading ``n`` intervals of a kind: a digest of their keys, the measures kept (``columns``: every
+    other one summed to 0), their sums ``(n, columns)`` and peaks ``(n,)`` (little-endian float64; empty:
+    none kept)."""
+
+    n: int
+    digest: str
+    columns: list[int]
+    sums: bytes
+    peaks: bytes
+
+
+class ProcessMemo(msgspec.Struct, frozen=True):
+    """A process's kept steps and productive intervals, and the devices that answered them."""
+
+    key: str
+    devices: list[str]
+    steps: Kept
+    productive: Kept
+
+
+def reused(kept: Kept | None, keys: Digest, peaks: bool = True) -> tuple[int, Any, Any]:
+    """How many leading rows of ``keys`` (their key columns' digests) ``kept`` holds, their sums ``(n, 7)`` and
+    peaks (0, None, None: none)."""
+    rows = keys.columns[0].size
+    if kept is None or not 0 < kept.n <= rows or not set(kept.columns) <= set(range(_MEASURES)):
+        return 0, None, None
+    sums = np.frombuffer(kept.sums, "<f8")
+    high = np.frombuffer(kept.peaks, "<f8")
+    if sums.size != kept.n * len(kept.columns) or (peaks and high.size != kept.n):
+        return 0, None, None
+    if keys.upto(kept.n) != kept.digest:
+        return 0, None, None
+    out = np.zeros((kept.n, _MEASURES))
+    out[:, kept.columns] = sums.reshape(kept.n, len(kept.columns))
+    return kept.n, out, high if peaks else None
+
+
+def kept_rows(keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, columns: Any = None) -> Kept:
+    """The leading rows ending before ``limit`` kept (``sums`` before the mean; ``columns``: the measures to
+    keep, None: those summed to anything but 0)."""
+    late = hi >= limit
+    n = int(np.argmax(late)) if late.any() else int(hi.size)
+    if columns is None:
+        columns = np.flatnonzero((sums[:n] != 0).any(axis=0)).tolist()
+    return Kept(
+        n,
+        keys.upto(n),
+        list(columns),
+        np.ascontiguousarray(sums[:n][:, columns], "<f8").tobytes(),
+        b"" if peaks is None else np.ascontiguousarray(peaks[:n], "<f8").tobytes(),
+    )
+
+
+class Keeping:
+    """A look's memos in (``memos``: by process key, what the last look kept; empty: join every interval)
+    and out (``out``: this look's, for the next), and the starts each device will be asked again
+    (``opens``: by UUID, the window's anchors: :mod:`lens_rl.offline.read.gpu_window`)."""
+
+    def __init__(self, memos: dict[str, ProcessMemo] | None = None) -> None:
+        self.memos = memos or {}
+        self.out: dict[str, ProcessMemo] = {}
+        self.opens: dict[str, list[Any]] = {}
+        #: called with each device's UUID and timeline as it is built (its window kept), or None
+        self.on_line: Callable[[str, Any], None] | None = None
+        #: what ``on_line`` made of each device (by UUID)
+        self.states: dict[str, Any] = {}
+
+    def keep(
+        self, key: str, devices: list[str], steps: tuple[Any, ...], productive: tuple[Any, ...], limit: int
+    ) -> None:
+        """A process's leading steps and productive intervals ending before ``limit`` kept for the next look:
+        ``steps`` (keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`, ends, sums before the mean, peaks),
+        ``productive`` (digest, ends, sums: their busy ones kept)."""
+        (s_keys, s_hi, s_sums, s_peaks), (p_keys, p_hi, p_sums) = steps, productive
+        kept_steps = kept_rows(s_keys, s_hi, limit, s_sums, s_peaks)
+        self.out[key] = ProcessMemo(
+            key, list(devices), kept_steps, kept_rows(p_keys, p_hi, limit, p_sums, None, [_BUSY])
+        )
+
+    def note_opens(self, devices: Mapping[str, Any], answering: list[str], asked: list[Any]) -> None:
+        """The starts a process's devices may be asked again next look (their anchors): of its spans from the
+        first that may not settle, its hull, its steps and productive intervals that may not settle (may: ending
+        at or after a bound below any of its devices' last segment start, the sample before their last)."""
+        starts, ends, hull, (step_lo, step_hi), (prod_lo, prod_hi) = asked
+        bound = min((int(devices[u].t[-2]) if devices[u].t.size > 1 else _NEVER for u in answering), default=_NEVER)
+        late = np.maximum(starts, ends) >= bound
+        first = int(np.argmax(late)) if late.any() else starts.size
+        opens = [starts[first:], hull[0], step_lo[step_hi >= bound], prod_lo[prod_hi >= bound]]
+        for uuid in answering:
+            self.opens.setdefault(uuid, []).extend(opens)

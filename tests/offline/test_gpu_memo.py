@@ -1,0 +1,52 @@
+"""What a look keeps of a process's steps and productive intervals: the leading settled ones with their sums,
+given back to the next look only where its own leading keys are the same."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lens_rl.offline.rollup.gpu_memo import kept_rows, reused
+from lens_rl.offline.rollup.gpu_prefix import Digest
+
+
+def _keys(n: int) -> list[np.ndarray]:
+    values = np.arange(n, dtype=np.int64)
+    return [values, values * 10, values * 10 + 9]
+
+
+def test_the_leading_settled_rows_come_back_with_their_sums_bit_for_bit() -> None:
+    """Rows ending before the limit, up to the first that does not, are kept; the next look with more rows
+    after them gets exactly their sums and peaks back (measures kept only where some row read them)."""
+    keys = _keys(10)
+    sums = np.zeros((10, 7))
+    sums[:, 1] = np.arange(10) / 3
+    sums[:, 0] = 1e9 / 7
+    peaks = np.arange(10, dtype=np.float64)
+    peaks[2] = np.nan
+    kept = kept_rows(Digest(*keys), keys[2], 60, sums, peaks)
+    assert kept.n == 6 and kept.columns == [0, 1]
+    n, got, high = reused(kept, Digest(*_keys(14)))
+    assert n == 6 and got.tobytes() == sums[:6].tobytes()
+    assert np.array_equal(high, peaks[:6], equal_nan=True)
+
+
+def test_rows_that_changed_or_are_gone_are_joined_again() -> None:
+    """A leading row with another key (a step whose last span moved), or fewer rows than were kept: nothing
+    comes back."""
+    keys = _keys(10)
+    kept = kept_rows(Digest(*keys), keys[2], 60, np.ones((10, 7)), np.zeros(10))
+    moved = _keys(10)
+    moved[2] = moved[2].copy()
+    moved[2][3] += 1
+    assert reused(kept, Digest(*moved))[0] == 0
+    assert reused(kept, Digest(*_keys(4)))[0] == 0
+    assert reused(None, Digest(*keys))[0] == 0
+
+
+def test_a_digest_goes_on_from_where_it_was_asked() -> None:
+    """A prefix's digest asked after a shorter one's is the digest of the whole prefix, as asked afresh."""
+    a, b = np.arange(100, dtype=np.int64), np.arange(100, 200, dtype=np.int64)
+    going = Digest(a, b)
+    going.upto(30)
+    assert going.upto(70) == Digest(a, b).upto(70) and going.upto(20) == Digest(a, b).upto(20)
+    assert Digest(a, b).upto(70) != Digest(a, b + 1).upto(70)
