@@ -292,29 +292,46 @@ def _per_step(
     shares = {k: _listed(got[k], 1) for k in ("overlap", "bubble")}
     seconds = {k: _listed(got[k], 1e9) for k in ("sync", "pause")}
     busy = {role: _listed(value, 1) for role, value in got["busy"].items()}
-    walls_s = _listed(walls, 1e9)
     none: list[Any] = [None] * len(order)
-    pauses = seconds["pause"] or none
-    out = []
-    for n, step in enumerate(order):
-        mine = by_step.get(step)
-        stale = (staleness(mine, bound) or {}) if mine else {}
-        out.append(
-            {
-                "step": step,
-                "wall_s": walls_s[n],  # type: ignore[index]
-                "busy": {role: values[n] for role, values in busy.items()},  # type: ignore[index]
-                "overlap": shares["overlap"][n],  # type: ignore[index]
-                "bubble": shares["bubble"][n],  # type: ignore[index]
-                "sync_s": seconds["sync"][n],  # type: ignore[index]
-                "pause_s": pauses[n],
-                "staleness_mean": stale.get("mean"),
-                "staleness_p90": stale.get("p90"),
-                "staleness_max": stale.get("max"),
-                "staleness_beyond": stale.get("beyond"),
-            }
+    roles = list(busy)  # (each step's busy, its staleness: made column by column, zipped per step)
+    busies = [dict(zip(roles, values, strict=True)) for values in zip(*busy.values(), strict=True)]
+    stales = [_stale(by_step.get(step), bound) for step in order] if by_step else None
+    out = [
+        {
+            "step": step,
+            "wall_s": wall_s,
+            "busy": busied,
+            "overlap": overlap,
+            "bubble": bubble,
+            "sync_s": sync_s,
+            "pause_s": pause_s,
+            "staleness_mean": stale[0],
+            "staleness_p90": stale[1],
+            "staleness_max": stale[2],
+            "staleness_beyond": stale[3],
+        }
+        for step, wall_s, busied, overlap, bubble, sync_s, pause_s, stale in zip(
+            order,
+            _listed(walls, 1e9),  # type: ignore[arg-type]
+            busies if roles else [{} for _ in order],
+            shares["overlap"],  # type: ignore[arg-type]
+            shares["bubble"],  # type: ignore[arg-type]
+            seconds["sync"],  # type: ignore[arg-type]
+            seconds["pause"] or none,
+            stales or [_NO_STALENESS] * len(order),
+            strict=True,
         )
+    ]
     return out, _chunks(order, steady, walls, cover, ranks, arrays)
+
+
+_NO_STALENESS = (None, None, None, None)
+
+
+def _stale(consumed: list[Any] | None, bound: Any) -> tuple[Any, Any, Any, Any]:
+    """One step's staleness (mean, p90, max, beyond) from what it consumed; Nones where it consumed none."""
+    got = (staleness(consumed, bound) or {}) if consumed else {}
+    return got.get("mean"), got.get("p90"), got.get("max"), got.get("beyond")
 
 
 def _listed(value: Any, unit: float) -> list[float] | None:
