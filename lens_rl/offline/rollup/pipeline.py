@@ -298,6 +298,16 @@ def _per_step(
     roles = list(busy)  # (each step's busy, its staleness: made column by column, zipped per step)
     busies = [dict(zip(roles, values, strict=True)) for values in zip(*busy.values(), strict=True)]
     stales = [_stale(by_step.get(step), bound) for step in order] if by_step else None
+    columns: list[list[Any]] = [
+        order,
+        _listed(walls, 1e9) or none,
+        busies if roles else [{} for _ in order],
+        shares["overlap"] or none,
+        shares["bubble"] or none,
+        seconds["sync"] or none,
+        seconds["pause"] or none,
+        stales or [_NO_STALENESS] * len(order),
+    ]
     out = [
         {
             "step": step,
@@ -312,17 +322,7 @@ def _per_step(
             "staleness_max": stale[2],
             "staleness_beyond": stale[3],
         }
-        for step, wall_s, busied, overlap, bubble, sync_s, pause_s, stale in zip(
-            order,
-            _listed(walls, 1e9),  # type: ignore[arg-type]
-            busies if roles else [{} for _ in order],
-            shares["overlap"],  # type: ignore[arg-type]
-            shares["bubble"],  # type: ignore[arg-type]
-            seconds["sync"],  # type: ignore[arg-type]
-            seconds["pause"] or none,
-            stales or [_NO_STALENESS] * len(order),
-            strict=True,
-        )
+        for step, wall_s, busied, overlap, bubble, sync_s, pause_s, stale in zip(*columns, strict=True)
     ]
     return out, _chunks(order, steady, walls, cover, ranks, arrays)
 
