@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 from array import array
 
-from lens_rl.offline.read.intervals import covered, merge_intervals, merge_packed, pack, union_packed
+import pytest
+
+from lens_rl.offline.read.intervals import covered, merge_intervals, merge_packed, merged_packed, pack, union_packed
 
 
 def test_merge_packed_is_the_union_whether_the_arrays_follow_each_other_or_overlap() -> None:
@@ -82,3 +84,23 @@ def test_union_packed_is_the_plain_union_with_touching_empty_and_nested_interval
             arrays.append(pack(merge_intervals(raw)))
         expected = pack(merge_intervals(pair for a in arrays for pair in zip(a[0::2], a[1::2], strict=True)))
         assert union_packed(arrays) == expected
+
+
+def test_merged_packed_is_the_plain_merge_of_any_intervals() -> None:
+    """A run's step windows or weight syncs merged in numpy read as the plain rule's, packed: touching, nested,
+    of no length, repeated, unsorted, one that ends before it starts; a time past int64 an error either way."""
+    rng = random.Random(11)
+    for _ in range(300):
+        raw = [(a, a + rng.choice([0, 0, 1, rng.randrange(1, 30)])) for a in (rng.randrange(100) for _ in range(9))]
+        raw = rng.sample(raw, rng.randrange(len(raw) + 1))
+        if rng.random() < 0.2:
+            raw.append((50, 40))  # (an end before its start)
+        got = merged_packed([a for a, _ in raw], [b for _, b in raw])
+        assert got == pack(merge_intervals(raw)), raw
+    assert merged_packed([], []) == array("q")
+    for plain in (
+        lambda: pack(merge_intervals([(1, 5), (2**70, 2**70 + 1)])),
+        lambda: merged_packed([1, 2**70], [5, 2**70 + 1]),
+    ):
+        with pytest.raises(OverflowError):  # (a time past int64: no packed array holds it, either way)
+            plain()

@@ -31,6 +31,7 @@ __all__ = [
     "merge_indexed",
     "merge_intervals",
     "merge_packed",
+    "merged_packed",
     "pack",
     "pairs",
     "sorted_by",
@@ -143,6 +144,31 @@ def union_packed(arrays: Iterable[array]) -> array:
     else:  # (an interval ending before it starts: the running end of the intervals by start)
         order = np.argsort(bounds[:, 0], kind="stable")
         starts, ends = bounds[order, 0], np.maximum.accumulate(bounds[order, 1])
+    return _merged_apart(starts, ends)
+
+
+def merged_packed(los: Sequence[int], his: Sequence[int]) -> array:
+    """:func:`merge_intervals` of the intervals ``(los[k], his[k])``, packed (:func:`pack`), in numpy: starts
+    and ends sorted apart (:func:`union_packed`'s rule; a run's step windows, its weight syncs). The plain
+    rule where an interval ends before it starts or a time is past int64."""
+    import numpy as np  # (run-sized lists: the pipeline's wall and weight syncs)
+
+    if not los:
+        return array("q")
+    try:
+        lo, hi = np.asarray(los, np.int64), np.asarray(his, np.int64)
+    except (OverflowError, TypeError, ValueError):  # (a time past int64: the plain rule)
+        return pack(merge_intervals(zip(los, his, strict=True)))
+    if not bool((hi >= lo).all()):
+        return pack(merge_intervals(zip(los, his, strict=True)))
+    return _merged_apart(np.sort(lo, kind="stable"), np.sort(hi, kind="stable"))
+
+
+def _merged_apart(starts: Any, ends: Any) -> array:
+    """Intervals given as their starts and ends, each sorted (numpy int64), merged and packed: a start past
+    the running end (the end before it) begins a new interval, which ends at the end before the next one."""
+    import numpy as np
+
     first = np.ones(len(starts), bool)
     first[1:] = starts[1:] > ends[:-1]
     at = np.flatnonzero(first)

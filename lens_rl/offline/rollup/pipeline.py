@@ -22,13 +22,13 @@ Example::
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from typing import Any
 
 import numpy as np
 
 from lens_rl.buckets import kind_of
-from lens_rl.offline.read.intervals import coverage, merge_intervals, pack, union_packed
+from lens_rl.offline.read.intervals import coverage, merged_packed, pack, union_packed
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.staleness import staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows
@@ -80,20 +80,21 @@ def pipeline_row(
     roles = roles_of(processes)
     windows = step_windows(list(view), steps)
     steady = [rows[n]["step"] for n in steady_indexes(rows, warmup_steps) if windows.get(rows[n]["step"])]
-    wall = merge_intervals(w for step in steady for w in windows.get(step, ()))
+    steady_windows = [w for step in steady for w in windows.get(step, ())]
+    wall = merged_packed([a for a, _ in steady_windows], [b for _, b in steady_windows])
     if not wall:
         lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
         hi = max((p.last_ns for p in processes if p.last_ns is not None), default=None)
-        wall = [(lo, hi)] if lo is not None and hi is not None and hi > lo else []
+        wall = pack([(lo, hi)] if lo is not None and hi is not None and hi > lo else [])
     if not wall:
         return None
     ranks = {role: [p for p in processes if roles.get(p.key.group) == role] for role in ROLES}
     arrays = _arrays(processes, ranks)
     consumed = [c for p in processes if p.pipe for c in p.pipe.consumed]
     bound = next((p.device.get("rl.max_staleness") for p in view if "rl.max_staleness" in p.device), None)
-    wl, wh = np.array([a for a, _ in wall], np.int64), np.array([b for _, b in wall], np.int64)
+    wl, wh = np.frombuffer(wall, np.int64)[0::2], np.frombuffer(wall, np.int64)[1::2]
     length = int((wh - wl).sum())
-    each = _Windows(rows, windows, steady, wall)
+    each = _Windows(rows, windows, steady, wl)  # (the wall's intervals: as many as its starts)
     covered_ns: dict[int, int] = {}  # (each array's coverage of the wall, read once: the pools reuse it)
 
     def cover(packed: array) -> int:
@@ -115,7 +116,7 @@ def pipeline_row(
         "overlap": _r(job["overlap"]),
         "bubble": _r(job["bubble"]),
         "weight_sync": {
-            "count": _inside(pack(wall), (s for p in processes if p.pipe for s in p.pipe.syncs)),
+            "count": _inside(wall, (s for p in processes if p.pipe for s in p.pipe.syncs)),
             "total_s": round(job["sync"] / 1e9, 6),
             "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
             "pause_share": _r(job["pause_share"]),
@@ -135,7 +136,8 @@ def _arrays(processes: Sequence[ProcessPart], ranks: dict[str, list[ProcessPart]
     pool's, rollout and trainer's, the weight syncs' and syncs with rollout's."""
     busy = {role: [_own(p) for p in ranks[role]] for role in ROLES}
     unions = {role: union_packed(busy[role]) for role in ROLES}
-    syncs = pack(merge_intervals((a, b) for p in processes if p.pipe for a, b, _ in p.pipe.syncs))
+    spans = [s for p in processes if p.pipe for s in p.pipe.syncs]
+    syncs = merged_packed([s[0] for s in spans], [s[1] for s in spans])
     return {
         "busy": busy,
         "rollout": unions["rollout"],
@@ -226,7 +228,7 @@ class _Windows:
         rows: list[dict[str, Any]],
         windows: dict[Any, list[tuple[int, int]]],
         steady: list[Any],
-        wall: list[tuple[int, int]],
+        wall: Sized,
     ) -> None:
         self.order = [r["step"] for r in rows if not r["incomplete"] and windows.get(r["step"])]
         owner, los, his = [], [], []
@@ -292,29 +294,46 @@ def _per_step(
     shares = {k: _listed(got[k], 1) for k in ("overlap", "bubble")}
     seconds = {k: _listed(got[k], 1e9) for k in ("sync", "pause")}
     busy = {role: _listed(value, 1) for role, value in got["busy"].items()}
-    walls_s = _listed(walls, 1e9)
     none: list[Any] = [None] * len(order)
-    pauses = seconds["pause"] or none
-    out = []
-    for n, step in enumerate(order):
-        mine = by_step.get(step)
-        stale = (staleness(mine, bound) or {}) if mine else {}
-        out.append(
-            {
-                "step": step,
-                "wall_s": walls_s[n],  # type: ignore[index]
-                "busy": {role: values[n] for role, values in busy.items()},  # type: ignore[index]
-                "overlap": shares["overlap"][n],  # type: ignore[index]
-                "bubble": shares["bubble"][n],  # type: ignore[index]
-                "sync_s": seconds["sync"][n],  # type: ignore[index]
-                "pause_s": pauses[n],
-                "staleness_mean": stale.get("mean"),
-                "staleness_p90": stale.get("p90"),
-                "staleness_max": stale.get("max"),
-                "staleness_beyond": stale.get("beyond"),
-            }
-        )
+    roles = list(busy)  # (each step's busy, its staleness: made column by column, zipped per step)
+    busies = [dict(zip(roles, values, strict=True)) for values in zip(*busy.values(), strict=True)]
+    stales = [_stale(by_step.get(step), bound) for step in order] if by_step else None
+    columns: list[list[Any]] = [
+        order,
+        _listed(walls, 1e9) or none,
+        busies if roles else [{} for _ in order],
+        shares["overlap"] or none,
+        shares["bubble"] or none,
+        seconds["sync"] or none,
+        seconds["pause"] or none,
+        stales or [_NO_STALENESS] * len(order),
+    ]
+    out = [
+        {
+            "step": step,
+            "wall_s": wall_s,
+            "busy": busied,
+            "overlap": overlap,
+            "bubble": bubble,
+            "sync_s": sync_s,
+            "pause_s": pause_s,
+            "staleness_mean": stale[0],
+            "staleness_p90": stale[1],
+            "staleness_max": stale[2],
+            "staleness_beyond": stale[3],
+        }
+        for step, wall_s, busied, overlap, bubble, sync_s, pause_s, stale in zip(*columns, strict=True)
+    ]
     return out, _chunks(order, steady, walls, cover, ranks, arrays)
+
+
+_NO_STALENESS = (None, None, None, None)
+
+
+def _stale(consumed: list[Any] | None, bound: Any) -> tuple[Any, Any, Any, Any]:
+    """One step's staleness (mean, p90, max, beyond) from what it consumed; Nones where it consumed none."""
+    got = (staleness(consumed, bound) or {}) if consumed else {}
+    return got.get("mean"), got.get("p90"), got.get("max"), got.get("beyond")
 
 
 def _listed(value: Any, unit: float) -> list[float] | None:
