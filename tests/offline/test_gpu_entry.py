@@ -47,6 +47,8 @@ def test_a_file_grown_again_and_again_reads_through_its_entry_as_cold(
     pure-Python path."""
     if not scanner:
         monkeypatch.setattr(gpu_samples, "_gpuscan", None)
+    elif gpu_samples._gpuscan is None:
+        pytest.skip("the C scanner is not built here (an install without a compiler reads on the pure-Python path)")
     devices = [device(f"GPU-{i}", i) for i in range(2)]
     path = write_samples(tmp_path, "n0", 7, devices, _reading, end_s=30.0)
     cache = tmp_path / "cache"
