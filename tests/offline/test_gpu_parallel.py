@@ -3,6 +3,7 @@ at once: the same figures as one at a time."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,8 @@ def test_without_the_scanner_files_are_read_on_worker_processes_alike(tmp_path: 
     many = read_devices(paths, jobs=2)[0]
     assert list(one) == list(many)
     assert all(np.array_equal(d.v, many[u].v, equal_nan=True) for u, d in one.items())
-    assert read_ahead(paths, None) is None  # (the pure-Python reading holds the GIL: read when asked)
+    later = read_ahead(paths, None)  # (the pure-Python reading holds the GIL: no thread, read when asked)
+    assert not isinstance(later, Future) and list(later.result()[2]) == list(one)
 
 
 def test_step_rows_add_each_steps_sums_over_processes_as_one_at_a_time(tmp_path: Path) -> None:

@@ -49,14 +49,24 @@ def _on_thread(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     return future
 
 
+class _Later:
+    """``fn(*args)`` run in the thread that asks for its result, when it asks (a future that is no thread)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._fn, self._args = fn, args
+
+    def result(self) -> Any:
+        return self._fn(*self._args)
+
+
 def read_ahead(
     paths: Sequence[Path], cache: str | None, jobs: int | None = None, window: bool = False
-) -> Future[Any] | None:
+) -> Future[Any] | _Later:
     """The run's sample files read on a thread of their own while the span files are read: pass it to
-    :func:`join_ahead` (or :func:`~lens_rl.offline.run.gpu.gpu_look`). None without the C scanner (the
-    pure-Python reading holds the GIL: read when the look asks). ``window``: each device's window only where
-    the cache keeps them (a look with no GPU lanes: :func:`~lens_rl.offline.run.gpu.read_run`)."""
-    return _on_thread(read_run, paths, cache, jobs, window) if SCANNER else None
+    :func:`join_ahead` (or :func:`~lens_rl.offline.run.gpu.gpu_look`). Without the C scanner they are read
+    when the look asks (the pure-Python reading holds the GIL), the same way. ``window``: each device's window
+    only where the cache keeps them (a look with no GPU lanes: :func:`~lens_rl.offline.run.gpu.read_run`)."""
+    return (_on_thread if SCANNER else _Later)(read_run, paths, cache, jobs, window)
 
 
 def join_ahead(
@@ -65,7 +75,7 @@ def join_ahead(
     stats: ReadStats,
     cache: str | None,
     jobs: int | None = None,
-    ahead: Future[Any] | None = None,
+    ahead: Future[Any] | _Later | None = None,
 ) -> Future[GpuLook]:
     """The run's samples read (or ``ahead``'s reading waited for: its counts and notes are in ``stats`` when
     this returns, before the report is made of them) and joined to the parts on a thread, from a snapshot of
