@@ -7,7 +7,7 @@ import numpy as np
 
 from lens_rl.offline.read.intervals import merge_intervals
 from lens_rl.offline.read.parts import NO_STEP
-from lens_rl.offline.rollup.gpu import _productive, _step_hulls
+from lens_rl.offline.rollup.gpu_process import productive_union, step_hulls
 
 
 def test_the_productive_union_is_merge_intervals_of_the_productive_spans() -> None:
@@ -20,7 +20,7 @@ def test_the_productive_union_is_merge_intervals_of_the_productive_spans() -> No
         starts = rng.integers(0, 100, n).astype(np.int64)
         ends = starts + rng.integers(-5, 20, n)
         index = rng.integers(0, 2, n).astype(np.int32)
-        lo, hi = _productive(keys, index, starts, ends)
+        lo, hi = productive_union(keys, index, starts, ends)
         chosen = index == 0
         assert list(zip(lo.tolist(), hi.tolist(), strict=True)) == merge_intervals(
             zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)
@@ -39,7 +39,7 @@ def test_each_steps_first_start_and_last_end_whatever_the_spans_order() -> None:
             steps = np.sort(steps)
         starts = rng.integers(0, 1000, n).astype(np.int64)
         ends = starts + rng.integers(0, 50, n)
-        values, lo, hi = _step_hulls(steps, starts, ends)
+        values, lo, hi = step_hulls(steps, starts, ends)
         want = sorted({int(s) for s in steps if s != NO_STEP})
         assert values.tolist() == want
         for step, first, last in zip(want, lo.tolist(), hi.tolist(), strict=True):

@@ -1,0 +1,180 @@
+"""One GPU process in the GPU rollup (:mod:`lens_rl.offline.rollup.gpu`): the intervals it asks its devices
+(its spans, its first to last span, each step's first to last span, its productive spans' union), what an
+earlier look kept of it, and what its devices answered, put together as the cold join would.
+
+Example::
+
+    process = GpuProcess(key, merged, devices, lines, kept, keeping)
+    for line in its_devices_timelines:
+        process.queries.answer(process.queries.asked(line))
+    process.finish(limits, keep, keeping)         # (kept rows back, this look's settled kept, the mean taken)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from lens_rl.offline.read.parts import NO_STEP
+from lens_rl.offline.rollup.gpu_memo import Keeping, reused
+from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, settle
+
+__all__ = ["MEASURES", "PRODUCTIVE", "GpuProcess", "productive_union", "step_hulls"]
+
+#: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`'s, in its column order)
+MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
+_K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
+#: the productive union's place among a process's interval sets (spans, hull, steps, productive)
+PRODUCTIVE = 3
+#: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
+Timeline = Any
+
+
+class _Queries:
+    """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
+    productive spans' union), and what its devices answered: each measure summed over them (the devices'
+    mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
+    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
+
+    def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
+        self.intervals = intervals
+        self.sums = [np.zeros((len(lo), len(MEASURES))) for lo, _hi in intervals]
+        self.mem = [np.full(len(lo), np.nan) for lo, _hi in intervals]
+        self.counts = np.zeros(len(MEASURES))
+        self.devices = 0
+
+    def asked(self, line: Timeline) -> list[Any]:
+        """What one device answers (each interval set's integrals and memory peaks, and what it measures)."""
+        # (the productive union's memory peaks are never read: its integrals only)
+        out = [line.joined(lo, hi, k != PRODUCTIVE) if len(lo) else None for k, (lo, hi) in enumerate(self.intervals)]
+        return [*out, line.measured]
+
+    def answer(self, answered: list[Any]) -> None:
+        """One device's answer (:meth:`asked`) added in (devices in the same order every look: the same sums)."""
+        for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
+            if got is not None:
+                sums += got[0]
+                if got[1] is not None:
+                    np.fmax(mem, got[1], out=mem)
+        self.counts += answered[-1]
+        self.devices += 1
+
+    def mean(self) -> None:
+        """Sums over devices as the devices' mean (each measure over the devices that have it)."""
+        counts = self.counts.copy()
+        counts[[_K, _BUSY, _IDLE]] = counts[_K]
+        counts[[_SMK, _SM]] = counts[_SMK]
+        counts[[_TK, _T]] = counts[_TK]
+        for sums in self.sums:
+            sums /= np.maximum(counts, 1)
+
+
+class GpuProcess:
+    """One GPU process's span columns (its parts' merged), its :class:`_Queries`, and what an earlier look kept
+    of it: ``prior`` (its settled spans' sums, where they still hold: the first ``base`` spans are not asked
+    again) and ``memo`` (its settled steps' and productive intervals' rows, not asked again)."""
+
+    def __init__(
+        self,
+        key: Any,
+        merged: tuple[Any, ...],
+        devices: Mapping[str, Any],
+        lines: Mapping[str, Timeline],
+        kept: Mapping[str, SpanPrefix] | None,
+        keeping: Keeping | None,
+    ) -> None:
+        uuids, starts_a, ends_a, keys, index_a, steps_a = merged
+        starts, ends = np.frombuffer(starts_a, np.int64), np.frombuffer(ends_a, np.int64)
+        index, span_steps = np.frombuffer(index_a, np.int32), np.frombuffer(steps_a, np.int64)
+        values, step_lo, step_hi = step_hulls(span_steps, starts, ends)
+        productive = productive_union(keys, index, starts, ends)
+        hull = (np.array([starts.min()]), np.array([ends.max()])) if starts.size else (starts, ends)
+        mine = set(uuids)
+        self.key, self.uuids, self.keys, self.index, self.values = key, uuids, keys, index, values
+        self.starts, self.ends, self.step_hi, self.productive = starts, ends, step_hi, productive
+        self.answering = [u for u in devices if u in mine and u in lines]
+        prior = kept.get(repr(key)) if kept else None
+        self.hashed = Digest(starts, ends)
+        self.base = base_of(prior, self.answering, starts, ends, keys, self.hashed)
+        self.prior = prior if self.base else None
+        memo = keeping.memos.get(repr(key)) if keeping is not None else None
+        self.keyed = (Digest(values, step_lo, step_hi), Digest(*productive))
+        self.memo: tuple[Any, ...] | None = None
+        s_n = p_n = 0
+        if memo is not None and memo.devices == self.answering:  # (kept steps and productive intervals not joined)
+            s_n, s_sums, s_peaks = reused(memo.steps, self.keyed[0])
+            p_n, p_sums, _none = reused(memo.productive, self.keyed[1], peaks=False)
+            self.memo = (s_n, s_sums, s_peaks, p_n, p_sums)
+        asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
+        self.queries = _Queries([(starts[self.base :], ends[self.base :]), hull, *asked])
+        if keeping is not None:
+            keeping.note_opens(devices, self.answering, [starts, ends, hull, (step_lo, step_hi), productive])
+
+    def stale(self) -> bool:
+        """Whether what an earlier look kept of it no longer holds (its devices measure otherwise now)."""
+        done = self.queries
+        return self.prior is not None and (
+            self.prior.counts != done.counts.tolist() or done.devices != len(self.answering)
+        )
+
+    def finish(self, limits: Mapping[str, int], keep: dict[str, SpanPrefix] | None, keeping: Keeping | None) -> None:
+        """Its devices' answers made whole: the kept rows put back before the joined ones (before the mean, as
+        they were kept), what this look settles kept for the next (spans ending before ``limits``, each
+        device's last sample), and the devices' mean taken."""
+        done = self.queries
+        if self.memo is not None:
+            s_n, s_sums, s_peaks, p_n, p_sums = self.memo
+            if s_n:
+                done.sums[2] = np.concatenate([s_sums, done.sums[2]])
+                done.mem[2] = np.concatenate([s_peaks, done.mem[2]])
+            if p_n:
+                done.sums[PRODUCTIVE] = np.concatenate([p_sums, done.sums[PRODUCTIVE]])
+        if keep is None:
+            done.mean()
+            return
+        key = repr(self.key)
+        limit = min((limits[u] for u in self.answering), default=np.iinfo(np.int64).max)
+        counts = done.counts.tolist()
+        if keeping is not None:
+            steps = (self.keyed[0], self.step_hi, done.sums[2], done.mem[2])
+            keeping.keep(key, self.answering, steps, (self.keyed[1], self.productive[1], done.sums[PRODUCTIVE]), limit)
+        done.mean()
+        got = settle(
+            key, self.prior, self.base, self.starts, self.ends, self.keys, self.index, done.sums[0], done.mem[0],
+            self.answering, counts, limit, self.hashed,
+        )  # fmt: skip
+        if got is not None:
+            keep[key] = got
+
+
+def step_hulls(span_steps: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
+    """A process's steps (ints) and each one's first start and last end."""
+    stepped = span_steps != NO_STEP
+    mine = span_steps[stepped]
+    if mine.size and (mine[1:] >= mine[:-1]).all():  # (spans in step order, as most files are: no sorting)
+        first = np.flatnonzero(np.concatenate(([True], mine[1:] != mine[:-1])))
+        return mine[first], np.minimum.reduceat(starts[stepped], first), np.maximum.reduceat(ends[stepped], first)
+    values, at = np.unique(mine, return_inverse=True)
+    lo = np.full(values.size, np.iinfo(np.int64).max)
+    hi = np.full(values.size, np.iinfo(np.int64).min)
+    np.minimum.at(lo, at, starts[stepped])
+    np.maximum.at(hi, at, ends[stepped])
+    return values, lo, hi
+
+
+def productive_union(keys: list[Any], index: Any, starts: Any, ends: Any) -> tuple[Any, Any]:
+    """The union of a process's productive spans, as (starts, ends)."""
+    mine = [i for i, (_name, bucket) in enumerate(keys) if bucket == "productive"]
+    chosen = np.isin(index, mine)
+    # (merge_intervals' union, vectorised: sorted by (start, end), a new interval where a start passes every
+    # end before it, each one's end the largest of its members')
+    order = np.lexsort((ends[chosen], starts[chosen]))
+    lo, hi = starts[chosen][order], ends[chosen][order]
+    if not lo.size:
+        return lo, hi
+    first = np.ones(lo.size, bool)
+    first[1:] = lo[1:] > np.maximum.accumulate(hi)[:-1]
+    at = np.flatnonzero(first)
+    return lo[at], np.maximum.reduceat(hi, at)
