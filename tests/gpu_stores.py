@@ -9,9 +9,12 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from tests.stores import at_ns, span, write_process
 
@@ -116,3 +119,21 @@ def write_scripted_job(run: Path, *, samples: bool = True) -> Path:
         if samples:
             write_samples(run, f"node{rank}", 100 + rank, [device(f"GPU-{rank}")], scripted_reading)
     return run
+
+
+def harm_record(record: Path, harm: str, planted: dict[str, Any], max_bytes: int) -> bool:
+    """A kept cache record harmed as a hostile-cache test asks: ``planted`` (MessagePack of another shape in its
+    place), ``cut`` (its first half), ``fifo`` (a FIFO in its place) or ``oversized`` (past ``max_bytes``);
+    False for another harm (the test's own to make)."""
+    if harm == "planted":
+        record.write_bytes(msgspec.msgpack.encode(planted))
+    elif harm == "cut":
+        record.write_bytes(record.read_bytes()[: record.stat().st_size // 2])
+    elif harm == "fifo":
+        record.unlink()
+        os.mkfifo(record)
+    elif harm == "oversized":
+        os.truncate(record, max_bytes + 1)
+    else:
+        return False
+    return True

@@ -4,7 +4,6 @@ answer is a cold read's byte for byte; a hostile kept record is one stderr line 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 from lens_rl.offline.run.gpu_kept import MAX_BYTES, JoinKept
 from tests.conftest import lens
-from tests.gpu_stores import device, write_gpu_worker, write_samples
+from tests.gpu_stores import device, harm_record, write_gpu_worker, write_samples
 from tests.stores import at_ns, span, write_process
 
 
@@ -108,16 +107,7 @@ def test_a_hostile_kept_join_record_is_one_stderr_line_and_a_cold_join(tmp_path:
         _append(run / f"spans-actor-{rank}-{10 + rank}.jsonl", _actor_spans(rank, 20, 30))
         _append(run / f"gpu-node{rank}-{100 + rank}.jsonl", _samples(20, 30))
     record = run / ".lens_rl-cache" / "gpu-join.kept"
-    data = record.read_bytes()
-    if harm == "planted":
-        record.write_bytes(msgspec.msgpack.encode({"key": "x", "processes": [[1, 2, 3]], "sums": b"\0" * 99}))
-    elif harm == "cut":
-        record.write_bytes(data[: len(data) // 2])
-    elif harm == "fifo":
-        record.unlink()
-        os.mkfifo(record)
-    else:
-        os.truncate(record, MAX_BYTES + 1)
+    assert harm_record(record, harm, {"key": "x", "processes": [[1, 2, 3]], "sums": b"\0" * 99}, MAX_BYTES)
     got, stderr = _look(run)
     assert got == _look(run, "--no-cache")[0]
     said = [line for line in stderr.splitlines() if "GPU join's kept record" in line]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from lens_rl.cli import main
 from lens_rl.offline.run import gpu, gpu_lines
 from lens_rl.offline.run.gpu_lines import MAX_BYTES, VERSION, LinesKept
-from tests.gpu_stores import ALL, PLAIN, device, write_gpu_worker, write_samples
+from tests.gpu_stores import ALL, PLAIN, device, harm_record, write_gpu_worker, write_samples
 from tests.stores import at_ns, span, write_process
 
 
@@ -143,23 +142,16 @@ def test_a_hostile_kept_windows_record_is_one_stderr_line_and_a_cold_join(
     _grow(run, 20, 30)
     record = run / ".lens_rl-cache" / "gpu-lines.kept"
     data = record.read_bytes()
-    if harm == "planted":
-        record.write_bytes(msgspec.msgpack.encode({"key": "x", "lines": [[1, 2, 3]], "v": b"\0" * 99}))
-    elif harm == "cut":
-        record.write_bytes(data[: len(data) // 2])
-    elif harm == "fifo":
-        record.unlink()
-        os.mkfifo(record)
-    elif harm == "unordered":  # (this shape and version, its anchors out of order: they are looked up by bisection)
+    planted = {"key": "x", "lines": [[1, 2, 3]], "v": b"\0" * 99}
+    if not harm_record(record, harm, planted, MAX_BYTES):
         kept = msgspec.msgpack.decode(data, type=LinesKept)
-        xs = np.array([5, 3], "<i8").tobytes()
-        bad = msgspec.structs.replace(kept.lines[0], xs=xs, at=np.zeros(14).tobytes(), peaks=np.zeros(2).tobytes())
-        record.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(kept, lines=[bad, *kept.lines[1:]])))
-    elif harm == "version":
-        kept = msgspec.msgpack.decode(data, type=LinesKept)
-        record.write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(kept, version=VERSION + 1)))
-    else:
-        os.truncate(record, MAX_BYTES + 1)
+        if harm == "unordered":  # (this shape and version, its anchors out of order: looked up by bisection)
+            xs = np.array([5, 3], "<i8").tobytes()
+            bad = msgspec.structs.replace(kept.lines[0], xs=xs, at=np.zeros(14).tobytes(), peaks=np.zeros(2).tobytes())
+            kept = msgspec.structs.replace(kept, lines=[bad, *kept.lines[1:]])
+        else:  # (another layout version)
+            kept = msgspec.structs.replace(kept, version=VERSION + 1)
+        record.write_bytes(msgspec.msgpack.encode(kept))
     caplog.clear()
     got = _look(run)
     said = [r for r in caplog.records if "GPU join's kept windows" in r.getMessage()]
