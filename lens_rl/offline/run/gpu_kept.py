@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -29,7 +29,9 @@ import numpy as np
 from lens_rl.offline.rollup.gpu_prefix import DeviceMark, SpanPrefix
 from lens_rl.offline.run.disk import cache_key, read_bytes, write_atomic
 
-__all__ = ["MAX_BYTES", "JoinKept", "entries_of", "load_kept", "save_kept"]
+__all__ = ["MAX_BYTES", "JoinKept", "entries_of", "load_kept", "read_kept", "save_kept"]
+
+T = TypeVar("T")
 
 #: a kept join record larger than this is not read (its processes' prefixes are a few KB each)
 MAX_BYTES = 64 << 20
@@ -77,19 +79,30 @@ def _grown(mark: DeviceMark, device: Any) -> bool:
     return bool(t.size == n or t[n:].min() > t[:n].max())
 
 
-def load_kept(cache: str, found: Sequence[Path], devices: Mapping[str, Any]) -> dict[str, SpanPrefix] | None:
-    """The prefixes an earlier look kept that still hold for these sample files and devices (None: none)."""
-    path = Path(cache) / _NAME
+def read_kept(
+    path: Path, decode: Callable[[bytes], T], max_bytes: int, what: str, check: Callable[[T], None] | None = None
+) -> T | None:
+    """One of the GPU join's kept records at ``path``, decoded (None: there is none). One too large, not a
+    regular file (a FIFO in its place is never opened), of another shape, or that ``check`` raises
+    ``ValueError`` on, is one line on stderr naming ``what`` and None: the look joins cold."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES} bytes")
-        kept = _decode(read_bytes(path))  # (a regular file only: a FIFO in its place is never opened)
+        if path.stat().st_size > max_bytes:
+            raise ValueError(f"larger than {max_bytes} bytes")
+        kept = decode(read_bytes(path))
+        if check is not None:
+            check(kept)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, msgspec.DecodeError) as exc:
-        _log.warning("lens-rl: the GPU join's kept record %s was not used (%s): joining cold", path, exc)
+        _log.warning("lens-rl: the GPU join's %s %s was not used (%s): joining cold", what, path, exc)
         return None
-    if kept.key != cache_key():
+    return kept
+
+
+def load_kept(cache: str, found: Sequence[Path], devices: Mapping[str, Any]) -> dict[str, SpanPrefix] | None:
+    """The prefixes an earlier look kept that still hold for these sample files and devices (None: none)."""
+    kept = read_kept(Path(cache) / _NAME, _decode, MAX_BYTES, "kept record")
+    if kept is None or kept.key != cache_key():
         return None
     now = dict(entries_of(cache, found))
     if any(now.get(name) != inode or inode < 0 for name, inode in kept.entries):  # (-1: no entry, unknown)

@@ -30,10 +30,10 @@ from lens_rl.offline.read.gpu_join import MEASURES
 from lens_rl.offline.read.gpu_samples import Block, read_samples
 from lens_rl.offline.read.gpu_window import WINDOW_NS, Before, ColdError, WindowLine, before_at
 from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo
-from lens_rl.offline.run.disk import append_to, cache_key, read_bytes, write_atomic
+from lens_rl.offline.run.disk import append_to, cache_key, write_atomic
 from lens_rl.offline.run.gpu_device import Device
 from lens_rl.offline.run.gpu_entry import entry_record, layout
-from lens_rl.offline.run.gpu_kept import entries_of
+from lens_rl.offline.run.gpu_kept import entries_of, read_kept
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.store import ReadStats, open_file
 from lens_rl.store.gpu import GPU_COUNTERS
@@ -97,21 +97,15 @@ _decode = msgspec.msgpack.Decoder(LinesKept).decode
 _encode = msgspec.msgpack.Encoder().encode
 
 
+def _this_version(kept: LinesKept) -> None:
+    if kept.key == cache_key() and kept.version != VERSION:  # (this lens_rl writes only its own)
+        raise ValueError(f"layout version {kept.version}, not {VERSION}")
+
+
 def load_lines(cache: str, found: Sequence[Path]) -> LinesKept | None:
     """The kept windows, where they are this lens_rl's of these very sample files' entries (None: none)."""
-    path = Path(cache) / _NAME
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES} bytes")
-        kept = _decode(read_bytes(path))  # (a regular file only: a FIFO in its place is never opened)
-        if kept.key == cache_key() and kept.version != VERSION:  # (this lens_rl writes only its own)
-            raise ValueError(f"layout version {kept.version}, not {VERSION}")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, msgspec.DecodeError) as exc:
-        _log.warning("lens-rl: the GPU join's kept windows %s were not used (%s): joining cold", path, exc)
-        return None
-    if kept.key != cache_key():
+    kept = read_kept(Path(cache) / _NAME, _decode, MAX_BYTES, "kept windows record", _this_version)
+    if kept is None or kept.key != cache_key():
         return None
     now = dict(entries_of(cache, found))
     if len(now) != len(kept.entries) or any(now.get(n) != i or i < 0 for n, i in kept.entries):
