@@ -14,7 +14,7 @@ from typing import Any
 
 from lens_rl.offline.show.formats import percent, wall
 
-__all__ = ["gpu_lines", "memory"]
+__all__ = ["COLUMNS", "GPU_RANK_ROWS", "cells", "gpu_lines", "memory", "shown_ranks", "unread"]
 
 #: rank rows shown (past it, the ranks whose GPUs were busy least)
 GPU_RANK_ROWS = 16
@@ -29,15 +29,38 @@ def _busy(value: object) -> str:
     return "unavailable" if value is None else percent(value)
 
 
-def _figures(row: Any) -> str:
+#: a GPU row's figures: their headings and widths in the table
+COLUMNS = (("gpu busy", 12), ("idle", 10), ("idle%", 8), ("mem", 9), ("SM", 8), ("tensor", 8))
+
+
+def cells(row: Any) -> tuple[str, ...]:
+    """A GPU row's figures as shown (:data:`COLUMNS`' order): busy (``unavailable`` where no reading), idle
+    seconds, idle share, memory peak, SM and tensor activity."""
     idle = "-" if row["gpu_idle_s"] is None else wall(row["gpu_idle_s"])
     return (
-        f"{_busy(row['gpu_busy']):>12s}{idle:>10s}{percent(row['gpu_idle_share']):>8s}"
-        f"{memory(row['mem_peak_bytes']):>9s}{percent(row['sm_active']):>8s}{percent(row['tensor_active']):>8s}"
+        _busy(row["gpu_busy"]),
+        idle,
+        percent(row["gpu_idle_share"]),
+        memory(row["mem_peak_bytes"]),
+        percent(row["sm_active"]),
+        percent(row["tensor_active"]),
     )
 
 
-_COLUMNS = f"{'gpu busy':>12s}{'idle':>10s}{'idle%':>8s}{'mem':>9s}{'SM':>8s}{'tensor':>8s}"
+def shown_ranks(ranks: list[Any]) -> tuple[list[Any], str]:
+    """The rank rows shown (all of them, or the :data:`GPU_RANK_ROWS` whose GPUs were busy least) and what the
+    heading says of it."""
+    if len(ranks) <= GPU_RANK_ROWS:
+        return ranks, ""
+    least = sorted(ranks, key=lambda r: r["gpu_busy"] or 0.0)[:GPU_RANK_ROWS]
+    return least, f" (the {GPU_RANK_ROWS} least busy of {len(ranks)})"
+
+
+def _figures(row: Any) -> str:
+    return "".join(f"{cell:>{width}s}" for cell, (_name, width) in zip(cells(row), COLUMNS, strict=True))
+
+
+_COLUMNS = "".join(f"{name:>{width}s}" for name, width in COLUMNS)
 
 
 def gpu_lines(report: Any) -> list[str]:
@@ -59,16 +82,20 @@ def gpu_lines(report: Any) -> list[str]:
             f"{str(row['phase'])[:29]:30s}{str(row['worker_group'])[:15]:>16s}{str(row['bucket'] or '-'):>12s}"
             f"{row['total_s']:10.2f}s" + _figures(row)
         )
-    ranks = gpu["ranks"]
-    shown = ranks if len(ranks) <= GPU_RANK_ROWS else sorted(ranks, key=lambda r: r["gpu_busy"] or 0.0)
-    if ranks:
-        note = f" (the {GPU_RANK_ROWS} least busy of {len(ranks)})" if len(ranks) > GPU_RANK_ROWS else ""
+    shown, note = shown_ranks(gpu["ranks"])
+    if shown:
         lines.append(f"{'GPU by rank' + note:58s}{'':11s}" + _COLUMNS)
-    for row in shown[:GPU_RANK_ROWS]:
+    for row in shown:
         label = f"  {row['worker_group']} rank {row['rank']} ({', '.join(row['devices'])[:30]})"
         lines.append(f"{label[:68]:69s}" + _figures(row))
-    for device in gpu["devices"]:
-        if device["gpu_busy"] is None:
-            why = "flagged unavailable" if device["unavailable"] else "no utilisation reading"
-            lines.append(f"  GPU {device['uuid']} on {device['host'] or '?'}: {why}")
+    lines += [f"  {line}" for line in unread(gpu)]
     return lines
+
+
+def unread(gpu: Any) -> list[str]:
+    """A line for each device with no utilisation reading (flagged unavailable, or none read)."""
+    return [
+        f"GPU {d['uuid']} on {d['host'] or '?'}: {'flagged unavailable' if d['unavailable'] else 'no utilisation reading'}"
+        for d in gpu["devices"]
+        if d["gpu_busy"] is None
+    ]

@@ -1,5 +1,5 @@
-"""The report's HTML page around its figures: the headline cards, the notes, the phase table and the
-persistent stragglers."""
+"""The report's HTML page around its figures: the headline cards, the notes, the phase table (and the GPU
+tables where the run has GPU samples) and the persistent stragglers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import seconds as _secs
 from lens_rl.offline.show.formats import share
+from lens_rl.offline.show.report.gpu_tables import gpu_card, gpu_section
 from lens_rl.offline.show.report.pipeline import pipeline_card
 
 __all__ = ["page"]
@@ -53,6 +54,7 @@ td:first-child, th:first-child {{ text-align: left; }} .note {{ color: #a15c00; 
 algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {report["spans"]:,} spans in {report["files"]} files</p>
 <div class="headline">
 <div class="card" id="headline-goodput">goodput (whole job)<b>{_pct(report["goodput"])}</b></div>
+{gpu_card(report)}
 <div class="card" id="headline-steady">steady state ({warmup})<b>{_pct(report["steady_state_goodput"])}</b></div>
 <div class="card">step time p50<b>{_secs(st["p50_s"])}</b></div>
 <div class="card">step time p95<b>{_secs(st["p95_s"])}</b></div>
@@ -67,6 +69,7 @@ algorithm {esc(str(ident.get("algorithm") or "-"))} &middot; {groups} &middot; {
 <th>exclusive s</th><th>mean s</th><th>p95 s</th><th>share</th><th>tokens/s</th></tr>{phases}</table>
 <p>total: inclusive; exclusive and share: the phase's own time, less its nested phases'; share of the job's wall
 for the driver's phases, of the group's lifetimes for a worker group's.</p></section>
+{gpu_section(report)}
 <section id="persistent-stragglers"><h2>Persistent stragglers</h2><ul>{persistent}</ul></section>
 <section id="degrading-ranks"><h2>Degrading ranks</h2><p>each rank's latest window of steps against its own best
 (under 0.8: it slowed, even if every rank slowed alike)</p><ul>{degrading}</ul></section>
