@@ -127,6 +127,17 @@ def test_a_healthy_run_is_ok_and_garbage_files_are_named(tmp_path: Path) -> None
     assert [n.split(":")[0] for n in report["notes"]] == ["live-x-0-9.json", "live-y-0-9.json"]
 
 
+def test_a_process_with_no_step_yet_reads_a_dash_not_none(tmp_path: Path) -> None:
+    """A worker whose heartbeat has no step yet shows ``-`` in its row's step column, as the driver's line does."""
+    run = tmp_path / "r"
+    beat(run, "driver", 0, 1)
+    beat(run, "actor", 0, 2, step=None)
+    text = format_status(run_status(run, NOW))
+    row = next(line for line in text.splitlines() if line.startswith("actor") and " 2 " in line)
+    assert "None" not in text
+    assert row.split()[5:8] == ["running", "0.1s", "-"]
+
+
 def test_two_thousand_processes_are_summarised_by_group(tmp_path: Path) -> None:
     """2,000 heartbeats (one stale, one hung) make a short table: the groups, then only the two abnormal
     processes (its time: benchmarks/test_speed.py)."""

@@ -317,6 +317,11 @@ def _phase_text(phase: Mapping[str, Any] | None) -> str:
     return text + ("  HUNG" if phase["hung"] else "")
 
 
+def _text(value: Any) -> str:
+    """A row's field as shown: ``-`` where it has none (a worker with no step yet), never ``None``."""
+    return "-" if value is None else str(value)
+
+
 def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     """The status for people: a headline, the groups, the processes (all of them up to :data:`MAX_ROWS`,
     else the stale and hung ones)."""
@@ -371,8 +376,8 @@ def _process_lines(rows: Sequence[Mapping[str, Any]], all_rows: bool) -> list[st
     )
     for r in shown[: len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS)]:
         lines.append(
-            f"{r['worker_group'][:19]:20s}{str(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{str(r['pid']):>8s}"
-            f"{str(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{str(r['step']):>7s}"
+            f"{r['worker_group'][:19]:20s}{_text(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{_text(r['pid']):>8s}"
+            f"{_text(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{_text(r['step']):>7s}"
             f"{gpu_text(r.get('gpu')):>6s}  {_phase_text(r['phase'])}"
             + ("  clock ahead" if r["clock_ahead"] else "")
             + (f"  GPU IDLE {_secs(r['gpu']['idle_s'])}" if r.get("gpu") and r["gpu"]["idle"] else "")
