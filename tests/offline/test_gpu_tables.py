@@ -10,7 +10,7 @@ from typing import Any
 
 from lens_rl.offline.show.formats import percent
 from lens_rl.offline.show.gpu_table import GPU_RANK_ROWS, cells, shown_ranks
-from lens_rl.offline.show.report.gpu_tables import gpu_card, gpu_section
+from lens_rl.offline.show.report.gpu_tables import MAX_PHASE_ROWS, gpu_card, gpu_section
 from tests.conftest import lens
 from tests.gpu_stores import device, scripted_reading, write_samples, write_scripted_job
 
@@ -53,9 +53,9 @@ def test_no_reading_shows_unavailable_and_the_device_is_named(tmp_path: Path) ->
     assert "<li>GPU GPU-0 on node0: no utilisation reading</li>" in section
 
 
-def test_without_gpu_samples_the_block_is_empty_and_many_ranks_show_the_least_busy() -> None:
+def test_without_gpu_samples_the_block_is_empty_and_many_rows_are_cut() -> None:
     """No ``gpu`` section: no card, no section. Past :data:`GPU_RANK_ROWS` ranks, the rank table keeps the least
-    busy ones and says so."""
+    busy ones and says so; past :data:`MAX_PHASE_ROWS` phases, the page says how many more."""
     assert gpu_card({"gpu": None}) == "" and gpu_section({}) == ""
     figures = {"gpu_idle_s": 1.0, "gpu_idle_share": 0.1, "mem_peak_bytes": 2**30, "sm_active": None}
     ranks = [
@@ -66,7 +66,15 @@ def test_without_gpu_samples_the_block_is_empty_and_many_ranks_show_the_least_bu
     shown, note = shown_ranks(ranks)
     assert [r["rank"] for r in shown] == list(range(GPU_RANK_ROWS))
     assert note == f" (the {GPU_RANK_ROWS} least busy of {GPU_RANK_ROWS + 4})"
-    report = {"gpu": {"goodput": {"goodput": 0.5, "devices": 20}, "phases": [], "ranks": ranks, "devices": []}}
+    phases = [
+        {"phase": f"p{n}", "worker_group": "actor", "bucket": "productive", "total_s": 1.0, "gpu_busy": 0.5}
+        | figures
+        | {"tensor_active": None}
+        for n in range(MAX_PHASE_ROWS + 3)
+    ]
+    report = {"gpu": {"goodput": {"goodput": 0.5, "devices": 20}, "phases": phases, "ranks": ranks, "devices": []}}
     section = gpu_section(report)
     assert html.escape(note) in section and "<td>actor rank 15</td>" in section and "actor rank 16<" not in section
+    assert f"<td>p{MAX_PHASE_ROWS - 1}</td>" in section and f"<td>p{MAX_PHASE_ROWS}</td>" not in section
+    assert "... 3 more (lens-rl goodput --json)" in section
     assert "GPU goodput (20 GPUs)<b>50.0%</b>" in gpu_card(report)

@@ -17,7 +17,10 @@ from typing import Any
 from lens_rl.offline.show.formats import percent
 from lens_rl.offline.show.gpu_table import COLUMNS, cells, shown_ranks, unread
 
-__all__ = ["gpu_card", "gpu_section"]
+__all__ = ["MAX_PHASE_ROWS", "gpu_card", "gpu_section"]
+
+#: GPU phase rows on the page (past it, how many more: a page of any run stays a few screens tall)
+MAX_PHASE_ROWS = 60
 
 
 def gpu_card(report: Any) -> str:
@@ -45,8 +48,11 @@ def gpu_section(report: Any) -> str:
     heads = "".join(f"<th>{name}</th>" for name, _width in COLUMNS)
     phases = "".join(
         _row([str(p["phase"]), str(p["worker_group"]), str(p["bucket"] or "-"), f"{p['total_s']:.2f}"], p)
-        for p in gpu["phases"]
+        for p in gpu["phases"][:MAX_PHASE_ROWS]
     )
+    more = len(gpu["phases"]) - MAX_PHASE_ROWS
+    if more > 0:
+        phases += f"<tr><td colspan={4 + len(COLUMNS)}>... {more} more (lens-rl goodput --json)</td></tr>"
     shown, note = shown_ranks(gpu["ranks"])
     ranks = "".join(_row([f"{r['worker_group']} rank {r['rank']}", ", ".join(r["devices"])], r) for r in shown)
     missing = "".join(f"<li>{html.escape(line)}</li>" for line in unread(gpu))
