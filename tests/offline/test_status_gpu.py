@@ -55,6 +55,37 @@ def test_gpu_idle_past_the_alert_while_a_phase_is_open(tmp_path: Path) -> None:
     assert "generation" in idle_line and " 0%  generation" in idle_line
 
 
+def test_watch_shows_each_groups_gpu_busy_and_the_idle_gpus(tmp_path: Path) -> None:
+    """``watch``'s processes table gives each group the mean GPU busy of its running processes (``-`` for a
+    group with no GPU), lists a GPU IDLE process among the alarms; a run without GPUs has no GPU column."""
+    pytest.importorskip("rich")
+    from tests.offline.test_watch import _now, _render
+
+    run = tmp_path / "run"
+    with_gpu(beat(run, "actor", 0, 10, open_phases=[phase("generation", 900)]), [0, 0], [400, 350])
+    with_gpu(beat(run, "actor", 1, 11, open_phases=[phase("generation", 900)]), [80, 40], [None, None])
+    beat(run, "driver", 0, 1, open_phases=[phase("step", 900)])
+    for path in run.glob("live-*.json"):
+        _now(path)
+        content = json.loads(path.read_text())
+        if "gpu" in content:  # (its reading as recent as the heartbeat)
+            shift = content["written_ns"] - content["gpu"]["t"]
+            content["gpu"]["t"] += shift
+            for device in content["gpu"]["devices"]:
+                device["idle_since_ns"] = None if device["idle_since_ns"] is None else device["idle_since_ns"] + shift
+            path.write_text(json.dumps(content))
+    text = _render(run)
+    header = next(line for line in text.splitlines() if "processes" in line and "gpu busy" in line)
+    assert header.split()[-1] == "busy"
+    actor = next(line for line in text.splitlines() if line.split()[:1] == ["actor"])
+    driver = next(line for line in text.splitlines() if line.split()[:1] == ["driver"])
+    assert actor.split()[-1] == "30%" and driver.split()[-1] == "-"
+    assert "GPU IDLE" in text
+    bare = tmp_path / "bare"
+    _now(beat(bare, "actor", 0, 10))
+    assert "gpu busy" not in _render(bare)
+
+
 @pytest.mark.parametrize(
     "entry",
     [[], "x", {"t": "now", "devices": []}, {"t": 1, "devices": [1, None]}, {"t": 1, "devices": [{"util": "x"}]}],

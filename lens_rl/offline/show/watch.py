@@ -23,7 +23,7 @@ from lens_rl._errors import require
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import wall as _secs
 
-__all__ = ["LAST_STEPS", "frame", "watch"]
+__all__ = ["LAST_STEPS", "frame", "group_gpu_busy", "watch"]
 
 #: Step rows a frame shows.
 LAST_STEPS = 8
@@ -103,11 +103,15 @@ def _headline(report: Any) -> Any:
 
 
 def _processes(status: Any) -> Any:
-    """The processes per worker group: running, stale, ended, hung, and the steps they are at."""
-    procs = _table(("group", "processes", "running", "stale", "ended", "hung", "steps"), ("group",), title="processes")
+    """The processes per worker group: running, stale, ended, hung, the steps they are at and, where a process
+    has GPUs, their busy (:func:`group_gpu_busy`)."""
+    busy = group_gpu_busy(status["processes"])
+    columns = ("group", "processes", "running", "stale", "ended", "hung", "steps") + (("gpu busy",) if busy else ())
+    procs = _table(columns, ("group",), title="processes")
     for g in status["groups"]:
         steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
         style = "red" if g["stale"] or g["hung"] else None
+        gpu = busy.get(g["worker_group"])
         procs.add_row(
             g["worker_group"],
             str(g["processes"]),
@@ -116,9 +120,24 @@ def _processes(status: Any) -> Any:
             str(g["ended"]),
             str(g["hung"]),
             steps,
+            *((("-" if gpu is None else f"{gpu:.0f}%"),) if busy else ()),
             style=style,
         )
     return procs
+
+
+def group_gpu_busy(processes: list[Any]) -> dict[str, float | None]:
+    """worker group -> the mean GPU busy (percent) of its running processes with a reading (None: none has
+    one); empty where no process of the run has GPUs."""
+    readings: dict[str, list[float]] = {}
+    for r in processes:
+        gpu = r.get("gpu")
+        if gpu is None:
+            continue
+        got = readings.setdefault(r["worker_group"], [])
+        if r["state"] == "running" and gpu.get("busy") is not None:
+            got.append(gpu["busy"])
+    return {group: sum(got) / len(got) if got else None for group, got in readings.items()}
 
 
 def _last_steps(report: Any) -> Any:
