@@ -51,6 +51,20 @@ def test_indices_uuids_and_mig_ids_resolve_to_gpu_uuids(tmp_path: Path) -> None:
     assert worker_attrs(tmp_path, "GPU-zero")["rl.gpu.uuids"] == ["GPU-zero"]
 
 
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(tmp_path: Path) -> None:
+    """A unique UUID prefix names its GPU; CUDA 11's ``MIG-GPU-<uuid>/<gi>/<ci>`` its GPU; the list ends at the
+    first entry that names no device (garbage, a negative index, an index past the count, an ambiguous prefix),
+    and ``rl.num_gpus`` counts the GPUs named before it, as CUDA would see them."""
+    assert worker_attrs(tmp_path, "GPU-o")["rl.gpu.uuids"] == ["GPU-one"]
+    assert worker_attrs(tmp_path, "MIG-GPU-one/1/0")["rl.gpu.uuids"] == ["GPU-one"]
+    for visible, uuids in (("0,garbage,1", ["GPU-zero"]), ("1,-1,0", ["GPU-one"]), ("1,7,0", ["GPU-one"])):
+        attrs = worker_attrs(tmp_path, visible)
+        assert attrs["rl.gpu.uuids"] == uuids and attrs["rl.num_gpus"] == 1, (visible, attrs)
+    for visible in ("7", "GPU-", "GPU-nine", "-1,0"):
+        attrs = worker_attrs(tmp_path, visible)
+        assert "rl.gpu.uuids" not in attrs and attrs["rl.num_gpus"] == 0, (visible, attrs)
+
+
 def test_no_gpus_named_means_none(tmp_path: Path) -> None:
     """No CUDA_VISIBLE_DEVICES (and no Ray), or an empty one: no UUIDs, zero GPUs."""
     assert worker_attrs(tmp_path, None) == {"rl.num_gpus": 0}

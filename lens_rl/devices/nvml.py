@@ -221,21 +221,20 @@ def _read_gpm(nv: Any, device: Device, row: list[Any]) -> None:
 
 
 def resolve_uuids(ids: Sequence[str]) -> tuple[list[str], str | None] | None:
-    """The UUIDs of the GPUs ``ids`` names (indices as NVML numbers them, ``GPU-`` UUIDs, ``MIG-`` ids: their
-    GPU's UUID) and the first one's name, through NVML; None when NVML cannot say (no package, library or
-    driver, or an id it does not know)."""
+    """The UUIDs of the GPUs ``ids`` names and the first one's name, through NVML, as CUDA reads
+    ``CUDA_VISIBLE_DEVICES``: indices as NVML numbers them, ``GPU-`` UUIDs or a unique prefix of one, ``MIG-``
+    ids (their GPU's UUID; the older ``MIG-GPU-<uuid>/<gi>/<ci>`` too); the devices up to the first id that
+    names none (CUDA hides it and every one after it: an empty list where the first does). None when NVML
+    cannot say (no package, library or driver, or a call failing otherwise)."""
     nv = load()
     if nv is None:
         return None
     try:
         uuids, name = [], None
         for ident in ids:
-            if ident.isdigit():
-                handle = nv.nvmlDeviceGetHandleByIndex(int(ident))
-            else:
-                handle = nv.nvmlDeviceGetHandleByUUID(ident)
-                if ident.startswith("MIG-"):
-                    handle = nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            handle = _handle(nv, ident)
+            if handle is None:
+                break
             uuids.append(_text(nv.nvmlDeviceGetUUID(handle)))
             if name is None:
                 name = _text(nv.nvmlDeviceGetName(handle))
@@ -245,3 +244,26 @@ def resolve_uuids(ids: Sequence[str]) -> tuple[list[str], str | None] | None:
         return None
     finally:
         release(nv)
+
+
+#: NVML's answers for an id that names no device (an index past the count, a UUID it does not know)
+_NAMES_NONE = (2, 6)  # NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND
+
+
+def _handle(nv: Any, ident: str) -> Any:
+    """The device (a MIG instance's GPU) ``ident`` names, or None where it names none; other NVML errors raise."""
+    if ident.startswith("MIG-GPU-") and "/" in ident:  # (CUDA 11's MIG form: its GPU's UUID, then the instance)
+        ident = ident[len("MIG-") : ident.index("/")]
+    try:
+        if ident.isdigit():
+            return nv.nvmlDeviceGetHandleByIndex(int(ident))
+        handle = nv.nvmlDeviceGetHandleByUUID(ident)
+        return nv.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle) if ident.startswith("MIG-") else handle
+    except nv.NVMLError as exc:
+        if getattr(exc, "value", None) not in _NAMES_NONE:
+            raise
+    if not ident.startswith("GPU-"):
+        return None
+    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+    matches = [h for h in handles if _text(nv.nvmlDeviceGetUUID(h)).startswith(ident)]
+    return matches[0] if len(matches) == 1 else None  # (CUDA takes a prefix that names one GPU alone)

@@ -34,7 +34,7 @@ from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
 from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
-from lens_rl.devices.profile_devices import claim_device, device_key, release_device
+from lens_rl.devices.profile_devices import claim_devices, device_keys, release_devices
 from lens_rl.devices.profile_requests import PROFILES, REQUEST_FILE, matches, read_request, write_answer
 from lens_rl.store.format import safe_part
 
@@ -92,7 +92,7 @@ class Window:
         self.thread = threading.get_ident()
         self.cut: str | None = None
         self.rss0 = _rss()
-        self.device: Path | None = None
+        self.device: list[Path] = []  # (the device locks it holds)
 
 
 class Profiler:
@@ -104,6 +104,8 @@ class Profiler:
         self.handle = handle
         self.spec = getattr(config, "profile", None)
         self.group = str(resource.get("rl.worker_group", "worker"))
+        uuids = resource.get("rl.gpu.uuids")
+        self.uuids = [str(u) for u in uuids] if isinstance(uuids, (list, tuple)) else []  # (the devices it claims)
         try:
             self.rank = int(resource.get("nv.dl.rank", 0))
         except (TypeError, ValueError):
@@ -218,18 +220,18 @@ class Profiler:
         backend_name = backend or self.backend
         self.done.add(step)
         name = f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}"
-        claimed = None
+        claimed: list[Path] = []
         try:
             made = make_backend(backend_name)
             (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
-            claimed = claim_device(self.run / PROFILES, device_key(backend_name))
+            claimed = claim_devices(self.run / PROFILES, device_keys(backend_name, self.uuids))
             window = Window(step, backend_name, name, reason, request, parent)
             window.start_ns = time.time_ns()
             made.start(name)
             window.started_ns = time.time_ns()
             window.device = claimed
         except Exception as exc:
-            release_device(claimed)
+            release_devices(claimed)
             self._failed(request, backend_name, exc)
             return
         self.windows += 1
@@ -265,7 +267,7 @@ class Profiler:
             error = f"{window.backend} backend failed: {type(exc).__name__}: {exc}"
             warn_once(f"profile-{window.backend}-failed", "lens_rl: profiler window not written (%s)", error)
         end_ns = time.time_ns()
-        release_device(device)
+        release_devices(device)
         self._span(window, files, why, stop_ns, end_ns, error)
         if window.request is not None:
             done, errors = self.captures.setdefault(window.request, ([], []))

@@ -1,15 +1,15 @@
-"""One profiler window per device across the processes of a host: a trainer and a vLLM engine on one GPU never
-profile at once (two profilers on one device lose data or clash on the GPU's counters).
-
-A window on a device claims ``<run>/profiles/.device-<host>-<devices>.lock`` (created exclusively, holding the
-claiming pid) and releases it when it closes; a lock whose pid is gone is taken over. ``<devices>`` is the
-process's ``CUDA_VISIBLE_DEVICES`` (``all`` when unset). A CPU-only ``torch`` window claims nothing.
+"""Never two profilers on one device: a window claims each GPU its process uses, one lock per device,
+``<run>/profiles/.device-<host>-<device>.lock`` (created exclusively, holding the claiming pid), all or none,
+and releases them when it closes; a lock whose pid is gone is taken over. ``<device>`` is each of the
+process's ``rl.gpu.uuids`` (resolved through NVML: a trainer naming GPU 0 by index and an engine naming it by
+UUID claim the same lock), else each entry of its ``CUDA_VISIBLE_DEVICES``, else ``all``. A CPU-only
+``torch`` window claims nothing.
 
 Example::
 
-    lock = claim_device(run / "profiles", device_key("cuda"))    # RuntimeError: another process profiles it
+    locks = claim_devices(run / "profiles", device_keys("cuda", uuids))   # DeviceBusyError: one is profiled
     ...
-    release_device(lock)
+    release_devices(locks)
 """
 
 from __future__ import annotations
@@ -18,26 +18,52 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from lens_rl.devices.profile_backends import cuda_in_use
 from lens_rl.store.format import safe_part
 
-__all__ = ["DeviceBusyError", "claim_device", "device_key", "release_device"]
+__all__ = ["DeviceBusyError", "claim_device", "claim_devices", "device_keys", "release_device", "release_devices"]
 
 
 class DeviceBusyError(RuntimeError):
     """Another process of this host has a window open on the device."""
 
 
-def device_key(backend: str) -> str | None:
-    """The device a window of ``backend`` would profile, as a lock name; None for a CPU-only window."""
+def device_keys(backend: str, uuids: Sequence[str] = ()) -> list[str]:
+    """The devices a window of ``backend`` would profile, as lock names (none for a CPU-only window): each of
+    ``uuids`` (the process's ``rl.gpu.uuids``), else each ``CUDA_VISIBLE_DEVICES`` entry, else ``all``."""
     if backend == "torch":
         torch = sys.modules.get("torch")
         if torch is None or not cuda_in_use(torch):
-            return None
-    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() or "all"
-    return safe_part(f"{socket.gethostname()}-{devices}", "device")
+            return []
+    named = [str(u) for u in uuids] or [
+        d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()
+    ]
+    host = socket.gethostname()
+    return sorted({safe_part(f"{host}-{device}", "device") for device in named or ["all"]})
+
+
+def claim_devices(folder: Path, keys: Sequence[str]) -> list[Path]:
+    """Claim every one of ``keys`` for this process, or none: :class:`DeviceBusyError` (the claims made so far
+    released) when a live process holds one."""
+    claimed: list[Path] = []
+    try:
+        for key in keys:
+            path = claim_device(folder, key)
+            if path is not None:
+                claimed.append(path)
+    except BaseException:
+        release_devices(claimed)
+        raise
+    return claimed
+
+
+def release_devices(paths: Sequence[Path] | None) -> None:
+    """Release the claims :func:`claim_devices` made (only this process's own)."""
+    for path in paths or ():
+        release_device(path)
 
 
 def claim_device(folder: Path, key: str | None) -> Path | None:

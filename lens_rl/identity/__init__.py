@@ -129,6 +129,8 @@ def _detected(env: Mapping[str, str]) -> dict[str, Any]:
     if ids is not None:
         attrs[GPU_IDS] = ids
         uuids, name = gpu_uuids(ids)
+        if uuids is not None:  # (NVML said which: as many GPUs as it found, CUDA seeing no more)
+            attrs[NUM_GPUS] = count = len(uuids)
         if uuids:
             attrs[GPU_UUIDS] = uuids
     if count:

@@ -31,12 +31,16 @@ def gpus(env: Mapping[str, str]) -> tuple[int, str | None]:
 
 
 def _visible(visible: str) -> tuple[int, str | None]:
-    """The devices a ``CUDA_VISIBLE_DEVICES`` value lists (indexes or UUIDs; a negative index is left out,
-    anything else makes it none)."""
-    ids = [d.strip() for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]
-    if ids and all(d.isdigit() or d.startswith(("GPU-", "MIG-")) for d in ids):
-        return len(ids), ",".join(ids)
-    return 0, None
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value lists, read as CUDA reads it: indices, ``GPU-`` UUIDs or
+    ``MIG-`` ids up to the first entry that is none of them (a negative index, garbage: CUDA hides it and
+    every one after it)."""
+    ids = []
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if not (entry.isdigit() and entry.isascii()) and not entry.startswith(("GPU-", "MIG-")):
+            break
+        ids.append(entry)
+    return len(ids), ",".join(ids) or None
 
 
 def device_name() -> str | None:
@@ -52,9 +56,10 @@ def device_name() -> str | None:
 
 
 def gpu_uuids(ids: str) -> tuple[list[str] | None, str | None]:
-    """The UUIDs of the GPUs ``ids`` names (comma-separated indices, ``GPU-`` UUIDs or ``MIG-`` ids: a MIG
-    instance counts as its GPU) and the first one's name, resolved through NVML; without NVML, UUIDs given as
-    such are kept and anything else is unknown (None)."""
+    """The UUIDs of the GPUs ``ids`` names (comma-separated indices, ``GPU-`` UUIDs or prefixes of one, or
+    ``MIG-`` ids: a MIG instance counts as its GPU) and the first one's name, resolved through NVML as CUDA
+    resolves them (up to the first that names no device: an empty list where the first does not); without
+    NVML, UUIDs given as such are kept and anything else is unknown (None)."""
     names = [d.strip() for d in ids.split(",") if d.strip()]
     if not names:
         return None, None
