@@ -86,6 +86,23 @@ def test_watch_shows_each_groups_gpu_busy_and_the_idle_gpus(tmp_path: Path) -> N
     assert "gpu busy" not in _render(bare)
 
 
+def test_watch_puts_the_gpu_goodput_beside_the_clocks(tmp_path: Path) -> None:
+    """A run with GPU samples: ``watch``'s headline has the GPU goodput right after the clock's; without: none."""
+    pytest.importorskip("rich")
+    from lens_rl.offline.show.formats import percent
+    from tests.gpu_stores import write_scripted_job
+    from tests.offline.test_watch import _render
+
+    run = write_scripted_job(tmp_path / "r1")
+    gpu = json.loads(lens("goodput", str(run), "--json", "--no-cache").stdout)["gpu"]["goodput"]["goodput"]
+    lines = _render(run).splitlines()
+    header = next(n for n, line in enumerate(lines) if "GPU goodput" in line)
+    assert lines[header].split()[:3] == ["goodput", "GPU", "goodput"]
+    values = next(line for line in lines[header + 1 :] if "%" in line).split()
+    assert values[1] == percent(gpu)
+    assert "GPU goodput" not in _render(write_scripted_job(tmp_path / "b" / "r1", samples=False))
+
+
 @pytest.mark.parametrize(
     "entry",
     [[], "x", {"t": "now", "devices": []}, {"t": 1, "devices": [1, None]}, {"t": 1, "devices": [{"util": "x"}]}],

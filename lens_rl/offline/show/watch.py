@@ -87,11 +87,15 @@ def _table(columns: tuple[str, ...], left: tuple[str, ...] = (), **options: Any)
 
 
 def _headline(report: Any) -> Any:
-    """The run's goodput, steady state, step time, steps, restarts and spans."""
+    """The run's goodput (and its GPU goodput beside it, where it has GPU samples), steady state, step time,
+    steps, restarts and spans."""
     st = report["step_time"]
-    head = _table(("goodput", "steady state", "step p50", "step p95", "steps", "restarts", "spans"), show_header=True)
+    gpu = report.get("gpu")
+    columns = ("goodput", *(("GPU goodput",) if gpu else ()), "steady state", "step p50", "step p95", "steps")
+    head = _table((*columns, "restarts", "spans"), show_header=True)
     head.add_row(
         _pct(report["goodput"]),
+        *((_pct(gpu["goodput"]["goodput"]),) if gpu else ()),
         _pct(report["steady_state_goodput"]),
         _secs(st["p50_s"]),
         _secs(st["p95_s"]),
