@@ -145,6 +145,7 @@ class Runtime:
         "driver_hooks",
         "activate_hooks",
         "last_step",
+        "phase_step",
         "weight_version",
         "worker_init",
         "otel_keys",
@@ -196,6 +197,9 @@ class Runtime:
         self.activate_hooks: list[Callable[[Handle], None]] = []
         #: The last completed step's goodput (``lens_rl.step_goodput()``), or None.
         self.last_step: dict[str, Any] | None = None
+        #: The step of the latest phase this process ended that had one (a worker's step between its phases:
+        #: ``lens-rl status``), or None.
+        self.phase_step: Any = None
         #: The weight version this process generates with (``lens_rl.set_weight_version``), or None: recorded
         #: as ``rl.weight_version`` on its generation-family phases and in its heartbeat.
         self.weight_version: int | None = None
@@ -285,6 +289,7 @@ class Runtime:
         self.resolved = False
         self.last_shutdown = None
         self.last_step = None
+        self.phase_step = None
         self.weight_version = None
         self.step_hook = None
         self.open_phases.clear()

@@ -247,6 +247,7 @@ class LiveMonitor:
             "state": state,
             "open": open_phases,
             "last_step": RUNTIME.last_step,
+            "phase_step": RUNTIME.phase_step,
             "weight_version": RUNTIME.weight_version,
             "phases": metrics.stats.snapshot() if metrics is not None else {},
             "hangs": self.hangs,

@@ -262,6 +262,8 @@ def _account(node: Node, end_ns: int) -> None:
             hook.step_end(node.step, end_ns)
     if handle is None:
         return
+    if node.step is not None:
+        RUNTIME.phase_step = node.step
     if handle.phase_metrics is not None:
         handle.phase_metrics.record(
             node.name, bucket._value_ if bucket else None, duration_s, None if deferred else exclusive_s

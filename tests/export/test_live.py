@@ -90,6 +90,32 @@ def test_a_heartbeat_says_what_the_process_is_doing(tmp_path: Path) -> None:
     assert not list((tmp_path / "r").glob(".*.tmp"))
 
 
+def test_a_worker_between_its_phases_says_the_step_of_its_latest_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker (no step umbrella of its own) has no open phase between two of its phases: its heartbeat says
+    the step of the latest one it ended (``phase_step``), and ``lens-rl status`` shows it as the row's step."""
+    from lens_rl.offline.show.status import run_status
+
+    env = {"ENABLED": "true", "TRACE_DIR": str(tmp_path), "RUN_ID": "r", "HEARTBEAT_INTERVAL_MS": "100000"}
+    for key, value in env.items():
+        monkeypatch.setenv(f"LENS_RL_OTEL_{key}", value)
+    handle = lens_rl.init_telemetry_worker(rank=0, world_size=1, worker_group="actor")
+    assert handle is not None
+    assert handle.live is not None
+    with lens_rl.traced_phase("generation", step=7):
+        pass
+    with lens_rl.traced_phase("reward"):  # (a phase with no step leaves it as it was)
+        pass
+    assert handle.live.write("running")
+    (path,) = (tmp_path / "r").glob("live-actor-0-*.json")
+    beat = json.loads(path.read_text())
+    assert beat["open"] == [] and beat["last_step"] is None and beat["phase_step"] == 7
+    (row,) = run_status(tmp_path / "r", time.time_ns())["processes"]
+    assert row["step"] == 7
+    lens_rl.shutdown_telemetry(2000)
+
+
 def test_no_heartbeat_file_with_the_interval_0_or_without_the_file_store(tmp_path: Path) -> None:
     """heartbeat_interval_ms 0 writes none (the watchdog still runs); an OTLP job writes none either."""
     handle = _driver(tmp_path, heartbeat_interval_ms=0)

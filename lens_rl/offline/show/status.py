@@ -55,6 +55,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "interval_ms": _NUM,
     "open": (list,),
     "last_step": (dict, _NONE),
+    "phase_step": (int, str, _NONE),
     "phases": (dict,),
     "hangs": (int,),
 }
@@ -170,6 +171,8 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
     phase = _innermost(open_phases)
     last = beat.get("last_step") or {}
     step = phase.get("step") if phase is not None and phase.get("step") is not None else last.get("step")
+    if step is None:  # (a worker between its phases: the step of the latest one it ended)
+        step = beat.get("phase_step")
     shown = _shown_phase(beat, phase, now_ns, age_s if ahead else None) if phase is not None else None
     return {
         "worker_group": str(resource.get("rl.worker_group", "worker")),
