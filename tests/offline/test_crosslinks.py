@@ -126,3 +126,22 @@ def test_which_ids_are_wanted_is_exact_where_their_low_bits_collide() -> None:
     sequential, every_seventh = np.arange(200_000, dtype=np.uint64), np.arange(0, 400_000, 7, dtype=np.uint64)
     assert (_among(sequential, every_seventh) == np.isin(sequential, every_seventh)).all()
     assert not _among(ids, np.zeros(0, np.uint64)).any()
+
+
+def test_which_ids_are_wanted_is_exact_whichever_of_their_bits_collide() -> None:
+    """The passes over an id's low, middle and high bits only rule ids out: ids equal to a wanted one in any of
+    those slices, in all of them but the top bits, past 2**63, or drawn from a handful of values, are told
+    apart exactly, as numpy's own membership test says (random sets, a few hundred draws)."""
+    import numpy as np
+
+    from lens_rl.offline.read.crosslinks import _among
+
+    rng = np.random.default_rng(11)
+    for draw in range(300):
+        pool = rng.integers(0, 2**64, 64 if draw % 3 else 8, dtype=np.uint64)
+        wanted = rng.choice(pool, int(rng.integers(0, 200)))
+        ids = rng.choice(pool, int(rng.integers(0, 400)))
+        if len(wanted) and len(ids):  # (another id sharing one slice, or every slice but the top bits)
+            bits = [np.uint64(1 << b) for b in (3, 25, 45, 61, 63)]
+            ids[: len(ids) // 2] ^= bits[draw % len(bits)]
+        assert (_among(ids, wanted) == np.isin(ids, wanted)).all()

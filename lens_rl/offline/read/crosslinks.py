@@ -82,29 +82,39 @@ def _joined(arrays: Sequence[Any]) -> Any:
     return np.concatenate([a.astype(object) for a in arrays])
 
 
-#: Bits of an id a table of :func:`_among` is indexed by (a table of 2**20 flags: 1 MB).
+#: Bits of an id a table of :func:`_among` is indexed by (a table of 2**20 flags: 1 MB), and the slices of an id
+#: its passes read (low, middle, high bits: each pass rules out most of what the one before let through).
 _TABLE_BITS = 20
+_SLICES = (0, 20, 40)
 
 
 def _among(ids: Any, wanted: Any) -> Any:
-    """Which of ``ids`` are among ``wanted``: a table of flags indexed by an id's low bits rules out most of
-    them (the common store: no id is wanted), then those it may hold are looked up exactly, by a binary search
-    among the few wanted ids whose low bits one of them has (no sort of a run's 470 k ids: measured 22 ms)."""
+    """Which of ``ids`` are among ``wanted``: tables of flags indexed by a slice of an id's bits (its low, then
+    middle, then high 20) rule out most of them (the common store: no id is wanted; one table alone let a
+    third of a run's 1 M ids through), then those they may hold are looked up exactly, by a binary search
+    among the few wanted ids whose low bits one of them has (no sort of a run's 470 k ids: measured 22 ms;
+    18 -> 8 ms with the three passes)."""
     if ids.dtype != np.uint64 or wanted.dtype != np.uint64:
         return np.isin(ids, wanted)
-    if not len(wanted) or not len(ids):
-        return np.zeros(len(ids), bool)
-    mask = np.uint64((1 << _TABLE_BITS) - 1)
-    low = (ids & mask).astype(np.intp)
-    table = np.zeros(1 << _TABLE_BITS, bool)
-    table[(wanted & mask).astype(np.intp)] = True
-    maybe = np.flatnonzero(table[low])
     out = np.zeros(len(ids), bool)
-    if not len(maybe):
+    if not len(wanted) or not len(ids):
         return out
+    mask = np.int64((1 << _TABLE_BITS) - 1)
+    own, them = ids.view(np.int64), wanted.view(np.int64)  # (the same bits; a slice masked is never negative)
+    table = np.zeros(1 << _TABLE_BITS, bool)
+    maybe = None
+    for shift in _SLICES:
+        table[:] = False
+        table[(them >> shift) & mask] = True
+        if maybe is None:
+            maybe = np.flatnonzero(table[own & mask])
+        else:
+            maybe = maybe[table[(own[maybe] >> shift) & mask]]
+        if not len(maybe):
+            return out
     table[:] = False
-    table[low[maybe]] = True
-    near = wanted[table[(wanted & mask).astype(np.intp)]]  # (the wanted ids sharing low bits with a maybe)
+    table[own[maybe] & mask] = True
+    near = wanted[table[them & mask]]  # (the wanted ids sharing low bits with a maybe)
     ordered = np.sort(near)
     at = np.minimum(np.searchsorted(ordered, ids[maybe]), len(ordered) - 1)
     out[maybe] = ordered[at] == ids[maybe]

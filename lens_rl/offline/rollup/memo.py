@@ -13,12 +13,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Memo", "memo_key"]
+__all__ = ["Memo", "disk_key", "from_disk", "memo_key"]
 
 
-def memo_key(record: Sequence[Any]) -> tuple[str, str]:
-    """A :class:`Memo` record's key: its driver and its step's repr."""
-    return record[0], repr(record[1])
+def memo_key(record: Sequence[Any]) -> tuple[str, Any]:
+    """A :class:`Memo` record's key: its driver and its step, an int as it is, any other value as its repr (no
+    repr made per step of a run's 100 k; an int's repr, its digits, is no other type's repr: no two steps of
+    different types share a key)."""
+    step = record[1]
+    return record[0], step if type(step) is int else repr(step)
+
+
+def disk_key(key: tuple[str, Any]) -> tuple[str, str]:
+    """A :func:`memo_key` as the memo's file keeps it: the step's repr (an int's is its digits)."""
+    return key[0], key[1] if type(key[1]) is str else repr(key[1])
+
+
+def from_disk(key: Sequence[str]) -> tuple[str, Any]:
+    """A key as the memo's file keeps it (:func:`disk_key`) as a :func:`memo_key`: an int's digits its int."""
+    driver, step = key
+    digits = step[1:] if step[:1] == "-" else step
+    return driver, int(step) if digits.isdigit() and digits.isascii() else step
 
 
 class Memo:
@@ -27,7 +42,7 @@ class Memo:
     the earliest span read since the earlier look (``fresh_from``; None: nothing was read since) comes out
     as it did then, and is not walked again.
 
-    ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
+    ``kept``: its :func:`memo_key` -> its record; ``made``: this look's records, each [driver, step, end ns,
     wall s, [stretch key, ns, ...], the step's row], a stretch key an index into ``keys`` ([group, rank,
     phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is).
     ``records``: a list of records, or a mapping of each one's :func:`memo_key` to it.
@@ -104,17 +119,18 @@ class Memo:
         return out
 
     def dropped(self) -> list[tuple[str, str]]:
-        """The keys of the earlier look's records this look neither kept nor walked again (no longer true)."""
-        return [key for key, _record in self._not_reused()]
+        """The keys of the earlier look's records this look neither kept nor walked again (no longer true), as
+        the memo's file keeps them (:func:`disk_key`)."""
+        return [disk_key(key) for key, _record in self._not_reused()]
 
-    def _not_reused(self) -> list[tuple[tuple[str, str], Sequence[Any]]]:
+    def _not_reused(self) -> list[tuple[tuple[str, Any], Sequence[Any]]]:
         """The earlier look's records (with their keys) that this look has not reused."""
         made = {id(r) for r in self.made}
         return [(key, record) for key, record in self.kept.items() if id(record) not in made]
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
         """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
-        record = self.kept.get((driver, repr(step)))
+        record = self.kept.get((driver, step if type(step) is int else repr(step)))
         if record is None or end is None or record[2] != end or record[3] != wall_s:
             return None
         if self.fresh_from is not None and end >= self.fresh_from:

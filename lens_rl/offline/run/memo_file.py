@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lens_rl.offline.rollup.memo import Memo, memo_key
+from lens_rl.offline.rollup.memo import Memo, from_disk, memo_key
 from lens_rl.offline.run.cache_files import LENGTH, MAX_RECORDS, after_length, records_in
 from lens_rl.offline.run.disk import append_to, cache_key, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
@@ -48,7 +48,7 @@ class _State(NamedTuple):
 
     tokens: dict[str, Any]
     keys: list[Any]
-    rows: dict[tuple[str, str], Any]
+    rows: dict[tuple[str, Any], Any]
     sums: Any
     disk: tuple[int, int, int]
 
@@ -79,7 +79,7 @@ def _read_state(data: bytes) -> _State | str | None:
         start, stop = next(records)
     except (StopIteration, ValueError):
         return None  # cut short: walked afresh
-    body = unsealed(data[start:stop])
+    body = unsealed(memoryview(data)[start:stop])  # (a view: no copy of the memo's megabytes)
     if body is None:
         return None  # not sealed by this user's lens_rl (or no key): walked afresh
     try:
@@ -112,7 +112,7 @@ def _with_deltas(state: _State, data: bytes, records: Iterator[tuple[int, int]])
                 tokens, sums = delta.tokens, delta.sums
                 keys += delta.keys
                 for key in delta.dropped:  # (first: a step walked again drops its earlier record)
-                    rows.pop(key, None)
+                    rows.pop(from_disk(key), None)
                 rows.update((memo_key(r), r) for r in delta.records)
     except Exception as exc:  # (the state before it stands; written whole next)
         _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
@@ -123,7 +123,7 @@ def _with_deltas(state: _State, data: bytes, records: Iterator[tuple[int, int]])
 def _record(data: bytes, start: int, stop: int) -> MemoRec | MemoDeltaRec:
     """One record of the memo's file (ValueError: not sealed by this user's lens_rl; msgspec.DecodeError: not
     a memo record of this schema)."""
-    body = unsealed(data[start:stop])
+    body = unsealed(memoryview(data)[start:stop])  # (a view: no copy of the memo's megabytes)
     if body is None:
         raise ValueError("not sealed by this user's lens_rl")
     return decode(body, MemoRec | MemoDeltaRec)  # type: ignore[no-any-return]
