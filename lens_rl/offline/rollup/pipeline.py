@@ -278,12 +278,15 @@ def _per_step(
     if not order:
         return [], []
     owners, los, his = each.owners, each.los, each.his
+    one = len(owners) == len(order)  # (then owners is every step's index, in order)
     memo: dict[int, Any] = {}
 
     def cover(packed: array) -> Any:
         got = memo.get(id(packed))
         if got is None:
-            got = memo[id(packed)] = np.bincount(owners, each.of(packed), minlength=len(order))
+            covered = each.of(packed)  # (a window a step, the common case: each step's sum is its one window's)
+            got = covered.astype(np.float64) if one else np.bincount(owners, covered, minlength=len(order))
+            memo[id(packed)] = got
         return got
 
     walls = np.bincount(owners, (his - los).astype(np.float64), minlength=len(order))  # type: ignore[operator]
