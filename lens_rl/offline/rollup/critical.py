@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.intervals import int64_array
-from lens_rl.offline.rollup.memo import Memo
+from lens_rl.offline.rollup.memo import Memo, flat_numbers
 
 __all__ = ["Memo", "critical_path"]
 
@@ -258,7 +258,8 @@ def _end(runs: Sequence[tuple[int, int, int]]) -> int | None:
 def _summed(flats: Sequence[Sequence[int]]) -> dict[int, int]:
     """[stretch key, ns, ...] lists summed per stretch key, the keys in the order they first appear."""
     out: dict[int, int] = defaultdict(int)
-    for flat in flats:
+    for packed in flats:
+        flat = flat_numbers(packed)
         for k in range(0, len(flat), 2):
             out[flat[k]] += flat[k + 1]
     return out

@@ -10,10 +10,38 @@ Example::
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Memo", "disk_key", "from_disk", "memo_key"]
+__all__ = ["Memo", "disk_key", "flat_numbers", "from_disk", "memo_key"]
+
+
+def flat_numbers(flat: Any) -> Sequence[int]:
+    """A record's [stretch key, ns, ...] as numbers: a packed one (int64s, little-endian: what :meth:`Memo.keep`
+    makes, so a kept step's ns are one buffer to decode, not an int each) unpacked, a list as it is (ValueError:
+    a packed one not of whole pairs)."""
+    if not isinstance(flat, (bytes, bytearray, memoryview)):
+        return flat  # type: ignore[no-any-return]
+    if len(flat) % 16:
+        raise ValueError("a record's stretches that do not add up")
+    out = array("q")
+    out.frombytes(flat)
+    if sys.byteorder == "big":  # pragma: no cover - a big-endian host
+        out.byteswap()
+    return out
+
+
+def _packed(flat: list[int]) -> Any:
+    """[stretch key, ns, ...] packed as :func:`flat_numbers` reads it (as it is where a value is past int64)."""
+    try:
+        out = array("q", flat)
+    except OverflowError:
+        return flat
+    if sys.byteorder == "big":  # pragma: no cover - a big-endian host
+        out.byteswap()
+    return out.tobytes()
 
 
 def memo_key(record: Sequence[Any]) -> tuple[str, Any]:
@@ -83,7 +111,7 @@ class Memo:
                 slot = slots[key] = len(self.keys)
                 self.keys.append(key)
             flat += (slot, ns)
-        record = [driver, step, end, wall_s, flat, row]
+        record = [driver, step, end, wall_s, _packed(flat), row]
         self.made.append(record)
         self.walked.append(record)
 
@@ -139,8 +167,9 @@ class Memo:
         return record
 
 
-def _add_flat(sums: dict[int, list[int]], flat: Sequence[int], sign: int) -> None:
+def _add_flat(sums: dict[int, list[int]], flat: Any, sign: int) -> None:
     """A record's [stretch key, ns, ...] added into (``sign`` -1: taken from) per-key [ns, count] sums."""
+    flat = flat_numbers(flat)
     for k in range(0, len(flat), 2):
         each = sums.get(flat[k])
         if each is None:

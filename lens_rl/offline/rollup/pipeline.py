@@ -333,7 +333,7 @@ def _per_step(
 _NO_STALENESS = (None, None, None, None)
 
 
-def _dicts(keys: list[str], columns: list[list[Any]]) -> list[dict[str, Any]]:
+def _dicts(keys: list[str], columns: list[Any]) -> list[dict[str, Any]]:
     """One dict per row of ``columns`` (a column per key, the keys in order): made by a dict display where the
     keys are the pools' few (a run's 10 k steps: 8 -> 2 ms against ``dict(zip(...))`` per row)."""
     if len(keys) == 1:

@@ -91,7 +91,7 @@ def _read_state(data: bytes) -> _State | str | None:
             return "corrupt (not a memo)"
         if base.key != cache_key():
             return "of another lens_rl version"
-        rows = {memo_key(r): r for r in base.records}
+        rows = {memo_key(r): r for r in _whole(base.records)}
         state = _State(base.tokens, base.keys, rows, base.sums, (1, len(data), 0))
     except Exception as exc:
         return f"corrupt ({type(exc).__name__})"
@@ -113,11 +113,19 @@ def _with_deltas(state: _State, data: bytes, records: Iterator[tuple[int, int]])
                 keys += delta.keys
                 for key in delta.dropped:  # (first: a step walked again drops its earlier record)
                     rows.pop(from_disk(key), None)
-                rows.update((memo_key(r), r) for r in delta.records)
+                rows.update((memo_key(r), r) for r in _whole(delta.records))
     except Exception as exc:  # (the state before it stands; written whole next)
         _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
         count = MAX_RECORDS
     return _State(tokens, keys, rows, sums, (count, len(data) - appended, appended))
+
+
+def _whole(records: list[list[Any]]) -> list[list[Any]]:
+    """``records`` where each one's stretches are whole (a list, or packed pairs of int64s: :func:`flat_numbers`
+    reads them when it is asked); ValueError where one's do not add up."""
+    if not all(type(r[4]) is list or len(r[4]) % 16 == 0 for r in records):
+        raise ValueError("a record's stretches that do not add up")
+    return records
 
 
 def _record(data: bytes, start: int, stop: int) -> MemoRec | MemoDeltaRec:
