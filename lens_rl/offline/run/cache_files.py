@@ -264,13 +264,13 @@ def merged_ids(ids: Any, new: Any) -> Any:
         new = sorted(new)
         if not len(ids):  # (a first look: its ids, sorted once)
             return array("Q", new)
-        import numpy as np  # (a grown file's ids: numpy is loaded by the reduction already)
-
-        # the few new ones slotted in, each before the first id not below it (no sort of the whole run; one
-        # binary search of them all and one copy, not a slice of the run's ids per new one)
-        table, more = np.frombuffer(ids, np.uint64), np.array(new, np.uint64)
-        out = array("Q")
-        out.frombytes(np.insert(table, np.searchsorted(table, more), more).tobytes())
+        out, at = array("Q"), 0  # (the few new ones slotted in: no sort of the whole run)
+        for i in new:
+            to = bisect_left(ids, i, at)
+            out += ids[at:to]
+            out.append(i)
+            at = to
+        out += ids[at:]
         return out
     merged = list(ids) + list(new)
     try:
