@@ -24,15 +24,17 @@ def _print_json(report: Any) -> None:
     import orjson
 
     try:  # (keys all text, the common report: a third faster than orjson's pass that checks each key's type)
-        data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2) + b"\n"
+        data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2)
     except TypeError:  # a key that is not text (a step's number, say): as text
-        data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+        data = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
     out = getattr(sys.stdout, "buffer", None)
     if out is None:  # a text stream (a caller's StringIO)
         sys.stdout.write(data.decode())
+        sys.stdout.write("\n")
         return
     sys.stdout.flush()
-    out.write(data)
+    out.write(data)  # (then its newline: no copy of a run's megabytes to end them with one)
+    out.write(b"\n")
     out.flush()
 
 

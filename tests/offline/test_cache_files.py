@@ -302,3 +302,19 @@ def test_which_new_lines_repeat_a_settled_span_is_the_one_by_one_rule_in_bulk() 
         expected = bytearray(not settled_has(settled, id_key(s)) for s in span_ids)
         assert unsettled(settled, span_ids) == expected
     assert unsettled(settled, ["0000000000000001", "0000000000000003"]) == bytearray([0, 1])
+
+
+def test_a_grown_files_new_ids_slot_into_the_settled_ones_as_a_sort_of_them_all() -> None:
+    """The settled ids with a look's new ones are the sorted whole (random ids, repeats, ids past 2**63, an
+    int array or a list of new ones), as a sort of them all says, an int array still."""
+    import random
+
+    from lens_rl.offline.run.cache_files import merged_ids
+
+    rng = random.Random(5)
+    for _ in range(300):
+        pool = [rng.randrange(2**64) for _ in range(rng.randrange(1, 40))] + [0, 2**63, 2**64 - 1]
+        ids = array("Q", sorted(rng.choice(pool) for _ in range(rng.randrange(0, 60))))
+        new = [rng.choice(pool) for _ in range(rng.randrange(0, 20))]
+        got = merged_ids(ids, array("Q", new) if rng.random() < 0.5 else new)
+        assert type(got) is array and got == array("Q", sorted([*ids, *new]))

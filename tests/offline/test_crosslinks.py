@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,47 @@ def test_which_ids_are_wanted_is_exact_where_their_low_bits_collide() -> None:
     sequential, every_seventh = np.arange(200_000, dtype=np.uint64), np.arange(0, 400_000, 7, dtype=np.uint64)
     assert (_among(sequential, every_seventh) == np.isin(sequential, every_seventh)).all()
     assert not _among(ids, np.zeros(0, np.uint64)).any()
+
+
+def test_which_ids_are_wanted_is_exact_whichever_of_their_bits_collide() -> None:
+    """The passes over an id's low, middle and high bits only rule ids out: ids equal to a wanted one in any of
+    those slices, in all of them but the top bits, past 2**63, or drawn from a handful of values, are told
+    apart exactly, as numpy's own membership test says (random sets, a few hundred draws)."""
+    import numpy as np
+
+    from lens_rl.offline.read.crosslinks import _among
+
+    rng = np.random.default_rng(11)
+    for draw in range(300):
+        pool = rng.integers(0, 2**64, 64 if draw % 3 else 8, dtype=np.uint64)
+        wanted = rng.choice(pool, int(rng.integers(0, 200)))
+        ids = rng.choice(pool, int(rng.integers(0, 400)))
+        if len(wanted) and len(ids):  # (another id sharing one slice, or every slice but the top bits)
+            bits = [np.uint64(1 << b) for b in (3, 25, 45, 61, 63)]
+            ids[: len(ids) // 2] ^= bits[draw % len(bits)]
+        assert (_among(ids, wanted) == np.isin(ids, wanted)).all()
+
+
+def test_whether_any_id_is_wanted_is_the_exact_rule_whichever_process_holds_it() -> None:
+    """Whether any process's span id is an entry's parent is looked up process by process against tables made
+    once, and says what numpy's membership test over every id at once says (random processes, a wanted id
+    in any of them, in none, ids sharing bits with wanted ones)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from lens_rl.offline.read.crosslinks import _none_wanted
+
+    rng = np.random.default_rng(17)
+    for draw in range(200):
+        pool = rng.integers(0, 2**64, 300, dtype=np.uint64)
+        crits = []
+        for _ in range(int(rng.integers(1, 8))):
+            nodes = rng.choice(pool[:150], int(rng.integers(0, 60)))
+            parents = rng.choice(pool[150:], int(rng.integers(0, 30))) ^ np.uint64(1 << int(rng.integers(0, 64)))
+            crits.append(SimpleNamespace(node_ids=array("Q", nodes.tolist()), e_parent=array("Q", parents.tolist())))
+        if draw % 3 == 0 and len(crits[-1].node_ids):  # (a wanted id: another process's span)
+            crits[0].e_parent.append(crits[-1].node_ids[-1])
+        every = np.array([i for c in crits for i in c.node_ids], np.uint64)
+        wanted = np.array([i for c in crits for i in c.e_parent], np.uint64)
+        assert _none_wanted(crits) == (not np.isin(every, wanted).any())

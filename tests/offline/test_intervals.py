@@ -86,6 +86,21 @@ def test_union_packed_is_the_plain_union_with_touching_empty_and_nested_interval
         assert union_packed(arrays) == expected
 
 
+def test_union_packed_of_many_ranks_is_the_plain_union_however_they_overlap() -> None:
+    """The union of many ranks' busy arrays (united two by two while that shrinks them, the rest at once) is
+    the plain rule's: ranks busy at the same times, at other times, some alike, some empty, nested, touching."""
+    rng = random.Random(13)
+    for _ in range(200):
+        shared = [(a, a + rng.randrange(0, 40)) for a in (rng.randrange(0, 2000, 10) for _ in range(30))]
+        arrays = []
+        for _k in range(rng.randrange(3, 60)):
+            own = rng.sample(shared, rng.randrange(len(shared) + 1)) if rng.random() < 0.7 else []
+            own += [(a, a + rng.choice([0, 1, rng.randrange(1, 50)])) for a in (rng.randrange(2000) for _ in range(5))]
+            arrays.append(pack(merge_intervals(own if rng.random() < 0.95 else [])))
+        expected = pack(merge_intervals(pair for a in arrays for pair in zip(a[0::2], a[1::2], strict=True)))
+        assert union_packed(arrays) == expected
+
+
 def test_merged_packed_is_the_plain_merge_of_any_intervals() -> None:
     """A run's step windows or weight syncs merged in numpy read as the plain rule's, packed: touching, nested,
     of no length, repeated, unsorted, one that ends before it starts; a time past int64 an error either way."""

@@ -4,7 +4,7 @@ reused steps' ns per stretch key come from the kept sums less the records not re
 
 from __future__ import annotations
 
-from lens_rl.offline.rollup.memo import Memo, memo_key
+from lens_rl.offline.rollup.memo import Memo, disk_key, from_disk, memo_key
 
 KEYS = [("driver", 0, "generation", "productive"), ("lm_policy", 1, "train", "productive")]
 
@@ -42,3 +42,17 @@ def test_what_a_look_keeps_adds_up() -> None:
     fresh = Memo()
     fresh.keep("d", 1, 100, 1.0, {KEYS[0]: 4, KEYS[1]: 6}, {"step": 1})
     assert fresh.state_sums() == {0: [4, 1], 1: [6, 1]} and fresh.dropped() == []
+
+
+def test_steps_of_every_type_keep_keys_of_their_own_and_read_back_from_the_file_as_written() -> None:
+    """A step's key tells steps of different types apart (1, True, "1", 1.0 are four steps), the memo's file
+    keeps each as the step's repr (as it always did), and a key read back from the file is the key again."""
+    steps = [1, -5, 0, 2**70, True, False, "1", "-5", "'1'", "007", 1.0, -0.0, None, "²", "", "-"]
+    keys = [memo_key(["d", step]) for step in steps]
+    assert len(set(keys)) == len(steps)
+    for step, key in zip(steps, keys, strict=True):
+        assert disk_key(key) == ("d", repr(step))
+        assert from_disk(list(disk_key(key))) == key
+    memo = Memo([["d", step, 10, 1.0, [], {"step": step}] for step in steps], KEYS, fresh_from=None)
+    assert [memo.reused("d", step, 10, 1.0)[1] for step in steps] == steps  # type: ignore[index]
+    assert memo.reused("d", 1.0, 10, 1.0)[1] == 1.0 and memo.reused("d", "x", 10, 1.0) is None  # type: ignore[index]

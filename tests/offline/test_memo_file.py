@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.run.cache import cache_folder
@@ -71,3 +72,43 @@ def test_a_grown_runs_memo_is_appended_to_and_reads_back_as_the_last_looks(tmp_p
         assert look() == 1
     assert _count_records(memo_file.read_bytes()) < MAX_RECORDS  # written whole again on the way, not 32 records on
     assert look() == 0
+
+
+def test_a_memo_whose_packed_stretches_do_not_add_up_is_walked_afresh_and_said_once(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A step's stretches are kept packed (int64 pairs: a buffer to decode, not an int each); a memo record
+    under the user's seal whose packed stretches are not whole pairs is one stderr line and every step walked
+    afresh, the answer a cold read's."""
+    import lens_rl.offline.rollup.critical as critical
+    from lens_rl.offline.run import kept
+    from lens_rl.offline.run.records import MemoRec, decode, encode
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 12)
+    folder = Path(cache_folder(run))
+    paths = span_files(run)
+    analyze(paths, jobs=1, cache=str(folder))
+    memo_file = folder / "critical-memo.msgpack"
+    body = kept.unsealed(memo_file.read_bytes()[8:])
+    assert body is not None
+    memo = decode(body, MemoRec)
+    assert all(type(r[4]) is bytes and len(r[4]) % 16 == 0 for r in memo.records)  # (packed, whole pairs)
+    memo.records[3][4] = memo.records[3][4][:-3]  # (cut mid-number)
+    sealed = kept.sealed(encode(memo))
+    assert sealed is not None
+    memo_file.write_bytes(len(sealed).to_bytes(8, "little") + sealed)
+    for report in folder.glob("report-*.json"):
+        report.unlink()
+    walked: list[int] = []
+    before = critical._walked
+    critical._walked = lambda *a: walked.append(1) or before(*a)  # type: ignore[assignment]
+    caplog.set_level("WARNING", "lens_rl")
+    try:
+        warm = analyze(paths, jobs=1, cache=str(folder))
+    finally:
+        critical._walked = before  # type: ignore[assignment]
+    cold = json.loads(json.dumps(analyze(paths, jobs=1), default=str))
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True) and len(walked) == 12
+    said = [r.getMessage() for r in caplog.records if "(the critical path's: " in r.getMessage()]
+    assert len(said) == 1 and "corrupt (ValueError)" in said[0], said

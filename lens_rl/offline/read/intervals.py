@@ -129,22 +129,46 @@ def coverage(packed: array, los: Any, his: Any) -> Any:
 
 def union_packed(arrays: Iterable[array]) -> array:
     """The union of packed, merged interval arrays (several processes' busy time), packed and merged (an array
-    alone is returned as it is): sorted by start and merged where a start is past every end before it, in numpy."""
+    alone is returned as it is): sorted by start and merged where a start is past every end before it, in numpy.
+    Where each interval ends at or after it starts, the arrays are united two by two a level at a time while
+    that shrinks them (ranks busy at the same times: a run's 50 ranks' 500 k intervals are a tenth of that
+    after two levels; 20 -> 9 ms), the rest at once: the same union (a merged union is the union's connected
+    stretches, however its arrays are grouped)."""
     arrays = [a for a in arrays if len(a)]
     if len(arrays) <= 1:
         return arrays[0] if arrays else array("q")
     import numpy as np  # (run-sized arrays: the pipeline's pools)
 
-    bounds = np.concatenate([np.frombuffer(a, np.int64) for a in arrays]).reshape(-1, 2)
-    if bool((bounds[:, 1] >= bounds[:, 0]).all()):
-        # starts and ends sorted apart (each array's are in order: runs a stable sort merges): the k-th end is
-        # before the next start exactly where the first k intervals by start all ended before it (each ends
-        # after it starts), and a merged interval's end is then the k-th end
-        starts, ends = np.sort(bounds[:, 0], kind="stable"), np.sort(bounds[:, 1], kind="stable")
-    else:  # (an interval ending before it starts: the running end of the intervals by start)
-        order = np.argsort(bounds[:, 0], kind="stable")
-        starts, ends = bounds[order, 0], np.maximum.accumulate(bounds[order, 1])
-    return _merged_apart(starts, ends)
+    level = [np.frombuffer(a, np.int64) for a in arrays]
+    bounds = np.concatenate(level).reshape(-1, 2)
+    if not bool((bounds[:, 1] >= bounds[:, 0]).all()):  # (an interval ending before it starts: the running end
+        order = np.argsort(bounds[:, 0], kind="stable")  # of the intervals by start, over them all at once)
+        return int64_array(_merged_np(bounds[order, 0], np.maximum.accumulate(bounds[order, 1])))
+    size = len(bounds)
+    while len(level) > 2:
+        level = [_united(level[k], level[k + 1]) for k in range(0, len(level) - 1, 2)] + level[len(level) & ~1 :]
+        before, size = size, sum(map(len, level)) // 2
+        if size > 0.6 * before:  # (ranks busy at other times: a level no longer pays for itself)
+            break
+    bounds = np.concatenate(level).reshape(-1, 2)
+    return int64_array(_apart(bounds))
+
+
+def _united(a: Any, b: Any) -> Any:
+    """Two packed, merged interval arrays (numpy) as their union, merged (numpy)."""
+    import numpy as np
+
+    return _apart(np.concatenate((a, b)).reshape(-1, 2))
+
+
+def _apart(bounds: Any) -> Any:
+    """Intervals (numpy rows of start, end; each ending at or after it starts) merged, packed (numpy): their
+    starts and ends sorted apart (each array's are in order: runs a stable sort merges): the k-th end is
+    before the next start exactly where the first k intervals by start all ended before it, and a merged
+    interval's end is then the k-th end."""
+    import numpy as np
+
+    return _merged_np(np.sort(bounds[:, 0], kind="stable"), np.sort(bounds[:, 1], kind="stable"))
 
 
 def merged_packed(los: Sequence[int], his: Sequence[int]) -> array:
@@ -167,6 +191,11 @@ def merged_packed(los: Sequence[int], his: Sequence[int]) -> array:
 def _merged_apart(starts: Any, ends: Any) -> array:
     """Intervals given as their starts and ends, each sorted (numpy int64), merged and packed: a start past
     the running end (the end before it) begins a new interval, which ends at the end before the next one."""
+    return int64_array(_merged_np(starts, ends))
+
+
+def _merged_np(starts: Any, ends: Any) -> Any:
+    """:func:`_merged_apart`, as a numpy array."""
     import numpy as np
 
     first = np.ones(len(starts), bool)
@@ -175,7 +204,7 @@ def _merged_apart(starts: Any, ends: Any) -> array:
     out = np.empty(2 * len(at), np.int64)
     out[0::2] = starts[at]
     out[1::2] = ends[np.append(at[1:] - 1, len(starts) - 1)]
-    return int64_array(out)
+    return out
 
 
 def intersected(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

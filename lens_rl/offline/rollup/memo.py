@@ -10,15 +10,58 @@ Example::
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Memo", "memo_key"]
+__all__ = ["Memo", "disk_key", "flat_numbers", "from_disk", "memo_key"]
 
 
-def memo_key(record: Sequence[Any]) -> tuple[str, str]:
-    """A :class:`Memo` record's key: its driver and its step's repr."""
-    return record[0], repr(record[1])
+def flat_numbers(flat: Any) -> Sequence[int]:
+    """A record's [stretch key, ns, ...] as numbers: a packed one (int64s, little-endian: what :meth:`Memo.keep`
+    makes, so a kept step's ns are one buffer to decode, not an int each) unpacked, a list as it is (ValueError:
+    a packed one not of whole pairs)."""
+    if not isinstance(flat, (bytes, bytearray, memoryview)):
+        return flat  # type: ignore[no-any-return]
+    if len(flat) % 16:
+        raise ValueError("a record's stretches that do not add up")
+    out = array("q")
+    out.frombytes(flat)
+    if sys.byteorder == "big":  # pragma: no cover - a big-endian host
+        out.byteswap()
+    return out
+
+
+def _packed(flat: list[int]) -> Any:
+    """[stretch key, ns, ...] packed as :func:`flat_numbers` reads it (as it is where a value is past int64)."""
+    try:
+        out = array("q", flat)
+    except OverflowError:
+        return flat
+    if sys.byteorder == "big":  # pragma: no cover - a big-endian host
+        out.byteswap()
+    return out.tobytes()
+
+
+def memo_key(record: Sequence[Any]) -> tuple[str, Any]:
+    """A :class:`Memo` record's key: its driver and its step, an int as it is, any other value as its repr (no
+    repr made per step of a run's 100 k; an int's repr, its digits, is no other type's repr: no two steps of
+    different types share a key)."""
+    step = record[1]
+    return record[0], step if type(step) is int else repr(step)
+
+
+def disk_key(key: tuple[str, Any]) -> tuple[str, str]:
+    """A :func:`memo_key` as the memo's file keeps it: the step's repr (an int's is its digits)."""
+    return key[0], key[1] if type(key[1]) is str else repr(key[1])
+
+
+def from_disk(key: Sequence[str]) -> tuple[str, Any]:
+    """A key as the memo's file keeps it (:func:`disk_key`) as a :func:`memo_key`: an int's digits its int."""
+    driver, step = key
+    digits = step[1:] if step[:1] == "-" else step
+    return driver, int(step) if digits.isdigit() and digits.isascii() else step
 
 
 class Memo:
@@ -27,7 +70,7 @@ class Memo:
     the earliest span read since the earlier look (``fresh_from``; None: nothing was read since) comes out
     as it did then, and is not walked again.
 
-    ``kept``: (driver, repr(step)) -> its record; ``made``: this look's records, each [driver, step, end ns,
+    ``kept``: its :func:`memo_key` -> its record; ``made``: this look's records, each [driver, step, end ns,
     wall s, [stretch key, ns, ...], the step's row], a stretch key an index into ``keys`` ([group, rank,
     phase, bucket]: the earlier look's, then this look's new ones, so a kept record is kept as it is).
     ``records``: a list of records, or a mapping of each one's :func:`memo_key` to it.
@@ -68,7 +111,7 @@ class Memo:
                 slot = slots[key] = len(self.keys)
                 self.keys.append(key)
             flat += (slot, ns)
-        record = [driver, step, end, wall_s, flat, row]
+        record = [driver, step, end, wall_s, _packed(flat), row]
         self.made.append(record)
         self.walked.append(record)
 
@@ -104,17 +147,18 @@ class Memo:
         return out
 
     def dropped(self) -> list[tuple[str, str]]:
-        """The keys of the earlier look's records this look neither kept nor walked again (no longer true)."""
-        return [key for key, _record in self._not_reused()]
+        """The keys of the earlier look's records this look neither kept nor walked again (no longer true), as
+        the memo's file keeps them (:func:`disk_key`)."""
+        return [disk_key(key) for key, _record in self._not_reused()]
 
-    def _not_reused(self) -> list[tuple[tuple[str, str], Sequence[Any]]]:
+    def _not_reused(self) -> list[tuple[tuple[str, Any], Sequence[Any]]]:
         """The earlier look's records (with their keys) that this look has not reused."""
         made = {id(r) for r in self.made}
         return [(key, record) for key, record in self.kept.items() if id(record) not in made]
 
     def reused(self, driver: str, step: Any, end: int | None, wall_s: Any) -> Sequence[Any] | None:
         """The earlier look's record of this step if it still holds (then kept for this look too), else None."""
-        record = self.kept.get((driver, repr(step)))
+        record = self.kept.get((driver, step if type(step) is int else repr(step)))
         if record is None or end is None or record[2] != end or record[3] != wall_s:
             return None
         if self.fresh_from is not None and end >= self.fresh_from:
@@ -123,8 +167,9 @@ class Memo:
         return record
 
 
-def _add_flat(sums: dict[int, list[int]], flat: Sequence[int], sign: int) -> None:
+def _add_flat(sums: dict[int, list[int]], flat: Any, sign: int) -> None:
     """A record's [stretch key, ns, ...] added into (``sign`` -1: taken from) per-key [ns, count] sums."""
+    flat = flat_numbers(flat)
     for k in range(0, len(flat), 2):
         each = sums.get(flat[k])
         if each is None:

@@ -278,12 +278,15 @@ def _per_step(
     if not order:
         return [], []
     owners, los, his = each.owners, each.los, each.his
+    one = len(owners) == len(order)  # (then owners is every step's index, in order)
     memo: dict[int, Any] = {}
 
     def cover(packed: array) -> Any:
         got = memo.get(id(packed))
         if got is None:
-            got = memo[id(packed)] = np.bincount(owners, each.of(packed), minlength=len(order))
+            covered = each.of(packed)  # (a window a step, the common case: each step's sum is its one window's)
+            got = covered.astype(np.float64) if one else np.bincount(owners, covered, minlength=len(order))
+            memo[id(packed)] = got
         return got
 
     walls = np.bincount(owners, (his - los).astype(np.float64), minlength=len(order))  # type: ignore[operator]
@@ -296,7 +299,7 @@ def _per_step(
     busy = {role: _listed(value, 1) for role, value in got["busy"].items()}
     none: list[Any] = [None] * len(order)
     roles = list(busy)  # (each step's busy, its staleness: made column by column, zipped per step)
-    busies = [dict(zip(roles, values, strict=True)) for values in zip(*busy.values(), strict=True)]
+    busies = _dicts(roles, list(busy.values()))
     stales = [_stale(by_step.get(step), bound) for step in order] if by_step else None
     columns: list[list[Any]] = [
         order,
@@ -328,6 +331,21 @@ def _per_step(
 
 
 _NO_STALENESS = (None, None, None, None)
+
+
+def _dicts(keys: list[str], columns: list[Any]) -> list[dict[str, Any]]:
+    """One dict per row of ``columns`` (a column per key, the keys in order): made by a dict display where the
+    keys are the pools' few (a run's 10 k steps: 8 -> 2 ms against ``dict(zip(...))`` per row)."""
+    if len(keys) == 1:
+        (a,), (ca,) = keys, columns
+        return [{a: x} for x in ca]
+    if len(keys) == 2:
+        (a, b), (ca, cb) = keys, columns
+        return [{a: x, b: y} for x, y in zip(ca, cb, strict=True)]
+    if len(keys) == 3:
+        (a, b, c), (ca, cb, cc) = keys, columns
+        return [{a: x, b: y, c: z} for x, y, z in zip(ca, cb, cc, strict=True)]
+    return [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def _stale(consumed: list[Any] | None, bound: Any) -> tuple[Any, Any, Any, Any]:

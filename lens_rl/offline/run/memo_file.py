@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lens_rl.offline.rollup.memo import Memo, memo_key
+from lens_rl.offline.rollup.memo import Memo, from_disk, memo_key
 from lens_rl.offline.run.cache_files import LENGTH, MAX_RECORDS, after_length, records_in
 from lens_rl.offline.run.disk import append_to, cache_key, read_bytes, write_atomic
 from lens_rl.offline.run.kept import sealed, unsealed
@@ -48,7 +48,7 @@ class _State(NamedTuple):
 
     tokens: dict[str, Any]
     keys: list[Any]
-    rows: dict[tuple[str, str], Any]
+    rows: dict[tuple[str, Any], Any]
     sums: Any
     disk: tuple[int, int, int]
 
@@ -79,7 +79,7 @@ def _read_state(data: bytes) -> _State | str | None:
         start, stop = next(records)
     except (StopIteration, ValueError):
         return None  # cut short: walked afresh
-    body = unsealed(data[start:stop])
+    body = unsealed(memoryview(data)[start:stop])  # (a view: no copy of the memo's megabytes)
     if body is None:
         return None  # not sealed by this user's lens_rl (or no key): walked afresh
     try:
@@ -91,7 +91,7 @@ def _read_state(data: bytes) -> _State | str | None:
             return "corrupt (not a memo)"
         if base.key != cache_key():
             return "of another lens_rl version"
-        rows = {memo_key(r): r for r in base.records}
+        rows = {memo_key(r): r for r in _whole(base.records)}
         state = _State(base.tokens, base.keys, rows, base.sums, (1, len(data), 0))
     except Exception as exc:
         return f"corrupt ({type(exc).__name__})"
@@ -112,18 +112,26 @@ def _with_deltas(state: _State, data: bytes, records: Iterator[tuple[int, int]])
                 tokens, sums = delta.tokens, delta.sums
                 keys += delta.keys
                 for key in delta.dropped:  # (first: a step walked again drops its earlier record)
-                    rows.pop(key, None)
-                rows.update((memo_key(r), r) for r in delta.records)
+                    rows.pop(from_disk(key), None)
+                rows.update((memo_key(r), r) for r in _whole(delta.records))
     except Exception as exc:  # (the state before it stands; written whole next)
         _log.debug("lens-rl: the critical path's memo: read up to a record cut short or not ours (%s)", exc)
         count = MAX_RECORDS
     return _State(tokens, keys, rows, sums, (count, len(data) - appended, appended))
 
 
+def _whole(records: list[list[Any]]) -> list[list[Any]]:
+    """``records`` where each one's stretches are whole (a list, or packed pairs of int64s: :func:`flat_numbers`
+    reads them when it is asked); ValueError where one's do not add up."""
+    if not all(type(r[4]) is list or len(r[4]) % 16 == 0 for r in records):
+        raise ValueError("a record's stretches that do not add up")
+    return records
+
+
 def _record(data: bytes, start: int, stop: int) -> MemoRec | MemoDeltaRec:
     """One record of the memo's file (ValueError: not sealed by this user's lens_rl; msgspec.DecodeError: not
     a memo record of this schema)."""
-    body = unsealed(data[start:stop])
+    body = unsealed(memoryview(data)[start:stop])  # (a view: no copy of the memo's megabytes)
     if body is None:
         raise ValueError("not sealed by this user's lens_rl")
     return decode(body, MemoRec | MemoDeltaRec)  # type: ignore[no-any-return]
