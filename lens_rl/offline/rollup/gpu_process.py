@@ -151,27 +151,31 @@ class GpuProcess:
 
 def step_hulls(span_steps: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
     """A process's steps (ints) and each one's first start and last end."""
+    mine = span_steps
     stepped = span_steps != NO_STEP
-    mine = span_steps[stepped]
+    if not stepped.all():  # (most processes' spans are each of a step: no copies)
+        mine, starts, ends = span_steps[stepped], starts[stepped], ends[stepped]
     if mine.size and (mine[1:] >= mine[:-1]).all():  # (spans in step order, as most files are: no sorting)
         first = np.flatnonzero(np.concatenate(([True], mine[1:] != mine[:-1])))
-        return mine[first], np.minimum.reduceat(starts[stepped], first), np.maximum.reduceat(ends[stepped], first)
+        return mine[first], np.minimum.reduceat(starts, first), np.maximum.reduceat(ends, first)
     values, at = np.unique(mine, return_inverse=True)
     lo = np.full(values.size, np.iinfo(np.int64).max)
     hi = np.full(values.size, np.iinfo(np.int64).min)
-    np.minimum.at(lo, at, starts[stepped])
-    np.maximum.at(hi, at, ends[stepped])
+    np.minimum.at(lo, at, starts)
+    np.maximum.at(hi, at, ends)
     return values, lo, hi
 
 
 def productive_union(keys: list[Any], index: Any, starts: Any, ends: Any) -> tuple[Any, Any]:
     """The union of a process's productive spans, as (starts, ends)."""
-    mine = [i for i, (_name, bucket) in enumerate(keys) if bucket == "productive"]
-    chosen = np.isin(index, mine)
+    chosen = np.array([bucket == "productive" for _name, bucket in keys], bool)[index]
+    lo, hi = starts[chosen], ends[chosen]
     # (merge_intervals' union, vectorised: sorted by (start, end), a new interval where a start passes every
-    # end before it, each one's end the largest of its members')
-    order = np.lexsort((ends[chosen], starts[chosen]))
-    lo, hi = starts[chosen][order], ends[chosen][order]
+    # end before it, each one's end the largest of its members'; spans already in that order, as a process's
+    # productive spans mostly are, not sorted: lexsort is stable, the same order)
+    if lo.size > 1 and not ((lo[1:] > lo[:-1]) | ((lo[1:] == lo[:-1]) & (hi[1:] >= hi[:-1]))).all():
+        order = np.lexsort((hi, lo))
+        lo, hi = lo[order], hi[order]
     if not lo.size:
         return lo, hi
     first = np.ones(lo.size, bool)
