@@ -51,7 +51,7 @@ class ProcessMemo(msgspec.Struct, frozen=True):
 def raw(values: Any, code: str) -> memoryview:
     """``values`` as the raw bytes of an array of ``code`` (little-endian) to encode, no copy where it is one
     already (the array is not written to while the record is made)."""
-    return memoryview(np.ascontiguousarray(values, code).reshape(-1)).cast("B")
+    return np.ascontiguousarray(values, code).reshape(-1).data.cast("B")
 
 
 def reused(kept: Kept | None, keys: Digest, peaks: bool = True) -> tuple[int, Any, Any]:
