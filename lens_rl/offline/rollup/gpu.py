@@ -148,7 +148,7 @@ def gpu_rollup(
         productive_busy += float(done.sums[PRODUCTIVE][:, _BUSY].sum()) * done.devices
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
-        row.pop("acc", None)
+        row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
     section = {
         "devices": device_rows,
         "phases": phase_rows,
@@ -282,7 +282,6 @@ def _phase_rows(
         row["count"] += int(count[i])
         row["total_s"] = round(row["total_s"] + float(total[i]) / 1e9, 6)
         _add(row["acc"], per[i], peaks[i] if np.isfinite(peaks[i]) else np.nan)
-        row.update(_sums(row["acc"]))
 
 
 def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
