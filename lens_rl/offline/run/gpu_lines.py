@@ -99,8 +99,18 @@ _encode = msgspec.msgpack.Encoder().encode
 
 
 def _this_version(kept: LinesKept) -> None:
-    if kept.key == cache_key() and kept.version != VERSION:  # (this lens_rl writes only its own)
+    """Raises ``ValueError`` for a record this lens_rl wrote but of another layout, or whose kept steps' arrays
+    do not add up (a look would read them as its steps' sums)."""
+    if kept.key != cache_key():
+        return
+    if kept.version != VERSION:  # (this lens_rl writes only its own)
         raise ValueError(f"layout version {kept.version}, not {VERSION}")
+    for memo in kept.memos:
+        for rows in (memo.steps, memo.productive):
+            if rows.n < 0 or not set(rows.columns) <= set(range(len(MEASURES))):
+                raise ValueError("kept steps that do not add up")
+            if len(rows.sums) != 8 * rows.n * len(rows.columns) or len(rows.peaks) not in (0, 8 * rows.n):
+                raise ValueError("kept steps that do not add up")
 
 
 def load_lines(cache: str, found: Sequence[Path]) -> LinesKept | None:
