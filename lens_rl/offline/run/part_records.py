@@ -227,13 +227,17 @@ def _gpu_record(gpu: Any) -> GpuRec:
 
 
 def _gpu_from(rec: GpuRec) -> Any:
+    import numpy as np  # (already loaded: intervals and critical use it)
+
     starts, ends, index, steps = (
         array_of(c, b) for c, b in (("q", rec.starts), ("q", rec.ends), ("i", rec.index), ("q", rec.steps))
     )
-    # (the index's bounds by min and max, in C: a generator over a 1 M-span process's index was 0.2 s a look)
-    if not len(starts) == len(ends) == len(index) == len(steps) or (
-        len(index) and (min(index) < 0 or max(index) >= len(rec.keys))
-    ):
+    # (the index's bounds by numpy's min and max: min() and max() of the array made an int of each item, 0.04 s
+    # a look over 49 processes' 20 k spans; a generator over a 1 M-span process's index was 0.2 s)
+    if not len(starts) == len(ends) == len(index) == len(steps):
+        raise ValueError("GPU span columns that do not add up")
+    items = np.frombuffer(index, np.intc) if len(index) else None
+    if items is not None and (int(items.min()) < 0 or int(items.max()) >= len(rec.keys)):
         raise ValueError("GPU span columns that do not add up")
     return tuple(rec.uuids), starts, ends, list(rec.keys), index, steps
 
