@@ -54,9 +54,10 @@ def raw(values: Any, code: str) -> memoryview:
     return np.ascontiguousarray(values, code).reshape(-1).data.cast("B")
 
 
-def reused(kept: Kept | None, keys: Digest, peaks: bool = True) -> tuple[int, Any, Any]:
+def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = False) -> tuple[int, Any, Any]:
     """How many leading rows of ``keys`` (their key columns' digests) ``kept`` holds, their sums ``(n, 7)`` and
-    peaks (0, None, None: none)."""
+    peaks (0, None, None: none); ``whole``: as arrays of every row of ``keys``, the rows after the kept ones
+    0 (sums) and nan (peaks), for the joined ones to be added into (no copy of the kept ones again)."""
     rows = keys.columns[0].size
     if kept is None or not 0 < kept.n <= rows or not set(kept.columns) <= set(range(_MEASURES)):
         return 0, None, None
@@ -66,9 +67,13 @@ def reused(kept: Kept | None, keys: Digest, peaks: bool = True) -> tuple[int, An
         return 0, None, None
     if keys.upto(kept.n) != kept.digest:
         return 0, None, None
-    out = np.zeros((kept.n, _MEASURES))
-    out[:, kept.columns] = sums.reshape(kept.n, len(kept.columns))
-    return kept.n, out, high if peaks else None
+    out = np.zeros((rows if whole else kept.n, _MEASURES))
+    out[: kept.n, kept.columns] = sums.reshape(kept.n, len(kept.columns))
+    if not peaks:
+        return kept.n, out, None
+    if whole:
+        high = np.concatenate([high, np.full(rows - kept.n, np.nan)])
+    return kept.n, out, high
 
 
 def kept_rows(keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, columns: Any = None) -> Kept:

@@ -38,10 +38,19 @@ class _Queries:
     mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
     timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
 
-    def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
+    def __init__(self, intervals: list[tuple[Any, Any]], kept: list[tuple[int, Any, Any]] | None = None) -> None:
+        """``kept``: for each interval set, the rows kept before its intervals (``(n, sums, peaks)``: arrays of
+        them and of the intervals' rows after them, :func:`~lens_rl.offline.rollup.gpu_memo.reused`'s ``whole``;
+        n 0: none)."""
         self.intervals = intervals
-        self.sums = [np.zeros((len(lo), len(MEASURES))) for lo, _hi in intervals]
-        self.mem = [np.full(len(lo), np.nan) for lo, _hi in intervals]
+        self.sums: list[Any] = []
+        self.mem: list[Any] = []
+        self.first: list[int] = []
+        for k, (lo, _hi) in enumerate(intervals):
+            n, sums, peaks = kept[k] if kept is not None else (0, None, None)
+            self.first.append(n)
+            self.sums.append(sums if n else np.zeros((len(lo), len(MEASURES))))
+            self.mem.append(peaks if n and peaks is not None else np.full(n + len(lo), np.nan))
         self.counts = np.zeros(len(MEASURES))
         self.devices = 0
 
@@ -53,11 +62,11 @@ class _Queries:
 
     def answer(self, answered: list[Any]) -> None:
         """One device's answer (:meth:`asked`) added in (devices in the same order every look: the same sums)."""
-        for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
-            if got is not None:
-                sums += got[0]
+        for got, sums, mem, first in zip(answered[:-1], self.sums, self.mem, self.first, strict=True):
+            if got is not None:  # (into the rows after the kept ones)
+                sums[first:] += got[0]
                 if got[1] is not None:
-                    np.fmax(mem, got[1], out=mem)
+                    np.fmax(mem[first:], got[1], out=mem[first:])
         self.counts += answered[-1]
         self.devices += 1
 
@@ -74,7 +83,8 @@ class _Queries:
 class GpuProcess:
     """One GPU process's span columns (its parts' merged), its :class:`_Queries`, and what an earlier look kept
     of it: ``prior`` (its settled spans' sums, where they still hold: the first ``base`` spans are not asked
-    again) and ``memo`` (its settled steps' and productive intervals' rows, not asked again)."""
+    again) and its memo (its settled steps' and productive intervals' rows, not asked again: the first rows of
+    its queries' arrays, the joined ones added after them)."""
 
     def __init__(
         self,
@@ -101,14 +111,16 @@ class GpuProcess:
         self.prior = prior if self.base else None
         memo = keeping.memos.get(repr(key)) if keeping is not None else None
         self.keyed = (Digest(values, step_lo, step_hi), Digest(*productive))
-        self.memo: tuple[Any, ...] | None = None
-        s_n = p_n = 0
+        none: tuple[int, Any, Any] = (0, None, None)
+        steps_kept = productive_kept = none
         if memo is not None and memo.devices == self.answering:  # (kept steps and productive intervals not joined)
-            s_n, s_sums, s_peaks = reused(memo.steps, self.keyed[0])
-            p_n, p_sums, _none = reused(memo.productive, self.keyed[1], peaks=False)
-            self.memo = (s_n, s_sums, s_peaks, p_n, p_sums)
+            steps_kept = reused(memo.steps, self.keyed[0], whole=True)
+            productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True)
+        s_n, p_n = steps_kept[0], productive_kept[0]
         asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
-        self.queries = _Queries([(starts[self.base :], ends[self.base :]), hull, *asked])
+        self.queries = _Queries(
+            [(starts[self.base :], ends[self.base :]), hull, *asked], [none, none, steps_kept, productive_kept]
+        )
         if keeping is not None:
             keeping.note_opens(devices, self.answering, [starts, ends, hull, (step_lo, step_hi), productive])
 
@@ -120,17 +132,10 @@ class GpuProcess:
         )
 
     def finish(self, limits: Mapping[str, int], keep: dict[str, SpanPrefix] | None, keeping: Keeping | None) -> None:
-        """Its devices' answers made whole: the kept rows put back before the joined ones (before the mean, as
-        they were kept), what this look settles kept for the next (spans ending before ``limits``, each
-        device's last sample), and the devices' mean taken."""
+        """Its devices' answers made whole (the kept rows before the joined ones, before the mean, as they were
+        kept): what this look settles kept for the next (spans ending before ``limits``, each device's last
+        sample), and the devices' mean taken."""
         done = self.queries
-        if self.memo is not None:
-            s_n, s_sums, s_peaks, p_n, p_sums = self.memo
-            if s_n:
-                done.sums[2] = np.concatenate([s_sums, done.sums[2]])
-                done.mem[2] = np.concatenate([s_peaks, done.mem[2]])
-            if p_n:
-                done.sums[PRODUCTIVE] = np.concatenate([p_sums, done.sums[PRODUCTIVE]])
         if keep is None:
             done.mean()
             return
