@@ -170,7 +170,7 @@ def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     read."""
     if not step_parts:
         return []
-    steps, places = step_places([p[0] for p in step_parts])
+    steps, places = _step_places([p[0] for p in step_parts])
     totals = np.zeros((steps.size, len(MEASURES)))
     peaks = np.full(steps.size, -np.inf)
     for (_values, sums, mem), mine in zip(step_parts, places, strict=True):
@@ -181,7 +181,7 @@ def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     return _rows(steps, totals, peaks)
 
 
-def step_places(values: list[Any]) -> tuple[Any, list[Any]]:
+def _step_places(values: list[Any]) -> tuple[Any, list[Any]]:
     """The steps of some processes (int64 arrays, each one's unique), sorted, and where each process's are
     among them (a slice where they are a run of them, as most are: every process runs every step). Where
     they span a range not much wider than their count, by marking each one's place in the range, no sort
