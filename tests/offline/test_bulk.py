@@ -10,7 +10,7 @@ from typing import Any
 
 from lens_rl.offline.read.intervals import merge_intervals, pack
 from lens_rl.offline.read.parts import EXACT_DURATIONS, PhasePart, StepPart, median, step_key
-from lens_rl.offline.rollup.bulk import quantile_s, seconds_rounded, selected, window_medians
+from lens_rl.offline.rollup.bulk import quantile_s, rounded, seconds_rounded, selected, window_medians
 from lens_rl.offline.rollup.steps import _wall, _walls, step_times
 
 
@@ -32,6 +32,30 @@ def test_seconds_rounded_is_pythons_round_of_ns_over_1e9_bit_for_bit() -> None:
     odd: list[Sequence[Any]] = [[2**64] + [1] * 300, [1.5e9] * 300, [True] * 300, array("q", [1_234_567] * 300)]
     for ns in odd:
         assert _bits(seconds_rounded(ns)) == _bits([round(n / 1e9, 6) for n in ns])
+
+
+def test_rounded_is_pythons_round_of_each_float_bit_for_bit() -> None:
+    """Floats of every size, those on a half and the floats either side of it, negative ones (``-0.0``), zero,
+    nan, infinities and ones past 2**52 round exactly as ``round(x, digits)`` does, for 4 and 6 digits."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    for digits in (4, 6):
+        half = (rng.integers(0, 10**8, 4000) + 0.5) / 10**digits
+        values = np.concatenate(
+            [
+                rng.random(3000),
+                rng.random(3000) * 10.0 ** rng.integers(-10, 18, 3000),
+                rng.integers(0, 10**12, 3000) / 1e9,
+                half,
+                np.nextafter(half, np.inf),
+                np.nextafter(half, -np.inf),
+                -rng.random(500) / 10**digits,
+                [0.0, -0.0, np.nan, np.inf, -np.inf, 1e300, 2.0**52, 2.0**53 / 10**digits, 0.5, 1.5, 2.5],
+            ]
+        )
+        assert _bits(rounded(values, digits)) == _bits([round(x, digits) for x in values.tolist()])
+        assert _bits(rounded(values[:10], digits)) == _bits([round(x, digits) for x in values[:10].tolist()])
 
 
 def test_selected_is_the_sorted_arrays_value_at_the_rank_with_ties_and_outliers() -> None:

@@ -28,6 +28,11 @@ def test_the_leading_settled_rows_come_back_with_their_sums_bit_for_bit() -> Non
     n, got, high = reused(kept, Digest(*_keys(14)))
     assert n == 6 and got.tobytes() == sums[:6].tobytes()
     assert np.array_equal(high, peaks[:6], equal_nan=True)
+    # (as arrays of every row, for the joined ones to be added after them: 0 and nan there)
+    n, whole, high = reused(kept, Digest(*_keys(14)), whole=True)
+    assert n == 6 and whole.shape == (14, 7) and whole[:6].tobytes() == sums[:6].tobytes() and not whole[6:].any()
+    assert np.array_equal(high, np.append(peaks[:6], [np.nan] * 8), equal_nan=True)
+    assert reused(kept, Digest(*_keys(14)), peaks=False, whole=True)[2] is None
 
 
 def test_rows_that_changed_or_are_gone_are_joined_again() -> None:

@@ -74,3 +74,27 @@ def test_step_rows_add_each_steps_sums_over_processes_as_one_at_a_time(tmp_path:
     assert rows == [{"step": s, **rollup._sums(acc)} for s, acc in sorted(expected.items())]
     assert rows[1]["mem_peak_bytes"] == 20 and rows[2]["mem_peak_bytes"] is None
     assert rollup._step_rows([]) == []
+
+
+def test_step_rows_of_steps_sparse_out_of_order_or_missing_in_some_processes_are_one_at_a_time() -> None:
+    """Steps far apart (no range to mark), steps a process skips or runs out of order, a process with no
+    step, and runs of hundreds of steps give the rows adding each process's sums one at a time, in process order."""
+    rng = np.random.default_rng(3)
+    for case in range(60):
+        parts = []
+        for _p in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(0, 30)) if case % 4 else int(rng.integers(300, 1200))  # (bulk rounding too)
+            span = 10**15 if case % 3 == 0 else 4 * n + 1
+            values = rng.choice(span, size=min(n, span), replace=False).astype(np.int64)
+            if case % 2:
+                values = np.sort(values)
+            sums = rng.random((values.size, len(rollup.MEASURES))) * 1e9
+            sums[rng.random(values.size) < 0.2, 0] = 0.0  # (a step with no reading: its figures None)
+            mem = np.where(rng.random(values.size) < 0.3, np.nan, rng.random(values.size) * 1e10)
+            parts.append((values, sums, mem))
+        expected: dict[int, Any] = {}
+        for steps, sums, mem in parts:
+            for i, step in enumerate(steps.tolist()):
+                rollup._add(expected.setdefault(step, rollup._acc()), sums[i], mem[i])
+        want = [{"step": s, **rollup._sums(acc)} for s, acc in sorted(expected.items())]
+        assert repr(rollup._step_rows(parts)) == repr(want)

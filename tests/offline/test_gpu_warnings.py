@@ -62,6 +62,31 @@ def test_a_stretch_is_named_only_where_every_device_of_the_group_idles() -> None
     assert idle_gaps(groups, idle) == []
 
 
+def test_the_stretches_named_are_those_of_every_devices_idle_stretches_intersected() -> None:
+    """Many devices with many idle stretches, short and long, overlapping or not: the gaps named are those of
+    the whole intersection of every device's stretches (the short ones too) that last GAP_S or more."""
+    from lens_rl.offline.read.intervals import intersected
+
+    rng = np.random.default_rng(4)
+    spans = [("generation", 0, 50), ("training", 52, 100), ("generation", 103, 200)]
+    (member,) = _group(*spans)
+    key, (_uuids, *cols) = member
+    for _case in range(40):
+        uuids = [f"GPU-{i}" for i in range(int(rng.integers(1, 5)))]
+        idle = {}
+        for uuid in uuids:
+            edges = np.sort(rng.choice(200 * 4, size=2 * int(rng.integers(0, 40)), replace=False)) * (S // 4)
+            idle[uuid] = edges.reshape(-1, 2).astype(np.int64)
+        groups = {"actor": [(key, (uuids, *cols))]}
+        whole = [(0, 200 * S)]
+        for uuid in uuids:
+            whole = intersected(whole, idle[uuid].tolist())
+        long = [(lo, hi) for lo, hi in whole if hi - lo >= GAP_S * S]
+        named = idle_gaps(groups, idle)
+        assert sum(w["gaps"] for w in named) == len(long)
+        assert round(sum(w["gap_s"] for w in named), 6) == round(sum(hi - lo for lo, hi in long) / S, 6)
+
+
 def test_a_device_with_no_utilisation_is_named_unavailable_never_read_as_idle() -> None:
     """A device flagged unavailable, one without a utilisation counter and one that gave no reading are named
     (with how many processes use it); a device that read utilisation is not."""

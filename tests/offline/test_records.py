@@ -52,24 +52,6 @@ def test_a_part_of_every_shape_comes_back_equal() -> None:
     assert type(back.step_tokens[("gen", "warmup")]) is int and back.rerun_steps == {2, "warm"}
 
 
-@pytest.mark.parametrize(
-    ("index", "fine"), [([], True), ([0, 1, 1], True), ([0, 2], False), ([-1, 0], False), ([2**31 - 1], False)]
-)
-def test_a_gpu_record_whose_index_leaves_its_table_is_refused(index: list[int], fine: bool) -> None:
-    """A GPU process's spans each index its (phase, bucket) table: an index below 0 or past the table makes the
-    record one that does not add up (a cold read), never a wrong phase."""
-    part = _part()
-    n = len(index)
-    keys = [("gen", "productive"), ("train", "productive")]
-    part.gpu = (("GPU-a",), array("q", [1] * n), array("q", [2] * n), keys, array("i", index), array("q", [3] * n))
-    record = encode(part_record(part))
-    if fine:
-        assert part_from(decode(record, PartRec)).gpu[4] == array("i", index)
-    else:
-        with pytest.raises(ValueError, match="GPU span columns"):
-            part_from(decode(record, PartRec))
-
-
 def test_arrays_are_raw_little_endian_and_cut_ones_are_refused() -> None:
     """An array is its raw little-endian bytes; a buffer cut mid-item is a ValueError, an array of another
     type than the schema's a TypeError, a record of another shape a DecodeError."""

@@ -25,6 +25,7 @@ from lens_rl.offline.read.parts import PhasePart, median
 __all__ = [
     "packed_spans",
     "quantile_s",
+    "rounded",
     "seconds_rounded",
     "selected",
     "window_medians",
@@ -51,6 +52,27 @@ def seconds_rounded(ns: Sequence[int]) -> list[float]:
     out: list[float] = (((values + 500) // 1000) / 1e6).tolist()
     for i in np.flatnonzero((values % 1000 == 500) | (values < 0) | (values >= _EXACT_NS)).tolist():
         out[i] = round(ns[i] / 1e9, 6)
+    return out
+
+
+def rounded(values: Any, digits: int) -> list[float]:
+    """``[round(x, digits) for x in values.tolist()]`` of a float64 array, value for value, in bulk: Python's
+    ``round`` is the nearest float to the float's exact value rounded half-even to ``digits`` places, ``K``;
+    ``x * 10**digits`` as a float lies within 2**-52 of its own size from the exact product, so where it is
+    farther than that from a half (and under 2**52) it rounds (``np.rint``, half-even) to ``K`` as well, and
+    ``K / 10**digits`` is that nearest float (one correctly rounded division). Near a half, negative, huge or
+    not finite: Python's own ``round``."""
+    if len(values) < _BULK:
+        return [round(x, digits) for x in values.tolist()]
+    scale = 10.0**digits
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = values * scale
+        whole = np.rint(scaled)
+        near = np.abs(np.abs(scaled - np.floor(scaled)) - 0.5) <= np.abs(scaled) * 2.0**-51
+        odd = near | ~(scaled >= 0) | ~(scaled < 2.0**52)  # (nan compares False: its own round)
+    out: list[float] = (whole / scale).tolist()
+    for i in np.flatnonzero(odd).tolist():
+        out[i] = round(float(values[i]), digits)
     return out
 
 

@@ -38,10 +38,19 @@ class _Queries:
     mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
     timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
 
-    def __init__(self, intervals: list[tuple[Any, Any]]) -> None:
+    def __init__(self, intervals: list[tuple[Any, Any]], kept: list[tuple[int, Any, Any]] | None = None) -> None:
+        """``kept``: for each interval set, the rows kept before its intervals (``(n, sums, peaks)``: arrays of
+        them and of the intervals' rows after them, :func:`~lens_rl.offline.rollup.gpu_memo.reused`'s ``whole``;
+        n 0: none)."""
         self.intervals = intervals
-        self.sums = [np.zeros((len(lo), len(MEASURES))) for lo, _hi in intervals]
-        self.mem = [np.full(len(lo), np.nan) for lo, _hi in intervals]
+        self.sums: list[Any] = []
+        self.mem: list[Any] = []
+        self.first: list[int] = []
+        for k, (lo, _hi) in enumerate(intervals):
+            n, sums, peaks = kept[k] if kept is not None else (0, None, None)
+            self.first.append(n)
+            self.sums.append(sums if n else np.zeros((len(lo), len(MEASURES))))
+            self.mem.append(peaks if n and peaks is not None else np.full(n + len(lo), np.nan))
         self.counts = np.zeros(len(MEASURES))
         self.devices = 0
 
@@ -53,11 +62,11 @@ class _Queries:
 
     def answer(self, answered: list[Any]) -> None:
         """One device's answer (:meth:`asked`) added in (devices in the same order every look: the same sums)."""
-        for got, sums, mem in zip(answered[:-1], self.sums, self.mem, strict=True):
-            if got is not None:
-                sums += got[0]
+        for got, sums, mem, first in zip(answered[:-1], self.sums, self.mem, self.first, strict=True):
+            if got is not None:  # (into the rows after the kept ones)
+                sums[first:] += got[0]
                 if got[1] is not None:
-                    np.fmax(mem, got[1], out=mem)
+                    np.fmax(mem[first:], got[1], out=mem[first:])
         self.counts += answered[-1]
         self.devices += 1
 
@@ -74,7 +83,8 @@ class _Queries:
 class GpuProcess:
     """One GPU process's span columns (its parts' merged), its :class:`_Queries`, and what an earlier look kept
     of it: ``prior`` (its settled spans' sums, where they still hold: the first ``base`` spans are not asked
-    again) and ``memo`` (its settled steps' and productive intervals' rows, not asked again)."""
+    again) and its memo (its settled steps' and productive intervals' rows, not asked again: the first rows of
+    its queries' arrays, the joined ones added after them)."""
 
     def __init__(
         self,
@@ -101,14 +111,16 @@ class GpuProcess:
         self.prior = prior if self.base else None
         memo = keeping.memos.get(repr(key)) if keeping is not None else None
         self.keyed = (Digest(values, step_lo, step_hi), Digest(*productive))
-        self.memo: tuple[Any, ...] | None = None
-        s_n = p_n = 0
+        none: tuple[int, Any, Any] = (0, None, None)
+        steps_kept = productive_kept = none
         if memo is not None and memo.devices == self.answering:  # (kept steps and productive intervals not joined)
-            s_n, s_sums, s_peaks = reused(memo.steps, self.keyed[0])
-            p_n, p_sums, _none = reused(memo.productive, self.keyed[1], peaks=False)
-            self.memo = (s_n, s_sums, s_peaks, p_n, p_sums)
+            steps_kept = reused(memo.steps, self.keyed[0], whole=True)
+            productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True)
+        s_n, p_n = steps_kept[0], productive_kept[0]
         asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
-        self.queries = _Queries([(starts[self.base :], ends[self.base :]), hull, *asked])
+        self.queries = _Queries(
+            [(starts[self.base :], ends[self.base :]), hull, *asked], [none, none, steps_kept, productive_kept]
+        )
         if keeping is not None:
             keeping.note_opens(devices, self.answering, [starts, ends, hull, (step_lo, step_hi), productive])
 
@@ -120,17 +132,10 @@ class GpuProcess:
         )
 
     def finish(self, limits: Mapping[str, int], keep: dict[str, SpanPrefix] | None, keeping: Keeping | None) -> None:
-        """Its devices' answers made whole: the kept rows put back before the joined ones (before the mean, as
-        they were kept), what this look settles kept for the next (spans ending before ``limits``, each
-        device's last sample), and the devices' mean taken."""
+        """Its devices' answers made whole (the kept rows before the joined ones, before the mean, as they were
+        kept): what this look settles kept for the next (spans ending before ``limits``, each device's last
+        sample), and the devices' mean taken."""
         done = self.queries
-        if self.memo is not None:
-            s_n, s_sums, s_peaks, p_n, p_sums = self.memo
-            if s_n:
-                done.sums[2] = np.concatenate([s_sums, done.sums[2]])
-                done.mem[2] = np.concatenate([s_peaks, done.mem[2]])
-            if p_n:
-                done.sums[PRODUCTIVE] = np.concatenate([p_sums, done.sums[PRODUCTIVE]])
         if keep is None:
             done.mean()
             return
@@ -151,27 +156,31 @@ class GpuProcess:
 
 def step_hulls(span_steps: Any, starts: Any, ends: Any) -> tuple[Any, Any, Any]:
     """A process's steps (ints) and each one's first start and last end."""
+    mine = span_steps
     stepped = span_steps != NO_STEP
-    mine = span_steps[stepped]
+    if not stepped.all():  # (most processes' spans are each of a step: no copies)
+        mine, starts, ends = span_steps[stepped], starts[stepped], ends[stepped]
     if mine.size and (mine[1:] >= mine[:-1]).all():  # (spans in step order, as most files are: no sorting)
         first = np.flatnonzero(np.concatenate(([True], mine[1:] != mine[:-1])))
-        return mine[first], np.minimum.reduceat(starts[stepped], first), np.maximum.reduceat(ends[stepped], first)
+        return mine[first], np.minimum.reduceat(starts, first), np.maximum.reduceat(ends, first)
     values, at = np.unique(mine, return_inverse=True)
     lo = np.full(values.size, np.iinfo(np.int64).max)
     hi = np.full(values.size, np.iinfo(np.int64).min)
-    np.minimum.at(lo, at, starts[stepped])
-    np.maximum.at(hi, at, ends[stepped])
+    np.minimum.at(lo, at, starts)
+    np.maximum.at(hi, at, ends)
     return values, lo, hi
 
 
 def productive_union(keys: list[Any], index: Any, starts: Any, ends: Any) -> tuple[Any, Any]:
     """The union of a process's productive spans, as (starts, ends)."""
-    mine = [i for i, (_name, bucket) in enumerate(keys) if bucket == "productive"]
-    chosen = np.isin(index, mine)
+    chosen = np.array([bucket == "productive" for _name, bucket in keys], bool)[index]
+    lo, hi = starts[chosen], ends[chosen]
     # (merge_intervals' union, vectorised: sorted by (start, end), a new interval where a start passes every
-    # end before it, each one's end the largest of its members')
-    order = np.lexsort((ends[chosen], starts[chosen]))
-    lo, hi = starts[chosen][order], ends[chosen][order]
+    # end before it, each one's end the largest of its members'; spans already in that order, as a process's
+    # productive spans mostly are, not sorted: lexsort is stable, the same order)
+    if lo.size > 1 and not ((lo[1:] > lo[:-1]) | ((lo[1:] == lo[:-1]) & (hi[1:] >= hi[:-1]))).all():
+        order = np.lexsort((hi, lo))
+        lo, hi = lo[order], hi[order]
     if not lo.size:
         return lo, hi
     first = np.ones(lo.size, bool)

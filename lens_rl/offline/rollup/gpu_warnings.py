@@ -64,16 +64,22 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
         spans = [cols for _key, cols in members if cols[1].size]
         if not uuids or not spans:
             continue
+        idle = [(min(int(c[1].min()) for c in spans), max(int(c[2].max()) for c in spans))]
+        for uuid in uuids:
+            # (a stretch of GAP_S or more where all read idle lies in one of each device's that long: only
+            # those are intersected, the same stretches found, no pass over a day's short ones)
+            stretches = idle_of[uuid]
+            idle = intersected(idle, stretches[~(stretches[:, 1] - stretches[:, 0] < GAP_S * 1e9)].tolist())
+            if not idle:
+                break
+        long = [(lo, hi) for lo, hi in idle if not hi - lo < GAP_S * 1e9]
+        if not long:  # (most groups: no stretch to name, the group's spans not gathered)
+            continue
         starts = np.concatenate([c[1] for c in spans])
         ends = np.concatenate([c[2] for c in spans])
         names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
-        idle = [(int(starts.min()), int(ends.max()))]
-        for uuid in uuids:
-            idle = intersected(idle, idle_of[uuid].tolist())
         found: dict[tuple[str, str], list[float]] = {}
-        for lo, hi in idle:
-            if hi - lo < GAP_S * 1e9:
-                continue
+        for lo, hi in long:
             before = ends <= hi
             before &= ~((starts <= lo) & (ends >= hi))
             after = (starts >= lo) & ~((starts <= lo) & (ends >= hi))

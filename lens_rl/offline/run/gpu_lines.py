@@ -29,7 +29,7 @@ import numpy as np
 from lens_rl.offline.read.gpu_join import MEASURES
 from lens_rl.offline.read.gpu_samples import Block, read_samples
 from lens_rl.offline.read.gpu_window import WINDOW_NS, Before, ColdError, WindowLine, before_at
-from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo
+from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, raw
 from lens_rl.offline.run.disk import append_to, cache_key, write_atomic
 from lens_rl.offline.run.gpu_device import Device
 from lens_rl.offline.run.gpu_entry import entry_record, layout
@@ -64,23 +64,24 @@ _log = logging.getLogger("lens_rl")
 
 class LineState(msgspec.Struct, frozen=True):
     """A device's timeline before its window (:class:`~lens_rl.offline.read.gpu_window.Before`'s fields as
-    little-endian arrays) and the window's samples (from ``k0 - 1``: times, periods, values ``(w, 8)``)."""
+    little-endian arrays) and the window's samples (from ``k0 - 1``: times, periods, values ``(w, 8)``); the
+    arrays decoded as views into the record read, no copy."""
 
     uuid: str
     n: int
     k0: int
-    cum: bytes
+    cum: memoryview
     measured: list[bool]
     seen: list[int]
     mem: float
-    idle: bytes
+    idle: memoryview
     increasing: bool
-    xs: bytes
-    at: bytes
-    peaks: bytes
-    t: bytes
-    h: bytes
-    v: bytes
+    xs: memoryview
+    at: memoryview
+    peaks: memoryview
+    t: memoryview
+    h: memoryview
+    v: memoryview
 
 
 class LinesKept(msgspec.Struct, frozen=True):
@@ -98,8 +99,18 @@ _encode = msgspec.msgpack.Encoder().encode
 
 
 def _this_version(kept: LinesKept) -> None:
-    if kept.key == cache_key() and kept.version != VERSION:  # (this lens_rl writes only its own)
+    """Raises ``ValueError`` for a record this lens_rl wrote but of another layout, or whose kept steps' arrays
+    do not add up (a look would read them as its steps' sums)."""
+    if kept.key != cache_key():
+        return
+    if kept.version != VERSION:  # (this lens_rl writes only its own)
         raise ValueError(f"layout version {kept.version}, not {VERSION}")
+    for memo in kept.memos:
+        for rows in (memo.steps, memo.productive):
+            if rows.n < 0 or not set(rows.columns) <= set(range(len(MEASURES))):
+                raise ValueError("kept steps that do not add up")
+            if len(rows.sums) != 8 * rows.n * len(rows.columns) or len(rows.peaks) not in (0, 8 * rows.n):
+                raise ValueError("kept steps that do not add up")
 
 
 def load_lines(cache: str, found: Sequence[Path]) -> LinesKept | None:
@@ -260,9 +271,6 @@ def _state(uuid: str, device: Any, line: Any, opens: list[Any]) -> LineState | N
         got = before_at(inner, before, j, np.concatenate(opens) if opens else np.zeros(0, np.int64), read)
     except ColdError:
         return None
-
-    def raw(array: Any, code: str) -> bytes:
-        return np.ascontiguousarray(array, code).tobytes()
 
     return LineState(
         uuid, device.skipped + int(t.size), got.k0, raw(got.cum, "<f8"), [bool(x) for x in got.measured],
