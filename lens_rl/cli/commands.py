@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.cli.cache import command_cache
-from lens_rl.cli.inputs import CliError, check_steps, parallel, parse_steps, run_dir, span_files_of
+from lens_rl.cli.inputs import CliError, check_steps, parallel, parse_steps, run_dir, say, span_files_of
 from lens_rl.cli.profile import format_profiles
 from lens_rl.offline.run.parallel import no_gc
 
@@ -174,6 +174,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise CliError(
             f"no readable lens_rl heartbeat under {str(path)!r} ({len(notes)} not read: {notes[0] if notes else '-'})"
         )
+    say(report["notes"])  # entries not read: one line each on stderr, as every command says them
     if args.json:
         _print_json(report)
     else:

@@ -5,6 +5,7 @@ summarised by group with the abnormal ones listed, in well under a second; the e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.show.status import format_status, run_status
+from tests.conftest import lens
 
 NOW = 2_000_000_000 * 10**9
 
@@ -125,6 +127,20 @@ def test_a_healthy_run_is_ok_and_garbage_files_are_named(tmp_path: Path) -> None
     report = run_status(run, NOW)
     assert report["ok"] and len(report["processes"]) == 1
     assert [n.split(":")[0] for n in report["notes"]] == ["live-x-0-9.json", "live-y-0-9.json"]
+
+
+def test_status_names_entries_it_cannot_read_on_stderr_not_in_its_output(tmp_path: Path) -> None:
+    """A heartbeat entry that is a FIFO or garbage is named in one line each on stderr; the table on stdout (what
+    a script parses) holds none of them, and the run stays ok."""
+    run = tmp_path / "r"
+    beat(run, "driver", 0, 1)
+    os.mkfifo(run / "live-x-0-9.json")
+    (run / "live-y-0-9.json").write_text("{not json")
+    out = lens("status", str(run), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "live-x-0-9.json" not in out.stdout and "live-y-0-9.json" not in out.stdout, out.stdout
+    named = [line for line in out.stderr.splitlines() if "live-" in line]
+    assert len(named) == 2 and "FIFO" in named[0] and "live-y-0-9.json" in named[1], out.stderr
 
 
 def test_a_process_with_no_step_yet_reads_a_dash_not_none(tmp_path: Path) -> None:

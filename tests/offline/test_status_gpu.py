@@ -55,6 +55,26 @@ def test_gpu_idle_past_the_alert_while_a_phase_is_open(tmp_path: Path) -> None:
     assert "generation" in idle_line and " 0%  generation" in idle_line
 
 
+def test_an_implausible_idle_since_is_no_reading_not_decades_of_idle(tmp_path: Path) -> None:
+    """A heartbeat whose device says it has idled since 1970 (or whose reading time is garbage) gives no idle
+    figure and no GPU IDLE: a time outside the store's plausible range is no reading."""
+    run = tmp_path / "run"
+    path = beat(run, "actor", 0, 10, open_phases=[phase("generation", 900)])
+    with_gpu(path, [0], [400])
+    content = json.loads(path.read_text())
+    content["gpu"]["devices"][0]["idle_since_ns"] = 0
+    path.write_text(json.dumps(content))
+    path = beat(run, "actor", 1, 11, open_phases=[phase("generation", 900)])
+    with_gpu(path, [0], [400])
+    content = json.loads(path.read_text())
+    content["gpu"]["t"] = 5
+    path.write_text(json.dumps(content))
+    rows = {r["pid"]: r for r in run_status(run, now_ns=NOW)["processes"]}
+    assert rows[10]["gpu"]["idle_s"] is None and not rows[10]["gpu"]["idle"]
+    assert rows[11]["gpu"] is None
+    assert "GPU IDLE" not in format_status(run_status(run, now_ns=NOW))
+
+
 def test_watch_shows_each_groups_gpu_busy_and_the_idle_gpus(tmp_path: Path) -> None:
     """``watch``'s processes table gives each group the mean GPU busy of its running processes (``-`` for a
     group with no GPU), lists a GPU IDLE process among the alarms; a run without GPUs has no GPU column."""

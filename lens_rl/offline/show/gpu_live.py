@@ -5,7 +5,8 @@ A row's ``gpu``: ``busy`` (the mean utilisation of its devices at that reading, 
 device has the counter), ``idle_s`` (how long every one of its devices has read 0 %, up to that reading;
 None when one has not) and ``idle``: ``GPU IDLE``, past the process's ``gpu_idle_alert_s`` while it has
 a phase open and runs. A process without GPUs, or a heartbeat whose entry is not of the format's shape,
-has none (never a crash: heartbeats are input like any other).
+has none (never a crash: heartbeats are input like any other); an ``idle_since_ns`` outside the store's
+plausible times (before 2000, far future) is no reading.
 
 Example::
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS
+
 __all__ = ["gpu_state", "gpu_text"]
 
 _NUM = (int, float)
@@ -26,16 +29,21 @@ def _number(value: Any) -> float | None:
     return float(value) if type(value) in _NUM and value == value and abs(value) < 1e300 else None
 
 
+def _time(value: Any) -> bool:
+    """A time of the store's plausible range (ns since the epoch), as the store's readers take them."""
+    return type(value) is int and TIME_MIN_NS <= value < TIME_MAX_NS
+
+
 def gpu_state(beat: Mapping[str, Any], *, open_phases: int, running: bool) -> dict[str, Any] | None:
     """A heartbeat's GPU figures (see the module docstring), or None."""
     entry = beat.get("gpu")
-    if type(entry) is not dict or type(entry.get("devices")) is not list or type(entry.get("t")) is not int:
+    if type(entry) is not dict or type(entry.get("devices")) is not list or not _time(entry.get("t")):
         return None
     devices = [d for d in entry["devices"] if type(d) is dict]
     if not devices:
         return None
     utils = [u for u in (_number(d.get("util")) for d in devices) if u is not None]
-    since = [s for s in (d.get("idle_since_ns") for d in devices) if type(s) is int]
+    since = [s for s in (d.get("idle_since_ns") for d in devices) if _time(s)]
     idle_s = None
     if len(since) == len(devices):  # every device has read 0 % since then
         idle_s = round(max(entry["t"] - max(since), 0) / 1e9, 3)

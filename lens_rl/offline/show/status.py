@@ -341,7 +341,8 @@ def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
 
 
 def _headline(report: Mapping[str, Any]) -> list[str]:
-    """The run, its attempt, its processes by state, ok or not, the driver's step, the notes."""
+    """The run, its attempt, its processes by state, ok or not, the driver's step (the notes, the entries not
+    read, are the caller's: ``lens-rl status`` says them on stderr)."""
     rows = report["processes"]
     counts: dict[str, int] = defaultdict(int)
     for r in rows:
@@ -360,7 +361,7 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     ]
     if report["superseded"]:
         lines.append(f"({report['superseded']} heartbeat(s) of earlier attempts not counted)")
-    return lines + [f"note: {n}" for n in report["notes"]]
+    return lines
 
 
 def _process_lines(rows: Sequence[Mapping[str, Any]], all_rows: bool) -> list[str]:
