@@ -189,3 +189,23 @@ def test_a_grown_sample_file_reads_through_the_cache_as_a_cold_read(tmp_path: Pa
     assert entry.stat().st_size > size
     assert grown["skipped_lines"] == 1
     assert _goodput(run) == grown  # (an unchanged store: the kept answer)
+
+
+def test_a_gpu_whose_readings_stop_is_named_and_its_unread_time_is_not_counted_idle(tmp_path: Path) -> None:
+    """When one node's samples stop half way (its sampler stopped, a GPU lost), the GPU goodput counts the
+    unread productive time at the busy of the time read (never as idle: 0.45, not 0.35), and that GPU, not
+    the other, gets a ``gpu_unavailable`` warning with the seconds it went unread."""
+    run = write_scripted_job(tmp_path / "r", samples=False)
+
+    def steady(_t: float) -> list[Any]:
+        return [[60, 30, int(1e9), 150000, 1980, None, None, None]]
+
+    write_samples(run, "node0", 100, [device("GPU-0")], steady, end_s=9.0)
+    write_samples(run, "node1", 101, [device("GPU-1")], steady)
+    report = _goodput(run, "--no-cache")
+    good = report["gpu"]["goodput"]
+    assert good["devices"] == 2 and good["goodput"] == pytest.approx(2 * 0.6 * 15 / 40, abs=0.02)
+    (lost,) = _kinds(report, "gpu_unavailable")
+    assert lost["uuid"] == "GPU-0" and lost["unread_s"] == pytest.approx(10.0, abs=2 * PERIOD), lost
+    assert "no reading for" in lost["message"]
+    assert _goodput(run) == report  # (through the cache, the same)

@@ -9,11 +9,14 @@ rank and device, the job's GPU goodput, and the GPU warnings (``--json`` ``gpu``
   :mod:`lens_rl.offline.read.gpu_join`. A row of many spans sums their seconds, as ``total_s`` does.
 * A step's figures cover each GPU process's first to last span of the step; a rank's, its first to last span.
 * **GPU goodput**: busy GPU-seconds inside productive spans (each process's productive spans' union, on each
-  of its devices) over the GPU-seconds of the wall (the job's wall x the devices with a reading).
+  of its devices) over the GPU-seconds of the wall (the job's wall x the devices with a reading). Productive
+  time without a reading (the sampler stopped, a GPU lost) counts at the busy of the time read: unknown is
+  never idle (the device gets a ``gpu_unavailable`` warning where that is a large part of its processes' time).
 * Warnings: ``gpu_idle_in_productive`` (a productive phase whose devices read idle more than 20 % of its
   measured time), ``gpu_idle_gap`` (stretches of 2 s or more where every device of a group read idle while
   the group ran, by the phases on either side), ``gpu_unavailable`` (a device flagged unavailable, or with
-  no utilisation counter: its figures are null, never 0 %): :mod:`lens_rl.offline.rollup.gpu_warnings`.
+  no utilisation counter: its figures are null, never 0 %; or without a reading for over 20 % and 2 s of its
+  processes' first to last span): :mod:`lens_rl.offline.rollup.gpu_warnings`.
 
 Example::
 
@@ -112,15 +115,18 @@ def gpu_rollup(
         if keeping is not None and keeping.on_line is not None and line is not None:
             keeping.on_line(uuid, line)
         if line is None or uuid not in users:
-            return row, line is not None and bool(line.measured[_K]), None, []
-        return row, bool(line.measured[_K]), line.idle_intervals(), [p.queries.asked(line) for p in users[uuid]]
+            return row, line is not None and bool(line.measured[_K]), None, [], None
+        asked = [p.queries.asked(line) for p in users[uuid]]
+        return row, bool(line.measured[_K]), line.idle_intervals(), asked, _unread(users[uuid], asked)
 
-    device_rows, idle, util_read = [], {}, set()
+    device_rows, idle, util_read, unread = [], {}, set(), {}
     # (answers added in device order: the sums are the same whichever way ``each`` runs the devices)
-    for uuid, (row, read, idle_at, answers) in zip(devices, each(device, devices), strict=True):
+    for uuid, (row, read, idle_at, answers, gap) in zip(devices, each(device, devices), strict=True):
         device_rows.append(row)
         if read:
             util_read.add(uuid)
+        if read and gap is not None:
+            unread[uuid] = gap
         if idle_at is not None:
             idle[uuid] = idle_at
         for process, answered in zip(users.get(uuid, []), answers, strict=False):
@@ -144,8 +150,13 @@ def gpu_rollup(
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
-        # (device-ns: the mean over its devices times their count)
-        productive_busy += float(done.sums[PRODUCTIVE][:, _BUSY].sum()) * done.devices
+        # (device-ns: the mean over its devices times their count; its productive time without a reading, a lost
+        # GPU's or before the sampler's first sample, at the busy of the time read: unknown is not idle)
+        productive = done.sums[PRODUCTIVE]
+        known = float(productive[:, _K].sum())
+        if known > 0:
+            length = float((process.productive[1] - process.productive[0]).sum())
+            productive_busy += float(productive[:, _BUSY].sum()) * max(length / known, 1.0) * done.devices
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
@@ -160,7 +171,7 @@ def gpu_rollup(
             "devices": len(util_read & set(users)),
         },
     }
-    warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read)
+    warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read, unread)
     return section, warnings
 
 
@@ -251,6 +262,27 @@ def _rows(steps: Any, totals: Any, peaks: Any) -> list[dict[str, Any]]:
         }
         for step, busy, idle_s, measured_s, share, peak, sm, tensor in columns
     ]
+
+
+#: a device's time without a reading while its processes ran that is flagged ``gpu_unavailable``: this share
+#: of that time, and at least this many seconds (a sampler's first sample comes a moment after a process starts)
+UNREAD_SHARE, UNREAD_S = 0.2, 2.0
+
+
+def _unread(processes: list[GpuProcess], asked: list[list[Any]]) -> tuple[float, float] | None:
+    """Seconds and share of a process's first to last span (its hull: always joined whole) without a
+    utilisation reading of this device (the sampler stopped, the GPU lost), the largest of its processes',
+    where past :data:`UNREAD_SHARE` and :data:`UNREAD_S`; else None."""
+    worst = None
+    for process, answered in zip(processes, asked, strict=True):
+        (lo, hi), got = process.queries.intervals[1], answered[1]
+        if got is None or not len(lo) or hi[0] <= lo[0]:
+            continue
+        length = int(hi[0] - lo[0])
+        missing = length - float(got[0][0, _K])
+        if missing / length > UNREAD_SHARE and missing >= UNREAD_S * 1e9 and (worst is None or missing > worst[0]):
+            worst = (missing, missing / length)
+    return None if worst is None else (round(worst[0] / 1e9, 3), round(worst[1], 4))
 
 
 def _who(key: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """What a look keeps of a process's step and productive joins for the next: the leading intervals (steps in
 order, productive intervals in order) that can no longer change (each ending before every one of its devices'
 last segment starts), with their devices' summed measures (before the mean; of productive intervals, the busy
-ones only: all the job's GPU goodput reads) and the steps' memory peaks. The next look joins only the intervals
+and known ones only: all the job's GPU goodput reads) and the steps' memory peaks. The next look joins only the intervals
 after them, when its own first ones are the same (a digest of their keys): the same sums, bit for bit, as each
 interval's sums depend only on it and its devices' final segments.
 
@@ -20,10 +20,11 @@ import numpy as np
 
 from lens_rl.offline.rollup.gpu_prefix import Digest
 
-__all__ = ["Keeping", "Kept", "ProcessMemo", "kept_rows", "raw", "reused"]
+__all__ = ["PRODUCTIVE_COLUMNS", "Keeping", "Kept", "ProcessMemo", "kept_rows", "raw", "reused"]
 
 _MEASURES = 7
-_BUSY = 1  # (the busy measure's column: the only one of productive intervals the rollup reads)
+#: the measures of productive intervals the rollup reads (the GPU goodput: busy, over the time with a reading)
+PRODUCTIVE_COLUMNS = [0, 1]
 _NEVER = np.iinfo(np.int64).min
 
 
@@ -111,11 +112,11 @@ class Keeping:
     ) -> None:
         """A process's leading steps and productive intervals ending before ``limit`` kept for the next look:
         ``steps`` (keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`, ends, sums before the mean, peaks),
-        ``productive`` (digest, ends, sums: their busy ones kept)."""
+        ``productive`` (digest, ends, sums: their :data:`PRODUCTIVE_COLUMNS` kept)."""
         (s_keys, s_hi, s_sums, s_peaks), (p_keys, p_hi, p_sums) = steps, productive
         kept_steps = kept_rows(s_keys, s_hi, limit, s_sums, s_peaks)
         self.out[key] = ProcessMemo(
-            key, list(devices), kept_steps, kept_rows(p_keys, p_hi, limit, p_sums, None, [_BUSY])
+            key, list(devices), kept_steps, kept_rows(p_keys, p_hi, limit, p_sums, None, PRODUCTIVE_COLUMNS)
         )
 
     def note_opens(self, devices: Mapping[str, Any], answering: list[str], asked: list[Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lens_rl.offline.read.parts import NO_STEP
-from lens_rl.offline.rollup.gpu_memo import Keeping, reused
+from lens_rl.offline.rollup.gpu_memo import PRODUCTIVE_COLUMNS, Keeping, reused
 from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, settle
 
 __all__ = ["MEASURES", "PRODUCTIVE", "GpuProcess", "productive_union", "step_hulls"]
@@ -115,7 +115,8 @@ class GpuProcess:
         steps_kept = productive_kept = none
         if memo is not None and memo.devices == self.answering:  # (kept steps and productive intervals not joined)
             steps_kept = reused(memo.steps, self.keyed[0], whole=True)
-            productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True)
+            if set(PRODUCTIVE_COLUMNS) <= set(memo.productive.columns):  # (a record of an earlier look's columns: not)
+                productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True)
         s_n, p_n = steps_kept[0], productive_kept[0]
         asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
         self.queries = _Queries(

@@ -108,26 +108,39 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
     return out
 
 
-def unavailable(devices: Mapping[str, Any], users: Mapping[str, Any], util_read: set[str]) -> list[dict[str, Any]]:
-    """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all."""
+def unavailable(
+    devices: Mapping[str, Any],
+    users: Mapping[str, Any],
+    util_read: set[str],
+    unread: Mapping[str, tuple[float, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """``gpu_unavailable``: a device flagged unavailable, or with no utilisation reading at all, or (``unread``:
+    uuid -> seconds, share) without one for a large part of its processes' time (its sampler stopped, the GPU
+    was lost): figures there come from the time read, never 0 % for the rest."""
     out = []
+    unread = unread or {}
     for uuid, device in devices.items():
+        then = "its figures read null (unavailable), never 0 %"
         if device.unavailable:
             why = "reads 0 on every counter while its memory is in use"
         elif "util" not in device.has:
             why = "has no utilisation counter"
         elif uuid not in util_read:
             why = "gave no utilisation reading"
+        elif uuid in unread:
+            seconds, share = unread[uuid]
+            why = f"gave no reading for {seconds:g} s ({share:.0%}) of the time its processes ran"
+            then = "its figures there come from the time it was read, never 0 % (sampling stopped? the GPU lost?)"
         else:
             continue
-        out.append(
-            {
-                "kind": "gpu_unavailable",
-                "message": f"GPU {uuid} ({device.name or '?'} on {device.host or '?'}) {why}: "
-                "its figures read null (unavailable), never 0 %",
-                "uuid": uuid,
-                "host": device.host,
-                "processes": len(users.get(uuid, [])),
-            }
-        )
+        row = {
+            "kind": "gpu_unavailable",
+            "message": f"GPU {uuid} ({device.name or '?'} on {device.host or '?'}) {why}: {then}",
+            "uuid": uuid,
+            "host": device.host,
+            "processes": len(users.get(uuid, [])),
+        }
+        if uuid in unread and uuid in util_read:
+            row["unread_s"], row["share"] = unread[uuid]
+        out.append(row)
     return out

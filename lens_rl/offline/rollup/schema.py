@@ -170,6 +170,7 @@ class WarningRow(_WarningRow, total=False):
     uuid: str
     host: str
     processes: int
+    unread_s: float  # gpu_unavailable of a device read only part of its processes' time (and its share)
 
 
 class GroupRow(TypedDict):
