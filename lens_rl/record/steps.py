@@ -70,7 +70,9 @@ def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float
     """The step's pipeline figures within this process (its threads and tasks are its pools): busy of its
     generation-family (rollout) and training or logprob (trainer) productive phases, their overlap, the bubble
     where no productive phase runs (shares of the wall), weight-sync seconds and the pause (the part of them no
-    generation ran beside): the offline pipeline's rules, on this process's spans."""
+    generation ran beside): the offline pipeline's rules, on this process's spans. A process whose step runs
+    neither pool's phases itself (a Ray driver whose pools are its workers) cannot see them: weight-sync seconds
+    only (a bubble of 1 there would be a falsehood; ``lens-rl goodput`` has the figures across processes)."""
     wall = hi - lo
     gen, train, productive, sync = [], [], [], []
     for start, end, value, _, name, _ in spans:
@@ -88,6 +90,8 @@ def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float
             sync.append(interval)
     g, t = union_length(gen), union_length(train)
     sync_ns = union_length(sync)
+    if not gen and not train:
+        return {"sync_s": sync_ns / 1e9}
     return {
         "busy_rollout": g / wall if wall > 0 else 0.0,
         "busy_trainer": t / wall if wall > 0 else 0.0,

@@ -151,6 +151,22 @@ def test_a_generation_thread_beside_the_trainer_counts_once_live() -> None:
     assert pipe["bubble"] < 0.1 and flat["goodput/pipeline/overlap"] == pipe["overlap"]
 
 
+def test_a_step_that_runs_no_pool_phase_here_gives_no_live_pipeline_figures_but_sync() -> None:
+    """A driver whose step only waits on its workers (its rollout and train phases idle, a weight sync of its
+    own) gives ``sync_s`` and no busy, overlap, bubble or pause: it cannot see its pools, and a bubble of 1 would
+    tell a dashboard its GPUs did nothing."""
+    with recording(worker_group="driver"):
+        with traced_phase("step", step=0):
+            with traced_phase("rollout", bucket="idle"):
+                time.sleep(0.01)
+            with traced_phase("weight_sync"):
+                time.sleep(0.01)
+        pipe = lens_rl.step_goodput()["pipeline"]
+        flat = lens_rl.step_metrics()
+    assert set(pipe) == {"sync_s"} and pipe["sync_s"] > 0
+    assert "goodput/pipeline/bubble" not in flat and flat["goodput/pipeline/sync_s"] == pipe["sync_s"]
+
+
 def test_set_weight_version_is_carried_on_generation_phases_only() -> None:
     """After set_weight_version(3), generation-family phases carry rl.weight_version 3 and training phases do
     not; None forgets it; a value that is no int is refused, naming it."""
