@@ -140,7 +140,8 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     Keys: ``step``, ``attempt``, ``goodput`` (absent for a zero-length step), ``wall_s``,
     ``unattributed_s``, ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``, and the step's pipeline
     figures on this process: ``pipeline/busy_rollout``, ``pipeline/busy_trainer``, ``pipeline/overlap``,
-    ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s``; where the step's
+    ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s`` (``sync_s`` only in a
+    process whose step runs no generation or training phase itself: its pools are elsewhere); where the step's
     phases said what they consumed (``trajectory_versions=``), its staleness by the offline rollup's rule
     (:func:`lens_rl.buckets.staleness`): ``pipeline/staleness_mean``, ``pipeline/staleness_p90``,
     ``pipeline/staleness_max`` and, where a bound is set (the phase's or the job's ``rl.max_staleness``),
