@@ -1,0 +1,151 @@
+"""The pipeline's memo on disk (``run/pipe_memo_file.py``): a look at a grown run takes the windows that ended
+before what is new from it and computes the rest; a record planted, cut short, of another schema version,
+claiming more than it holds or whose arrays do not add up is never used (said once where it is this user's), and
+every answer is a cold read's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import lens_rl.offline.run.analyze as analyze_module
+from lens_rl.offline.rollup.pipe_memo import PipeMemo
+from lens_rl.offline.run import kept
+from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.run.cache import cache_folder
+from lens_rl.offline.run.pipe_memo_file import PIPE_MEMO, PipeMemoRec
+from lens_rl.offline.run.record_codec import decode, encode
+from lens_rl.store import span_files
+from tests.stores import grow_store
+
+
+def _look(run: Path, monkeypatch: Any) -> tuple[PipeMemo, dict[str, Any]]:
+    """A look through the cache (no whole answer kept), the pipeline's memo it read, and its answer, checked
+    against a cold read's."""
+    folder = Path(cache_folder(run))
+    for report in folder.glob("report-*.json"):
+        report.unlink()
+    read: list[PipeMemo] = []
+    load = analyze_module.load_pipe_memo
+
+    def loaded(*args: Any) -> tuple[PipeMemo, str | None]:
+        memo, why = load(*args)
+        read.append(memo)
+        return memo, why
+
+    monkeypatch.setattr(analyze_module, "load_pipe_memo", loaded)
+    paths = span_files(run)
+    warm = analyze(paths, jobs=1, cache=str(folder))
+    monkeypatch.setattr(analyze_module, "load_pipe_memo", load)
+    cold = json.loads(json.dumps(analyze(paths, jobs=1), default=str))
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True)
+    assert warm["pipeline"] is not None and len(read) == 1
+    return read[0], warm
+
+
+def test_a_grown_runs_look_takes_the_windows_that_ended_before_what_is_new(tmp_path: Path, monkeypatch: Any) -> None:
+    """After a run grew by three steps, a look takes every earlier step's window from the memo (they ended
+    before the new spans) and computes the three new ones; a late span of an old step takes the windows from
+    it on afresh. Every answer is a cold read's."""
+    from tests.stores import span
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 30)
+    memo, _ = _look(run, monkeypatch)
+    assert memo.reused == 0 and memo.made is not None and len(memo.made[1]) == 30
+    assert (Path(cache_folder(run)) / PIPE_MEMO).exists()
+    grow_store(run, 30, 33)
+    memo, _ = _look(run, monkeypatch)
+    assert memo.reused == 30 and memo.made is not None and len(memo.made[1]) == 33
+    late = span("train", 103.2, 105.4, "late-w4", parent="d10-1", remote=True, bucket="productive", step=10)
+    with (run / "spans-lm_policy-4-104.jsonl").open("a") as handle:  # a late span of step 10
+        handle.write(json.dumps(late) + "\n")
+    memo, _ = _look(run, monkeypatch)
+    assert memo.reused == 10  # (steps 0..9 ended before it)
+
+
+#: a memo record whose first field's buffer claims 4 GiB
+_CLAIMING_4_GIB = b"\x87\xa4type\xabpipe-memo/1\xa3key\xc6\xff\xff\xff\xff" + b"x" * 64
+
+
+def test_a_look_where_one_process_alone_grew_equals_a_cold_read(tmp_path: Path, monkeypatch: Any) -> None:
+    """Where only the driver wrote since the last look, the pools' unions of what is new are its busy time alone
+    (one array under several keys, each with windows kept of its own): the earlier windows are taken as kept,
+    and the answer is a cold read's."""
+    from tests.stores import step_lines
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 20)
+    _look(run, monkeypatch)
+    with (run / "spans-driver-0-1.jsonl").open("a") as handle:  # step 20's driver spans, no worker's
+        for row in step_lines(20)["driver"]:
+            handle.write(json.dumps(row) + "\n")
+    memo, _ = _look(run, monkeypatch)
+    assert memo.reused == 20
+
+
+def _planted(rec: PipeMemoRec, **changes: Any) -> bytes:
+    """``rec`` with ``changes``, encoded and sealed as this user's lens_rl seals it."""
+    data = kept.sealed(encode(msgspec.structs.replace(rec, **changes)))
+    assert data is not None
+    return data
+
+
+def test_a_memo_planted_cut_short_oversized_or_not_adding_up_is_computed_afresh(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """A memo record is never trusted: one planted (not under the user's seal) or cut short is read as none; one
+    under the seal of another schema version, claiming 4 GiB, with a window's coverage missing or an array cut
+    mid-item is one stderr line. Each time the coverage is computed afresh and the answer is a cold read's."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 12)
+    _look(run, monkeypatch)
+    folder = Path(cache_folder(run))
+    saved = tmp_path / "saved"
+    shutil.copytree(folder, saved)
+    good = (saved / PIPE_MEMO).read_bytes()
+    body = kept.unsealed(good)
+    assert body is not None
+    rec = decode(body, PipeMemoRec)
+    other = msgspec.msgpack.decode(bytes(body))
+    other["type"] = "pipe-memo/0"
+    oversized = kept.sealed(_CLAIMING_4_GIB)
+    variants: list[tuple[bytes | None, str | None]] = [
+        (encode(rec), None),  # planted: not sealed
+        (good[:-9], None),  # cut short
+        (kept.sealed(msgspec.msgpack.encode(other)), "corrupt (ValidationError)"),  # (its tag another version's)
+        (oversized, "corrupt (DecodeError)"),
+        (_planted(rec, covered=[*rec.covered[:-1], rec.covered[-1][:-8]]), "corrupt (arrays that do not add up)"),
+        (_planted(rec, los=rec.los[:-3]), "corrupt (an array cut mid-item)"),
+    ]
+    caplog.set_level("WARNING", "lens_rl")
+    assert _look(run, monkeypatch)[0].reused == 12  # (the memo as kept: every window taken)
+    for data, said in variants:
+        assert data is not None
+        shutil.rmtree(folder)
+        shutil.copytree(saved, folder)
+        (folder / PIPE_MEMO).write_bytes(data)
+        caplog.clear()
+        memo, _ = _look(run, monkeypatch)
+        lines = [r.getMessage() for r in caplog.records if "the pipeline's: " in r.getMessage()]
+        assert memo.reused == 0 and memo.made is not None, said
+        assert lines == [] if said is None else len(lines) == 1 and said in lines[0], (said, lines)
+
+
+def test_a_memo_claiming_4_gib_allocates_next_to_nothing() -> None:
+    """A memo record whose buffer claims 4 GiB is a DecodeError before anything is allocated."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(msgspec.DecodeError):
+            decode(_CLAIMING_4_GIB, PipeMemoRec)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
