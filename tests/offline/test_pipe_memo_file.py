@@ -18,6 +18,7 @@ from lens_rl.offline.rollup.pipe_memo import PipeMemo
 from lens_rl.offline.run import kept
 from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.run.cache import cache_folder
+from lens_rl.offline.run.cache_files import MAX_RECORDS, after_length
 from lens_rl.offline.run.pipe_memo_file import PIPE_MEMO, PipeMemoRec
 from lens_rl.offline.run.record_codec import decode, encode
 from lens_rl.store import span_files
@@ -89,11 +90,53 @@ def test_a_look_where_one_process_alone_grew_equals_a_cold_read(tmp_path: Path, 
     assert memo.reused == 20
 
 
+def _sealed(data: bytes) -> bytes:
+    """``data`` sealed as this user's lens_rl seals it, framed as the memo's file holds a record."""
+    body = kept.sealed(data)
+    assert body is not None
+    return after_length(body)
+
+
 def _planted(rec: PipeMemoRec, **changes: Any) -> bytes:
-    """``rec`` with ``changes``, encoded and sealed as this user's lens_rl seals it."""
-    data = kept.sealed(encode(msgspec.structs.replace(rec, **changes)))
-    assert data is not None
-    return data
+    """``rec`` with ``changes``, as a record of the memo's file under this user's seal."""
+    return _sealed(encode(msgspec.structs.replace(rec, **changes)))
+
+
+def _count_records(data: bytes) -> int:
+    at = count = 0
+    while at < len(data):
+        at += 8 + int.from_bytes(data[at : at + 8], "little")
+        count += 1
+    return count
+
+
+def test_a_grown_runs_memo_is_appended_to_and_written_whole_again_after_many_records(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A look that took the earlier windows as kept appends only the windows it computed (one small sealed
+    record), and the next look reads the file back to its state; a record cut short, or two looks that
+    appended at once, leave the state before it (out of date: computed afresh, written whole); a file of many
+    records is written whole again. Every answer is a cold read's."""
+    run = tmp_path / "r"
+    grow_store(run, 0, 30)
+    _look(run, monkeypatch)
+    memo_file = Path(cache_folder(run)) / PIPE_MEMO
+    first = memo_file.read_bytes()
+    grow_store(run, 30, 32)
+    assert _look(run, monkeypatch)[0].reused == 30
+    grown = memo_file.read_bytes()
+    assert _count_records(grown) == 2 and grown.startswith(first) and len(grown) - len(first) < len(first) // 2
+    grow_store(run, 32, 33)
+    assert _look(run, monkeypatch)[0].reused == 32  # (read back through the appended record)
+    appended = memo_file.read_bytes()
+    grow_store(run, 33, 34)
+    memo_file.write_bytes(appended[:-5])  # (the last record cut short: the state before it is out of date)
+    assert _look(run, monkeypatch)[0].reused == 0
+    assert _count_records(memo_file.read_bytes()) == 1
+    for n in range(34, 34 + MAX_RECORDS):
+        grow_store(run, n, n + 1)
+        assert _look(run, monkeypatch)[0].reused == n
+    assert _count_records(memo_file.read_bytes()) < MAX_RECORDS
 
 
 def test_a_memo_planted_cut_short_oversized_or_not_adding_up_is_computed_afresh(
@@ -109,16 +152,16 @@ def test_a_memo_planted_cut_short_oversized_or_not_adding_up_is_computed_afresh(
     saved = tmp_path / "saved"
     shutil.copytree(folder, saved)
     good = (saved / PIPE_MEMO).read_bytes()
-    body = kept.unsealed(good)
+    body = kept.unsealed(good[8:])
     assert body is not None
     rec = decode(body, PipeMemoRec)
     other = msgspec.msgpack.decode(bytes(body))
     other["type"] = "pipe-memo/0"
-    oversized = kept.sealed(_CLAIMING_4_GIB)
-    variants: list[tuple[bytes | None, str | None]] = [
-        (encode(rec), None),  # planted: not sealed
+    oversized = _sealed(_CLAIMING_4_GIB)
+    variants: list[tuple[bytes, str | None]] = [
+        (after_length(encode(rec)), None),  # planted: not sealed
         (good[:-9], None),  # cut short
-        (kept.sealed(msgspec.msgpack.encode(other)), "corrupt (ValidationError)"),  # (its tag another version's)
+        (_sealed(msgspec.msgpack.encode(other)), "corrupt (ValidationError)"),  # (its tag another version's)
         (oversized, "corrupt (DecodeError)"),
         (_planted(rec, covered=[*rec.covered[:-1], rec.covered[-1][:-8]]), "corrupt (arrays that do not add up)"),
         (_planted(rec, los=rec.los[:-3]), "corrupt (an array cut mid-item)"),
@@ -126,7 +169,6 @@ def test_a_memo_planted_cut_short_oversized_or_not_adding_up_is_computed_afresh(
     caplog.set_level("WARNING", "lens_rl")
     assert _look(run, monkeypatch)[0].reused == 12  # (the memo as kept: every window taken)
     for data, said in variants:
-        assert data is not None
         shutil.rmtree(folder)
         shutil.copytree(saved, folder)
         (folder / PIPE_MEMO).write_bytes(data)
