@@ -191,3 +191,93 @@ def test_a_memo_claiming_4_gib_allocates_next_to_nothing() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, peak
+
+
+def _grow_pipeline(run: Path, rnd: Any, first: int, held: list[dict[str, Any]]) -> int:
+    """A few steps of an async pipeline appended (a driver's step umbrellas and weight syncs, two rollout and two
+    trainer ranks at random times): some umbrellas written a look later than their children (``held``), and now
+    and then a late rollout span of an old step; the next step returned."""
+    from tests.stores import span
+
+    lines: dict[str, list[dict[str, Any]]] = {name: [] for name in _RANKS}
+    step = first
+    for step in range(first, first + rnd.randint(1, 4)):
+        t = step * 10.0 + rnd.random()
+        for name in list(_RANKS)[1:]:
+            a = t + rnd.uniform(0, 2) if name.startswith("rollout") else t + rnd.uniform(2, 5)
+            phase = "generation" if name.startswith("rollout") else "policy_training"
+            lines[name].append(
+                span(
+                    phase,
+                    a,
+                    a + rnd.uniform(0.5, 3),
+                    f"{name}-{step}",
+                    parent=f"s{step}",
+                    remote=True,
+                    bucket="productive",
+                    step=step,
+                )
+            )
+        if rnd.random() < 0.5:
+            a = t + rnd.uniform(5, 8)
+            lines["driver"].append(span("weight_sync", a, a + 0.5, f"w{step}", parent=f"s{step}", bucket="overhead"))
+        umbrella = span("step", t, t + rnd.uniform(8, 9.5), f"s{step}", parent="job", step=step)
+        (held if rnd.random() < 0.3 else lines["driver"]).append(umbrella)
+    if held and rnd.random() < 0.6:
+        lines["driver"].append(held.pop(0))
+    if rnd.random() < 0.2 and step > 3:
+        old = rnd.randrange(0, step - 2)
+        lines["rollout-0"].append(
+            span(
+                "generation",
+                old * 10.0 + 1,
+                old * 10.0 + 1.3,
+                f"late-{step}",
+                parent=f"s{old}",
+                remote=True,
+                bucket="productive",
+                step=old,
+            )
+        )
+    for name, rows in lines.items():
+        with (run / _file(name)).open("a") as handle:
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
+    return step + 1
+
+
+#: the pipeline's processes: name -> (group, rank, pid)
+_RANKS = {
+    "driver": ("driver", 0, 1),
+    "rollout-0": ("rollout", 0, 2),
+    "rollout-1": ("rollout", 1, 3),
+    "trainer-0": ("trainer", 0, 4),
+    "trainer-1": ("trainer", 1, 5),
+}
+
+
+def _file(name: str) -> str:
+    group, rank, pid = _RANKS[name]
+    return f"spans-{group}-{rank}-{pid}.jsonl"
+
+
+def test_random_growing_pipelines_read_through_the_memo_as_cold_reads(tmp_path: Path, monkeypatch: Any) -> None:
+    """Async pipelines of two pools that grow at random (weight syncs, umbrellas written after their children,
+    late spans of old steps): after every growth the look through the memo equals a cold read, and the memo is
+    used."""
+    import random
+
+    from tests.stores import header
+
+    reused = 0
+    for seed in range(8):
+        rnd = random.Random(seed)
+        run = tmp_path / f"r{seed}"
+        run.mkdir()
+        for name, (group, rank, pid) in _RANKS.items():
+            extra = {"root": "job", "role": "driver"} if name == "driver" else {}
+            (run / _file(name)).write_text(json.dumps(header(group, rank, pid, **extra)) + "\n")
+        step, held = 0, list[dict[str, Any]]()
+        for _ in range(8):
+            step = _grow_pipeline(run, rnd, step, held)
+            reused += _look(run, monkeypatch)[0].reused
+    assert reused > 0
