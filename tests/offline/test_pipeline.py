@@ -146,7 +146,7 @@ def test_the_walls_coverage_is_the_steady_windows_summed_where_they_are_the_wall
     import numpy as np
 
     from lens_rl.offline.read.intervals import coverage, merge_intervals, pack
-    from lens_rl.offline.rollup.pipeline import _Windows
+    from lens_rl.offline.rollup.pipe_memo import Windows as _Windows
 
     busy = pack([(0, 5), (7, 12), (14, 40), (45, 46), (50, 90)])
     layouts: list[dict[Any, list[tuple[int, int]]]] = [

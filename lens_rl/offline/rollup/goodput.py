@@ -59,6 +59,7 @@ from lens_rl.offline.read.intervals import covered, merge_intervals
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart, merge_parts
 from lens_rl.offline.rollup.attempts import Attempts, attempts_of
 from lens_rl.offline.rollup.critical import Memo, critical_path
+from lens_rl.offline.rollup.pipe_memo import PipeMemo
 from lens_rl.offline.rollup.pipeline import pipeline_row
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
@@ -113,10 +114,12 @@ def report_from_parts(
     notes: Sequence[str] = (),
     memo: Memo | None = None,
     cut_links: Callable[[Sequence[ProcessPart]], Any] | None = None,
+    pipe_memo: PipeMemo | None = None,
 ) -> GoodputReport:
     """The goodput report (the module docstring's schema, typed in :mod:`~lens_rl.offline.rollup.schema`)
     from process parts; ``steps`` (A, B) selects steps; ``memo``: the critical path's per-step results of an
-    earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`); ``cut_links``: the tree rule over the links
+    earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`), ``pipe_memo`` the pipeline's coverage of
+    each step (:class:`~lens_rl.offline.rollup.pipe_memo.PipeMemo`); ``cut_links``: the tree rule over the links
     between the merged processes (:func:`lens_rl.offline.read.crosslinks.cross_cut`; its ``cycles`` are counted
     in ``broken_cycles``, its cut links not walked by the critical path)."""
     processes = merge_parts(parts)
@@ -155,7 +158,7 @@ def report_from_parts(
         "critical_path": cast(CriticalPath, critical_path(processes, rows, memo, cut)),
         "throughput": cast(Throughput, throughput),
         "requests": cast("list[RequestsRow]", requests_rows(processes)),
-        "pipeline": cast("Pipeline | None", pipeline_row(processes, view, rows, warmup_steps, steps)),
+        "pipeline": cast("Pipeline | None", pipeline_row(processes, view, rows, warmup_steps, steps, pipe_memo)),
         "sampled": any(p.sampled for p in processes),
         "concurrent": concurrent,
         "runs": runs,

@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence, Sized
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ import numpy as np
 from lens_rl.buckets import kind_of
 from lens_rl.offline.read.intervals import coverage, merged_packed, pack, union_packed
 from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.rollup.pipe_memo import UNIONS, PipeMemo, Windows, tail
 from lens_rl.offline.rollup.staleness import staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows
 from lens_rl.offline.rollup.verdict import verdict
@@ -72,9 +73,12 @@ def pipeline_row(
     rows: list[dict[str, Any]],
     warmup_steps: int = 1,
     steps: tuple[int, int] | None = None,
+    memo: PipeMemo | None = None,
 ) -> dict[str, Any] | None:
     """The ``pipeline`` section (the module docstring); None when no process has a productive span. Per-step
-    figures are computed for every step at once (:func:`~lens_rl.offline.read.intervals.coverage`)."""
+    figures are computed for every step at once (:func:`~lens_rl.offline.read.intervals.coverage`); ``memo``:
+    each array's coverage of the windows an earlier look read (:class:`~.pipe_memo.PipeMemo`: those that ended
+    before what is new are taken as kept, the rest computed from the arrays' tails), this look's left in it."""
     if not any(p.pipe is not None and len(p.pipe.productive) for p in processes):
         return None
     roles = roles_of(processes)
@@ -89,12 +93,12 @@ def pipeline_row(
     if not wall:
         return None
     ranks = {role: [p for p in processes if roles.get(p.key.group) == role] for role in ROLES}
-    arrays = _arrays(processes, ranks)
+    wl, wh = np.frombuffer(wall, np.int64)[0::2], np.frombuffer(wall, np.int64)[1::2]
+    each = Windows(rows, windows, steady, wl)  # (the wall's intervals: as many as its starts)
+    arrays = each.keyed(_arrays(processes, ranks, each.reuse(memo, _keys(ranks))), ROLES)
     consumed = [c for p in processes if p.pipe for c in p.pipe.consumed]
     bound = next((p.device.get("rl.max_staleness") for p in view if "rl.max_staleness" in p.device), None)
-    wl, wh = np.frombuffer(wall, np.int64)[0::2], np.frombuffer(wall, np.int64)[1::2]
     length = int((wh - wl).sum())
-    each = _Windows(rows, windows, steady, wl)  # (the wall's intervals: as many as its starts)
     covered_ns: dict[int, int] = {}  # (each array's coverage of the wall, read once: the pools reuse it)
 
     def cover(packed: array) -> int:
@@ -108,6 +112,8 @@ def pipeline_row(
     per_step, chunks = _per_step(each, steady, ranks, arrays, consumed, bound)
     judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
     judged["windows"] = chunks
+    if memo is not None:
+        each.keep(memo)
     return {
         "wall_s": round(length / 1e9, 6),
         "steps": len(steady),
@@ -131,10 +137,19 @@ def _r(value: Any) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
-def _arrays(processes: Sequence[ProcessPart], ranks: dict[str, list[ProcessPart]]) -> dict[str, Any]:
+def _keys(ranks: dict[str, list[ProcessPart]]) -> list[tuple[Any, ...]]:
+    """The arrays' keys, in :meth:`Windows.keyed`'s order: each rank's busy time by role and process, then the
+    unions by name (:data:`~.pipe_memo.UNIONS`)."""
+    return [("busy", role, *p.key) for role in ROLES for p in ranks[role]] + [(name,) for name in UNIONS]
+
+
+def _arrays(
+    processes: Sequence[ProcessPart], ranks: dict[str, list[ProcessPart]], since: int | None = None
+) -> dict[str, Any]:
     """The packed interval arrays the figures are read from: each rank's busy time, each pool's union, any
-    pool's, rollout and trainer's, the weight syncs' and syncs with rollout's."""
-    busy = {role: [_own(p) for p in ranks[role]] for role in ROLES}
+    pool's, rollout and trainer's, the weight syncs' and syncs with rollout's; ``since``: only the windows
+    from it on are read from them (the busy times cut to what reaches it: their unions a few intervals)."""
+    busy = {role: [_own(p) if since is None else tail(_own(p), since) for p in ranks[role]] for role in ROLES}
     unions = {role: union_packed(busy[role]) for role in ROLES}
     spans = [s for p in processes if p.pipe for s in p.pipe.syncs]
     syncs = merged_packed([s[0] for s in spans], [s[1] for s in spans])
@@ -218,54 +233,8 @@ def _pools(
     return out
 
 
-class _Windows:
-    """Every complete step's windows (``order``: those steps; ``owners``: each window's step's index), and each
-    array's coverage of every window, read once (:meth:`of`); the wall's is their sum where the steady steps'
-    windows are the wall itself, disjoint (coverage adds up over windows that only touch), else read apart."""
-
-    def __init__(
-        self,
-        rows: list[dict[str, Any]],
-        windows: dict[Any, list[tuple[int, int]]],
-        steady: list[Any],
-        wall: Sized,
-    ) -> None:
-        self.order = [r["step"] for r in rows if not r["incomplete"] and windows.get(r["step"])]
-        owner, los, his = [], [], []
-        for n, step in enumerate(self.order):
-            for lo, hi in windows[step]:
-                owner.append(n)
-                los.append(lo)
-                his.append(hi)
-        self.owners = np.array(owner, np.int64)
-        self.los, self.his = np.array(los, np.int64), np.array(his, np.int64)
-        self._memo: dict[int, Any] = {}
-        self.steady: Any = None  # (which windows are the steady steps': None where the wall is not theirs alone)
-        at = {step: n for n, step in enumerate(self.order)}
-        if steady and all(step in at for step in steady):
-            mask = np.zeros(len(self.order), bool)
-            mask[[at[step] for step in steady]] = True
-            picked = mask[self.owners]
-            starts, ends = np.sort(self.los[picked]), np.sort(self.his[picked])
-            if len(starts) == len(wall) and bool((starts[1:] >= ends[:-1]).all()):
-                self.steady = picked
-
-    def of(self, packed: array) -> Any:
-        """How much of each window ``packed`` covers (ns, int64)."""
-        got = self._memo.get(id(packed))
-        if got is None:
-            got = self._memo[id(packed)] = coverage(packed, self.los, self.his)
-        return got
-
-    def of_wall(self, packed: array, wl: Any, wh: Any) -> int:
-        """How much of the wall (``wl``, ``wh``) ``packed`` covers (ns)."""
-        if self.steady is None:
-            return int(coverage(packed, wl, wh).sum())
-        return int(self.of(packed)[self.steady].sum())
-
-
 def _per_step(
-    each: _Windows,
+    each: Windows,
     steady: list[Any],
     ranks: dict[str, list[ProcessPart]],
     arrays: dict[str, Any],

@@ -38,6 +38,7 @@ from lens_rl.offline.run.gpu import sample_files, with_gpu
 from lens_rl.offline.run.gpu_ahead import join_ahead, read_ahead
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
+from lens_rl.offline.run.pipe_memo_file import load_pipe_memo, save_pipe_memo
 from lens_rl.offline.run.records import UNENCODABLE, PartRec, decode, encode, part_from, part_record
 from lens_rl.store import ReadStats, read_head
 
@@ -175,14 +176,18 @@ def _superseded(
 
 
 def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None, **options: Any) -> GoodputReport:
-    """:func:`report_from_parts` of what :func:`analyze_parts` read, the critical path's per-step results
-    kept in the refresh cache's folder ``cache`` between looks (None: walked afresh, nothing kept)."""
-    memo = None
+    """:func:`report_from_parts` of what :func:`analyze_parts` read, the critical path's per-step results and
+    the pipeline's coverage of each step kept in the refresh cache's folder ``cache`` between looks (None:
+    computed afresh, nothing kept)."""
+    memo = pipe = None
     with no_gc():  # (the memo's and the report's many small objects, beside the parts' millions)
         if cache is not None:
             memo, why = load_memo(cache, stats.cache_reads)
             if why is not None:
                 stats.cache_notes.append(f"the critical path's: {why}")
+            pipe, why = load_pipe_memo(cache, stats.cache_reads)
+            if why is not None:
+                stats.cache_notes.append(f"the pipeline's: {why}")
         _cache_notes(stats.cache_notes)
         report = report_from_parts(
             parts,
@@ -190,11 +195,14 @@ def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None,
             skipped_lines=stats.skipped,
             notes=stats.notes,
             memo=memo,
+            pipe_memo=pipe,
             cut_links=cross_cut,
             **options,
         )
     if cache is not None and memo is not None:
         save_memo(cache, stats.cache_reads, memo)
+    if cache is not None and pipe is not None:
+        save_pipe_memo(cache, stats.cache_reads, pipe)
     return report
 
 

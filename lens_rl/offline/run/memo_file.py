@@ -28,7 +28,7 @@ from lens_rl.offline.run.kept import sealed, unsealed
 from lens_rl.offline.run.records import UNENCODABLE, MemoDeltaRec, MemoRec, decode, encode
 from lens_rl.store import CacheRead
 
-__all__ = ["load_memo", "save_memo"]
+__all__ = ["load_memo", "made_from", "save_memo"]
 
 _log = logging.getLogger("lens_rl")
 _MEMO = "critical-memo.msgpack"
@@ -65,7 +65,7 @@ def load_memo(folder: str, reads: Sequence[CacheRead]) -> tuple[Memo, str | None
     state = _read_state(data)
     if not isinstance(state, _State):
         return Memo(), state
-    if not _made_from(state.tokens, reads):
+    if not made_from(state.tokens, reads):
         return Memo(), None  # a file gone, rewritten, or read by another look since
     fresh = [start for *_, start in reads if start is not None]
     source = _MemoFile(state.tokens, state.disk)
@@ -137,7 +137,7 @@ def _record(data: bytes, start: int, stop: int) -> MemoRec | MemoDeltaRec:
     return decode(body, MemoRec | MemoDeltaRec)  # type: ignore[no-any-return]
 
 
-def _made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
+def made_from(tokens: Mapping[str, Any], reads: Sequence[CacheRead]) -> bool:
     """Whether the entries a memo was made from (``tokens``) are those this look read from (``reads``)."""
     before = {name: token for name, token, _after, _fresh in reads}
     return all(before.get(name) == token for name, token in tokens.items()) and all(
