@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS
 
@@ -29,7 +29,7 @@ def _number(value: Any) -> float | None:
     return float(value) if type(value) in _NUM and value == value and abs(value) < 1e300 else None
 
 
-def _time(value: Any) -> bool:
+def _time(value: Any) -> TypeGuard[int]:
     """A time of the store's plausible range (ns since the epoch), as the store's readers take them."""
     return type(value) is int and TIME_MIN_NS <= value < TIME_MAX_NS
 
