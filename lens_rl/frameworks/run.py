@@ -9,6 +9,8 @@ the job starts (Ray workers of a local cluster, multiprocessing children), chain
 was there before, and weaves. The driver is the process that runs the training loop: the first to open a
 step (or call ``init_telemetry_driver``) claims the role (:mod:`lens_rl.lifecycle.launched`); a short Python
 process before it (``python -c 'import torch'``, ``pip``) is no driver and, opening no phase, writes nothing.
+Every other process writes its ended spans out whenever its last open phase ends (a ``Pool`` worker that
+``terminate()`` kills, a Ray actor ``ray.shutdown()`` ends: neither runs ``atexit``).
 The job root's ids are fixed here, before any process starts (``TRACEPARENT``: one job, one trace, whichever
 process claims it), and so is the launch (``LENS_RL_OTEL_LAUNCH_TIME``: the job's wall starts here, its
 ``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``).
