@@ -58,13 +58,16 @@ def _goodput(tmp_path: Path, rate: float, seed: int) -> dict[str, object]:
 @pytest.mark.slow
 def test_a_sampled_runs_goodput_estimates_the_unsampled_figure(tmp_path: Path) -> None:
     """The same loop at sample_rate 0.5 (seeded: 51 of 100 steps kept) reads a headline goodput within 0.1 of
-    the loop at 1.0, not about half of it; the steady state agrees too, and the report says it was sampled."""
+    the loop at 1.0, not about half of it; so do its attempt's and the steady state, and the report says it
+    was sampled."""
     full = _goodput(tmp_path, 1.0, 3)
     sampled = _goodput(tmp_path, 0.5, 3)
     assert sampled["sampled"] is True and full["sampled"] is False
     assert 30 < len(sampled["steps"]) < 70  # type: ignore[arg-type]
     assert abs(sampled["goodput"] - full["goodput"]) < 0.1, (sampled["goodput"], full["goodput"])  # type: ignore[operator]
     assert abs(sampled["steady_state_goodput"] - full["steady_state_goodput"]) < 0.1  # type: ignore[operator]
+    attempt, full_attempt = sampled["attempts"][0]["goodput"], full["attempts"][0]["goodput"]  # type: ignore[index]
+    assert abs(attempt - full_attempt) < 0.1
     assert sampled["job"]["seconds"]["productive"] < 0.75 * full["job"]["seconds"]["productive"]  # type: ignore[index]
 
 
@@ -76,3 +79,18 @@ def test_a_parts_sample_rate_survives_the_refresh_cache() -> None:
     fields = msgspec.msgpack.decode(encode(part_record(part)))
     before = msgspec.msgpack.encode(fields[:-1])  # (the record as a lens_rl without the field wrote it)
     assert part_from(decode(before, PartRec)).sample_rate == 1.0
+
+
+def test_the_estimate_scales_each_parts_kept_productive_time_by_its_own_rate() -> None:
+    """Two sampled processes at different rates: each one's kept productive time over its own rate, over the
+    wall, clipped at 1; an unsampled view keeps its ratio as it was."""
+    from lens_rl.offline.rollup.sampled import estimated_goodput
+
+    a = ProcessPart(Process("driver", 0, 1, 0, True), sampled=True, sample_rate=0.5)
+    b = ProcessPart(Process("driver", 0, 2, 1, True), sampled=True, sample_rate=0.25)
+    a.bucket_ns["productive"], b.bucket_ns["productive"] = 20, 10
+    assert estimated_goodput([a, b], 0.3, 100) == pytest.approx((40 + 40) / 100)
+    assert estimated_goodput([a, b], 0.3, 50) == 1.0
+    plain = ProcessPart(Process("driver", 0, 3, 0, True))
+    plain.bucket_ns["productive"] = 30
+    assert estimated_goodput([plain], 0.3, 100) == 0.3

@@ -16,7 +16,7 @@ Goodput = productive seconds / wall-clock seconds of the view.
 * **Sampling.** With ``sample_rate`` < 1 the seconds are the kept phases'; the job's ``goodput`` estimates the
   unsampled figure: each process's kept productive time over its ``sample_rate`` (every top-level phase is
   kept with that probability, its subtree with it) over the wall, which ``rl.job`` measures in full
-  (:func:`estimated_productive_ns`: unbiased, clipped at 1). Step figures are ratios within kept steps.
+  (:mod:`lens_rl.offline.rollup.sampled`: unbiased, clipped at 1). Step figures are ratios within kept steps.
 * **Streaming.** Each process is reduced to a compact part as soon as its spans are read
   (:mod:`lens_rl.offline.read.reduce`); parts merge exactly, so files can be read one at a time, in parallel,
   or on a Ray cluster, with identical results.
@@ -73,6 +73,7 @@ from lens_rl.offline.rollup.rows import (
     unbucketed_rows,
     warning_rows,
 )
+from lens_rl.offline.rollup.sampled import estimated_goodput
 from lens_rl.offline.rollup.schema import (
     AttemptRow,
     CriticalPath,
@@ -105,19 +106,6 @@ def _seconds(ns: Mapping[str, float]) -> dict[str, float]:
 def _of_wall(productive_ns: float, wall_ns: float | None) -> float | None:
     """productive / wall (None without a wall): time no bucketed span covers is never productive."""
     return productive_ns / wall_ns if wall_ns else None
-
-
-def estimated_productive_ns(parts: Iterable[ProcessPart]) -> float:
-    """The productive ns of ``parts``, each estimated from its sampled phases: its productive time over its
-    ``sample_rate`` (Horvitz-Thompson: every top-level phase, with its whole subtree, is kept with
-    probability ``sample_rate``, and productive time only comes from such phases, ``rl.job`` and ``launch``,
-    always kept, being unbucketed and overhead). The wall is measured in full whatever the rate (``rl.job``),
-    so the job's goodput, this over the wall (without a driver: over the processes' lifetimes), is an unbiased
-    estimate of the unsampled figure (clipped at 1, which a rare draw could pass); its ``seconds`` stay those
-    of the sampled phases. Its spread shrinks as the kept phases grow in number (relative standard error
-    about ``sqrt((1 - rate) / (rate * n))`` for ``n`` like top-level phases). Unsampled (rate 1): the
-    productive time itself."""
-    return sum(p.bucket_ns["productive"] / p.sample_rate for p in parts)
 
 
 def report_from_parts(
@@ -244,9 +232,7 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         coverage = [array for p in view for array in p.coverage]
         unattributed = None if wall is None else max(wall - covered(coverage, windows) - restart, 0)
         seconds = _seconds(ns)
-        ratio = _of_wall(estimated_productive_ns(view), wall)
-        if ratio is not None and any(p.sampled for p in view):
-            ratio = min(ratio, 1.0)  # (an estimate a rare draw could take past the wall)
+        ratio = estimated_goodput(view, _of_wall(ns["productive"], wall), wall)
         phases_wasted = ns["wasted"] - rerun - restart
     else:
         per = [p.seconds() for p in view]
@@ -254,10 +240,8 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         summed["wasted"] += restart / 1e9
         seconds = {b: round(value, 6) for b, value in summed.items()}
         wall = (sum(p.lifetime_ns for p in view) + restart) or None
-        unattributed, ratio = 0, goodput_of(summed)
-        total = sum(summed.values())  # (the lifetimes: a sampled run's unsampled phases are in its idle)
-        if ratio is not None and any(p.sampled for p in view):
-            ratio = min(estimated_productive_ns(view) / 1e9 / total, 1.0)
+        # (over the lifetimes: a sampled run's unsampled phases are in its idle)
+        unattributed, ratio = 0, estimated_goodput(view, goodput_of(summed), sum(summed.values()) * 1e9)
         phases_wasted = sum(p.bucket_ns["wasted"] for p in view)
     return {
         "view": "driver" if is_driver else "all processes",
