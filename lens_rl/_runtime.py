@@ -93,6 +93,9 @@ class Handle(Protocol):
     role: str
     #: The job root's span id: its children are top-level phases.
     root_span_id: int | None
+    #: Write the ended spans out whenever the process's last open phase ends (a child ``lens-rl run`` wove,
+    #: which may be killed without ``atexit``): :meth:`flush_when_idle`.
+    flush_idle: bool
 
     @property
     def config(self) -> TelemetryConfig: ...
@@ -116,6 +119,8 @@ class Handle(Protocol):
     def adopt(self, old: Handle) -> None: ...
 
     def force_flush(self, timeout_ms: int = 5000) -> bool: ...
+
+    def flush_when_idle(self) -> None: ...
 
     def shutdown(self, timeout_ms: int = 5000) -> bool: ...
 

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["TelemetryHandle"]
 
 _log = logging.getLogger("lens_rl")
+#: How long :meth:`TelemetryHandle.flush_when_idle` may wait (what ``flush_on_step`` may: a phase at most this).
+_IDLE_FLUSH_MAX_MS = 1000
 
 
 class TelemetryHandle:
@@ -69,6 +71,9 @@ class TelemetryHandle:
         self.role = role
         #: The job root's span id (see :meth:`set_root`): the sampler treats its children as top-level phases.
         self.root_span_id: int | None = None
+        #: Write ended spans out when the process's last open phase ends (:meth:`flush_when_idle`); set by
+        #: lifecycle in a child ``lens-rl run`` wove.
+        self.flush_idle = False
         attributes = dict(attributes)
         if config.sample_rate < 1.0:  # so the offline table can say the run was sampled
             attributes.setdefault("rl.sample_rate", config.sample_rate)
@@ -139,6 +144,20 @@ class TelemetryHandle:
         )
         self.meter = self.meter_provider.get_meter("lens_rl", __version__)
         self.phase_metrics = PhaseMetrics(self.meter, dropped=self.spans_dropped)
+
+    def flush_when_idle(self) -> None:
+        """The process's last open phase ended: write its ended spans out now, before it returns (a Pool
+        worker's result, a Ray actor's reply), so a child killed without ``atexit`` right after (``Pool``'s
+        ``terminate``, the SIGTERM then SIGKILL Ray's raylet sends an actor at ``ray.shutdown()``) loses none.
+        Spans only, bounded like ``flush_on_step`` (1 s at most); a flush that could not settle everything in
+        time (a hung collector) turns it off for the process, so that costs one phase once."""
+        pipeline = self.span_pipeline
+        if pipeline is None or not self.flush_idle:
+            return
+        target = pipeline.accepted
+        pipeline.flush(min(self.config.export_timeout_ms, _IDLE_FLUSH_MAX_MS) / 1000.0)
+        if pipeline.exported + pipeline.failed < target:
+            self.flush_idle = False
 
     def after_fork(self) -> None:
         """In a forked child: stop the copy of the metric reader's thread the SDK restarts there."""

@@ -9,6 +9,8 @@ the job starts (Ray workers of a local cluster, multiprocessing children), chain
 was there before, and weaves. The driver is the process that runs the training loop: the first to open a
 step (or call ``init_telemetry_driver``) claims the role (:mod:`lens_rl.lifecycle.launched`); a short Python
 process before it (``python -c 'import torch'``, ``pip``) is no driver and, opening no phase, writes nothing.
+Every other process writes its ended spans out whenever its last open phase ends (a ``Pool`` worker that
+``terminate()`` kills, a Ray actor ``ray.shutdown()`` ends: neither runs ``atexit``).
 The job root's ids are fixed here, before any process starts (``TRACEPARENT``: one job, one trace, whichever
 process claims it), and so is the launch (``LENS_RL_OTEL_LAUNCH_TIME``: the job's wall starts here, its
 ``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``).
@@ -16,11 +18,15 @@ process claims it), and so is the launch (``LENS_RL_OTEL_LAUNCH_TIME``: the job'
 The job's exit status is the command's, and a command killed by signal N kills ``lens-rl run`` with N too
 (a shell reports ``128 + N``; a script running it stops on Ctrl-C as it would for the command itself).
 SIGTERM and SIGHUP sent to ``lens-rl run`` are forwarded to the command. SIGINT and SIGQUIT, which a
-terminal sends to its whole foreground process group (the command's too), are forwarded only when the
-command left ``lens-rl run``'s process group (then nothing else would deliver them), so a Ctrl-C reaches
-the job once; SIGTSTP (Ctrl-Z) stops both, as any foreground job (a command in a group of its own is stopped
+terminal sends to its whole foreground process group (the command's too), are not forwarded while the
+command shares ``lens-rl run``'s process group and that group is the foreground group of its controlling
+terminal (the terminal delivered them to the command already), so a Ctrl-C reaches the job once; otherwise
+(no terminal: a batch job, ``timeout -s INT``, ``kill -INT`` from a script; a background job; a command
+that left the group) they are forwarded. (On a terminal's foreground group a ``kill -INT`` to
+``lens-rl run``'s pid alone cannot be told from the terminal's and is not forwarded.) SIGTSTP (Ctrl-Z) stops both, as any foreground job (a command in a group of its own is stopped
 and continued with ``lens-rl run``). A signal ignored when ``lens-rl run``
-started (``nohup``'s SIGHUP) is not forwarded: the command inherits it ignored. Afterwards one line says where the store is and the one command that
+started (``nohup``'s SIGHUP, a non-interactive shell's ``cmd &`` SIGINT) does not end ``lens-rl run`` and is
+forwarded: the command inherits it ignored and decides, as without ``lens-rl run``. Afterwards one line says where the store is and the one command that
 reads it.
 
 Example::
@@ -55,7 +61,7 @@ BOOTSTRAP_DIR = str(Path(__file__).resolve().parent / "bootstrap")
 DRIVER_CLAIM_ENV = CLAIM_ENV
 #: Sent to ``lens-rl run`` alone: always forwarded.
 _FORWARDED = ("SIGTERM", "SIGHUP")
-#: Sent by a terminal to its whole foreground group: forwarded only to a command outside that group.
+#: Sent by a terminal to its whole foreground group: not forwarded when that group is ours and the command's.
 _TERMINAL = ("SIGINT", "SIGQUIT")
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -157,14 +163,17 @@ def run(
 
 
 def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
-    """Install the forwarding handlers (a signal ignored at start is left ignored); the handlers they replace."""
+    """Install the forwarding handlers; the handlers they replace. A signal ignored at start (``nohup``'s
+    SIGHUP, SIGINT and SIGQUIT of a non-interactive shell's ``cmd &``) still does not end ``lens-rl run``
+    but is forwarded: the command inherited it ignored and decides, as it would without ``lens-rl run``
+    (one that installed a handler of its own gets it). SIGTSTP ignored at start stays ignored."""
     own_group = os.getpgrp()
 
     def forward(signum: int, frame: Any) -> None:
         if child.poll() is not None:
             return
         try:
-            if signum in terminal and os.getpgid(child.pid) == own_group:
+            if signum in terminal and os.getpgid(child.pid) == own_group and _terminal_could_send(own_group):
                 return  # the terminal's signal reached the command's group (ours) already: once is enough
             child.send_signal(signum)
         except ProcessLookupError:
@@ -195,9 +204,26 @@ def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
     previous = {}
     for name in (*_FORWARDED, *_TERMINAL, "SIGTSTP"):
         signum = getattr(signal, name, None)
-        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
-            previous[signum] = signal.signal(signum, suspend if name == "SIGTSTP" else forward)
+        if signum is None or (name == "SIGTSTP" and signal.getsignal(signum) is signal.SIG_IGN):
+            continue
+        previous[signum] = signal.signal(signum, suspend if name == "SIGTSTP" else forward)
     return previous
+
+
+def _terminal_could_send(group: int) -> bool:
+    """Whether ``group`` is the foreground process group of this process's controlling terminal: the one
+    group a terminal's Ctrl-C or Ctrl-\\ reaches. With no controlling terminal (a batch job, ``setsid``, a
+    launcher's pipes) no terminal sent the signal, so it is forwarded."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:  # no controlling terminal
+        return False
+    try:
+        return os.tcgetpgrp(fd) == group
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _die_by(signum: int, out: Any) -> None:

@@ -11,7 +11,10 @@ Fork rule: a forked child starts with telemetry reset. Its first phase initialis
 again from the inherited environment, under the child's own pid and its own file; the
 parent's queued spans stay with the parent. A ``multiprocessing`` child flushes at
 its exit (it skips ``atexit``); a child made by a bare ``os.fork`` should call
-:func:`shutdown_telemetry` before ``os._exit``.
+:func:`shutdown_telemetry` before ``os._exit``. In a child ``lens-rl run`` wove (every process but the
+driver: ``Pool`` workers, Ray actors, which may be killed without ``atexit`` once they replied), the ended
+spans are written out whenever the process's last open phase ends (bounded; off after one that could not
+settle: a hung collector costs one phase once).
 
 Example::
 

@@ -290,6 +290,9 @@ def _activate(handle: Handle, role: str) -> None:
     from lens_rl.export import providers
 
     handle.role = role
+    # a child lens-rl run wove (a Pool worker, a Ray actor) may be killed without atexit once it replied:
+    # its ended spans are written out whenever its last open phase ends
+    handle.flush_idle = role != "driver" and launched.under_run()
     RUNTIME.install(handle)
     start_helpers()  # the flush/shutdown helpers, started here: never from a signal handler
     providers.register_once()

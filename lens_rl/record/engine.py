@@ -270,6 +270,8 @@ def _account(node: Node, end_ns: int) -> None:
         )
     if node.step_flush and handle.config.flush_on_step:
         handle.force_flush(min(handle.config.export_timeout_ms, FLUSH_ON_STEP_MAX_MS))
+    elif handle.flush_idle and not RUNTIME.open_phases:  # a woven child between two phases: may be killed
+        handle.flush_when_idle()
 
 
 def _consumed_in(node: Node, step_node: Node) -> None:

@@ -153,6 +153,58 @@ def test_sigterm_and_sighup_are_forwarded_once_and_a_killed_job_kills_lens_rl_ru
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGQUIT"])
+@pytest.mark.parametrize("ignored", [False, True])
+def test_sigint_and_sigquit_not_from_a_terminal_are_forwarded_once(tmp_path: Path, signame: str, ignored: bool) -> None:
+    """With no terminal (a batch job, a launcher, ``timeout -s INT``), SIGINT / SIGQUIT sent to lens-rl run
+    alone reach a job in its process group once, as they would reach the job run bare, also when they were
+    ignored at start (a non-interactive shell's ``cmd &``) and the job installed a handler of its own."""
+    signum = getattr(signal, signame)
+
+    def start() -> None:
+        if ignored:
+            signal.signal(signum, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable, str(_counting(tmp_path, signame))],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # no controlling terminal: no terminal sent it
+        preexec_fn=start,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.split() == ["count", "1"]
+
+
+@pytest.mark.slow
+def test_a_sigint_to_lens_rl_run_stops_a_job_that_does_not_handle_it(tmp_path: Path) -> None:
+    """``timeout -s INT`` on lens-rl run with no terminal stops the job as it would the bare command: the job
+    dies by SIGINT and lens-rl run by SIGINT too, long before the job's own end."""
+    job = "import time; print('ready', flush=True); time.sleep(60)"
+    proc = subprocess.Popen(
+        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable, "-c", job],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=50)  # the job would sleep 60 s
+    assert proc.returncode == -signal.SIGINT, err
+
+
+@pytest.mark.slow
 def test_shell_reports_128_plus_n_for_a_job_killed_by_a_signal(tmp_path: Path) -> None:
     """Through a shell, a job killed by SIGTERM makes `lens-rl run; echo $?` print 143, as for the job itself."""
     cmd = " ".join([*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable, "-c"])

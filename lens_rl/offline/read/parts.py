@@ -169,6 +169,9 @@ class ProcessPart:
     spans: int = 0
     runs: set[str] = field(default_factory=set)
     sampled: bool = False
+    #: the ``sample_rate`` its spans were kept at (``rl.sample_rate``; 1.0: all of them): what the job's
+    #: goodput scales its productive time by (:func:`lens_rl.offline.rollup.goodput.estimated_productive_ns`)
+    sample_rate: float = 1.0
     #: exclusive ns per bucket (a worker's idle: its bucketed spans' own, the uncovered lifetime is added
     #: by :attr:`idle_ns`)
     bucket_ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BUCKETS, 0))
@@ -273,6 +276,7 @@ class ProcessPart:
         self.spans += other.spans
         self.runs |= other.runs
         self.sampled = self.sampled or other.sampled
+        self.sample_rate = min(self.sample_rate, other.sample_rate)
         _add_counts(self.bucket_ns, other.bucket_ns)
         self.lifetime = _hull(self.lifetime, other.lifetime)
         self.jobs.extend(other.jobs)

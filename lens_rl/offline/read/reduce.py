@@ -65,6 +65,8 @@ def part_from_columns(
         rate = resource.get("rl.sample_rate")
         if isinstance(rate, (int, float)) and rate < 1:
             part.sampled = True
+            if rate > 0:  # (at 0 no phase is kept: nothing to scale)
+                part.sample_rate = min(part.sample_rate, float(rate))
     part.spans = len(cols.names)
     part.requests = requests_part(cols.requests, cols.starts, cols.ends)
     if part.spans:

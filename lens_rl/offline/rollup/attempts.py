@@ -26,6 +26,7 @@ from typing import Any
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.parts import ProcessPart, step_key
+from lens_rl.offline.rollup.sampled import estimated_goodput
 
 __all__ = ["Attempts", "attempts_of", "superseded_steps"]
 
@@ -71,14 +72,16 @@ def _ended(drivers: Sequence[ProcessPart]) -> tuple[str, dict[str, str] | None]:
 
 def _goodput(drivers: Sequence[ProcessPart], members: Sequence[ProcessPart], wall: int) -> float | None:
     """An attempt's goodput: its drivers' productive time over its wall, else (no driver) its processes'
-    resource seconds'."""
+    resource seconds'; a sampled run's estimated as the job's is (:mod:`lens_rl.offline.rollup.sampled`)."""
     if drivers:
-        return sum(p.bucket_ns["productive"] for p in drivers) / wall if wall > 0 else None
+        if wall <= 0:
+            return None
+        return estimated_goodput(drivers, sum(p.bucket_ns["productive"] for p in drivers) / wall, wall)
     summed: dict[str, float] = defaultdict(float)
     for p in members:
         for bucket, seconds in p.seconds().items():
             summed[bucket] += seconds
-    return goodput_of(summed)
+    return estimated_goodput(members, goodput_of(summed), sum(summed.values()) * 1e9)
 
 
 def attempts_of(processes: Sequence[ProcessPart], view: Sequence[ProcessPart], is_driver: bool) -> Attempts:

@@ -13,6 +13,10 @@ Goodput = productive seconds / wall-clock seconds of the view.
 * **Steps.** A span belongs to the step of its own ``rl.step`` (a carried step is recorded as its own),
   else its nearest ancestor's. A step's wall is its umbrellas' (unbucketed spans carrying ``rl.step``),
   else first start to last end; one whose umbrella never ended is incomplete, out of the step figures.
+* **Sampling.** With ``sample_rate`` < 1 the seconds are the kept phases'; the job's ``goodput`` estimates the
+  unsampled figure: each process's kept productive time over its ``sample_rate`` (every top-level phase is
+  kept with that probability, its subtree with it) over the wall, which ``rl.job`` measures in full
+  (:mod:`lens_rl.offline.rollup.sampled`: unbiased, clipped at 1). Step figures are ratios within kept steps.
 * **Streaming.** Each process is reduced to a compact part as soon as its spans are read
   (:mod:`lens_rl.offline.read.reduce`); parts merge exactly, so files can be read one at a time, in parallel,
   or on a Ray cluster, with identical results.
@@ -70,6 +74,7 @@ from lens_rl.offline.rollup.rows import (
     unbucketed_rows,
     warning_rows,
 )
+from lens_rl.offline.rollup.sampled import estimated_goodput
 from lens_rl.offline.rollup.schema import (
     AttemptRow,
     CriticalPath,
@@ -230,7 +235,7 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         coverage = [array for p in view for array in p.coverage]
         unattributed = None if wall is None else max(wall - covered(coverage, windows) - restart, 0)
         seconds = _seconds(ns)
-        ratio = _of_wall(ns["productive"], wall)
+        ratio = estimated_goodput(view, _of_wall(ns["productive"], wall), wall)
         phases_wasted = ns["wasted"] - rerun - restart
     else:
         per = [p.seconds() for p in view]
@@ -238,7 +243,8 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
         summed["wasted"] += restart / 1e9
         seconds = {b: round(value, 6) for b, value in summed.items()}
         wall = (sum(p.lifetime_ns for p in view) + restart) or None
-        unattributed, ratio = 0, goodput_of(summed)
+        # (over the lifetimes: a sampled run's unsampled phases are in its idle)
+        unattributed, ratio = 0, estimated_goodput(view, goodput_of(summed), sum(summed.values()) * 1e9)
         phases_wasted = sum(p.bucket_ns["wasted"] for p in view)
     return {
         "view": "driver" if is_driver else "all processes",

@@ -275,6 +275,7 @@ def part_record(part: ProcessPart) -> PartRec:
         None if part.requests is None else _requests_record(part.requests),
         None if part.pipe is None else _pipe_record(part.pipe),
         None if part.gpu is None else _gpu_record(part.gpu),
+        part.sample_rate,
     )
 
 
@@ -307,4 +308,5 @@ def part_from(rec: PartRec) -> ProcessPart:
         requests=None if rec.requests is None else _requests_from(rec.requests),
         pipe=None if rec.pipe is None else _pipe_from(rec.pipe),
         gpu=None if rec.gpu is None else _gpu_from(rec.gpu),
+        sample_rate=rec.sample_rate,
     )

@@ -162,3 +162,4 @@ class PartRec(Rec):
     requests: RequestsRec | None
     pipe: PipeRec | None
     gpu: GpuRec | None
+    sample_rate: float = 1.0
