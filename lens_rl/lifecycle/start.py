@@ -291,8 +291,9 @@ def _activate(handle: Handle, role: str) -> None:
 
     handle.role = role
     # a child lens-rl run wove (a Pool worker, a Ray actor) may be killed without atexit once it replied:
-    # its ended spans are written out whenever its last open phase ends
-    handle.flush_idle = role != "driver" and launched.under_run()
+    # its ended spans are written out whenever its last open phase ends, to the store's file (a local write;
+    # never a network round trip per phase, which would stall a rollout server's event loop)
+    handle.flush_idle = role != "driver" and launched.under_run() and handle.config.exporter == "file"
     RUNTIME.install(handle)
     start_helpers()  # the flush/shutdown helpers, started here: never from a signal handler
     providers.register_once()

@@ -10,20 +10,26 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-from lens_rl.store import read_live, span_files
+from lens_rl.store import TIME_MAX_NS, TIME_MIN_NS, read_live, span_files
 
 if TYPE_CHECKING:
     from lens_rl.offline.rollup.schema import GoodputReport
 
-__all__ = ["goodput_now", "has_heartbeats", "heartbeats"]
+__all__ = ["goodput_now", "has_heartbeats", "heartbeats", "plausible_ns"]
 
 
 def heartbeats(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every heartbeat of the run in ``run_dir`` in a stable order (each with its ``path`` and ``mtime_ns``),
     and a note on each file that is none."""
     return read_live(run_dir)
+
+
+def plausible_ns(value: Any) -> TypeGuard[int]:
+    """Whether a heartbeat's time (ns since the epoch) is one the store reads (from 2000 on, before the far
+    future): any other is no reading."""
+    return type(value) is int and TIME_MIN_NS <= value < TIME_MAX_NS
 
 
 def has_heartbeats(run_dir: Path) -> bool:

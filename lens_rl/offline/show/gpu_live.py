@@ -16,9 +16,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
-from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS
+from lens_rl.offline.run.live import plausible_ns
 
 __all__ = ["gpu_state", "gpu_text"]
 
@@ -29,21 +29,16 @@ def _number(value: Any) -> float | None:
     return float(value) if type(value) in _NUM and value == value and abs(value) < 1e300 else None
 
 
-def _time(value: Any) -> TypeGuard[int]:
-    """A time of the store's plausible range (ns since the epoch), as the store's readers take them."""
-    return type(value) is int and TIME_MIN_NS <= value < TIME_MAX_NS
-
-
 def gpu_state(beat: Mapping[str, Any], *, open_phases: int, running: bool) -> dict[str, Any] | None:
     """A heartbeat's GPU figures (see the module docstring), or None."""
     entry = beat.get("gpu")
-    if type(entry) is not dict or type(entry.get("devices")) is not list or not _time(entry.get("t")):
+    if type(entry) is not dict or type(entry.get("devices")) is not list or not plausible_ns(entry.get("t")):
         return None
     devices = [d for d in entry["devices"] if type(d) is dict]
     if not devices:
         return None
     utils = [u for u in (_number(d.get("util")) for d in devices) if u is not None]
-    since = [s for s in (d.get("idle_since_ns") for d in devices) if _time(s)]
+    since = [s for s in (d.get("idle_since_ns") for d in devices) if plausible_ns(s)]
     idle_s = None
     if len(since) == len(devices):  # every device has read 0 % since then
         idle_s = round(max(entry["t"] - max(since), 0) / 1e9, 3)
