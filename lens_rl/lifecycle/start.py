@@ -19,7 +19,7 @@ from lens_rl._errors import MissingExtraError, internal_error, warn_once
 from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
 from lens_rl.export.bounded import start_helpers
-from lens_rl.identity import for_driver, launch_time_ns, worker_attributes
+from lens_rl.identity import RUN_ID, for_driver, launch_time_ns, worker_attributes
 from lens_rl.lifecycle.environ import forget_projection, project, telemetry_enabled_in_env, warn_about_env
 from lens_rl.lifecycle.stop import record_crash, shutdown_at_exit
 
@@ -238,6 +238,7 @@ def _init_worker(
         )
     from lens_rl.export.handle import TelemetryHandle
 
+    attrs.setdefault(RUN_ID, config.run_id)  # (the run its spans land in: a worker started from its environment alone)
     handle = TelemetryHandle(config, attrs, role=role)
     RUNTIME.root_context = propagation.context_from_env()
     if RUNTIME.root_context is not None:

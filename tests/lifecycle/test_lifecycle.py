@@ -117,6 +117,16 @@ def test_worker_reads_rank_group_and_job_identity_from_env(monkeypatch: pytest.M
     assert (res["rl.run_id"], res["rl.model.name"]) == ("r9", "Qwen/Q")
 
 
+def test_a_worker_started_from_its_environment_alone_names_the_run_it_writes(tmp_path: Path) -> None:
+    """A process enabled by its environment only (no driver, no run id given) writes into a run folder whose
+    name its resource carries as ``rl.run_id``, so ``goodput --json`` lists that run."""
+    code = "import lens_rl\nwith lens_rl.traced_phase('generation', step=0): pass\nlens_rl.shutdown_telemetry()"
+    run_python(code, env={"LENS_RL_OTEL_ENABLED": "1", "LENS_RL_OTEL_TRACE_DIR": str(tmp_path), "RANK": "0"})
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (span,) = [s for s in read_spans(folder) if s["name"] == "generation"]
+    assert span["resource"]["rl.run_id"] == folder.name
+
+
 def test_explicit_worker_args_win_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Explicit rank/group/resource attributes beat the environment, which beats detection."""
     monkeypatch.setenv("LENS_RL_OTEL_ENABLED", "1")
