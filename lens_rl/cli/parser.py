@@ -38,11 +38,12 @@ def _add_parallel(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_no_cache(parser: argparse.ArgumentParser) -> None:
+def _add_no_cache(parser: argparse.ArgumentParser, text: str | None = None) -> None:
+    """``--no-cache``, on every command that reads a run (a script may pass it to any of them)."""
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="read every file whole (default: only what was appended since the last look, same results)",
+        help=text or "read every file whole (default: only what was appended since the last look, same results)",
     )
 
 
@@ -87,6 +88,7 @@ def _perfetto(sub: _Subparsers) -> None:
     perf.add_argument("--group", metavar="G", help="only this worker group's processes")
     _add_parallel(perf)
     _add_run(perf)
+    _add_no_cache(perf, "read every file whole (what perfetto does each look: it writes every span)")
     perf.set_defaults(func=cmd_perfetto)
 
 
@@ -123,6 +125,7 @@ def _status(sub: _Subparsers) -> None:
     _add_run(st)
     st.add_argument("--json", action="store_true", help="machine-readable output (schema lens_rl.status/1)")
     st.add_argument("--all", action="store_true", help="every process, however many (default: summaries above 32)")
+    _add_no_cache(st, "read every heartbeat whole (what status does each look: heartbeats are small)")
     st.set_defaults(func=cmd_status)
 
 

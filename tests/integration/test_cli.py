@@ -99,6 +99,23 @@ def test_perfetto_is_valid_chrome_trace(traced_run: Path, tmp_path: Path) -> Non
     assert all(e["ts"] >= 0 for e in spans)
 
 
+def test_every_command_that_reads_a_run_takes_no_cache(traced_run: Path, tmp_path: Path) -> None:
+    """``--no-cache`` is accepted by goodput, report, perfetto and status alike (a script passes it to any of
+    them), each answering as it does without it."""
+    runs = {
+        "goodput": ["--json"],
+        "report": ["-o", str(tmp_path / "r.html")],
+        "perfetto": ["-o", str(tmp_path / "t.json")],
+    }
+    for command, extra in runs.items():
+        out = lens(command, str(traced_run), *extra, "--no-cache")
+        assert out.returncode == 0, (command, out.stderr)
+    beat = tmp_path / "live-driver-0-1.json"
+    beat.write_text("{}")
+    plain, cold = lens("status", str(tmp_path)), lens("status", str(tmp_path), "--no-cache")
+    assert "unrecognized" not in cold.stderr and (cold.returncode, cold.stdout) == (plain.returncode, plain.stdout)
+
+
 def test_times_out_of_range_are_skipped_in_every_tool(tmp_path: Path) -> None:
     """A line whose times are valid JSON but no plausible time (negative, before 2000, from 2200 on, past
     64 bits, text, missing, an end before the start) is a bad line: goodput, both Perfetto formats and the
