@@ -117,6 +117,8 @@ class GpuProcess:
             steps_kept = reused(memo.steps, self.keyed[0], whole=True)
             productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True)
         s_n, p_n = steps_kept[0], productive_kept[0]
+        if keeping is not None:
+            keeping.reused[repr(key)] = (s_n, p_n)
         asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
         self.queries = _Queries(
             [(starts[self.base :], ends[self.base :]), hull, *asked], [none, none, steps_kept, productive_kept]
