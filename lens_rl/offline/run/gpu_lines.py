@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from lens_rl.offline.read.gpu_join import MEASURES
+from lens_rl.offline.read.gpu_join import MEASURES, timeline
 from lens_rl.offline.read.gpu_samples import Block, read_samples
 from lens_rl.offline.read.gpu_window import WINDOW_NS, Before, ColdError, WindowLine, before_at
 from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, raw
@@ -172,11 +172,19 @@ def _new_blocks(path: Path, cache: str, stats: ReadStats) -> tuple[list[Any], li
 
 
 class Windows(dict[str, Device]):
-    """Each device's window by UUID (:func:`read_window`), and the processes' kept intervals (``memos``: the
-    kept steps' state ``steps``, where it is the one the windows go with; else none)."""
+    """Each device's window by UUID (:func:`read_window`), its timeline (``lines``: built as the window is
+    read, on the thread reading ahead: a window's is small), and the processes' kept intervals (``memos``:
+    the kept steps' state ``steps``, where it is the one the windows go with; else none)."""
 
+    lines: dict[str, WindowLine]
     memos: dict[str, ProcessMemo]
     steps: StepsState | None
+
+
+def window_line(device: Device) -> WindowLine:
+    """A device's timeline from its window's samples on from what came before them (``device.before``)."""
+    line = timeline(device.t, device.v, device.period, device.unavailable, keep=device.before.seen)
+    return WindowLine(line.window(device.before.cum), device.before)
 
 
 def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows | None:
@@ -239,6 +247,7 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
                 uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
                 tuple(files[uuid]), skipped, before,
             )  # fmt: skip
+        devices.lines = {u: window_line(d) for u, d in devices.items() if d.t.size}
     except (ValueError, TypeError) as exc:  # (a record of this shape whose figures do not hold together)
         _log.warning("lens-rl: the GPU join's kept windows in %s were not used (%s): joining cold", cache, exc)
         return None
