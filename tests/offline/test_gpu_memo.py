@@ -72,3 +72,15 @@ def test_rows_kept_on_from_an_earlier_memo_hold_only_the_new_ones() -> None:
     assert bytes(after.sums) == sums[4:8, [1]].tobytes() and bytes(after.peaks) == peaks[4:8].tobytes()
     sums[5, 2] = 1.0  # (a measure no earlier row read)
     assert kept_rows(Digest(*keys), keys[2], 80, sums, peaks, since=before).first == 0
+
+
+def test_rows_held_as_one_measure_come_back_as_that_column_only() -> None:
+    """Rows whose sums hold one measure (a productive union's busy) are kept as that measure and given back as
+    a one-column array, bit for bit; kept rows of a measure the caller does not hold give nothing back."""
+    keys = _keys(10)
+    busy = (np.arange(10) / 7).reshape(10, 1)
+    kept = kept_rows(Digest(*keys), keys[2], 60, busy, None, held=[1])
+    assert kept.columns == [1] and not len(kept.peaks)
+    n, got, _ = reused(kept, Digest(*_keys(12)), peaks=False, whole=True, held=[1])
+    assert n == 6 and got.shape == (12, 1) and got[:6].tobytes() == busy[:6].tobytes() and not got[6:].any()
+    assert reused(kept, Digest(*_keys(12)), peaks=False, held=[0])[0] == 0

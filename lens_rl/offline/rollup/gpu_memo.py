@@ -57,12 +57,16 @@ def raw(values: Any, code: str) -> memoryview:
     return np.ascontiguousarray(values, code).reshape(-1).data.cast("B")
 
 
-def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = False) -> tuple[int, Any, Any]:
+def reused(
+    kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = False, held: list[int] | None = None
+) -> tuple[int, Any, Any]:
     """How many leading rows of ``keys`` (their key columns' digests) ``kept`` holds, their sums ``(n, 7)`` and
     peaks (0, None, None: none); ``whole``: as arrays of every row of ``keys``, the rows after the kept ones
-    0 (sums) and nan (peaks), for the joined ones to be added into (no copy of the kept ones again)."""
+    0 (sums) and nan (peaks), for the joined ones to be added into (no copy of the kept ones again); ``held``:
+    the sums' columns only these measures (``(n, len(held))``; a kept measure not among them: none)."""
     rows = keys.columns[0].size
-    if kept is None or kept.first or not 0 < kept.n <= rows or not set(kept.columns) <= set(range(_MEASURES)):
+    held = list(range(_MEASURES)) if held is None else held
+    if kept is None or kept.first or not 0 < kept.n <= rows or not set(kept.columns) <= set(held):
         return 0, None, None
     sums = np.frombuffer(kept.sums, "<f8")
     high = np.frombuffer(kept.peaks, "<f8")
@@ -70,8 +74,8 @@ def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = Fa
         return 0, None, None
     if keys.upto(kept.n) != kept.digest:
         return 0, None, None
-    out = np.zeros((rows if whole else kept.n, _MEASURES))
-    out[: kept.n, kept.columns] = sums.reshape(kept.n, len(kept.columns))
+    out = np.zeros((rows if whole else kept.n, len(held)))
+    out[: kept.n, [held.index(c) for c in kept.columns]] = sums.reshape(kept.n, len(kept.columns))
     if not peaks:
         return kept.n, out, None
     if whole:
@@ -80,10 +84,10 @@ def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = Fa
 
 
 def kept_rows(
-    keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, columns: Any = None, since: Kept | None = None
+    keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, held: list[int] | None = None, since: Kept | None = None
 ) -> Kept:
-    """The leading rows ending before ``limit`` kept (``sums`` before the mean; ``columns``: the measures to
-    keep, None: those summed to anything but 0). ``since``: what an earlier look kept of these rows, the first
+    """The leading rows ending before ``limit`` kept (``sums`` before the mean, of every measure, those summed to
+    anything but 0 kept; ``held``: its columns only these measures, all kept). ``since``: what an earlier look kept of these rows, the first
     ``since.n`` of ``sums`` being its own (:func:`reused` gave them back whole): only the rows after them are
     held (``first``), where the measures kept are the same and none of them is given up."""
     late = hi >= limit
@@ -91,15 +95,17 @@ def kept_rows(
     first = 0
     if since is not None and not since.first and since.n <= n and (peaks is None) == (not len(since.peaks)):
         first = since.n  # (its rows read no measure but its columns: only the new rows looked at)
-    if columns is None:
+    if held is None:
         columns = sorted(set(since.columns if first and since is not None else ()) | set(_read(sums[first:n])))
-    if first and since is not None and list(columns) != since.columns:
+    else:
+        columns = list(held)
+    if first and since is not None and columns != since.columns:
         first = 0
     return Kept(
         n,
         keys.upto(n),
-        list(columns),
-        raw(sums[first:n][:, columns], "<f8"),
+        columns,
+        raw(sums[first:n] if held is not None else sums[first:n][:, columns], "<f8"),
         raw(np.zeros(0) if peaks is None else peaks[first:n], "<f8"),
         first,
     )
@@ -131,7 +137,7 @@ class Keeping:
     ) -> None:
         """A process's leading steps and productive intervals ending before ``limit`` kept for the next look:
         ``steps`` (keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`, ends, sums before the mean, peaks),
-        ``productive`` (digest, ends, sums: their busy ones kept)."""
+        ``productive`` (digest, ends, sums of the busy measure only: its one column)."""
         (s_keys, s_hi, s_sums, s_peaks), (p_keys, p_hi, p_sums) = steps, productive
         memo, (s_n, p_n) = self.memos.get(key), self.reused.get(key, (0, 0))
         mine = memo is not None and memo.devices == list(devices)
