@@ -58,14 +58,22 @@ def test_the_file_is_written_whole_after_its_most_records(tmp_path: Path, monkey
     monkeypatch.setattr(gpu_steps, "MAX_RECORDS", 2)
     run = _store(tmp_path / "r1")
     _look(run)
-    counts = []
+    counts, states = [], []
     for lo in (20, 30):
         _grow(run, lo, lo + 10)
         assert _look(run) == _look(run, "--no-cache")
         counts.append(len(_records(_kept(run))))
+        states.append(load_steps(str(run / ".lens_rl-cache")))
     assert counts == [2, 1]
     [whole] = _records(_kept(run))
     assert whole.parent == "" and all(m.steps.first == 0 == m.productive.first for m in whole.memos)
+    # (the state read from a record and the one appended after it: the leading rows of the file written whole)
+    joined = states[0]
+    assert joined is not None and {m.key for m in whole.memos} == set(joined.memos)
+    for memo in whole.memos:
+        before = joined.memos[memo.key]
+        for now, then in ((memo.steps, before.steps), (memo.productive, before.productive)):
+            assert bytes(now.sums).startswith(bytes(then.sums)) and bytes(now.peaks).startswith(bytes(then.peaks))
 
 
 def test_of_two_looks_appending_from_one_state_the_second_is_skipped(tmp_path: Path) -> None:
@@ -76,8 +84,13 @@ def test_of_two_looks_appending_from_one_state_the_second_is_skipped(tmp_path: P
     cache = str(run / ".lens_rl-cache")
     state = load_steps(cache)
     assert state is not None
-    first = save_steps(cache, state, state.memos)
-    second = save_steps(cache, state, state.memos)
+    # (each look's rows other than the state's: kept anew from row 0, in place of the state's)
+    other = {
+        k: msgspec.structs.replace(m, steps=msgspec.structs.replace(m.steps, digest="x"))
+        for k, m in state.memos.items()
+    }
+    first = save_steps(cache, state, other)
+    second = save_steps(cache, state, other)
     got = load_steps(cache)
     assert got is not None and first != second and got.token == first and got.disk[0] == 3
 
@@ -139,3 +152,15 @@ def test_a_hostile_kept_steps_file_is_one_stderr_line_and_a_cold_join(
     said = [r for r in caplog.records if "GPU join's kept steps" in r.getMessage()]
     assert got == _look(run, "--no-cache")
     assert len(said) == 1, said
+
+
+def test_a_look_that_settled_nothing_new_writes_nothing(tmp_path: Path) -> None:
+    """Where no process settled a row since the state read, the file is left as it is (no record appended)
+    and that state is the one named for the next look."""
+    run = _store(tmp_path / "r1")
+    _look(run)
+    cache = str(run / ".lens_rl-cache")
+    state = load_steps(cache)
+    before = _kept(run).read_bytes()
+    assert state is not None and save_steps(cache, state, state.memos) == state.token
+    assert _kept(run).read_bytes() == before

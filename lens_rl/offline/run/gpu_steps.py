@@ -78,30 +78,39 @@ def _rows(kept: Kept) -> int:
     return rows
 
 
-def _joined(before: Kept | None, after: Kept) -> Kept:
-    """``after``'s rows after ``before``'s (ValueError where they do not follow them)."""
+def _chained(chain: list[Kept], after: Kept) -> list[Kept]:
+    """``chain`` (a process's rows of a kind, in order, the first from row 0) with ``after``'s rows: after
+    them, or from 0 in their place (ValueError where they do not follow them)."""
     _rows(after)
     if not after.first:
-        return after
-    if before is None or before.first or before.n != after.first or before.columns != after.columns:
+        return [after]
+    last = chain[-1] if chain else None
+    if last is None or last.n != after.first or last.columns != after.columns:
         raise ValueError("kept steps that do not follow the state before them")
-    if bool(len(before.peaks)) != bool(len(after.peaks)):
+    if bool(len(last.peaks)) != bool(len(after.peaks)):
         raise ValueError("kept steps that do not follow the state before them")
-    sums = memoryview(b"".join((before.sums, after.sums)))
-    return Kept(after.n, after.digest, after.columns, sums, memoryview(b"".join((before.peaks, after.peaks))))
+    return [*chain, after]
 
 
-def applied(memos: Mapping[str, ProcessMemo], added: list[ProcessMemo]) -> dict[str, ProcessMemo]:
-    """``memos`` with each of ``added`` applied (ValueError: one whose rows do not follow them)."""
-    out = dict(memos)
-    for memo in added:
-        before = out.get(memo.key)
-        if before is not None and before.devices != memo.devices:
-            before = None  # (other devices: only rows of their own follow, from 0)
-        steps = _joined(before.steps if before else None, memo.steps)
-        productive = _joined(before.productive if before else None, memo.productive)
-        out[memo.key] = ProcessMemo(memo.key, memo.devices, steps, productive)
-    return out
+def _whole(chain: list[Kept]) -> Kept:
+    """A chain's rows as one :class:`Kept` (their bytes joined once, whatever the records they came in)."""
+    if len(chain) == 1:
+        return chain[0]
+    last = chain[-1]
+    sums = memoryview(b"".join(k.sums for k in chain))
+    return Kept(last.n, last.digest, last.columns, sums, memoryview(b"".join(k.peaks for k in chain)))
+
+
+def applied(memos: Mapping[str, ProcessMemo], *added: list[ProcessMemo]) -> dict[str, ProcessMemo]:
+    """``memos`` with each list of ``added`` applied in turn (ValueError: one whose rows do not follow)."""
+    chains = {key: (m.devices, [m.steps], [m.productive]) for key, m in memos.items()}
+    for memos_added in added:
+        for memo in memos_added:
+            devices, steps, productive = chains.get(memo.key, (memo.devices, [], []))
+            if devices != memo.devices:  # (other devices: only rows of their own follow, from 0)
+                steps, productive = [], []
+            chains[memo.key] = (memo.devices, _chained(steps, memo.steps), _chained(productive, memo.productive))
+    return {key: ProcessMemo(key, d, _whole(s), _whole(p)) for key, (d, s, p) in chains.items()}
 
 
 def _state(data: bytes) -> StepsState | None:
@@ -116,15 +125,16 @@ def _state(data: bytes) -> StepsState | None:
         return None
     if first.version != VERSION or first.parent:
         raise ValueError(f"layout version {first.version}, not {VERSION}" if first.version != VERSION else "no base")
-    token, memos, count, appended = first.token, applied({}, first.memos), 1, 0
+    token, added, count, appended = first.token, [first.memos], 1, 0
     for start, stop in records:  # (ValueError at a record cut short)
         rec = _decode(memoryview(data)[start:stop])
         count, appended = count + 1, appended + LENGTH + stop - start
         if rec.key != cache_key() or rec.version != VERSION:
             raise ValueError("a record of another lens_rl or layout")
         if rec.parent == token:  # (else a look's that appended at once with another: skipped)
-            token, memos = rec.token, applied(memos, rec.memos)
-    return StepsState(token, memos, (count, len(data) - appended, appended))
+            token = rec.token
+            added.append(rec.memos)
+    return StepsState(token, applied({}, *added), (count, len(data) - appended, appended))
 
 
 def load_steps(cache: str) -> StepsState | None:
@@ -133,12 +143,11 @@ def load_steps(cache: str) -> StepsState | None:
 
 
 def _new(memo: ProcessMemo, before: ProcessMemo | None) -> bool:
-    """Whether ``memo`` adds anything to ``before``."""
+    """Whether ``memo`` holds other rows than ``before`` (more, or others: not the same count and digest)."""
     if before is None or before.devices != memo.devices:
         return True
-    return any(
-        m.first != b.n or m.n != b.n for m, b in ((memo.steps, before.steps), (memo.productive, before.productive))
-    )
+    pairs = ((memo.steps, before.steps), (memo.productive, before.productive))
+    return any((m.n, m.digest, m.columns) != (b.n, b.digest, b.columns) for m, b in pairs)
 
 
 def save_steps(cache: str, state: StepsState | None, out: Mapping[str, ProcessMemo]) -> str | None:
@@ -149,6 +158,8 @@ def save_steps(cache: str, state: StepsState | None, out: Mapping[str, ProcessMe
     try:
         if state is not None and state.disk[0] < MAX_RECORDS:
             added = [m for m in out.values() if _new(m, state.memos.get(m.key))]
+            if not added:  # (nothing settled since: the state as it is, nothing written)
+                return state.token
             record = after_length(_encode(StepsRec(cache_key(), VERSION, state.token, token, added)))
             _count, first, appended = state.disk
             fits = first + appended + len(record) <= MAX_BYTES
