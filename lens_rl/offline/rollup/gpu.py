@@ -33,7 +33,7 @@ from lens_rl.offline.read.parts import merged_gpu
 from lens_rl.offline.rollup.bulk import rounded
 from lens_rl.offline.rollup.gpu_memo import Keeping
 from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, phase_sums
-from lens_rl.offline.rollup.gpu_process import HELD, MEASURES, PRODUCTIVE, GpuProcess, Timeline
+from lens_rl.offline.rollup.gpu_process import BUSY_ONLY, MEASURES, PRODUCTIVE, GpuProcess, Timeline
 from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
 
 __all__ = ["gpu_goodput", "gpu_rollup"]
@@ -145,7 +145,7 @@ def gpu_rollup(
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
         # (device-ns: the mean over its devices times their count)
-        productive_busy += float(done.sums[PRODUCTIVE][:, HELD[PRODUCTIVE].index(_BUSY)].sum()) * done.devices
+        productive_busy += float(done.sums[PRODUCTIVE][:, BUSY_ONLY.index(_BUSY)].sum()) * done.devices
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)

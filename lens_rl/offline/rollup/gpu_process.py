@@ -21,7 +21,7 @@ from lens_rl.offline.read.parts import NO_STEP
 from lens_rl.offline.rollup.gpu_memo import Keeping, reused
 from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, settle
 
-__all__ = ["HELD", "MEASURES", "PRODUCTIVE", "GpuProcess", "productive_union", "step_hulls"]
+__all__ = ["BUSY_ONLY", "HELD", "MEASURES", "PRODUCTIVE", "GpuProcess", "productive_union", "step_hulls"]
 
 #: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`'s, in its column order)
 MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
@@ -30,7 +30,8 @@ _K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
 PRODUCTIVE = 3
 #: the measures each interval set's sums hold (None: every one; of the productive union, busy only: all the
 #: rollup reads of it, and all its memo keeps)
-HELD: list[list[int] | None] = [None, None, None, [_BUSY]]
+BUSY_ONLY = [_BUSY]
+HELD: list[list[int] | None] = [None, None, None, BUSY_ONLY]
 #: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
 Timeline = Any
 
@@ -119,7 +120,7 @@ class GpuProcess:
         steps_kept = productive_kept = none
         if memo is not None and memo.devices == self.answering:  # (kept steps and productive intervals not joined)
             steps_kept = reused(memo.steps, self.keyed[0], whole=True)
-            productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True, held=HELD[PRODUCTIVE])
+            productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True, held=BUSY_ONLY)
         s_n, p_n = steps_kept[0], productive_kept[0]
         if keeping is not None:
             keeping.reused[repr(key)] = (s_n, p_n)
