@@ -87,9 +87,9 @@ def kept_rows(
     keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, held: list[int] | None = None, since: Kept | None = None
 ) -> Kept:
     """The leading rows ending before ``limit`` kept (``sums`` before the mean, of every measure, those summed to
-    anything but 0 kept; ``held``: its columns only these measures, all kept). ``since``: what an earlier look kept of these rows, the first
-    ``since.n`` of ``sums`` being its own (:func:`reused` gave them back whole): only the rows after them are
-    held (``first``), where the measures kept are the same and none of them is given up."""
+    anything but 0 kept; ``held``: its columns only these measures, all kept). ``since``: what an earlier look
+    kept of these rows, the first ``since.n`` of ``sums`` being its own (:func:`reused` gave them back whole):
+    only the rows after them are held (``first``), where the measures kept are the same."""
     late = hi >= limit
     n = int(np.argmax(late)) if late.any() else int(hi.size)
     first = 0

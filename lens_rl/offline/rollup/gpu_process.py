@@ -39,8 +39,9 @@ Timeline = Any
 class _Queries:
     """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
     productive spans' union), and what its devices answered: each measure summed over them (the measures of
-    :data:`HELD`; the devices' mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
-    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
+    :data:`HELD`; the devices' mean once :meth:`mean` ran) and the memory peak. A device answers every process
+    using it in turn, its timeline built once and dropped (a day of 64 devices' timelines at once would not
+    fit)."""
 
     def __init__(self, intervals: list[tuple[Any, Any]], kept: list[tuple[int, Any, Any]] | None = None) -> None:
         """``kept``: for each interval set, the rows kept before its intervals (``(n, sums, peaks)``: arrays of
