@@ -154,9 +154,13 @@ def test_a_hostile_kept_steps_file_is_one_stderr_line_and_a_cold_join(
     assert len(said) == 1, said
 
 
-def test_a_look_that_settled_nothing_new_writes_nothing(tmp_path: Path) -> None:
-    """Where no process settled a row since the state read, the file is left as it is (no record appended)
-    and that state is the one named for the next look."""
+@pytest.mark.parametrize("most", [32, 1])
+def test_a_look_that_settled_nothing_new_writes_nothing(
+    tmp_path: Path, most: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no process settled a row since the state read, the file is left as it is (no record appended,
+    nor written whole where it holds its most records) and that state is the one named for the next look."""
+    monkeypatch.setattr(gpu_steps, "MAX_RECORDS", most)
     run = _store(tmp_path / "r1")
     _look(run)
     cache = str(run / ".lens_rl-cache")

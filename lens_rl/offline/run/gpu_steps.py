@@ -156,10 +156,10 @@ def save_steps(cache: str, state: StepsState | None, out: Mapping[str, ProcessMe
     state written (None: none, nothing kept)."""
     token, path = os.urandom(8).hex(), Path(cache) / _NAME
     try:
+        added = [m for m in out.values() if state is None or _new(m, state.memos.get(m.key))]
+        if state is not None and not added:  # (nothing settled since: the state as it is, nothing written)
+            return state.token
         if state is not None and state.disk[0] < MAX_RECORDS:
-            added = [m for m in out.values() if _new(m, state.memos.get(m.key))]
-            if not added:  # (nothing settled since: the state as it is, nothing written)
-                return state.token
             record = after_length(_encode(StepsRec(cache_key(), VERSION, state.token, token, added)))
             _count, first, appended = state.disk
             fits = first + appended + len(record) <= MAX_BYTES
