@@ -93,3 +93,18 @@ def test_a_spans_join_equals_its_integrals_and_memory_peaks_asked_apart() -> Non
         assert np.array_equal(peaks, line.mem_peak(lo, hi), equal_nan=True)
         whole = timeline(t, np.ascontiguousarray(block[:, 1, :]), period)
         assert np.array_equal(whole.joined(lo, hi)[0], sums)
+
+
+def test_spans_past_the_last_sample_read_nothing_and_leave_the_others_as_they_were() -> None:
+    """Spans starting (and ending) past the last sample's period read 0 of every measure and no memory peak,
+    and the spans asked with them get the very figures they get asked alone."""
+    t = np.arange(20, dtype=np.int64) * S
+    line = timeline(t, _values([float(10 * (k % 7)) for k in range(20)]), S)
+    lo = np.array([2 * S, 30 * S, 5 * S + S // 3, 19 * S + S // 2, 40 * S], np.int64)
+    hi = np.array([4 * S, 31 * S, 25 * S, 22 * S, 39 * S], np.int64)  # (the last ends before it starts)
+    sums, peaks = line.joined(lo, hi)
+    past = np.array([False, True, False, True, True])
+    assert not sums[past].any() and np.isnan(peaks[past]).all()
+    alone, high = line.joined(lo[~past], hi[~past])
+    assert sums[~past].tobytes() == alone.tobytes() and np.array_equal(peaks[~past], high, equal_nan=True)
+    assert np.array_equal(sums, line.integrals(lo, hi)) and np.array_equal(peaks, line.mem_peak(lo, hi), equal_nan=True)

@@ -17,6 +17,7 @@ import pytest
 from lens_rl.cli import main
 from lens_rl.offline.run import gpu, gpu_lines
 from lens_rl.offline.run.gpu_lines import MAX_BYTES, VERSION, LinesKept
+from lens_rl.store import ReadStats
 from tests.gpu_stores import ALL, PLAIN, device, harm_record, write_gpu_worker, write_samples
 from tests.stores import at_ns, span, write_process
 
@@ -130,13 +131,13 @@ def test_a_span_begun_before_the_window_and_written_since_joins_cold_with_the_sa
     assert got == _look(run, "--no-cache")
 
 
-@pytest.mark.parametrize("harm", ["planted", "cut", "oversized", "fifo", "version", "unordered", "steps"])
+@pytest.mark.parametrize("harm", ["planted", "cut", "oversized", "fifo", "version", "unordered"])
 def test_a_hostile_kept_windows_record_is_one_stderr_line_and_a_cold_join(
     tmp_path: Path, harm: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A kept windows record of another shape, cut short, oversized, of another layout version, whose figures or
-    kept steps' arrays do not hold together, or a FIFO in its place (never opened: it would block) is one
-    warning (a line on stderr) and the devices are read whole: the answer is --no-cache's."""
+    """A kept windows record of another shape, cut short, oversized, of another layout version, whose figures
+    do not hold together, or a FIFO in its place (never opened: it would block) is one warning (a line on
+    stderr) and the devices are read whole: the answer is --no-cache's (the kept steps: test_gpu_steps.py)."""
     run = _store(tmp_path / "r1")
     _look(run)
     _grow(run, 20, 30)
@@ -149,10 +150,6 @@ def test_a_hostile_kept_windows_record_is_one_stderr_line_and_a_cold_join(
             xs = np.array([5, 3], "<i8").tobytes()
             bad = msgspec.structs.replace(kept.lines[0], xs=xs, at=np.zeros(14).tobytes(), peaks=np.zeros(2).tobytes())
             kept = msgspec.structs.replace(kept, lines=[bad, *kept.lines[1:]])
-        elif harm == "steps":  # (a process's kept steps' sums cut mid-item: read as floats they would not be)
-            memo = kept.memos[0]
-            cut = msgspec.structs.replace(memo.steps, sums=bytes(memo.steps.sums)[:-3])
-            kept = msgspec.structs.replace(kept, memos=[msgspec.structs.replace(memo, steps=cut), *kept.memos[1:]])
         else:  # (another layout version)
             kept = msgspec.structs.replace(kept, version=VERSION + 1)
         record.write_bytes(msgspec.msgpack.encode(kept))
@@ -176,3 +173,21 @@ def test_windows_too_large_to_keep_are_not_kept_and_say_nothing(
     caplog.clear()
     assert _look(run) == _look(run, "--no-cache")
     assert not [r for r in caplog.records if "kept windows" in r.getMessage()]
+
+
+def test_a_window_look_builds_each_device_timeline_once_as_it_reads_the_window(tmp_path: Path) -> None:
+    """The windows read ahead come with each device's timeline already built (on the reading thread), and the
+    join is handed those very timelines, answering as the whole timeline would."""
+    run = _store(tmp_path / "r1")
+    _look(run)
+    _grow(run, 20, 30)
+    cache = str(run / ".lens_rl-cache")
+    found = sorted(run.glob("gpu-*.jsonl"))
+    windows = gpu_lines.read_window(found, cache, ReadStats())
+    assert windows is not None and set(windows.lines) == {"GPU-0", "GPU-1"}
+    lines = gpu.Timelines(windows)
+    assert all(lines[u] is windows.lines[u] for u in windows.lines)
+    whole = gpu.read_devices(found)[0]
+    t = windows["GPU-0"].t[-10:]
+    got = windows.lines["GPU-0"].joined(t[:-1], t[1:])[0]
+    assert np.array_equal(got, gpu.Timelines(whole)["GPU-0"].joined(t[:-1], t[1:])[0])

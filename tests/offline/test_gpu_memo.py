@@ -55,3 +55,32 @@ def test_a_digest_goes_on_from_where_it_was_asked() -> None:
     going.upto(30)
     assert going.upto(70) == Digest(a, b).upto(70) and going.upto(20) == Digest(a, b).upto(20)
     assert Digest(a, b).upto(70) != Digest(a, b + 1).upto(70)
+
+
+def test_rows_kept_on_from_an_earlier_memo_hold_only_the_new_ones() -> None:
+    """Given what an earlier look kept of the same rows, a look keeps only the rows after them (``first``),
+    the same digest and measures as keeping them all; where a new row reads a measure the earlier ones did
+    not, every row is kept again."""
+    keys = _keys(10)
+    sums = np.zeros((10, 7))
+    sums[:, 1] = np.arange(10) / 3
+    peaks = np.arange(10, dtype=np.float64)
+    before = kept_rows(Digest(*keys), keys[2], 40, sums, peaks)
+    after = kept_rows(Digest(*keys), keys[2], 80, sums, peaks, since=before)
+    whole = kept_rows(Digest(*keys), keys[2], 80, sums, peaks)
+    assert (before.n, after.first, after.n) == (4, 4, 8) and after.digest == whole.digest
+    assert bytes(after.sums) == sums[4:8, [1]].tobytes() and bytes(after.peaks) == peaks[4:8].tobytes()
+    sums[5, 2] = 1.0  # (a measure no earlier row read)
+    assert kept_rows(Digest(*keys), keys[2], 80, sums, peaks, since=before).first == 0
+
+
+def test_rows_held_as_one_measure_come_back_as_that_column_only() -> None:
+    """Rows whose sums hold one measure (a productive union's busy) are kept as that measure and given back as
+    a one-column array, bit for bit; kept rows of a measure the caller does not hold give nothing back."""
+    keys = _keys(10)
+    busy = (np.arange(10) / 7).reshape(10, 1)
+    kept = kept_rows(Digest(*keys), keys[2], 60, busy, None, held=[1])
+    assert kept.columns == [1] and not len(kept.peaks)
+    n, got, _ = reused(kept, Digest(*_keys(12)), peaks=False, whole=True, held=[1])
+    assert n == 6 and got.shape == (12, 1) and got[:6].tobytes() == busy[:6].tobytes() and not got[6:].any()
+    assert reused(kept, Digest(*_keys(12)), peaks=False, held=[0])[0] == 0

@@ -163,6 +163,18 @@ class Timeline:
         ``peaks`` False: the integrals only, None for the peaks)."""
         if not self.a.size or not len(starts):
             return self.integrals(starts, ends), self.mem_peak(starts, ends) if peaks else None
+        after = np.minimum(starts, ends) >= self.b[-1]
+        if after.any():  # (past the last sample's period: no reading, nothing to look up; a look's spans past the
+            # samples are asked again each look: a sampler behind, or stopped)
+            out = np.zeros((len(starts), len(MEASURES)))
+            mem = np.full(len(starts), np.nan) if peaks else None
+            if not after.all():
+                within = ~after
+                got, high = self.joined(starts[within], ends[within], peaks)
+                out[within] = got
+                if mem is not None:
+                    mem[within] = high
+            return out, mem
         k_lo = np.searchsorted(self.a, starts, side="right") - 1
         k_hi = np.searchsorted(self.a, ends, side="right") - 1
         out = np.zeros((len(starts), len(MEASURES)))

@@ -158,8 +158,8 @@ def before_at(line: Timeline, before: Before | None, j: int, opens: Any, read: A
     mem = _mem_max(line.mem[:j])
     seen = tuple(sorted(set(read)))
     edge = line.a[j] if j < line.a.size else np.iinfo(np.int64).max
-    xs = np.unique(np.asarray(opens, np.int64))
-    xs = xs[xs < edge]
+    opens = np.asarray(opens, np.int64)
+    xs = np.unique(opens[opens < edge])  # (those before the edge first: a look's ~3000 asked again hold ~1)
     at = np.zeros((xs.size, len(MEASURES)))
     peaks = np.full(xs.size, _NONE)
     mem_low = np.nan_to_num(line.mem[:j], nan=_NONE)

@@ -34,7 +34,7 @@ import numpy as np
 
 from lens_rl.offline.read.parts import merged_gpu
 from lens_rl.offline.rollup.bulk import rounded
-from lens_rl.offline.rollup.gpu_memo import Keeping
+from lens_rl.offline.rollup.gpu_memo import PRODUCTIVE_COLUMNS, Keeping
 from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, phase_sums
 from lens_rl.offline.rollup.gpu_process import MEASURES, PRODUCTIVE, GpuProcess, Timeline
 from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
@@ -153,10 +153,12 @@ def gpu_rollup(
         # (device-ns: the mean over its devices times their count; its productive time without a reading, a lost
         # GPU's or before the sampler's first sample, at the busy of the time read: unknown is not idle)
         productive = done.sums[PRODUCTIVE]
-        known = float(productive[:, _K].sum())
+        known = float(productive[:, PRODUCTIVE_COLUMNS.index(_K)].sum())
         if known > 0:
             length = float((process.productive[1] - process.productive[0]).sum())
-            productive_busy += float(productive[:, _BUSY].sum()) * max(length / known, 1.0) * done.devices
+            productive_busy += (
+                float(productive[:, PRODUCTIVE_COLUMNS.index(_BUSY)].sum()) * max(length / known, 1.0) * done.devices
+            )
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)

@@ -30,14 +30,17 @@ _NEVER = np.iinfo(np.int64).min
 
 class Kept(msgspec.Struct, frozen=True):
     """The leading ``n`` intervals of a kind: a digest of their keys, the measures kept (``columns``: every
-    other one summed to 0), their sums ``(n, columns)`` and peaks ``(n,)`` (little-endian float64; empty:
-    none kept; decoded as views into the record read, no copy: 17 MB a 1 M-span look)."""
+    other one summed to 0), their sums ``(n - first, columns)`` and peaks ``(n - first,)`` (little-endian
+    float64; empty: none kept; decoded as views into the record read, no copy: 17 MB a 1 M-span look) of the
+    rows from ``first`` on: 0, all of them; more, the rows after those an earlier look kept (``since`` of
+    :func:`kept_rows`: only what is new is written)."""
 
     n: int
     digest: str
     columns: list[int]
     sums: memoryview
     peaks: memoryview
+    first: int = 0
 
 
 class ProcessMemo(msgspec.Struct, frozen=True):
@@ -55,12 +58,16 @@ def raw(values: Any, code: str) -> memoryview:
     return np.ascontiguousarray(values, code).reshape(-1).data.cast("B")
 
 
-def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = False) -> tuple[int, Any, Any]:
+def reused(
+    kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = False, held: list[int] | None = None
+) -> tuple[int, Any, Any]:
     """How many leading rows of ``keys`` (their key columns' digests) ``kept`` holds, their sums ``(n, 7)`` and
     peaks (0, None, None: none); ``whole``: as arrays of every row of ``keys``, the rows after the kept ones
-    0 (sums) and nan (peaks), for the joined ones to be added into (no copy of the kept ones again)."""
+    0 (sums) and nan (peaks), for the joined ones to be added into (no copy of the kept ones again); ``held``:
+    the sums' columns only these measures (``(n, len(held))``; a kept measure not among them: none)."""
     rows = keys.columns[0].size
-    if kept is None or not 0 < kept.n <= rows or not set(kept.columns) <= set(range(_MEASURES)):
+    held = list(range(_MEASURES)) if held is None else held
+    if kept is None or kept.first or not 0 < kept.n <= rows or not set(kept.columns) <= set(held):
         return 0, None, None
     sums = np.frombuffer(kept.sums, "<f8")
     high = np.frombuffer(kept.peaks, "<f8")
@@ -68,8 +75,8 @@ def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = Fa
         return 0, None, None
     if keys.upto(kept.n) != kept.digest:
         return 0, None, None
-    out = np.zeros((rows if whole else kept.n, _MEASURES))
-    out[: kept.n, kept.columns] = sums.reshape(kept.n, len(kept.columns))
+    out = np.zeros((rows if whole else kept.n, len(held)))
+    out[: kept.n, [held.index(c) for c in kept.columns]] = sums.reshape(kept.n, len(kept.columns))
     if not peaks:
         return kept.n, out, None
     if whole:
@@ -77,20 +84,37 @@ def reused(kept: Kept | None, keys: Digest, peaks: bool = True, whole: bool = Fa
     return kept.n, out, high
 
 
-def kept_rows(keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, columns: Any = None) -> Kept:
-    """The leading rows ending before ``limit`` kept (``sums`` before the mean; ``columns``: the measures to
-    keep, None: those summed to anything but 0)."""
+def kept_rows(
+    keys: Digest, hi: Any, limit: int, sums: Any, peaks: Any, held: list[int] | None = None, since: Kept | None = None
+) -> Kept:
+    """The leading rows ending before ``limit`` kept (``sums`` before the mean, of every measure, those summed to
+    anything but 0 kept; ``held``: its columns only these measures, all kept). ``since``: what an earlier look
+    kept of these rows, the first ``since.n`` of ``sums`` being its own (:func:`reused` gave them back whole):
+    only the rows after them are held (``first``), where the measures kept are the same."""
     late = hi >= limit
     n = int(np.argmax(late)) if late.any() else int(hi.size)
-    if columns is None:
-        columns = np.flatnonzero((sums[:n] != 0).any(axis=0)).tolist()
+    first = 0
+    if since is not None and not since.first and since.n <= n and (peaks is None) == (not len(since.peaks)):
+        first = since.n  # (its rows read no measure but its columns: only the new rows looked at)
+    if held is None:
+        columns = sorted(set(since.columns if first and since is not None else ()) | set(_read(sums[first:n])))
+    else:
+        columns = list(held)
+    if first and since is not None and columns != since.columns:
+        first = 0
     return Kept(
         n,
         keys.upto(n),
-        list(columns),
-        raw(sums[:n][:, columns], "<f8"),
-        raw(np.zeros(0) if peaks is None else peaks[:n], "<f8"),
+        columns,
+        raw(sums[first:n] if held is not None else sums[first:n][:, columns], "<f8"),
+        raw(np.zeros(0) if peaks is None else peaks[first:n], "<f8"),
+        first,
     )
+
+
+def _read(sums: Any) -> list[int]:
+    """The measures some row of ``sums`` reads anything of."""
+    return [int(c) for c in np.flatnonzero((sums != 0).any(axis=0))]
 
 
 class Keeping:
@@ -106,6 +130,8 @@ class Keeping:
         self.on_line: Callable[[str, Any], None] | None = None
         #: what ``on_line`` made of each device (by UUID)
         self.states: dict[str, Any] = {}
+        #: by process key, how many of its steps and productive intervals its memo gave back (:func:`reused`)
+        self.reused: dict[str, tuple[int, int]] = {}
 
     def keep(
         self, key: str, devices: list[str], steps: tuple[Any, ...], productive: tuple[Any, ...], limit: int
@@ -114,9 +140,14 @@ class Keeping:
         ``steps`` (keys' :class:`~lens_rl.offline.rollup.gpu_prefix.Digest`, ends, sums before the mean, peaks),
         ``productive`` (digest, ends, sums: their :data:`PRODUCTIVE_COLUMNS` kept)."""
         (s_keys, s_hi, s_sums, s_peaks), (p_keys, p_hi, p_sums) = steps, productive
-        kept_steps = kept_rows(s_keys, s_hi, limit, s_sums, s_peaks)
+        memo, (s_n, p_n) = self.memos.get(key), self.reused.get(key, (0, 0))
+        mine = memo is not None and memo.devices == list(devices)
+        # (the rows its memo gave back whole are the memo's: only the rows after them are written again)
+        s_since = memo.steps if mine and memo is not None and s_n == memo.steps.n else None
+        p_since = memo.productive if mine and memo is not None and p_n == memo.productive.n else None
+        kept_steps = kept_rows(s_keys, s_hi, limit, s_sums, s_peaks, since=s_since)
         self.out[key] = ProcessMemo(
-            key, list(devices), kept_steps, kept_rows(p_keys, p_hi, limit, p_sums, None, PRODUCTIVE_COLUMNS)
+            key, list(devices), kept_steps, kept_rows(p_keys, p_hi, limit, p_sums, None, PRODUCTIVE_COLUMNS, p_since)
         )
 
     def note_opens(self, devices: Mapping[str, Any], answering: list[str], asked: list[Any]) -> None:

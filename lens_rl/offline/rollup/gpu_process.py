@@ -21,22 +21,26 @@ from lens_rl.offline.read.parts import NO_STEP
 from lens_rl.offline.rollup.gpu_memo import PRODUCTIVE_COLUMNS, Keeping, reused
 from lens_rl.offline.rollup.gpu_prefix import Digest, SpanPrefix, base_of, settle
 
-__all__ = ["MEASURES", "PRODUCTIVE", "GpuProcess", "productive_union", "step_hulls"]
+__all__ = ["HELD", "MEASURES", "PRODUCTIVE", "GpuProcess", "productive_union", "step_hulls"]
 
 #: the measures a device's timeline integrates (:mod:`lens_rl.offline.read.gpu_join`'s, in its column order)
 MEASURES = ("known", "busy", "idle", "sm_known", "sm", "tensor_known", "tensor")
 _K, _BUSY, _IDLE, _SMK, _SM, _TK, _T = range(len(MEASURES))
 #: the productive union's place among a process's interval sets (spans, hull, steps, productive)
 PRODUCTIVE = 3
+#: the measures each interval set's sums hold (None: every one; of the productive union, known and busy only:
+#: all the rollup reads of it, and all its memo keeps)
+HELD: list[list[int] | None] = [None, None, None, PRODUCTIVE_COLUMNS]
 #: a device's samples as a step function (:class:`lens_rl.offline.read.gpu_join.Timeline`)
 Timeline = Any
 
 
 class _Queries:
     """One process's intervals to join (its spans, its first to last span, each step's first to last span, its
-    productive spans' union), and what its devices answered: each measure summed over them (the devices'
-    mean once :meth:`mean` ran) and the memory peak. A device answers every process using it in turn, its
-    timeline built once and dropped (a day of 64 devices' timelines at once would not fit)."""
+    productive spans' union), and what its devices answered: each measure summed over them (the measures of
+    :data:`HELD`; the devices' mean once :meth:`mean` ran) and the memory peak. A device answers every process
+    using it in turn, its timeline built once and dropped (a day of 64 devices' timelines at once would not
+    fit)."""
 
     def __init__(self, intervals: list[tuple[Any, Any]], kept: list[tuple[int, Any, Any]] | None = None) -> None:
         """``kept``: for each interval set, the rows kept before its intervals (``(n, sums, peaks)``: arrays of
@@ -48,8 +52,9 @@ class _Queries:
         self.first: list[int] = []
         for k, (lo, _hi) in enumerate(intervals):
             n, sums, peaks = kept[k] if kept is not None else (0, None, None)
+            held = HELD[k]
             self.first.append(n)
-            self.sums.append(sums if n else np.zeros((len(lo), len(MEASURES))))
+            self.sums.append(sums if n else np.zeros((len(lo), len(MEASURES) if held is None else len(held))))
             self.mem.append(peaks if n and peaks is not None else np.full(n + len(lo), np.nan))
         self.counts = np.zeros(len(MEASURES))
         self.devices = 0
@@ -62,9 +67,9 @@ class _Queries:
 
     def answer(self, answered: list[Any]) -> None:
         """One device's answer (:meth:`asked`) added in (devices in the same order every look: the same sums)."""
-        for got, sums, mem, first in zip(answered[:-1], self.sums, self.mem, self.first, strict=True):
+        for got, sums, mem, first, held in zip(answered[:-1], self.sums, self.mem, self.first, HELD, strict=True):
             if got is not None:  # (into the rows after the kept ones)
-                sums[first:] += got[0]
+                sums[first:] += got[0] if held is None else got[0][:, held]
                 if got[1] is not None:
                     np.fmax(mem[first:], got[1], out=mem[first:])
         self.counts += answered[-1]
@@ -76,8 +81,8 @@ class _Queries:
         counts[[_K, _BUSY, _IDLE]] = counts[_K]
         counts[[_SMK, _SM]] = counts[_SMK]
         counts[[_TK, _T]] = counts[_TK]
-        for sums in self.sums:
-            sums /= np.maximum(counts, 1)
+        for sums, held in zip(self.sums, HELD, strict=True):
+            sums /= np.maximum(counts if held is None else counts[held], 1)
 
 
 class GpuProcess:
@@ -116,8 +121,12 @@ class GpuProcess:
         if memo is not None and memo.devices == self.answering:  # (kept steps and productive intervals not joined)
             steps_kept = reused(memo.steps, self.keyed[0], whole=True)
             if set(PRODUCTIVE_COLUMNS) <= set(memo.productive.columns):  # (a record of an earlier look's columns: not)
-                productive_kept = reused(memo.productive, self.keyed[1], peaks=False, whole=True)
+                productive_kept = reused(
+                    memo.productive, self.keyed[1], peaks=False, whole=True, held=PRODUCTIVE_COLUMNS
+                )
         s_n, p_n = steps_kept[0], productive_kept[0]
+        if keeping is not None:
+            keeping.reused[repr(key)] = (s_n, p_n)
         asked = [(step_lo[s_n:], step_hi[s_n:]), (productive[0][p_n:], productive[1][p_n:])]
         self.queries = _Queries(
             [(starts[self.base :], ends[self.base :]), hull, *asked], [none, none, steps_kept, productive_kept]

@@ -27,13 +27,13 @@ import numpy as np
 
 from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
 from lens_rl.offline.read.gpu_samples import SCANNER, Block, read_samples
-from lens_rl.offline.read.gpu_window import ColdError, WindowLine
+from lens_rl.offline.read.gpu_window import ColdError
 from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
 from lens_rl.offline.run.disk import append_to, write_atomic
 from lens_rl.offline.run.gpu_device import Device
 from lens_rl.offline.run.gpu_entry import entry_record, load_entry
 from lens_rl.offline.run.gpu_kept import load_kept, save_kept
-from lens_rl.offline.run.gpu_lines import Windows, keeping_for, read_window, save_lines
+from lens_rl.offline.run.gpu_lines import Windows, keeping_for, read_window, save_lines, window_line
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.parallel import default_jobs, map_files
 from lens_rl.store import ReadStats
@@ -200,16 +200,18 @@ def read_devices(
 
 class Timelines(Mapping[str, Any]):
     """Each device's :func:`timeline`, built when asked for and not kept (a day of 64 devices' timelines at
-    once would not fit in memory)."""
+    once would not fit in memory); a window's, as :func:`read_window` built it."""
 
     def __init__(self, devices: Mapping[str, Device]) -> None:
         self.devices = {u: d for u, d in devices.items() if d.t.size}
+        self.built: Mapping[str, Any] = devices.lines if isinstance(devices, Windows) else {}
 
     def __getitem__(self, uuid: str) -> Any:
         d = self.devices[uuid]
+        if uuid in self.built:
+            return self.built[uuid]
         if d.before is not None:
-            line = timeline(d.t, d.v, d.period, d.unavailable, keep=d.before.seen)
-            return WindowLine(line.window(d.before.cum), d.before)
+            return window_line(d)
         return timeline(d.t, d.v, d.period, d.unavailable)
 
     def __contains__(self, uuid: object) -> bool:

@@ -1,10 +1,13 @@
 """The GPU join's windows in the refresh cache: ``gpu-lines.kept``, each device's timeline before a window of
-its latest samples (:mod:`lens_rl.offline.read.gpu_window`) and each process's settled steps and productive
-intervals (:mod:`lens_rl.offline.rollup.gpu_memo`), for the next look to read only the samples new since.
+its latest samples (:mod:`lens_rl.offline.read.gpu_window`), and the state of ``gpu-steps.kept`` (each
+process's settled steps and productive intervals, :mod:`lens_rl.offline.run.gpu_steps`) it goes with, for the
+next look to read only the samples new since.
 
 One MessagePack record (msgspec, typed: :class:`LinesKept`, :data:`VERSION`; no pickle, nothing in it runs
-code). A look through it reads of each sample file only the bytes new since (its kept entry's record layout,
-none of its arrays: :func:`read_window`) and builds each device's window only. A record of another version,
+code), written whole by every look (the steps, the bulk of what is kept, are appended to their own file). A
+look through it reads of each sample file only the bytes new since (its kept entry's record layout, none of
+its arrays: :func:`read_window`) and builds each device's window only; the kept steps only where their file's
+state is the one this record names. A record of another version,
 cut short, planted, over :data:`MAX_BYTES` or not a regular file (a FIFO is never opened) is one line on
 stderr and a cold join; a file rewritten, a device new or gone, samples out of order, a query the window
 cannot answer: a cold join.
@@ -26,7 +29,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from lens_rl.offline.read.gpu_join import MEASURES
+from lens_rl.offline.read.gpu_join import MEASURES, timeline
 from lens_rl.offline.read.gpu_samples import Block, read_samples
 from lens_rl.offline.read.gpu_window import WINDOW_NS, Before, ColdError, WindowLine, before_at
 from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, raw
@@ -34,6 +37,7 @@ from lens_rl.offline.run.disk import append_to, cache_key, write_atomic
 from lens_rl.offline.run.gpu_device import Device
 from lens_rl.offline.run.gpu_entry import entry_record, layout
 from lens_rl.offline.run.gpu_kept import entries_of, read_kept
+from lens_rl.offline.run.gpu_steps import StepsState, load_steps, save_steps
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.store import ReadStats, open_file
 from lens_rl.store.gpu import GPU_COUNTERS
@@ -50,11 +54,11 @@ __all__ = [
     "save_lines",
 ]
 
-#: a kept windows record larger than this is neither written nor read (a device's window is ~60 KB, a process's
-#: settled steps 32 bytes each: 24 MB at 1 M spans over 49 processes of ~10^4 steps)
+#: a kept windows record larger than this is neither written nor read (a device's window is ~110 KB: 7 MB at
+#: 64 device-days)
 MAX_BYTES = 64 << 20
-#: the record's layout version (another is read as none)
-VERSION = 1
+#: the record's layout version (another is read as none; 2: the steps in a file of their own)
+VERSION = 2
 _NAME = "gpu-lines.kept"
 _READ = (GPU_COUNTERS.index("util"), GPU_COUNTERS.index("sm_active"), GPU_COUNTERS.index("tensor_active"))
 #: the measure each of them is known by (its time with a reading)
@@ -85,13 +89,13 @@ class LineState(msgspec.Struct, frozen=True):
 
 
 class LinesKept(msgspec.Struct, frozen=True):
-    """What a look kept of its devices' timelines and its processes' settled intervals."""
+    """What a look kept of its devices' timelines, and the token of the kept steps' state it goes with."""
 
     key: str
     version: int
     entries: list[tuple[str, int]]
     lines: list[LineState]
-    memos: list[ProcessMemo]
+    steps: str
 
 
 _decode = msgspec.msgpack.Decoder(LinesKept).decode
@@ -99,18 +103,9 @@ _encode = msgspec.msgpack.Encoder().encode
 
 
 def _this_version(kept: LinesKept) -> None:
-    """Raises ``ValueError`` for a record this lens_rl wrote but of another layout, or whose kept steps' arrays
-    do not add up (a look would read them as its steps' sums)."""
-    if kept.key != cache_key():
-        return
-    if kept.version != VERSION:  # (this lens_rl writes only its own)
+    """Raises ``ValueError`` for a record this lens_rl wrote but of another layout."""
+    if kept.key == cache_key() and kept.version != VERSION:  # (this lens_rl writes only its own)
         raise ValueError(f"layout version {kept.version}, not {VERSION}")
-    for memo in kept.memos:
-        for rows in (memo.steps, memo.productive):
-            if rows.n < 0 or not set(rows.columns) <= set(range(len(MEASURES))):
-                raise ValueError("kept steps that do not add up")
-            if len(rows.sums) != 8 * rows.n * len(rows.columns) or len(rows.peaks) not in (0, 8 * rows.n):
-                raise ValueError("kept steps that do not add up")
 
 
 def load_lines(cache: str, found: Sequence[Path]) -> LinesKept | None:
@@ -177,9 +172,19 @@ def _new_blocks(path: Path, cache: str, stats: ReadStats) -> tuple[list[Any], li
 
 
 class Windows(dict[str, Device]):
-    """Each device's window by UUID (:func:`read_window`), and the processes' kept intervals (``memos``)."""
+    """Each device's window by UUID (:func:`read_window`), its timeline (``lines``: built as the window is
+    read, on the thread reading ahead: a window's is small), and the processes' kept intervals (``memos``:
+    the kept steps' state ``steps``, where it is the one the windows go with; else none)."""
 
+    lines: dict[str, WindowLine]
     memos: dict[str, ProcessMemo]
+    steps: StepsState | None
+
+
+def window_line(device: Device) -> WindowLine:
+    """A device's timeline from its window's samples on from what came before them (``device.before``)."""
+    line = timeline(device.t, device.v, device.period, device.unavailable, keep=device.before.seen)
+    return WindowLine(line.window(device.before.cum), device.before)
 
 
 def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows | None:
@@ -212,7 +217,9 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
     if set(states) != set(heads):
         return None
     devices = Windows()
-    devices.memos = {m.key: m for m in kept.memos}
+    steps = load_steps(cache)
+    devices.steps = steps if steps is not None and steps.token == kept.steps else None
+    devices.memos = devices.steps.memos if devices.steps is not None else {}
     try:
         for uuid in sorted(heads):
             state, mine = states[uuid], pieces.get(uuid, [])
@@ -240,6 +247,7 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
                 uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
                 tuple(files[uuid]), skipped, before,
             )  # fmt: skip
+        devices.lines = {u: window_line(d) for u, d in devices.items() if d.t.size}
     except (ValueError, TypeError) as exc:  # (a record of this shape whose figures do not hold together)
         _log.warning("lens-rl: the GPU join's kept windows in %s were not used (%s): joining cold", cache, exc)
         return None
@@ -297,11 +305,13 @@ def keeping_for(devices: Mapping[str, Any], memos: Mapping[str, ProcessMemo]) ->
 
 def save_lines(cache: str, found: Sequence[Path], devices: Mapping[str, Any], keeping: Keeping) -> None:
     """This look's windows and settled intervals kept for the next (a device with none, or a failed write: the
-    next look joins cold)."""
+    next look joins cold): the steps first (:func:`~lens_rl.offline.run.gpu_steps.save_steps`: what is new
+    appended to the state they were read in), then the windows naming their state."""
     states = [keeping.states.get(u) for u, d in devices.items() if d.t.size]
     record = None
     if all(s is not None for s in states):
-        kept = LinesKept(cache_key(), VERSION, entries_of(cache, found), states, list(keeping.out.values()))  # type: ignore[arg-type]
+        token = save_steps(cache, devices.steps if isinstance(devices, Windows) else None, keeping.out)
+        kept = LinesKept(cache_key(), VERSION, entries_of(cache, found), states, token or "")  # type: ignore[arg-type]
         record = _encode(kept)
     try:
         if record is None or len(record) > MAX_BYTES:  # (none to keep: none left for the next look either)
