@@ -185,6 +185,31 @@ def test_a_model_default_does_not_hide_the_otel_fallback() -> None:
     assert TelemetryConfig.from_master_config({"telemetry": mine}, environ=env).service_name == "mine"
 
 
+def test_a_dict_value_equal_to_the_default_wins_over_the_otel_fallback() -> None:
+    """A dict block that writes the default protocol or service name keeps it against OTEL_* fallbacks; a key
+    it leaves out (or null) takes the fallback."""
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "from-otel"}
+    given = {"telemetry": {"enabled": True, "protocol": "http/protobuf", "service_name": "lens-rl"}}
+    cfg = TelemetryConfig.from_master_config(given, environ=env)
+    assert (cfg.protocol, cfg.service_name) == ("http/protobuf", "lens-rl")
+    cfg = TelemetryConfig.from_master_config({"telemetry": {"enabled": True, "service_name": None}}, environ=env)
+    assert (cfg.protocol, cfg.service_name) == ("grpc", "from-otel")
+
+
+def test_a_pydantic_field_set_explicitly_wins_over_the_otel_fallback() -> None:
+    """A pydantic block's field set to the default value wins over OTEL_*; a field left unset takes it."""
+
+    class Telemetry(pydantic.BaseModel):
+        enabled: bool = False
+        protocol: str = "http/protobuf"
+        service_name: str = "lens-rl"
+
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_SERVICE_NAME": "from-otel"}
+    block = Telemetry(enabled=True, protocol="http/protobuf")
+    cfg = TelemetryConfig.from_master_config({"telemetry": block}, environ=env)
+    assert (cfg.protocol, cfg.service_name) == ("http/protobuf", "from-otel")
+
+
 def _readme_config_rows() -> dict[str, tuple[str, str]]:
     """The README's configuration table: field -> (default cell, env var cell)."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")

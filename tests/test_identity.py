@@ -98,6 +98,11 @@ def test_the_launch_time_is_taken_when_it_is_this_attempts() -> None:
     assert launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "nan"}, now) is None
     with pytest.raises(ValueError, match="LENS_RL_OTEL_LAUNCH_TIME='soon' is not valid: expected epoch seconds"):
         launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": "soon"}, now)
+    assert launch_time_ns({"SLURM_JOB_START_TIME": "1e300"}, now) is None
+    assert launch_time_ns({"SLURM_JOB_START_TIME": "-1e300"}, now) is None
+    for absurd in ("1e300", "-1e300", "1e10"):
+        with pytest.raises(ValueError, match=f"LENS_RL_OTEL_LAUNCH_TIME='{absurd}' is not valid: expected epoch"):
+            launch_time_ns({"LENS_RL_OTEL_LAUNCH_TIME": absurd}, now)
 
 
 def test_a_worker_takes_its_attempt_from_the_driver_else_the_scheduler() -> None:

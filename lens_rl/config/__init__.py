@@ -150,9 +150,12 @@ class TelemetryConfig:
         ``master_config`` may be a dict, an attribute object, a dataclass or a
         pydantic model; no block means disabled (unless the environment enables it).
         Raises ``ValueError`` on an unknown key, a wrong type or an out-of-range value.
+        A standard ``OTEL_*`` fallback fills only a field the block did not give: a dict's key (even one set to
+        the default value) or a pydantic field set explicitly wins over it; a dataclass or attribute object
+        always has every field, so there a value equal to the default yields to the fallback.
         """
         block = _telemetry_block(master_config)
-        return cls._resolve(block, os.environ if environ is None else environ)
+        return cls._resolve(block, os.environ if environ is None else environ, _given(master_config, block))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TelemetryConfig:
@@ -160,7 +163,12 @@ class TelemetryConfig:
         return cls._resolve({}, os.environ if environ is None else environ)
 
     @classmethod
-    def _resolve(cls, block: Mapping[str, Any], environ: Mapping[str, str]) -> TelemetryConfig:
+    def _resolve(
+        cls, block: Mapping[str, Any], environ: Mapping[str, str], given: frozenset[str] | None = None
+    ) -> TelemetryConfig:
+        """``given``: the keys the user's block set (a dict's keys, a pydantic model's ``model_fields_set``);
+        None for a shape that always carries every field (a dataclass, an attribute object), where a value
+        equal to the default counts as not given, so the standard ``OTEL_*`` fallback still applies."""
         unknown = [k for k in block if k not in PARAMS]
         if unknown:
             key = unknown[0]
@@ -170,9 +178,11 @@ class TelemetryConfig:
         values: dict[str, Any] = {}
         for field, p in PARAMS.items():
             fallback = next((name for name in p.fallback if environ.get(name, "").strip()), None)
-            # A dataclass or pydantic block carries every field; its default value must
-            # not hide the standard OTEL_* fallback the way an explicit setting does.
-            in_block = block.get(field) is not None and not (fallback and block[field] == _DEFAULTS[field])
+            # The fallback fills only what the user did not give: a dict's key set to the default value wins;
+            # a dataclass's default value (every field is always there) must not hide it.
+            in_block = block.get(field) is not None and (
+                field in given if given is not None else not (fallback and block[field] == _DEFAULTS[field])
+            )
             if p.env in environ and (environ[p.env].strip() or p.parse is parse_bool):
                 raw: object = environ[p.env]
                 where = f"{field} (from ${p.env})"
@@ -283,6 +293,24 @@ def _telemetry_block(master_config: object) -> Mapping[str, Any]:
     else:
         block = getattr(master_config, "telemetry", None)
     return _as_mapping(block, "telemetry")
+
+
+def _given(master_config: object, block: Mapping[str, Any]) -> frozenset[str] | None:
+    """The keys the user's telemetry block set, where its shape tells: a mapping's keys, a pydantic model's
+    fields set explicitly (or whose value differs from lens_rl's default); None for a dataclass or an
+    attribute object (every field always present)."""
+    obj = master_config
+    if not isinstance(master_config, TelemetryConfig):
+        obj = master_config.get("telemetry") if isinstance(master_config, Mapping) else getattr(obj, "telemetry", None)
+    if isinstance(obj, Mapping):
+        return frozenset(block)
+    fields_set = getattr(obj, "model_fields_set", None)  # pydantic v2 (v1: __fields_set__)
+    if fields_set is None and hasattr(obj, "__fields__"):
+        fields_set = getattr(obj, "__fields_set__", None)
+    if not isinstance(fields_set, (set, frozenset)):
+        return None
+    # a model's own default that differs from lens_rl's is the user's value too
+    return frozenset(fields_set) | {k for k, v in block.items() if k in _DEFAULTS and v != _DEFAULTS[k]}
 
 
 def _as_mapping(obj: object, where: str) -> Mapping[str, Any]:

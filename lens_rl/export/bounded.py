@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -25,12 +26,34 @@ from typing import Any
 from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
 
-__all__ = ["Job", "run_bounded", "start_helpers", "submit"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "MAX_TIMEOUT_MS", "Job", "budget_ms", "run_bounded", "start_helpers", "submit"]
+
+DEFAULT_TIMEOUT_MS = 5000
+MAX_TIMEOUT_MS = 2**31 - 1  # ~24.8 days: the longest budget a flush or shutdown takes (infinity means this)
 
 _QUEUE: queue.SimpleQueue[Any] = queue.SimpleQueue()
 _HELPERS: list[object] = []  # list.append / set.add / discard are atomic under the GIL: no lock to re-enter
 _BUSY: set[object] = set()
 _MIN_HELPERS = 2
+
+
+def budget_ms(timeout_ms: object) -> int:
+    """A caller's ``timeout_ms`` as a bounded budget in ms, never raising (every public flush and shutdown uses it).
+
+    None, NaN or not a number (a string, a list) means the default (5 s), never "forever"; a negative number
+    means 0 (try once, do not wait); infinity or anything above ``MAX_TIMEOUT_MS`` means ``MAX_TIMEOUT_MS``.
+    """
+    if timeout_ms is None or isinstance(timeout_ms, (str, bytes)):
+        return DEFAULT_TIMEOUT_MS
+    if isinstance(timeout_ms, int):  # exact, however large (float() would overflow)
+        return min(max(timeout_ms, 0), MAX_TIMEOUT_MS)
+    try:
+        value = float(timeout_ms)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return DEFAULT_TIMEOUT_MS
+    if math.isnan(value):
+        return DEFAULT_TIMEOUT_MS
+    return int(min(max(value, 0.0), float(MAX_TIMEOUT_MS)))
 
 
 def _run_item(item: tuple[Any, ...]) -> None:

@@ -6,10 +6,11 @@ anything but the files. One file per process and signal.
 
 Each batch is appended with ``os.write`` on an ``O_APPEND`` descriptor, whole lines
 only, so a killed process can at worst leave one unfinished last line; readers skip it
-and count it. A write that fails part-way (a full disk) is cut back to where the batch
-began, so its retry leaves no duplicate and no garbage line, also when the process
-exits meanwhile (closing waits for a write in progress); readers also drop a span id
-seen twice in one file. Every line is strict JSON (a NaN or infinite number is
+and count it. A write that fails part-way (a full disk) keeps the whole lines that fitted (the
+header first) and is cut back to the end of the last of them; the exporter tells the pipeline
+(``last_saved``) so only the rest is retried or counted lost: no duplicate and no garbage line,
+also when the process exits meanwhile (closing waits for a write in progress); readers also drop
+a span id seen twice in one file. Every line is strict JSON (a NaN or infinite number is
 written as the string ``"NaN"``, ``"Infinity"``, ``"-Infinity"``). Every path part
 (group, rank, run id) is sanitised and shortened: no value writes outside
 ``trace_dir``. A forked child never writes into its parent's files.
@@ -154,7 +155,9 @@ class _AppendFile:
         _OPEN_FILES.add(self)
 
     def write_lines(self, lines: Sequence[str]) -> None:
-        """Append ``lines`` whole, or not at all: a failed write is cut back to where it began.
+        """Append ``lines`` whole. A write that fails part-way (a full disk) keeps the whole lines that got
+        out, is cut back to the end of the last of them (never half a line), and raises
+        :class:`PartialWriteError` saying how many of ``lines`` were kept (0: the file is as it was).
 
         Raises :class:`FileClosedError` once the file is closed.
         """
@@ -164,37 +167,51 @@ class _AppendFile:
             if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            start = os.fstat(self._fd).st_size  # one writer per file (one process): this is where the batch begins
+            end = os.fstat(self._fd).st_size  # one writer per file (one process): the end of its last whole line
+            kept = 0  # lines whole on disk
             try:
                 chunk: list[bytes] = []
                 size = 0
                 for line in lines:
                     data = line.encode("utf-8") + b"\n"
                     if size + len(data) > _CHUNK_BYTES and chunk:
-                        self._write_all(b"".join(chunk))
+                        end, kept = self._write_chunk(chunk, end, kept)
                         chunk, size = [], 0
                     chunk.append(data)
                     size += len(data)
                 if chunk:
-                    self._write_all(b"".join(chunk))
-            except OSError:
-                try:
-                    os.ftruncate(self._fd, start)
-                except OSError:
-                    pass  # the retry may still leave a partial line; readers skip and count it
+                    self._write_chunk(chunk, end, kept)
+            except PartialWriteError:
                 raise
+            except OSError as exc:
+                self._cut_back(end)
+                raise PartialWriteError(exc.errno or errno.EIO, str(exc), kept) from exc
             finally:
                 if self._closed:  # closed while this write was stuck: the close left the descriptor to us
                     self._close_fd()
 
-    def _write_all(self, data: bytes) -> None:
-        # Chunks end on line boundaries. A short write on a regular file means it is full:
-        # fail at once (the caller cuts the file back) rather than leave half a line on
-        # disk while trying the rest.
+    def _write_chunk(self, chunk: list[bytes], end: int, kept: int) -> tuple[int, int]:
+        """Write ``chunk`` (whole lines) at ``end``: the new end and lines kept. A short write on a regular
+        file means it is full: the file is cut back to the last whole line written, never tried further."""
         assert self._fd is not None
+        data = b"".join(chunk)
         written = os.write(self._fd, data)
         if written < len(data):
-            raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes): {os.strerror(errno.ENOSPC)}")
+            whole = data.rfind(b"\n", 0, written) + 1  # (0: not one whole line of this chunk got out)
+            self._cut_back(end + whole)
+            raise PartialWriteError(
+                errno.ENOSPC,
+                f"short write ({written} of {len(data)} bytes): {os.strerror(errno.ENOSPC)}",
+                kept + data.count(b"\n", 0, whole),
+            )
+        return end + written, kept + len(chunk)
+
+    def _cut_back(self, end: int) -> None:
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, end)
+        except OSError:
+            pass  # the retry may still leave a partial line; readers skip and count it
 
     def close(self, wait_s: float = _CLOSE_WAIT_S) -> None:
         """Refuse further writes, wait for one in progress (at most ``wait_s``), close the descriptor."""
@@ -216,6 +233,14 @@ class _AppendFile:
 
 class FileClosedError(OSError):
     """A write to a store file after it was closed (telemetry shut down): nothing was written."""
+
+
+class PartialWriteError(OSError):
+    """A write that failed part-way (a full disk): ``kept`` of its lines are whole on disk, the rest not."""
+
+    def __init__(self, code: int, message: str, kept: int) -> None:
+        super().__init__(code, message)
+        self.kept = kept
 
 
 _OPEN_FILES: weakref.WeakSet[_AppendFile] = weakref.WeakSet()
@@ -333,22 +358,33 @@ class StoreWriter:
         with contextlib.suppress(OSError):
             path.unlink()
 
+    #: On a False :meth:`write`: how many leading ``lines`` are on disk all the same (a full disk kept the
+    #: whole lines that fitted); the caller retries or counts lost only the rest.
+    last_saved = 0
+
     def write(self, lines: Sequence[str]) -> bool:
-        """Append ``lines`` (the header first, the first time) whole, or nothing: True when written (or in a
-        forked child, which never writes its parent's file), False on an error (warned once per file) or
-        once closed."""
+        """Append ``lines`` (the header first, the first time) whole: True when written (or in a forked
+        child, which never writes its parent's file), False on an error (warned once per file) or once
+        closed; then the first :attr:`last_saved` of ``lines`` were written (a full disk), the rest not."""
         if os.getpid() != self._pid:
             return True  # a forked child: the parent's file is not ours (the child has its own handle)
         header = self._header
+        first = [json_line(header), *self._adopted] if header is not None else []
+        self.last_saved = 0
         try:
             # The header goes out with the first batch, in the same write: a failed first
             # write leaves neither, and its retry writes both.
-            self._file.write_lines([json_line(header), *self._adopted, *lines] if header is not None else lines)
+            self._file.write_lines([*first, *lines])
             self._header = None
             self._adopted = []
         except FileClosedError:
             return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
         except OSError as exc:
+            kept = exc.kept if isinstance(exc, PartialWriteError) else 0
+            if kept:  # a full disk: the whole lines that fitted stay (the header first), never written twice
+                self._header = None
+                self._adopted = self._adopted[kept - 1 :] if kept <= len(first) else []
+                self.last_saved = max(kept - len(first), 0)
             warn_once(
                 f"file-store-{self._file.path}",
                 "lens_rl: cannot write telemetry to %s: %s (retrying)",

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from lens_rl._runtime import RUNTIME
 from lens_rl._version import __version__
 from lens_rl.export import _sdk
-from lens_rl.export.bounded import run_bounded
+from lens_rl.export.bounded import budget_ms, run_bounded
 from lens_rl.export.exporters import make_exporters
 from lens_rl.export.fastspan import FastSpanFactory
 from lens_rl.export.ids import LensIdGenerator
@@ -217,9 +217,10 @@ class TelemetryHandle:
 
     # ------------------------------------------------------------------ bounded
 
-    def force_flush(self, timeout_ms: int = 5000) -> bool:
-        """Export everything recorded so far, within ``timeout_ms``. True only if all of it got out."""
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+    def force_flush(self, timeout_ms: float | None = 5000) -> bool:
+        """Export everything recorded so far, within ``timeout_ms`` (read by ``budget_ms``: never raises).
+        True only if all of it got out."""
+        deadline = time.monotonic() + budget_ms(timeout_ms) / 1000.0
         return self._flush_until(deadline)
 
     def _flush_until(self, deadline: float) -> bool:
@@ -242,12 +243,12 @@ class TelemetryHandle:
             ok = ok and flushed and exporter.exports > before and exporter.last_ok
         return ok
 
-    def shutdown(self, timeout_ms: int = 5000) -> bool:
-        """Flush, then shut the providers down, all within ``timeout_ms``. Idempotent."""
+    def shutdown(self, timeout_ms: float | None = 5000) -> bool:
+        """Flush, then shut the providers down, all within ``timeout_ms`` (read by ``budget_ms``). Idempotent."""
         if self._closed:
             return bool(self._shutdown_result)
         self._closed = True
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        deadline = time.monotonic() + budget_ms(timeout_ms) / 1000.0
         if self.live is not None:  # its last heartbeat ("ended") goes out before the providers close
             self.live.stop(min(1.0, max(deadline - time.monotonic(), 0.0)))
         ok = self._flush_until(deadline)

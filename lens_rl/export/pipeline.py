@@ -267,9 +267,11 @@ class SpanPipeline(SpanProcessor):
             self.retrying = False
             self._progress.notify_all()
 
-    def _send(self, batch: Sequence[ReadableSpan]) -> tuple[bool, Any, str | None]:
+    def _send(self, batch: list[ReadableSpan]) -> tuple[bool, Any, str | None]:
         """One export attempt: (ok, the HTTP status or UNSENT or None, error text). An exporter that tells
-        the status (lens_rl's OTLP/HTTP one) answers it with the result; for any other, None."""
+        the status (lens_rl's OTLP/HTTP one) answers it with the result; for any other, None. A failed
+        export that saved a first part all the same (the file store's ``last_saved``: a full disk) counts
+        that part exported and removes it from ``batch``."""
         exporter = self.exporter
         with_status = getattr(exporter, "export_with_status", None)
         status: Any = None
@@ -285,6 +287,10 @@ class SpanPipeline(SpanProcessor):
             if not self._stop.is_set():  # (after a bounded close gave up, a closed exporter may raise: no bug)
                 internal_error(exc, "span-export")
             ok, error = False, f"{type(exc).__name__}: {exc}"
+        saved = getattr(exporter, "last_saved", 0) if not ok else 0
+        if isinstance(saved, int) and 0 < saved < len(batch):  # the file store's full disk kept a first part
+            self._settle(exported=saved)
+            del batch[:saved]  # only the rest is retried or counted lost
         if not ok and isinstance(status, int):
             error = f"HTTP {status}"
         elif not ok and status == UNSENT:

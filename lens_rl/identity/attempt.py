@@ -73,8 +73,8 @@ def resolve_attempt(config: TelemetryConfig, env: Mapping[str, str]) -> tuple[in
 
 def launch_time_ns(env: Mapping[str, str], now_ns: int, after_ns: int | None = None) -> tuple[int, str] | None:
     """When this attempt was launched, and the variable that says so: ``LENS_RL_OTEL_LAUNCH_TIME`` (epoch
-    seconds, a launcher's; a value that is no number raises ``ValueError`` naming it), else
-    ``SLURM_JOB_START_TIME``; only when it is earlier than ``now_ns`` by less than 7 days, and not before
+    seconds, a launcher's; a value that is no number, or a finite one outside the store's years 2000 to 2200,
+    raises ``ValueError`` naming it), else ``SLURM_JOB_START_TIME`` (a bad value there is passed over); only when it is earlier than ``now_ns`` by less than 7 days, and not before
     ``after_ns`` (the run's last write: a time before it is an earlier attempt's, left in the environment)."""
     for name in (LAUNCH_TIME_ENV, "SLURM_JOB_START_TIME"):
         text = env.get(name)
@@ -89,6 +89,15 @@ def launch_time_ns(env: Mapping[str, str], now_ns: int, after_ns: int | None = N
                 ) from None
             continue
         if not math.isfinite(seconds):
+            continue
+        from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS
+
+        if not TIME_MIN_NS <= seconds * 1e9 < TIME_MAX_NS:  # 1e300 s: no time a store can hold
+            if name == LAUNCH_TIME_ENV:
+                raise ValueError(
+                    f"{LAUNCH_TIME_ENV}={text!r} is not valid: expected epoch seconds between "
+                    f"{TIME_MIN_NS // 10**9} and {TIME_MAX_NS // 10**9} (years 2000 to 2200)"
+                )
             continue
         launched = int(seconds * 1e9)
         if 0 < now_ns - launched < LAUNCH_MAX_AGE_S * 1e9 and (after_ns is None or launched >= after_ns):

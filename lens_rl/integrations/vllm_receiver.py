@@ -311,10 +311,17 @@ class StoreReceiver:
         return f"spans-{group}-{rank}-vllm-{kind}-{tail}.jsonl"
 
     def _append(self, key: tuple[Any, ...], target: _ProcessFile, spans: list[tuple[str, Any]]) -> bool:
+        lost = 0
         with target.lock:
             lines = [json_line(span_row(span, scope or "unknown")) for scope, span in spans]
             if not target.writer.write(lines):
-                return False
+                saved = target.writer.last_saved
+                if not saved:
+                    return False
+                # a full disk kept the first part: a resend would write it twice; the rest is dropped
+                lost, spans, lines = len(lines) - saved, spans[:saved], lines[:saved]
+        if lost:
+            self._count("dropped", lost)
         repeated = 0
         with self._lock:
             owners = self._owner

@@ -13,7 +13,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
-from lens_rl.export.bounded import Job, submit
+from lens_rl.export.bounded import DEFAULT_TIMEOUT_MS, Job, budget_ms, submit
 from lens_rl.lifecycle.environ import forget_projection
 
 __all__ = [
@@ -26,21 +26,22 @@ __all__ = [
 ]
 
 ATEXIT_TIMEOUT_MS = 3000
-DEFAULT_TIMEOUT_MS = 5000
 _SLACK_S = 0.05
 _IN_FLIGHT: list[Job | None] = [None]  # the flush or shutdown the helpers are running, if any
 _CALLER = threading.local()  # depth of _within on this thread (a signal handler may nest a call)
 
 
-def shutdown_telemetry(timeout_ms: int | None = 5000) -> bool:
-    """End open lens_rl spans, flush and shut down, returning within ``timeout_ms``.
+def shutdown_telemetry(timeout_ms: float | None = 5000) -> bool:
+    """End open lens_rl spans, flush and shut down, returning within ``timeout_ms``. Never raises.
+
+    ``timeout_ms`` is read by ``budget_ms``: None, NaN or not a number means 5 s, negative 0, infinity ~24.8 days.
 
     True only when every span and metric recorded so far was exported. Idempotent
     (a second call returns the first call's answer at once). Runs at exit, bounded by 3 s.
     Called while an exception propagates (from a ``finally`` or ``except`` block), it records that
     exception on the job root first: the attempt ended in ``error``.
     """
-    timeout_ms = _budget(timeout_ms)
+    timeout_ms = budget_ms(timeout_ms)
     failure = sys.exc_info()[1]
     if failure is not None and not (isinstance(failure, SystemExit) and failure.code in (0, None)):
         record_crash(failure)
@@ -139,27 +140,17 @@ def _within(timeout_ms: int, work: Any) -> bool:
         _CALLER.depth = 0
 
 
-def _budget(timeout_ms: int | None) -> int:
-    """``timeout_ms`` as a bounded budget: None means the default (5 s), never "forever"."""
-    if timeout_ms is None:
-        return DEFAULT_TIMEOUT_MS
-    try:
-        return max(int(timeout_ms), 0)
-    except (TypeError, ValueError):
-        return DEFAULT_TIMEOUT_MS
-
-
-def flush_telemetry(timeout_ms: int | None = 5000) -> bool:
+def flush_telemetry(timeout_ms: float | None = 5000) -> bool:
     """Export everything recorded so far within ``timeout_ms``, without shutting down.
 
     Use at step boundaries and before ``ray.kill`` (which skips ``atexit``).
-    True only when all of it was exported. Never raises.
+    True only when all of it was exported. Never raises; ``timeout_ms`` is read as by ``shutdown_telemetry``.
     """
     handle = RUNTIME.handle
     if handle is None:
         return True
-    budget_ms = _budget(timeout_ms)
-    return _within(budget_ms, lambda: handle.force_flush(budget_ms))
+    budget = budget_ms(timeout_ms)
+    return _within(budget, lambda: handle.force_flush(budget))
 
 
 def shutdown_at_exit() -> None:

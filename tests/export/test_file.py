@@ -137,6 +137,40 @@ def test_a_full_disk_leaves_no_duplicate_and_no_garbage_line(tmp_path: Path, cap
             os.system(f"umount {trace_dir}")
 
 
+@pytest.mark.slow
+def test_a_full_disk_keeps_the_whole_lines_that_fit_and_the_header(tmp_path: Path) -> None:
+    """One big batch meets a nearly full disk: the header and every whole line that fitted stay (never half a
+    line), counted exported; only the rest is retried and counted lost."""
+    trace_dir = tmp_path / "store"
+    out = run_python(
+        f"""
+        import os, resource, signal, lens_rl
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)             # writes past the limit are short, then EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+        h = lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(trace_dir)!r},
+                                           "run_id": "r", "metrics_enabled": False}}}}, "grpo")
+        for s in range(300):
+            with lens_rl.traced_phase("step", step=s, attributes={{"pad": "x" * 300}}):
+                pass
+        print("SHUTDOWN", lens_rl.shutdown_telemetry(1000), flush=True)
+        st = h.stats()
+        print("STATS", st["accepted"], st["exported"], st["failed"], flush=True)
+    """,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "SHUTDOWN False" in out.stdout
+    accepted, exported, failed = (int(x) for x in out.stdout.split("STATS")[1].split())
+    (path,) = trace_dir.rglob("spans-*.jsonl")
+    data = path.read_bytes()
+    assert data.endswith(b"\n") and 30_000 < len(data) <= 40_000, len(data)
+    records = [json.loads(line) for line in data.splitlines()]  # every line whole, strict JSON
+    assert records[0].get("v") is not None and all(r.get("v") is None for r in records[1:])  # the header first
+    ids = [r["s"] for r in records[1:]]
+    assert len(ids) == len(set(ids)) == exported > 0
+    assert accepted == 300 + 1 and exported + failed == accepted  # (the job root rl.job too)
+
+
 def test_a_process_exiting_during_a_failed_write_leaves_whole_lines(tmp_path: Path) -> None:
     """The disk fills and the cut-back is slow (a busy machine) while the job exits: the exit waits for it.
 

@@ -295,6 +295,9 @@ def test_a_bad_attempt_or_launch_time_is_refused_on_the_driver(tmp_path: Path, m
     monkeypatch.setenv("LENS_RL_OTEL_LAUNCH_TIME", "yesterday")
     with pytest.raises(ValueError, match="LENS_RL_OTEL_LAUNCH_TIME='yesterday'"):
         lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
+    monkeypatch.setenv("LENS_RL_OTEL_LAUNCH_TIME", "1e300")
+    with pytest.raises(ValueError, match="LENS_RL_OTEL_LAUNCH_TIME='1e300' is not valid"):
+        lens_rl.init_telemetry_driver(_master(tmp_path), "grpo")
     assert lens_rl.get_telemetry_handle() is None
 
 

@@ -206,7 +206,7 @@ _WRONG = {  # a heartbeat's field (dotted: inside it) -> values of a JSON type t
     "role": [1, [], {}],
     "state": [1, [], {}, True],
     "written_ns": ["now", 1.5, [], {}, 2**70],
-    "interval_ms": ["1000", [], {}, True, -5],
+    "interval_ms": ["1000", [], {}, True, -5, 0, 1e308, 1000.0, 86_400_001],
     "open": [{}, "x", 3, [1], [[]]],
     "last_step": [[], "x", 3, {"step": []}, {"step": 1.5}],
     "phases": [[], "x", {"policy_training": []}, {"policy_training": {"p95_s": "x"}}],
@@ -273,6 +273,25 @@ def test_the_commands_read_malformed_heartbeats_without_a_traceback(tmp_path: Pa
         )
         assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
         assert "unreadable" in out.stdout or command[0] == "watch"
+
+
+def test_a_dead_process_with_an_absurd_interval_is_unreadable_and_the_status_exits_1(tmp_path: Path) -> None:
+    """A driver silent for 10 minutes whose heartbeat says interval_ms 0, 1e308 or 1000.0 never reads
+    ``running``: its row is unreadable, a note names interval_ms, and ``status`` exits non-zero (2: no readable
+    heartbeat), never 0."""
+    for name, interval in (("zero", 0), ("huge", 1e308), ("float", 1000.0)):
+        run = tmp_path / name / "r"
+        path = beat(run, "driver", 0, 1, age_s=(time.time_ns() - NOW) / 1e9 + 600)
+        content = json.loads(path.read_text())
+        content["interval_ms"] = interval
+        path.write_text(json.dumps(content))
+        report = run_status(run)
+        assert [r["state"] for r in report["processes"]] == ["unreadable"], name
+        assert any("interval_ms" in note for note in report["notes"]), report["notes"]
+        out = subprocess.run(
+            [sys.executable, "-m", "lens_rl", "status", str(run)], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 2 and "interval_ms" in out.stderr and "Traceback" not in out.stderr, name
 
 
 def test_a_clock_ahead_is_judged_by_the_files_time(tmp_path: Path) -> None:

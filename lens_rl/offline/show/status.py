@@ -5,8 +5,8 @@ One row per process of the run's latest attempt (group, rank, host, pid, attempt
 such as Ray kill their workers without a goodbye); its step; its GPUs' busy percent (``gpu``, :mod:`~lens_rl.offline.show.gpu_live`); its innermost open phase, how
 long it has been open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it;
 ``GPU IDLE`` when its GPUs have read 0 % past ``gpu_idle_alert_s`` while a phase is open), groups summed,
-the driver's step first. A heartbeat with a field of the wrong JSON type is a note and its row says
-``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
+the driver's step first. A heartbeat with a field of the wrong JSON type (or an ``interval_ms`` outside
+1..:data:`INTERVAL_MAX_MS`) is a note and its row says ``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
 modification time and its row says ``clock ahead``. Processes of earlier attempts are counted apart
 (superseded), never as stale. The
 run is ``ok`` when nothing is stale or hung: the command's exit status (0, else 1) is what a cron job or a
@@ -52,7 +52,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "role": (str,),
     "state": (str,),
     "written_ns": (int,),
-    "interval_ms": _NUM,
+    "interval_ms": (int,),
     "open": (list,),
     "last_step": (dict, _NONE),
     "phase_step": (int, str, _NONE),
@@ -78,6 +78,9 @@ _USUAL: dict[str, tuple[type, ...]] = {"p95_s": (*_NUM, _NONE), "max_s": (*_NUM,
 #: A heartbeat dated this far ahead of the reader's clock (and more than one of its intervals) was written
 #: on a node whose clock runs ahead: it is judged by its file's modification time instead.
 CLOCK_AHEAD_S = 60.0
+#: A heartbeat's ``interval_ms`` is in [1, this]: config's ``heartbeat_interval_ms`` at most (1 day; 0 writes
+#: no heartbeat). Outside it (0, 1e308) its process could never go stale: the row is ``unreadable``.
+INTERVAL_MAX_MS = 86_400_000
 
 
 def _int64(value: Any) -> bool:
@@ -106,7 +109,7 @@ def malformed(beat: Mapping[str, Any]) -> str | None:
         or _wrong_each(enumerate(beat.get("open") or ()), _OPEN, "open[{}]")
         or (_wrong(last, _LAST, "last_step.") if last is not None else None)
         or _wrong_each((beat.get("phases") or {}).items(), _USUAL, "phases.{}")
-        or ("interval_ms" if (beat.get("interval_ms") or 0) < 0 else None)
+        or ("interval_ms" if "interval_ms" in beat and not 1 <= beat["interval_ms"] <= INTERVAL_MAX_MS else None)
     )
 
 
@@ -233,7 +236,11 @@ def _row_or_unreadable(beat: Mapping[str, Any], now_ns: int, notes: list[str]) -
     why = malformed(beat)
     if why is None:
         return _row(beat, now_ns)
-    notes.append(f"{Path(beat['path']).name}: a malformed heartbeat ({why} has the wrong JSON type); unreadable")
+    if why == "interval_ms" and type(beat["interval_ms"]) is int:
+        why = f"interval_ms {beat['interval_ms']} outside 1..{INTERVAL_MAX_MS}"
+    else:
+        why += " has the wrong JSON type"
+    notes.append(f"{Path(beat['path']).name}: a malformed heartbeat ({why}); unreadable")
     return _unreadable_row(beat)
 
 
