@@ -275,7 +275,7 @@ def test_the_commands_read_malformed_heartbeats_without_a_traceback(tmp_path: Pa
         assert "unreadable" in out.stdout or command[0] == "watch"
 
 
-def test_a_dead_process_with_an_absurd_interval_is_unreadable_and_the_status_exits_1(tmp_path: Path) -> None:
+def test_a_dead_process_with_an_absurd_interval_is_unreadable_and_the_status_is_not_ok(tmp_path: Path) -> None:
     """A driver silent for 10 minutes whose heartbeat says interval_ms 0, 1e308 or 1000.0 never reads
     ``running``: its row is unreadable, a note names interval_ms, and ``status`` exits non-zero (2: no readable
     heartbeat), never 0."""
