@@ -16,6 +16,8 @@ import pytest
 
 from lens_rl.cli import main
 from lens_rl.offline.run import gpu, gpu_lines
+from lens_rl.offline.run.cache_files import MAX_RECORDS
+from lens_rl.offline.run.gpu_entry import layout
 from lens_rl.offline.run.gpu_lines import MAX_BYTES, VERSION, LinesKept
 from lens_rl.store import ReadStats
 from tests.gpu_stores import ALL, PLAIN, device, harm_record, write_gpu_worker, write_samples
@@ -191,3 +193,21 @@ def test_a_window_look_builds_each_device_timeline_once_as_it_reads_the_window(t
     t = windows["GPU-0"].t[-10:]
     got = windows.lines["GPU-0"].joined(t[:-1], t[1:])[0]
     assert np.array_equal(got, gpu.Timelines(whole)["GPU-0"].joined(t[:-1], t[1:])[0])
+
+
+def test_a_sample_entry_grown_look_after_look_is_compacted_and_answers_as_a_cold_read(tmp_path: Path) -> None:
+    """A sample file grown before every look of a long watch: its cache entry gains one record a look, is
+    written whole again once it holds MAX_RECORDS (never more records to read every look), and every look
+    answers as --no-cache."""
+    run = _store(tmp_path / "r1")
+    _look(run)
+    entry = run / ".lens_rl-cache" / "gpu-gpu-node0-100.jsonl.samples"
+    counts = []
+    for k in range(MAX_RECORDS + 4):
+        lo = 20 + k
+        _grow(run, lo, lo + 1)
+        got = _look(run)
+        with entry.open("rb") as handle:
+            counts.append(layout(handle, entry.stat().st_size)[0]["records"])
+    assert max(counts) == MAX_RECORDS and counts[-1] < 8, counts
+    assert got == _look(run, "--no-cache")

@@ -29,6 +29,7 @@ from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
 from lens_rl.offline.read.gpu_samples import SCANNER, Block, read_samples
 from lens_rl.offline.read.gpu_window import ColdError
 from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
+from lens_rl.offline.run.cache_files import MAX_RECORDS
 from lens_rl.offline.run.disk import append_to, write_atomic
 from lens_rl.offline.run.gpu_device import Device
 from lens_rl.offline.run.gpu_entry import entry_record, load_entry
@@ -126,7 +127,7 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
         record = entry_record({**meta, "lines": lines, "skipped": skipped}, new)
         entry = _entry_path(cache, path)
         try:
-            if kept is None or not append_to(entry, record):
+            if kept is None or kept[0]["records"] >= MAX_RECORDS or not append_to(entry, record):
                 write_atomic(entry, entry_record({**meta, "lines": lines, "skipped": skipped}, blocks))
         except OSError:
             pass

@@ -62,10 +62,13 @@ def _read_into(handle: Any, offset: int, array: Any) -> None:
 
 
 def layout(handle: Any, size: int) -> tuple[Any, list[tuple[GpuHead, int, int]]]:
-    """The last record's meta and every kept block: (header, rows, where its arrays start)."""
+    """The last record's meta and every kept block: (header, rows, where its arrays start). The meta also
+    says how many records the entry holds (``records``: past
+    :data:`~lens_rl.offline.run.cache_files.MAX_RECORDS`, the next look writes it whole, so a long ``watch``
+    does not read more records every look)."""
     meta: Any = None
     blocks: list[tuple[GpuHead, int, int]] = []
-    at = 0
+    at = records = 0
     while at < size:
         handle.seek(at)
         line = handle.readline(LINE_MAX)
@@ -74,6 +77,8 @@ def layout(handle: Any, size: int) -> tuple[Any, list[tuple[GpuHead, int, int]]]
         meta = loads(line)
         if type(meta) is not dict or meta.get("key") != cache_key() or meta.get("layout") != LAYOUT:
             raise ValueError("not this lens_rl's")
+        records += 1
+        meta["records"] = records
         at += len(line)
         for plain, n in meta["blocks"]:
             head, n = head_of(plain), int(n)

@@ -33,6 +33,7 @@ from lens_rl.offline.read.gpu_join import MEASURES, timeline
 from lens_rl.offline.read.gpu_samples import Block, read_samples
 from lens_rl.offline.read.gpu_window import WINDOW_NS, Before, ColdError, WindowLine, before_at
 from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, raw
+from lens_rl.offline.run.cache_files import MAX_RECORDS
 from lens_rl.offline.run.disk import append_to, cache_key, write_atomic
 from lens_rl.offline.run.gpu_device import Device
 from lens_rl.offline.run.gpu_entry import entry_record, layout
@@ -150,6 +151,8 @@ def _new_blocks(path: Path, cache: str, stats: ReadStats) -> tuple[list[Any], li
             return None
         stop = int(meta["end"])
         if not kept or not grown_only(path, stat, meta["state"], stop, bytes.fromhex(meta["tail"])):
+            return None
+        if meta["records"] >= MAX_RECORDS:  # (the whole read writes it whole: compacted)
             return None
         fresh = ReadStats()
         new: list[Block] = []
