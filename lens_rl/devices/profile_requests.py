@@ -25,11 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lens_rl._errors import warn_once
+from lens_rl.store.files import read_capped
+
 __all__ = ["PROFILES", "REQUEST_FILE", "answers", "matches", "read_request", "write_answer", "write_request"]
 
 REQUEST_FILE = "profile-request.json"
 #: The folder of the run where captures and answers are written.
 PROFILES = "profiles"
+#: The largest request file read (a request is a few hundred bytes); a larger one is ignored with one warning.
+REQUEST_MAX = 64 << 10
 
 
 def write_request(
@@ -66,10 +71,23 @@ def write_request(
 
 
 def read_request(path: Path) -> dict[str, Any] | None:
-    """The request at ``path``, or None when it is absent or not a request (never raises)."""
+    """The request at ``path``, or None when it is absent or not a request (never raises, never blocks).
+
+    Opened like every store file (:func:`lens_rl.store.files.read_capped`): a regular file only (a FIFO or a
+    link to a device is not opened), at most :data:`REQUEST_MAX` bytes; anything unreadable or unparsable (a
+    deeply nested document included) is ignored with one warning."""
     try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_capped(path, REQUEST_MAX)
+    except OSError as exc:
+        if os.path.lexists(path):  # (absent: no request, nothing to say)
+            warn_once("profile-request-unreadable", "lens_rl: profile request %s ignored: %s", path, exc)
+        return None
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except Exception as exc:  # (ValueError, UnicodeDecodeError, RecursionError: a hostile document)
+        warn_once(
+            "profile-request-unparsable", "lens_rl: profile request %s ignored: not JSON (%s)", path, type(exc).__name__
+        )
         return None
     if not isinstance(body, dict) or not isinstance(body.get("id"), str):
         return None

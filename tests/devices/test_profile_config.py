@@ -4,6 +4,10 @@ mapping or ``LENS_RL_OTEL_PROFILE``, with clear errors), the request file, and t
 from __future__ import annotations
 
 import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,6 +68,44 @@ def test_a_request_names_its_processes_and_is_read_back(tmp_path: Path) -> None:
     assert answers(tmp_path, request_id) == [
         {"id": request_id, "files": ["profiles/trainer-1-step3.pt.trace.json.gz"], "errors": []}
     ]
+
+
+def test_a_hostile_request_file_is_ignored_with_one_warning_and_never_blocks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO, a link to /dev/zero, an oversized file or a deeply nested document named like the request file is
+    no request: read_request returns None at once (never blocks, never raises), with one warning per kind."""
+    path = tmp_path / REQUEST_FILE
+    got: list[object] = []
+
+    def read() -> None:
+        got.append(read_request(path))
+
+    def kinds() -> Iterator[None]:
+        os.mkfifo(path)
+        yield
+        path.unlink()
+        path.symlink_to("/dev/zero")
+        yield
+        path.unlink()
+        path.write_text('{"id": "x", "steps": "next", "pad": "' + "x" * (80 << 10) + '"}')
+        yield
+        path.write_text("[" * 30_000 + "]" * 30_000)
+        yield
+
+    from lens_rl import _errors
+
+    _errors.WARNED.difference_update({"profile-request-unreadable", "profile-request-unparsable"})
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        for _ in kinds():
+            for _ in range(2):
+                reader = threading.Thread(target=read, daemon=True)
+                reader.start()
+                reader.join(10)
+                assert not reader.is_alive(), f"read_request blocked on {path}"
+    assert got == [None] * 8
+    warned = [r.getMessage() for r in caplog.records if "profile request" in r.getMessage()]
+    assert len(warned) == 2 and "ignored" in warned[0], warned
 
 
 def test_a_spike_is_five_mads_over_the_median_and_not_jitter() -> None:
