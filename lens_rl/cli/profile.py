@@ -2,8 +2,9 @@
 
 The request is a file in the run folder (:mod:`lens_rl.devices.profile_requests`) that every process of the job
 looks at at its step boundaries, at most once a second; the processes it names answer with the files they
-wrote. Exit 0 printing the captured files once written; 1 with the reason on timeout (or when every process
-that took it failed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
+wrote and the steps they refused (and why). Exit 0 printing the captured files once written; 1 with the reason on
+timeout, when every process that took it failed, or when its last step was refused (``max_windows`` reached: the
+files captured so far printed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -56,13 +57,19 @@ def cmd_profile(args: argparse.Namespace) -> int:
         errors = [text for answer in got for text in answer.get("errors", []) if isinstance(text, str)]
         if files and (last == "next" or any(f"-step{last}." in name for name in files)):
             return _done(run, files, errors)
-        if errors and not files:
-            print(f"lens-rl: profile: no capture: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
+        if errors and (not files or _refused(got, last)):  # (nothing more will come: say why, exit 1)
+            _done(run, files, [])
+            print(f"lens-rl: profile: not captured: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
             return 1
         if time.monotonic() >= deadline:
             if files:
-                print(f"lens-rl: profile: timed out before step {last}; captured so far:", file=sys.stderr)
-                return _done(run, files, errors)
+                _done(run, files, errors)
+                print(
+                    f"lens-rl: profile: timed out after {args.timeout:g}s before step {last} was captured "
+                    "(the files above are the steps captured so far)",
+                    file=sys.stderr,
+                )
+                return 1
             print(
                 f"lens-rl: profile: no process took request {request_id} within {args.timeout:g}s (is the job running "
                 "with telemetry on, and reaching step boundaries? does --group/--rank name a process?)",
@@ -70,6 +77,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
             )
             return 1
         time.sleep(POLL_S)
+
+
+def _refused(got: list[dict[str, Any]], last: str | int) -> bool:
+    """Did a process refuse the request's last step (``next``: any step)?"""
+    for answer in got:
+        for pair in answer.get("refused", []):
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(step, int) for step in pair):
+                if last == "next" or pair[0] <= int(last) <= pair[1]:
+                    return True
+    return False
 
 
 def _steps(text: str) -> str | tuple[int, int]:

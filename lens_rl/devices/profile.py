@@ -35,7 +35,15 @@ from lens_rl._runtime import RUNTIME
 from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
 from lens_rl.devices.profile_devices import claim_devices, device_keys, release_devices
-from lens_rl.devices.profile_requests import PROFILES, REQUEST_FILE, matches, read_request, write_answer
+from lens_rl.devices.profile_requests import (
+    PROFILES,
+    REQUEST_FILE,
+    Want,
+    matches,
+    read_request,
+    want_of,
+    write_answer,
+)
 from lens_rl.store.format import safe_part
 
 __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
@@ -71,7 +79,7 @@ class Window:
         "backend",
         "name",
         "reason",
-        "request",
+        "requests",
         "start_ns",
         "started_ns",
         "thread",
@@ -81,12 +89,12 @@ class Window:
         "device",
     )
 
-    def __init__(self, step: int, backend: str, name: str, reason: str, request: str | None, parent: Any) -> None:
+    def __init__(self, step: int, backend: str, name: str, reason: str, requests: list[str], parent: Any) -> None:
         self.step = step
         self.backend = backend
         self.name = name
         self.reason = reason
-        self.request = request
+        self.requests = requests  # (the ids of the requests it answers)
         self.parent = parent
         self.start_ns = self.started_ns = 0
         self.thread = threading.get_ident()
@@ -124,10 +132,10 @@ class Profiler:
         self.current: int | None = None
         self.windows = 0
         self.window: Window | None = None
-        self.planned: dict[int, tuple[str, str | None, str | None]] = {}  # step -> (reason, request id, backend)
+        self.pending: list[Want] = []  # the steps requests want here, not yet captured or refused
         self.next_look = 0.0
         self.request_seen: str | None = None
-        self.captures: dict[str, tuple[list[str], list[str]]] = {}  # request id -> (files, errors)
+        self.captures: dict[str, tuple[list[str], list[str], list[list[int]]]] = {}  # id -> (files, errors, refused)
         self.done: set[int] = set()  # steps captured (or tried) here: never twice
         self.lock = threading.Lock()
         self.created_ns = time.time_ns()
@@ -176,18 +184,58 @@ class Profiler:
             self.next_look = now + REQUEST_EVERY_S
             self._look(step)
         config = self.config_steps
-        if not self.planned and (config is None or not config[0] <= step <= config[1]):
+        if not self.pending and (config is None or not config[0] <= step <= config[1]):
             return  # (the common case: no window wanted at this step)
         with self.lock:  # (threads of one process reaching a boundary at once open one window)
-            for missed in [want for want in self.planned if want < step]:  # (a step this process never began)
-                del self.planned[missed]
-            if self.window is not None or self.windows >= self.max_windows or step in self.done:
-                return
-            planned = self.planned.pop(step, None)
-            if planned is not None:
-                self._open(parent, step, *planned)
-            elif config is not None and config[0] <= step <= config[1]:
-                self._open(parent, step, "config", None, None)
+            self._plan(parent, step, config is not None and config[0] <= step <= config[1])
+
+    def _plan(self, parent: Any, step: int, configured: bool) -> None:
+        """Open the window ``step`` is wanted for (by the config, by requests), or tell each request why not."""
+        wants = [want for want in self.pending if want.lo <= step <= want.hi]
+        for want in self.pending:
+            if want.hi < step:  # (steps this process never began: it went on from an earlier one to this one)
+                self._refuse(want.request, want.lo, want.hi, f"this process went on to step {step} without them")
+            want.lo = max(want.lo, step + 1)
+        self.pending = [want for want in self.pending if want.hi > step]
+        if not wants and not configured:
+            return
+        window = self.window
+        if window is not None and window.step == step:  # (opened by another thread at this step: it answers too)
+            window.requests.extend(want.request for want in wants if want.request is not None)
+            return
+        if self.windows >= self.max_windows:  # (every later step of these requests too)
+            for want in wants:
+                self.pending = [other for other in self.pending if other is not want]
+                self._refuse(want.request, step, want.hi, f"max_windows ({self.max_windows}) reached")
+            return
+        if window is not None or step in self.done:
+            why = f"a window is open here (step {window.step})" if window is not None else "already captured here"
+            for want in wants:
+                self._refuse(want.request, step, step, why)
+            return
+        if wants:
+            first = wants[0]
+            requests = [want.request for want in wants if want.request is not None]
+            self._open(parent, step, first.reason, requests, first.backend)
+        else:
+            self._open(parent, step, "config", [], None)
+
+    def _refuse(self, request: str | None, lo: int, hi: int, why: str) -> None:
+        """Tell ``request`` (its answer file) that steps ``lo`` to ``hi`` will not be captured here, and why."""
+        if request is None:
+            return
+        shown = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
+        files, errors, refused = self.captures.setdefault(request, ([], [], []))
+        errors.append(f"{shown} not captured on {self.group} rank {self.rank}: {why}")
+        refused.append([lo, hi])
+        self._answer(request)
+
+    def _answer(self, request: str) -> None:
+        files, errors, refused = self.captures.setdefault(request, ([], [], []))
+        try:
+            write_answer(self.run, request, self.group, self.rank, files, errors, refused)
+        except OSError as exc:
+            internal_error(exc, "profile-answer")
 
     # ------------------------------------------------------------------ requests
 
@@ -201,22 +249,19 @@ class Profiler:
             return  # left by an earlier attempt of the run: not this process's to take
         if not matches(request, self.group, self.rank):
             return
-        backend: str | None = request["backend"] if request.get("backend") in ("torch", "cuda", "vllm") else None
-        reason: str = request["reason"] if isinstance(request.get("reason"), str) else "request"
-        steps = request["steps"]
-        wanted = [step + 1] if steps == "next" else list(range(max(steps[0], step), steps[1] + 1))
-        self.captures.setdefault(request["id"], ([], []))
-        if self.windows >= self.max_windows:
-            self._failed(
-                request["id"], backend or self.backend, BackendMissingError(f"max_windows ({self.max_windows}) reached")
-            )
+        want, why = want_of(request, step)
+        if want is None:
+            self._refuse(request["id"], request["steps"][0], request["steps"][1], why)
             return
-        for want in wanted[: self.max_windows]:
-            self.planned[want] = (reason, request["id"], backend)
+        self.captures.setdefault(request["id"], ([], [], []))
+        if self.windows >= self.max_windows:
+            self._refuse(request["id"], want.lo, want.hi, f"max_windows ({self.max_windows}) reached")
+            return
+        self.pending.append(want)
 
     # ------------------------------------------------------------------ windows
 
-    def _open(self, parent: Any, step: int, reason: str, request: str | None, backend: str | None) -> None:
+    def _open(self, parent: Any, step: int, reason: str, requests: list[str], backend: str | None) -> None:
         backend_name = backend or self.backend
         self.done.add(step)
         name = f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}"
@@ -225,14 +270,14 @@ class Profiler:
             made = make_backend(backend_name)
             (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
             claimed = claim_devices(self.run / PROFILES, device_keys(backend_name, self.uuids))
-            window = Window(step, backend_name, name, reason, request, parent)
+            window = Window(step, backend_name, name, reason, requests, parent)
             window.start_ns = time.time_ns()
             made.start(name)
             window.started_ns = time.time_ns()
             window.device = claimed
         except Exception as exc:
             release_devices(claimed)
-            self._failed(request, backend_name, exc)
+            self._failed(requests, step, backend_name, exc)
             return
         self.windows += 1
         self._backend = made
@@ -269,29 +314,25 @@ class Profiler:
         end_ns = time.time_ns()
         release_devices(device)
         self._span(window, files, why, stop_ns, end_ns, error)
-        if window.request is not None:
-            done, errors = self.captures.setdefault(window.request, ([], []))
+        for request in window.requests:
+            done, errors, refused = self.captures.setdefault(request, ([], [], []))
             done.extend(files)
             if error:
                 errors.append(error)
-            try:
-                write_answer(self.run, window.request, self.group, self.rank, done, errors)
-            except OSError as exc:
-                internal_error(exc, "profile-answer")
+                refused.append([window.step, window.step])
+            self._answer(request)
 
-    def _failed(self, request: str | None, backend: str, exc: BaseException) -> None:
+    def _failed(self, requests: list[str], step: int, backend: str, exc: BaseException) -> None:
         if isinstance(exc, BackendMissingError):
             text = f"{backend} profiler unavailable: {exc}"
         else:
             text = f"{backend} profiler failed to start: {type(exc).__name__}: {exc}"
         warn_once(f"profile-{backend}", "lens_rl: no profiler window (%s); the job goes on", text)
-        if request is not None:
-            files, errors = self.captures.setdefault(request, ([], []))
+        for request in requests:
+            files, errors, refused = self.captures.setdefault(request, ([], [], []))
             errors.append(text)
-            try:
-                write_answer(self.run, request, self.group, self.rank, files, errors)
-            except OSError as err:
-                internal_error(err, "profile-answer")
+            refused.append([step, step])
+            self._answer(request)
 
     def _span(self, window: Window, files: list[str], why: str, stop_ns: int, end_ns: int, error: str | None) -> None:
         """``rl.profile`` over the window (no bucket: the step's phases keep their time), its step's when its
@@ -376,6 +417,11 @@ def uninstall(why: str = "shutdown") -> None:
     """Close the open window, if any (shutdown: its capture is written), and remove the hook."""
     hook = RUNTIME.step_hook
     RUNTIME.step_hook = None
+    if isinstance(hook, Profiler):
+        with hook.lock:
+            pending, hook.pending = hook.pending, []
+        for want in pending:  # (a request waiting here is told, so `lens-rl profile` stops waiting)
+            hook._refuse(want.request, want.lo, want.hi, f"the process ended ({why}) before it")
     if isinstance(hook, Profiler) and hook.window is not None:
         if hook.window.thread == threading.get_ident():
             hook._close_safe(why)

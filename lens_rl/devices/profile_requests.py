@@ -5,7 +5,8 @@ a second; and the answers the processes that took it write back.
   "written_ns"}`` (``group`` a name or glob, ``group`` / ``rank`` / ``backend`` null: any / the configured one).
   Written atomically (a temporary file, then a rename); a newer request replaces the older.
 * ``<run>/profiles/request-<id>-<group>-<rank>-<pid>.json``: ``{"id", "files": [paths relative to the run
-  folder], "errors": [text]}``, rewritten as each window of the request closes.
+  folder], "errors": [text], "refused": [[first, last]]}``, rewritten as each window of the request closes or
+  steps of it are refused (``refused``: the steps this process will not capture, each said why in ``errors``).
 
 Written by ``lens-rl profile`` and by the driver's automatic trigger; read by :mod:`lens_rl.devices.profile`.
 
@@ -28,7 +29,17 @@ from typing import Any
 from lens_rl._errors import warn_once
 from lens_rl.store.files import read_capped
 
-__all__ = ["PROFILES", "REQUEST_FILE", "answers", "matches", "read_request", "write_answer", "write_request"]
+__all__ = [
+    "PROFILES",
+    "REQUEST_FILE",
+    "Want",
+    "answers",
+    "want_of",
+    "matches",
+    "read_request",
+    "write_answer",
+    "write_request",
+]
 
 REQUEST_FILE = "profile-request.json"
 #: The folder of the run where captures and answers are written.
@@ -107,13 +118,48 @@ def matches(request: dict[str, Any], group: str, rank: int) -> bool:
     return not (isinstance(want_rank, int) and want_rank != rank)
 
 
-def write_answer(run: Path, request_id: str, group: str, rank: int, files: list[str], errors: list[str]) -> None:
-    """This process's answer to ``request_id``: the captures written (relative paths) and what failed."""
+class Want:
+    """Steps ``lo`` to ``hi`` that a request (``request``: its id; None: this process's own trigger) wants
+    captured here, with the window's ``reason`` and ``backend`` (None: the configured one)."""
+
+    __slots__ = ("request", "lo", "hi", "reason", "backend")
+
+    def __init__(self, request: str | None, lo: int, hi: int, reason: str, backend: str | None) -> None:
+        self.request, self.lo, self.hi, self.reason, self.backend = request, lo, hi, reason, backend
+
+
+def want_of(request: dict[str, Any], step: int) -> tuple[Want | None, str]:
+    """What ``request``, read at the boundary of ``step`` (a step this process has not begun capturing), wants
+    here: a :class:`Want` from ``step`` on, or None and why (its steps are over)."""
+    backend: str | None = request["backend"] if request.get("backend") in ("torch", "cuda", "vllm") else None
+    reason: str = request["reason"] if isinstance(request.get("reason"), str) else "request"
+    steps = request["steps"]
+    if steps == "next":
+        return Want(request["id"], step + 1, step + 1, reason, backend), ""
+    lo, hi = steps
+    if hi < step:
+        return None, f"this process was already at step {step}"
+    return Want(request["id"], max(lo, step), hi, reason, backend), ""
+
+
+def write_answer(
+    run: Path,
+    request_id: str,
+    group: str,
+    rank: int,
+    files: list[str],
+    errors: list[str],
+    refused: list[list[int]] | None = None,
+) -> None:
+    """This process's answer to ``request_id``: the captures written (relative paths), what failed, and the
+    steps it refused (``[first, last]`` ranges, each said why in ``errors``)."""
     folder = run / PROFILES
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"request-{request_id}-{group}-{rank}-{os.getpid()}.json"
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"id": request_id, "files": files, "errors": errors}), encoding="utf-8")
+    tmp.write_text(
+        json.dumps({"id": request_id, "files": files, "errors": errors, "refused": refused or []}), encoding="utf-8"
+    )
     os.replace(tmp, path)
 
 

@@ -1,0 +1,85 @@
+"""What ``lens-rl profile`` is told back: a step the job refuses (``max_windows`` reached, the process ended) is
+named with its reason and the command stops waiting; a timeout exits 1 with the reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lens_rl.devices.profile_requests import REQUEST_FILE, read_request, write_answer
+from tests.devices.profile_helpers import ROOT, cuda_env, finish, profile_spans, run_cli, start_loop
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for(path_glob: Path, pattern: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(path_glob.glob(pattern)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_step_refused_for_max_windows_is_named_and_the_command_exits_1_without_waiting(tmp_path: Path) -> None:
+    """max_windows=1 and a request for many steps: the first is captured, the rest refused; ``lens-rl profile``
+    prints the captured file, says ``max_windows (1) reached`` and exits 1 long before its timeout."""
+    env = cuda_env(tmp_path, "max_windows=1,backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.2"
+    proc = start_loop(0, 400, env)
+    run = tmp_path / "t" / "r1"
+    try:
+        _wait_for(run, "live-*.json")
+        began = time.monotonic()
+        done = run_cli(str(tmp_path / "t"), "--steps", "0-100000", "--backend", "cuda", "--timeout", "300")
+        took = time.monotonic() - began
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)
+    assert done.returncode == 1, done.stderr
+    (printed,) = done.stdout.split()
+    assert Path(printed).is_file() and "-step" in printed
+    assert "max_windows (1) reached" in done.stderr and "Traceback" not in done.stderr
+    assert took < 200, took  # (told, not timed out)
+
+
+def test_a_request_pending_when_the_job_ends_is_refused_so_the_command_stops(tmp_path: Path) -> None:
+    """A request for steps the job never reaches: the job says at its end that it ended before them, and
+    ``lens-rl profile`` exits 1 with that reason before its timeout."""
+    env = cuda_env(tmp_path, "backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.3"
+    proc = start_loop(0, 8, env)
+    run = tmp_path / "t" / "r1"
+    try:
+        _wait_for(run, "live-*.json")
+        done = run_cli(str(tmp_path / "t"), "--steps", "500-600", "--timeout", "300", timeout=400)
+    finally:
+        finish(proc)
+    assert done.returncode == 1, done.stderr
+    assert "the process ended" in done.stderr, done.stderr
+    assert not profile_spans(run)
+
+
+def test_a_timeout_with_steps_captured_so_far_exits_1_with_the_reason(tmp_path: Path) -> None:
+    """A process answered step 5 of 5-6 and then nothing: the command prints step 5's file, says it timed out
+    before step 6, and exits 1."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    (run / "live-trainer-0-1.json").write_text("{}")
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "lens_rl", "profile", str(tmp_path / "t"), "--steps", "5-6", "--timeout", "3"],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for(run, REQUEST_FILE, timeout=60)
+    request = read_request(run / REQUEST_FILE)
+    assert request is not None
+    write_answer(run, request["id"], "trainer", 0, ["profiles/trainer-0-step5.cuda.json"], [])
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 1, err
+    assert out.split() == [str(run / "profiles" / "trainer-0-step5.cuda.json")]
+    assert "timed out" in err and "step 6" in err
