@@ -40,7 +40,7 @@ from lens_rl.devices.profile_requests import (
     REQUEST_FILE,
     Want,
     matches,
-    read_request,
+    read_requests,
     want_of,
     write_answer,
 )
@@ -52,6 +52,8 @@ __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
 REQUEST_EVERY_S = 1.0
 #: A request written this long before the process's telemetry started is an earlier attempt's: left alone.
 STALE_REQUEST_NS = 600 * 10**9
+#: The most request ids a process remembers having taken.
+SEEN_MAX = 1024
 #: How often the watcher reads the process's memory while a window is open.
 WATCH_EVERY_S = 0.1
 
@@ -134,7 +136,7 @@ class Profiler:
         self.window: Window | None = None
         self.pending: list[Want] = []  # the steps requests want here, not yet captured or refused
         self.next_look = 0.0
-        self.request_seen: str | None = None
+        self.requests_seen: set[str] = set()  # (the ids of the requests in the file: each taken once)
         self.captures: dict[str, tuple[list[str], list[str], list[list[int]]]] = {}  # id -> (files, errors, refused)
         self.done: set[int] = set()  # steps captured (or tried) here: never twice
         self.lock = threading.Lock()
@@ -240,10 +242,16 @@ class Profiler:
     # ------------------------------------------------------------------ requests
 
     def _look(self, step: int) -> None:
-        request = read_request(self.request_path)
-        if request is None or request["id"] == self.request_seen:
-            return
-        self.request_seen = request["id"]
+        requests = read_requests(self.request_path)
+        seen = {request["id"] for request in requests}
+        for request in requests:
+            if request["id"] not in self.requests_seen:
+                self._take(request, step)
+        self.requests_seen |= seen
+        if len(self.requests_seen) > SEEN_MAX:  # (bounded: those no longer in the file never come back)
+            self.requests_seen = seen
+
+    def _take(self, request: dict[str, Any], step: int) -> None:
         written = request.get("written_ns")
         if isinstance(written, int) and written < self.created_ns - STALE_REQUEST_NS:
             return  # left by an earlier attempt of the run: not this process's to take

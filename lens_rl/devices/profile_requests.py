@@ -1,9 +1,13 @@
-"""The live request: one file in the run folder that every process looks at, at its step boundaries, at most once
-a second; and the answers the processes that took it write back.
+"""The live requests: one file in the run folder that every process looks at, at its step boundaries, at most once
+a second; and the answers the processes that took each request write back.
 
-* ``<run>/profile-request.json``: ``{"id", "group", "rank", "steps": "next" | [A, B], "backend", "reason",
-  "written_ns"}`` (``group`` a name or glob, ``group`` / ``rank`` / ``backend`` null: any / the configured one).
-  Written atomically (a temporary file, then a rename); a newer request replaces the older.
+* ``<run>/profile-request.json``: ``{"requests": [request, ...]}``, each request ``{"id", "group", "rank",
+  "steps": "next" | [A, B], "backend", "reason", "written_ns"}`` (``group`` a name or glob, ``group`` / ``rank``
+  / ``backend`` null: any / the configured one). A writer adds its request to those already there (under an
+  ``flock`` on ``<run>/.profile-request.lock``, so two users, or a user and the automatic trigger, never drop
+  each other's), drops those older than :data:`KEEP_NS` and keeps the newest :data:`KEEP`, and replaces the file
+  atomically (a temporary file, then a rename). A file holding one bare request (the format before) is read as
+  that one request.
 * ``<run>/profiles/request-<id>-<group>-<rank>-<pid>.json``: ``{"id", "files": [paths relative to the run
   folder], "errors": [text], "refused": [[first, last]]}``, rewritten as each window of the request closes or
   steps of it are refused (``refused``: the steps this process will not capture, each said why in ``errors``).
@@ -18,11 +22,13 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +43,20 @@ __all__ = [
     "want_of",
     "matches",
     "read_request",
+    "read_requests",
     "write_answer",
     "write_request",
 ]
 
 REQUEST_FILE = "profile-request.json"
+#: The lock writers of the request file take (an empty file next to it).
+LOCK_FILE = ".profile-request.lock"
 #: The folder of the run where captures and answers are written.
 PROFILES = "profiles"
+#: A request older than this is dropped by the next writer (readers take a request once, when they first see it).
+KEEP_NS = 600 * 10**9
+#: The most requests the file keeps (the newest).
+KEEP = 32
 #: The largest request file read (a request is a few hundred bytes); a larger one is ignored with one warning.
 REQUEST_MAX = 64 << 10
 
@@ -69,20 +82,60 @@ def write_request(
         "written_ns": time.time_ns(),
     }
     tmp = run / f".{REQUEST_FILE}.{os.getpid()}.{request_id}.tmp"
-    try:
-        tmp.write_text(json.dumps(body), encoding="utf-8")
-        os.replace(tmp, run / REQUEST_FILE)
-    except OSError:
+    with _locked(run):
+        now = body["written_ns"]
+        kept = [
+            old
+            for old in read_requests(run / REQUEST_FILE)
+            if isinstance(old.get("written_ns"), int) and now - old["written_ns"] < KEEP_NS
+        ]
         try:
-            tmp.unlink()
+            tmp.write_text(json.dumps({"requests": [*kept[-(KEEP - 1) :], body]}), encoding="utf-8")
+            os.replace(tmp, run / REQUEST_FILE)
         except OSError:
-            pass
-        raise
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise
     return request_id
 
 
+@contextlib.contextmanager
+def _locked(run: Path) -> Iterator[None]:
+    """Writers of the request file one at a time (an ``flock``; where there is none, last writer wins)."""
+    try:
+        import fcntl
+    except ImportError:  # (not POSIX)
+        yield
+        return
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(run / LOCK_FILE, flags, 0o644)  # (read-only: another user's writer can lock it too)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_requests(path: Path) -> list[dict[str, Any]]:
+    """The requests in the file at ``path``, oldest first: ``[]`` when it is absent or holds none (never raises,
+    never blocks); an entry that is no request is left out."""
+    body = _read(path)
+    entries = body.get("requests") if isinstance(body, dict) and "requests" in body else [body]
+    if not isinstance(entries, list):
+        return []
+    return [entry for entry in entries if _is_request(entry)]
+
+
 def read_request(path: Path) -> dict[str, Any] | None:
-    """The request at ``path``, or None when it is absent or not a request (never raises, never blocks).
+    """The newest request at ``path``, or None when there is none (see :func:`read_requests`)."""
+    found = read_requests(path)
+    return found[-1] if found else None
+
+
+def _read(path: Path) -> Any:
+    """The JSON document at ``path``, or None when it is absent or unreadable.
 
     Opened like every store file (:func:`lens_rl.store.files.read_capped`): a regular file only (a FIFO or a
     link to a device is not opened), at most :data:`REQUEST_MAX` bytes; anything unreadable or unparsable (a
@@ -100,14 +153,16 @@ def read_request(path: Path) -> dict[str, Any] | None:
             "profile-request-unparsable", "lens_rl: profile request %s ignored: not JSON (%s)", path, type(exc).__name__
         )
         return None
-    if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-        return None
-    steps = body.get("steps")
-    if steps != "next" and not (
-        isinstance(steps, list) and len(steps) == 2 and all(isinstance(s, int) and s >= 0 for s in steps)
-    ):
-        return None
     return body
+
+
+def _is_request(body: Any) -> bool:
+    if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+        return False
+    steps = body.get("steps")
+    return steps == "next" or (
+        isinstance(steps, list) and len(steps) == 2 and all(isinstance(s, int) and s >= 0 for s in steps)
+    )
 
 
 def matches(request: dict[str, Any], group: str, rank: int) -> bool:

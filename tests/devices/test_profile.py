@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lens_rl.devices.profile_requests import REQUEST_FILE, write_request
+from lens_rl.devices.profile_requests import LOCK_FILE, REQUEST_FILE, write_request
 from tests.devices.profile_helpers import cuda_env, finish, loop_env, losses, profile_spans, run_cli, start_loop
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,7 @@ def test_with_telemetry_off_no_request_is_ever_looked_at(tmp_path: Path) -> None
     env = cuda_env(tmp_path, "steps=0-3,backend=cuda")
     env["LENS_RL_OTEL_ENABLED"] = "false"
     finish(start_loop(0, 4, env))
-    assert sorted(p.name for p in run.iterdir()) == [REQUEST_FILE]
+    assert sorted(p.name for p in run.iterdir()) == sorted([REQUEST_FILE, LOCK_FILE])
     assert not (tmp_path / "cuda.log").exists()
 
 
@@ -133,7 +133,7 @@ def test_a_request_left_by_an_earlier_attempt_is_not_taken(tmp_path: Path) -> No
     run.mkdir(parents=True)
     write_request(run, steps=(0, 3), backend="cuda")
     body = json.loads((run / REQUEST_FILE).read_text())
-    body["written_ns"] -= 2 * 3600 * 10**9
+    body["requests"][0]["written_ns"] -= 2 * 3600 * 10**9
     (run / REQUEST_FILE).write_text(json.dumps(body))
     finish(start_loop(0, 4, cuda_env(tmp_path, "")))
     assert not profile_spans(run)

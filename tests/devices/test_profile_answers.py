@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lens_rl.devices.profile_requests import REQUEST_FILE, read_request, write_answer
+from lens_rl.devices.profile_requests import REQUEST_FILE, answers, read_request, write_answer, write_request
 from tests.devices.profile_helpers import ROOT, cuda_env, finish, profile_spans, run_cli, start_loop
 
 pytestmark = pytest.mark.slow
@@ -83,3 +83,18 @@ def test_a_timeout_with_steps_captured_so_far_exits_1_with_the_reason(tmp_path: 
     assert cli.returncode == 1, err
     assert out.split() == [str(run / "profiles" / "trainer-0-step5.cuda.json")]
     assert "timed out" in err and "step 6" in err
+
+
+def test_two_requests_written_one_after_the_other_are_both_answered(tmp_path: Path) -> None:
+    """Two users' requests (steps 1 and 3) waiting when the job starts: neither replaces the other, each is
+    answered with its own step's capture."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    first = write_request(run, steps=(1, 1), backend="cuda")
+    second = write_request(run, steps=(3, 3), backend="cuda")
+    env = cuda_env(tmp_path, "")
+    env["LOOP_PAUSE_S"] = "0.3"
+    finish(start_loop(0, 6, env))
+    for request, step in ((first, 1), (second, 3)):
+        (answer,) = answers(run, request)
+        assert answer["files"] == [f"profiles/trainer-0-step{step}.cuda.json"] and not answer["errors"], answer

@@ -15,7 +15,15 @@ import pytest
 from lens_rl.config import TelemetryConfig
 from lens_rl.config.values import ProfileSpec
 from lens_rl.devices.profile_auto import AutoTrigger, culprit_of, spike
-from lens_rl.devices.profile_requests import REQUEST_FILE, answers, matches, read_request, write_answer, write_request
+from lens_rl.devices.profile_requests import (
+    REQUEST_FILE,
+    answers,
+    matches,
+    read_request,
+    read_requests,
+    write_answer,
+    write_request,
+)
 
 
 def test_the_env_form_and_the_mapping_form_read_alike_and_travel_to_workers() -> None:
@@ -68,6 +76,25 @@ def test_a_request_names_its_processes_and_is_read_back(tmp_path: Path) -> None:
     assert answers(tmp_path, request_id) == [
         {"id": request_id, "files": ["profiles/trainer-1-step3.pt.trace.json.gz"], "errors": [], "refused": []}
     ]
+
+
+def test_requests_written_at_once_are_all_kept_and_a_bare_request_still_reads(tmp_path: Path) -> None:
+    """Sixteen writers at once (users and the automatic trigger): every request is in the file afterwards, none
+    replaced by another; a file holding one bare request (the earlier format) reads as that request."""
+    ids: list[str] = []
+    writers = [
+        threading.Thread(target=lambda rank=rank: ids.append(write_request(tmp_path, steps=(rank, rank), rank=rank)))
+        for rank in range(16)
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    assert sorted(request["id"] for request in read_requests(tmp_path / REQUEST_FILE)) == sorted(ids)
+    (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": "old1", "steps": [3, 4], "written_ns": 1}))
+    assert [request["id"] for request in read_requests(tmp_path / REQUEST_FILE)] == ["old1"]
+    write_request(tmp_path)  # (the bare request, long stale, is dropped by the next writer)
+    assert len(read_requests(tmp_path / REQUEST_FILE)) == 1
 
 
 def test_a_hostile_request_file_is_ignored_with_one_warning_and_never_blocks(
