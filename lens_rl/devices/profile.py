@@ -7,7 +7,8 @@ pays one slot read. At a boundary it:
 
 * closes the open window if its step is over (or it was cut: ``max_bytes``, estimated by the memory the
   process grew by while it was open, checked by a watcher thread that only marks it);
-* at most once a second, looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`);
+* looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`): a stat, and a read only
+  when it changed (where a stat is slow, over a millisecond, once a second);
 * opens a window when this step is wanted: by the config's ``steps`` (on the config's ``groups`` / ``ranks``),
   by a request naming this process, or by the automatic trigger's request; at most ``max_windows``.
 
@@ -48,8 +49,10 @@ from lens_rl.store.format import safe_part
 
 __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
 
-#: How often a process looks at the request file (seconds), at most.
+#: How often a process looks at the request file (seconds) where a stat of it is slow (over SLOW_STAT_S);
+#: elsewhere a stat at each step boundary, and a read only when it changed.
 REQUEST_EVERY_S = 1.0
+SLOW_STAT_S = 0.001
 #: A request written this long before the process's telemetry started is an earlier attempt's: left alone.
 STALE_REQUEST_NS = 600 * 10**9
 #: The most request ids a process remembers having taken.
@@ -135,7 +138,8 @@ class Profiler:
         self.windows = 0
         self.window: Window | None = None
         self.pending: list[Want] = []  # the steps requests want here, not yet captured or refused
-        self.next_look = 0.0
+        self.next_look = 0.0  # (0: a stat at every boundary; else the next time a slow stat may be done)
+        self.request_key: tuple[int, int, int] | None = None  # (the request file's mtime, size, inode last read)
         self.requests_seen: set[str] = set()  # (the ids of the requests in the file: each taken once)
         self.captures: dict[str, tuple[list[str], list[str], list[list[int]]]] = {}  # id -> (files, errors, refused)
         self.done: set[int] = set()  # steps captured (or tried) here: never twice
@@ -144,7 +148,7 @@ class Profiler:
         self.auto: AutoTrigger | None = None
         if spec is not None and spec.steps == "auto":
             decides = getattr(handle, "role", "") == "driver" or self.rank == 0
-            self.auto = AutoTrigger(self.run, self.group, self.rank, decides)
+            self.auto = AutoTrigger(self.run, self.group, self.rank, decides, self.plan_local)
         self._backend: Backend | None = None
         self._watch: threading.Event | None = None
 
@@ -181,9 +185,7 @@ class Profiler:
         self.current = step
         if self.window is None:
             self.step = step
-        now = time.monotonic()
-        if now >= self.next_look:
-            self.next_look = now + REQUEST_EVERY_S
+        if self.next_look == 0.0 or time.monotonic() >= self.next_look:
             self._look(step)
         config = self.config_steps
         if not self.pending and (config is None or not config[0] <= step <= config[1]):
@@ -241,8 +243,29 @@ class Profiler:
 
     # ------------------------------------------------------------------ requests
 
+    def plan_local(self, step: int, reason: str) -> None:
+        """The automatic trigger's capture of ``step`` on this process (or, if begun, the first step not)."""
+        with self.lock:
+            begun = self.current
+            if begun is not None and begun >= step:
+                reason = f"{reason} (step {step} had begun here: step {begun + 1}, the first not)"
+                step = begun + 1
+            self.pending.append(Want(None, step, step, reason, None))
+
     def _look(self, step: int) -> None:
-        requests = read_requests(self.request_path)
+        """Read the request file if it changed (a stat at each boundary; once a second where a stat is slow)."""
+        began = time.perf_counter()
+        try:
+            stat = os.stat(self.request_path)
+            key: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            key = None
+        if time.perf_counter() - began > SLOW_STAT_S:  # (a slow filesystem: looked at once a second)
+            self.next_look = time.monotonic() + REQUEST_EVERY_S
+        if key == self.request_key:
+            return
+        self.request_key = key
+        requests = read_requests(self.request_path) if key is not None else []
         seen = {request["id"] for request in requests}
         for request in requests:
             if request["id"] not in self.requests_seen:

@@ -69,8 +69,11 @@ def write_request(
     rank: int | None = None,
     backend: str | None = None,
     reason: str = "request",
+    or_later: bool = False,
 ) -> str:
-    """Write a request into the run folder ``run``; its id. Raises ``OSError`` when the folder cannot be written."""
+    """Write a request into the run folder ``run``; its id (``or_later``: steps ``[A, A]`` a process has begun
+    already become the first step it has not: the automatic trigger's). Raises ``OSError`` when the folder
+    cannot be written."""
     request_id = secrets.token_hex(4)
     body = {
         "id": request_id,
@@ -81,6 +84,8 @@ def write_request(
         "reason": reason,
         "written_ns": time.time_ns(),
     }
+    if or_later:
+        body["or_later"] = True
     tmp = run / f".{REQUEST_FILE}.{os.getpid()}.{request_id}.tmp"
     with _locked(run):
         now = body["written_ns"]
@@ -192,6 +197,9 @@ def want_of(request: dict[str, Any], step: int) -> tuple[Want | None, str]:
     if steps == "next":
         return Want(request["id"], step + 1, step + 1, reason, backend), ""
     lo, hi = steps
+    if hi < step and request.get("or_later") is True:
+        late = f"{reason} (step {hi} had begun here: step {step}, the first not)"
+        return Want(request["id"], step, step, late, backend), ""
     if hi < step:
         return None, f"this process was already at step {step}"
     return Want(request["id"], max(lo, step), hi, reason, backend), ""

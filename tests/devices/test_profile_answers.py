@@ -1,5 +1,6 @@
 """What ``lens-rl profile`` is told back: a step the job refuses (``max_windows`` reached, the process ended) is
-named with its reason and the command stops waiting; a timeout exits 1 with the reason."""
+named with its reason and the command stops waiting; a timeout exits 1 with the reason; two requests are both
+answered; ``steps: auto`` captures the step right after the spike on its culprit."""
 
 from __future__ import annotations
 
@@ -98,3 +99,29 @@ def test_two_requests_written_one_after_the_other_are_both_answered(tmp_path: Pa
     for request, step in ((first, 1), (second, 3)):
         (answer,) = answers(run, request)
         assert answer["files"] == [f"profiles/trainer-0-step{step}.cuda.json"] and not answer["errors"], answer
+
+
+def test_auto_captures_the_very_next_step_when_the_culprit_is_the_process_itself(tmp_path: Path) -> None:
+    """steps=auto on one rank, step 8 slow among millisecond steps: the capture is step 9 (planned in the
+    process at step 8's end, no request file), with the reason naming step 8."""
+    env = cuda_env(tmp_path, "steps=auto,backend=cuda")
+    finish(start_loop(0, 14, env, "8", "1.0"))
+    (window,) = profile_spans(tmp_path / "t" / "r1")
+    assert window["a"]["rl.profile.step"] == 9, window["a"]
+    assert window["a"]["rl.profile.reason"].startswith("auto: step 8 took ")
+
+
+def test_auto_on_another_rank_captures_its_next_step_or_says_it_had_begun(tmp_path: Path) -> None:
+    """Two ranks meeting each step, rank 1 slow at step 8: rank 0 names rank 1 for step 9 by a request it
+    reads at its next step boundary; the capture is rank 1's step 9, or a later one whose reason says step 9
+    had begun."""
+    (tmp_path / "barrier").mkdir()
+    env = cuda_env(tmp_path, "steps=auto,backend=cuda")
+    env.update({"LOOP_BARRIER_DIR": str(tmp_path / "barrier"), "LOOP_PAUSE_S": "0.3"})
+    procs = [start_loop(0, 14, env), start_loop(1, 14, env, "8", "1.5")]
+    for proc in procs:
+        finish(proc)
+    flagged = [w for w in profile_spans(tmp_path / "t" / "r1") if "step 8 took" in w["a"]["rl.profile.reason"]]
+    assert [w["rank"] for w in flagged] == [1], flagged
+    step, reason = flagged[0]["a"]["rl.profile.step"], flagged[0]["a"]["rl.profile.reason"]
+    assert step == 9 or (step > 9 and "step 9 had begun" in reason), (step, reason)

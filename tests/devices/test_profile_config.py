@@ -21,6 +21,7 @@ from lens_rl.devices.profile_requests import (
     matches,
     read_request,
     read_requests,
+    want_of,
     write_answer,
     write_request,
 )
@@ -95,6 +96,19 @@ def test_requests_written_at_once_are_all_kept_and_a_bare_request_still_reads(tm
     assert [request["id"] for request in read_requests(tmp_path / REQUEST_FILE)] == ["old1"]
     write_request(tmp_path)  # (the bare request, long stale, is dropped by the next writer)
     assert len(read_requests(tmp_path / REQUEST_FILE)) == 1
+
+
+def test_the_triggers_request_for_a_step_begun_already_takes_the_first_step_not_begun() -> None:
+    """The automatic trigger asks for step 5 (``or_later``): read at step 5's boundary it is step 5; read at
+    step 7's it is step 7, the reason saying step 5 had begun; a user's range that is over is refused."""
+    request = {"id": "a1", "steps": [5, 5], "or_later": True, "reason": "auto: step 4 took 3.0x the median"}
+    on_time, _ = want_of(request, 5)
+    assert on_time is not None and (on_time.lo, on_time.hi, on_time.reason) == (5, 5, request["reason"])
+    late, _ = want_of(request, 7)
+    assert late is not None and (late.lo, late.hi) == (7, 7)
+    assert late.reason == "auto: step 4 took 3.0x the median (step 5 had begun here: step 7, the first not)"
+    over, why = want_of({"id": "u1", "steps": [5, 5]}, 7)
+    assert over is None and "already at step 7" in why
 
 
 def test_a_hostile_request_file_is_ignored_with_one_warning_and_never_blocks(
