@@ -2,9 +2,10 @@
 
 The request is a file in the run folder (:mod:`lens_rl.devices.profile_requests`) that every process of the job
 looks at at its step boundaries, at most once a second; the processes it names answer with the files they
-wrote and the steps they refused (and why). Exit 0 printing the captured files once written; 1 with the reason on
-timeout, when every process that took it failed, or when its last step was refused (``max_windows`` reached: the
-files captured so far printed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
+wrote and the steps they refused (and why); a process that takes a request answers at once (nothing captured
+yet), so the command knows who took it. Exit 0 printing the captured files once the last step is captured; 1 with
+the reason on timeout, or as soon as every process that took it refused its last step (``max_windows`` reached,
+the process ended, its profiler failed: the files captured so far printed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         errors = [text for answer in got for text in answer.get("errors", []) if isinstance(text, str)]
         if files and (last == "next" or any(f"-step{last}." in name for name in files)):
             return _done(run, files, errors)
-        if errors and (not files or _refused(got, last)):  # (nothing more will come: say why, exit 1)
+        if got and all(_refused(answer, last) for answer in got):  # (every taker said no: say why, exit 1)
             _done(run, files, [])
             print(f"lens-rl: profile: not captured: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
             return 1
@@ -79,13 +80,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         time.sleep(POLL_S)
 
 
-def _refused(got: list[dict[str, Any]], last: str | int) -> bool:
-    """Did a process refuse the request's last step (``next``: any step)?"""
-    for answer in got:
-        for pair in answer.get("refused", []):
-            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(step, int) for step in pair):
-                if last == "next" or pair[0] <= int(last) <= pair[1]:
-                    return True
+def _refused(answer: dict[str, Any], last: str | int) -> bool:
+    """Did the process of ``answer`` refuse the request's last step (``next``: its step)?"""
+    for pair in answer.get("refused", []):
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(step, int) for step in pair):
+            if last == "next" or pair[0] <= int(last) <= pair[1]:
+                return True
     return False
 
 

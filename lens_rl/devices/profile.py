@@ -241,6 +241,7 @@ class Profiler:
             self._refuse(request["id"], want.lo, want.hi, f"max_windows ({self.max_windows}) reached")
             return
         self.pending.append(want)
+        self._answer(request["id"])  # (an answer with nothing yet: `lens-rl profile` knows this process took it)
 
     # ------------------------------------------------------------------ windows
 

@@ -125,3 +125,24 @@ def test_auto_on_another_rank_captures_its_next_step_or_says_it_had_begun(tmp_pa
     assert [w["rank"] for w in flagged] == [1], flagged
     step, reason = flagged[0]["a"]["rl.profile.step"], flagged[0]["a"]["rl.profile.reason"]
     assert step == 9 or (step > 9 and "step 9 had begun" in reason), (step, reason)
+
+
+def test_one_process_refusing_does_not_end_the_wait_while_another_captures(tmp_path: Path) -> None:
+    """Rank 0 has used its windows (config steps 0-1, max_windows=2), rank 1 has not: ``--steps next`` for
+    both: rank 0 refuses at once, rank 1 captures its next step, and the command prints that file and exits 0."""
+    env = cuda_env(tmp_path, "steps=0-1,ranks=0,max_windows=2,backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.3"
+    procs = [start_loop(rank, 40, env) for rank in (0, 1)]
+    run = tmp_path / "t" / "r1"
+    try:
+        deadline = time.monotonic() + 120
+        while len(profile_spans(run)) < 2 and time.monotonic() < deadline:  # (rank 0's two windows written)
+            time.sleep(0.1)
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--backend", "cuda", "--timeout", "120", timeout=300)
+    finally:
+        for proc in procs:
+            finish(proc)
+    assert done.returncode == 0, done.stderr
+    (printed,) = done.stdout.split()
+    assert "/trainer-1-step" in printed and Path(printed).is_file()
+    assert "max_windows (2) reached" in done.stderr  # (rank 0's answer, said too)
