@@ -10,7 +10,8 @@ a step a window was open in is left out) is flagged. The process that decides (r
 its group, or the driver) then, on a thread of its own, reads every rank's line for that step (waiting a few
 seconds for late ones) and names the culprit: the rank with the longest compute, i.e. the rank that waited
 least in a phase ended by a collective (every rank's wall is the slowest one's there). When the culprit is
-the decider itself (every line in when its step ends), it plans step N+1 there and then, no file involved;
+the decider itself (the only rank of its group), it plans step N+1 there and then, no file involved (so does
+its thread when the culprit turns out to be itself);
 otherwise it writes a request (:mod:`lens_rl.devices.profile_requests`) naming that rank and step N+1 (or,
 where that rank has begun N+1 already, the first step it has not, said in the reason), with the reason
 ``auto: step N took X.Xx the median``.
@@ -35,6 +36,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl.devices.profile_requests import PROFILES, write_request
+from lens_rl.store.files import open_file
 from lens_rl.store.format import safe_part
 
 __all__ = ["AutoTrigger", "spike"]
@@ -93,15 +95,18 @@ class AutoTrigger:
             self.history.append(wall_s)
             if ratio is not None and self.decides:
                 reason = f"auto: step {step} took {ratio:.1f}x the median"
-                compute, ranks, was_profiled = _lines(self.run, self.group, step)
-                if compute and len(compute) >= len(ranks) and not was_profiled and _culprit(compute) == self.rank:
-                    self._tell(step, reason, self.rank)  # (the culprit is this process: its very next step)
+                if self.local is not None and self._alone():
+                    self._tell(step, reason, self.rank)  # (the only rank: the culprit, its very next step)
                     return
                 threading.Thread(
                     target=self._ask, args=(step, reason), name="lens_rl-profile-auto", daemon=True
                 ).start()
         except Exception as exc:
             internal_error(exc, "profile-auto")
+
+    def _alone(self) -> bool:
+        """Is this process the only one of its group writing step lines (one listing, no file read)?"""
+        return list((self.run / PROFILES).glob(f".steps-{safe_part(self.group, 'worker')}-*-*.jsonl")) == [self.path]
 
     def _ask(self, step: Any, reason: str) -> None:
         try:
@@ -149,7 +154,8 @@ def _lines(run: Path, group: str, step: Any) -> tuple[dict[int, float], set[int]
     for path in (run / PROFILES).glob(f".steps-{safe_part(group, 'worker')}-*-*.jsonl"):
         try:
             rank = int(path.name.rsplit("-", 2)[1])
-            text = path.read_text(encoding="utf-8")
+            with open_file(path) as handle:  # (a regular file only: a FIFO named like one never blocks)
+                text = handle.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             continue
         ranks.add(rank)

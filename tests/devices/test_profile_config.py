@@ -170,3 +170,15 @@ def test_the_culprit_is_the_rank_with_the_longest_compute_and_a_profiled_step_is
     assert culprit_of(tmp_path, "trainer", 2, wait_s=0) is None
     lines = (ranks[1].path).read_text().splitlines()
     assert json.loads(lines[2]) == {"step": 2, "wall_s": 1.0, "compute_s": 0.9, "profiled": True}
+
+
+def test_a_fifo_named_like_a_ranks_step_lines_never_blocks_the_culprits_choice(tmp_path: Path) -> None:
+    """A FIFO among the ranks' step-line files is skipped: the culprit is still named, at once."""
+    trigger = AutoTrigger(tmp_path, "trainer", 0, decides=False)
+    trigger.step_done(1, 1.0, 0.9)
+    os.mkfifo(tmp_path / "profiles" / ".steps-trainer-7-123.jsonl")
+    got: list[int | None] = []
+    reader = threading.Thread(target=lambda: got.append(culprit_of(tmp_path, "trainer", 1, wait_s=0)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [0]
