@@ -58,7 +58,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         errors = [text for answer in got for text in answer.get("errors", []) if isinstance(text, str)]
         if files and (last == "next" or any(f"-step{last}." in name for name in files)):
             return _done(run, files, errors)
-        if got and all(_refused(answer, last) for answer in got):  # (every taker said no: say why, exit 1)
+        if (
+            got and all(_refused(answer, last) for answer in got) and len(got) >= _named(run, args.group, args.rank)
+        ):  # (every process it names took it and said no: say why, exit 1)
             _done(run, files, [])
             print(f"lens-rl: profile: not captured: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
             return 1
@@ -78,6 +80,31 @@ def cmd_profile(args: argparse.Namespace) -> int:
             )
             return 1
         time.sleep(POLL_S)
+
+
+def _named(run: Path, group: str | None, rank: int | None) -> int:
+    """How many running processes of the run (by their fresh heartbeats) the request names: those that will take
+    it at their next step boundary."""
+    from lens_rl.devices.profile_requests import matches
+    from lens_rl.store import read_live
+
+    beats, _ = read_live(run)
+    now = time.time_ns()
+    count = 0
+    for beat in beats:
+        said, every, when = beat.get("resource"), beat.get("interval_ms"), beat.get("written_ns")
+        resource: dict[str, Any] = said if isinstance(said, dict) else {}
+        interval = every if isinstance(every, int) else 1000
+        written = when if isinstance(when, int) else 0
+        if beat.get("state") != "running" or now - written > 3 * interval * 10**6:
+            continue
+        try:
+            their_rank = int(resource.get("nv.dl.rank", 0))
+        except (TypeError, ValueError):
+            continue
+        if matches({"group": group, "rank": rank}, str(resource.get("rl.worker_group", "worker")), their_rank):
+            count += 1
+    return count
 
 
 def _refused(answer: dict[str, Any], last: str | int) -> bool:
