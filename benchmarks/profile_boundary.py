@@ -6,8 +6,8 @@ Three figures, each timed in interleaved rounds against its baseline (medians co
 both sides alike), in one process with telemetry on and a no-op export pipeline:
 
 * ``boundary``: the hook's own call, ``Profiler.boundary(step, None)``, with a new step every call (every call is
-  a boundary: the worst case), ``profile`` = ``steps=1000000-1000001`` (never reached); the request file's look
-  (at most once a second) is included. Goal: at most 2 µs.
+  a boundary: the worst case), ``profile`` = ``steps=1000000-1000001`` (never reached); a stat of the
+  request file (absent here) at each boundary is included. Goal: at most 2 µs.
 * ``umbrella``: ``with traced_phase("step", step=s): pass`` with the hook installed vs none (``RUNTIME.step_hook``
   None): what a step umbrella pays for the boundary, in place.
 * ``phase``: a phase inside a step (``with traced_phase("forward")``, carrying the step) with and without the

@@ -2,8 +2,10 @@
 
 The request is a file in the run folder (:mod:`lens_rl.devices.profile_requests`) that every process of the job
 looks at at its step boundaries, at most once a second; the processes it names answer with the files they
-wrote. Exit 0 printing the captured files once written; 1 with the reason on timeout (or when every process
-that took it failed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
+wrote and the steps they refused (and why); a process that takes a request answers at once (nothing captured
+yet), so the command knows who took it. Exit 0 printing the captured files once the last step is captured; 1 with
+the reason on timeout, or as soon as every process that took it refused its last step (``max_windows`` reached,
+the process ended, its profiler failed: the files captured so far printed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -56,13 +58,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
         errors = [text for answer in got for text in answer.get("errors", []) if isinstance(text, str)]
         if files and (last == "next" or any(f"-step{last}." in name for name in files)):
             return _done(run, files, errors)
-        if errors and not files:
-            print(f"lens-rl: profile: no capture: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
+        if (
+            got and all(_refused(answer, last) for answer in got) and len(got) >= _named(run, args.group, args.rank)
+        ):  # (every process it names took it and said no: say why, exit 1)
+            _done(run, files, [])
+            print(f"lens-rl: profile: not captured: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
             return 1
         if time.monotonic() >= deadline:
             if files:
-                print(f"lens-rl: profile: timed out before step {last}; captured so far:", file=sys.stderr)
-                return _done(run, files, errors)
+                _done(run, files, errors)
+                print(
+                    f"lens-rl: profile: timed out after {args.timeout:g}s before step {last} was captured "
+                    "(the files above are the steps captured so far)",
+                    file=sys.stderr,
+                )
+                return 1
             print(
                 f"lens-rl: profile: no process took request {request_id} within {args.timeout:g}s (is the job running "
                 "with telemetry on, and reaching step boundaries? does --group/--rank name a process?)",
@@ -70,6 +80,40 @@ def cmd_profile(args: argparse.Namespace) -> int:
             )
             return 1
         time.sleep(POLL_S)
+
+
+def _named(run: Path, group: str | None, rank: int | None) -> int:
+    """How many running processes of the run (by their fresh heartbeats) the request names: those that will take
+    it at their next step boundary."""
+    from lens_rl.devices.profile_requests import matches
+    from lens_rl.store import read_live
+
+    beats, _ = read_live(run)
+    now = time.time_ns()
+    count = 0
+    for beat in beats:
+        said, every, when = beat.get("resource"), beat.get("interval_ms"), beat.get("written_ns")
+        resource: dict[str, Any] = said if isinstance(said, dict) else {}
+        interval = every if isinstance(every, int) else 1000
+        written = when if isinstance(when, int) else 0
+        if beat.get("state") != "running" or now - written > 3 * interval * 10**6:
+            continue
+        try:
+            their_rank = int(resource.get("nv.dl.rank", 0))
+        except (TypeError, ValueError):
+            continue
+        if matches({"group": group, "rank": rank}, str(resource.get("rl.worker_group", "worker")), their_rank):
+            count += 1
+    return count
+
+
+def _refused(answer: dict[str, Any], last: str | int) -> bool:
+    """Did the process of ``answer`` refuse the request's last step (``next``: its step)?"""
+    for pair in answer.get("refused", []):
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(step, int) for step in pair):
+            if last == "next" or pair[0] <= int(last) <= pair[1]:
+                return True
+    return False
 
 
 def _steps(text: str) -> str | tuple[int, int]:

@@ -7,7 +7,8 @@ pays one slot read. At a boundary it:
 
 * closes the open window if its step is over (or it was cut: ``max_bytes``, estimated by the memory the
   process grew by while it was open, checked by a watcher thread that only marks it);
-* at most once a second, looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`);
+* looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`): a stat, and a read only
+  when it changed (where a stat is slow, over a millisecond, once a second);
 * opens a window when this step is wanted: by the config's ``steps`` (on the config's ``groups`` / ``ranks``),
   by a request naming this process, or by the automatic trigger's request; at most ``max_windows``.
 
@@ -35,64 +36,28 @@ from lens_rl._runtime import RUNTIME
 from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
 from lens_rl.devices.profile_devices import claim_devices, device_keys, release_devices
-from lens_rl.devices.profile_requests import PROFILES, REQUEST_FILE, matches, read_request, write_answer
+from lens_rl.devices.profile_requests import (
+    PROFILES,
+    REQUEST_FILE,
+    Want,
+    matches,
+    read_requests,
+    want_of,
+    write_answer,
+)
+from lens_rl.devices.profile_window import ALWAYS, Window, watch, window_span
 from lens_rl.store.format import safe_part
 
 __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
 
-#: How often a process looks at the request file (seconds), at most.
+#: How often a process looks at the request file (seconds) where a stat of it is slow (over SLOW_STAT_S);
+#: elsewhere a stat at each step boundary, and a read only when it changed.
 REQUEST_EVERY_S = 1.0
+SLOW_STAT_S = 0.001
 #: A request written this long before the process's telemetry started is an earlier attempt's: left alone.
 STALE_REQUEST_NS = 600 * 10**9
-#: How often the watcher reads the process's memory while a window is open.
-WATCH_EVERY_S = 0.1
-
-
-class _Always:
-    """A step equal to none: while a window is open the engine calls the hook at every phase (cut checks)."""
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    def __ne__(self, other: object) -> bool:
-        return True
-
-    __hash__ = object.__hash__
-
-
-ALWAYS = _Always()
-
-
-class Window:
-    """One open capture."""
-
-    __slots__ = (
-        "step",
-        "backend",
-        "name",
-        "reason",
-        "request",
-        "start_ns",
-        "started_ns",
-        "thread",
-        "parent",
-        "cut",
-        "rss0",
-        "device",
-    )
-
-    def __init__(self, step: int, backend: str, name: str, reason: str, request: str | None, parent: Any) -> None:
-        self.step = step
-        self.backend = backend
-        self.name = name
-        self.reason = reason
-        self.request = request
-        self.parent = parent
-        self.start_ns = self.started_ns = 0
-        self.thread = threading.get_ident()
-        self.cut: str | None = None
-        self.rss0 = _rss()
-        self.device: list[Path] = []  # (the device locks it holds)
+#: The most request ids a process remembers having taken.
+SEEN_MAX = 1024
 
 
 class Profiler:
@@ -124,17 +89,18 @@ class Profiler:
         self.current: int | None = None
         self.windows = 0
         self.window: Window | None = None
-        self.planned: dict[int, tuple[str, str | None, str | None]] = {}  # step -> (reason, request id, backend)
-        self.next_look = 0.0
-        self.request_seen: str | None = None
-        self.captures: dict[str, tuple[list[str], list[str]]] = {}  # request id -> (files, errors)
+        self.pending: list[Want] = []  # the steps requests want here, not yet captured or refused
+        self.next_look = 0.0  # (0: a stat at every boundary; else the next time a slow stat may be done)
+        self.request_key: tuple[int, int, int] | None = None  # (the request file's mtime, size, inode last read)
+        self.requests_seen: set[str] = set()  # (the ids of the requests in the file: each taken once)
+        self.captures: dict[str, tuple[list[str], list[str], list[list[int]]]] = {}  # id -> (files, errors, refused)
         self.done: set[int] = set()  # steps captured (or tried) here: never twice
         self.lock = threading.Lock()
         self.created_ns = time.time_ns()
         self.auto: AutoTrigger | None = None
         if spec is not None and spec.steps == "auto":
             decides = getattr(handle, "role", "") == "driver" or self.rank == 0
-            self.auto = AutoTrigger(self.run, self.group, self.rank, decides)
+            self.auto = AutoTrigger(self.run, self.group, self.rank, decides, self.plan_local)
         self._backend: Backend | None = None
         self._watch: threading.Event | None = None
 
@@ -171,52 +137,115 @@ class Profiler:
         self.current = step
         if self.window is None:
             self.step = step
-        now = time.monotonic()
-        if now >= self.next_look:
-            self.next_look = now + REQUEST_EVERY_S
+        if self.next_look == 0.0 or time.monotonic() >= self.next_look:
             self._look(step)
         config = self.config_steps
-        if not self.planned and (config is None or not config[0] <= step <= config[1]):
+        if not self.pending and (config is None or not config[0] <= step <= config[1]):
             return  # (the common case: no window wanted at this step)
         with self.lock:  # (threads of one process reaching a boundary at once open one window)
-            for missed in [want for want in self.planned if want < step]:  # (a step this process never began)
-                del self.planned[missed]
-            if self.window is not None or self.windows >= self.max_windows or step in self.done:
-                return
-            planned = self.planned.pop(step, None)
-            if planned is not None:
-                self._open(parent, step, *planned)
-            elif config is not None and config[0] <= step <= config[1]:
-                self._open(parent, step, "config", None, None)
+            self._plan(parent, step, config is not None and config[0] <= step <= config[1])
+
+    def _plan(self, parent: Any, step: int, configured: bool) -> None:
+        """Open the window ``step`` is wanted for (by the config, by requests), or tell each request why not."""
+        wants = [want for want in self.pending if want.lo <= step <= want.hi]
+        for want in self.pending:
+            if want.hi < step:  # (steps this process never began: it went on from an earlier one to this one)
+                self._refuse(want.request, want.lo, want.hi, f"this process went on to step {step} without them")
+            want.lo = max(want.lo, step + 1)
+        self.pending = [want for want in self.pending if want.hi > step]
+        if not wants and not configured:
+            return
+        window = self.window
+        if window is not None and window.step == step:  # (opened by another thread at this step: it answers too)
+            window.requests.extend(want.request for want in wants if want.request is not None)
+            return
+        if self.windows >= self.max_windows:  # (every later step of these requests too)
+            for want in wants:
+                self.pending = [other for other in self.pending if other is not want]
+                self._refuse(want.request, step, want.hi, f"max_windows ({self.max_windows}) reached")
+            return
+        if window is not None or step in self.done:
+            why = f"a window is open here (step {window.step})" if window is not None else "already captured here"
+            for want in wants:
+                self._refuse(want.request, step, step, why)
+            return
+        if wants:
+            first = wants[0]
+            requests = [want.request for want in wants if want.request is not None]
+            self._open(parent, step, first.reason, requests, first.backend)
+        else:
+            self._open(parent, step, "config", [], None)
+
+    def _refuse(self, request: str | None, lo: int, hi: int, why: str) -> None:
+        """Tell ``request`` (its answer file) that steps ``lo`` to ``hi`` will not be captured here, and why."""
+        if request is None:
+            return
+        shown = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
+        files, errors, refused = self.captures.setdefault(request, ([], [], []))
+        errors.append(f"{shown} not captured on {self.group} rank {self.rank}: {why}")
+        refused.append([lo, hi])
+        self._answer(request)
+
+    def _answer(self, request: str) -> None:
+        files, errors, refused = self.captures.setdefault(request, ([], [], []))
+        try:
+            write_answer(self.run, request, self.group, self.rank, files, errors, refused)
+        except OSError as exc:
+            internal_error(exc, "profile-answer")
 
     # ------------------------------------------------------------------ requests
 
+    def plan_local(self, step: int, reason: str) -> None:
+        """The automatic trigger's capture of ``step`` on this process (or, if begun, the first step not)."""
+        with self.lock:
+            begun = self.current
+            if begun is not None and begun >= step:
+                reason = f"{reason} (step {step} had begun here: step {begun + 1}, the first not)"
+                step = begun + 1
+            self.pending.append(Want(None, step, step, reason, None))
+
     def _look(self, step: int) -> None:
-        request = read_request(self.request_path)
-        if request is None or request["id"] == self.request_seen:
+        """Read the request file if it changed (a stat at each boundary; once a second where a stat is slow)."""
+        began = time.perf_counter()
+        try:
+            stat = os.stat(self.request_path)
+            key: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            key = None
+        if time.perf_counter() - began > SLOW_STAT_S:  # (a slow filesystem: looked at once a second)
+            self.next_look = time.monotonic() + REQUEST_EVERY_S
+        if key == self.request_key:
             return
-        self.request_seen = request["id"]
+        self.request_key = key
+        requests = read_requests(self.request_path) if key is not None else []
+        seen = {request["id"] for request in requests}
+        for request in requests:
+            if request["id"] not in self.requests_seen:
+                self._take(request, step)
+        self.requests_seen |= seen
+        if len(self.requests_seen) > SEEN_MAX:  # (bounded: those no longer in the file never come back)
+            self.requests_seen = seen
+
+    def _take(self, request: dict[str, Any], step: int) -> None:
         written = request.get("written_ns")
         if isinstance(written, int) and written < self.created_ns - STALE_REQUEST_NS:
             return  # left by an earlier attempt of the run: not this process's to take
         if not matches(request, self.group, self.rank):
             return
-        backend: str | None = request["backend"] if request.get("backend") in ("torch", "cuda", "vllm") else None
-        reason: str = request["reason"] if isinstance(request.get("reason"), str) else "request"
-        steps = request["steps"]
-        wanted = [step + 1] if steps == "next" else list(range(max(steps[0], step), steps[1] + 1))
-        self.captures.setdefault(request["id"], ([], []))
-        if self.windows >= self.max_windows:
-            self._failed(
-                request["id"], backend or self.backend, BackendMissingError(f"max_windows ({self.max_windows}) reached")
-            )
+        want, why = want_of(request, step)
+        if want is None:
+            self._refuse(request["id"], request["steps"][0], request["steps"][1], why)
             return
-        for want in wanted[: self.max_windows]:
-            self.planned[want] = (reason, request["id"], backend)
+        self.captures.setdefault(request["id"], ([], [], []))
+        if self.windows >= self.max_windows:
+            self._refuse(request["id"], want.lo, want.hi, f"max_windows ({self.max_windows}) reached")
+            return
+        self.pending.append(want)
+        self._answer(request["id"])  # (an answer with nothing yet: `lens-rl profile` knows this process took it)
 
     # ------------------------------------------------------------------ windows
 
-    def _open(self, parent: Any, step: int, reason: str, request: str | None, backend: str | None) -> None:
+    def _open(self, parent: Any, step: int, reason: str, requests: list[str], backend: str | None) -> None:
         backend_name = backend or self.backend
         self.done.add(step)
         name = f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}"
@@ -225,20 +254,20 @@ class Profiler:
             made = make_backend(backend_name)
             (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
             claimed = claim_devices(self.run / PROFILES, device_keys(backend_name, self.uuids))
-            window = Window(step, backend_name, name, reason, request, parent)
+            window = Window(step, backend_name, name, reason, requests, parent)
             window.start_ns = time.time_ns()
             made.start(name)
             window.started_ns = time.time_ns()
             window.device = claimed
         except Exception as exc:
             release_devices(claimed)
-            self._failed(request, backend_name, exc)
+            self._failed(requests, step, backend_name, exc)
             return
         self.windows += 1
         self._backend = made
         self.window = window
         self.step = ALWAYS  # every phase now asks whether the window must close (a cut, another step)
-        self._watch = _watch(self, window)
+        self._watch = watch(window, self.max_bytes)
 
     def _close_safe(self, why: str) -> None:
         try:
@@ -268,64 +297,26 @@ class Profiler:
             warn_once(f"profile-{window.backend}-failed", "lens_rl: profiler window not written (%s)", error)
         end_ns = time.time_ns()
         release_devices(device)
-        self._span(window, files, why, stop_ns, end_ns, error)
-        if window.request is not None:
-            done, errors = self.captures.setdefault(window.request, ([], []))
+        window_span(window, files, why, stop_ns, end_ns, error)
+        for request in window.requests:
+            done, errors, refused = self.captures.setdefault(request, ([], [], []))
             done.extend(files)
             if error:
                 errors.append(error)
-            try:
-                write_answer(self.run, window.request, self.group, self.rank, done, errors)
-            except OSError as exc:
-                internal_error(exc, "profile-answer")
+                refused.append([window.step, window.step])
+            self._answer(request)
 
-    def _failed(self, request: str | None, backend: str, exc: BaseException) -> None:
+    def _failed(self, requests: list[str], step: int, backend: str, exc: BaseException) -> None:
         if isinstance(exc, BackendMissingError):
             text = f"{backend} profiler unavailable: {exc}"
         else:
             text = f"{backend} profiler failed to start: {type(exc).__name__}: {exc}"
         warn_once(f"profile-{backend}", "lens_rl: no profiler window (%s); the job goes on", text)
-        if request is not None:
-            files, errors = self.captures.setdefault(request, ([], []))
+        for request in requests:
+            files, errors, refused = self.captures.setdefault(request, ([], [], []))
             errors.append(text)
-            try:
-                write_answer(self.run, request, self.group, self.rank, files, errors)
-            except OSError as err:
-                internal_error(err, "profile-answer")
-
-    def _span(self, window: Window, files: list[str], why: str, stop_ns: int, end_ns: int, error: str | None) -> None:
-        """``rl.profile`` over the window (no bucket: the step's phases keep their time), its step's when its
-        parent is the umbrella; the capture's own time (starting; stopping and writing) as ``rl.profile.start``
-        / ``rl.profile.stop`` in bucket ``overhead``."""
-        handle = RUNTIME.handle
-        if handle is None:
-            return
-        from opentelemetry import trace
-
-        attributes: dict[str, Any] = {
-            "rl.profile.step": window.step,
-            "rl.profile.backend": window.backend,
-            "rl.profile.reason": window.reason,
-            "rl.profile.ended_by": why,
-        }
-        if files:
-            attributes["rl.profile.path"] = files[0]
-        if error:
-            attributes["rl.profile.error"] = error[:1024]
-        parent = window.parent
-        if parent is not None and hasattr(parent, "get_span_context"):
-            parent = trace.set_span_in_context(parent)
-        tracer = handle.tracer
-        span = tracer.start_span("rl.profile", context=parent, attributes=attributes, start_time=window.start_ns)
-        inner = trace.set_span_in_context(span)
-        cost: dict[str, Any] = {"rl.bucket": "overhead", "rl.step": window.step}
-        for name, lo, hi in (
-            ("rl.profile.start", window.start_ns, window.started_ns),
-            ("rl.profile.stop", stop_ns, end_ns),
-        ):
-            if hi > lo:
-                tracer.start_span(name, context=inner, attributes=cost, start_time=lo).end(hi)
-        span.end(end_ns)
+            refused.append([step, step])
+            self._answer(request)
 
 
 def _chosen(spec: Any, group: str, rank: int) -> bool:
@@ -334,30 +325,6 @@ def _chosen(spec: Any, group: str, rank: int) -> bool:
     if spec.groups and not any(fnmatch.fnmatchcase(group, pattern) for pattern in spec.groups):
         return False
     return not (spec.ranks and rank not in spec.ranks)
-
-
-def _rss() -> int:
-    """The process's resident memory in bytes (0 where /proc is absent)."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _watch(profiler: Profiler, window: Window) -> threading.Event:
-    """A thread that marks ``window`` cut once the process grew by ``max_bytes`` (the capture's estimate):
-    the next phase boundary on the window's thread stops it (a profiler stops on the thread that started it)."""
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(WATCH_EVERY_S):
-            if window.rss0 and _rss() - window.rss0 > profiler.max_bytes:
-                window.cut = "max_bytes"
-                return
-
-    threading.Thread(target=run, name="lens_rl-profile-watch", daemon=True).start()
-    return stop
 
 
 def install(handle: Any) -> Profiler | None:
@@ -376,6 +343,11 @@ def uninstall(why: str = "shutdown") -> None:
     """Close the open window, if any (shutdown: its capture is written), and remove the hook."""
     hook = RUNTIME.step_hook
     RUNTIME.step_hook = None
+    if isinstance(hook, Profiler):
+        with hook.lock:
+            pending, hook.pending = hook.pending, []
+        for want in pending:  # (a request waiting here is told, so `lens-rl profile` stops waiting)
+            hook._refuse(want.request, want.lo, want.hi, f"the process ended ({why}) before it")
     if isinstance(hook, Profiler) and hook.window is not None:
         if hook.window.thread == threading.get_ident():
             hook._close_safe(why)

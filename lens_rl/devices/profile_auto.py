@@ -9,8 +9,11 @@ last 20 (the MAD at least 2 % of the median, the excess at least 50 ms: a steady
 a step a window was open in is left out) is flagged. The process that decides (rank 0 of
 its group, or the driver) then, on a thread of its own, reads every rank's line for that step (waiting a few
 seconds for late ones) and names the culprit: the rank with the longest compute, i.e. the rank that waited
-least in a phase ended by a collective (every rank's wall is the slowest one's there). It writes a request
-(:mod:`lens_rl.devices.profile_requests`) naming that rank for its next step, with the reason
+least in a phase ended by a collective (every rank's wall is the slowest one's there). When the culprit is
+the decider itself (the only rank of its group), it plans step N+1 there and then, no file involved (so does
+its thread when the culprit turns out to be itself);
+otherwise it writes a request (:mod:`lens_rl.devices.profile_requests`) naming that rank and step N+1 (or,
+where that rank has begun N+1 already, the first step it has not, said in the reason), with the reason
 ``auto: step N took X.Xx the median``.
 
 Example::
@@ -27,11 +30,13 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl.devices.profile_requests import PROFILES, write_request
+from lens_rl.store.files import open_file
 from lens_rl.store.format import safe_part
 
 __all__ = ["AutoTrigger", "spike"]
@@ -63,8 +68,11 @@ def spike(history: list[float], wall_s: float) -> float | None:
 class AutoTrigger:
     """One process's side of ``steps: auto``."""
 
-    def __init__(self, run: Path, group: str, rank: int, decides: bool) -> None:
+    def __init__(
+        self, run: Path, group: str, rank: int, decides: bool, local: Callable[[int, str], None] | None = None
+    ) -> None:
         self.run = run
+        self.local = local  # (plans a capture of step N on this process itself: no request file)
         self.group = group
         self.rank = rank
         self.decides = decides
@@ -87,19 +95,36 @@ class AutoTrigger:
             self.history.append(wall_s)
             if ratio is not None and self.decides:
                 reason = f"auto: step {step} took {ratio:.1f}x the median"
+                if self.local is not None and self._alone():
+                    self._tell(step, reason, self.rank)  # (the only rank: the culprit, its very next step)
+                    return
                 threading.Thread(
                     target=self._ask, args=(step, reason), name="lens_rl-profile-auto", daemon=True
                 ).start()
         except Exception as exc:
             internal_error(exc, "profile-auto")
 
+    def _alone(self) -> bool:
+        """Is this process the only one of its group writing step lines (one listing, no file read)?"""
+        return list((self.run / PROFILES).glob(f".steps-{safe_part(self.group, 'worker')}-*-*.jsonl")) == [self.path]
+
     def _ask(self, step: Any, reason: str) -> None:
         try:
-            culprit = culprit_of(self.run, self.group, step)
-            if culprit is not None:
-                write_request(self.run, steps="next", group=self.group, rank=culprit, reason=reason)
+            self._tell(step, reason, culprit_of(self.run, self.group, step))
         except Exception as exc:
             internal_error(exc, "profile-auto")
+
+    def _tell(self, step: Any, reason: str, culprit: int | None) -> None:
+        """Ask ``culprit`` for the step after ``step``: this process itself directly, another by a request naming
+        that step (or, if it has begun it, the first it has not)."""
+        if culprit is None or not isinstance(step, int):
+            return
+        if culprit == self.rank and self.local is not None:
+            self.local(step + 1, reason)
+            return
+        write_request(
+            self.run, steps=(step + 1, step + 1), group=self.group, rank=culprit, reason=reason, or_later=True
+        )
 
 
 def culprit_of(run: Path, group: str, step: Any, wait_s: float = GATHER_S) -> int | None:
@@ -114,6 +139,10 @@ def culprit_of(run: Path, group: str, step: Any, wait_s: float = GATHER_S) -> in
         time.sleep(0.1)
     if not compute or profiled:
         return None
+    return _culprit(compute)
+
+
+def _culprit(compute: dict[int, float]) -> int:
     return max(sorted(compute), key=lambda rank: compute[rank])
 
 
@@ -125,7 +154,8 @@ def _lines(run: Path, group: str, step: Any) -> tuple[dict[int, float], set[int]
     for path in (run / PROFILES).glob(f".steps-{safe_part(group, 'worker')}-*-*.jsonl"):
         try:
             rank = int(path.name.rsplit("-", 2)[1])
-            text = path.read_text(encoding="utf-8")
+            with open_file(path) as handle:  # (a regular file only: a FIFO named like one never blocks)
+                text = handle.read().decode("utf-8", "replace")
         except (OSError, ValueError):
             continue
         ranks.add(rank)

@@ -4,6 +4,7 @@ spans."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,23 @@ def step_span(run: Path, rank: int, step: int) -> dict[str, Any]:
     """The step umbrella ``step`` of ``rank``."""
     (found,) = [s for s in spans(run) if s["n"] == "step" and s["rank"] == rank and s["a"].get("rl.step") == step]
     return found
+
+
+def cuda_env(tmp_path: Path, profile: str) -> dict[str, str]:
+    """The loop's environment with ``LENS_RL_OTEL_PROFILE=profile`` and the CUDA profiler API's stand-in (its
+    calls logged to ``tmp_path/cuda.log``), run ``r1`` under ``tmp_path/t``."""
+    env = loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": profile, "CUDA_STANDIN_LOG": str(tmp_path / "cuda.log")})
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{STANDINS}"
+    return env
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``lens-rl profile ARGS``, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "lens_rl", "profile", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -6,28 +6,21 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from lens_rl.devices.profile_requests import REQUEST_FILE, write_request
-from tests.devices.profile_helpers import ROOT, STANDINS, finish, loop_env, losses, profile_spans, start_loop
+from lens_rl.devices.profile_requests import LOCK_FILE, REQUEST_FILE, write_request
+from tests.devices.profile_helpers import cuda_env, finish, loop_env, losses, profile_spans, run_cli, start_loop
 
 pytestmark = pytest.mark.slow
 
 
-def _cuda_env(tmp_path: Path, profile: str) -> dict[str, str]:
-    env = loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": profile, "CUDA_STANDIN_LOG": str(tmp_path / "cuda.log")})
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{STANDINS}"
-    return env
-
-
 def test_cuda_backend_starts_and_stops_the_cuda_profiler_once_inside_the_window(tmp_path: Path) -> None:
     """backend=cuda calls cudaProfilerStart and cudaProfilerStop once each, inside the configured step's window."""
-    proc = start_loop(1, 5, _cuda_env(tmp_path, "steps=2-2,backend=cuda"))
+    proc = start_loop(1, 5, cuda_env(tmp_path, "steps=2-2,backend=cuda"))
     finish(proc)
     calls = [line.split() for line in (tmp_path / "cuda.log").read_text().splitlines()]
     assert [name for name, _ in calls] == ["cudaProfilerStart", "cudaProfilerStop"]
@@ -58,21 +51,10 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lens_rl", "profile", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_a_request_from_lens_rl_profile_captures_the_next_step_of_the_named_rank(tmp_path: Path) -> None:
     """``lens-rl profile --rank 1 --steps next`` while two workers run: only rank 1 captures, and the command
     prints that file and exits 0."""
-    env = _cuda_env(tmp_path, "")
+    env = cuda_env(tmp_path, "")
     env["LOOP_PAUSE_S"] = "0.3"
     procs = [start_loop(rank, 40, env) for rank in (0, 1)]
     try:
@@ -80,7 +62,7 @@ def test_a_request_from_lens_rl_profile_captures_the_next_step_of_the_named_rank
         deadline = time.monotonic() + 120
         while not list(run.glob("live-*.json")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        done = _cli(str(tmp_path / "t"), "--rank", "1", "--steps", "next", "--backend", "cuda", "--timeout", "120")
+        done = run_cli(str(tmp_path / "t"), "--rank", "1", "--steps", "next", "--backend", "cuda", "--timeout", "120")
     finally:
         for proc in procs:
             finish(proc)
@@ -99,15 +81,15 @@ def test_lens_rl_profile_bad_input_and_an_unwritable_run_folder_fail_cleanly(tmp
     run.mkdir(parents=True)
     (run / "live-trainer-0-1.json").write_text("{}")
     for args in (["--steps", "4-3"], ["--steps", "all"], ["--rank", "-1"], ["--timeout", "0"], ["--backend", "nsys"]):
-        done = _cli(str(tmp_path / "t"), *args)
+        done = run_cli(str(tmp_path / "t"), *args)
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr
-    done = _cli(str(tmp_path / "t"), "--timeout", "0.5")
+    done = run_cli(str(tmp_path / "t"), "--timeout", "0.5")
     assert done.returncode == 1 and "no process took request" in done.stderr
     if os.geteuid() != 0:  # root writes anywhere
         run.chmod(0o500)
         try:
-            done = _cli(str(tmp_path / "t"), "--timeout", "1")
+            done = run_cli(str(tmp_path / "t"), "--timeout", "1")
         finally:
             run.chmod(0o700)
         assert done.returncode == 2 and "cannot write the request" in done.stderr
@@ -120,10 +102,10 @@ def test_with_telemetry_off_no_request_is_ever_looked_at(tmp_path: Path) -> None
     run = tmp_path / "t" / "r1"
     run.mkdir(parents=True)
     write_request(run, steps=(0, 3), backend="cuda")
-    env = _cuda_env(tmp_path, "steps=0-3,backend=cuda")
+    env = cuda_env(tmp_path, "steps=0-3,backend=cuda")
     env["LENS_RL_OTEL_ENABLED"] = "false"
     finish(start_loop(0, 4, env))
-    assert sorted(p.name for p in run.iterdir()) == [REQUEST_FILE]
+    assert sorted(p.name for p in run.iterdir()) == sorted([REQUEST_FILE, LOCK_FILE])
     assert not (tmp_path / "cuda.log").exists()
 
 
@@ -132,7 +114,7 @@ def test_two_processes_on_one_device_never_profile_at_once(tmp_path: Path) -> No
     never overlap; the one that finds the device busy says so (one warning) and goes on (on a loaded machine
     one rank may finish its window before the other's step 2 begins: then both capture, one after the other)."""
     (tmp_path / "barrier").mkdir()
-    env = _cuda_env(tmp_path, "steps=2-2,backend=cuda")
+    env = cuda_env(tmp_path, "steps=2-2,backend=cuda")
     env.update({"LOOP_BARRIER_DIR": str(tmp_path / "barrier"), "CUDA_VISIBLE_DEVICES": "0", "LOOP_INNER": "200"})
     procs = [start_loop(rank, 4, env) for rank in (0, 1)]
     errs = [finish(proc)[1] for proc in procs]
@@ -151,8 +133,8 @@ def test_a_request_left_by_an_earlier_attempt_is_not_taken(tmp_path: Path) -> No
     run.mkdir(parents=True)
     write_request(run, steps=(0, 3), backend="cuda")
     body = json.loads((run / REQUEST_FILE).read_text())
-    body["written_ns"] -= 2 * 3600 * 10**9
+    body["requests"][0]["written_ns"] -= 2 * 3600 * 10**9
     (run / REQUEST_FILE).write_text(json.dumps(body))
-    finish(start_loop(0, 4, _cuda_env(tmp_path, "")))
+    finish(start_loop(0, 4, cuda_env(tmp_path, "")))
     assert not profile_spans(run)
     assert not (tmp_path / "cuda.log").exists()

@@ -4,6 +4,10 @@ mapping or ``LENS_RL_OTEL_PROFILE``, with clear errors), the request file, and t
 from __future__ import annotations
 
 import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,16 @@ import pytest
 from lens_rl.config import TelemetryConfig
 from lens_rl.config.values import ProfileSpec
 from lens_rl.devices.profile_auto import AutoTrigger, culprit_of, spike
-from lens_rl.devices.profile_requests import REQUEST_FILE, answers, matches, read_request, write_answer, write_request
+from lens_rl.devices.profile_requests import (
+    REQUEST_FILE,
+    answers,
+    matches,
+    read_request,
+    read_requests,
+    want_of,
+    write_answer,
+    write_request,
+)
 
 
 def test_the_env_form_and_the_mapping_form_read_alike_and_travel_to_workers() -> None:
@@ -62,8 +75,78 @@ def test_a_request_names_its_processes_and_is_read_back(tmp_path: Path) -> None:
     assert read_request(tmp_path / REQUEST_FILE) is None
     write_answer(tmp_path, request_id, "trainer", 1, ["profiles/trainer-1-step3.pt.trace.json.gz"], [])
     assert answers(tmp_path, request_id) == [
-        {"id": request_id, "files": ["profiles/trainer-1-step3.pt.trace.json.gz"], "errors": []}
+        {"id": request_id, "files": ["profiles/trainer-1-step3.pt.trace.json.gz"], "errors": [], "refused": []}
     ]
+
+
+def test_requests_written_at_once_are_all_kept_and_a_bare_request_still_reads(tmp_path: Path) -> None:
+    """Sixteen writers at once (users and the automatic trigger): every request is in the file afterwards, none
+    replaced by another; a file holding one bare request (the earlier format) reads as that request."""
+    ids: list[str] = []
+    writers = [
+        threading.Thread(target=lambda rank=rank: ids.append(write_request(tmp_path, steps=(rank, rank), rank=rank)))
+        for rank in range(16)
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    assert sorted(request["id"] for request in read_requests(tmp_path / REQUEST_FILE)) == sorted(ids)
+    (tmp_path / REQUEST_FILE).write_text(json.dumps({"id": "old1", "steps": [3, 4], "written_ns": 1}))
+    assert [request["id"] for request in read_requests(tmp_path / REQUEST_FILE)] == ["old1"]
+    write_request(tmp_path)  # (the bare request, long stale, is dropped by the next writer)
+    assert len(read_requests(tmp_path / REQUEST_FILE)) == 1
+
+
+def test_the_triggers_request_for_a_step_begun_already_takes_the_first_step_not_begun() -> None:
+    """The automatic trigger asks for step 5 (``or_later``): read at step 5's boundary it is step 5; read at
+    step 7's it is step 7, the reason saying step 5 had begun; a user's range that is over is refused."""
+    request = {"id": "a1", "steps": [5, 5], "or_later": True, "reason": "auto: step 4 took 3.0x the median"}
+    on_time, _ = want_of(request, 5)
+    assert on_time is not None and (on_time.lo, on_time.hi, on_time.reason) == (5, 5, request["reason"])
+    late, _ = want_of(request, 7)
+    assert late is not None and (late.lo, late.hi) == (7, 7)
+    assert late.reason == "auto: step 4 took 3.0x the median (step 5 had begun here: step 7, the first not)"
+    over, why = want_of({"id": "u1", "steps": [5, 5]}, 7)
+    assert over is None and "already at step 7" in why
+
+
+def test_a_hostile_request_file_is_ignored_with_one_warning_and_never_blocks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO, a link to /dev/zero, an oversized file or a deeply nested document named like the request file is
+    no request: read_request returns None at once (never blocks, never raises), with one warning per kind."""
+    path = tmp_path / REQUEST_FILE
+    got: list[object] = []
+
+    def read() -> None:
+        got.append(read_request(path))
+
+    def kinds() -> Iterator[None]:
+        os.mkfifo(path)
+        yield
+        path.unlink()
+        path.symlink_to("/dev/zero")
+        yield
+        path.unlink()
+        path.write_text('{"id": "x", "steps": "next", "pad": "' + "x" * (80 << 10) + '"}')
+        yield
+        path.write_text("[" * 30_000 + "]" * 30_000)
+        yield
+
+    from lens_rl import _errors
+
+    _errors.WARNED.difference_update({"profile-request-unreadable", "profile-request-unparsable"})
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        for _ in kinds():
+            for _ in range(2):
+                reader = threading.Thread(target=read, daemon=True)
+                reader.start()
+                reader.join(10)
+                assert not reader.is_alive(), f"read_request blocked on {path}"
+    assert got == [None] * 8
+    warned = [r.getMessage() for r in caplog.records if "profile request" in r.getMessage()]
+    assert len(warned) == 2 and "ignored" in warned[0], warned
 
 
 def test_a_spike_is_five_mads_over_the_median_and_not_jitter() -> None:
@@ -87,3 +170,15 @@ def test_the_culprit_is_the_rank_with_the_longest_compute_and_a_profiled_step_is
     assert culprit_of(tmp_path, "trainer", 2, wait_s=0) is None
     lines = (ranks[1].path).read_text().splitlines()
     assert json.loads(lines[2]) == {"step": 2, "wall_s": 1.0, "compute_s": 0.9, "profiled": True}
+
+
+def test_a_fifo_named_like_a_ranks_step_lines_never_blocks_the_culprits_choice(tmp_path: Path) -> None:
+    """A FIFO among the ranks' step-line files is skipped: the culprit is still named, at once."""
+    trigger = AutoTrigger(tmp_path, "trainer", 0, decides=False)
+    trigger.step_done(1, 1.0, 0.9)
+    os.mkfifo(tmp_path / "profiles" / ".steps-trainer-7-123.jsonl")
+    got: list[int | None] = []
+    reader = threading.Thread(target=lambda: got.append(culprit_of(tmp_path, "trainer", 1, wait_s=0)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [0]

@@ -1,0 +1,148 @@
+"""What ``lens-rl profile`` is told back: a step the job refuses (``max_windows`` reached, the process ended) is
+named with its reason and the command stops waiting; a timeout exits 1 with the reason; two requests are both
+answered; ``steps: auto`` captures the step right after the spike on its culprit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lens_rl.devices.profile_requests import REQUEST_FILE, answers, read_request, write_answer, write_request
+from tests.devices.profile_helpers import ROOT, cuda_env, finish, profile_spans, run_cli, start_loop
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for(path_glob: Path, pattern: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(path_glob.glob(pattern)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_step_refused_for_max_windows_is_named_and_the_command_exits_1_without_waiting(tmp_path: Path) -> None:
+    """max_windows=1 and a request for many steps: the first is captured, the rest refused; ``lens-rl profile``
+    prints the captured file, says ``max_windows (1) reached`` and exits 1 long before its timeout."""
+    env = cuda_env(tmp_path, "max_windows=1,backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.2"
+    proc = start_loop(0, 400, env)
+    run = tmp_path / "t" / "r1"
+    try:
+        _wait_for(run, "live-*.json")
+        began = time.monotonic()
+        done = run_cli(str(tmp_path / "t"), "--steps", "0-100000", "--backend", "cuda", "--timeout", "300")
+        took = time.monotonic() - began
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=120)
+    assert done.returncode == 1, done.stderr
+    (printed,) = done.stdout.split()
+    assert Path(printed).is_file() and "-step" in printed
+    assert "max_windows (1) reached" in done.stderr and "Traceback" not in done.stderr
+    assert took < 200, took  # (told, not timed out)
+
+
+def test_a_request_pending_when_the_job_ends_is_refused_so_the_command_stops(tmp_path: Path) -> None:
+    """A request for steps the job never reaches: the job says at its end that it ended before them, and
+    ``lens-rl profile`` exits 1 with that reason before its timeout."""
+    env = cuda_env(tmp_path, "backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.3"
+    proc = start_loop(0, 8, env)
+    run = tmp_path / "t" / "r1"
+    try:
+        _wait_for(run, "live-*.json")
+        done = run_cli(str(tmp_path / "t"), "--steps", "500-600", "--timeout", "300", timeout=400)
+    finally:
+        finish(proc)
+    assert done.returncode == 1, done.stderr
+    assert "the process ended" in done.stderr, done.stderr
+    assert not profile_spans(run)
+
+
+def test_a_timeout_with_steps_captured_so_far_exits_1_with_the_reason(tmp_path: Path) -> None:
+    """A process answered step 5 of 5-6 and then nothing: the command prints step 5's file, says it timed out
+    before step 6, and exits 1."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    (run / "live-trainer-0-1.json").write_text("{}")
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "lens_rl", "profile", str(tmp_path / "t"), "--steps", "5-6", "--timeout", "3"],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for(run, REQUEST_FILE, timeout=60)
+    request = read_request(run / REQUEST_FILE)
+    assert request is not None
+    write_answer(run, request["id"], "trainer", 0, ["profiles/trainer-0-step5.cuda.json"], [])
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 1, err
+    assert out.split() == [str(run / "profiles" / "trainer-0-step5.cuda.json")]
+    assert "timed out" in err and "step 6" in err
+
+
+def test_two_requests_written_one_after_the_other_are_both_answered(tmp_path: Path) -> None:
+    """Two users' requests (steps 1 and 3) waiting when the job starts: neither replaces the other, each is
+    answered with its own step's capture."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    first = write_request(run, steps=(1, 1), backend="cuda")
+    second = write_request(run, steps=(3, 3), backend="cuda")
+    env = cuda_env(tmp_path, "")
+    env["LOOP_PAUSE_S"] = "0.3"
+    finish(start_loop(0, 6, env))
+    for request, step in ((first, 1), (second, 3)):
+        (answer,) = answers(run, request)
+        assert answer["files"] == [f"profiles/trainer-0-step{step}.cuda.json"] and not answer["errors"], answer
+
+
+def test_auto_captures_the_very_next_step_when_the_culprit_is_the_process_itself(tmp_path: Path) -> None:
+    """steps=auto on one rank, step 8 slow among millisecond steps: the capture is step 9 (planned in the
+    process at step 8's end, no request file), with the reason naming step 8."""
+    env = cuda_env(tmp_path, "steps=auto,backend=cuda")
+    finish(start_loop(0, 14, env, "8", "1.0"))
+    (window,) = profile_spans(tmp_path / "t" / "r1")
+    assert window["a"]["rl.profile.step"] == 9, window["a"]
+    assert window["a"]["rl.profile.reason"].startswith("auto: step 8 took ")
+
+
+def test_auto_on_another_rank_captures_its_next_step_or_says_it_had_begun(tmp_path: Path) -> None:
+    """Two ranks meeting each step, rank 1 slow at step 8: rank 0 names rank 1 for step 9 by a request it
+    reads at its next step boundary; the capture is rank 1's step 9, or a later one whose reason says step 9
+    had begun."""
+    (tmp_path / "barrier").mkdir()
+    env = cuda_env(tmp_path, "steps=auto,backend=cuda")
+    env.update({"LOOP_BARRIER_DIR": str(tmp_path / "barrier"), "LOOP_PAUSE_S": "0.3"})
+    procs = [start_loop(0, 14, env), start_loop(1, 14, env, "8", "1.5")]
+    for proc in procs:
+        finish(proc)
+    flagged = [w for w in profile_spans(tmp_path / "t" / "r1") if "step 8 took" in w["a"]["rl.profile.reason"]]
+    assert [w["rank"] for w in flagged] == [1], flagged
+    step, reason = flagged[0]["a"]["rl.profile.step"], flagged[0]["a"]["rl.profile.reason"]
+    assert step == 9 or (step > 9 and "step 9 had begun" in reason), (step, reason)
+
+
+def test_one_process_refusing_does_not_end_the_wait_while_another_captures(tmp_path: Path) -> None:
+    """Rank 0 has used its windows (config steps 0-1, max_windows=2), rank 1 has not: ``--steps next`` for
+    both: rank 0 refuses at once, rank 1 captures its next step, and the command prints that file and exits 0."""
+    env = cuda_env(tmp_path, "steps=0-1,ranks=0,max_windows=2,backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.3"
+    procs = [start_loop(rank, 40, env) for rank in (0, 1)]
+    run = tmp_path / "t" / "r1"
+    try:
+        deadline = time.monotonic() + 120
+        while len(profile_spans(run)) < 2 and time.monotonic() < deadline:  # (rank 0's two windows written)
+            time.sleep(0.1)
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--backend", "cuda", "--timeout", "120", timeout=300)
+    finally:
+        for proc in procs:
+            finish(proc)
+    assert done.returncode == 0, done.stderr
+    (printed,) = done.stdout.split()
+    assert "/trainer-1-step" in printed and Path(printed).is_file()
+    assert "max_windows (2) reached" in done.stderr  # (rank 0's answer, said too)
