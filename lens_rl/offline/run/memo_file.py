@@ -28,7 +28,7 @@ from lens_rl.offline.run.kept import sealed, unsealed
 from lens_rl.offline.run.records import UNENCODABLE, MemoDeltaRec, MemoRec, decode, encode
 from lens_rl.store import CacheRead
 
-__all__ = ["load_memo", "made_from", "save_memo"]
+__all__ = ["load_memo", "made_from", "save_memo", "sealed_record"]
 
 _log = logging.getLogger("lens_rl")
 _MEMO = "critical-memo.msgpack"
@@ -152,14 +152,14 @@ def save_memo(folder: str, reads: Sequence[CacheRead], memo: Memo) -> None:
     tokens = {name: after for name, _before, after, _fresh in reads if after is not None}
     path, source = Path(folder) / _MEMO, memo.source
     if isinstance(source, _MemoFile) and source.disk[0] < MAX_RECORDS:
-        record = _sealed_record(_delta(memo, source, tokens))
+        record = sealed_record(_delta(memo, source, tokens))
         if record is None:
             return
         _count, first, appended = source.disk
         if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
             return
     whole = MemoRec(cache_key(), tokens, [list(key) for key in memo.keys], memo.made, memo.state_sums())  # type: ignore[arg-type]
-    record = _sealed_record(whole)
+    record = sealed_record(whole)
     if record is not None:
         write_atomic(path, record)
 
@@ -178,7 +178,7 @@ def _delta(memo: Memo, source: _MemoFile, tokens: dict[str, Any]) -> MemoDeltaRe
     )
 
 
-def _sealed_record(value: MemoRec | MemoDeltaRec) -> bytes | None:
+def sealed_record(value: Any) -> bytes | None:
     """``value`` encoded behind the user's seal, after its length (None: no key, or a value the schema cannot
     hold: nothing kept)."""
     try:

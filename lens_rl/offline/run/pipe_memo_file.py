@@ -28,11 +28,11 @@ import msgspec
 import numpy as np
 
 from lens_rl.offline.rollup.pipe_memo import PipeMemo
-from lens_rl.offline.run.cache_files import LENGTH, MAX_RECORDS, after_length, records_in
+from lens_rl.offline.run.cache_files import LENGTH, MAX_RECORDS, records_in
 from lens_rl.offline.run.disk import append_to, cache_key, read_bytes, write_atomic
-from lens_rl.offline.run.kept import sealed, unsealed
-from lens_rl.offline.run.memo_file import made_from
-from lens_rl.offline.run.record_codec import UNENCODABLE, Raw, Scalar, decode, encode
+from lens_rl.offline.run.kept import unsealed
+from lens_rl.offline.run.memo_file import made_from, sealed_record
+from lens_rl.offline.run.record_codec import Raw, Scalar, decode
 from lens_rl.store import CacheRead
 
 __all__ = ["PIPE_MEMO", "PipeDeltaRec", "PipeMemoRec", "load_pipe_memo", "save_pipe_memo"]
@@ -214,25 +214,13 @@ def save_pipe_memo(folder: str, reads: Sequence[CacheRead], memo: PipeMemo) -> N
     path, source, n = Path(folder) / PIPE_MEMO, memo.source, memo.reused
     if isinstance(source, _Source) and source.disk[0] < MAX_RECORDS and n:  # (n: the same arrays and windows)
         columns = [_raw(covered[key][n:]) for key in keys]
-        record = _sealed_record(PipeDeltaRec(source.tokens, tokens, n, _raw(los[n:]), _raw(his[n:]), columns))
+        record = sealed_record(PipeDeltaRec(source.tokens, tokens, n, _raw(los[n:]), _raw(his[n:]), columns))
         if record is None:
             return
         _count, first, appended = source.disk
         if appended + len(record) <= max(first // 2, 1 << 16) and append_to(path, record):
             return
     columns = [_raw(covered[key]) for key in keys]
-    record = _sealed_record(
-        PipeMemoRec(cache_key(), tokens, [list(key) for key in keys], _raw(los), _raw(his), columns)
-    )
+    record = sealed_record(PipeMemoRec(cache_key(), tokens, [list(key) for key in keys], _raw(los), _raw(his), columns))
     if record is not None:
         write_atomic(path, record)
-
-
-def _sealed_record(value: PipeMemoRec | PipeDeltaRec) -> bytes | None:
-    """``value`` encoded behind the user's seal, after its length (None: no key, or a value the schema cannot
-    hold: nothing kept)."""
-    try:
-        data = sealed(encode(value))
-    except UNENCODABLE:  # (a key past 64 bits, say)
-        return None
-    return None if data is None else after_length(data)
