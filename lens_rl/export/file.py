@@ -35,106 +35,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from lens_rl._errors import internal_error, warn_once
-from lens_rl.export.fastspan import remember
-from lens_rl.store import OWN_SCOPE, header, store_path
+from lens_rl.export.lines import hex_id, json_line, span_lines
+from lens_rl.store import header, store_path
 
 _CHUNK_BYTES = 1 << 16
 _CLOSE_WAIT_S = 2.0  # how long closing waits for a write in progress (a local write takes milliseconds)
-
-
-def _hex(value: int, width: int) -> str:
-    return format(value, f"0{width}x")
-
-
-def span_row(span: ReadableSpan) -> dict[str, Any]:
-    """The v2 line of one finished span: short keys, defaults left out, no resource."""
-    ctx = span.context
-    row: dict[str, Any] = {"n": span.name, "t": _hex(ctx.trace_id, 32), "s": _hex(ctx.span_id, 16)}
-    parent = span.parent
-    if parent is not None:
-        row["p"] = _hex(parent.span_id, 16)
-        if parent.is_remote:
-            row["pr"] = True
-    row["b"] = span.start_time
-    row["e"] = span.end_time
-    if span.attributes:
-        row["a"] = dict(span.attributes)
-    thread = getattr(span, "_lens_thread", None)
-    if thread is not None:
-        row["th"] = thread
-        row["tn"] = getattr(span, "_lens_thread_name", None)
-    kind = span.kind.name
-    if kind != "INTERNAL":
-        row["k"] = kind
-    status = span.status
-    if status.status_code.name != "UNSET":
-        row["st"] = status.status_code.name
-        if status.description:
-            row["sm"] = status.description
-    if span.events:
-        row["ev"] = [{"n": e.name, "ts": e.timestamp, "a": dict(e.attributes or {})} for e in span.events]
-    if span.links:
-        row["ln"] = [
-            {
-                "t": _hex(link.context.trace_id, 32),
-                "s": _hex(link.context.span_id, 16),
-                "a": dict(link.attributes or {}),
-            }
-            for link in span.links
-        ]
-    scope = span.instrumentation_scope.name if span.instrumentation_scope else None
-    if scope != OWN_SCOPE:
-        row["sc"] = scope
-    return row
-
-
-_SHAPES: dict[Any, tuple[str, str]] = {}  # a phase span's shape -> its name and attributes, as JSON
-
-
-def span_line(span: ReadableSpan) -> str:
-    """The v2 line of one finished span: :func:`span_row` as strict JSON."""
-    return span_lines((span,))[0]
-
-
-def span_lines(spans: Sequence[ReadableSpan]) -> list[str]:
-    """The v2 lines of ``spans``, in order: :func:`span_row` as strict JSON.
-
-    A lens_rl phase span still as its shape made it (the common case) is written from
-    its shape's name and attributes as JSON, encoded once, and the trace id, parent id
-    and thread its neighbours in the batch share, formatted once: the same line
-    (``tests/export/test_file.py`` compares them), several times cheaper.
-    """
-    out = []
-    trace_id = parent_id = thread = name = None
-    trace_part = parent_part = thread_part = ""
-    for span in spans:
-        shape = getattr(span, "shape", None)
-        if shape is None:
-            out.append(json_line(span_row(span)))
-            continue
-        known = _SHAPES.get(shape)
-        if known is None:
-            attrs = span._attributes
-            known = remember(_SHAPES, shape, (json_line(span.name), f',"a":{json_line(dict(attrs))}' if attrs else ""))
-        context: Any = span._context
-        if context[0] != trace_id:
-            trace_id = context[0]
-            trace_part = f',"t":"{trace_id:032x}","s":"'
-        parent = span._parent
-        if parent is None:
-            parent_id, parent_part = None, ""
-        elif parent[1] != parent_id:
-            parent_id = parent[1]  # (a SpanContext is a tuple: trace id, span id, is_remote, ...)
-            parent_part = f',"p":"{parent_id:016x}","pr":true' if parent[2] else f',"p":"{parent_id:016x}"'
-        span_thread, span_name = getattr(span, "_lens_thread", None), getattr(span, "_lens_thread_name", None)
-        if span_thread != thread or span_name != name:
-            thread, name = span_thread, span_name
-            thread_part = f',"th":{thread},"tn":{json_line(name)}' if thread is not None else ""
-        out.append(
-            f'{{"n":{known[0]}{trace_part}{context[1]:016x}"{parent_part},'
-            f'"b":{span._start_time},"e":{span._end_time}{known[1]}{thread_part}}}'
-        )
-    return out
 
 
 class _AppendFile:
@@ -256,33 +161,6 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)  # registered on import, before lifecycle's: runs after its shutdown
 
 
-def _json_default(value: Any) -> Any:
-    return list(value) if isinstance(value, (tuple, set, frozenset)) else str(value)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with NaN and infinities as strings, at any depth (strict JSON has neither)."""
-    if isinstance(value, float):
-        if value != value:
-            return "NaN"
-        if value in (float("inf"), float("-inf")):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def json_line(record: Any) -> str:
-    """One strict-JSON line for ``record``."""
-    try:
-        return json.dumps(record, separators=(",", ":"), default=_json_default, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(record), separators=(",", ":"), default=_json_default, allow_nan=False)
-
-
 class StoreWriter:
     """One store file written in whole lines: its header (the process's resource, written with the first
     batch), the fork guard, one warning per write error. Both file exporters are built on it, and so is
@@ -333,7 +211,7 @@ class StoreWriter:
     def set_root(self, span_id: int) -> None:
         """Name the job root's span id in the header (the driver's: its top-level spans' parent)."""
         if self._header is not None:
-            self._header["root"] = _hex(span_id, 16)
+            self._header["root"] = hex_id(span_id, 16)
 
     def adopt(self, path: Path) -> None:
         """Take over ``path``, a file this process wrote under another identity before this writer began (a

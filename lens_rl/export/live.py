@@ -265,7 +265,7 @@ class LiveMonitor:
 
     def write(self, state: str, now_ns: int | None = None) -> bool:
         """Write the heartbeat atomically; a failure warns once (per file) and never raises."""
-        from lens_rl.export.file import json_line
+        from lens_rl.export.lines import json_line
 
         path = self.path
         if path is None:

@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
-from lens_rl.export.file import StoreWriter, json_line
+from lens_rl.export.file import StoreWriter
+from lens_rl.export.lines import json_line
 from lens_rl.integrations.bounded_http import BoundedServer
 from lens_rl.integrations.otlp_proto import ID_REMOTE, ID_REMOTE_KNOWN, BodyError, attributes, body_of, trace_spans
 from lens_rl.store import safe_part

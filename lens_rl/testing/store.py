@@ -1,6 +1,6 @@
 """Recorded spans written as a file store: what the offline tools read, from spans a test recorded in memory.
 
-The lines are the file exporter's own (:func:`lens_rl.export.file.span_lines`), under a header per
+The lines are the file exporter's own (:func:`lens_rl.export.lines.span_lines`), under a header per
 process, so a test of the offline tools reads exactly what a job would have written.
 
 Example::
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lens_rl.export.file import json_line, span_lines
+from lens_rl.export.lines import json_line, span_lines
 from lens_rl.store import file_name, header
 
 __all__ = ["write_spans"]

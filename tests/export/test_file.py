@@ -58,35 +58,6 @@ def test_file_store_writes_versioned_whole_span_lines(tmp_path: Path) -> None:
     assert len(gen["trace_id"]) == 32 and len(gen["span_id"]) == 16 and gen["end_ns"] >= gen["start_ns"]
 
 
-def test_phase_lines_from_a_shape_are_the_lines_span_row_writes() -> None:
-    """The file store writes a phase span from its shape's cached JSON only when that gives the very line
-    the general writer gives; spans that changed shape (renamed, attributes set, events, status) take the
-    general path."""
-    from lens_rl.export.file import json_line, span_line, span_lines, span_row
-
-    with lens_rl.testing.recording() as rec:
-        for step in (1, 1, 2):
-            with lens_rl.traced_phase("generation", bucket="productive", step=step, attributes={"m": 'x"y'}):
-                pass
-        with lens_rl.traced_phase("generation", bucket="productive", step=1) as span:
-            span.set_attribute("rl.num_tokens", 7)
-        with lens_rl.traced_phase("reward") as span:
-            span.update_name("reward_v2")
-        with lens_rl.traced_phase("sync", bucket="overhead") as span:
-            span.add_event("chunk")
-        with lens_rl.traced_phase("step", step=4):  # children sharing a parent, then the parent
-            for _ in range(2):
-                with lens_rl.traced_phase("inner"):
-                    pass
-        spans = list(rec.spans)
-    for i, span in enumerate(spans):  # neighbours that share a thread, and ones that do not
-        span._lens_thread, span._lens_thread_name = (7, 'Main"Thread') if i % 3 else (8, "worker")
-    assert len(spans) == 9 and sum(getattr(s, "shape", None) is not None for s in spans) == 6
-    expected = [json_line(span_row(s)) for s in spans]
-    assert [span_line(s) for s in spans] == expected
-    assert span_lines(spans) == expected and span_lines(spans[::-1]) == expected[::-1]  # formats shared in a batch
-
-
 SECRET = "hunter2-s3cr3t"
 
 
