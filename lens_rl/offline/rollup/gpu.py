@@ -150,15 +150,7 @@ def gpu_rollup(
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
-        # (device-ns: the mean over its devices times their count; its productive time without a reading, a lost
-        # GPU's or before the sampler's first sample, at the busy of the time read: unknown is not idle)
-        productive = done.sums[PRODUCTIVE]
-        known = float(productive[:, PRODUCTIVE_COLUMNS.index(_K)].sum())
-        if known > 0:
-            length = float((process.productive[1] - process.productive[0]).sum())
-            productive_busy += (
-                float(productive[:, PRODUCTIVE_COLUMNS.index(_BUSY)].sum()) * max(length / known, 1.0) * done.devices
-            )
+        productive_busy += _productive_busy_ns(process)
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
@@ -269,6 +261,19 @@ def _rows(steps: Any, totals: Any, peaks: Any) -> list[dict[str, Any]]:
 #: a device's time without a reading while its processes ran that is flagged ``gpu_unavailable``: this share
 #: of that time, and at least this many seconds (a sampler's first sample comes a moment after a process starts)
 UNREAD_SHARE, UNREAD_S = 0.2, 2.0
+
+
+def _productive_busy_ns(process: GpuProcess) -> float:
+    """A process's busy device-ns in its productive union: the mean over its devices times their count; its
+    productive time without a reading (a lost GPU's, before the sampler's first sample) at the busy of the
+    time read (unknown is not idle)."""
+    done = process.queries
+    productive = done.sums[PRODUCTIVE]
+    known = float(productive[:, PRODUCTIVE_COLUMNS.index(_K)].sum())
+    if known <= 0:
+        return 0.0
+    length = float((process.productive[1] - process.productive[0]).sum())
+    return float(productive[:, PRODUCTIVE_COLUMNS.index(_BUSY)].sum()) * max(length / known, 1.0) * done.devices
 
 
 def _unread(processes: list[GpuProcess], asked: list[list[Any]]) -> tuple[float, float] | None:
