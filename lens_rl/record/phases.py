@@ -50,6 +50,9 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
     """
 
     __slots__ = ("name", "bucket", "parent", "attributes", "rl_attributes", "_static", "_default", "_parent_ctx")
+    #: True for a phase in no step (a worker's start-up): the step its caller carried is neither recorded on it
+    #: nor carried to what runs inside it
+    stepless = False
 
     def __init__(
         self,
