@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lens_rl._attributes import clean_attributes, clean_text
+from lens_rl._attributes import clean_attributes, clean_text, without
 from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket, default_bucket
 from lens_rl.record import _impl, wrappers
@@ -117,8 +117,7 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
             static = clean_attributes(self.rl_attributes, prefix="rl.")
             for key, value in clean_attributes(self.attributes).items():
                 static.setdefault(key, value)
-            static.pop("rl.bucket", None)  # set by lens_rl alone
-            self._static = static
+            self._static = static = without(static)  # rl.bucket: set by lens_rl alone
         if bucket is None:
             return dict(static)
         return {"rl.bucket": bucket._value_, **static}  # (_value_: .value is a slow enum descriptor)

@@ -282,3 +282,20 @@ def test_the_entry_point_shows_the_one_docstring() -> None:
         "attributes",
         "rl_attributes",
     ]
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_the_yielded_span_never_changes_the_bucket_or_step(tp: Callable[..., Any]) -> None:
+    """set_attribute / set_attributes of rl.bucket or rl.step on a phase's span are dropped (the bucket and step
+    were decided when it opened), so the recorded span and live step_goodput agree; other keys are kept."""
+    with testing.recording() as rec:
+        with tp("step", step=0):
+            with tp("policy_training") as span:
+                span.set_attribute("rl.bucket", "wasted")
+                span.set_attribute("rl.step", 7)
+                span.set_attributes({"rl.bucket": "idle", "rl.step": "x", "rl.kept": 1})
+                span.set_attributes([("rl.bucket", "wasted")])
+        live = lens_rl.step_goodput()
+        attrs = dict(rec.find("policy_training").attributes)
+    assert attrs == {"rl.bucket": "productive", "rl.step": 0, "rl.kept": 1}
+    assert live["seconds"]["wasted"] == 0 and live["seconds"]["productive"] > 0
