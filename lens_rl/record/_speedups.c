@@ -11,6 +11,7 @@
  *                                      (made by the Python implementation on a miss);
  *                                      while off, a lazy record of (name, kwargs);
  *                                      the name a str not starting with white space,
+ *                                      the step an int within int64 or None,
  *                                      the bucket a Bucket member, a canonical bucket
  *                                      string (replaced by its member) or None,
  *                                      `parent` / `attributes` a dict or None
@@ -208,6 +209,7 @@ static PyObject *bucket_by_value = NULL;
 static PyObject *str_bucket = NULL;
 static PyObject *str_parent = NULL;
 static PyObject *str_attributes = NULL;
+static PyObject *str_step = NULL;
 static PyObject *key_marker = NULL; /* starts a keyword phase's key in the cache (lens_rl.record.phases's) */
 
 /* The offset of a slot of `obj`'s type named `name`, or -1 (then it is read by attribute). */
@@ -390,6 +392,15 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
                 value = member; /* borrowed from the dict, which lives as long as the module */
             }
         }
+        else if (key == str_step) { /* an int within int64, or None; anything else: checked in Python */
+            if (value != Py_None) {
+                int overflow = 0;
+                if (!PyLong_CheckExact(value) || (PyLong_AsLongLongAndOverflow(value, &overflow), overflow != 0)) {
+                    Py_DECREF(values);
+                    return PyObject_Vectorcall(slow, args, nargs, kwnames);
+                }
+            }
+        }
         else if (key == str_parent || key == str_attributes) {
             if (value != Py_None && !PyDict_Check(value)) {
                 Py_DECREF(values); /* validated (and refused, or accepted as a Mapping) in Python */
@@ -454,13 +465,14 @@ PyInit__speedups(void)
         return NULL;
     }
     str_bucket = PyUnicode_InternFromString("bucket");
+    str_step = PyUnicode_InternFromString("step");
     str_parent = PyUnicode_InternFromString("parent");
     str_attributes = PyUnicode_InternFromString("attributes");
     str_on = PyUnicode_InternFromString("on");
     str_stacked = PyUnicode_InternFromString("stacked");
     str_enter_on = PyUnicode_InternFromString("_enter_on");
     str_exit_on = PyUnicode_InternFromString("_exit_on");
-    if (str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
+    if (str_bucket == NULL || str_step == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
         str_enter_on == NULL || str_exit_on == NULL) {
         return NULL;
     }

@@ -18,6 +18,8 @@ Example::
 from __future__ import annotations
 
 import inspect
+import operator
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +43,27 @@ def _check(name: object, parent: object = None, attributes: object = None) -> No
         raise ValueError(f"traced_phase: parent must be a carrier dict from inject_context(), got {parent!r}")
     if attributes is not None and not isinstance(attributes, Mapping):
         raise ValueError(f"traced_phase: attributes must be a mapping, got {attributes!r}")
+
+
+#: Past the last int64: a step is an int in [-STEP_END, STEP_END) (what every reader holds).
+STEP_END = 2**63
+
+
+def check_step(step: Any) -> None:
+    """``ValueError`` unless ``step`` is None or an int within int64 (a bool is no step; a numpy integer is one),
+    the same whether telemetry is on or off: a step of another type would be recorded as it is and read back as
+    a step of its own."""
+    if step is None or (step.__class__ is int and -STEP_END <= step < STEP_END):
+        return
+    message = f"traced_phase: step must be an int in [-2**63, 2**63), got {reprlib.repr(step)}"
+    if isinstance(step, bool) or not hasattr(type(step), "__index__"):
+        raise ValueError(message)
+    try:
+        number = operator.index(step)
+    except Exception as exc:
+        raise ValueError(message) from exc
+    if not -STEP_END <= number < STEP_END:
+        raise ValueError(message)
 
 
 class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
@@ -117,6 +140,8 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
             static = clean_attributes(self.rl_attributes, prefix="rl.")
             for key, value in clean_attributes(self.attributes).items():
                 static.setdefault(key, value)
+            if static.get("rl.step", 0).__class__ is not int:  # (attributes=, a woven phase's): never written
+                del static["rl.step"]  # as a step no reader takes (a cleaned int past int64 is text)
             self._static = static = without(static)  # rl.bucket: set by lens_rl alone
         if bucket is None:
             return dict(static)
@@ -194,6 +219,10 @@ else:
                 _check_off(name, kwargs.get("bucket"))
         except TypeError:  # unhashable: not valid
             _check_off(name, kwargs.get("bucket"))
+        if "step" in kwargs:
+            step = kwargs["step"]
+            if step is not None and (step.__class__ is not int or not -STEP_END <= step < STEP_END):
+                check_step(step)
         if "attributes" in kwargs:
             if kwargs["attributes"].__class__ not in _PLAIN or (
                 "parent" in kwargs and kwargs["parent"].__class__ not in _PLAIN
@@ -309,6 +338,8 @@ def _make_phase(
     attributes: Mapping[str, Any] | None = None,
     **rl_attributes: Any,
 ) -> Phase:
+    if "step" in rl_attributes:
+        check_step(rl_attributes["step"])
     phase = Phase(name, coerce_bucket(bucket), parent, attributes, rl_attributes)
     if not (bucket or parent or attributes or rl_attributes) and len(_CACHE) < _CACHE_MAX:
         _CACHE[name] = phase

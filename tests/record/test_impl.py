@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -248,10 +249,10 @@ def test_keyword_phases_while_on_are_kept_per_distinct_arguments(tp: Callable[..
         first = tp("p", bucket="productive", step=1, attributes={"k": "v"})
         assert isinstance(first, aspects.Phase)
         assert tp("p", bucket="productive", step=1, attributes={"k": "v"}) is first
-        assert tp("p", step=1.0, bucket="productive", attributes={"k": "v"}).rl_attributes == {"step": 1.0}
-        as_keyword, as_attribute = tp("p", step=1), tp("p", attributes={"step": 1})
-        assert as_keyword.rl_attributes == {"step": 1} and as_attribute.attributes == {"step": 1}
-        assert as_keyword is not as_attribute and as_keyword is not tp("p", step=True)
+        assert tp("p", step=1, epoch=1.0, attributes={"k": "v"}).rl_attributes == {"step": 1, "epoch": 1.0}
+        as_keyword, as_attribute = tp("p", epoch=1), tp("p", attributes={"epoch": 1})
+        assert as_keyword.rl_attributes == {"epoch": 1} and as_attribute.attributes == {"epoch": 1}
+        assert as_keyword is not as_attribute and as_keyword is not tp("p", epoch=True)
         assert tp("p", attributes={"k": [1]}) is not tp("p", attributes={"k": [1]})  # unhashable: made each time
         assert tp("p", attributes={"k": [1]}).attributes == {"k": [1]}
 
@@ -299,3 +300,41 @@ def test_the_yielded_span_never_changes_the_bucket_or_step(tp: Callable[..., Any
         attrs = dict(rec.find("policy_training").attributes)
     assert attrs == {"rl.bucket": "productive", "rl.step": 0, "rl.kept": 1}
     assert live["seconds"]["wasted"] == 0 and live["seconds"]["productive"] > 0
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_step_that_is_not_an_int_is_refused_on_and_off(tp: Callable[..., Any]) -> None:
+    """step= of a str, a bool, a float or an int past 64 bits is a ValueError naming the step, the value and what
+    is allowed, at the call, whether telemetry is on or off; an int, a numpy-like integer and None are steps."""
+
+    class Index:  # what numpy integers are to Python: no int, an __index__
+        def __index__(self) -> int:
+            return 3
+
+    bad = ["2", True, float("nan"), 2.0, 2**63, [1]]
+    _off()
+    for on in (False, True):
+        with testing.recording() if on else contextlib.nullcontext():
+            for step in bad:
+                with pytest.raises(ValueError, match=r"step must be an int in \[-2\*\*63, 2\*\*63\), got "):
+                    tp("generation", step=step)
+                with pytest.raises(ValueError, match="step must be an int"):
+                    tp("generation", bucket="idle", attributes={"k": 1}, step=step)
+            for step in (0, -(2**63), Index(), None):
+                with tp("generation", step=step):
+                    pass
+
+
+def test_a_step_that_is_not_an_int_given_another_way_is_left_out() -> None:
+    """An rl.step of another type that reaches a phase without step= (attributes=, a woven framework's phase) is
+    left out of its span, never written as a step no reader takes; an int is kept."""
+    from lens_rl.frameworks._phases import close_phase, open_phase
+
+    with testing.recording() as rec:
+        with lens_rl.traced_phase("a", attributes={"rl.step": "2"}):
+            pass
+        with lens_rl.traced_phase("b", attributes={"rl.step": 2}):
+            pass
+        close_phase(open_phase("c", step=1.5), None)
+        attrs = {s.name: dict(s.attributes).get("rl.step") for s in rec.spans}
+    assert attrs == {"a": None, "b": 2, "c": None}
