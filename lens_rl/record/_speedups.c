@@ -283,6 +283,17 @@ put_triple(PyObject *key, Py_ssize_t *at, PyObject *name, PyObject *value)
  * same way after the marker again): the very key lens_rl.record.phases builds, so one call shape is one
  * entry whichever implementation met it. On a miss the Python implementation makes (and keeps) it, and
  * decides every case this does not answer: an unhashable value, a keyword built at run time. */
+/* A value whose hash would cost in proportion to its size: text or bytes past the attribute cap (4096
+ * characters, lens_rl._attributes.MAX_VALUE_CHARS). A call with one is never keyed: the Python path makes its
+ * phase each time, capping the value first (SPEC: coercing any value takes bounded time). */
+#define MAX_KEY_CHARS 4096
+static int
+too_long(PyObject *value)
+{
+    return (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > MAX_KEY_CHARS) ||
+           (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) > MAX_KEY_CHARS);
+}
+
 static PyObject *
 keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t nkw)
 {
@@ -290,10 +301,21 @@ keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_
     Py_ssize_t attributes_at = -1;
     Py_ssize_t size = 2 + 3 * nkw;
     for (Py_ssize_t i = 0; i < nkw; i++) {
-        if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(args[nargs + i])) {
-            attributes = args[nargs + i];
+        PyObject *value = args[nargs + i];
+        if (too_long(value)) {
+            return PyObject_Vectorcall(slow, args, nargs, kwnames);
+        }
+        if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(value)) {
+            attributes = value;
             attributes_at = i;
             size += 1 + 3 * PyDict_GET_SIZE(attributes) - 3;
+            PyObject *k, *v;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(attributes, &pos, &k, &v)) {
+                if (too_long(v) || too_long(k)) {
+                    return PyObject_Vectorcall(slow, args, nargs, kwnames);
+                }
+            }
         }
     }
     PyObject *key = PyTuple_New(size);

@@ -23,7 +23,7 @@ import reprlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lens_rl._attributes import clean_attributes, clean_text, without
+from lens_rl._attributes import MAX_VALUE_CHARS, clean_attributes, clean_text, without
 from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket, default_bucket
 from lens_rl.record import _impl, wrappers
@@ -255,7 +255,8 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """A keyword phase's key in the phase cache: the marker, the name, then each keyword's name, value and
     the value's type (1, 1.0 and True are equal and hash alike, but record apart); an ``attributes`` dict's
     items the same way after the marker again. The C entry point builds the very same key, so one call
-    shape is one entry whichever implementation met it first."""
+    shape is one entry whichever implementation met it first. A text or bytes value past the attribute cap is
+    never keyed (TypeError, as an unhashable one: hashing it costs in proportion to its size)."""
     key: list[Any] = [KEY_MARKER, name]
     attributes = kwargs.get("attributes")
     exact = attributes.__class__ is dict
@@ -266,7 +267,14 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
         key.append(KEY_MARKER)
         for k, v in attributes.items():  # type: ignore[union-attr]
             key += (k, v, v.__class__)
+    for item in key:
+        if item.__class__ in _LONG_HASH and len(item) > MAX_VALUE_CHARS:
+            # its hash would cost in proportion to its size: never keyed (made each time, its value capped first)
+            raise TypeError("too long to key")
     return tuple(key)
+
+
+_LONG_HASH = (str, bytes)
 
 
 def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:

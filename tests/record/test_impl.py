@@ -338,3 +338,30 @@ def test_a_step_that_is_not_an_int_given_another_way_is_left_out() -> None:
         close_phase(open_phase("c", step=1.5), None)
         attrs = {s.name: dict(s.attributes).get("rl.step") for s in rec.spans}
     assert attrs == {"a": None, "b": 2, "c": None}
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_huge_string_argument_is_capped_never_keyed(tp: Callable[..., Any]) -> None:
+    """A string past the 4096-character cap given as a keyword or in attributes= is never hashed nor used as a
+    key of the phase cache (hashing costs in proportion to its size): the phase is made each time, its value
+    capped."""
+    import ctypes
+
+    def hashed(text: str) -> bool:  # CPython keeps a str's hash once computed (-1: not yet)
+        return ctypes.c_ssize_t.from_address(id(text) + 3 * ctypes.sizeof(ctypes.c_ssize_t)).value != -1
+
+    huge = "s" * (1 << 20)
+    with testing.recording() as rec:
+        before = len(RUNTIME.phase_cache)
+        with tp("generation", prompt=huge):
+            pass
+        with tp("generation", attributes={"prompt": huge}):
+            pass
+        assert sys.implementation.name != "cpython" or not hashed(huge)
+        with tp("generation", bucket="idle", attributes={"k": 1}, note=huge.encode()):
+            pass
+        assert len(RUNTIME.phase_cache) == before
+        values = [
+            s.attributes.get("rl.prompt", s.attributes.get("prompt", s.attributes.get("rl.note"))) for s in rec.spans
+        ]
+    assert [len(v) for v in values] == [4096] * 3
