@@ -41,6 +41,13 @@ MAX_DEPTH = 6
 MAX_NODES = 512
 REDACTED = "[REDACTED]"
 
+#: Keys lens_rl sets alone (SPEC, Attribute naming): a user's value for one is dropped wherever it is given.
+LENS_RL_KEYS = ("rl.bucket",)
+#: What a phase's span is counted by, decided when it opens (its bucket; its step, given by ``step=``): live
+#: accounting has used them, so a value set on the open span (``set_attribute``) is dropped, or the offline read
+#: of the same span would disagree with it.
+OPENING_KEYS = (*LENS_RL_KEYS, "rl.step")
+
 _SEGMENT_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _SECRET_SEGMENTS = frozenset({
@@ -269,6 +276,13 @@ def clean_attributes(attributes: Mapping[str, Any] | None, prefix: str = "") -> 
         if cleaned is not None:
             out[key] = cleaned
     return out
+
+
+def without(attributes: dict[str, Any], keys: tuple[str, ...] = LENS_RL_KEYS) -> dict[str, Any]:
+    """``attributes`` (cleaned, so keys are plain strings) with ``keys`` removed, in place."""
+    for key in keys:
+        attributes.pop(key, None)
+    return attributes
 
 
 def safe_str(exc: BaseException) -> str:

@@ -144,13 +144,17 @@ def phase_parent(explicit: Any = None) -> tuple[Any, Any, Mapping[str, Any] | No
     return ctx, parent, ctx.get(baggage_key)
 
 
-def under(ctx: Any, span: Any, step: Any = None) -> Any:
-    """``ctx`` with ``span`` current and, when given, ``step`` in its baggage (one copy of the context)."""
+def under(ctx: Any, span: Any, step: Any = None, stepless: bool = False) -> Any:
+    """``ctx`` with ``span`` current and, when given, ``step`` in its baggage (one copy of the context);
+    ``stepless``: no step in its baggage at all (what runs inside a worker's start-up is in no step)."""
     span_key, baggage_key, context_type, _, _ = keys()
     new = context_type(ctx)  # Context refuses item assignment; a fresh copy is ours to fill
     dict.__setitem__(new, span_key, span)
     if step is not None:
         dict.__setitem__(new, baggage_key, {**(ctx.get(baggage_key) or {}), BAGGAGE_STEP: str(step)})
+    elif stepless and BAGGAGE_STEP in (ctx.get(baggage_key) or {}):
+        kept = {k: v for k, v in ctx.get(baggage_key).items() if k != BAGGAGE_STEP}
+        dict.__setitem__(new, baggage_key, kept)
     return new
 
 

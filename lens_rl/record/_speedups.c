@@ -11,6 +11,7 @@
  *                                      (made by the Python implementation on a miss);
  *                                      while off, a lazy record of (name, kwargs);
  *                                      the name a str not starting with white space,
+ *                                      the step an int within int64 or None,
  *                                      the bucket a Bucket member, a canonical bucket
  *                                      string (replaced by its member) or None,
  *                                      `parent` / `attributes` a dict or None
@@ -208,6 +209,7 @@ static PyObject *bucket_by_value = NULL;
 static PyObject *str_bucket = NULL;
 static PyObject *str_parent = NULL;
 static PyObject *str_attributes = NULL;
+static PyObject *str_step = NULL;
 static PyObject *key_marker = NULL; /* starts a keyword phase's key in the cache (lens_rl.record.phases's) */
 
 /* The offset of a slot of `obj`'s type named `name`, or -1 (then it is read by attribute). */
@@ -281,6 +283,17 @@ put_triple(PyObject *key, Py_ssize_t *at, PyObject *name, PyObject *value)
  * same way after the marker again): the very key lens_rl.record.phases builds, so one call shape is one
  * entry whichever implementation met it. On a miss the Python implementation makes (and keeps) it, and
  * decides every case this does not answer: an unhashable value, a keyword built at run time. */
+/* A value whose hash would cost in proportion to its size: text or bytes past the attribute cap (4096
+ * characters, lens_rl._attributes.MAX_VALUE_CHARS). A call with one is never keyed: the Python path makes its
+ * phase each time, capping the value first (SPEC: coercing any value takes bounded time). */
+#define MAX_KEY_CHARS 4096
+static int
+too_long(PyObject *value)
+{
+    return (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > MAX_KEY_CHARS) ||
+           (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) > MAX_KEY_CHARS);
+}
+
 static PyObject *
 keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t nkw)
 {
@@ -288,10 +301,21 @@ keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_
     Py_ssize_t attributes_at = -1;
     Py_ssize_t size = 2 + 3 * nkw;
     for (Py_ssize_t i = 0; i < nkw; i++) {
-        if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(args[nargs + i])) {
-            attributes = args[nargs + i];
+        PyObject *value = args[nargs + i];
+        if (too_long(value)) {
+            return PyObject_Vectorcall(slow, args, nargs, kwnames);
+        }
+        if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(value)) {
+            attributes = value;
             attributes_at = i;
             size += 1 + 3 * PyDict_GET_SIZE(attributes) - 3;
+            PyObject *k, *v;
+            Py_ssize_t pos = 0;
+            while (PyDict_Next(attributes, &pos, &k, &v)) {
+                if (too_long(v) || too_long(k)) {
+                    return PyObject_Vectorcall(slow, args, nargs, kwnames);
+                }
+            }
         }
     }
     PyObject *key = PyTuple_New(size);
@@ -390,6 +414,15 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
                 value = member; /* borrowed from the dict, which lives as long as the module */
             }
         }
+        else if (key == str_step) { /* an int within int64, or None; anything else: checked in Python */
+            if (value != Py_None) {
+                int overflow = 0;
+                if (!PyLong_CheckExact(value) || (PyLong_AsLongLongAndOverflow(value, &overflow), overflow != 0)) {
+                    Py_DECREF(values);
+                    return PyObject_Vectorcall(slow, args, nargs, kwnames);
+                }
+            }
+        }
         else if (key == str_parent || key == str_attributes) {
             if (value != Py_None && !PyDict_Check(value)) {
                 Py_DECREF(values); /* validated (and refused, or accepted as a Mapping) in Python */
@@ -454,13 +487,14 @@ PyInit__speedups(void)
         return NULL;
     }
     str_bucket = PyUnicode_InternFromString("bucket");
+    str_step = PyUnicode_InternFromString("step");
     str_parent = PyUnicode_InternFromString("parent");
     str_attributes = PyUnicode_InternFromString("attributes");
     str_on = PyUnicode_InternFromString("on");
     str_stacked = PyUnicode_InternFromString("stacked");
     str_enter_on = PyUnicode_InternFromString("_enter_on");
     str_exit_on = PyUnicode_InternFromString("_exit_on");
-    if (str_bucket == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
+    if (str_bucket == NULL || str_step == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
         str_enter_on == NULL || str_exit_on == NULL) {
         return NULL;
     }

@@ -134,6 +134,9 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
                 parent_ctx = umbrella_parent()
         parent_ctx, parent_span, baggage = phase_parent(parent_ctx)
         carried_bucket, carried_step = carried_in(baggage)
+        stepless = spec.stepless  # a worker's start-up: in no step, whatever step its caller carried
+        if stepless:
+            carried_step = None
         bucket = resolve_bucket(spec, carried_bucket)
         attributes = spec._attributes(bucket)
         own_step = attributes.get("rl.step")
@@ -161,7 +164,7 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
             span = fast.start(spec.name, parent_span, attributes, start_ns, shape, parent_ctx)
         else:
             span = handle.tracer.start_span(spec.name, context=parent_ctx, attributes=attributes, start_time=start_ns)
-        token = runtime_context().attach(under(parent_ctx, span, own_step)) if attach else None
+        token = runtime_context().attach(under(parent_ctx, span, own_step, stepless)) if attach else None
         span_id = span.get_span_context()[1]
         umbrella = bucket is None and own_step is not None
         node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)

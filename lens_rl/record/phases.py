@@ -18,10 +18,12 @@ Example::
 from __future__ import annotations
 
 import inspect
+import operator
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lens_rl._attributes import clean_attributes, clean_text
+from lens_rl._attributes import MAX_VALUE_CHARS, clean_attributes, clean_text, without
 from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket, default_bucket
 from lens_rl.record import _impl, wrappers
@@ -43,6 +45,27 @@ def _check(name: object, parent: object = None, attributes: object = None) -> No
         raise ValueError(f"traced_phase: attributes must be a mapping, got {attributes!r}")
 
 
+#: Past the last int64: a step is an int in [-STEP_END, STEP_END) (what every reader holds).
+STEP_END = 2**63
+
+
+def check_step(step: Any) -> None:
+    """``ValueError`` unless ``step`` is None or an int within int64 (a bool is no step; a numpy integer is one),
+    the same whether telemetry is on or off: a step of another type would be recorded as it is and read back as
+    a step of its own."""
+    if step is None or (step.__class__ is int and -STEP_END <= step < STEP_END):
+        return
+    message = f"traced_phase: step must be an int in [-2**63, 2**63), got {reprlib.repr(step)}"
+    if isinstance(step, bool) or not hasattr(type(step), "__index__"):
+        raise ValueError(message)
+    try:
+        number = operator.index(step)
+    except Exception as exc:
+        raise ValueError(message) from exc
+    if not -STEP_END <= number < STEP_END:
+        raise ValueError(message)
+
+
 class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
     """A training phase: a context manager and a decorator (sync, async, generators, methods).
 
@@ -50,6 +73,9 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
     """
 
     __slots__ = ("name", "bucket", "parent", "attributes", "rl_attributes", "_static", "_default", "_parent_ctx")
+    #: True for a phase in no step (a worker's start-up): the step its caller carried is neither recorded on it
+    #: nor carried to what runs inside it
+    stepless = False
 
     def __init__(
         self,
@@ -114,8 +140,9 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
             static = clean_attributes(self.rl_attributes, prefix="rl.")
             for key, value in clean_attributes(self.attributes).items():
                 static.setdefault(key, value)
-            static.pop("rl.bucket", None)  # set by lens_rl alone
-            self._static = static
+            if static.get("rl.step", 0).__class__ is not int:  # (attributes=, a woven phase's): never written
+                del static["rl.step"]  # as a step no reader takes (a cleaned int past int64 is text)
+            self._static = static = without(static)  # rl.bucket: set by lens_rl alone
         if bucket is None:
             return dict(static)
         return {"rl.bucket": bucket._value_, **static}  # (_value_: .value is a slow enum descriptor)
@@ -192,6 +219,10 @@ else:
                 _check_off(name, kwargs.get("bucket"))
         except TypeError:  # unhashable: not valid
             _check_off(name, kwargs.get("bucket"))
+        if "step" in kwargs:
+            step = kwargs["step"]
+            if step is not None and (step.__class__ is not int or not -STEP_END <= step < STEP_END):
+                check_step(step)
         if "attributes" in kwargs:
             if kwargs["attributes"].__class__ not in _PLAIN or (
                 "parent" in kwargs and kwargs["parent"].__class__ not in _PLAIN
@@ -224,7 +255,8 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """A keyword phase's key in the phase cache: the marker, the name, then each keyword's name, value and
     the value's type (1, 1.0 and True are equal and hash alike, but record apart); an ``attributes`` dict's
     items the same way after the marker again. The C entry point builds the very same key, so one call
-    shape is one entry whichever implementation met it first."""
+    shape is one entry whichever implementation met it first. A text or bytes value past the attribute cap is
+    never keyed (TypeError, as an unhashable one: hashing it costs in proportion to its size)."""
     key: list[Any] = [KEY_MARKER, name]
     attributes = kwargs.get("attributes")
     exact = attributes.__class__ is dict
@@ -235,7 +267,14 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
         key.append(KEY_MARKER)
         for k, v in attributes.items():  # type: ignore[union-attr]
             key += (k, v, v.__class__)
+    for item in key:
+        if item.__class__ in _LONG_HASH and len(item) > MAX_VALUE_CHARS:
+            # its hash would cost in proportion to its size: never keyed (made each time, its value capped first)
+            raise TypeError("too long to key")
     return tuple(key)
+
+
+_LONG_HASH = (str, bytes)
 
 
 def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:
@@ -307,6 +346,8 @@ def _make_phase(
     attributes: Mapping[str, Any] | None = None,
     **rl_attributes: Any,
 ) -> Phase:
+    if "step" in rl_attributes:
+        check_step(rl_attributes["step"])
     phase = Phase(name, coerce_bucket(bucket), parent, attributes, rl_attributes)
     if not (bucket or parent or attributes or rl_attributes) and len(_CACHE) < _CACHE_MAX:
         _CACHE[name] = phase

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lens_rl._attributes import clean_attributes, clean_text, exception_event, safe_str
+from lens_rl._attributes import OPENING_KEYS, clean_attributes, clean_text, exception_event, safe_str, without
 from lens_rl._errors import internal_error
 from lens_rl._runtime import RUNTIME
 
@@ -102,7 +102,8 @@ def _pairs(attributes: Any) -> Mapping[str, Any] | None:
 class PhaseSpan:
     """What a phase yields when on: every :class:`SpanLike` method, recording; values cleaned, secrets redacted.
 
-    Never raises: a fault is telemetry's own (logged once), as off would have accepted the call.
+    Never raises: a fault is telemetry's own (logged once), as off would have accepted the call. ``rl.bucket``
+    and ``rl.step`` set here are dropped: the phase's bucket and step were decided when it opened.
     """
 
     __slots__ = ("_span",)
@@ -112,13 +113,13 @@ class PhaseSpan:
 
     def set_attribute(self, key: str, value: Any) -> None:
         try:
-            self._span.set_attributes(clean_attributes({str(key): value}))
+            self._span.set_attributes(without(clean_attributes({str(key): value}), OPENING_KEYS))
         except Exception as exc:
             internal_error(exc, "span-api")
 
     def set_attributes(self, attributes: Any) -> None:
         try:
-            self._span.set_attributes(clean_attributes(_pairs(attributes)))
+            self._span.set_attributes(without(clean_attributes(_pairs(attributes)), OPENING_KEYS))
         except Exception as exc:
             internal_error(exc, "span-api")
 

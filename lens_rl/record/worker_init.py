@@ -29,6 +29,7 @@ class _WorkerInit(Phase):
     """``traced_worker_init``'s runner: start worker telemetry, then open the span."""
 
     __slots__ = ()
+    stepless = True  # it belongs to no step: not its caller's either (SPEC, Aspects)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (

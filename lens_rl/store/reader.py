@@ -38,6 +38,7 @@ from lens_rl.store.files import (
 from lens_rl.store.heads import HEADER_PREFIX, Head, driver_attempts, head_of, heads, later_head, read_head
 from lens_rl.store.rows import (
     BAD_LINE,
+    BAD_STEP,
     INT64_END,
     Row,
     decode_row,
@@ -219,13 +220,13 @@ def scan_runs(
     first one too).
 
     A bad line is one that is not JSON, longer than :data:`LINE_MAX`, nested deeper than the parser allows,
-    has a key of another JSON type than the format's, no name or id, or times that are not integers in
+    has a key of another JSON type than the format's (an ``rl.step`` that is not an int too), no name or id, or times that are not integers in
     [:data:`TIME_MIN_NS`, :data:`TIME_MAX_NS`) with the end not before the start."""
     handle = _opened(path, stats, noted=head is None)
     if handle is None:
         return
     lines = skipped = 0
-    decode, bad = decode_row, BAD_LINE
+    decode, bad, bad_step = decode_row, BAD_LINE, BAD_STEP
     rows: list[Row] = []
     offsets: list[int] = []
     lengths: list[int] = []
@@ -270,6 +271,9 @@ def scan_runs(
                         skipped += 1
                         continue
                 except TypeError:  # a time missing
+                    skipped += 1
+                    continue
+                if row.a is not None and row.a.get("rl.step").__class__ in bad_step:  # a step that is no int
                     skipped += 1
                     continue
                 rows.append(row)

@@ -6,7 +6,8 @@ by ``import lens_rl``).
 
 A span line with no name, or with a key of another JSON type than the format's
 (:data:`lens_rl.store.format.FIELD_TYPES`), or a time out of the plausible range, is garbage: ``decode_row``
-raises one of :data:`BAD_LINE`.
+raises one of :data:`BAD_LINE`; so is one whose ``rl.step`` is not an int (:data:`BAD_STEP`, which the readers
+check after decoding).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 
 from lens_rl.store.format import TIME_MAX_NS, TIME_MIN_NS
 
-__all__ = ["BAD_LINE", "INT64_END", "Row", "decode_row", "loads", "plausible", "time_ns", "trace_time_ns"]
+__all__ = ["BAD_LINE", "BAD_STEP", "INT64_END", "Row", "decode_row", "loads", "plausible", "time_ns", "trace_time_ns"]
 
 #: Past the last int64: a time in ns is an int in [-INT64_END, INT64_END).
 INT64_END = 2**63
@@ -61,11 +62,17 @@ decode_row: Any = msgspec.json.Decoder(Row).decode
 BAD_LINE: tuple[type[Exception], ...] = (ValueError, RecursionError, msgspec.DecodeError)
 
 
+#: The types of an ``rl.step`` that make its line garbage (SPEC: ``rl.step`` stays an int; a field of the wrong
+#: JSON type: the line is skipped and counted): text, a boolean, a number with a fraction or an exponent. (A
+#: list or an object, or an int past 64 bits, reads as no step.)
+BAD_STEP: frozenset[type] = frozenset({str, bool, float})
+
+
 def plausible(row: Row) -> bool:
     """Whether a decoded span row has both times, the end not before the start (each time's range the decoder
-    checked): :func:`scan` skips any other as a bad line."""
-    b, e = row.b, row.e
-    return b is not None and e is not None and b <= e
+    checked), and no ``rl.step`` of a :data:`BAD_STEP` type: :func:`scan` skips any other as a bad line."""
+    b, e, a = row.b, row.e, row.a
+    return b is not None and e is not None and b <= e and (a is None or a.get("rl.step").__class__ not in BAD_STEP)
 
 
 def time_ns(value: Any) -> int:

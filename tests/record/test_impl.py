@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -248,10 +249,10 @@ def test_keyword_phases_while_on_are_kept_per_distinct_arguments(tp: Callable[..
         first = tp("p", bucket="productive", step=1, attributes={"k": "v"})
         assert isinstance(first, aspects.Phase)
         assert tp("p", bucket="productive", step=1, attributes={"k": "v"}) is first
-        assert tp("p", step=1.0, bucket="productive", attributes={"k": "v"}).rl_attributes == {"step": 1.0}
-        as_keyword, as_attribute = tp("p", step=1), tp("p", attributes={"step": 1})
-        assert as_keyword.rl_attributes == {"step": 1} and as_attribute.attributes == {"step": 1}
-        assert as_keyword is not as_attribute and as_keyword is not tp("p", step=True)
+        assert tp("p", step=1, epoch=1.0, attributes={"k": "v"}).rl_attributes == {"step": 1, "epoch": 1.0}
+        as_keyword, as_attribute = tp("p", epoch=1), tp("p", attributes={"epoch": 1})
+        assert as_keyword.rl_attributes == {"epoch": 1} and as_attribute.attributes == {"epoch": 1}
+        assert as_keyword is not as_attribute and as_keyword is not tp("p", epoch=True)
         assert tp("p", attributes={"k": [1]}) is not tp("p", attributes={"k": [1]})  # unhashable: made each time
         assert tp("p", attributes={"k": [1]}).attributes == {"k": [1]}
 
@@ -282,3 +283,85 @@ def test_the_entry_point_shows_the_one_docstring() -> None:
         "attributes",
         "rl_attributes",
     ]
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_the_yielded_span_never_changes_the_bucket_or_step(tp: Callable[..., Any]) -> None:
+    """set_attribute / set_attributes of rl.bucket or rl.step on a phase's span are dropped (the bucket and step
+    were decided when it opened), so the recorded span and live step_goodput agree; other keys are kept."""
+    with testing.recording() as rec:
+        with tp("step", step=0):
+            with tp("policy_training") as span:
+                span.set_attribute("rl.bucket", "wasted")
+                span.set_attribute("rl.step", 7)
+                span.set_attributes({"rl.bucket": "idle", "rl.step": "x", "rl.kept": 1})
+                span.set_attributes([("rl.bucket", "wasted")])
+        live = lens_rl.step_goodput()
+        attrs = dict(rec.find("policy_training").attributes)
+    assert attrs == {"rl.bucket": "productive", "rl.step": 0, "rl.kept": 1}
+    assert live["seconds"]["wasted"] == 0 and live["seconds"]["productive"] > 0
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_step_that_is_not_an_int_is_refused_on_and_off(tp: Callable[..., Any]) -> None:
+    """step= of a str, a bool, a float or an int past 64 bits is a ValueError naming the step, the value and what
+    is allowed, at the call, whether telemetry is on or off; an int, a numpy-like integer and None are steps."""
+
+    class Index:  # what numpy integers are to Python: no int, an __index__
+        def __index__(self) -> int:
+            return 3
+
+    bad = ["2", True, float("nan"), 2.0, 2**63, [1]]
+    _off()
+    for on in (False, True):
+        with testing.recording() if on else contextlib.nullcontext():
+            for step in bad:
+                with pytest.raises(ValueError, match=r"step must be an int in \[-2\*\*63, 2\*\*63\), got "):
+                    tp("generation", step=step)
+                with pytest.raises(ValueError, match="step must be an int"):
+                    tp("generation", bucket="idle", attributes={"k": 1}, step=step)
+            for step in (0, -(2**63), Index(), None):
+                with tp("generation", step=step):
+                    pass
+
+
+def test_a_step_that_is_not_an_int_given_another_way_is_left_out() -> None:
+    """An rl.step of another type that reaches a phase without step= (attributes=, a woven framework's phase) is
+    left out of its span, never written as a step no reader takes; an int is kept."""
+    from lens_rl.frameworks._phases import close_phase, open_phase
+
+    with testing.recording() as rec:
+        with lens_rl.traced_phase("a", attributes={"rl.step": "2"}):
+            pass
+        with lens_rl.traced_phase("b", attributes={"rl.step": 2}):
+            pass
+        close_phase(open_phase("c", step=1.5), None)
+        attrs = {s.name: dict(s.attributes).get("rl.step") for s in rec.spans}
+    assert attrs == {"a": None, "b": 2, "c": None}
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_huge_string_argument_is_capped_never_keyed(tp: Callable[..., Any]) -> None:
+    """A string past the 4096-character cap given as a keyword or in attributes= is never hashed nor used as a
+    key of the phase cache (hashing costs in proportion to its size): the phase is made each time, its value
+    capped."""
+    import ctypes
+
+    def hashed(text: str) -> bool:  # CPython keeps a str's hash once computed (-1: not yet)
+        return ctypes.c_ssize_t.from_address(id(text) + 3 * ctypes.sizeof(ctypes.c_ssize_t)).value != -1
+
+    huge = "s" * (1 << 20)
+    with testing.recording() as rec:
+        before = len(RUNTIME.phase_cache)
+        with tp("generation", prompt=huge):
+            pass
+        with tp("generation", attributes={"prompt": huge}):
+            pass
+        assert sys.implementation.name != "cpython" or not hashed(huge)
+        with tp("generation", bucket="idle", attributes={"k": 1}, note=huge.encode()):
+            pass
+        assert len(RUNTIME.phase_cache) == before
+        values = [
+            s.attributes.get("rl.prompt", s.attributes.get("prompt", s.attributes.get("rl.note"))) for s in rec.spans
+        ]
+    assert [len(v) for v in values] == [4096] * 3

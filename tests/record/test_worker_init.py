@@ -70,3 +70,25 @@ def test_traced_worker_init_disabled_runs_constructor_untouched() -> None:
     decorated = traced_worker_init("init")(A)
     assert decorated is A and A(4).x == 4
     assert lens_rl.get_telemetry_handle() is None
+
+
+def test_traced_worker_init_takes_no_step_from_its_caller(lens_spans: SpanRecorder) -> None:
+    """A worker built under a carrier taken inside a step, or in-process inside a step, records no rl.step on its
+    init span nor on the phases its constructor runs; the trace parent is kept."""
+
+    @traced_worker_init("policy.init")
+    class Worker:
+        def __init__(self) -> None:
+            with traced_phase("load_model"):
+                pass
+
+    with traced_phase("step", step=4):
+        with traced_phase("generation") as gen:
+            carrier = lens_rl.inject_context()
+            Worker()  # in-process, inside the step
+    with lens_rl.attach_context(carrier):
+        Worker()  # as a worker handed the driver's context
+    inits = lens_spans.find_all("policy.init")
+    assert [_attrs(s) for s in inits] == [{"rl.bucket": "overhead"}] * 2
+    assert [_attrs(s).get("rl.step") for s in lens_spans.find_all("load_model")] == [None, None]
+    assert all(s.parent.span_id == gen.get_span_context().span_id for s in inits)

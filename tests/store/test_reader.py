@@ -267,3 +267,25 @@ def test_runs_of_rows_hold_one_header_each_and_are_the_lines_a_scan_yields(tmp_p
     ]
     assert flat == [(head.process, row, at, size) for head, row, at, size in scan(path, ReadStats())]
     assert [row.s for _h, row in iter_rows(path)] == [row.s for _h, row, _a, _s in flat[:-1]]  # (a repeat skipped)
+
+
+def test_a_step_that_is_not_an_int_is_a_bad_line(tmp_path: Path) -> None:
+    """An rl.step written as text, a boolean or a number with a fraction is the wrong JSON type: the line is
+    skipped and counted, in a cold read and in goodput --json, which then lists only the int steps."""
+    from lens_rl.offline import analyze
+
+    good = span("step", 0, 1, "s0", step=0)
+    lines = [
+        good,
+        span("step", 1, 2, "s1", step=1),
+        {**span("step", 2, 3, "s2"), "a": {"rl.step": "2"}},
+        {**span("step", 3, 4, "s3"), "a": {"rl.step": True}},
+        {**span("step", 4, 5, "s4"), "a": {"rl.step": 4.0}},
+        {**span("step", 5, 6, "s5"), "a": {"rl.step": [5]}},  # (a list reads as no step)
+    ]
+    path = write_process(tmp_path / "run", "driver", 0, 1, lines)
+    stats = ReadStats()
+    assert [row.s for _, row in iter_rows(path, stats)] == [good["s"], lines[1]["s"], lines[5]["s"]]
+    assert stats.skipped == 3
+    report = analyze(span_files(tmp_path / "run"), jobs=1)
+    assert [s["step"] for s in report["steps"]] == [0, 1] and report["skipped_lines"] == 3
