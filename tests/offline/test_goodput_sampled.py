@@ -17,7 +17,8 @@ from lens_rl.offline.run.records import PartRec, decode, encode, part_from, part
 from lens_rl.store import Process
 from tests.conftest import clean_env
 
-#: 100 steps of a 6 ms generation and 3 ms of loop, at ``sample_rate`` argv[2], lens_rl's own stream seeded
+#: 100 steps of a 20 ms generation and 10 ms of loop (long enough that a loaded machine's late wake-ups,
+#: a few ms, move the two runs' goodput alike), at ``sample_rate`` argv[2], lens_rl's own stream seeded
 #: with argv[3] (which top-level phases are kept is then the same every run).
 JOB = """
 import sys, time
@@ -32,8 +33,8 @@ ids.STREAM.seed(seed)
 for step in range(1, 101):
     with traced_phase("step", step=step):
         with traced_phase("generation"):
-            time.sleep(0.006)
-        time.sleep(0.003)
+            time.sleep(0.02)
+        time.sleep(0.01)
 lens_rl.shutdown_telemetry()
 """
 
