@@ -13,7 +13,7 @@ import pytest
 from lens_rl.buckets import default_bucket
 from lens_rl.frameworks import instrument, uninstrument
 from lens_rl.testing import recording
-from tests.frameworks.standins import PREEMPTION_S, assert_agree, standin
+from tests.frameworks.standins import assert_agree, standin
 
 PHASES = {"generation", "make_experience", "ppo_train", "broadcast"}
 
@@ -38,24 +38,31 @@ def test_a_ppo_fit_is_steps_of_phases_agreeing_with_openrlhfs_timing(orl: None) 
     """Woven before the import: each step_total umbrella holds its generation, make_experience, ppo_train and
     broadcast, carries the global_step OpenRLHF logs, and every phase is within 1 ms + 1 % of its timing/*."""
     assert instrument("openrlhf") == ["openrlhf"]
-    trainer = importlib.import_module("openrlhf.trainer.ppo_trainer").PPOTrainer(batches=3)
-    with recording() as rec:
-        trainer.fit()
-        steps = _done(rec)
-    assert [s.attributes["rl.step"] for s in steps] == [row["global_step"] for row in trainer.logged] == [1, 2, 3]
+    module = importlib.import_module("openrlhf.trainer.ppo_trainer")
+    # a pause of the machine (a collection, a loaded CI host) landing between OpenRLHF's clock and lens_rl's
+    # is not lens_rl's error and does not repeat; a systematic one shows in every fit: up to three fits
+    for attempt in range(3):
+        trainer = module.PPOTrainer(batches=3)
+        with recording() as rec:
+            trainer.fit()
+            steps = _done(rec)
+        assert [s.attributes["rl.step"] for s in steps] == [row["global_step"] for row in trainer.logged] == [1, 2, 3]
+        pairs = []
+        for umbrella, logged in zip(steps, trainer.logged, strict=True):
+            inside = [s for s in rec.spans if s.parent is not None and s.parent.span_id == umbrella.context.span_id]
+            assert {s.name for s in inside} == PHASES
+            for span in inside:
+                pairs.append((f"{logged['global_step']} {span.name}", _seconds(span), logged[f"timing/{span.name}"]))
+                assert span.attributes["rl.bucket"] == str(default_bucket(span.name))
+            # the step's wall is OpenRLHF's step_total and the few calls it leaves untimed
+            pairs.append((f"{logged['global_step']} step_total", _seconds(umbrella), logged["timing/step_total"]))
+        try:
+            assert_agree(pairs)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
     by_id = {s.context.span_id: s for s in rec.spans}
-    pairs = []
-    for umbrella, logged in zip(steps, trainer.logged, strict=True):
-        inside = [s for s in rec.spans if s.parent is not None and s.parent.span_id == umbrella.context.span_id]
-        assert {s.name for s in inside} == PHASES
-        for span in inside:
-            pairs.append((f"{logged['global_step']} {span.name}", _seconds(span), logged[f"timing/{span.name}"]))
-            assert span.attributes["rl.bucket"] == str(default_bucket(span.name))
-        # the step's wall is OpenRLHF's step_total and the few calls it leaves untimed (a preemption on a
-        # loaded machine may land in them: at most one, PREEMPTION_S)
-        theirs = logged["timing/step_total"]
-        assert -(0.001 + 0.01 * theirs) <= _seconds(umbrella) - theirs < PREEMPTION_S
-    assert_agree(pairs)
     saves = rec.find_all("save_logs_and_checkpoints")
     assert len(saves) == 3 and all(s.attributes.get("rl.step") is None for s in saves)  # after train_step: no step
     assert all(by_id.get(s.parent.span_id) is None for s in saves if s.parent is not None)
