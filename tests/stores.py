@@ -326,3 +326,12 @@ def grow_store(run: Path, first: int, last: int) -> None:
 def cache_record(payload: bytes) -> bytes:
     """``payload`` as a record of a refresh-cache entry's file: its length (8 bytes, little-endian), then it."""
     return len(payload).to_bytes(8, "little") + payload
+
+
+def count_records(data: bytes) -> int:
+    """How many records (see :func:`cache_record`) a refresh-cache entry's file holds."""
+    at = count = 0
+    while at < len(data):
+        at += 8 + int.from_bytes(data[at : at + 8], "little")
+        count += 1
+    return count

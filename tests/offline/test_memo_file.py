@@ -11,15 +11,7 @@ from typing import Any
 from lens_rl.offline.run.analyze import analyze
 from lens_rl.offline.run.cache import cache_folder
 from lens_rl.store import span_files
-from tests.stores import grow_store, span
-
-
-def _count_records(data: bytes) -> int:
-    at = count = 0
-    while at < len(data):
-        at += 8 + int.from_bytes(data[at : at + 8], "little")
-        count += 1
-    return count
+from tests.stores import count_records, grow_store, span
 
 
 def test_a_grown_runs_memo_is_appended_to_and_reads_back_as_the_last_looks(tmp_path: Path) -> None:
@@ -54,7 +46,7 @@ def test_a_grown_runs_memo_is_appended_to_and_reads_back_as_the_last_looks(tmp_p
     grow_store(run, 30, 33)
     assert look() == 3
     grown = memo_file.read_bytes()
-    assert _count_records(first) == 1 and _count_records(grown) == 2
+    assert count_records(first) == 1 and count_records(grown) == 2
     assert grown.startswith(first) and len(grown) - len(first) < len(first) // 2  # (appended: 3 steps' records)
     late = span("train", 103.2, 105.4, "late-w4", parent="d10-1", remote=True, bucket="productive", step=10)
     with (run / "spans-lm_policy-4-104.jsonl").open("a") as handle:  # a late span of step 10
@@ -66,11 +58,11 @@ def test_a_grown_runs_memo_is_appended_to_and_reads_back_as_the_last_looks(tmp_p
     assert look() == 3
     memo_file.write_bytes(saved + memo_file.read_bytes()[len(saved) :][:-5])  # the last record, cut short
     assert look() == 36  # (the state before it was made from other entries: walked afresh, written whole)
-    assert _count_records(memo_file.read_bytes()) == 1
+    assert count_records(memo_file.read_bytes()) == 1
     for n in range(36, 36 + MAX_RECORDS):
         grow_store(run, n, n + 1)
         assert look() == 1
-    assert _count_records(memo_file.read_bytes()) < MAX_RECORDS  # written whole again on the way, not 32 records on
+    assert count_records(memo_file.read_bytes()) < MAX_RECORDS  # written whole again on the way, not 32 records on
     assert look() == 0
 
 

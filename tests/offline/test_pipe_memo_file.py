@@ -22,7 +22,7 @@ from lens_rl.offline.run.cache_files import MAX_RECORDS, after_length
 from lens_rl.offline.run.pipe_memo_file import PIPE_MEMO, PipeMemoRec
 from lens_rl.offline.run.record_codec import decode, encode
 from lens_rl.store import span_files
-from tests.stores import grow_store
+from tests.stores import count_records, grow_store
 
 
 def _look(run: Path, monkeypatch: Any) -> tuple[PipeMemo, dict[str, Any]]:
@@ -102,14 +102,6 @@ def _planted(rec: PipeMemoRec, **changes: Any) -> bytes:
     return _sealed(encode(msgspec.structs.replace(rec, **changes)))
 
 
-def _count_records(data: bytes) -> int:
-    at = count = 0
-    while at < len(data):
-        at += 8 + int.from_bytes(data[at : at + 8], "little")
-        count += 1
-    return count
-
-
 def test_a_grown_runs_memo_is_appended_to_and_written_whole_again_after_many_records(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -125,18 +117,18 @@ def test_a_grown_runs_memo_is_appended_to_and_written_whole_again_after_many_rec
     grow_store(run, 30, 32)
     assert _look(run, monkeypatch)[0].reused == 30
     grown = memo_file.read_bytes()
-    assert _count_records(grown) == 2 and grown.startswith(first) and len(grown) - len(first) < len(first) // 2
+    assert count_records(grown) == 2 and grown.startswith(first) and len(grown) - len(first) < len(first) // 2
     grow_store(run, 32, 33)
     assert _look(run, monkeypatch)[0].reused == 32  # (read back through the appended record)
     appended = memo_file.read_bytes()
     grow_store(run, 33, 34)
     memo_file.write_bytes(appended[:-5])  # (the last record cut short: the state before it is out of date)
     assert _look(run, monkeypatch)[0].reused == 0
-    assert _count_records(memo_file.read_bytes()) == 1
+    assert count_records(memo_file.read_bytes()) == 1
     for n in range(34, 34 + MAX_RECORDS):
         grow_store(run, n, n + 1)
         assert _look(run, monkeypatch)[0].reused == n
-    assert _count_records(memo_file.read_bytes()) < MAX_RECORDS
+    assert count_records(memo_file.read_bytes()) < MAX_RECORDS
 
 
 def test_a_memo_planted_cut_short_oversized_or_not_adding_up_is_computed_afresh(
