@@ -400,3 +400,23 @@ def test_json_output_names_a_key_that_is_not_text_as_text(capsys: pytest.Capture
         _print_json(report)
         expected = orjson.dumps(report, default=str, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
         assert capsys.readouterr().out == expected.decode() + "\n"
+
+
+def test_a_reading_command_starts_no_blas_threads_and_a_job_keeps_the_users_environment(
+    traced_run: Path, tmp_path: Path
+) -> None:
+    """A look loads numpy without OpenBLAS's pool (one thread a core, never used to read), unless the user set
+    its size; ``lens-rl run`` hands the job the environment as the user gave it."""
+    look = f"""
+        import os, sys
+        from lens_rl.cli import main
+        sys.stdout = open(os.devnull, "w")
+        assert main(["goodput", {str(traced_run)!r}, "--json"]) == 0
+        sys.stderr.write(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+        """
+    assert "OPENBLAS_NUM_THREADS" not in clean_env()  # (what a user who never set it has)
+    assert run_python(look).stderr.endswith("1")
+    assert run_python(look, env={"OPENBLAS_NUM_THREADS": "4"}).stderr.endswith("4")
+    job = [sys.executable, "-c", "import os; print(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))"]
+    out = lens("run", "--trace-dir", str(tmp_path), "--", *job)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "unset", out.stderr
