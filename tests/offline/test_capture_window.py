@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lens_rl.offline.run.analyze import analyze
+from lens_rl.offline.run.timeline import window_file
 from lens_rl.store import span_files
 from tests.devices.profile_helpers import goodput, rewritten
 from tests.stores import span, write_process
@@ -119,3 +120,14 @@ def test_the_refresh_cache_reads_a_capture_window_as_a_cold_read_does(
     assert (run / ".lens_rl-cache").is_dir()
     assert warm == cold and again == cold
     assert _overhead(cold) == pytest.approx(0.85 if group == "lm_policy" else 1.1)
+
+
+def test_the_reports_timeline_draws_a_capture_window_as_a_container(tmp_path: Path) -> None:
+    """The report's timeline of the profiled step draws the window with no bucket (as an umbrella, under the
+    phases it holds, never an overhead bar over them) and its start and stop as overhead."""
+    run = tmp_path / "r"
+    _driver_run(run)
+    drawn = {item["name"]: item for item in window_file(next(run.glob("spans-*.jsonl")), (0, 0), 100, None)}
+    assert drawn["rl.profile"]["bucket"] is None and drawn["rl.profile"]["attrs"]["rl.step"] == 0
+    assert drawn["rl.profile.start"]["bucket"] == drawn["rl.profile.stop"]["bucket"] == "overhead"
+    assert drawn["forward"]["bucket"] == "productive"
