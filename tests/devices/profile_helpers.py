@@ -168,6 +168,8 @@ def check_capture_is_overhead(run: Path, scratch: Path) -> None:
         for s in excluded["steps"]
     ]
     assert profiled["critical_path"]["steps"] == excluded["critical_path"]["steps"]
+    for row in profiled["steps"]:  # (nothing counted twice: a step's seconds fit in its wall)
+        assert sum(row["seconds"].values()) + row["unattributed_s"] == pytest.approx(row["wall_s"], abs=1e-5)
     before = goodput(rewritten(run, scratch / "before" / run.name, drop=False), "--no-cache")
     assert before == profiled
     assert goodput(run) == profiled and goodput(run) == profiled  # (the second from the refresh cache)

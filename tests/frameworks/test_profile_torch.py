@@ -69,7 +69,7 @@ def test_config_profiles_exactly_the_configured_steps_of_the_configured_rank(tmp
                 <= event["abs_ts"] + event["dur"]
                 <= umbrella["e"] / 1000 + 1
             )
-        assert window["b"] <= umbrella["e"] and window["e"] >= umbrella["e"]
+        assert umbrella["b"] <= window["b"] <= window["e"] <= umbrella["e"]  # (it stops inside its step)
     done = subprocess.run(
         [sys.executable, "-m", "lens_rl", "goodput", str(run), "--json"],
         cwd=ROOT,
@@ -215,8 +215,8 @@ def test_auto_captures_the_next_step_of_the_culprit_not_the_rank_that_waited(tmp
 @pytest.mark.parametrize("shape", ["worker", "driver"])
 def test_a_torch_capture_counts_only_its_own_cost_as_overhead(tmp_path: Path, shape: str) -> None:
     """A torch capture of step 2, on a worker whose phases carry their step (no umbrella: the window is their
-    sibling) and on the driver (the window under the step umbrella): the span rl.profile is overhead with its
-    rl.step, yet goodput's overhead is the capture's start and stop only; productive time, walls, step rows and
+    sibling) and on the driver (the window under the step umbrella, stopped inside it): the span rl.profile is
+    overhead with its rl.step, yet goodput's overhead is the capture's start and stop only; productive time, walls, step rows and
     the critical path are the job's with the window left out; the refresh cache and Perfetto agree."""
     extra = {"LOOP_FLAT": "1"} if shape == "worker" else {"LOOP_DRIVER": "1"}
     env = loop_env(
@@ -229,4 +229,6 @@ def test_a_torch_capture_counts_only_its_own_cost_as_overhead(tmp_path: Path, sh
     assert window["a"]["rl.step"] == 2 and window["a"]["rl.profile.backend"] == "torch"
     parent = {s["s"]: s for s in spans(run)}.get(window.get("p"))
     assert (parent is None) if shape == "worker" else (parent is not None and parent["n"] == "step")
+    if parent is not None:  # (the driver's window, its stopping and writing too, inside the step)
+        assert parent["b"] <= window["b"] <= window["e"] <= parent["e"]
     check_capture_is_overhead(run, tmp_path / "scratch")
