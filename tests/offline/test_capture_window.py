@@ -131,3 +131,26 @@ def test_the_reports_timeline_draws_a_capture_window_as_a_container(tmp_path: Pa
     assert drawn["rl.profile"]["bucket"] is None and drawn["rl.profile"]["attrs"]["rl.step"] == 0
     assert drawn["rl.profile.start"]["bucket"] == drawn["rl.profile.stop"]["bucket"] == "overhead"
     assert drawn["forward"]["bucket"] == "productive"
+
+
+def test_a_window_with_no_children_under_a_step_with_no_other_is_no_path(tmp_path: Path) -> None:
+    """A step umbrella whose one child is a capture window with no start or stop span of its own (a store cut
+    short): the step's critical path is its own time, the window claims none of it."""
+    run = tmp_path / "r"
+    write_process(
+        run,
+        "driver",
+        0,
+        1,
+        [
+            span("rl.job", 0, 5, "job"),
+            span("step", 0, 4, "s", parent="job", step=0),
+            span("rl.profile", 0.1, 3.9, "w", parent="s", bucket="overhead", step=0, **WINDOW),
+        ],
+        root="job",
+        role="driver",
+    )
+    report = analyze(span_files(run), jobs=1)
+    (step,) = report["critical_path"]["steps"]
+    assert step["by_phase"] == {"driver step": pytest.approx(4.0)}
+    assert report["job"]["seconds"]["overhead"] == 0.0

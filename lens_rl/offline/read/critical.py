@@ -200,10 +200,14 @@ def _without_captures(tree: Any, remote_parent: Mapping[int, Any]) -> tuple[_Vie
                 has_child[above] = 1
             elif up in remote:
                 remote[row] = remote[up]
+    above = {parents[row] for row in windows}
     for row in windows:
         parents[row] = -1
         has_child[row] = 0
         remote.pop(row, None)
+    still = set(parents)
+    for row in above - {-1}:
+        has_child[row] = row in still  # (a span whose one child was a window with none of its own: a leaf now)
     return _View(tree, parents, has_child), remote
 
 
