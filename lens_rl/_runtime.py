@@ -79,6 +79,8 @@ class StepHook(Protocol):
 
     def boundary(self, step: Any, parent: Any) -> None: ...
 
+    def closing(self, step: Any) -> bool: ...
+
     def step_end(self, step: Any, end_ns: int) -> None: ...
 
 
@@ -220,7 +222,8 @@ class Runtime:
         #: Called at step boundaries (``lens_rl.devices.profile``: profiler windows) when set: the engine calls
         #: ``boundary(step, parent)`` when a step umbrella opens (``parent``: its span) and before a phase that
         #: carries a step other than ``step_hook.step`` starts (``parent``: its parent context), and
-        #: ``step_end(step, end_ns)`` when an umbrella closes. None: nothing is called.
+        #: ``closing(step)`` as an umbrella closes, before its span ends (its window stops inside it: True), and
+        #: ``step_end(step, end_ns)`` once it closed. None: nothing is called.
         self.step_hook: StepHook | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:

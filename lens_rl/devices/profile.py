@@ -113,8 +113,17 @@ class Profiler:
         except Exception as exc:
             internal_error(exc, "profile-boundary")
 
+    def closing(self, step: Any) -> bool:
+        """A step umbrella of ``step`` is closing on this thread: the window of its step stops now, inside it (the
+        capture's stopping and writing within the step's wall). True when one stopped. Never raises."""
+        window = self.window
+        if window is None or window.step != step or window.thread != threading.get_ident():
+            return False
+        self._close_safe(window.cut or "step end")
+        return True
+
     def step_end(self, step: Any, end_ns: int) -> None:
-        """A step umbrella closed: the window of its step ends here (and ``auto`` looks at its wall)."""
+        """A step umbrella closed: the window of its step ends here if still open (and ``auto`` looks at its wall)."""
         auto, last, window = self.auto, RUNTIME.last_step, self.window
         if auto is not None and last is not None and last["step"] == step:
             profiled = window is not None or step in self.done

@@ -1,9 +1,11 @@
 """One profiler window: its record while open, the watcher that cuts it at ``max_bytes``, and its span.
 
 A window is one step of one process (:mod:`lens_rl.devices.profile` opens and closes it). Its span
-``rl.profile`` covers it, with ``rl.profile.path``, ``rl.profile.backend`` and ``rl.profile.reason``; the
-capture's own time (starting; stopping and writing) is ``rl.profile.start`` / ``rl.profile.stop`` in bucket
-``overhead``.
+``rl.profile`` covers it, in bucket ``overhead`` with its ``rl.step``, ``rl.profile.path``,
+``rl.profile.backend`` and ``rl.profile.reason``; the capture's own time (starting; stopping and writing) is its
+children ``rl.profile.start`` / ``rl.profile.stop``, also ``overhead``. The window itself is the step's phases'
+time: the reads count only those children as the capture's (:mod:`lens_rl.offline.read.tree`), so the step's
+phases keep their buckets and nothing is counted twice.
 
 Example::
 
@@ -75,15 +77,17 @@ class Window:
 
 
 def window_span(window: Window, files: list[str], why: str, stop_ns: int, end_ns: int, error: str | None) -> None:
-    """``rl.profile`` over the window (no bucket: the step's phases keep their time), its step's when its
-    parent is the umbrella; the capture's own time (starting; stopping and writing) as ``rl.profile.start``
-    / ``rl.profile.stop`` in bucket ``overhead``."""
+    """``rl.profile`` over the window (``overhead``, its ``rl.step``: its time, to the reads, is only its
+    children's), under the umbrella where the step has one; the capture's own time (starting; stopping and
+    writing) as ``rl.profile.start`` / ``rl.profile.stop`` in bucket ``overhead``."""
     handle = RUNTIME.handle
     if handle is None:
         return
     from opentelemetry import trace
 
     attributes: dict[str, Any] = {
+        "rl.bucket": "overhead",
+        "rl.step": window.step,
         "rl.profile.step": window.step,
         "rl.profile.backend": window.backend,
         "rl.profile.reason": window.reason,

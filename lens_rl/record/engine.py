@@ -208,6 +208,8 @@ def close_node(node: Node, exc: BaseException | None, end_ns: int | None = None)
             internal_error(err, "context-detach")
     if RUNTIME.open_phases.pop(node.span_id, None) is None:
         return  # already ended (shutdown or a replaced handle got there first)
+    if node.step_seconds is not None and RUNTIME.step_hook is not None:  # a step umbrella: its window stops inside
+        end_ns = _window_stopped(node, end_ns)
     span = node.span
     if exc is not None:
         try:
@@ -233,6 +235,18 @@ def close_node(node: Node, exc: BaseException | None, end_ns: int | None = None)
         _account(node, end_ns)
     except Exception as err:
         internal_error(err, "phase-metrics")
+
+
+def _window_stopped(node: Node, end_ns: int) -> int:
+    """A closing step umbrella's profiler window stopped first, inside it; the umbrella's end then (the capture's
+    stopping and writing is its step's time, as the job waited for it)."""
+    hook = RUNTIME.step_hook
+    try:
+        if hook is not None and hook.closing(node.step):
+            return max(end_ns, time.time_ns())
+    except Exception as err:
+        internal_error(err, "profile-closing")
+    return end_ns
 
 
 def _account(node: Node, end_ns: int) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import clean_env
 
@@ -102,3 +105,90 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
         text=True,
         timeout=timeout,
     )
+
+
+def goodput(run: Path, *args: str) -> dict[str, Any]:
+    """``lens-rl goodput RUN --json ARGS``'s answer (it must have ended well)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lens_rl", "goodput", str(run), "--json", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout))
+
+
+def rewritten(run: Path, into: Path, *, drop: bool) -> Path:
+    """A copy of the run folder ``run`` at ``into`` whose ``rl.profile`` spans are left out, their children hung
+    from their parent (``drop``: the job with the windows excluded), or keep no ``rl.bucket`` / ``rl.step`` (a
+    store written before they carried them)."""
+    shutil.copytree(run, into)
+    for path in into.glob("spans-*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        windows = {row["s"]: row for row in rows if row.get("n") == "rl.profile"}
+        kept = []
+        for row in rows:
+            if row.get("n") == "rl.profile":
+                if drop:
+                    continue
+                row["a"] = {k: v for k, v in row["a"].items() if k not in ("rl.bucket", "rl.step")}
+            elif drop and "p" in row and row["p"] in windows:  # (where the window hung from, they hang)
+                window = windows[row["p"]]
+                row.pop("p")
+                row.pop("pr", None)
+                row.update({key: window[key] for key in ("p", "pr") if key in window})
+            kept.append(row)
+        path.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+    return into
+
+
+def check_capture_is_overhead(run: Path, scratch: Path) -> None:
+    """The profiled run's ``rl.profile`` spans are ``overhead`` with their step, yet ``lens-rl goodput`` counts
+    only the capture's cost (``rl.profile.start`` / ``.stop``) as overhead: productive time, walls and every step
+    row as with the windows excluded, and the same answer as a store written before they carried a bucket."""
+    windows = profile_spans(run)
+    assert windows
+    for window in windows:
+        assert window["a"]["rl.bucket"] == "overhead"
+        assert type(window["a"]["rl.step"]) is int and window["a"]["rl.step"] == window["a"]["rl.profile.step"]
+    cost = [s["e"] - s["b"] for s in spans(run) if s["n"] in ("rl.profile.start", "rl.profile.stop")]
+    profiled = goodput(run, "--no-cache")
+    excluded = goodput(rewritten(run, scratch / "excluded" / run.name, drop=True), "--no-cache")
+    job, other = profiled["job"], excluded["job"]
+    assert job["seconds"] == pytest.approx(other["seconds"], abs=1e-6)
+    assert job["wall_s"] == pytest.approx(other["wall_s"], abs=1e-6)
+    assert job["seconds"]["overhead"] == pytest.approx(sum(cost) / 1e9, abs=1e-5)  # (the loop has no other)
+    assert job["seconds"]["overhead"] < sum(w["e"] - w["b"] for w in windows) / 1e9  # (not the windows)
+    assert job["seconds"]["productive"] + job["seconds"]["overhead"] <= job["wall_s"] + 1e-6
+    assert [(s["step"], s["seconds"], s["wall_s"]) for s in profiled["steps"]] == [
+        (s["step"], pytest.approx(s["seconds"], abs=1e-6), pytest.approx(s["wall_s"], abs=1e-6))
+        for s in excluded["steps"]
+    ]
+    assert profiled["critical_path"]["steps"] == excluded["critical_path"]["steps"]
+    for row in profiled["steps"]:  # (nothing counted twice: a step's seconds fit in its wall)
+        assert sum(row["seconds"].values()) + row["unattributed_s"] == pytest.approx(row["wall_s"], abs=1e-5)
+    before = goodput(rewritten(run, scratch / "before" / run.name, drop=False), "--no-cache")
+    assert before == profiled
+    assert goodput(run) == profiled and goodput(run) == profiled  # (the second from the refresh cache)
+    for window in windows:
+        step = window["a"]["rl.step"]
+        events = perfetto_events(run, scratch / f"step{step}.json", "--steps", f"{step}-{step}")
+        assert [e["args"]["rl.step"] for e in events if e["name"] == "rl.profile"] == [step]
+
+
+def perfetto_events(run: Path, out: Path, *args: str) -> list[dict[str, Any]]:
+    """The ``X`` events of ``lens-rl perfetto RUN -o OUT ARGS`` (Chrome trace-event JSON)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lens_rl", "perfetto", str(run), "-o", str(out), *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    body = json.loads(out.read_text(encoding="utf-8"))
+    return [e for e in (body["traceEvents"] if isinstance(body, dict) else body) if e.get("ph") == "X"]

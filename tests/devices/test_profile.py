@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from lens_rl.devices.profile_requests import LOCK_FILE, REQUEST_FILE, write_request
-from tests.devices.profile_helpers import cuda_env, finish, loop_env, losses, profile_spans, run_cli, start_loop
+from tests.devices.profile_helpers import (
+    check_capture_is_overhead,
+    cuda_env,
+    finish,
+    loop_env,
+    losses,
+    profile_spans,
+    run_cli,
+    start_loop,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +39,16 @@ def test_cuda_backend_starts_and_stops_the_cuda_profiler_once_inside_the_window(
     assert window["b"] <= int(calls[0][1]) <= int(calls[1][1]) <= window["e"]
     note = json.loads((tmp_path / "t" / "r1" / window["a"]["rl.profile.path"]).read_text())
     assert note["backend"] == "cuda" and note["start_ns"] <= note["end_ns"]
+
+
+def test_a_workers_capture_span_is_overhead_with_its_step_and_counts_only_its_cost(tmp_path: Path) -> None:
+    """A worker whose phases carry their step (no umbrella) captures step 2: its span rl.profile is overhead
+    with rl.step 2, and goodput counts only the capture's start and stop as overhead (the window's phases
+    keep their time), from the cache as cold, Perfetto's event carrying rl.step."""
+    env = cuda_env(tmp_path, "steps=2-2,backend=cuda")
+    env.update({"LOOP_FLAT": "1", "LOOP_PAUSE_S": "0.05"})
+    finish(start_loop(1, 4, env))
+    check_capture_is_overhead(tmp_path / "t" / "r1", tmp_path / "scratch")
 
 
 def test_a_missing_backend_is_one_warning_and_the_job_is_unchanged(tmp_path: Path) -> None:

@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 
-from tests.devices.profile_helpers import ROOT, finish, loop_env, losses, profile_spans, spans, start_loop, step_span
+from tests.devices.profile_helpers import (
+    ROOT,
+    check_capture_is_overhead,
+    finish,
+    loop_env,
+    losses,
+    profile_spans,
+    spans,
+    start_loop,
+    step_span,
+)
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -59,7 +69,7 @@ def test_config_profiles_exactly_the_configured_steps_of_the_configured_rank(tmp
                 <= event["abs_ts"] + event["dur"]
                 <= umbrella["e"] / 1000 + 1
             )
-        assert window["b"] <= umbrella["e"] and window["e"] >= umbrella["e"]
+        assert umbrella["b"] <= window["b"] <= window["e"] <= umbrella["e"]  # (it stops inside its step)
     done = subprocess.run(
         [sys.executable, "-m", "lens_rl", "goodput", str(run), "--json"],
         cwd=ROOT,
@@ -200,3 +210,25 @@ def test_auto_captures_the_next_step_of_the_culprit_not_the_rank_that_waited(tmp
     assert [w["rank"] for w in flagged] == [1], [(w["rank"], w["a"]["rl.profile.reason"]) for w in windows]
     assert flagged[0]["a"]["rl.profile.step"] > 12
     assert Path(tmp_path / "t" / "r1" / flagged[0]["a"]["rl.profile.path"]).is_file()
+
+
+@pytest.mark.parametrize("shape", ["worker", "driver"])
+def test_a_torch_capture_counts_only_its_own_cost_as_overhead(tmp_path: Path, shape: str) -> None:
+    """A torch capture of step 2, on a worker whose phases carry their step (no umbrella: the window is their
+    sibling) and on the driver (the window under the step umbrella, stopped inside it): the span rl.profile is
+    overhead with its rl.step, yet goodput's overhead is the capture's start and stop only; productive time, walls, step rows and
+    the critical path are the job's with the window left out; the refresh cache and Perfetto agree."""
+    extra = {"LOOP_FLAT": "1"} if shape == "worker" else {"LOOP_DRIVER": "1"}
+    env = loop_env(
+        tmp_path / "t",
+        {"LENS_RL_OTEL_PROFILE": "steps=2-2,backend=torch", "LOOP_PAUSE_S": "0.05", "OMP_NUM_THREADS": "1", **extra},
+    )
+    finish(start_loop(0, 4, env))
+    run = tmp_path / "t" / "r1"
+    (window,) = profile_spans(run)
+    assert window["a"]["rl.step"] == 2 and window["a"]["rl.profile.backend"] == "torch"
+    parent = {s["s"]: s for s in spans(run)}.get(window.get("p"))
+    assert (parent is None) if shape == "worker" else (parent is not None and parent["n"] == "step")
+    if parent is not None:  # (the driver's window, its stopping and writing too, inside the step)
+        assert parent["b"] <= window["b"] <= window["e"] <= parent["e"]
+    check_capture_is_overhead(run, tmp_path / "scratch")

@@ -1,7 +1,8 @@
 """One process's spans as flat columns: what the offline reductions read (no object per span).
 
 Of the attributes only what the analysis reads is kept (``rl.bucket``, ``rl.step``, ``rl.num_tokens``,
-``rl.flops_per_token``, ``rl.ended_by_shutdown``): a run's attribute dicts would be most of its memory. Times are int64 arrays of
+``rl.flops_per_token``, ``rl.ended_by_shutdown``; none of a profiler capture's ``rl.profile``: its window is not
+its own time, :mod:`lens_rl.offline.read.tree`): a run's attribute dicts would be most of its memory. Times are int64 arrays of
 ns (a missing or bad value reads as 0); repeated values (names, parent ids, buckets, steps) share one
 object. Span and parent ids, 16 hex digits as lens_rl writes them, are kept as numbers in uint64 arrays
 (8 bytes a span, not ~70; a missing parent is 0); at the first id of another form the columns switch to
@@ -22,6 +23,7 @@ from typing import Any
 
 from lens_rl.offline.read.requests import REQUEST_SPAN, request_numbers
 from lens_rl.offline.read.runs import hex_ids, run_steps, where_equal, where_true
+from lens_rl.offline.read.tree import CAPTURE
 from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, scan_runs, time_ns, unseen
 
 __all__ = ["ENDED_BY_SHUTDOWN", "REMOTE_PARENT", "THIRD_PARTY", "Columns", "read_columns"]
@@ -138,6 +140,8 @@ class Columns:
             if attrs.get("rl.ended_by_shutdown") is True:
                 flag |= ENDED_BY_SHUTDOWN
             bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
+            if name == CAPTURE:  # a capture's window: not its own time (lens_rl.offline.read.tree)
+                bucket = step = None
             self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
             if type(step) is int:
                 step = shared(step, step) if -INT64_END <= step < INT64_END else None  # past int64: no step
@@ -202,6 +206,8 @@ class Columns:
             t if type(t) is float or (type(t) is int and -INT64_END <= t < INT64_END) else None
             for t in [a.get("rl.num_tokens") for a in attrs]
         ]
+        for i in where_equal(names, CAPTURE):  # a capture's window: not its own time (lens_rl.offline.read.tree)
+            self.buckets[base + i] = self.steps[base + i] = None
         for i in where_equal(names, "rl.job"):
             self.add_job(rows[i])
         for i in where_equal(names, REQUEST_SPAN):

@@ -23,7 +23,9 @@ Streaming, in two halves that meet at the rollup:
 
 A remote call that overlapped a local child of its caller is walked within the caller's own time only (in
 the common case, a call the caller waited on, this is exact). A span whose parent was never written joins
-no step.
+no step. A profiler capture's window (``rl.profile``, :data:`lens_rl.offline.read.tree.CAPTURE`) is not on any
+path: its children (the capture's cost) are walked as its parent's, where it hangs from another process as
+entries hanging from the same span; the step's phases inside the window are walked as they are.
 
 Example::
 
@@ -43,7 +45,7 @@ import numpy as np
 
 from lens_rl.offline.read.intervals import int64_array
 from lens_rl.offline.read.parts import SlotsState
-from lens_rl.offline.read.tree import JOB, THIRD_PARTY
+from lens_rl.offline.read.tree import CAPTURE, JOB, THIRD_PARTY
 
 __all__ = ["CritPart", "walk_file"]
 
@@ -156,6 +158,8 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     An entry that is a leaf, or has one child that is a leaf (a worker's phase and its one inner span, the
     common shape), is not walked here: its child is all the rollup needs (:meth:`_Index.entry`). The
     entries' columns are made in bulk, as is the node table (every span of the file, by row)."""
+    if CAPTURE in tree.names:
+        tree, remote_parent = _without_captures(tree, remote_parent)
     only, many, kids = _children(tree.parents, tree.has_child, tree.ends)
     part = CritPart()
     walker = _Walker(tree, only, kids, part)
@@ -168,6 +172,43 @@ def walk_file(tree: Any, ids: Any, remote_parent: Mapping[int, Any], umbrellas: 
     part.node_ids = ids if type(ids) is array else _ids(list(ids))
     _node_table(part, tree)
     return part
+
+
+class _View:
+    """The columns a walk reads of a file's tree, its captures' windows taken out (:func:`_without_captures`)."""
+
+    __slots__ = ("starts", "ends", "parents", "has_child", "names", "buckets", "role", "own_steps")
+
+    def __init__(self, tree: Any, parents: array, has_child: bytearray) -> None:
+        self.starts, self.ends, self.names, self.buckets = tree.starts, tree.ends, tree.names, tree.buckets
+        self.role, self.own_steps = tree.role, tree.own_steps
+        self.parents, self.has_child = parents, has_child
+
+
+def _without_captures(tree: Any, remote_parent: Mapping[int, Any]) -> tuple[_View, dict[int, Any]]:
+    """The tree as the walk reads it where the file holds capture windows: each window's children hang from
+    the window's parent (from the span in another process it hangs from: entries), the window from nothing (no
+    walk enters it, none starts at it)."""
+    parents, has_child, remote = array("q", tree.parents), bytearray(tree.has_child), dict(remote_parent)
+    names = tree.names
+    windows = {row for row, name in enumerate(names) if name == CAPTURE}
+    for row, up in enumerate(parents):
+        if up in windows:
+            above = parents[up]
+            parents[row] = above
+            if above != -1:
+                has_child[above] = 1
+            elif up in remote:
+                remote[row] = remote[up]
+    above = {parents[row] for row in windows}
+    for row in windows:
+        parents[row] = -1
+        has_child[row] = 0
+        remote.pop(row, None)
+    still = set(parents)
+    for row in above - {-1}:
+        has_child[row] = row in still  # (a span whose one child was a window with none of its own: a leaf now)
+    return _View(tree, parents, has_child), remote
 
 
 def _children(

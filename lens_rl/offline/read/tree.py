@@ -16,6 +16,12 @@ Every command that needs a span's step or its bucket for time (``goodput``, the 
   not several steps; a phase that carries its step, as a worker's do, is no umbrella); :data:`THIRD_PARTY`
   for a span recorded by another library (its scope is not lens_rl's: vLLM's ``llm_request``, an aiohttp
   client span), never a phase; :data:`JOB` for the job root; else :data:`PHASE`.
+* **Capture windows.** A profiler capture's span (:data:`CAPTURE`, ``rl.profile``) carries ``rl.bucket``
+  ``overhead`` and its ``rl.step`` for readers of the span file, but its window is the profiled step's time, not
+  its own: the reads take it with no bucket and no step of its own (:class:`lens_rl.offline.read.columns.Columns`,
+  where every reduction reads them), so it is no umbrella, claims no time and widens no step; the capture's own
+  time is its children ``rl.profile.start`` / ``rl.profile.stop`` (``overhead``). A store written before it
+  carried them reads the same. (A window of steps, :func:`rows_tree`, selects it by its own step.)
 
 Everything is iterative (no recursion: chains thousands deep are walked in loops) and each span is resolved
 once.
@@ -36,6 +42,7 @@ from operator import is_not, ne
 from typing import Any
 
 __all__ = [
+    "CAPTURE",
     "JOB",
     "PHASE",
     "THIRD_PARTY",
@@ -56,6 +63,8 @@ THIRD_PARTY = 2
 JOB = 3
 
 _JOB_NAME = "rl.job"
+#: A profiler capture's span: no bucket and no step of its own to the reads (the module docstring)
+CAPTURE = "rl.profile"
 _INT64 = 2**63
 
 

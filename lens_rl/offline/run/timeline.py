@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.read.tree import depths, rows_tree
+from lens_rl.offline.read.tree import CAPTURE, depths, rows_tree
 from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
 from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
@@ -202,7 +202,7 @@ def _item(key: Any, row: Any) -> dict[str, Any]:
         "name": str(row.n),
         "start": time_ns(row.b),
         "end": time_ns(row.e),
-        "bucket": attrs.get("rl.bucket"),
+        "bucket": attrs.get("rl.bucket") if row.n != CAPTURE else None,  # (a capture's window: a container)
         "driver": key.driver,
         "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
     }
