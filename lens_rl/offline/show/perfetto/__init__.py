@@ -44,6 +44,7 @@ from lens_rl.offline.show.perfetto.flows import Flows
 from lens_rl.offline.show.perfetto.gpu_tracks import gpu_counters
 from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
 from lens_rl.offline.show.perfetto.proto import proto_module
+from lens_rl.offline.show.perfetto.refresh import say_notes
 from lens_rl.offline.show.perfetto.render import render_file
 
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
@@ -89,8 +90,10 @@ def write_trace(
     jobs: int | None = None,
     use_ray: bool = False,
     ray_address: str | None = None,
+    cache: str | None = None,
 ) -> int:
-    """Write the trace of these span files to ``output`` (format by extension); returns the spans written."""
+    """Write the trace of these span files to ``output`` (format by extension); returns the spans written.
+    ``cache``: the refresh cache's folder (:mod:`.refresh`; None: every file read whole)."""
     from lens_rl.offline.run.parallel import map_files, no_gc
 
     fmt = format_of(output)
@@ -106,12 +109,17 @@ def write_trace(
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
             scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
+        spans = _write(paths, output, _cached(options(scans, fmt, steps, group, paths, callers), cache), parallel)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
             scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
+            spans = _write(paths, output, _cached(options(scans, fmt, steps, group, paths, callers), cache), parallel)
     return spans
+
+
+def _cached(opts: Options, cache: str | None) -> Options:
+    opts.cache = cache
+    return opts
 
 
 def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any]) -> int:
@@ -121,6 +129,7 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
     from lens_rl.offline.run.parallel import map_files
 
     spans = 0
+    notes: list[str] = []
     # callers first (the driver's files), so callees resolve as they arrive
     ordered = sorted(paths, key=lambda p: str(p) not in opts.callers)
     with (
@@ -140,7 +149,9 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
             if chunk.unknown or (opts.fmt == "json" and chunk.first < opts.origin):
                 return -1
             spans += chunk.spans
+            notes += chunk.notes
             flows.add(chunk)
+        say_notes(notes)
         _locate_callers(flows, ordered, opts, parallel)
         out.write(gpu_counters(paths, opts))  # (a counter track per GPU, where the run has sample files)
         if opts.fmt == "json":

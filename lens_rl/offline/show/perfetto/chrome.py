@@ -10,17 +10,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from lens_rl.offline.run.perfetto import Places, Rows
 from lens_rl.offline.show.perfetto.places import BUCKET_COLORS, SLICE, category, dumps, process_name
 
-__all__ = ["event_lines", "json_events"]
+__all__ = ["event_lines", "json_body", "json_events", "json_tail"]
 
 
 def json_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
-    opts = places.opts
+    """A file's events: one ``X`` line per span (:func:`json_body`), then :func:`json_tail`."""
+    json_body(rows, places, write)
+    write(json_tail(places))
+
+
+def json_body(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
+    """One ``X`` event per span, a line each (what a grown file's later lines append to)."""
     events: list[dict[str, Any]] = []
     append = events.append
-    origin = opts.origin
+    origin = places.opts.origin
     colors = BUCKET_COLORS
     for pid, tid, start, end, row in places.walk(rows):
         args = row.a
@@ -48,6 +56,16 @@ def json_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> No
         if len(events) >= SLICE:
             write(event_lines(events))
             events.clear()
+    write(event_lines(events))
+
+
+def json_tail(places: Places) -> bytes:
+    """Once every row is walked: the callee ends of calls from other processes, then the processes' and
+    threads' names."""
+    opts = places.opts
+    origin = opts.origin
+    events: list[dict[str, Any]] = []
+    append = events.append
     for flow, pid, tid, start in places.callees().values():  # the callee ends of calls from other processes
         append(
             {
@@ -66,11 +84,16 @@ def json_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> No
         append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
     for key, tid in places.threads.items():
         append({"ph": "M", "name": "thread_name", "pid": key[0], "tid": tid, "args": {"name": places.names[key]}})
-    write(event_lines(events))
+    return event_lines(events)
 
 
 def event_lines(events: list[dict[str, Any]]) -> bytes:
-    """Events as the comma-terminated members of the traceEvents array (one dumps call)."""
+    """Events as comma-terminated members of the traceEvents array, a line each: an event's bytes are its own
+    whatever its neighbours (a grown file's new events append to what an earlier look wrote)."""
     if not events:
         return b""
-    return dumps(events)[1:-1] + b",\n"
+    try:
+        lines = b",\n".join(map(orjson.dumps, events))
+    except TypeError:  # (an integer past 64 bits: that event's through the standard library)
+        lines = b",\n".join(map(dumps, events))
+    return lines + b",\n"
