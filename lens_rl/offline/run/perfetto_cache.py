@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import compress
 from pathlib import Path
 from typing import Any
@@ -108,17 +108,18 @@ def read_rows(
     path: str | os.PathLike[str],
     stop: int,
     start: int = 0,
-    head: Head | None = None,
+    head: Mapping[str, Any] | None = None,
     drawn: Any = None,
     met: list[Any] | None = None,
     heads: list[Head] | None = None,
 ) -> Iterator[tuple[Head, Row]]:
     """``(head, row)`` for the span lines of a file up to byte ``stop``, as :func:`lens_rl.store.iter_rows`
-    yields them: from its start, or from ``start`` under ``head`` (a read going on where an earlier one
+    yields them: from its start, or from ``start`` under the header ``head`` (a read going on where an earlier one
     stopped), a span id met before skipped (``drawn``: the sorted ids earlier reads met); each id yielded is
     appended to ``met``, each header met to ``heads``."""
+    under = None if head is None else Head(head)
     seen: set[Any] = set()
-    for run_head, rows, _at, _size in scan_runs(path, ReadStats(), start=start, head=head, stop=stop, heads=heads):
+    for run_head, rows, _at, _size in scan_runs(path, ReadStats(), start=start, head=under, stop=stop, heads=heads):
         if drawn is not None and len(drawn):
             keep = unsettled(drawn, [row.s for row in rows])
             if not all(keep):

@@ -44,7 +44,7 @@ from lens_rl.offline.show.perfetto.flows import Flows
 from lens_rl.offline.show.perfetto.gpu_tracks import gpu_counters
 from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
 from lens_rl.offline.show.perfetto.proto import proto_module
-from lens_rl.offline.show.perfetto.refresh import say_notes
+from lens_rl.offline.show.perfetto.refresh import cached_render, say_notes
 from lens_rl.offline.show.perfetto.render import render_file
 
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
@@ -141,7 +141,8 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
         if opts.fmt == "json":
             out.write(b'{"displayTimeUnit":"ms","otherData":{"source":"lens_rl"},"traceEvents":[\n')
         flows = Flows(opts.fmt, opts.origin, out.write)
-        for chunk in map_files(render_file, ordered, opts, **parallel, desc="perfetto"):
+        render = render_file if opts.cache is None else cached_render  # (through the refresh cache: what is new)
+        for chunk in map_files(render, ordered, opts, **parallel, desc="perfetto"):
             if chunk.path is not None:
                 _append_file(chunk.path, out)
                 os.unlink(chunk.path)

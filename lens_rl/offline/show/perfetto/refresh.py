@@ -42,7 +42,6 @@ from lens_rl.offline.run.perfetto_records import (
 )
 from lens_rl.offline.show.perfetto.chrome import json_body, json_tail
 from lens_rl.offline.show.perfetto.render import grouped, render_rows, spilled
-from lens_rl.store import Head
 
 __all__ = ["cached_render", "say_notes"]
 
@@ -145,11 +144,11 @@ def _draw(
     """Chrome JSON: the span events of the lines after ``go``'s end (None: the file's start) after ``body``,
     then the file's tail events; the chunk and its entry (with how to go on)."""
     met: list[Any] = []
-    heads: list[Head] = []
+    heads: list[Any] = []
     if go is None:
         rows = read_rows(file.path, file.end, met=met, heads=heads)
     else:
-        rows = read_rows(file.path, file.end, go.end, Head(go.head), drawn, met, heads)
+        rows = read_rows(file.path, file.end, go.end, go.head, drawn, met, heads)
     sink = io.BytesIO()
     sink.write(body)
     json_body(grouped(rows, opts), places, sink.write)

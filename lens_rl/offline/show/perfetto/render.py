@@ -58,11 +58,7 @@ def spilled(chunk: Chunk, opts: Options) -> Chunk:
 def render_file(path: str | os.PathLike[str], opts: Options) -> Chunk:
     """One file's events. Chrome JSON streams (memory flat however large the file); the protobuf keeps
     what its packets need of each span (nested lanes), a ``steps`` window the whole rows (each
-    span's step from its ancestors). A driver's file (``opts.callers``) has every span located. With
-    ``opts.cache``, through the refresh cache (:mod:`.refresh`): only what is new is read."""
-    if opts.cache is not None:
-        from lens_rl.offline.show.perfetto.refresh import cached_render
-
-        return cached_render(path, opts)
+    span's step from its ancestors). A driver's file (``opts.callers``) has every span located (through the
+    refresh cache: :func:`.refresh.cached_render`)."""
     number, callers = opts.numbers.get(str(path), 0), str(path) in opts.callers
     return render_rows(file_rows(path, opts.steps), opts, callers, number)
