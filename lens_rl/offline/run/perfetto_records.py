@@ -66,14 +66,15 @@ class ThreadRec(Rec):
 class GoOnRec(Rec):
     """What drawing a grown file's new lines after the events kept needs: where the read stopped (``end``,
     the hash of the bytes before it, the header in effect there), the ids of the spans drawn (sorted: a
-    repeat is skipped), the bytes of the span events (the first ``body`` of the chunk's), and the places'
-    state (the processes and threads met, the calls from other processes in order)."""
+    repeat is skipped), the bytes of the span events (the first ``body`` of the chunk's) and of the callee
+    ends after them (``called``), and the places' state (the processes and threads met, the calls from other processes in order)."""
 
     end: int
     tail: bytes
     head: dict[str, Any]
     ids: Column
     body: int
+    called: int
     pids: list[int]
     threads: list[ThreadRec]
     call_ids: list[Id]

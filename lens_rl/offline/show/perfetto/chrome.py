@@ -7,6 +7,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ __all__ = ["event_lines", "json_body", "json_events", "json_tail"]
 def json_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
     """A file's events: one ``X`` line per span (:func:`json_body`), then :func:`json_tail`."""
     json_body(rows, places, write)
-    write(json_tail(places))
+    write(b"".join(json_tail(places)))
 
 
 def json_body(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
@@ -59,14 +60,15 @@ def json_body(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None
     write(event_lines(events))
 
 
-def json_tail(places: Places) -> bytes:
-    """Once every row is walked: the callee ends of calls from other processes, then the processes' and
-    threads' names."""
+def json_tail(places: Places, skip: int = 0) -> tuple[bytes, bytes]:
+    """Once every row is walked: the callee ends of calls from other processes (past the first ``skip``:
+    those an earlier look wrote), then the processes' and threads' names."""
     opts = places.opts
     origin = opts.origin
     events: list[dict[str, Any]] = []
     append = events.append
-    for flow, pid, tid, start in places.callees().values():  # the callee ends of calls from other processes
+    callees = places.callees().values()  # (every call numbered, in order: the chunk's callees)
+    for flow, pid, tid, start in itertools.islice(callees, skip, None):  # the callee ends of calls from other processes
         append(
             {
                 "ph": "f",
@@ -79,12 +81,14 @@ def json_tail(places: Places) -> bytes:
                 "ts": (start - origin) / 1000.0,
             }
         )
+    called = event_lines(events)
+    events.clear()
     for pid in sorted(set(places.pid_of.values())):
         append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name(opts, pid)}})
         append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
     for key, tid in places.threads.items():
         append({"ph": "M", "name": "thread_name", "pid": key[0], "tid": tid, "args": {"name": places.names[key]}})
-    return event_lines(events)
+    return called, event_lines(events)
 
 
 def event_lines(events: list[dict[str, Any]]) -> bytes:

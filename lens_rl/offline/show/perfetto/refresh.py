@@ -110,12 +110,13 @@ def _from_entry(file: _File, opts: Options, rec: EntryRec, key: str) -> tuple[Ch
     if go is None or not grown_only(file.path, file.stat, (rec.size, rec.mtime_ns, rec.ctime_ns), go.end, go.tail):
         return None, None
     chunk = chunk_from(rec.chunk)
-    body = rec.chunk.data[: go.body]
+    body, called = rec.chunk.data[: go.body], rec.chunk.data[go.body : go.body + go.called]
     spans, first = chunk.spans, chunk.first
     chunk.data, chunk.callees = b"", Calls()  # (every call numbered again, the new ones after)
     places = Places(opts, chunk, file.callers, file.number)
     places_from(go, places)
-    return _draw(file, opts, key, chunk, places, body, go, ids_from(go.ids), spans, first)
+    kept = (body, called, len(go.call_ids))
+    return _draw(file, opts, key, chunk, places, kept, go, ids_from(go.ids), spans, first)
 
 
 def _drawn(file: _File, opts: Options, key: str) -> tuple[Chunk, EntryRec | None]:
@@ -123,7 +124,7 @@ def _drawn(file: _File, opts: Options, key: str) -> tuple[Chunk, EntryRec | None
     if opts.fmt == "json" and opts.steps is None:
         chunk = Chunk()
         places = Places(opts, chunk, file.callers, file.number)
-        return _draw(file, opts, key, chunk, places, b"", None, None, 0, chunk.first)
+        return _draw(file, opts, key, chunk, places, (b"", b"", 0), None, None, 0, chunk.first)
     rows = file_rows(file.path, opts.steps, read_rows(file.path, file.end))
     chunk = render_rows(rows, dataclasses.replace(opts, spill=None), file.callers, file.number)
     return chunk, _entry(file, key, chunk, chunk.data, None)
@@ -135,27 +136,33 @@ def _draw(
     key: str,
     chunk: Chunk,
     places: Places,
-    body: bytes,
+    kept: tuple[bytes, bytes, int],
     go: GoOnRec | None,
     drawn: Any,
     spans: int,
     first: int,
 ) -> tuple[Chunk, EntryRec]:
-    """Chrome JSON: the span events of the lines after ``go``'s end (None: the file's start) after ``body``,
-    then the file's tail events; the chunk and its entry (with how to go on)."""
+    """Chrome JSON: the span events of the lines after ``go``'s end (None: the file's start) after those kept
+    (``kept``: their bytes, the bytes of the callee ends kept, and how many calls they end), then the callee
+    ends of the new calls and the names; the chunk and its entry (with how to go on)."""
     met: list[Any] = []
     heads: list[Any] = []
     if go is None:
         rows = read_rows(file.path, file.end, met=met, heads=heads)
     else:
         rows = read_rows(file.path, file.end, go.end, go.head, drawn, met, heads)
+    body, called, calls = kept
     sink = io.BytesIO()
     sink.write(body)
     json_body(grouped(rows, opts), places, sink.write)
     chunk.spans += spans
     chunk.first = min(chunk.first, first)
     length = sink.tell()
-    sink.write(json_tail(places))
+    new_called, names = json_tail(places, calls)
+    sink.write(called)
+    sink.write(new_called)
+    called_length = sink.tell() - length
+    sink.write(names)
     chunk.data = sink.getvalue()
     head = heads[-1].header if heads else None if go is None else go.head
     if head is None:  # (no header: not a store file, nothing to go on from)
@@ -166,6 +173,7 @@ def _draw(
         head=dict(head),
         ids=ids_column(sorted_ids(drawn if drawn is not None else array("Q"), met)),
         body=length,
+        called=called_length,
         **places_record(places),
     )
     return chunk, _entry(file, key, chunk, chunk.data, go_on)
