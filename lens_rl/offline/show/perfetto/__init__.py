@@ -22,7 +22,8 @@ files, for those spans only. The passes over the files (the first looks, a file'
 its window, where each row goes) are :mod:`lens_rl.offline.run.perfetto`'s; here
 :mod:`.places` (what every file's drawing shares), :mod:`.render` (a file's events),
 :mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf, built with the ``perfetto``
-package's trace protos), :mod:`.flows` (calls as arrows).
+package's trace protos), :mod:`.flows` (calls as arrows), :mod:`.refresh` (a file's events through the
+refresh cache: ``cache=`` a folder, and a second look reads only what was appended since).
 
 Example::
 
