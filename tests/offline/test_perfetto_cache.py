@@ -45,8 +45,8 @@ def test_an_entry_is_read_back_only_for_its_own_file_and_key(tmp_path: Path, mon
     grow_store(run, 0, 2)
     path = run / "spans-driver-0-1.jsonl"
     _stat, identity = file_identity(path)
-    where = entry_path(str(tmp_path), path, "json")
     opts = Options("json", {}, 0)
+    where = entry_path(str(tmp_path), path, opts)
     key = render_key(opts, 1, False)
     rec = EntryRec(key, identity, 1, 2, 3, chunk_record(Chunk(), b"e"), None)  # type: ignore[arg-type]
     save_entry(where, rec)

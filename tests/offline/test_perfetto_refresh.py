@@ -149,3 +149,31 @@ def test_the_cli_reads_through_the_cache_and_no_cache_reads_cold(tmp_path: Path)
         assert warm.returncode == 0, warm.stderr[-2000:]
         assert (tmp_path / "warm.json").read_bytes() == (tmp_path / "cold.json").read_bytes()
         assert list(run.glob(".lens_rl-cache/*.perfetto-json"))
+
+
+def test_a_resumed_run_needs_no_line_read_again_on_a_second_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver restarted under its pid appends a header of another attempt to its file (so its processes
+    are taken from every line): a look after it grew, and one more of the unchanged store, are the cold
+    trace, and the last reads no span line (its first looks and events both kept)."""
+    from lens_rl.offline.run import perfetto_scans
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 6)
+    _same(run, tmp_path / "t.json")
+    driver = run / "spans-driver-0-1.jsonl"
+    with driver.open("a") as handle:
+        handle.write(json.dumps(header("driver", 0, 1, root="job", role="driver", **{"rl.attempt": 1})) + "\n")
+    grow_store(run, 6, 9)
+    for name in ("t.json", "t.pftrace"):
+        _same(run, tmp_path / name)
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a span file read again")
+
+    monkeypatch.setattr(refresh, "read_rows", no_read)
+    monkeypatch.setattr(perfetto_scans, "read_rows", no_read)
+    monkeypatch.setattr(perfetto_scans, "scan_file", no_read)
+    for name in ("t.json", "t.pftrace"):
+        _same(run, tmp_path / name)

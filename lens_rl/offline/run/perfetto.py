@@ -46,6 +46,7 @@ class Scan:
     keys: set[Process] = field(default_factory=set)
     origin: int | None = None
     driver: bool = False  # its header is the driver's: its spans call into the workers
+    notes: list[str] = field(default_factory=list)  # the refresh cache's entries not used, and why
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Options:
     numbers: dict[str, int] = field(default_factory=dict)  # each file's number (its path as given), for flow ids
     callers: frozenset[str] = frozenset()  # the driver's files (paths as given): every span of theirs is located
     cache: str | None = None  # the refresh cache's folder (None: every file read whole)
+    again: bool = False  # the processes and the origin from every line (a second pass: its entries its own)
 
 
 @dataclass

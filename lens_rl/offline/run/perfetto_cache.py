@@ -53,8 +53,9 @@ def render_key(opts: Options, number: int, callers: bool) -> str:
     return repr((__version__, FORMAT, opts.fmt, opts.steps, opts.group, processes, opts.origin, number, callers))
 
 
-def entry_path(folder: str, path: str | os.PathLike[str], fmt: str) -> Path:
-    return Path(folder) / f"{Path(path).name}.perfetto-{fmt}"
+def entry_path(folder: str, path: str | os.PathLike[str], opts: Options) -> Path:
+    """Where a file's entry for ``opts`` is: one per format, and one for a second pass (``opts.again``)."""
+    return Path(folder) / f"{Path(path).name}.perfetto-{opts.fmt}{'-again' if opts.again else ''}"
 
 
 def load_entry(where: Path, key: str, identity: tuple[Any, ...]) -> tuple[EntryRec | None, str | None]:

@@ -23,6 +23,7 @@ __all__ = [
     "ChunkRec",
     "EntryRec",
     "GoOnRec",
+    "ScanRec",
     "chunk_from",
     "chunk_record",
     "places_from",
@@ -95,6 +96,26 @@ class EntryRec(Rec):
     ctime_ns: int
     chunk: ChunkRec
     go_on: GoOnRec | None
+
+
+class ScanRec(Rec):
+    """One file's first look read from every line (:class:`~lens_rl.offline.run.perfetto.Scan`: its processes,
+    first start, whether it is the driver's), with where that read stopped (``end``, the hash of the bytes
+    before it, the header in effect there) and the ids of the spans it met (sorted), under the cache's key and
+    the file's identity and state."""
+
+    key: str
+    identity: tuple[int, int, str]
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    end: int
+    tail: bytes
+    head: dict[str, Any] | None
+    ids: Column
+    keys: list[tuple[str, int, int, int, bool]]
+    origin: int | None
+    driver: bool
 
 
 def chunk_record(chunk: Chunk, data: bytes) -> ChunkRec:

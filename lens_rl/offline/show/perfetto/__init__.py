@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.perfetto import Options, head_file, locate_file, options, scan_file
+from lens_rl.offline.run.perfetto import Options, Scan, head_file, locate_file, options, scan_file
+from lens_rl.offline.run.perfetto_scans import cached_scan
 from lens_rl.offline.show.perfetto.flows import Flows
 from lens_rl.offline.show.perfetto.gpu_tracks import gpu_counters
 from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
@@ -95,7 +96,7 @@ def write_trace(
 ) -> int:
     """Write the trace of these span files to ``output`` (format by extension); returns the spans written.
     ``cache``: the refresh cache's folder (:mod:`.refresh`; None: every file read whole)."""
-    from lens_rl.offline.run.parallel import map_files, no_gc
+    from lens_rl.offline.run.parallel import no_gc
 
     fmt = format_of(output)
     if fmt is None:
@@ -103,34 +104,48 @@ def write_trace(
     if fmt == "pftrace":
         proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
+    notes: list[str] = []  # the cache's entries not used, and why
     with no_gc():  # (the parent too builds millions of acyclic objects: the callers' locations, the calls)
         heads = [head_file(path) for path in paths]  # the processes, when each file's spans may start
         callers = frozenset(str(path) for path, head in zip(paths, heads, strict=True) if head.driver)
         scans = list(heads)
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
-            scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, _cached(options(scans, fmt, steps, group, paths, callers), cache), parallel)
+            scans += _scans(unbounded, cache, parallel)
+        opts = _cached(options(scans, fmt, steps, group, paths, callers), cache, False)
+        spans = _write(paths, output, opts, parallel, notes)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
-            scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, _cached(options(scans, fmt, steps, group, paths, callers), cache), parallel)
+            scans = _scans(paths, cache, parallel)
+            opts = _cached(options(scans, fmt, steps, group, paths, callers), cache, True)
+            spans = _write(paths, output, opts, parallel, notes)
+        say_notes(list(dict.fromkeys(notes + [n for scan in scans for n in scan.notes])))
     return spans
 
 
-def _cached(opts: Options, cache: str | None) -> Options:
-    opts.cache = cache
+def _scans(paths: Sequence[Path], cache: str | None, parallel: dict[str, Any]) -> list[Scan]:
+    """Each file's processes and first start, from every line (through the cache in ``cache``)."""
+    from lens_rl.offline.run.parallel import map_files
+
+    if cache is None:
+        return list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
+    return list(map_files(cached_scan, paths, cache, **parallel, desc="perfetto: first starts"))
+
+
+def _cached(opts: Options, cache: str | None, again: bool) -> Options:
+    opts.cache, opts.again = cache, again
     return opts
 
 
-def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any]) -> int:
+def _write(
+    paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any], notes: list[str]
+) -> int:
     """The events of every file, then the caller ends of calls across processes; the spans written, or
     -1 when a file met a process ``opts`` does not number, or (JSON) a start before ``opts.origin``
     (the output is then incomplete)."""
     from lens_rl.offline.run.parallel import map_files
 
     spans = 0
-    notes: list[str] = []
     # callers first (the driver's files), so callees resolve as they arrive
     ordered = sorted(paths, key=lambda p: str(p) not in opts.callers)
     with (
@@ -153,7 +168,6 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
             spans += chunk.spans
             notes += chunk.notes
             flows.add(chunk)
-        say_notes(notes)
         _locate_callers(flows, ordered, opts, parallel)
         out.write(gpu_counters(paths, opts))  # (a counter track per GPU, where the run has sample files)
         if opts.fmt == "json":

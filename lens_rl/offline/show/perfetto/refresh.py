@@ -76,7 +76,7 @@ def cached_render(path: str | os.PathLike[str], opts: Options) -> Chunk:
     if file.end != file.stat.st_size:  # a last line still being written: drawn as a cold read draws it, not kept
         return render_rows(file_rows(path, opts.steps), opts, file.callers, file.number)
     key = render_key(opts, file.number, file.callers)
-    where = entry_path(opts.cache, path, opts.fmt)
+    where = entry_path(opts.cache, path, opts)
     rec, why = load_entry(where, key, file.identity)
     chunk: Chunk | None = None
     if rec is not None:
