@@ -42,7 +42,7 @@ def test_places_round_trip_with_their_threads_and_calls_in_order() -> None:
     places.threads[(1, "main")], places.names[(1, "main")] = 1, "MainThread"
     places.threads[(1, 7)], places.names[(1, 7)] = 2, "worker"
     places.calls = [("s1", "p1", 1, 2, 50), ("s2", "p2", 1, 1, 60)]
-    rec = GoOnRec(0, b"", {}, [], 0, 0, **places_record(places))
+    rec = GoOnRec(0, b"", {}, [], 0, 0, **places_record(places), sections=None)
     fresh = Places(opts, Chunk(), False, 1)
     places_from(decode(encode(rec), GoOnRec), fresh)
     assert list(fresh.threads.items()) == list(places.threads.items()) and fresh.names == places.names

@@ -52,12 +52,20 @@ def test_an_unchanged_store_is_not_read_again_and_writes_the_cold_trace(
     _same(run, tmp_path / name, jobs=2)
 
 
-def test_a_grown_file_is_read_from_where_the_last_look_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lines appended between two looks (children before the parents a later append writes) are read from
-    where the last look stopped, and the trace is a cold read's every time."""
+@pytest.mark.parametrize("name", ["t.json", "t.pftrace"])
+def test_a_grown_file_is_read_from_where_the_last_look_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Lines appended between two looks (whole steps; then a child before the parent a later append writes,
+    which a protobuf's lanes draw again whole) are read from where the last look stopped, and the trace is a
+    cold read's every time."""
+    from lens_rl.offline.show.perfetto import chrome, proto
+
+    monkeypatch.setattr(proto, "SLICE", 7)  # (events handed on in pieces of 7: a piece's end is no event's)
+    monkeypatch.setattr(chrome, "SLICE", 7)
     run = tmp_path / "r"
     grow_store(run, 0, 10)
-    _same(run, tmp_path / "t.json")
+    _same(run, tmp_path / name)
     starts: list[int] = []
     read_rows = refresh.read_rows
 
@@ -67,25 +75,29 @@ def test_a_grown_file_is_read_from_where_the_last_look_stopped(tmp_path: Path, m
 
     monkeypatch.setattr(refresh, "read_rows", counted)
     grow_store(run, 10, 12)
-    _same(run, tmp_path / "t.json")
+    _same(run, tmp_path / name)
     assert starts and all(start > 0 for start in starts)
     lines = step_lines(12)
     worker = run / "spans-lm_policy-0-100.jsonl"
     with worker.open("a") as handle:  # the barrier, whose parent (the worker's phase) is written later
         handle.write(json.dumps(lines["w0"][0]) + "\n")
-    _same(run, tmp_path / "t.json")
+    _same(run, tmp_path / name)
     with worker.open("a") as handle:
         handle.write(json.dumps(lines["w0"][1]) + "\n")
         handle.write(json.dumps(lines["w0"][0]) + "\n")  # (a repeated line: skipped, as a cold read skips it)
-    _same(run, tmp_path / "t.json")
+    _same(run, tmp_path / name)
 
 
 @pytest.mark.parametrize("name", ["t.json", "t.pftrace"])
 def test_a_window_a_group_a_new_file_and_a_protobuf_through_the_cache_are_the_cold_trace(
-    tmp_path: Path, name: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     """--steps A-B, --group G, -o X.pftrace: a grown store and a new process file added give the cold read's
     bytes."""
+    from lens_rl.offline.show.perfetto import chrome, proto
+
+    monkeypatch.setattr(proto, "SLICE", 7)  # (events handed on in pieces of 7: a piece's end is no event's)
+    monkeypatch.setattr(chrome, "SLICE", 7)
     run = tmp_path / "r"
     grow_store(run, 0, 10)
     for options in ({"steps": (3, 12)}, {"group": "lm_policy"}, {}):

@@ -1,6 +1,6 @@
 """The declared schema of Perfetto's entries in the refresh cache: one file's rendered events and what drawing
 them learnt (:class:`ChunkRec`, a :class:`~lens_rl.offline.run.perfetto.Chunk` field by field), and, where a
-grown file's new lines can be drawn after them (Chrome JSON, no ``--steps`` window), where its read stopped and
+grown file's new lines can be drawn after them (no ``--steps`` window), where its read stopped and
 what its :class:`~lens_rl.offline.run.perfetto.Places` held (:class:`GoOnRec`). Typed data (msgspec ``Struct``
 in MessagePack, arrays as raw little-endian buffers: :mod:`~lens_rl.offline.run.record_codec`), validated as it
 is decoded; nothing read can run code.
@@ -24,6 +24,7 @@ __all__ = [
     "EntryRec",
     "GoOnRec",
     "ScanRec",
+    "SectionRec",
     "chunk_from",
     "chunk_record",
     "places_from",
@@ -64,11 +65,22 @@ class ThreadRec(Rec):
     name: str
 
 
+class SectionRec(Rec):
+    """A thread's part of a file's protobuf trace (:class:`~lens_rl.offline.show.perfetto.proto.Section`)."""
+
+    pid: int
+    tid: int
+    lanes: int
+    slices: int
+    stacks: list[list[int]]
+    last: tuple[int, int, int]
+
+
 class GoOnRec(Rec):
     """What drawing a grown file's new lines after the events kept needs: where the read stopped (``end``,
     the hash of the bytes before it, the header in effect there), the ids of the spans drawn (sorted: a
-    repeat is skipped), the bytes of the span events (the first ``body`` of the chunk's) and of the callee
-    ends after them (``called``), and the places' state (the processes and threads met, the calls from other processes in order)."""
+    repeat is skipped), the bytes of the span events (the first ``body`` of the chunk's; the protobuf: its
+    tracks' descriptors) and of the callee ends after them (``called``; the protobuf: 0), the places' state (the processes and threads met, the calls from other processes in order)."""
 
     end: int
     tail: bytes
@@ -83,6 +95,7 @@ class GoOnRec(Rec):
     call_pids: Raw
     call_tids: Raw
     call_starts: Raw
+    sections: list[SectionRec] | None  # the protobuf's threads' parts, in the order written (JSON: None)
 
 
 class EntryRec(Rec):

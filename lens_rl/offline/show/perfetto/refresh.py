@@ -1,9 +1,9 @@
 """One file's events through the refresh cache (SPEC "Refresh"): a file as the last look left it is not read
 (its kept events are the answer); one that only grew is read from where that look stopped, its new spans'
-events drawn after the kept ones (Chrome JSON without ``--steps``: every span's event is a line of its own,
-whatever its parent, so a child whose parent is not written yet needs nothing held); any other is drawn whole
-and kept. The events are a cold read's, byte for byte. The entries are
-:mod:`~lens_rl.offline.run.perfetto_cache`'s.
+events drawn after the kept ones (no ``--steps`` window: Chrome JSON's every span's event is a line of its
+own, whatever its parent, so a child whose parent is not written yet needs nothing held; a protobuf's thread
+goes on where its new spans sort after its kept ones, :mod:`.proto_more`); any other is drawn whole and
+kept. The events are a cold read's, byte for byte. The entries are :mod:`~lens_rl.offline.run.perfetto_cache`'s.
 
 Example::
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
-from lens_rl.offline.run.perfetto import Calls, Chunk, Options, Places, file_rows
+from lens_rl.offline.run.perfetto import Calls, Chunk, Options, Places, Rows, file_rows
 from lens_rl.offline.run.perfetto_cache import (
     entry_path,
     ids_column,
@@ -35,12 +35,14 @@ from lens_rl.offline.run.perfetto_cache import (
 from lens_rl.offline.run.perfetto_records import (
     EntryRec,
     GoOnRec,
+    SectionRec,
     chunk_from,
     chunk_record,
     places_from,
     places_record,
 )
 from lens_rl.offline.show.perfetto.chrome import json_body, json_tail
+from lens_rl.offline.show.perfetto.proto_more import proto_more
 from lens_rl.offline.show.perfetto.render import grouped, render_rows, spilled
 
 __all__ = ["cached_render", "say_notes"]
@@ -110,21 +112,22 @@ def _from_entry(file: _File, opts: Options, rec: EntryRec, key: str) -> tuple[Ch
     if go is None or not grown_only(file.path, file.stat, (rec.size, rec.mtime_ns, rec.ctime_ns), go.end, go.tail):
         return None, None
     chunk = chunk_from(rec.chunk)
-    body, called = rec.chunk.data[: go.body], rec.chunk.data[go.body : go.body + go.called]
     spans, first = chunk.spans, chunk.first
     chunk.data, chunk.callees = b"", Calls()  # (every call numbered again, the new ones after)
     places = Places(opts, chunk, file.callers, file.number)
     places_from(go, places)
-    kept = (body, called, len(go.call_ids))
-    return _draw(file, opts, key, chunk, places, kept, go, ids_from(go.ids), spans, first)
+    drawn = _draw(file, opts, key, chunk, places, (rec.chunk.data, go), spans, first)
+    return drawn if drawn is not None else (None, None)
 
 
 def _drawn(file: _File, opts: Options, key: str) -> tuple[Chunk, EntryRec | None]:
     """The file drawn whole (up to its last whole line), and its entry."""
-    if opts.fmt == "json" and opts.steps is None:
+    if opts.steps is None:
         chunk = Chunk()
         places = Places(opts, chunk, file.callers, file.number)
-        return _draw(file, opts, key, chunk, places, (b"", b"", 0), None, None, 0, chunk.first)
+        drawn = _draw(file, opts, key, chunk, places, None, 0, chunk.first)
+        assert drawn is not None  # (nothing kept: nothing a new span sorts before)
+        return drawn
     rows = file_rows(file.path, opts.steps, read_rows(file.path, file.end))
     chunk = render_rows(rows, dataclasses.replace(opts, spill=None), file.callers, file.number)
     return chunk, _entry(file, key, chunk, chunk.data, None)
@@ -136,47 +139,76 @@ def _draw(
     key: str,
     chunk: Chunk,
     places: Places,
-    kept: tuple[bytes, bytes, int],
-    go: GoOnRec | None,
-    drawn: Any,
+    kept: tuple[bytes, GoOnRec] | None,
     spans: int,
     first: int,
-) -> tuple[Chunk, EntryRec]:
-    """Chrome JSON: the span events of the lines after ``go``'s end (None: the file's start) after those kept
-    (``kept``: their bytes, the bytes of the callee ends kept, and how many calls they end), then the callee
-    ends of the new calls and the names; the chunk and its entry (with how to go on)."""
+) -> tuple[Chunk, EntryRec] | None:
+    """The events of the lines after where ``kept``'s read stopped (its events and how to go on; None: from
+    the file's start) after its events; the chunk and its entry (with how to go on); None where the
+    protobuf's must be drawn whole (:func:`~.proto_more.proto_more`)."""
     met: list[Any] = []
     heads: list[Any] = []
+    go = None if kept is None else kept[1]
     if go is None:
         rows = read_rows(file.path, file.end, met=met, heads=heads)
     else:
-        rows = read_rows(file.path, file.end, go.end, go.head, drawn, met, heads)
-    body, called, calls = kept
-    sink = io.BytesIO()
-    sink.write(body)
-    json_body(grouped(rows, opts), places, sink.write)
+        drawn_ids = ids_from(go.ids)
+        rows = read_rows(file.path, file.end, go.end, go.head, drawn_ids, met, heads)
+    if opts.fmt == "json":
+        data, body, called, sections = _json(grouped(rows, opts), places, kept)
+    else:
+        more = proto_more(grouped(rows, opts), places, *_proto_kept(kept), spans)
+        if more is None:
+            return None
+        (data, body, parts), called = more, 0
+        sections = [SectionRec(*part) for part in parts]
     chunk.spans += spans
     chunk.first = min(chunk.first, first)
+    chunk.data = data
+    head = heads[-1].header if heads else None if go is None else go.head
+    if head is None:  # (no header: not a store file, nothing to go on from)
+        return chunk, _entry(file, key, chunk, data, None)
+    go_on = GoOnRec(
+        end=file.end,
+        tail=tail_hash(file.path, file.end),
+        head=dict(head),
+        ids=ids_column(sorted_ids(array("Q") if go is None else drawn_ids, met)),
+        body=body,
+        called=called,
+        **places_record(places),
+        sections=sections,
+    )
+    return chunk, _entry(file, key, chunk, data, go_on)
+
+
+def _json(rows: Rows, places: Places, kept: tuple[bytes, GoOnRec] | None) -> tuple[bytes, int, int, None]:
+    """Chrome JSON: the span events of ``rows`` after those kept, then the callee ends kept, those of the new
+    calls and the names; the bytes, and the lengths of the span events and of the callee ends."""
+    if kept is None:
+        body, called, calls = b"", b"", 0
+    else:
+        data, go = kept
+        body, called, calls = data[: go.body], data[go.body : go.body + go.called], len(go.call_ids)
+    sink = io.BytesIO()
+    sink.write(body)
+    json_body(rows, places, sink.write)
     length = sink.tell()
     new_called, names = json_tail(places, calls)
     sink.write(called)
     sink.write(new_called)
     called_length = sink.tell() - length
     sink.write(names)
-    chunk.data = sink.getvalue()
-    head = heads[-1].header if heads else None if go is None else go.head
-    if head is None:  # (no header: not a store file, nothing to go on from)
-        return chunk, _entry(file, key, chunk, chunk.data, None)
-    go_on = GoOnRec(
-        end=file.end,
-        tail=tail_hash(file.path, file.end),
-        head=dict(head),
-        ids=ids_column(sorted_ids(drawn if drawn is not None else array("Q"), met)),
-        body=length,
-        called=called_length,
-        **places_record(places),
-    )
-    return chunk, _entry(file, key, chunk, chunk.data, go_on)
+    return sink.getvalue(), length, called_length, None
+
+
+def _proto_kept(kept: tuple[bytes, GoOnRec] | None) -> tuple[bytes, int, list[Any]]:
+    """The protobuf's kept bytes, the length of their tracks' descriptors and their threads' parts."""
+    if kept is None:
+        return b"", 0, []
+    data, go = kept
+    if go.sections is None:
+        raise ValueError("a protobuf's entry with no threads' parts")
+    return data, go.body, go.sections
 
 
 def _entry(file: _File, key: str, chunk: Chunk, data: bytes, go_on: GoOnRec | None) -> EntryRec:
