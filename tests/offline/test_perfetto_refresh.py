@@ -189,3 +189,21 @@ def test_a_resumed_run_needs_no_line_read_again_on_a_second_look(
     monkeypatch.setattr(perfetto_scans, "scan_file", no_read)
     for name in ("t.json", "t.pftrace"):
         _same(run, tmp_path / name)
+
+
+def test_an_events_bytes_are_its_own_whatever_its_attributes_nest() -> None:
+    """Events are written a line each, the same bytes in any batch, also where an attribute nests an object
+    beginning as an event does or holds an integer past 64 bits (what lets a grown file's events append)."""
+    from lens_rl.offline.show.perfetto.chrome import event_lines
+    from lens_rl.offline.show.perfetto.places import dumps
+
+    events = [
+        {"ph": "X", "name": "a", "args": {"k": [{}, {"ph": 1}], "s": ',{"ph":'}},
+        {"ph": "X", "name": "b", "args": {"big": 2**70}},
+        {"ph": "M", "name": "c", "args": {}},
+    ]
+    alone = b"".join(dumps(e) + b",\n" for e in events)
+    assert event_lines(events) == alone
+    assert event_lines(events[:1]) + event_lines(events[1:]) == alone
+    assert event_lines([events[0], events[2]]) == dumps(events[0]) + b",\n" + dumps(events[2]) + b",\n"
+    assert json.loads(b"[" + alone[:-2] + b"]")[1]["args"]["big"] == 2**70

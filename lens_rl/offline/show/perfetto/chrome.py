@@ -92,12 +92,16 @@ def json_tail(places: Places, skip: int = 0) -> tuple[bytes, bytes]:
 
 
 def event_lines(events: list[dict[str, Any]]) -> bytes:
-    """Events as comma-terminated members of the traceEvents array, a line each: an event's bytes are its own
-    whatever its neighbours (a grown file's new events append to what an earlier look wrote)."""
+    """Events (each a dict whose first key is ``ph``) as comma-terminated members of the traceEvents array, a
+    line each: an event's bytes are its own whatever its neighbours (a grown file's new events append to what
+    an earlier look wrote). One dumps call, its events split where a member begins (``,{"ph":`` is never
+    inside a JSON string, its quote would be escaped; where an attribute nests one, each event alone)."""
     if not events:
         return b""
     try:
-        lines = b",\n".join(map(orjson.dumps, events))
-    except TypeError:  # (an integer past 64 bits: that event's through the standard library)
-        lines = b",\n".join(map(dumps, events))
-    return lines + b",\n"
+        data = orjson.dumps(events, default=str)[1:-1]
+    except TypeError:  # (an integer past 64 bits: each event alone, that one through the standard library)
+        data = b""
+    if data and data.count(b',{"ph":') == len(events) - 1:
+        return data.replace(b',{"ph":', b',\n{"ph":') + b",\n"
+    return b",\n".join(map(dumps, events)) + b",\n"
