@@ -77,3 +77,17 @@ def test_a_read_going_on_skips_the_spans_drawn_before_and_repeats(tmp_path: Path
     drawn = array("Q", sorted(id_key(s) for s in whole))
     new = list(read_rows(path, path.stat().st_size, size, heads[-1].header, drawn, met))
     assert new == [] and met == []
+
+
+def test_the_ids_drawn_are_kept_sorted_in_bulk_or_one_by_one() -> None:
+    """lens_rl's hex ids are merged in bulk, any other id one by one, both as the cache's other entries keep
+    them (sorted, as ints where they are 16 hex digits)."""
+    from lens_rl.offline.run.cache_files import merged_ids
+    from lens_rl.offline.run.perfetto_cache import sorted_ids
+
+    drawn = array("Q", [5, 2**63 + 7])
+    met = ["00000000000000ff", "0000000000000001", "ffffffffffffffff"]
+    assert sorted_ids(drawn, met) == merged_ids(drawn, [id_key(i) for i in met])
+    assert list(sorted_ids(drawn, met)) == [1, 5, 255, 2**63 + 7, 2**64 - 1]
+    odd = ["zz", "0000000000000003", 12]
+    assert sorted_ids(drawn, odd) == merged_ids(drawn, [id_key(i) for i in odd])

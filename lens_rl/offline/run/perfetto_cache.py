@@ -133,5 +133,18 @@ def read_rows(
 
 
 def sorted_ids(drawn: Any, met: list[Any]) -> Any:
-    """The sorted ids of ``drawn`` with those ``met`` (as lines hold them)."""
+    """The sorted ids of ``drawn`` with those ``met`` (as lines hold them): in bulk where they are all lens_rl's
+    16 hex digits (numpy, as :func:`~lens_rl.offline.run.cache_files.unsettled` reads them), else one by one
+    (:func:`~lens_rl.offline.run.cache_files.merged_ids`)."""
+    if type(drawn) is array and met and all(type(i) is str and len(i) == 16 for i in met):
+        try:
+            raw = bytes.fromhex("".join(met))
+        except ValueError:  # (not all hex digits)
+            raw = b""
+        if len(raw) == 8 * len(met):
+            import numpy as np
+
+            ids = np.concatenate([np.frombuffer(drawn, np.uint64), np.frombuffer(raw, ">u8").astype(np.uint64)])
+            ids.sort()
+            return array("Q", ids.tobytes())
     return merged_ids(drawn, [id_key(i) for i in met])
