@@ -26,7 +26,7 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.run.cache_files import id_key, merged_ids, unsettled
 from lens_rl.offline.run.disk import FORMAT, read_bytes, write_atomic
-from lens_rl.offline.run.kept import sealed, unsealed
+from lens_rl.offline.run.kept import seal_line, unsealed
 from lens_rl.offline.run.perfetto import Options
 from lens_rl.offline.run.perfetto_records import EntryRec
 from lens_rl.offline.run.record_codec import UNENCODABLE, VERSION, array_of, decode, encode, raw
@@ -88,11 +88,12 @@ def save_entry(where: Path, rec: EntryRec) -> None:
     """Keep ``rec`` at ``where``, sealed (nothing without the user's key, or for a value the schema cannot
     hold: the next look draws the file cold)."""
     try:
-        data = sealed(encode(rec))
+        data = encode(rec)
     except UNENCODABLE:
         return
-    if data is not None:
-        write_atomic(where, _MAGIC + data)
+    seal = seal_line(data)
+    if seal is not None:
+        write_atomic(where, (_MAGIC, seal, data))  # (in pieces: no copy of the file's events to join them)
 
 
 def ids_column(ids: Any) -> Any:
