@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
+
+from lens_rl.offline.run import kept
 from lens_rl.offline.run.perfetto import scan_file
 from lens_rl.offline.run.perfetto_scans import cached_scan
 from lens_rl.store import Process
 from tests.stores import grow_store, header, span
+
+
+@pytest.fixture(autouse=True)
+def _own_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records sealed with a key of this test's own (the user's key file is not touched)."""
+    monkeypatch.setattr(kept, "_KEY", os.urandom(32))
 
 
 def _same(path: Path, folder: Path) -> None:
@@ -36,7 +46,8 @@ def test_a_scan_through_the_cache_is_a_cold_scan_as_the_file_grows(tmp_path: Pat
 
 
 def test_a_bad_record_is_one_note_and_a_cold_scan(tmp_path: Path) -> None:
-    """A record cut short, garbage, or of another version: named in a note, the scan a cold one's."""
+    """A record cut short or not sealed by this user, garbage, or of another version: named in a note, the scan
+    a cold one's."""
     run, folder = tmp_path / "r", tmp_path / "cache"
     folder.mkdir()
     grow_store(run, 0, 3)
@@ -45,7 +56,7 @@ def test_a_bad_record_is_one_note_and_a_cold_scan(tmp_path: Path) -> None:
     record = folder / f"{path.name}.perfetto-scan"
     data = record.read_bytes()
     for bad, why in (
-        (data[:-7], "corrupt"),
+        (data[:-7], "not sealed"),
         (b"garbage", "not a lens_rl cache"),
         (b"lens_rl.perfetto-scan/0\n" + data.split(b"\n", 1)[1], "another lens_rl version"),
     ):
@@ -53,3 +64,7 @@ def test_a_bad_record_is_one_note_and_a_cold_scan(tmp_path: Path) -> None:
         scan = cached_scan(path, str(folder))
         assert len(scan.notes) == 1 and why in scan.notes[0]
         assert scan.keys == scan_file(path).keys
+    kept._KEY = os.urandom(32)  # (another user's key: restored by the fixture's monkeypatch)
+    cached_scan(path, str(folder))
+    kept._KEY = os.urandom(32)
+    assert "not sealed" in cached_scan(path, str(folder)).notes[0]

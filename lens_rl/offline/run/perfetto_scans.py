@@ -2,8 +2,9 @@
 header does not bound its starts, or a run where a process re-initialised under another identity past a file's
 first line) through the refresh cache (``<cache>/<file>.perfetto-scan``): a file as the last look left it is not
 read, one that only grew is read from where that look stopped (a span id met before skipped, as a cold read
-skips it), any other read whole. Typed data (:class:`~lens_rl.offline.run.perfetto_records.ScanRec`) validated
-as it is decoded: one that is not is named in one line and the file read cold.
+skips it), any other read whole. Typed data (:class:`~lens_rl.offline.run.perfetto_records.ScanRec`) behind the
+user's seal (:func:`~lens_rl.offline.run.kept.seal_line`: the processes' numbers and the trace's origin come from
+it), validated as it is decoded: one that is not is named in one line and the file read cold.
 
 Example::
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from lens_rl.offline.run.disk import cache_key, read_bytes, write_atomic
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
+from lens_rl.offline.run.kept import seal_line, unsealed
 from lens_rl.offline.run.perfetto import Scan, scan_file, scan_rows
 from lens_rl.offline.run.perfetto_cache import ids_column, ids_from, read_rows, sorted_ids
 from lens_rl.offline.run.perfetto_records import ScanRec
@@ -110,9 +112,12 @@ def _load(where: Path, identity: Any) -> tuple[ScanRec | None, str | None]:
     if not data.startswith(_MAGIC):
         other = data.startswith(b"lens_rl.perfetto-scan/")
         return None, "of another lens_rl version" if other else "not a lens_rl cache"
+    body = unsealed(memoryview(data)[len(_MAGIC) :])
+    if body is None:
+        return None, "not sealed by this user's lens_rl"
     try:
-        rec = decode(memoryview(data)[len(_MAGIC) :], ScanRec)
-    except Exception as exc:  # a corrupt or planted record: never trusted
+        rec = decode(body, ScanRec)
+    except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it: never trusted
         return None, f"corrupt ({type(exc).__name__})"
     if rec.key != cache_key():
         return None, "of another lens_rl version"
@@ -126,4 +131,6 @@ def _save(where: Path, rec: ScanRec) -> None:
         data = encode(rec)
     except UNENCODABLE:  # a value the schema cannot hold: nothing kept
         return
-    write_atomic(where, _MAGIC + data)
+    seal = seal_line(data)
+    if seal is not None:  # (sealed as the drawn events are: one anybody else wrote reads as none)
+        write_atomic(where, (_MAGIC, seal, data))
