@@ -207,3 +207,26 @@ def test_an_events_bytes_are_its_own_whatever_its_attributes_nest() -> None:
     assert event_lines(events[:1]) + event_lines(events[1:]) == alone
     assert event_lines([events[0], events[2]]) == dumps(events[0]) + b",\n" + dumps(events[2]) + b",\n"
     assert json.loads(b"[" + alone[:-2] + b"]")[1]["args"]["big"] == 2**70
+
+
+def test_callers_in_another_worker_are_located_once_and_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call from one worker's phase into another process (its caller neither a driver's span nor a client)
+    is drawn as a cold read draws it; a second look at the unchanged store locates it without reading a file."""
+    from lens_rl.offline.run import perfetto_cache
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 4)
+    (run / "spans-lm_ref-0-300.jsonl").write_text(
+        json.dumps(header("lm_ref", 0, 300))
+        + "\n"
+        + json.dumps(span("ref_logprob", 12.0, 12.5, "x1", parent="p0-1", remote=True, bucket="productive"))
+        + "\n"
+    )
+    data = _same(run, tmp_path / "t.json")
+    assert b'"ph":"s"' in data and list(run.glob(".lens_rl-cache/*.perfetto-where"))
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a span file read again")
+
+    monkeypatch.setattr(perfetto_cache, "locate_file", no_read)
+    assert _same(run, tmp_path / "t.json") == data

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import os
 from array import array
 from collections.abc import Iterator, Mapping
@@ -26,13 +27,15 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.offline.run.cache_files import id_key, merged_ids, unsettled
 from lens_rl.offline.run.disk import FORMAT, read_bytes, write_atomic
+from lens_rl.offline.run.index import file_identity
 from lens_rl.offline.run.kept import seal_line, unsealed
-from lens_rl.offline.run.perfetto import Options
-from lens_rl.offline.run.perfetto_records import EntryRec
+from lens_rl.offline.run.perfetto import Chunk, Options, locate_file
+from lens_rl.offline.run.perfetto_records import EntryRec, chunk_from, chunk_record
 from lens_rl.offline.run.record_codec import UNENCODABLE, VERSION, array_of, decode, encode, raw
 from lens_rl.store import Head, ReadStats, Row, scan_runs, unseen
 
 __all__ = [
+    "cached_locate",
     "entry_path",
     "ids_column",
     "ids_from",
@@ -53,9 +56,38 @@ def render_key(opts: Options, number: int, callers: bool) -> str:
     return repr((__version__, FORMAT, opts.fmt, opts.steps, opts.group, processes, opts.origin, number, callers))
 
 
-def entry_path(folder: str, path: str | os.PathLike[str], opts: Options) -> Path:
-    """Where a file's entry for ``opts`` is: one per format, and one for a second pass (``opts.again``)."""
-    return Path(folder) / f"{Path(path).name}.perfetto-{opts.fmt}{'-again' if opts.again else ''}"
+def entry_path(folder: str, path: str | os.PathLike[str], opts: Options, kind: str | None = None) -> Path:
+    """Where a file's entry for ``opts`` is: one per format (or ``kind``), and one for a second pass
+    (``opts.again``)."""
+    return Path(folder) / f"{Path(path).name}.perfetto-{kind or opts.fmt}{'-again' if opts.again else ''}"
+
+
+def cached_locate(path: str | os.PathLike[str], opts: Options) -> Chunk:
+    """:func:`~lens_rl.offline.run.perfetto.locate_file` through the cache in ``opts.cache``: a file as the last
+    look left it, asked for the same spans, is not read (what is wanted changes as the run grows: then the
+    file is read whole, as a cold read reads it)."""
+    assert opts.cache is not None
+    try:
+        stat, identity = file_identity(path)
+    except OSError:
+        return locate_file(path, opts)
+    wanted = hashlib.sha1("\n".join(sorted(opts.wanted)).encode()).hexdigest()
+    key = f"{render_key(opts, 0, False)}|{wanted}"
+    where = entry_path(opts.cache, path, opts, "where")
+    rec, why = load_entry(where, key, identity)
+    state = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    chunk = None
+    if rec is not None and (rec.size, rec.mtime_ns, rec.ctime_ns) == state:
+        try:
+            chunk = chunk_from(rec.chunk)
+        except ValueError as exc:  # sealed by this user, yet wrong inside: never trusted
+            why = f"corrupt ({type(exc).__name__})"
+    if chunk is None:
+        chunk = locate_file(path, opts)
+        save_entry(where, EntryRec(key, identity, *state, chunk_record(chunk, b""), None))  # type: ignore[arg-type]
+    if why is not None:
+        chunk.notes.append(f"{where.name}: {why}")
+    return chunk
 
 
 def load_entry(where: Path, key: str, identity: tuple[Any, ...]) -> tuple[EntryRec | None, str | None]:

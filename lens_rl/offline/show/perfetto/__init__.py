@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.run.perfetto import Options, Scan, head_file, locate_file, options, scan_file
+from lens_rl.offline.run.perfetto_cache import cached_locate
 from lens_rl.offline.run.perfetto_scans import cached_scan
 from lens_rl.offline.show.perfetto.flows import Flows
 from lens_rl.offline.show.perfetto.gpu_tracks import gpu_counters
@@ -168,21 +169,25 @@ def _write(
             spans += chunk.spans
             notes += chunk.notes
             flows.add(chunk)
-        _locate_callers(flows, ordered, opts, parallel)
+        _locate_callers(flows, ordered, opts, parallel, notes)
         out.write(gpu_counters(paths, opts))  # (a counter track per GPU, where the run has sample files)
         if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans
 
 
-def _locate_callers(flows: Flows, ordered: Sequence[Path], opts: Options, parallel: dict[str, Any]) -> None:
+def _locate_callers(
+    flows: Flows, ordered: Sequence[Path], opts: Options, parallel: dict[str, Any], notes: list[str]
+) -> None:
     """Calls whose caller is neither a driver's span nor a client: one more pass over the other files
-    locates their callers, for the flows still open."""
+    locates their callers, for the flows still open (through the cache: an unchanged file is not read)."""
     from lens_rl.offline.run.parallel import map_files
 
     wanted = frozenset(flows.pending.callers)
     others = [path for path in ordered if str(path) not in opts.callers]
     if wanted and others:
         located = dataclasses.replace(opts, wanted=wanted, spill=None)
-        for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
+        locate = locate_file if opts.cache is None else cached_locate
+        for chunk in map_files(locate, others, located, **parallel, desc="perfetto: callers"):
+            notes += chunk.notes
             flows.add(chunk)
