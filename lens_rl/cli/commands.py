@@ -111,19 +111,21 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
             f"-o {args.output!r}: no trace format has that extension; allowed: "
             + ", ".join(f"{ext} ({name})" for ext, name in FORMATS.items())
         )
-    spans, output, path = _write(
-        args,
-        "trace.json",
-        lambda paths, output, _run: write_trace(paths, output, steps=steps, group=args.group, **parallel(args)),
-    )
-    if not spans:
-        os.unlink(output)
-        if args.steps is None and args.group is None:
-            raise CliError(f"no readable lens_rl spans under {str(path)!r}")
-        where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (
-            args.group is not None
-        )
-        raise CliError(f"{' and '.join(where)} select no span of {str(path)!r}")
+
+    def trace(paths: list[Path], output: str, run: Path) -> int:
+        with command_cache(args, run) as cache:  # (a rejected input leaves no cache behind)
+            spans = write_trace(paths, output, steps=steps, group=args.group, cache=cache, **parallel(args))
+            if not spans:
+                os.unlink(output)
+                if args.steps is None and args.group is None:
+                    raise CliError(f"no readable lens_rl spans under {str(run)!r}")
+                where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (
+                    args.group is not None
+                )
+                raise CliError(f"{' and '.join(where)} select no span of {str(run)!r}")
+        return spans
+
+    spans, output, path = _write(args, "trace.json", trace)
     print(
         f"wrote {output} ({FORMATS[Path(output).suffix.lower()]}): {spans} spans; open it at https://ui.perfetto.dev "
         "(or any Perfetto build, offline)"

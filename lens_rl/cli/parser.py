@@ -88,7 +88,7 @@ def _perfetto(sub: _Subparsers) -> None:
     perf.add_argument("--group", metavar="G", help="only this worker group's processes")
     _add_parallel(perf)
     _add_run(perf)
-    _add_no_cache(perf, "read every file whole (what perfetto does each look: it writes every span)")
+    _add_no_cache(perf)
     perf.set_defaults(func=cmd_perfetto)
 
 

@@ -40,16 +40,17 @@ def read_bytes(path: Path) -> bytes:
         return handle.read()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temporary file beside it (a reader sees the old file or the new one);
-    nothing where the folder cannot be written."""
+def write_atomic(path: Path, data: bytes | tuple[bytes, ...]) -> None:
+    """``data`` (or its pieces, one after another: no copy to join them) into ``path`` through a temporary
+    file beside it (a reader sees the old file or the new one); nothing where the folder cannot be written."""
     try:
         fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
     except OSError:
         return
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for piece in (data,) if isinstance(data, bytes) else data:
+                handle.write(piece)
         os.replace(temporary, path)
     except OSError:
         Path(temporary).unlink(missing_ok=True)

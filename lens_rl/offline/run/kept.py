@@ -32,6 +32,7 @@ __all__ = [
     "load_report",
     "save_page",
     "save_report",
+    "seal_line",
     "sealed",
     "store_fingerprint",
     "unsealed",
@@ -94,8 +95,14 @@ _SEAL = 64
 
 def sealed(data: bytes) -> bytes | None:
     """``data`` behind its seal (a line of the HMAC's hex digest), or None without a key."""
+    seal = seal_line(data)
+    return None if seal is None else seal + data
+
+
+def seal_line(data: bytes) -> bytes | None:
+    """The seal :func:`sealed` puts before ``data`` (to write before it, with no copy of it), or None."""
     key = _user_key()
-    return None if key is None else hmac.new(key, data, "sha256").hexdigest().encode() + b"\n" + data
+    return None if key is None else hmac.new(key, data, "sha256").hexdigest().encode() + b"\n"
 
 
 def unsealed(kept: bytes | memoryview) -> memoryview | None:

@@ -46,6 +46,7 @@ class Scan:
     keys: set[Process] = field(default_factory=set)
     origin: int | None = None
     driver: bool = False  # its header is the driver's: its spans call into the workers
+    notes: list[str] = field(default_factory=list)  # the refresh cache's entries not used, and why
 
 
 @dataclass
@@ -61,6 +62,8 @@ class Options:
     wanted: frozenset[str] = frozenset()  # locating: the span ids (as text) whose locations are sought
     numbers: dict[str, int] = field(default_factory=dict)  # each file's number (its path as given), for flow ids
     callers: frozenset[str] = frozenset()  # the driver's files (paths as given): every span of theirs is located
+    cache: str | None = None  # the refresh cache's folder (None: every file read whole)
+    again: bool = False  # the processes and the origin from every line (a second pass: its entries its own)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Chunk:
     callees: Calls = field(default_factory=lambda: Calls())  # the spans called from another file
     unknown: bool = False  # a process not in ``Options.processes`` was met: its events are not numbered right
     first: int = INT64_END  # the first start met (a JSON time before ``Options.origin`` would be negative)
+    notes: list[str] = field(default_factory=list)  # the refresh cache's entries not used, and why
 
 
 Rows = Iterable[tuple[Head, Row]]  # (head, row), as store.iter_rows yields
@@ -226,12 +230,13 @@ def _in_window(rows: Sequence[tuple[Head, Row]], steps: tuple[int, int]) -> list
     return [r for r, step in zip(rows, of, strict=True) if type(step) is int and lo <= step <= hi]
 
 
-def file_rows(path: str | os.PathLike[str], steps: tuple[int, int] | None) -> Rows:
-    """The rows of one file, streamed; with ``steps``, those of the steps it selects (the file's rows held,
-    each span's step taken from its ancestors)."""
+def file_rows(path: str | os.PathLike[str], steps: tuple[int, int] | None, rows: Rows | None = None) -> Rows:
+    """The rows of one file (or ``rows``, read from it), streamed; with ``steps``, those of the steps it
+    selects (the file's rows held, each span's step taken from its ancestors)."""
+    rows = iter_rows(path) if rows is None else rows
     if steps is None:
-        return iter_rows(path)
-    return _in_window(list(iter_rows(path)), steps)
+        return rows
+    return _in_window(list(rows), steps)
 
 
 def locate_file(path: str | os.PathLike[str], opts: Options) -> Chunk:

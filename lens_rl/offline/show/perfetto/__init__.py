@@ -22,7 +22,8 @@ files, for those spans only. The passes over the files (the first looks, a file'
 its window, where each row goes) are :mod:`lens_rl.offline.run.perfetto`'s; here
 :mod:`.places` (what every file's drawing shares), :mod:`.render` (a file's events),
 :mod:`.chrome` (the JSON), :mod:`.proto` (the protobuf, built with the ``perfetto``
-package's trace protos), :mod:`.flows` (calls as arrows).
+package's trace protos), :mod:`.flows` (calls as arrows), :mod:`.refresh` (a file's events through the
+refresh cache: ``cache=`` a folder, and a second look reads only what was appended since).
 
 Example::
 
@@ -39,11 +40,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.perfetto import Options, head_file, locate_file, options, scan_file
+from lens_rl.offline.run.perfetto import Options, Scan, head_file, locate_file, options, scan_file
+from lens_rl.offline.run.perfetto_cache import cached_locate
+from lens_rl.offline.run.perfetto_scans import cached_scan
 from lens_rl.offline.show.perfetto.flows import Flows
 from lens_rl.offline.show.perfetto.gpu_tracks import gpu_counters
 from lens_rl.offline.show.perfetto.places import BUCKET_COLORS
 from lens_rl.offline.show.perfetto.proto import proto_module
+from lens_rl.offline.show.perfetto.refresh import cached_render, say_notes
 from lens_rl.offline.show.perfetto.render import render_file
 
 __all__ = ["BUCKET_COLORS", "FORMATS", "format_of", "write_trace"]
@@ -89,9 +93,11 @@ def write_trace(
     jobs: int | None = None,
     use_ray: bool = False,
     ray_address: str | None = None,
+    cache: str | None = None,
 ) -> int:
-    """Write the trace of these span files to ``output`` (format by extension); returns the spans written."""
-    from lens_rl.offline.run.parallel import map_files, no_gc
+    """Write the trace of these span files to ``output`` (format by extension); returns the spans written.
+    ``cache``: the refresh cache's folder (:mod:`.refresh`; None: every file read whole)."""
+    from lens_rl.offline.run.parallel import no_gc
 
     fmt = format_of(output)
     if fmt is None:
@@ -99,22 +105,42 @@ def write_trace(
     if fmt == "pftrace":
         proto_module()  # fail before any work when the extra is missing
     parallel: dict[str, Any] = {"jobs": jobs, "use_ray": use_ray, "ray_address": ray_address}
+    notes: list[str] = []  # the cache's entries not used, and why
     with no_gc():  # (the parent too builds millions of acyclic objects: the callers' locations, the calls)
         heads = [head_file(path) for path in paths]  # the processes, when each file's spans may start
         callers = frozenset(str(path) for path, head in zip(paths, heads, strict=True) if head.driver)
         scans = list(heads)
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
             unbounded = [path for path, head in zip(paths, heads, strict=True) if head.origin is None]
-            scans += map_files(scan_file, unbounded, **parallel, desc="perfetto: first starts")
-        spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
+            scans += _scans(unbounded, cache, parallel)
+        opts = _cached(options(scans, fmt, steps, group, paths, callers), cache, False)
+        spans = _write(paths, output, opts, parallel, notes)
         if spans < 0:  # a process past a file's first line (a re-init under another identity), or a span
             # starting before its header's bound (the clock set back): the processes and the origin from every line
-            scans = list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
-            spans = _write(paths, output, options(scans, fmt, steps, group, paths, callers), parallel)
+            scans = _scans(paths, cache, parallel)
+            opts = _cached(options(scans, fmt, steps, group, paths, callers), cache, True)
+            spans = _write(paths, output, opts, parallel, notes)
+        say_notes(list(dict.fromkeys(notes + [n for scan in scans for n in scan.notes])))
     return spans
 
 
-def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any]) -> int:
+def _scans(paths: Sequence[Path], cache: str | None, parallel: dict[str, Any]) -> list[Scan]:
+    """Each file's processes and first start, from every line (through the cache in ``cache``)."""
+    from lens_rl.offline.run.parallel import map_files
+
+    if cache is None:
+        return list(map_files(scan_file, paths, **parallel, desc="perfetto: first starts"))
+    return list(map_files(cached_scan, paths, cache, **parallel, desc="perfetto: first starts"))
+
+
+def _cached(opts: Options, cache: str | None, again: bool) -> Options:
+    opts.cache, opts.again = cache, again
+    return opts
+
+
+def _write(
+    paths: Sequence[Path], output: str | os.PathLike[str], opts: Options, parallel: dict[str, Any], notes: list[str]
+) -> int:
     """The events of every file, then the caller ends of calls across processes; the spans written, or
     -1 when a file met a process ``opts`` does not number, or (JSON) a start before ``opts.origin``
     (the output is then incomplete)."""
@@ -132,7 +158,8 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
         if opts.fmt == "json":
             out.write(b'{"displayTimeUnit":"ms","otherData":{"source":"lens_rl"},"traceEvents":[\n')
         flows = Flows(opts.fmt, opts.origin, out.write)
-        for chunk in map_files(render_file, ordered, opts, **parallel, desc="perfetto"):
+        render = render_file if opts.cache is None else cached_render  # (through the refresh cache: what is new)
+        for chunk in map_files(render, ordered, opts, **parallel, desc="perfetto"):
             if chunk.path is not None:
                 _append_file(chunk.path, out)
                 os.unlink(chunk.path)
@@ -140,22 +167,27 @@ def _write(paths: Sequence[Path], output: str | os.PathLike[str], opts: Options,
             if chunk.unknown or (opts.fmt == "json" and chunk.first < opts.origin):
                 return -1
             spans += chunk.spans
+            notes += chunk.notes
             flows.add(chunk)
-        _locate_callers(flows, ordered, opts, parallel)
+        _locate_callers(flows, ordered, opts, parallel, notes)
         out.write(gpu_counters(paths, opts))  # (a counter track per GPU, where the run has sample files)
         if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans
 
 
-def _locate_callers(flows: Flows, ordered: Sequence[Path], opts: Options, parallel: dict[str, Any]) -> None:
+def _locate_callers(
+    flows: Flows, ordered: Sequence[Path], opts: Options, parallel: dict[str, Any], notes: list[str]
+) -> None:
     """Calls whose caller is neither a driver's span nor a client: one more pass over the other files
-    locates their callers, for the flows still open."""
+    locates their callers, for the flows still open (through the cache: an unchanged file is not read)."""
     from lens_rl.offline.run.parallel import map_files
 
     wanted = frozenset(flows.pending.callers)
     others = [path for path in ordered if str(path) not in opts.callers]
     if wanted and others:
         located = dataclasses.replace(opts, wanted=wanted, spill=None)
-        for chunk in map_files(locate_file, others, located, **parallel, desc="perfetto: callers"):
+        locate = locate_file if opts.cache is None else cached_locate
+        for chunk in map_files(locate, others, located, **parallel, desc="perfetto: callers"):
+            notes += chunk.notes
             flows.add(chunk)

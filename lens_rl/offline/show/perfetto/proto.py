@@ -25,7 +25,19 @@ from lens_rl._errors import require
 from lens_rl.offline.run.perfetto import INT64_END, Places, Rows
 from lens_rl.offline.show.perfetto.places import NO_ATTRS, SLICE, category, dumps, process_name
 
-__all__ = ["Slot", "proto_events", "proto_module", "template", "uuid_of"]
+__all__ = [
+    "Slot",
+    "assign_lanes",
+    "by_thread",
+    "lane_tracks",
+    "proto_events",
+    "proto_module",
+    "slices",
+    "template",
+    "thread_names",
+    "tracks_packet",
+    "uuid_of",
+]
 
 
 def proto_module() -> Any:
@@ -48,12 +60,12 @@ def _annotate(note: Any, value: Any) -> None:
         note.string_value = value if isinstance(value, str) else dumps(value).decode()
 
 
-def _lanes(spans: list[tuple[Any, ...]]) -> list[int]:
+def assign_lanes(spans: list[tuple[Any, ...]], lanes: list[list[int]] | None = None) -> list[int]:
     """Sorts ``spans``, (start, -end, index, ...) of one thread's slices (the index unique), and returns
     each one's lane in that order, so that slices on one lane nest properly (concurrent tasks on one
-    thread overlap). In that order a parent comes before its children.
-    """
-    lanes: list[list[int]] = []  # per lane, a stack of open end times
+    thread overlap). In that order a parent comes before its children. ``lanes``: per lane, the stack of
+    open end times, as the thread's earlier slices left it (kept up to date)."""
+    lanes = [] if lanes is None else lanes
     out: list[int] = []
     keep = out.append
     spans.sort()
@@ -76,35 +88,51 @@ def _descriptor(pb: Any, **fields: Any) -> Any:
     return pb.TracePacket(track_descriptor=pb.TrackDescriptor(**fields))
 
 
+def by_thread(rows: Rows, places: Places, first: int = 0) -> dict[tuple[int, int], list[tuple[Any, ...]]]:
+    """Per thread (in the order met), (start, -end, index, name, attributes, span id) of each of its rows'
+    slices (what the packets need, not the rows); ``first``: the index of the first row."""
+    threads: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
+    for i, (pid, tid, start, end, row) in enumerate(places.walk(rows), first):
+        threads[(pid, tid)].append((start, -end, i, row.n, row.a, row.s))
+    return threads
+
+
 def proto_events(rows: Rows, places: Places, write: Callable[[bytes], Any]) -> None:
     """The trace of ``rows`` (placed by ``places``) as protobuf bytes, handed to ``write`` in pieces: the
     process and thread tracks, then each thread's slices (see the module docstring)."""
     pb = proto_module()
-    # per thread, (start, -end, index, name, attributes, span id): what the packets need, not the rows
-    by_thread: dict[tuple[int, int], list[tuple[int, int, int, Any, Any, Any]]] = defaultdict(list)
-    for i, (pid, tid, start, end, row) in enumerate(places.walk(rows)):
-        by_thread[(pid, tid)].append((start, -end, i, row.n, row.a, row.s))
-    if not by_thread:
+    threads = by_thread(rows, places)
+    if not threads:
         return
-    packets, thread_names = _tracks(pb, places)
-    write(pb.Trace(packet=packets).SerializeToString())  # concatenated Traces are one Trace (a repeated field)
+    write(tracks_packet(pb, places))  # concatenated Traces are one Trace (a repeated field)
     called = places.callees()
     # a slot per track, name, category, flow end and attribute keys: its fixed fields set once, a span's own
     # values (and the flow it ends) set in place and the slot serialized
     shapes: dict[tuple[Any, ...], SliceSlot] = {}
     out: list[bytes] = []
-    while by_thread:  # (emptied as it goes: its lists are a tuple per span)
-        (pid, tid), order = by_thread.popitem()
-        lanes = _lanes(order)
-        tracks = _lane_tracks(pb, pid, tid, max(lanes), thread_names[(pid, tid)], out)
-        _slices(pb, order, lanes, tracks, called, shapes, out, write)
+    names = thread_names(places)
+    while threads:  # (emptied as it goes: its lists are a tuple per span)
+        (pid, tid), order = threads.popitem()
+        lanes = assign_lanes(order)
+        tracks = lane_tracks(pb, pid, tid, max(lanes), names[(pid, tid)], out)
+        slices(pb, order, lanes, tracks, called, shapes, out, write)
         del order, lanes
     write(b"".join(out))
 
 
-def _tracks(pb: Any, places: Places) -> tuple[list[Any], dict[tuple[int, int], str]]:
-    """A track descriptor per process and per thread, and each thread's name by (pid, tid)."""
-    threads, names, pids = places.threads, places.names, sorted(set(places.pid_of.values()))
+def thread_names(places: Places) -> dict[tuple[int, int], str]:
+    """Each thread's name by (pid, tid)."""
+    return {(pid, tid): places.names[(pid, thread)] for (pid, thread), tid in places.threads.items()}
+
+
+def tracks_packet(pb: Any, places: Places) -> bytes:
+    """The process and thread tracks' descriptors, serialized as one Trace."""
+    return bytes(pb.Trace(packet=_tracks(pb, places)).SerializeToString())
+
+
+def _tracks(pb: Any, places: Places) -> list[Any]:
+    """A track descriptor per process and per thread."""
+    pids = sorted(set(places.pid_of.values()))
     packets = [
         _descriptor(
             pb,
@@ -113,8 +141,7 @@ def _tracks(pb: Any, places: Places) -> tuple[list[Any], dict[tuple[int, int], s
         )
         for pid in pids
     ]
-    thread_names = {(pid, tid): names[(pid, thread)] for (pid, thread), tid in threads.items()}
-    for (pid, tid), name in thread_names.items():
+    for (pid, tid), name in thread_names(places).items():
         packets.append(
             _descriptor(
                 pb,
@@ -123,21 +150,23 @@ def _tracks(pb: Any, places: Places) -> tuple[list[Any], dict[tuple[int, int], s
                 thread=pb.ThreadDescriptor(pid=pid, tid=pid * 10_000 + tid, thread_name=name),
             )
         )
-    return packets, thread_names
+    return packets
 
 
-def _lane_tracks(pb: Any, pid: int, tid: int, last: int, name: str, out: list[bytes]) -> list[int]:
-    """The tracks of a thread's lanes 0 to ``last`` (0: the thread's own), each further lane's descriptor
-    appended to ``out``."""
+def lane_tracks(pb: Any, pid: int, tid: int, last: int, name: str, out: list[bytes], first: int = 1) -> list[int]:
+    """The tracks of a thread's lanes 0 to ``last`` (0: the thread's own), the descriptor of each lane from
+    ``first`` on appended to ``out``."""
     tracks = [uuid_of("t", pid, tid)]
     for lane in range(1, last + 1):
         tracks.append(uuid_of("l", pid, tid, lane))
+        if lane < first:
+            continue
         descriptor = _descriptor(pb, uuid=tracks[lane], parent_uuid=tracks[0], name=f"{name} (concurrent {lane})")
         out.append(pb.Trace(packet=[descriptor]).SerializeToString())
     return tracks
 
 
-def _slices(
+def slices(
     pb: Any,
     order: list[tuple[Any, ...]],
     lanes: list[int],
