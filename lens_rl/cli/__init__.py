@@ -41,10 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    if args.command in READERS:
-        # the reading side's numpy never multiplies matrices: OpenBLAS's thread pool, one thread a core
-        # started when numpy loads, is not made (50 ms of a 0.8 s look on 2 cores; more on a node of 100)
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # the reading side's numpy never multiplies matrices: OpenBLAS's thread pool, one thread a core started
+    # when numpy loads (here and in each parallel reader), is not made, unless the user sized it; for this
+    # command only (a later one in the same process sees the environment as it was)
+    blas = args.command in READERS and "OPENBLAS_NUM_THREADS" not in os.environ
+    if blas:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
     try:
         return int(args.func(args))
     except CliError as exc:
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         print(f"lens-rl: internal error (a defect of lens-rl {_version()}: please report it)", file=sys.stderr)
         return INTERNAL_ERROR
+    finally:
+        if blas:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
 
 
 #: The commands that read a store (what runs a job, ``run`` and ``demo``, keeps the user's environment).

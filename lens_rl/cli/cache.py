@@ -31,14 +31,14 @@ def command_cache(args: argparse.Namespace, run_dir: Path) -> Iterator[str | Non
         print(f"lens-rl: no refresh cache ({exc}); reading cold", file=sys.stderr)
         yield None
         return
-    before = _entries(folder)
+    from lens_rl.offline.run.kept import forget_made_key, key_absent
+
+    before, absent = _entries(folder), key_absent()
     try:
         yield folder
     except BaseException:
-        from lens_rl.offline.run.kept import forget_made_key
-
         _forget(folder, before, made and Path(folder) == (run_dir / CACHE_DIR).resolve())
-        forget_made_key()
+        forget_made_key(absent)  # (made by this process or by its parallel readers)
         raise
 
 

@@ -411,12 +411,16 @@ def test_a_reading_command_starts_no_blas_threads_and_a_job_keeps_the_users_envi
         import os, sys
         from lens_rl.cli import main
         sys.stdout = open(os.devnull, "w")
+        seen = []
+        import lens_rl.cli.parser as parser
+        goodput = parser.cmd_goodput
+        parser.cmd_goodput = lambda args: seen.append(os.environ.get("OPENBLAS_NUM_THREADS", "unset")) or goodput(args)
         assert main(["goodput", {str(traced_run)!r}, "--json"]) == 0
-        sys.stderr.write(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+        sys.stderr.write(seen[0] + " " + os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
         """
     assert "OPENBLAS_NUM_THREADS" not in clean_env()  # (what a user who never set it has)
-    assert run_python(look).stderr.endswith("1")
-    assert run_python(look, env={"OPENBLAS_NUM_THREADS": "4"}).stderr.endswith("4")
+    assert run_python(look).stderr.endswith("1 unset")  # (set for the look only)
+    assert run_python(look, env={"OPENBLAS_NUM_THREADS": "4"}).stderr.endswith("4 4")
     job = [sys.executable, "-c", "import os; print(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))"]
     out = lens("run", "--trace-dir", str(tmp_path), "--", *job)
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "unset", out.stderr

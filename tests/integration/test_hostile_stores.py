@@ -315,17 +315,23 @@ def test_a_folder_with_no_readable_span_is_bad_input_for_every_command(tmp_path:
 
 @pytest.mark.timeout(300)
 def test_a_rejected_input_writes_no_key_in_the_users_cache(tmp_path: Path) -> None:
-    """goodput and report on a folder with no readable span exit 2 and write nothing anywhere: no cache in the
-    run folder, no ``answers.key`` (nor its folder) in the user's cache directory; a good run then makes it."""
+    """goodput and report on a folder with no readable span, perfetto asked for steps a run does not have, exit
+    2 and write nothing anywhere: no cache in the run folder, no ``answers.key`` (nor its folder) in the user's cache directory; a good run then makes it."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "spans-x-0-1.jsonl").write_text("not a store file\n")
     home = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    for args in (["goodput", str(run)], ["report", str(run), "-o", str(tmp_path / "r.html")]):
+    good = good_run(tmp_path / "good")
+    for args in (
+        ["goodput", str(run)],
+        ["report", str(run), "-o", str(tmp_path / "r.html")],
+        # (steps the run does not have, found by its parallel readers: they had made the key)
+        ["perfetto", str(good), "-o", str(tmp_path / "t.json"), "--steps", "100-200", "--jobs", "2"],
+    ):
         out = lens_child(*args, env=home)
         assert out.returncode == 2, (args, out.stderr)
         assert not (tmp_path / "xdg").exists() and not (run / ".lens_rl-cache").exists(), args
-    assert lens_child("goodput", str(good_run(tmp_path / "good")), env=home).returncode == 0
+    assert lens_child("goodput", str(good), env=home).returncode == 0
     assert (tmp_path / "xdg" / "lens_rl" / "answers.key").stat().st_mode & 0o777 == 0o600
 
 

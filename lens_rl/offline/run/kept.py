@@ -27,6 +27,7 @@ from lens_rl.store import loads
 
 __all__ = [
     "forget_made_key",
+    "key_absent",
     "kept_page",
     "load_page",
     "load_report",
@@ -41,7 +42,12 @@ __all__ = [
 # The seal: HMAC-SHA256 under the user's key; a hash of the bytes costs ~10 ms for a 1 M-span store's report.
 
 _KEY: bytes | None = None
-_MADE: list[Path] = []  # what this process made for the key (the file, then its folders, deepest first)
+
+
+def _key_paths() -> list[Path]:
+    """The user's key file, then its folders (deepest first)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lens_rl"
+    return [base / "answers.key", base, base.parent]
 
 
 def _user_key(make: bool = True) -> bytes | None:
@@ -52,18 +58,15 @@ def _user_key(make: bool = True) -> bytes | None:
     its input, writes nothing anywhere)."""
     global _KEY
     if _KEY is None:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lens_rl"
-        path = base / "answers.key"
+        path, base, _ = _key_paths()
         try:
             if make:
-                folders = [d for d in (base, base.parent) if not d.exists()]
                 base.mkdir(parents=True, exist_ok=True)
                 try:
                     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 except FileExistsError:
                     pass
                 else:
-                    _MADE[:] = [path, *folders]
                     with os.fdopen(fd, "wb") as handle:
                         handle.write(os.urandom(32))
             info = os.lstat(path)
@@ -75,18 +78,26 @@ def _user_key(make: bool = True) -> bytes | None:
     return _KEY
 
 
-def forget_made_key() -> None:
-    """Remove the key this process made (and the folders it made for it), if it made one: a command that
-    rejects its input leaves nothing behind, in the user's cache directory either."""
+def key_absent() -> list[Path]:
+    """What of the user's key and its folders does not exist yet (deepest first): what a command that goes on
+    to reject its input must leave absent (:func:`forget_made_key`)."""
+    return [path for path in _key_paths() if not os.path.lexists(path)]
+
+
+def forget_made_key(absent: list[Path]) -> None:
+    """Remove the key and its folders that were ``absent`` (:func:`key_absent`) before a command that rejected
+    its input, whichever of its processes made them: it leaves nothing behind, in the user's cache directory
+    either."""
     global _KEY
-    made, _MADE[:] = list(_MADE), []
-    if not made:
+    if not absent:
         return
     _KEY = None
     with contextlib.suppress(OSError):
-        made[0].unlink()
-        for folder in made[1:]:
-            folder.rmdir()
+        if absent[0].name == "answers.key":
+            absent[0].unlink()
+        for folder in absent:
+            if folder.name != "answers.key":
+                folder.rmdir()
 
 
 #: the seal's length: SHA-256's hex digest
