@@ -318,3 +318,27 @@ def test_a_grown_files_new_ids_slot_into_the_settled_ones_as_a_sort_of_them_all(
         new = [rng.choice(pool) for _ in range(rng.randrange(0, 20))]
         got = merged_ids(ids, array("Q", new) if rng.random() < 0.5 else new)
         assert type(got) is array and got == array("Q", sorted([*ids, *new]))
+
+
+def test_a_repeated_span_among_ids_of_several_types_is_a_repeat_through_the_cache(tmp_path: Path) -> None:
+    """A file whose span ids mix text and numbers, grown by a repeat of one of them (an at-least-once resend):
+    the look through the cache counts it once, as a cold read does (the settled ids' order holds across types)."""
+    from tests.stores import header, span
+
+    run = tmp_path / "r"
+    run.mkdir()
+    path = run / "spans-w-0-5.jsonl"
+
+    def lines(ids: list[Any]) -> str:
+        rows = []
+        for i, span_id in enumerate(ids):
+            row = span("n", i, i + 0.5, "x", step=1, bucket="productive")
+            row["s"] = span_id
+            rows.append(json.dumps(row) + "\n")
+        return "".join(rows)
+
+    path.write_text(json.dumps(header("w", 0, 5)) + "\n" + lines(["z", 1, 9, 5]))
+    same_as_cold(run)
+    with path.open("a") as handle:
+        handle.write(lines([5]))
+    assert same_as_cold(run)["job"]["seconds"]["productive"] == pytest.approx(2.0)

@@ -231,11 +231,14 @@ def settled_has(ids: Any, key: Any) -> bool:
             return False
         at = bisect_left(ids, key)
         return at < len(ids) and ids[at] == key
-    try:
-        at = bisect_left(ids, key)
-    except TypeError:
-        return key in ids
+    at = bisect_left(ids, _id_order(key), key=_id_order)
     return at < len(ids) and ids[at] == key
+
+
+def _id_order(key: Any) -> tuple[str, Any]:
+    """The settled ids' order where they are of several types (an int and a text id never compare): by type,
+    then by value."""
+    return (key.__class__.__name__, key)
 
 
 def unsettled(ids: Any, span_ids: Sequence[Any]) -> bytearray:
@@ -272,11 +275,7 @@ def merged_ids(ids: Any, new: Any) -> Any:
             at = to
         out += ids[at:]
         return out
-    merged = list(ids) + list(new)
-    try:
-        return sorted(merged)
-    except TypeError:  # ids of several types: kept as they are (looked up one by one)
-        return merged
+    return sorted([*ids, *new], key=_id_order)
 
 
 def _record(value: Any) -> bytes:
