@@ -9,7 +9,8 @@
     lens-rl status TRACE_DIR [--run RUN_ID] [--json] [--all]      (exit 1 when a process is stale or hung)
     lens-rl watch TRACE_DIR [--run RUN_ID] [--interval S] [--once]
     lens-rl profile TRACE_DIR [--run R] [--group G] [--rank N] [--steps next|A-B] [--backend B] [--timeout S]
-    lens-rl run [--trace-dir D] [--instrument NAMES] [--run-id R] -- COMMAND ...   (exit status: COMMAND's)
+    lens-rl run [--trace-dir D] [--instrument NAMES] [--run-id R] -- COMMAND ...   (exit status: COMMAND's;
+                                                    127 / 126 when it is not found / not runnable)
 
 ``TRACE_DIR`` is the file exporter's ``trace_dir`` (holding one folder per run; the
 most recent run is used unless ``--run`` names one) or a run folder itself. Exit statuses

@@ -215,5 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run(command, trace_dir=args.trace_dir, instrument=args.instrument, run_id=args.run_id, reraise=True)
     except ValueError as exc:
         raise CliError(f"run: {exc}") from None
-    except OSError as exc:  # the command cannot be started (not found, not executable)
-        raise CliError(f"run: cannot start {command[0]!r}: {exc.strerror or exc}") from None
+    except OSError as exc:  # the command cannot be started: the status env, timeout and a shell give (127 not
+        # found, 126 found but not runnable), so a launch script reads it as it would without lens-rl
+        print(f"lens-rl: run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126

@@ -157,7 +157,8 @@ def test_run_weaves_every_python_process_and_chains_the_jobs_sitecustomize(job: 
 
 @pytest.mark.slow
 def test_run_exits_with_the_jobs_status(job: Path) -> None:
-    """A job that exits 3 makes lens-rl run exit 3; a missing command is one line and status 2."""
+    """A job that exits 3 makes lens-rl run exit 3; a command that cannot start is one line and the status env
+    and a shell give: 127 not found, 126 not runnable."""
     code = subprocess.run(
         [*LENS_RL, "run", "--trace-dir", str(job / "traces"), "--", sys.executable, "job.py", "3"],
         cwd=job,
@@ -169,7 +170,12 @@ def test_run_exits_with_the_jobs_status(job: Path) -> None:
     missing = subprocess.run(
         [*LENS_RL, "run", "--", "no-such-command-lens-rl"], env=clean_env(), capture_output=True, text=True
     )
-    assert missing.returncode == 2 and "cannot start" in missing.stderr
+    assert missing.returncode == 127 and missing.stderr.count("\n") == 1 and "cannot start" in missing.stderr
+    (job / "not-runnable").write_text("#!/bin/sh\n")
+    denied = subprocess.run(
+        [*LENS_RL, "run", "--", str(job / "not-runnable")], env=clean_env(), capture_output=True, text=True
+    )
+    assert denied.returncode == 126 and "cannot start" in denied.stderr
 
 
 def test_run_rejects_an_unknown_framework_with_a_did_you_mean(tmp_path: Path) -> None:
