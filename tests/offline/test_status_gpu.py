@@ -35,7 +35,7 @@ def with_gpu(path: Path, utils: list[Any], idle_for_s: list[float | None], alert
 
 def test_gpu_idle_past_the_alert_while_a_phase_is_open(tmp_path: Path) -> None:
     """Every GPU at 0 % past the alert with a phase open is GPU IDLE; one busy GPU, a short idle or no open phase
-    is not; busy is the devices' mean; the run stays ok."""
+    is not; busy is the devices' mean, a fraction as goodput's gpu_busy; the run stays ok."""
     run = tmp_path / "run"
     with_gpu(beat(run, "actor", 0, 10, open_phases=[phase("generation", 900)]), [0, 0], [400, 350])
     with_gpu(beat(run, "actor", 1, 11, open_phases=[phase("generation", 900)]), [0, 60], [400, None])
@@ -45,7 +45,7 @@ def test_gpu_idle_past_the_alert_while_a_phase_is_open(tmp_path: Path) -> None:
     report = run_status(run, now_ns=NOW)
     rows = {r["pid"]: r for r in report["processes"]}
     assert rows[10]["gpu"] == {"busy": 0.0, "idle_s": 350.0, "idle_alert_s": 300.0, "idle": True, "devices": 2}
-    assert rows[11]["gpu"]["busy"] == 30.0 and not rows[11]["gpu"]["idle"]
+    assert rows[11]["gpu"]["busy"] == 0.3 and not rows[11]["gpu"]["idle"]
     assert not rows[12]["gpu"]["idle"] and not rows[13]["gpu"]["idle"]
     assert rows[1]["gpu"] is None
     assert report["ok"]

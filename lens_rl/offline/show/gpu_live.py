@@ -1,8 +1,8 @@
 """What ``status`` and ``watch`` say of a process's GPUs, from its heartbeat's ``gpu`` entry (the host
 sampler's latest reading of the process's own devices, each with since when it has read 0 % busy).
 
-A row's ``gpu``: ``busy`` (the mean utilisation of its devices at that reading, percent; None where no
-device has the counter), ``idle_s`` (how long every one of its devices has read 0 %, up to that reading;
+A row's ``gpu``: ``busy`` (the mean utilisation of its devices at that reading, a fraction 0..1 as ``goodput
+--json``'s ``gpu_busy``; None where no device has the counter), ``idle_s`` (how long every one of its devices has read 0 %, up to that reading;
 None when one has not) and ``idle``: ``GPU IDLE``, past the process's ``gpu_idle_alert_s`` while it has
 a phase open and runs. A process without GPUs, or a heartbeat whose entry is not of the format's shape,
 has none (never a crash: heartbeats are input like any other); an ``idle_since_ns`` outside the store's
@@ -44,7 +44,7 @@ def gpu_state(beat: Mapping[str, Any], *, open_phases: int, running: bool) -> di
         idle_s = round(max(entry["t"] - max(since), 0) / 1e9, 3)
     alert = _number(entry.get("idle_alert_s"))
     return {
-        "busy": round(sum(utils) / len(utils), 1) if utils else None,
+        "busy": round(sum(utils) / len(utils) / 100, 3) if utils else None,  # (samples hold percents)
         "idle_s": idle_s,
         "idle_alert_s": alert,
         "idle": bool(running and open_phases and idle_s is not None and alert is not None and idle_s > alert),
@@ -56,4 +56,4 @@ def gpu_text(gpu: Mapping[str, Any] | None) -> str:
     """A row's GPU cell: its busy percent, ``-`` without a reading."""
     if not gpu or gpu.get("busy") is None:
         return "-"
-    return f"{gpu['busy']:.0f}%"
+    return f"{gpu['busy']:.0%}"

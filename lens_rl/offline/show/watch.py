@@ -124,14 +124,14 @@ def _processes(status: Any) -> Any:
             str(g["ended"]),
             str(g["hung"]),
             steps,
-            *((("-" if gpu is None else f"{gpu:.0f}%"),) if busy else ()),
+            *((("-" if gpu is None else f"{gpu:.0%}"),) if busy else ()),
             style=style,
         )
     return procs
 
 
 def group_gpu_busy(processes: list[Any]) -> dict[str, float | None]:
-    """worker group -> the mean GPU busy (percent) of its running processes with a reading (None: none has
+    """worker group -> the mean GPU busy (a fraction 0..1) of its running processes with a reading (None: none has
     one); empty where no process of the run has GPUs."""
     readings: dict[str, list[float]] = {}
     for r in processes:
