@@ -9,7 +9,9 @@ rank and device, the job's GPU goodput, and the GPU warnings (``--json`` ``gpu``
   :mod:`lens_rl.offline.read.gpu_join`. A row of many spans sums their seconds, as ``total_s`` does.
 * A step's figures cover each GPU process's first to last span of the step; a rank's, its first to last span.
 * **GPU goodput**: busy GPU-seconds inside productive spans (each process's productive spans' union, on each
-  of its devices) over the GPU-seconds of the wall (the job's wall x the devices with a reading). Productive
+  of its devices with a utilisation reading; a device's processes added, then at most the job's wall: a
+  device shared by processes, or used past the wall, never counts more than its wall) over the GPU-seconds of
+  the wall (the job's wall x the devices with a reading): always 0..1. Productive
   time without a reading (the sampler stopped, a GPU lost) counts at the busy of the time read: unknown is
   never idle (the device gets a ``gpu_unavailable`` warning where that is a large part of its processes' time).
 * Warnings: ``gpu_idle_in_productive`` (a productive phase whose devices read idle more than 20 % of its
@@ -136,7 +138,7 @@ def gpu_rollup(
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
     step_parts: list[tuple[Any, Any, Any]] = []
     ranks: list[dict[str, Any]] = []
-    productive_busy = 0.0
+    device_busy: dict[str, float] = {}
     groups: dict[str, list[tuple[Any, Any]]] = {}
     for process in processes:
         process.finish(limits, keep, keeping)
@@ -150,7 +152,10 @@ def gpu_rollup(
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
         ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
-        productive_busy += _productive_busy_ns(process)
+        busy_each = _productive_busy_ns(process)
+        for uuid in process.uuids:
+            if uuid in util_read:  # (each device that reads: its processes' busy added, clamped to its wall later)
+                device_busy[uuid] = device_busy.get(uuid, 0.0) + busy_each
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
@@ -161,8 +166,9 @@ def gpu_rollup(
         "ranks": ranks,
         "goodput": {
             "goodput": None,
-            "busy_productive_s": round(productive_busy / 1e9, 6),
+            "busy_productive_s": round(sum(device_busy.values()) / 1e9, 6),
             "devices": len(util_read & set(users)),
+            _BY_DEVICE: [device_busy[u] / 1e9 for u in devices if u in device_busy],
         },
     }
     warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read, unread)
@@ -261,19 +267,22 @@ def _rows(steps: Any, totals: Any, peaks: Any) -> list[dict[str, Any]]:
 #: a device's time without a reading while its processes ran that is flagged ``gpu_unavailable``: this share
 #: of that time, and at least this many seconds (a sampler's first sample comes a moment after a process starts)
 UNREAD_SHARE, UNREAD_S = 0.2, 2.0
+#: the goodput's private key until the wall is known: each reading device's busy productive seconds, unclamped
+#: (:func:`gpu_goodput` takes it out)
+_BY_DEVICE = "by_device_s"
 
 
 def _productive_busy_ns(process: GpuProcess) -> float:
-    """A process's busy device-ns in its productive union: the mean over its devices times their count; its
-    productive time without a reading (a lost GPU's, before the sampler's first sample) at the busy of the
-    time read (unknown is not idle)."""
+    """A process's busy ns in its productive union on each of its devices that read utilisation (the mean over
+    them: a device without a reading adds nothing); its productive time without a reading (a lost GPU's,
+    before the sampler's first sample) at the busy of the time read (unknown is not idle)."""
     done = process.queries
     productive = done.sums[PRODUCTIVE]
     known = float(productive[:, PRODUCTIVE_COLUMNS.index(_K)].sum())
     if known <= 0:
         return 0.0
     length = float((process.productive[1] - process.productive[0]).sum())
-    return float(productive[:, PRODUCTIVE_COLUMNS.index(_BUSY)].sum()) * max(length / known, 1.0) * done.devices
+    return float(productive[:, PRODUCTIVE_COLUMNS.index(_BUSY)].sum()) * max(length / known, 1.0)
 
 
 def _unread(processes: list[GpuProcess], asked: list[list[Any]]) -> tuple[float, float] | None:
@@ -297,9 +306,13 @@ def _who(key: Any) -> dict[str, Any]:
 
 
 def gpu_goodput(section: dict[str, Any], wall_s: float | None) -> None:
-    """The job's GPU goodput in ``section``: busy productive GPU-seconds over the wall's GPU-seconds."""
+    """The job's GPU goodput in ``section``: busy productive GPU-seconds over the wall's GPU-seconds, each
+    device's busy seconds (its processes' added) at most the wall (processes sharing a device, or running past
+    the job's wall, never count it more than once): always 0..1."""
     good = section["goodput"]
-    gpu_s = (wall_s or 0) * good["devices"]
+    wall = max(wall_s or 0.0, 0.0)
+    good["busy_productive_s"] = round(sum(min(s, wall) for s in good.pop(_BY_DEVICE, [])), 6)
+    gpu_s = wall * good["devices"]
     good["gpu_s"] = round(gpu_s, 6)
     good["goodput"] = round(good["busy_productive_s"] / gpu_s, 4) if gpu_s > 0 else None
 
