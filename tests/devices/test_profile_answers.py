@@ -207,7 +207,7 @@ def test_a_timeout_names_the_process_that_did_not_answer_and_prints_the_captures
     run = tmp_path / "t" / "r1"
     try:
         _both_running(run)
-        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "15", timeout=300)
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "30", timeout=300)
     finally:
         for proc in procs:
             proc.terminate()
@@ -215,5 +215,5 @@ def test_a_timeout_names_the_process_that_did_not_answer_and_prints_the_captures
     assert done.returncode == 1, done.stderr
     (printed,) = done.stdout.split()
     assert "/trainer-0-step" in printed and Path(printed).is_file()
-    assert "timed out after 15s; not answered: trainer rank 1 (pid " in done.stderr, done.stderr
+    assert "timed out after 30s; not answered: trainer rank 1 (pid " in done.stderr, done.stderr
     assert f"(pid {procs[1].pid})" in done.stderr and "Traceback" not in done.stderr
