@@ -3,9 +3,11 @@
 The request is a file in the run folder (:mod:`lens_rl.devices.profile_requests`) that every process of the job
 looks at at its step boundaries, at most once a second; the processes it names answer with the files they
 wrote and the steps they refused (and why); a process that takes a request answers at once (nothing captured
-yet), so the command knows who took it. Exit 0 printing the captured files once the last step is captured; 1 with
-the reason on timeout, or as soon as every process that took it refused its last step (``max_windows`` reached,
-the process ended, its profiler failed: the files captured so far printed); 2 on bad input, or when the run folder cannot be written (one line, no traceback).
+yet). The command waits for every live process the request names (:mod:`lens_rl.cli.profile_wait`: the run's
+heartbeats say which run; one that ends or goes stale meanwhile is not waited for) to answer its last step:
+then exit 0 printing the captured files (refusals said on stderr) once that step is captured somewhere, else 1
+with the reasons every process gave. On timeout, 1 naming who did not answer, the files captured so far
+printed; 2 on bad input, or when the run folder cannot be written (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.cli.inputs import CliError, parse_steps, run_dir
+from lens_rl.cli.inputs import CliError, run_dir
 
 __all__ = ["cmd_profile", "format_profiles"]
 
 #: How often the answers are looked at while waiting.
 POLL_S = 0.2
+#: How often the heartbeats (who runs) are read while waiting.
+LOOK_S = 1.0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from lens_rl.devices.profile_requests import answers, write_request
+    from lens_rl.devices.profile_requests import write_request
 
     steps = _steps(args.steps)
     if args.rank is not None and args.rank < 0:
@@ -50,80 +54,74 @@ def cmd_profile(args: argparse.Namespace) -> int:
         f"lens-rl: asked {who or 'every process'} of {run.name} for steps {args.steps} (request {request_id})",
         file=sys.stderr,
     )
-    last = steps if isinstance(steps, str) else steps[1]
+    return _wait(run, request_id, args, steps if isinstance(steps, str) else steps[1])
+
+
+def _wait(run: Path, request_id: str, args: argparse.Namespace, last: str | int) -> int:
+    """Wait until every process the request names has answered (:mod:`lens_rl.cli.profile_wait`), or the
+    timeout; print the files captured and say what was refused, or who did not answer."""
+    from lens_rl.cli.profile_wait import Named, listed, steps_captured
+    from lens_rl.devices.profile_requests import answers
+
     deadline = time.monotonic() + args.timeout
+    named, looked = Named(), -1.0
     while True:
+        if time.monotonic() - looked >= LOOK_S:  # (the heartbeats: at most once a second)
+            named, looked = Named.read(run, args.group, args.rank), time.monotonic()
         got = answers(run, request_id)
         files = sorted({name for answer in got for name in answer.get("files", []) if isinstance(name, str)})
-        errors = [text for answer in got for text in answer.get("errors", []) if isinstance(text, str)]
-        if files and (last == "next" or any(f"-step{last}." in name for name in files)):
-            return _done(run, files, errors)
-        if (
-            got and all(_refused(answer, last) for answer in got) and len(got) >= _named(run, args.group, args.rank)
-        ):  # (every process it names took it and said no: say why, exit 1)
-            _done(run, files, [])
-            print(f"lens-rl: profile: not captured: {'; '.join(sorted(set(errors)))}", file=sys.stderr)
+        errors = sorted({text for answer in got for text in answer.get("errors", []) if isinstance(text, str)})
+        left = named.waiting(got, last)
+        if got and not left:
+            gone = named.gone(got, last)
+            if gone:
+                errors.append(f"{listed(gone)} took the request and ended or went quiet before answering")
+            if files and (last == "next" or any(steps_captured(answer, int(last)) for answer in got)):
+                return _done(run, files, errors)
+            _done(run, files, [])  # (every process it names refused: say why, exit 1)
+            print(f"lens-rl: profile: not captured: {'; '.join(errors)}", file=sys.stderr)
             return 1
         if time.monotonic() >= deadline:
-            if files:
-                _done(run, files, errors)
+            _done(run, files, errors)
+            if not got:
                 print(
-                    f"lens-rl: profile: timed out after {args.timeout:g}s before step {last} was captured "
-                    "(the files above are the steps captured so far)",
+                    f"lens-rl: profile: no process took request {request_id} within {args.timeout:g}s (is the job "
+                    "running with telemetry on, and reaching step boundaries? does --group/--rank name a process?)"
+                    + (f"; running and named: {listed([who for who, _ in left])}" if left else ""),
                     file=sys.stderr,
                 )
                 return 1
+            wanted = "its next step" if last == "next" else f"step {last}"
+            said = [
+                f"{who}: " + ("took the request, " + wanted + " not captured yet" if answer else "did not take it")
+                for who, answer in left
+            ]
             print(
-                f"lens-rl: profile: no process took request {request_id} within {args.timeout:g}s (is the job running "
-                "with telemetry on, and reaching step boundaries? does --group/--rank name a process?)",
+                f"lens-rl: profile: timed out after {args.timeout:g}s; not answered: {listed(said)}"
+                + (" (the files above are the captures written so far)" if files else ""),
                 file=sys.stderr,
             )
             return 1
         time.sleep(POLL_S)
 
 
-def _named(run: Path, group: str | None, rank: int | None) -> int:
-    """How many running processes of the run (by their fresh heartbeats) the request names: those that will take
-    it at their next step boundary."""
-    from lens_rl.devices.profile_requests import matches
-    from lens_rl.store import read_live
-
-    beats, _ = read_live(run)
-    now = time.time_ns()
-    count = 0
-    for beat in beats:
-        said, every, when = beat.get("resource"), beat.get("interval_ms"), beat.get("written_ns")
-        resource: dict[str, Any] = said if isinstance(said, dict) else {}
-        interval = every if isinstance(every, int) else 1000
-        written = when if isinstance(when, int) else 0
-        if beat.get("state") != "running" or now - written > 3 * interval * 10**6:
-            continue
-        try:
-            their_rank = int(resource.get("nv.dl.rank", 0))
-        except (TypeError, ValueError):
-            continue
-        if matches({"group": group, "rank": rank}, str(resource.get("rl.worker_group", "worker")), their_rank):
-            count += 1
-    return count
-
-
-def _refused(answer: dict[str, Any], last: str | int) -> bool:
-    """Did the process of ``answer`` refuse the request's last step (``next``: its step)?"""
-    for pair in answer.get("refused", []):
-        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(step, int) for step in pair):
-            if last == "next" or pair[0] <= int(last) <= pair[1]:
-                return True
-    return False
-
-
 def _steps(text: str) -> str | tuple[int, int]:
-    if text.strip().lower() == "next":
+    """``--steps``: ``next``, ``N`` or ``A-B`` (inclusive, A <= B); never ``all``."""
+    allowed = "allowed: next, N (one step) or A-B (inclusive, A <= B)"
+    word = text.strip().lower()
+    if word == "next":
         return "next"
-    if text.strip().lower() == "all":
-        raise CliError("--steps: 'all' cannot be profiled; allowed: next, or A-B (inclusive)")
-    steps = parse_steps(text)
-    assert steps is not None
-    return steps
+    if word == "all":
+        raise CliError(f"--steps: 'all' cannot be profiled; {allowed}")
+    first, sep, later = word.partition("-")
+    try:
+        lo = int(first)
+        hi = int(later) if sep else lo
+    except ValueError:
+        raise CliError(f"--steps: invalid value {text!r}; {allowed}") from None
+    if hi < lo:
+        raise CliError(f"--steps: {text!r} is empty (B < A); {allowed}")
+    return lo, hi
 
 
 def _done(run: Path, files: list[str], errors: list[str]) -> int:

@@ -8,9 +8,10 @@ a second; and the answers the processes that took each request write back.
   each other's), drops those older than :data:`KEEP_NS` and keeps the newest :data:`KEEP`, and replaces the file
   atomically (a temporary file, then a rename). A file holding one bare request (the format before) is read as
   that one request.
-* ``<run>/profiles/request-<id>-<group>-<rank>-<pid>.json``: ``{"id", "files": [paths relative to the run
-  folder], "errors": [text], "refused": [[first, last]]}``, rewritten as each window of the request closes or
-  steps of it are refused (``refused``: the steps this process will not capture, each said why in ``errors``).
+* ``<run>/profiles/request-<id>-<group>-<rank>-<pid>.json``: ``{"id", "group", "rank", "pid", "files": [paths
+  relative to the run folder], "errors": [text], "refused": [[first, last]]}``, rewritten as each window of the
+  request closes or steps of it are refused (``refused``: the steps this process will not capture, each said
+  why in ``errors``; ``group`` / ``rank`` / ``pid``: who answers, as its heartbeat names it).
 
 Written by ``lens-rl profile`` and by the driver's automatic trigger; read by :mod:`lens_rl.devices.profile`.
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from lens_rl._errors import warn_once
 from lens_rl.store.files import read_capped
+from lens_rl.store.format import safe_part
 
 __all__ = [
     "PROFILES",
@@ -218,22 +220,22 @@ def write_answer(
     steps it refused (``[first, last]`` ranges, each said why in ``errors``)."""
     folder = run / PROFILES
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"request-{request_id}-{group}-{rank}-{os.getpid()}.json"
+    pid = os.getpid()
+    path = folder / f"request-{safe_part(request_id, 'request')}-{safe_part(group, 'worker')}-{rank}-{pid}.json"
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(
-        json.dumps({"id": request_id, "files": files, "errors": errors, "refused": refused or []}), encoding="utf-8"
-    )
+    body = {"id": request_id, "group": group, "rank": rank, "pid": pid, "files": files, "errors": errors}
+    tmp.write_text(json.dumps({**body, "refused": refused or []}), encoding="utf-8")
     os.replace(tmp, path)
 
 
 def answers(run: Path, request_id: str) -> list[dict[str, Any]]:
     """Every process's answer to ``request_id`` so far."""
     out = []
-    for path in sorted((run / PROFILES).glob(f"request-{request_id}-*.json")):
+    for path in sorted((run / PROFILES).glob(f"request-{safe_part(request_id, 'request')}-*.json")):
         try:
             body = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(body, dict):
+        if isinstance(body, dict) and body.get("id") == request_id:
             out.append(body)
     return out

@@ -146,3 +146,74 @@ def test_one_process_refusing_does_not_end_the_wait_while_another_captures(tmp_p
     (printed,) = done.stdout.split()
     assert "/trainer-1-step" in printed and Path(printed).is_file()
     assert "max_windows (2) reached" in done.stderr  # (rank 0's answer, said too)
+
+
+def _both_running(run: Path, count: int = 2) -> None:
+    deadline = time.monotonic() + 120
+    while len(list(run.glob("live-*.json"))) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_every_process_asked_is_waited_for_so_a_late_capture_is_printed_too(tmp_path: Path) -> None:
+    """A driver with short steps and a worker with long ones, ``--steps next`` for every process: the command
+    waits for the worker's capture (written well after the driver's) and prints both files, exit 0."""
+    env = cuda_env(tmp_path, "backend=cuda")
+    procs = [
+        start_loop(0, 400, {**env, "LOOP_DRIVER": "1", "LOOP_PAUSE_S": "0.1"}),
+        start_loop(1, 400, {**env, "LOOP_PAUSE_S": "2.5"}),
+    ]
+    run = tmp_path / "t" / "r1"
+    try:
+        _both_running(run)
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "200", timeout=300)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=120)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.split()
+    assert len(printed) == 2 and all(Path(name).is_file() for name in printed), done.stdout
+    assert any("/trainer-1-step" in name for name in printed) and not any("/trainer-0-" in n for n in printed)
+
+
+def test_a_process_killed_meanwhile_is_not_waited_for(tmp_path: Path) -> None:
+    """Two workers, one killed as the request is written: the command prints the other's capture and exits 0
+    once the killed one's heartbeat is stale, long before its timeout."""
+    env = cuda_env(tmp_path, "backend=cuda")
+    env["LOOP_PAUSE_S"] = "0.3"
+    procs = [start_loop(rank, 400, env) for rank in (0, 1)]
+    run = tmp_path / "t" / "r1"
+    try:
+        _both_running(run)
+        procs[1].kill()
+        began = time.monotonic()
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "250", timeout=300)
+        took = time.monotonic() - began
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=120)
+    assert done.returncode == 0, done.stderr
+    (printed,) = done.stdout.split()
+    assert "/trainer-0-step" in printed and Path(printed).is_file()
+    assert took < 200, took
+
+
+def test_a_timeout_names_the_process_that_did_not_answer_and_prints_the_captures(tmp_path: Path) -> None:
+    """Rank 1 stuck between steps (never at a boundary): the command times out with exit 1, prints rank 0's
+    capture and names rank 1 (its pid) as not answered."""
+    env = cuda_env(tmp_path, "backend=cuda")
+    procs = [start_loop(0, 400, {**env, "LOOP_PAUSE_S": "0.2"}), start_loop(1, 2, {**env, "LOOP_PAUSE_S": "600"})]
+    run = tmp_path / "t" / "r1"
+    try:
+        _both_running(run)
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "30", timeout=300)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=120)
+    assert done.returncode == 1, done.stderr
+    (printed,) = done.stdout.split()
+    assert "/trainer-0-step" in printed and Path(printed).is_file()
+    assert "timed out after 30s; not answered: trainer rank 1 (pid " in done.stderr, done.stderr
+    assert f"(pid {procs[1].pid})" in done.stderr and "Traceback" not in done.stderr

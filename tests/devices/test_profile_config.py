@@ -75,7 +75,15 @@ def test_a_request_names_its_processes_and_is_read_back(tmp_path: Path) -> None:
     assert read_request(tmp_path / REQUEST_FILE) is None
     write_answer(tmp_path, request_id, "trainer", 1, ["profiles/trainer-1-step3.pt.trace.json.gz"], [])
     assert answers(tmp_path, request_id) == [
-        {"id": request_id, "files": ["profiles/trainer-1-step3.pt.trace.json.gz"], "errors": [], "refused": []}
+        {
+            "id": request_id,
+            "group": "trainer",
+            "rank": 1,
+            "pid": os.getpid(),
+            "files": ["profiles/trainer-1-step3.pt.trace.json.gz"],
+            "errors": [],
+            "refused": [],
+        }
     ]
 
 

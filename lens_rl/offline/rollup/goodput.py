@@ -8,7 +8,8 @@ Goodput = productive seconds / wall-clock seconds of the view.
 * **Views.** ``goodput`` is the job's wall-clock view: the driver's own spans (the loop as it waited on
   workers), start-up included, over its wall (``rl.job``, else its first to last span); time no bucketed
   span covers is unattributed, never productive. With no driver spans, all processes are summed.
-  ``steady_state_goodput`` covers the complete steps only, skipping the first ``warmup_steps``. Worker
+  ``steady_state_goodput`` covers the complete steps only, skipping the job's first ``warmup_steps`` (by step
+  number, whatever ``steps`` selects: a selection past them keeps all its steps). Worker
   groups and ranks get a resource-seconds view: a worker's lifetime not covered by a bucketed span is idle.
 * **Steps.** A span belongs to the step of its own ``rl.step`` (a carried step is recorded as its own),
   else its nearest ancestor's. A step's wall is its umbrellas' (unbucketed spans carrying ``rl.step``),
@@ -91,7 +92,7 @@ from lens_rl.offline.rollup.schema import (
     UnbucketedRow,
     WarningRow,
 )
-from lens_rl.offline.rollup.steps import steady_goodput, step_rows, step_times
+from lens_rl.offline.rollup.steps import steady_goodput, step_rows, step_times, warmup_of
 from lens_rl.offline.rollup.stragglers import stragglers
 from lens_rl.offline.rollup.throughput import with_remote_tokens
 
@@ -143,7 +144,7 @@ def report_from_parts(
     return {
         "schema": SCHEMA,
         "goodput": job["goodput"],
-        "steady_state_goodput": steady_goodput(rows, walls_ns, productive_ns, warmup_steps),
+        "steady_state_goodput": steady_goodput(rows, walls_ns, productive_ns, warmup_of(view, warmup_steps)),
         "warmup_steps": warmup_steps,
         "job": cast(JobRow, job),
         "attempts": cast("list[AttemptRow]", attempts.rows),

@@ -32,7 +32,7 @@ from lens_rl.offline.read.intervals import coverage, merged_packed, pack, union_
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.pipe_memo import UNIONS, PipeMemo, Windows, tail
 from lens_rl.offline.rollup.staleness import staleness
-from lens_rl.offline.rollup.steps import steady_indexes, step_windows
+from lens_rl.offline.rollup.steps import steady_indexes, step_windows, warmup_of
 from lens_rl.offline.rollup.verdict import verdict
 
 __all__ = ["ROLES", "WINDOW", "pipeline_row", "roles_of"]
@@ -83,7 +83,9 @@ def pipeline_row(
         return None
     roles = roles_of(processes)
     windows = step_windows(list(view), steps)
-    steady = [rows[n]["step"] for n in steady_indexes(rows, warmup_steps) if windows.get(rows[n]["step"])]
+    steady = [
+        rows[n]["step"] for n in steady_indexes(rows, warmup_of(view, warmup_steps)) if windows.get(rows[n]["step"])
+    ]
     steady_windows = [w for step in steady for w in windows.get(step, ())]
     wall = merged_packed([a for a, _ in steady_windows], [b for _, b in steady_windows])
     if not wall:

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from collections import defaultdict
@@ -27,7 +28,7 @@ from lens_rl.offline.read.parts import BUCKETS, ProcessPart, StepPart, step_key
 from lens_rl.offline.rollup.bulk import packed_spans, seconds_rounded
 from lens_rl.offline.rollup.stragglers import in_range
 
-__all__ = ["steady_goodput", "steady_indexes", "step_rows", "step_times", "step_windows"]
+__all__ = ["steady_goodput", "steady_indexes", "step_rows", "step_times", "step_windows", "warmup_of"]
 
 _EMPTY = array("q")
 
@@ -168,40 +169,55 @@ def _slow(complete: list[dict[str, Any]], walls: list[float]) -> list[dict[str, 
 
 
 def steady_goodput(
-    step_rows: list[dict[str, Any]], walls_ns: list[int], productive_ns: list[int], warmup_steps: int
+    step_rows: list[dict[str, Any]], walls_ns: list[int], productive_ns: list[int], warm: Collection[Any]
 ) -> float | None:
-    """The steady state's goodput: its complete final runs' productive over wall time, skipping each
-    attempt's first ``warmup_steps`` (a resumed attempt warms up again: compilation, caches, the first
-    rollouts); None without such a step (or a wall)."""
-    taken = [n for n in _after_warmup(step_rows, max(warmup_steps, 0)) if not step_rows[n]["incomplete"]]
+    """The steady state's goodput: its complete final runs' productive over wall time, skipping the warm-up
+    steps ``warm`` (:func:`warmup_of`: each attempt's first steps of the whole job, whatever ``--steps``
+    selects); None without such a step (or a wall)."""
+    taken = steady_indexes(step_rows, warm)
     if not taken:
         return None
     wall = sum(walls_ns[n] for n in taken)
     return sum(productive_ns[n] for n in taken) / wall if wall else None
 
 
-def steady_indexes(step_rows: list[dict[str, Any]], warmup_steps: int) -> list[int]:
-    """The indexes of the steady state's rows: complete final runs after each attempt's first ``warmup_steps``."""
-    return [n for n in _after_warmup(step_rows, max(warmup_steps, 0)) if not step_rows[n]["incomplete"]]
+def steady_indexes(step_rows: list[dict[str, Any]], warm: Collection[Any]) -> list[int]:
+    """The indexes of the steady state's rows: complete final runs that are no warm-up step (``warm``)."""
+    return [n for n, row in enumerate(step_rows) if not row["incomplete"] and row["step"] not in warm]
+
+
+def warmup_of(view: Sequence[ProcessPart], warmup_steps: int) -> frozenset[Any]:
+    """The job's warm-up steps: each attempt's first ``warmup_steps`` steps (by step number, among the steps
+    whose final run is that attempt's: a resumed attempt warms up again: compilation, caches, the first
+    rollouts), of all the view's steps, so a ``--steps`` selection past them keeps every step it selects."""
+    if warmup_steps <= 0 or not view:
+        return frozenset()
+    if len({part.key.attempt for part in view}) == 1:  # (one attempt: its first steps)
+        steps: Any = view[0].steps if len(view) == 1 else set().union(*(part.steps for part in view))
+        return frozenset(_first(steps, warmup_steps))
+    attempt_of: dict[Any, int] = {}
+    for part in view:
+        attempt = part.key.attempt
+        for step in part.steps:
+            if attempt_of.get(step, attempt) <= attempt:
+                attempt_of[step] = attempt
+    by_attempt: dict[int, list[Any]] = defaultdict(list)
+    for step, attempt in attempt_of.items():
+        by_attempt[attempt].append(step)
+    return frozenset(chain.from_iterable(_first(steps, warmup_steps) for steps in by_attempt.values()))
+
+
+def _first(steps: Collection[Any], count: int) -> list[Any]:
+    """The first ``count`` of ``steps`` in :func:`step_key` order (integers alone: as they compare)."""
+    if all(type(s) is int for s in steps):
+        return heapq.nsmallest(count, steps)
+    return heapq.nsmallest(count, steps, key=step_key)
 
 
 def step_windows(view: list[ProcessPart], steps: tuple[int, int] | None) -> dict[Any, list[tuple[int, int]]]:
     """Each step of the view's wall as intervals (its umbrellas' union, else first start to last end)."""
     combined, _ = _combined(view, steps)
     return {step: _windows(sp) for step, sp in combined.items()}
-
-
-def _after_warmup(step_rows: list[dict[str, Any]], warm: int) -> Sequence[int]:
-    """The indexes of the rows after their attempt's first ``warm``."""
-    if len({row["attempt"] for row in step_rows}) == 1:  # (one attempt: a range)
-        return range(warm, len(step_rows))
-    seen: dict[Any, int] = defaultdict(int)
-    out = []
-    for n, row in enumerate(step_rows):
-        seen[row["attempt"]] += 1
-        if seen[row["attempt"]] > warm:
-            out.append(n)
-    return out
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float | None:

@@ -1,0 +1,54 @@
+"""Whom ``lens-rl profile`` waits for: every live process its request names until each has answered its last
+step (a capture or a refusal); and the ``--steps`` it takes, said exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from lens_rl.cli.inputs import CliError
+from lens_rl.cli.profile import _steps
+from lens_rl.cli.profile_wait import Named, answered
+
+
+def _answer(group: str, rank: int, pid: int, files: list[str], refused: list[list[int]] | None = None) -> dict:
+    return {"id": "x", "group": group, "rank": rank, "pid": pid, "files": files, "errors": [], "refused": refused or []}
+
+
+def test_a_live_process_is_waited_for_until_it_captures_or_refuses_the_last_step() -> None:
+    """Two live processes named: one capture is not the end; the other's capture or refusal of the last step is;
+    a capture of an earlier step of a range is not."""
+    named = Named(live={("driver", 0, 10), ("trainer", 1, 11)}, known={("driver", 0, 10), ("trainer", 1, 11)})
+    first = _answer("driver", 0, 10, ["profiles/driver-0-step5.pt.trace.json.gz"])
+    assert [who for who, _ in named.waiting([first], "next")] == ["trainer rank 1 (pid 11)"]
+    assert not named.waiting([first, _answer("trainer", 1, 11, ["profiles/trainer-1-step4.cuda.json"])], "next")
+    assert not named.waiting([first, _answer("trainer", 1, 11, [], [[4, 4]])], "next")
+    early = _answer("trainer", 1, 11, ["profiles/trainer-1-step5.cuda.json"])
+    ranged = [_answer("driver", 0, 10, ["profiles/driver-0-step6.cuda.json"]), early]
+    assert [who for who, _ in named.waiting(ranged, 6)] == ["trainer rank 1 (pid 11)"]
+    assert answered(_answer("trainer", 1, 11, [], [[5, 9]]), 6) and not answered(None, "next")
+
+
+def test_a_process_that_ended_or_went_stale_is_not_waited_for_and_is_named() -> None:
+    """A process that took the request and is no longer live is not waited for (and is named as gone); one that
+    answered with no heartbeat of its own at all is waited for."""
+    named = Named(live={("driver", 0, 10)}, known={("driver", 0, 10), ("trainer", 1, 11)})
+    got = [_answer("driver", 0, 10, ["profiles/driver-0-step5.cuda.json"]), _answer("trainer", 1, 11, [])]
+    assert not named.waiting(got, "next")
+    assert named.gone(got, "next") == ["trainer rank 1 (pid 11)"]
+    unknown = _answer("rollout", 0, 12, [])
+    assert [who for who, _ in named.waiting([*got, unknown], "next")] == ["rollout rank 0 (pid 12)"]
+
+
+@pytest.mark.parametrize("text", ["foo", "5-3", "-1", "all", "1-x"])
+def test_profile_steps_errors_say_exactly_what_it_takes(text: str) -> None:
+    """Every bad ``--steps`` names the value and what profile takes: next, N, A-B with A <= B (never ``all``)."""
+    with pytest.raises(CliError) as caught:
+        _steps(text)
+    said = str(caught.value)
+    assert repr(text) in said and "next, N (one step) or A-B (inclusive, A <= B)" in said
+    assert "or all" not in said
+
+
+def test_profile_steps_takes_next_a_step_and_a_range() -> None:
+    """``next``, ``7`` and ``3-5`` are read as the request's steps."""
+    assert (_steps("next"), _steps("7"), _steps("3-5")) == ("next", (7, 7), (3, 5))
