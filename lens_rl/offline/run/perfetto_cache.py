@@ -26,12 +26,11 @@ from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.run.cache_files import id_key, merged_ids, unsettled
-from lens_rl.offline.run.disk import FORMAT, read_bytes, write_atomic
+from lens_rl.offline.run.disk import FORMAT
 from lens_rl.offline.run.index import file_identity
-from lens_rl.offline.run.kept import seal_line, unsealed
 from lens_rl.offline.run.perfetto import Chunk, Options, locate_file
-from lens_rl.offline.run.perfetto_records import EntryRec, chunk_from, chunk_record
-from lens_rl.offline.run.record_codec import UNENCODABLE, VERSION, array_of, decode, encode, raw
+from lens_rl.offline.run.perfetto_records import EntryRec, chunk_from, chunk_record, load_sealed, save_sealed
+from lens_rl.offline.run.record_codec import VERSION, array_of, raw
 from lens_rl.store import Head, ReadStats, Row, scan_runs, unseen
 
 __all__ = [
@@ -93,39 +92,15 @@ def cached_locate(path: str | os.PathLike[str], opts: Options) -> Chunk:
 def load_entry(where: Path, key: str, identity: tuple[Any, ...]) -> tuple[EntryRec | None, str | None]:
     """The entry at ``where`` if this user's lens_rl kept it for this file and these options; else None and
     why, where that is worth a line (None: none kept, another file under the name, other options)."""
-    try:
-        data = read_bytes(where)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror or exc})"
-    if not data.startswith(_MAGIC):
-        other = data.startswith(b"lens_rl.perfetto/")
-        return None, "of another lens_rl version" if other else "not a lens_rl cache"
-    body = unsealed(memoryview(data)[len(_MAGIC) :])
-    if body is None:
-        return None, "not sealed by this user's lens_rl"
-    try:
-        rec = decode(body, EntryRec)
-    except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it: never trusted
-        return None, f"corrupt ({type(exc).__name__})"
-    if rec.key != key:
+    rec, why = load_sealed(where, _MAGIC, EntryRec, identity)
+    if rec is not None and rec.key != key:
         return None, None if rec.key.startswith(repr((__version__,))[:-1]) else "of another lens_rl version"
-    if tuple(rec.identity) != identity:
-        return None, None  # another file under that name: drawn cold, quietly
-    return rec, None
+    return rec, why
 
 
 def save_entry(where: Path, rec: EntryRec) -> None:
-    """Keep ``rec`` at ``where``, sealed (nothing without the user's key, or for a value the schema cannot
-    hold: the next look draws the file cold)."""
-    try:
-        data = encode(rec)
-    except UNENCODABLE:
-        return
-    seal = seal_line(data)
-    if seal is not None:
-        write_atomic(where, (_MAGIC, seal, data))  # (in pieces: no copy of the file's events to join them)
+    """Keep ``rec`` at ``where``, sealed (:func:`~lens_rl.offline.run.perfetto_records.save_sealed`)."""
+    save_sealed(where, _MAGIC, rec)
 
 
 def ids_column(ids: Any) -> Any:

@@ -14,10 +14,13 @@ Example::
 from __future__ import annotations
 
 from array import array
+from pathlib import Path
 from typing import Any
 
+from lens_rl.offline.run.disk import read_bytes, write_atomic
+from lens_rl.offline.run.kept import seal_line, unsealed
 from lens_rl.offline.run.perfetto import Calls, Chunk, Places
-from lens_rl.offline.run.record_codec import Column, Id, Raw, Rec, Scalar, array_of, raw
+from lens_rl.offline.run.record_codec import UNENCODABLE, Column, Id, Raw, Rec, Scalar, array_of, decode, encode, raw
 
 __all__ = [
     "ChunkRec",
@@ -195,3 +198,40 @@ def places_from(rec: GoOnRec, places: Places) -> None:
         places.threads[(t.pid, t.thread)] = t.tid
         places.names[(t.pid, t.thread)] = t.name
     places.calls = list(zip(rec.call_ids, rec.call_parents, pids, tids, starts, strict=True))
+
+
+def load_sealed(where: Path, magic: bytes, kind: type[Rec], identity: tuple[Any, ...]) -> tuple[Any, str | None]:
+    """The record of type ``kind`` at ``where`` under ``magic`` (a line naming its family and schema
+    version), sealed by this user, for the file of ``identity``; else None and why, where that is worth a
+    line (None: none kept, or another file under the name). Its ``key`` is for the caller to check."""
+    try:
+        data = read_bytes(where)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    if not data.startswith(magic):
+        family = magic[: magic.index(b"/") + 1]
+        return None, "of another lens_rl version" if data.startswith(family) else "not a lens_rl cache"
+    body = unsealed(memoryview(data)[len(magic) :])
+    if body is None:
+        return None, "not sealed by this user's lens_rl"
+    try:
+        rec = decode(body, kind)
+    except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it: never trusted
+        return None, f"corrupt ({type(exc).__name__})"
+    if tuple(rec.identity) != identity:
+        return None, None  # another file under that name: read cold, quietly
+    return rec, None
+
+
+def save_sealed(where: Path, magic: bytes, rec: Rec) -> None:
+    """Keep ``rec`` at ``where`` under ``magic``, sealed (nothing without the user's key, or for a value the
+    schema cannot hold: the next look reads the file cold)."""
+    try:
+        data = encode(rec)
+    except UNENCODABLE:
+        return
+    seal = seal_line(data)
+    if seal is not None:
+        write_atomic(where, (magic, seal, data))  # (in pieces: no copy of a file's events to join them)

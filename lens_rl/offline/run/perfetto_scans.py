@@ -18,13 +18,12 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.disk import cache_key, read_bytes, write_atomic
+from lens_rl.offline.run.disk import cache_key
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
-from lens_rl.offline.run.kept import seal_line, unsealed
 from lens_rl.offline.run.perfetto import Scan, scan_file, scan_rows
 from lens_rl.offline.run.perfetto_cache import ids_column, ids_from, read_rows, sorted_ids
-from lens_rl.offline.run.perfetto_records import ScanRec
-from lens_rl.offline.run.record_codec import UNENCODABLE, VERSION, decode, encode
+from lens_rl.offline.run.perfetto_records import ScanRec, load_sealed, save_sealed
+from lens_rl.offline.run.record_codec import VERSION
 from lens_rl.store import Process
 
 __all__ = ["cached_scan"]
@@ -103,34 +102,11 @@ def _read(
 def _load(where: Path, identity: Any) -> tuple[ScanRec | None, str | None]:
     """The record at ``where`` if it is this lens_rl's and this file's; else None and why (None: none kept,
     another file under the name)."""
-    try:
-        data = read_bytes(where)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror or exc})"
-    if not data.startswith(_MAGIC):
-        other = data.startswith(b"lens_rl.perfetto-scan/")
-        return None, "of another lens_rl version" if other else "not a lens_rl cache"
-    body = unsealed(memoryview(data)[len(_MAGIC) :])
-    if body is None:
-        return None, "not sealed by this user's lens_rl"
-    try:
-        rec = decode(body, ScanRec)
-    except Exception as exc:  # sealed by this user, yet not as this lens_rl writes it: never trusted
-        return None, f"corrupt ({type(exc).__name__})"
-    if rec.key != cache_key():
+    rec, why = load_sealed(where, _MAGIC, ScanRec, tuple(identity))
+    if rec is not None and rec.key != cache_key():
         return None, "of another lens_rl version"
-    if tuple(rec.identity) != identity:
-        return None, None
-    return rec, None
+    return rec, why
 
 
 def _save(where: Path, rec: ScanRec) -> None:
-    try:
-        data = encode(rec)
-    except UNENCODABLE:  # a value the schema cannot hold: nothing kept
-        return
-    seal = seal_line(data)
-    if seal is not None:  # (sealed as the drawn events are: one anybody else wrote reads as none)
-        write_atomic(where, (_MAGIC, seal, data))
+    save_sealed(where, _MAGIC, rec)  # (sealed as the drawn events are: one anybody else wrote reads as none)
