@@ -97,8 +97,13 @@ def cuda_env(tmp_path: Path, profile: str) -> dict[str, str]:
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``lens-rl profile ARGS``, run to its end."""
+    return _lens("profile", *args, timeout=timeout)
+
+
+def _lens(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``lens-rl ARGS`` with this checkout's lens_rl, run to its end."""
     return subprocess.run(
-        [sys.executable, "-m", "lens_rl", "profile", *args],
+        [sys.executable, "-m", "lens_rl", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -109,14 +114,7 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 
 def goodput(run: Path, *args: str) -> dict[str, Any]:
     """``lens-rl goodput RUN --json ARGS``'s answer (it must have ended well)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "lens_rl", "goodput", str(run), "--json", *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _lens("goodput", str(run), "--json", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout))
 
@@ -181,14 +179,7 @@ def check_capture_is_overhead(run: Path, scratch: Path) -> None:
 
 def perfetto_events(run: Path, out: Path, *args: str) -> list[dict[str, Any]]:
     """The ``X`` events of ``lens-rl perfetto RUN -o OUT ARGS`` (Chrome trace-event JSON)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "lens_rl", "perfetto", str(run), "-o", str(out), *args],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _lens("perfetto", str(run), "-o", str(out), *args)
     assert done.returncode == 0, done.stderr[-3000:]
     body = json.loads(out.read_text(encoding="utf-8"))
     return [e for e in (body["traceEvents"] if isinstance(body, dict) else body) if e.get("ph") == "X"]
