@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import sys
 import threading
 import time
 from types import ModuleType
@@ -56,6 +57,7 @@ _profiled_step: list[Any] = [None]
 _IN_TIME: contextvars.ContextVar[bool] = contextvars.ContextVar("lens_rl_nemo_rl_time", default=False)
 
 #: The algorithm modules that bind ``maybe_gpu_profile_step`` by name (``from nemo_rl.utils.nsys import ...``).
+_NSYS = "nemo_rl.utils.nsys"  # (maybe_gpu_profile_step's source)
 _ALGORITHMS = ("grpo", "grpo_sync", "ppo", "dpo", "distillation", "sft", "rm", "xtoken_off_policy_distillation")
 _OWN_OTEL_ENV = ("NEMO_RL_OTEL_ENABLED", "NEMO_LENS_ENABLED")
 
@@ -220,8 +222,21 @@ def _weave_buffer(module: ModuleType, weaver: Weaver) -> None:
 
 
 def _weave_algorithm(module: ModuleType, weaver: Weaver) -> None:
-    if callable(getattr(module, "maybe_gpu_profile_step", None)):
-        weaver.wrap(module, "maybe_gpu_profile_step", _profile_step)
+    original = getattr(module, "maybe_gpu_profile_step", None)
+    if callable(original) and weaver.wrap(module, "maybe_gpu_profile_step", _profile_step):
+        if module.__name__ == _NSYS:
+            _weave_bound(original, weaver)
+
+
+def _weave_bound(original: Any, weaver: Weaver) -> None:
+    """The modules that bound the source's function by name before it was woven (a user's loop that imports
+    ``maybe_gpu_profile_step`` at its top, then initialises telemetry): their binding is woven too, so its
+    steps carry the loop's numbers (one pass over the loaded modules' own dicts; plain modules only: a lazy
+    module's attribute access may import)."""
+    for other in list(sys.modules.values()):
+        if type(other) is ModuleType and other.__name__ != _NSYS:
+            if other.__dict__.get("maybe_gpu_profile_step") is original:
+                weaver.wrap(other, "maybe_gpu_profile_step", _profile_step)
 
 
 def _stands_down() -> str | None:
@@ -246,7 +261,7 @@ FRAMEWORK = Framework(
     ">=0.6,<0.8",
     {
         "nemo_rl.utils.timer": _weave_timer,
-        "nemo_rl.utils.nsys": _weave_algorithm,  # its source: a loop imported after weaving binds the woven one
+        _NSYS: _weave_algorithm,  # its source: a loop imported after weaving binds the woven one
         "nemo_rl.algorithms.async_utils.replay_buffer": _weave_buffer,
         **{f"nemo_rl.algorithms.{name}": _weave_algorithm for name in _ALGORITHMS},
     },

@@ -85,6 +85,36 @@ def test_woven_after_the_import_the_algorithms_bound_names_are_seen(nemo: None) 
     assert grpo.maybe_gpu_profile_step is originals[0] and dict(vars(timer_mod.Timer)) == originals[1]
 
 
+def test_a_loop_that_bound_the_profile_hook_before_weaving_gets_its_steps(nemo: None) -> None:
+    """A user's loop imports maybe_gpu_profile_step at its top, then telemetry weaves NeMo-RL: its binding is
+    woven too (total_step_time numbered by the loop's own steps, not counted from 0); uninstrument puts it
+    back."""
+    import sys
+    import types
+
+    nsys = importlib.import_module("nemo_rl.utils.nsys")
+    timer_mod = importlib.import_module("nemo_rl.utils.timer")
+    loop = types.ModuleType("users_loop")
+    loop.maybe_gpu_profile_step = nsys.maybe_gpu_profile_step  # (from nemo_rl.utils.nsys import ...)
+    original = loop.maybe_gpu_profile_step
+    sys.modules["users_loop"] = loop
+    try:
+        instrument("nemo_rl")
+        assert loop.maybe_gpu_profile_step is not original
+        timer = timer_mod.Timer()
+        with recording() as rec:
+            for step in (10, 11):
+                loop.maybe_gpu_profile_step(object(), step)
+                with timer.time("total_step_time"):
+                    with timer.time("generation"):
+                        time.sleep(0.001)
+        assert [s.attributes["rl.step"] for s in rec.find_all("total_step_time")] == [10, 11]
+        uninstrument("nemo_rl")
+        assert loop.maybe_gpu_profile_step is original
+    finally:
+        del sys.modules["users_loop"]
+
+
 def test_without_the_profile_hook_steps_are_counted_from_zero(nemo: None) -> None:
     """A loop that never calls maybe_gpu_profile_step: its steps are a per-process count from 0."""
     instrument("nemo_rl")
