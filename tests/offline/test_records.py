@@ -12,6 +12,7 @@ from lens_rl.offline.read.critical import CritPart
 from lens_rl.offline.read.parts import PhasePart, ProcessPart, RequestsPart, Series
 from lens_rl.offline.read.pipe import PipePart
 from lens_rl.offline.read.steps import StepPart
+from lens_rl.offline.run.record_codec import items_of
 from lens_rl.offline.run.records import PartRec, array_of, decode, encode, part_from, part_record, raw
 from lens_rl.store import Process
 
@@ -63,6 +64,18 @@ def test_arrays_are_raw_little_endian_and_cut_ones_are_refused() -> None:
         raw(array("i", [1]), "q")
     with pytest.raises(msgspec.DecodeError):
         decode(encode([1, 2, 3]), PartRec)
+
+
+def test_columns_only_read_are_read_in_place_and_cut_ones_are_refused() -> None:
+    """A column a part only reads is a view of the bytes read (no copy of a cache entry's megabytes), with the
+    same items; one cut mid-item is a ValueError, as an array's is."""
+    data = bytearray((2).to_bytes(8, "little") + (3).to_bytes(8, "little"))
+    items = items_of("q", memoryview(data))
+    assert list(items) == [2, 3] and items.tolist() == [2, 3]
+    data[0] = 7
+    assert items[0] == 7  # (in place: the bytes read, not a copy)
+    with pytest.raises(ValueError):
+        items_of("q", memoryview(b"abcdefghi"))
 
 
 def test_a_memo_record_claiming_4_gib_is_refused_before_anything_is_allocated() -> None:

@@ -321,7 +321,7 @@ def intervals_column(values: Iterable[array | None]) -> tuple[array, array]:
     return lengths, items
 
 
-def intervals_from_column(lengths: array, items: array) -> Iterator[array | None]:
+def intervals_from_column(lengths: Iterable[int], items: array) -> Iterator[array | None]:
     """The packed interval arrays (or None) :func:`intervals_column` made columns of, in order."""
     at = 0
     for length in lengths:

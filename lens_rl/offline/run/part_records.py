@@ -34,7 +34,7 @@ from lens_rl.offline.run.part_schema import (
     RequestsRec,
     StepsRec,
 )
-from lens_rl.offline.run.record_codec import array_of, raw
+from lens_rl.offline.run.record_codec import array_of, items_of, raw
 from lens_rl.store import Process
 
 __all__ = ["part_from", "part_record"]
@@ -87,13 +87,14 @@ def _steps_record(steps: Mapping[Any, StepPart]) -> StepsRec:
 
 
 def _steps_from(rec: StepsRec) -> dict[Any, StepPart]:
-    keys = _from_column(rec.keys, "q")
-    ns = array_of("q", rec.ns).tolist()
+    # (the columns only read here are read in place: only the interval arrays, kept, are copied out)
+    keys = items_of("q", rec.keys) if type(rec.keys) is memoryview else rec.keys
+    ns = items_of("q", rec.ns).tolist()
     if len(ns) != 4 * len(keys):
         raise ValueError("step columns that do not add up")
     umbrellas = _intervals(rec.umbrella_lengths, rec.umbrellas)
     bucketed = _intervals(rec.bucketed_lengths, rec.bucketed)
-    lows, highs = array_of("q", rec.lows), array_of("q", rec.highs)
+    lows, highs = items_of("q", rec.lows), items_of("q", rec.highs)
     new = StepPart.__new__
     out = {}
     for n, (key, flag, lo, hi, umbrella, spans) in enumerate(
@@ -111,7 +112,7 @@ def _steps_from(rec: StepsRec) -> dict[Any, StepPart]:
 
 def _intervals(lengths: memoryview, items: memoryview) -> list[array | None]:
     """Packed interval arrays from their columns (ValueError: lengths that do not add up to the items)."""
-    counts, flat = array_of("q", lengths), array_of("q", items)
+    counts, flat = items_of("q", lengths), array_of("q", items)
     if sum(c for c in counts if c > 0) != len(flat):
         raise ValueError("interval columns that do not add up")
     return list(intervals_from_column(counts, flat))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ __all__ = [
     "array_of",
     "decode",
     "encode",
+    "items_of",
     "raw",
 ]
 
@@ -74,6 +76,19 @@ def array_of(typecode: str, buffer: memoryview) -> array:
     if _SWAP:  # pragma: no cover - a big-endian host
         out.byteswap()
     return out
+
+
+def items_of(typecode: str, buffer: memoryview) -> Sequence[Any]:
+    """The raw little-endian items ``buffer`` holds, read in place (no copy) where they are only read (iterated,
+    indexed, ``tolist``): a view of the bytes read, not an :func:`array_of` to grow (ValueError: cut mid-item)."""
+    if _SWAP:  # pragma: no cover - a big-endian host: the items swapped, in an array
+        return array_of(typecode, buffer)
+    if len(buffer) % _ITEMSIZE[typecode]:
+        raise ValueError("an array cut mid-item")
+    return buffer.cast("B").cast(typecode)
+
+
+_ITEMSIZE = {code: array(code).itemsize for code in "bBhHiIlLqQfd"}
 
 
 class Rec(msgspec.Struct, array_like=True, gc=False, forbid_unknown_fields=True):
