@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -78,14 +77,14 @@ def array_of(typecode: str, buffer: memoryview) -> array:
     return out
 
 
-def items_of(typecode: str, buffer: memoryview) -> Sequence[Any]:
+def items_of(typecode: str, buffer: memoryview) -> memoryview | array[Any]:
     """The raw little-endian items ``buffer`` holds, read in place (no copy) where they are only read (iterated,
     indexed, ``tolist``): a view of the bytes read, not an :func:`array_of` to grow (ValueError: cut mid-item)."""
     if _SWAP:  # pragma: no cover - a big-endian host: the items swapped, in an array
         return array_of(typecode, buffer)
     if len(buffer) % _ITEMSIZE[typecode]:
         raise ValueError("an array cut mid-item")
-    return buffer.cast("B").cast(typecode)
+    return buffer.cast("B").cast(typecode)  # type: ignore[call-overload]  # (a typecode given at run time)
 
 
 _ITEMSIZE = {code: array(code).itemsize for code in "bBhHiIlLqQfd"}
