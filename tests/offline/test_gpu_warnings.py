@@ -101,3 +101,16 @@ def test_a_device_with_no_utilisation_is_named_unavailable_never_read_as_idle() 
     assert named["GPU-a"]["processes"] == 2 and "every counter" in named["GPU-a"]["message"]
     assert "no utilisation counter" in named["GPU-b"]["message"]
     assert "(? on ?)" in named["GPU-c"]["message"] and "never 0 %" in named["GPU-c"]["message"]
+
+
+def test_a_gap_is_named_by_the_phases_at_its_edges_not_the_step_umbrellas_around_them() -> None:
+    """Step umbrellas (step 1: 0-10 s, step 2: 12.9-20 s) around generation (0-7 s), training (7-10 s) and the
+    next generation (13-20 s): the gap 10-13 s is named (training, generation), not (step, step)."""
+    groups = {
+        "actor": _group(
+            ("step", 0, 10), ("generation", 0, 7), ("training", 7, 10), ("step", 12.9, 20), ("generation", 13, 20)
+        )
+    }
+    idle = {"GPU-0": np.array([[10 * S, 13 * S]], dtype=np.int64)}
+    (gap,) = idle_gaps(groups, idle)
+    assert gap["between"] == ["training", "generation"]

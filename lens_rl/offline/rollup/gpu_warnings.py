@@ -83,8 +83,8 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
             before = ends <= hi
             before &= ~((starts <= lo) & (ends >= hi))
             after = (starts >= lo) & ~((starts <= lo) & (ends >= hi))
-            name_before = str(names[before][np.argmax(ends[before])]) if before.any() else "start"
-            name_after = str(names[after][np.argmin(starts[after])]) if after.any() else "end"
+            name_before = str(names[_innermost(starts, ends, before, last=True)]) if before.any() else "start"
+            name_after = str(names[_innermost(starts, ends, after, last=False)]) if after.any() else "end"
             got = found.setdefault((name_before, name_after), [0, 0.0, 0.0, lo / 1e9])
             got[0] += 1
             got[1] += float(hi - lo) / 1e9
@@ -106,6 +106,20 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
                 }
             )
     return out
+
+
+def _innermost(starts: Any, ends: Any, mask: Any, last: bool) -> int:
+    """The span of ``mask`` that ends last (``last``; else the one that starts first), and inside it, again and
+    again, the one of ``mask`` that does so among the spans it holds: the phase at the gap's edge, not a step's
+    umbrella around it (an umbrella of the next step starts with, or a moment before, its first phase)."""
+    mask = mask.copy()
+    while True:
+        where = np.flatnonzero(mask)
+        at = int(where[np.argmax(ends[where])] if last else where[np.argmin(starts[where])])
+        mask[at] = False
+        mask &= (starts >= starts[at]) & (ends <= ends[at])  # (the spans it holds; fewer each time: it ends)
+        if not mask.any():
+            return at
 
 
 def unavailable(
