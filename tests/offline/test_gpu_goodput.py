@@ -77,3 +77,26 @@ def test_a_gpu_shared_by_two_processes_counts_its_wall_once(tmp_path: Path) -> N
     assert good["devices"] == 1 and 0 < good["gpu_s"] <= 15.0
     assert good["goodput"] == pytest.approx(1.0, abs=0.01) and good["busy_productive_s"] <= good["gpu_s"]
     assert {r["worker_group"]: r["gpu_busy"] for r in gpu["ranks"]} == {"driver": 1.0, "gen": 1.0}
+
+
+@pytest.mark.parametrize("engines", [1, 2])
+def test_time_two_processes_are_productive_at_once_on_one_gpu_counts_once(tmp_path: Path, engines: int) -> None:
+    """On a 20 s wall, a trainer (training 2-8 s) and one or two engine workers (generation 5-12 s each) on one
+    GPU reading 100 %: the GPU worked productively 2-12 s, 10 GPU-seconds, so the GPU goodput is 0.5, not the
+    processes' busy added (13 or 20 s: 0.65, 1.0); through the refresh cache the same."""
+    run = tmp_path / "r1"
+    on_gpu = {"rl.gpu.uuids": ["GPU-a"], "host.name": "node0"}
+    driver = [span("rl.job", 0, 20, "job"), span("training", 2, 8, "t", parent="job", bucket="productive", step=1)]
+    write_process(run, "driver", 0, 1, driver, root="job", **on_gpu)
+    for rank in range(engines):
+        gen = [span("generation", 5, 12, f"g{rank}", bucket="productive", step=1)]
+        write_process(run, "gen", rank, 10 + rank, gen, **on_gpu)
+
+    def busy(_t: float) -> list[Any]:
+        return [[100, 50, int(1e9), 300000, 1980, None, None, None]]
+
+    write_samples(run, "node0", 50, [device("GPU-a")], busy, end_s=20.0)
+    good = _looks(run)["goodput"]
+    assert good["devices"] == 1 and good["gpu_s"] == pytest.approx(20.0)
+    assert good["busy_productive_s"] == pytest.approx(10.0, abs=0.1)
+    assert good["goodput"] == pytest.approx(0.5, abs=0.01)

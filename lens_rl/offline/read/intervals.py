@@ -32,6 +32,7 @@ __all__ = [
     "merge_intervals",
     "merge_packed",
     "merged_packed",
+    "overcounted",
     "pack",
     "pairs",
     "sorted_by",
@@ -205,6 +206,26 @@ def _merged_np(starts: Any, ends: Any) -> Any:
     out[0::2] = starts[at]
     out[1::2] = ends[np.append(at[1:] - 1, len(starts) - 1)]
     return out
+
+
+def overcounted(sets: Iterable[tuple[Any, Any]]) -> tuple[Any, Any, Any]:
+    """Where more than one of some sets of intervals (each merged: ``(starts, ends)``, numpy int64) covers, as
+    ``(starts, ends, extra)``: each stretch and how many covers past the first it has (their sum counted once
+    each is the union: the sets' lengths added, less each stretch's length times its ``extra``)."""
+    import numpy as np
+
+    sets = [(lo, hi) for lo, hi in sets if len(lo)]
+    if len(sets) < 2:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    starts, ends = np.concatenate([lo for lo, _hi in sets]), np.concatenate([hi for _lo, hi in sets])
+    edges = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(len(starts), np.int64), np.full(len(ends), -1, np.int64)])
+    order = np.argsort(edges, kind="stable")
+    edges, depth = edges[order], np.cumsum(steps[order])  # (depth after each edge: how many cover from it on)
+    lo, hi, extra = edges[:-1], edges[1:], depth[:-1] - 1
+    keep = (extra > 0) & (hi > lo)
+    return lo[keep], hi[keep], extra[keep]
 
 
 def intersected(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -9,8 +9,8 @@ rank and device, the job's GPU goodput, and the GPU warnings (``--json`` ``gpu``
   :mod:`lens_rl.offline.read.gpu_join`. A row of many spans sums their seconds, as ``total_s`` does.
 * A step's figures cover each GPU process's first to last span of the step; a rank's, its first to last span.
 * **GPU goodput**: busy GPU-seconds inside productive spans (each process's productive spans' union, on each
-  of its devices with a utilisation reading; a device's processes added, then at most the job's wall: a
-  device shared by processes, or used past the wall, never counts more than its wall) over the GPU-seconds of
+  of its devices with a utilisation reading; a device's processes added, less the busy where two or more
+  were productive at once: a shared device counts their union; then at most the job's wall) over the GPU-seconds of
   the wall (the job's wall x the devices with a reading): always 0..1. Productive
   time without a reading (the sampler stopped, a GPU lost) counts at the busy of the time read: unknown is
   never idle (the device gets a ``gpu_unavailable`` warning where that is a large part of its processes' time).
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from lens_rl.offline.read.intervals import overcounted
 from lens_rl.offline.read.parts import merged_gpu
 from lens_rl.offline.rollup.bulk import rounded
 from lens_rl.offline.rollup.gpu_memo import PRODUCTIVE_COLUMNS, Keeping
@@ -117,16 +118,20 @@ def gpu_rollup(
         if keeping is not None and keeping.on_line is not None and line is not None:
             keeping.on_line(uuid, line)
         if line is None or uuid not in users:
-            return row, line is not None and bool(line.measured[_K]), None, [], None
+            return row, line is not None and bool(line.measured[_K]), None, [], None, 0.0
         asked = [p.queries.asked(line) for p in users[uuid]]
-        return row, bool(line.measured[_K]), line.idle_intervals(), asked, _unread(users[uuid], asked)
+        read = bool(line.measured[_K])
+        twice = _overcounted_busy_ns(line, users[uuid]) if read else 0.0
+        return row, read, line.idle_intervals(), asked, _unread(users[uuid], asked), twice
 
     device_rows, idle, util_read, unread = [], {}, set(), {}
     # (answers added in device order: the sums are the same whichever way ``each`` runs the devices)
-    for uuid, (row, read, idle_at, answers, gap) in zip(devices, each(device, devices), strict=True):
+    overcounted: dict[str, float] = {}
+    for uuid, (row, read, idle_at, answers, gap, twice) in zip(devices, each(device, devices), strict=True):
         device_rows.append(row)
         if read:
             util_read.add(uuid)
+            overcounted[uuid] = twice
         if read and gap is not None:
             unread[uuid] = gap
         if idle_at is not None:
@@ -156,6 +161,8 @@ def gpu_rollup(
         for uuid in process.uuids:
             if uuid in util_read:  # (each device that reads: its processes' busy added, clamped to its wall later)
                 device_busy[uuid] = device_busy.get(uuid, 0.0) + busy_each
+    for uuid in device_busy:  # (less the busy of the time two of its processes were productive at once)
+        device_busy[uuid] = max(device_busy[uuid] - overcounted.get(uuid, 0.0), 0.0)
     phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
     for row in phase_rows:
         row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
@@ -283,6 +290,23 @@ def _productive_busy_ns(process: GpuProcess) -> float:
         return 0.0
     length = float((process.productive[1] - process.productive[0]).sum())
     return float(productive[:, PRODUCTIVE_COLUMNS.index(_BUSY)].sum()) * max(length / known, 1.0)
+
+
+def _overcounted_busy_ns(line: Timeline, processes: list[GpuProcess]) -> float:
+    """The busy ns of a device counted more than once when its processes' productive busy is added: where two
+    or more of them were productive at once (a trainer and an engine on one GPU, both working), the busy there
+    times the covers past the first (the time without a reading at the busy of the time read, as each
+    process's is). 0 where one process uses it, or its processes took turns (colocated jobs mostly do)."""
+    lo, hi, extra = overcounted(p.productive for p in processes)
+    if not len(lo):
+        return 0.0
+    sums = line.joined(lo, hi, False)[0]  # (a window's line too: one before its window joins cold)
+    weight = extra.astype(np.float64)
+    known = float(sums[:, _K] @ weight)
+    if known <= 0:
+        return 0.0
+    length = float((hi - lo).astype(np.float64) @ weight)
+    return float(sums[:, _BUSY] @ weight) * max(length / known, 1.0)
 
 
 def _unread(processes: list[GpuProcess], asked: list[list[Any]]) -> tuple[float, float] | None:
