@@ -191,6 +191,20 @@ def test_a_grown_sample_file_reads_through_the_cache_as_a_cold_read(tmp_path: Pa
     assert _goodput(run) == grown  # (an unchanged store: the kept answer)
 
 
+def test_a_sample_file_seen_with_its_header_only_is_read_once_its_samples_come(tmp_path: Path) -> None:
+    """A look that meets a sample file holding its header only (the sampler had just opened it, as a job starts
+    or a sampler takes over) does not freeze it: the next look through the cache reads its samples, as cold."""
+    run = write_scripted_job(tmp_path / "r1")
+    path = run / "gpu-node0-100.jsonl"
+    whole = path.read_text()
+    path.write_text(whole.splitlines()[0] + "\n")
+    _goodput(run)
+    path.write_text(whole)
+    grown = _goodput(run)
+    assert grown == _goodput(run, "--no-cache")
+    assert [d["samples"] for d in grown["gpu"]["devices"] if d["uuid"] == "GPU-0"] == [40]
+
+
 def test_a_gpu_whose_readings_stop_is_named_and_its_unread_time_is_not_counted_idle(tmp_path: Path) -> None:
     """When one node's samples stop half way (its sampler stopped, a GPU lost), the GPU goodput counts the
     unread productive time at the busy of the time read (never as idle: 0.45, not 0.35), and that GPU, not

@@ -94,6 +94,8 @@ def read_file_blocks(path: Path, stats: ReadStats, cache: str | None = None) -> 
         return read_samples(path, stats)[0]
     identity = list(ident)
     kept = _load(cache, path, identity, stat, end)
+    if kept is not None and not kept[1] and end > int(kept[0]["end"]):
+        kept = None  # (a file kept with no sample, its header only (the sampler had just opened it): read anew)
     fresh = ReadStats()
     new: list[Block] = []
     if kept is None:
