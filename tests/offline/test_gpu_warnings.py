@@ -114,3 +114,14 @@ def test_a_gap_is_named_by_the_phases_at_its_edges_not_the_step_umbrellas_around
     idle = {"GPU-0": np.array([[10 * S, 13 * S]], dtype=np.int64)}
     (gap,) = idle_gaps(groups, idle)
     assert gap["between"] == ["training", "generation"]
+
+
+def test_a_gap_inside_one_phase_is_named_by_it_and_a_late_idle_reading_by_the_phase_before() -> None:
+    """Generation 1-11 s idling 4-7 s (waiting on a reward server) is named (generation, generation), not the
+    phases around it; a gap read from 10.25 s (the first idle sample after generation ended at 10 s) inside a
+    step umbrella is named by that generation and the training after it, not by the umbrella."""
+    groups = {"actor": _group(("step", 0, 30), ("generation", 1, 11), ("training", 14, 20))}
+    idle = {"GPU-0": np.array([[4 * S, 7 * S], [int(11.25 * S), 14 * S]], dtype=np.int64)}
+    gaps = sorted(idle_gaps(groups, idle), key=lambda gap: gap["first_at_s"])
+    assert [gap["between"] for gap in gaps] == [["generation", "generation"], ["generation", "training"]]
+    assert "read idle during generation:" in gaps[0]["message"]

@@ -56,8 +56,8 @@ def idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``gpu_idle_gap`` warnings: per group, the stretches where every one of its devices read idle while the
-    group ran, by the phases on either side (the group's span that ended last before the stretch, the one
-    that started first after it)."""
+    group ran, by the phases on either side: on each side the innermost span running at the stretch's edge,
+    else the one nearest it (the one the stretch lies in on both sides where it lies in one)."""
     out = []
     for group, members in sorted(groups.items()):
         uuids = sorted({u for _key, cols in members for u in cols[0] if u in idle_of})
@@ -80,11 +80,11 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
         names = np.concatenate([np.array([str(k[0]) for k in c[3]], dtype=object)[c[4]] for c in spans])
         found: dict[tuple[str, str], list[float]] = {}
         for lo, hi in long:
-            before = ends <= hi
-            before &= ~((starts <= lo) & (ends >= hi))
-            after = (starts >= lo) & ~((starts <= lo) & (ends >= hi))
-            name_before = str(names[_innermost(starts, ends, before, last=True)]) if before.any() else "start"
-            name_after = str(names[_innermost(starts, ends, after, last=False)]) if after.any() else "end"
+            before, after = starts < lo, ends > hi
+            name_before = (
+                str(names[_innermost(starts, ends, before, np.minimum(ends, lo))]) if before.any() else "start"
+            )
+            name_after = str(names[_innermost(starts, ends, after, -np.maximum(starts, hi))]) if after.any() else "end"
             got = found.setdefault((name_before, name_after), [0, 0.0, 0.0, lo / 1e9])
             got[0] += 1
             got[1] += float(hi - lo) / 1e9
@@ -92,10 +92,11 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
         for (name_before, name_after), (count, total, longest, first) in sorted(
             found.items(), key=lambda item: -item[1][1]
         )[:MOST_GAPS]:
+            where = f"during {name_before}" if name_before == name_after else f"between {name_before} and {name_after}"
             out.append(
                 {
                     "kind": "gpu_idle_gap",
-                    "message": f"every GPU of {group} read idle between {name_before} and {name_after}: "
+                    "message": f"every GPU of {group} read idle {where}: "
                     f"{int(count)} stretch(es) of {GAP_S:g} s or more, {total:.1f} s in all (longest {longest:.1f} s)",
                     "worker_group": group,
                     "between": [name_before, name_after],
@@ -108,14 +109,15 @@ def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str,
     return out
 
 
-def _innermost(starts: Any, ends: Any, mask: Any, last: bool) -> int:
-    """The span of ``mask`` that ends last (``last``; else the one that starts first), and inside it, again and
-    again, the one of ``mask`` that does so among the spans it holds: the phase at the gap's edge, not a step's
-    umbrella around it (an umbrella of the next step starts with, or a moment before, its first phase)."""
+def _innermost(starts: Any, ends: Any, mask: Any, near: Any) -> int:
+    """The span of ``mask`` nearest the gap (``near`` largest: its end, or its start negated, clipped to the
+    gap's edge: one running at the edge is nearest), and inside it, again and again, the one of ``mask`` nearest
+    among the spans it holds: the phase at the gap's edge, or the one the gap lies in, not a step's umbrella
+    around it (an umbrella ends with its last phase, the next starts with, or a moment before, its first)."""
     mask = mask.copy()
     while True:
         where = np.flatnonzero(mask)
-        at = int(where[np.argmax(ends[where])] if last else where[np.argmin(starts[where])])
+        at = int(where[np.argmax(near[where])])
         mask[at] = False
         mask &= (starts >= starts[at]) & (ends <= ends[at])  # (the spans it holds; fewer each time: it ends)
         if not mask.any():
