@@ -36,17 +36,28 @@ class NvmlError(Exception):
     """An NVML call failed for another reason than "not supported" (a lost GPU, a driver gone)."""
 
 
+#: why NVML could not be loaded, once said (identity and the sampler both load it: one debug line a process)
+_SAID: list[str] = []
+
+
+def _unloaded(why: str) -> None:
+    """One debug line a process for why NVML is not there (the first reason met)."""
+    if not _SAID:
+        _SAID.append(why)
+        _log.debug("lens_rl: no GPU sampling: %s", why)
+
+
 def load() -> Any:
-    """``pynvml``, initialised, or None (one debug line: no package, no library, no driver)."""
+    """``pynvml``, initialised, or None (one debug line a process: no package, no library, no driver)."""
     try:
         import pynvml
     except Exception as exc:  # ImportError, or a broken install
-        _log.debug("lens_rl: no GPU sampling: pynvml cannot be imported (%s)", exc)
+        _unloaded(f"pynvml cannot be imported ({exc})")
         return None
     try:
         pynvml.nvmlInit()
     except Exception as exc:
-        _log.debug("lens_rl: no GPU sampling: nvmlInit failed (%s)", exc)
+        _unloaded(f"nvmlInit failed ({exc})")
         return None
     return pynvml
 

@@ -186,6 +186,20 @@ def test_without_nvml_nothing_is_written_and_nothing_said(tmp_path: Path, job: J
     assert "lens_rl" not in stderr and "GPU" not in stderr
 
 
+@pytest.mark.parametrize("case", ["no-pynvml", "no-library", "no-driver"])
+def test_without_nvml_one_debug_line_says_why(tmp_path: Path, job: Job, case: str) -> None:
+    """With debug logging on, a process on a GPU (CUDA_VISIBLE_DEVICES set: identity and the sampler both
+    look for NVML) says why there is no GPU sampling in one debug line, not one per look."""
+    sc = None if case == "no-pynvml" else scenario(tmp_path, [{"uuid": "GPU-a"}], **{case[3:]: False})
+    rid = run_id()
+    env = job_env(tmp_path / "traces", rid, sc, standin=sc is not None, CUDA_VISIBLE_DEVICES="0", GPU_JOB_DEBUG="1")
+    job.start(env)
+    wait_for(lambda: list((tmp_path / "traces" / rid).glob("live-*.json")), what="a heartbeat")
+    ((code, _stdout, stderr),) = job.finish()
+    assert code == 0, stderr
+    assert stderr.count("no GPU sampling") == 1, stderr
+
+
 def test_a_failing_nvml_call_is_one_warning_and_the_job_goes_on(tmp_path: Path, job: Job) -> None:
     """A GPU lost mid-run: the sample that failed reads null for it, one warning, sampling stops, exit 0."""
     lost = tmp_path / "lose-the-gpu"
