@@ -117,7 +117,7 @@ class GpuSampler:
 
     def _wait(self, seconds: float) -> bool:
         """Wait ``seconds`` (at least none); True once stopped."""
-        if self._halt.acquire(timeout=max(seconds, 0.0)):
+        if self._halt.acquire(timeout=min(max(seconds, 0.0), threading.TIMEOUT_MAX)):  # (1e-300 Hz: no overflow)
             self._halt.release()  # stays free: every later wait returns at once
             return True
         return False

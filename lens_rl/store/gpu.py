@@ -62,6 +62,9 @@ GPU_COUNTERS = COUNTERS  # (the readers' name for it)
 GPU_UUIDS = "rl.gpu.uuids"
 _MAX_DEVICES = 1024
 _MAX_HZ = 1000.0
+#: the rate a header's is read as at least (a sample stands for at most 1000 s: a tiny configured rate, 1e-300,
+#: would make its period overflow the join's nanoseconds)
+_MIN_HZ = 1e-3
 
 
 def gpu_path(trace_dir: str | Path, run_id: str, host: str, pid: int) -> Path:
@@ -149,7 +152,7 @@ def gpu_head(line: bytes) -> GpuHead | None:
         _int(head.get("attempt")),
         _int(head.get("pid")),
         since if type(since) is int and TIME_MIN_NS <= since < TIME_MAX_NS else None,
-        float(hz) if (type(hz) is int or type(hz) is float) and 0 < hz <= _MAX_HZ else 2.0,
+        max(float(hz), _MIN_HZ) if (type(hz) is int or type(hz) is float) and 0 < hz <= _MAX_HZ else 2.0,
         tuple(d for d in devices if d is not None),
     )
 

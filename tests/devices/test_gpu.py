@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import lens
 from tests.gpu_jobs import Job, gpu_files, job_env, read_gpu, scenario, wait_for
 
 pytestmark = pytest.mark.slow
@@ -240,6 +241,21 @@ def test_zero_hz_turns_sampling_off(tmp_path: Path, job: Job) -> None:
     ((code, stdout, stderr),) = job.finish()
     assert code == 0, stderr
     assert gpu_files(run_dir) == []
+
+
+def test_a_tiny_rate_samples_once_and_the_job_and_its_reading_run_clean(tmp_path: Path, job: Job) -> None:
+    """gpu_sample_hz 1e-300 (allowed: above 0): the sampler writes its header and a first sample, waits without
+    overflowing its timer (no traceback in the job's stderr), and ``lens-rl goodput`` reads the file."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a"}])
+    rid = run_id()
+    job.start(job_env(tmp_path / "traces", rid, sc, LENS_RL_OTEL_GPU_SAMPLE_HZ="1e-300"))
+    run_dir = tmp_path / "traces" / rid
+    path = wait_for(lambda: gpu_files(run_dir), what="the sample file")[0]
+    wait_for(lambda: len(read_gpu(path)[1]) >= 1, what="a sample")
+    ((code, _stdout, stderr),) = job.finish()
+    assert code == 0 and "Traceback" not in stderr and "Error" not in stderr, stderr
+    out = lens("goodput", str(run_dir), "--json")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
 
 
 def test_a_bad_rate_in_a_workers_environment_is_one_warning_and_telemetry_off(tmp_path: Path, job: Job) -> None:

@@ -85,6 +85,8 @@ def test_headers_name_their_devices_or_are_none() -> None:
     head = gpu_head(json.dumps(good).encode())
     assert head is not None and head.hz == 4.0 and head.devices[0].has == ("util",)
     assert gpu_head(json.dumps({**good, "hz": 1e9}).encode()).hz == 2.0  # type: ignore[union-attr]
+    # (a tiny configured rate: a sample stands for at most 1000 s, its period no overflow of the join)
+    assert gpu_head(json.dumps({**good, "hz": 1e-300}).encode()).hz == 1e-3  # type: ignore[union-attr]
     assert gpu_head(json.dumps({**good, "format": "lens_rl.spans/2"}).encode()) is None
     assert gpu_head(json.dumps({**good, "devices": [{"i": 0}]}).encode()) is None
     assert gpu_head(b"[[[[") is None
