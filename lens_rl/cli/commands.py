@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.cli.cache import command_cache
-from lens_rl.cli.inputs import CliError, check_steps, parallel, parse_steps, run_dir, say, span_files_of
+from lens_rl.cli.inputs import (
+    CliError,
+    check_count,
+    check_seconds,
+    check_steps,
+    parallel,
+    parse_steps,
+    run_dir,
+    say,
+    span_files_of,
+)
 from lens_rl.cli.profile import format_profiles
 from lens_rl.offline.run.parallel import no_gc
 
@@ -56,8 +66,7 @@ def _one_look(command: Callable[[argparse.Namespace], int]) -> Callable[[argpars
 def cmd_goodput(args: argparse.Namespace) -> int:
     from lens_rl.offline import analyze, format_table
 
-    if args.warmup_steps < 0:
-        raise CliError(f"--warmup-steps: {args.warmup_steps} is negative; allowed: 0 or more")
+    check_count("--warmup-steps", args.warmup_steps)
     steps = parse_steps(args.steps)
     paths, path = span_files_of(args.trace_dir, args.run)
     options = parallel(args)
@@ -135,6 +144,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     steps = parse_steps(args.steps)
+    check_count("--warmup-steps", args.warmup_steps)
     size, output, _ = _write(
         args,
         "report.html",
@@ -187,8 +197,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from lens_rl.offline import watch
 
-    if args.interval <= 0:
-        raise CliError(f"--interval: {args.interval} is not a duration; allowed: seconds > 0")
+    check_seconds("--interval", args.interval)
     try:
         folder = run_dir(args.trace_dir, args.run)
     except CliError:

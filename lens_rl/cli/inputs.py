@@ -12,7 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CliError", "check_steps", "parallel", "parse_steps", "run_dir", "say", "span_files_of"]
+__all__ = [
+    "CliError",
+    "check_steps",
+    "check_count",
+    "check_seconds",
+    "parallel",
+    "parse_steps",
+    "run_dir",
+    "say",
+    "span_files_of",
+]
 
 
 class CliError(Exception):
@@ -101,6 +111,24 @@ def say(notes: list[str]) -> None:
     """Notes on what was not read (an entry that is no readable file), one line each on stderr."""
     for note in notes:
         print(f"lens-rl: {note}", file=sys.stderr)
+
+
+#: the longest duration a command's option takes (a year: longer is no wait a person means; inf would hang)
+MOST_SECONDS = 365 * 86400.0
+
+
+def check_seconds(option: str, value: float) -> float:
+    """A duration option (``--interval``, ``--timeout``): a finite number of seconds > 0, at most a year."""
+    if not 0 < value <= MOST_SECONDS:  # (nan fails both)
+        raise CliError(f"{option}: {value} is not a duration; allowed: seconds > 0, at most {MOST_SECONDS:.0f}")
+    return value
+
+
+def check_count(option: str, value: int) -> int:
+    """A count option (``--warmup-steps``): 0 or more."""
+    if value < 0:
+        raise CliError(f"{option}: {value} is negative; allowed: 0 or more")
+    return value
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.cli.inputs import CliError, run_dir
+from lens_rl.cli.inputs import CliError, check_seconds, run_dir
 
 __all__ = ["cmd_profile", "format_profiles"]
 
@@ -35,8 +35,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     steps = _steps(args.steps)
     if args.rank is not None and args.rank < 0:
         raise CliError(f"--rank: {args.rank} is negative; allowed: a rank >= 0")
-    if not args.timeout > 0:
-        raise CliError(f"--timeout: {args.timeout} is not a duration; allowed: seconds > 0")
+    check_seconds("--timeout", args.timeout)
     try:
         run = run_dir(args.trace_dir, args.run, "live-*.json")
     except CliError:

@@ -424,3 +424,28 @@ def test_a_reading_command_starts_no_blas_threads_and_a_job_keeps_the_users_envi
     job = [sys.executable, "-c", "import os; print(os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))"]
     out = lens("run", "--trace-dir", str(tmp_path), "--", *job)
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "unset", out.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["watch", "{run}", "--interval", "nan"],
+        ["watch", "{run}", "--interval", "inf"],
+        ["watch", "{run}", "--interval", "1e300"],
+        ["watch", "{run}", "--interval", "0"],
+        ["profile", "{run}", "--timeout", "inf"],
+        ["report", "{run}", "--warmup-steps", "-2", "-o", "{tmp}/r.html"],
+        ["goodput", "{run}", "--warmup-steps", "-1"],
+    ],
+    ids=lambda args: " ".join(args[2:4]),
+)
+def test_a_bad_duration_or_count_is_one_line_naming_it_and_exit_2(
+    traced_run: Path, tmp_path: Path, args: list[str]
+) -> None:
+    """A duration that is no finite number of seconds > 0, or a negative count, is refused before anything
+    runs: one line naming the option, the value and what is allowed, exit 2, no page written."""
+    out = lens(*(a.format(run=traced_run, tmp=tmp_path) for a in args))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert args[2] in line and "allowed:" in line
+    assert not (tmp_path / "r.html").exists()
