@@ -37,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -156,7 +157,8 @@ def run(
             status = child.wait()
         finally:
             _restore(previous)
-    _say_where(env, out)
+    with contextlib.suppress(OSError):  # (stderr closed: a dead tee, a gone ssh; the job's status still passes)
+        _say_where(env, out)
     if status < 0 and reraise:
         _die_by(-status, out)
     return 128 - status if status < 0 else status

@@ -219,6 +219,18 @@ def test_shell_reports_128_plus_n_for_a_job_killed_by_a_signal(tmp_path: Path) -
     assert out.stdout.split()[-2:] == ["status", "143"], out.stderr
 
 
+@pytest.mark.parametrize(("script", "status"), [("exit 3", 3), ("kill -TERM $$", -signal.SIGTERM)])
+def test_the_jobs_status_passes_when_lens_rl_runs_stderr_is_closed(tmp_path: Path, script: str, status: int) -> None:
+    """With nobody reading lens-rl run's stderr (a dead ``tee``, an ssh session gone) its last line cannot be
+    written, and the job's status still passes through: 3 stays 3, a job killed by SIGTERM kills it alike."""
+    read, write = os.pipe()
+    os.close(read)
+    command = [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", "sh", "-c", script]
+    proc = subprocess.Popen(command, env=clean_env(), stderr=write, stdout=subprocess.DEVNULL, cwd=tmp_path)
+    os.close(write)
+    assert proc.wait(timeout=120) == status
+
+
 #: A job in a process group of its own that says whether it was stopped for a while (Ctrl-Z, then `fg`).
 STOPPED = """
 import os, time
