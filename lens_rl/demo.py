@@ -22,6 +22,7 @@ from typing import Any
 
 from lens_rl._errors import MissingExtraError, require
 from lens_rl.buckets import Bucket
+from lens_rl.config import mask_url
 from lens_rl.integrations.aiohttp import instrument_aiohttp_client
 from lens_rl.integrations.ray import accepts_context, actor_options, flush_actors, traced_actor
 from lens_rl.lifecycle import flush_telemetry, init_telemetry_driver, shutdown_telemetry
@@ -175,7 +176,7 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         ray.shutdown()
     say(f"  telemetry exported: driver {'ok' if ok else 'INCOMPLETE'}, workers {sum(flushed)}/{len(flushed)} flushed")
     if otlp:
-        say(f"spans and metrics sent to {otlp}; the goodput table reads the file store (run without --otlp)")
+        say(f"spans and metrics sent to {mask_url(otlp)}; the goodput table reads the file store (run without --otlp)")
         return 0 if ok else 1
 
     _read_back(trace_dir, run_id, say)

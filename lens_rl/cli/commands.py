@@ -172,7 +172,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not sent:
         raise CliError(f"no readable lens_rl spans under {str(path)!r}; nothing replayed")
-    print(f"replayed {sent} spans from {path} to {args.otlp}" + (f" ({skipped} bad lines skipped)" if skipped else ""))
+    from lens_rl.config import mask_url
+
+    to = mask_url(args.otlp)
+    print(f"replayed {sent} spans from {path} to {to}" + (f" ({skipped} bad lines skipped)" if skipped else ""))
     return 0
 
 

@@ -215,10 +215,11 @@ def test_lines_of_other_json_types_are_skipped_and_odd_values_read_as_none_in_ev
 
 
 def test_replay_sends_the_stored_trace(traced_run: Path) -> None:
-    """replay re-exports stored spans with their ids to a collector."""
+    """replay re-exports stored spans with their ids to a collector, its endpoint's password never printed."""
     with OTLPReceiver() as rx:
-        out = lens("replay", str(traced_run), "--otlp", rx.endpoint)
+        out = lens("replay", str(traced_run), "--otlp", rx.endpoint.replace("://", "://alice:hunter2@"))
         assert out.returncode == 0, out.stderr
+        assert "hunter2" not in out.stdout and "[REDACTED]@" in out.stdout  # (SPEC "Secrets": never said)
         assert rx.wait_for_spans(7, 5)
         names = sorted(s["name"] for s in rx.spans)
     assert names.count("generation") == 2 and "rl.job" in names

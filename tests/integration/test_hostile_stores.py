@@ -358,13 +358,15 @@ def test_watch_once_names_what_it_skipped_on_stderr(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_replay_to_a_refused_collector_says_one_line_of_its_own(tmp_path: Path) -> None:
     """replay to a collector that refuses the connection exits 2 with one line of its own (the exporter's
-    log lines muted, its outcome in that line)."""
+    log lines muted, its outcome in that line), the endpoint's password masked."""
     run = good_run(tmp_path / "run")
-    out = lens_child("replay", str(run), "--otlp", f"http://127.0.0.1:{_refused_port()}", "--timeout-ms", "3000")
+    url = f"http://alice:hunter2@127.0.0.1:{_refused_port()}"
+    out = lens_child("replay", str(run), "--otlp", url, "--timeout-ms", "3000")
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lens-rl: error: the collector at"), out.stderr
     assert "Connection refused" in lines[0]
+    assert "hunter2" not in out.stderr and "[REDACTED]@127.0.0.1" in lines[0]  # (SPEC "Secrets")
     assert out.stdout == ""
 
 

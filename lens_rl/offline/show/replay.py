@@ -75,6 +75,8 @@ def replay(
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
+    from lens_rl.config import mask_url
+
     stats = ReadStats()
     files = span_files(path) if paths is None else paths
     with _muted() as outcome:
@@ -86,7 +88,8 @@ def replay(
             nonlocal sent, pending
             if exporter.export(pending) is not SpanExportResult.SUCCESS:
                 said = f" ({outcome.last})" if outcome.last else ""
-                raise RuntimeError(f"the collector at {endpoint} did not accept the spans{said}; {sent} sent before")
+                said = f"the collector at {endpoint} did not accept the spans{said}; {sent} sent before"
+                raise RuntimeError(mask_url(said))  # (the URL's password, here and in the exporter's words: never said)
             sent += len(pending)
             pending = []
 
