@@ -123,8 +123,13 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
     def trace(paths: list[Path], output: str, run: Path) -> int:
         with command_cache(args, run) as cache:  # (a rejected input leaves no cache behind)
-            spans = write_trace(paths, output, steps=steps, group=args.group, cache=cache, **parallel(args))
-            if not spans:
+            skipped: list[str] = []
+            spans = write_trace(
+                paths, output, steps=steps, group=args.group, cache=cache, skipped=skipped, **parallel(args)
+            )
+            if spans:  # (no span at all: the one error line says so)
+                say(skipped)
+            else:
                 os.unlink(output)
                 if args.steps is None and args.group is None:
                     raise CliError(f"no readable lens_rl spans under {str(run)!r}")

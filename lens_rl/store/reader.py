@@ -63,6 +63,7 @@ __all__ = [
     "heads",
     "iter_rows",
     "loads",
+    "not_a_store_file",
     "plausible",
     "read_head",
     "read_live",
@@ -301,6 +302,11 @@ def _opened(path: str | os.PathLike[str], stats: ReadStats, noted: bool) -> IO[b
         return None
 
 
+def not_a_store_file(path: str | os.PathLike[str]) -> str:
+    """What every command says of a file whose first line is no v2 header (SPEC "Scale": one message naming it)."""
+    return f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped"
+
+
 def _first_head(
     handle: IO[bytes], path: str | os.PathLike[str], stats: ReadStats, heads: list[Head] | None
 ) -> tuple[Head | None, int]:
@@ -312,7 +318,7 @@ def _first_head(
     head = head_of(first)
     if head is None:
         if at:
-            stats.notes.append(f"{Path(path).name}: not a lens_rl store file (its first line is no v2 header); skipped")
+            stats.notes.append(not_a_store_file(path))
             lines = 1 + count_lines(handle)
             stats.lines += lines
             stats.skipped += lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -450,3 +451,18 @@ def test_a_bad_duration_or_count_is_one_line_naming_it_and_exit_2(
     (line,) = out.stderr.strip().splitlines()
     assert args[2] in line and "allowed:" in line
     assert not (tmp_path / "r.html").exists()
+
+
+def test_perfetto_names_each_file_it_skips_as_goodput_does(traced_run: Path, tmp_path: Path) -> None:
+    """A file of another shape (a 0.x line first, garbage) beside the run's files: perfetto writes the trace
+    and names each skipped file once on stderr, as goodput does (SPEC "Scale": one message naming it)."""
+    run = tmp_path / "run"
+    shutil.copytree(traced_run, run)  # (the module's run stays as it is)
+    (run / "spans-old-0-1.jsonl").write_text('{"v": 1, "name": "step", "span_id": "aaaaaaaaaaaaaaaa"}\n')
+    (run / "spans-junk-0-2.jsonl").write_text("garbage\n")
+    good = lens("goodput", str(run))
+    out = lens("perfetto", str(run), "-o", str(tmp_path / "t.json"))
+    assert out.returncode == 0 and good.returncode == 0, out.stderr
+    for name in ("spans-old-0-1.jsonl", "spans-junk-0-2.jsonl"):
+        assert out.stderr.count(f"{name}: not a lens_rl store file") == 1, out.stderr
+        assert f"{name}: not a lens_rl store file" in good.stdout + good.stderr

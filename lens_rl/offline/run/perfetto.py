@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.read.tree import steps_of_rows
-from lens_rl.store import INT64_END, Head, Process, Row, iter_rows, read_head, trace_time_ns
+from lens_rl.store import INT64_END, Head, Process, Row, iter_rows, not_a_store_file, read_head, trace_time_ns
 
 __all__ = [
     "INT64_END",
@@ -124,11 +124,18 @@ def head_file(path: str | os.PathLike[str]) -> Scan:
     """What a file's header tells: its process, whether it is the driver's, and as ``origin`` its ``since``
     (no span of the file starts before it; None where the header has none)."""
     head, _ = read_head(path)
-    if head is None:
-        return Scan()
+    if head is None:  # (a file of another shape: named once, as every command names it; an empty one is not)
+        return Scan(notes=[not_a_store_file(path)] if _has_bytes(path) else [])
     since = head.header.get("since")
     bound = since if type(since) is int and 0 <= since < INT64_END else None
     return Scan({head.process}, bound, head.process.driver)
+
+
+def _has_bytes(path: str | os.PathLike[str]) -> bool:
+    try:
+        return os.stat(path).st_size > 0
+    except OSError:
+        return False
 
 
 #: Span kinds whose spans call out (OpenTelemetry's): located wherever they are.

@@ -94,9 +94,11 @@ def write_trace(
     use_ray: bool = False,
     ray_address: str | None = None,
     cache: str | None = None,
+    skipped: list[str] | None = None,
 ) -> int:
     """Write the trace of these span files to ``output`` (format by extension); returns the spans written.
-    ``cache``: the refresh cache's folder (:mod:`.refresh`; None: every file read whole)."""
+    ``cache``: the refresh cache's folder (:mod:`.refresh`; None: every file read whole); ``skipped``: filled
+    with a line naming each file not read (its first line is no v2 header), as every command names them."""
     from lens_rl.offline.run.parallel import no_gc
 
     fmt = format_of(output)
@@ -108,6 +110,9 @@ def write_trace(
     notes: list[str] = []  # the cache's entries not used, and why
     with no_gc():  # (the parent too builds millions of acyclic objects: the callers' locations, the calls)
         heads = [head_file(path) for path in paths]  # the processes, when each file's spans may start
+        unread = [note for head in heads for note in head.notes]  # (files of another shape: not cache notes)
+        if skipped is not None:
+            skipped += unread
         callers = frozenset(str(path) for path, head in zip(paths, heads, strict=True) if head.driver)
         scans = list(heads)
         if fmt == "json":  # its times count from the run's first start: where a header does not bound it, read
@@ -120,7 +125,8 @@ def write_trace(
             scans = _scans(paths, cache, parallel)
             opts = _cached(options(scans, fmt, steps, group, paths, callers), cache, True)
             spans = _write(paths, output, opts, parallel, notes)
-        say_notes(list(dict.fromkeys(notes + [n for scan in scans for n in scan.notes])))
+        said = notes + [n for scan in scans for n in scan.notes if n not in unread]
+        say_notes(list(dict.fromkeys(said)))
     return spans
 
 
