@@ -167,6 +167,10 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
     handle = init_telemetry_driver(_master_config(trace_dir, otlp), algorithm="grpo")
     assert handle is not None  # enabled by the master config
     run_id = str(handle.resource.attributes["rl.run_id"])
+    # (where the spans went: the environment wins over the demo's config, under `lens-rl run --trace-dir A` too)
+    config = handle.config
+    trace_dir = config.trace_dir
+    otlp = mask_url(config.resolved_endpoint) if config.exporter == "otlp" else otlp
     say(f"lens-rl demo: run {run_id}, {steps} GRPO steps on a local Ray cluster")
     t_start = time.perf_counter()
     try:
@@ -175,8 +179,9 @@ def run_demo(steps: int = 4, trace_dir: str = "lens_traces", otlp: str | None = 
         ok = shutdown_telemetry(5000)
         ray.shutdown()
     say(f"  telemetry exported: driver {'ok' if ok else 'INCOMPLETE'}, workers {sum(flushed)}/{len(flushed)} flushed")
-    if otlp:
-        say(f"spans and metrics sent to {mask_url(otlp)}; the goodput table reads the file store (run without --otlp)")
+    if config.exporter != "file":
+        to = f"sent to {otlp}" if config.exporter == "otlp" else f"given to the {config.exporter} exporter"
+        say(f"spans and metrics {to}; the goodput table reads the file store (run without --otlp)")
         return 0 if ok else 1
 
     _read_back(trace_dir, run_id, say)

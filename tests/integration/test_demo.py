@@ -22,20 +22,22 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One demo run for the module: its output, run folder and `lens-rl goodput --json`."""
+    """One demo run for the module: its output, run folder and `lens-rl goodput --json`. The trace dir comes
+    from the environment, as under `lens-rl run --trace-dir`, and wins over the demo's ``--trace-dir``: the
+    demo reads back where its spans went."""
     trace_dir = tmp_path_factory.mktemp("demo")
     t0 = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "lens_rl", "demo", "--steps", "3", "--trace-dir", str(trace_dir)],
+        [sys.executable, "-m", "lens_rl", "demo", "--steps", "3", "--trace-dir", str(trace_dir / "not-here")],
         capture_output=True,
         text=True,
-        env=clean_env(),
+        env={**clean_env(), "LENS_RL_OTEL_TRACE_DIR": str(trace_dir)},
         cwd=trace_dir,
         timeout=240,
     )
     elapsed_s = time.monotonic() - t0
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = next(p for p in trace_dir.iterdir() if p.is_dir())
+    (run_dir,) = [p for p in trace_dir.iterdir() if p.is_dir()]  # (no "not-here" folder)
     report = json.loads(
         subprocess.run(
             [sys.executable, "-m", "lens_rl", "goodput", str(trace_dir), "--json"],
