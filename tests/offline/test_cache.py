@@ -256,7 +256,7 @@ def test_a_store_seen_growing_keeps_its_whole_answer_only_once_it_stops(
         warm = analyze(paths, jobs=1, cache=folder)
         cold = analyze(paths, jobs=1)
         assert json.dumps(warm, sort_keys=True, default=str) == json.dumps(cold, sort_keys=True, default=str)
-        return warm, kept.load_report(folder, kept.store_fingerprint(paths, (True, []))) is not None
+        return warm, kept.load_report(folder, kept.store_fingerprint(paths, (True, [])))[0] is not None
 
     assert look()[1]  # (a first look)
     grow_store(run, 10, 12)

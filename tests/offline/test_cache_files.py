@@ -108,7 +108,7 @@ def _kept(tmp_path: Path) -> tuple[Path, str, str, dict[str, Any]]:
     fingerprint = store_fingerprint(span_files(run), ("options",))
     report = analyze(span_files(run), jobs=1)
     save_report(folder, fingerprint, report)
-    assert load_report(folder, fingerprint) == report
+    assert load_report(folder, fingerprint) == (report, None)
     return run, folder, fingerprint, dict(report)
 
 
@@ -119,7 +119,7 @@ def test_a_kept_report_follows_its_store(tmp_path: Path) -> None:
     assert store_fingerprint(span_files(run), ("other options",)) != first
     grow_store(run, 3, 4)
     second = store_fingerprint(span_files(run), ("options",))
-    assert second != first and load_report(folder, second) is None
+    assert second != first and load_report(folder, second) == (None, None)  # (none kept for it: nothing said)
     save_report(folder, second, {"schema": "lens_rl.goodput/1"})
     assert [p.name for p in Path(folder).glob("report-*.json")] == [f"report-{second}.json"]
 
@@ -134,19 +134,21 @@ def test_a_kept_answer_not_sealed_by_this_user_is_not_trusted(tmp_path: Path, mo
     planted = json.dumps({"schema": "lens_rl.goodput/1", "goodput": 0.5}).encode()
     for content in (planted, b"0" * 64 + b"\n" + planted, target.read_bytes().replace(b"goodput", b"g00dput")):
         target.write_bytes(content)
-        assert load_report(folder, fingerprint) is None
+        answer, why = load_report(folder, fingerprint)
+        assert answer is None and why is not None and target.name in why  # (said on stderr: a line in all)
     kept.save_page(folder, fingerprint, "<html>ours</html>")
-    assert kept.load_page(folder, fingerprint) == "<html>ours</html>"
+    assert kept.load_page(folder, fingerprint) == ("<html>ours</html>", None)
     page = Path(folder) / f"page-{fingerprint}.html"
     page.write_bytes(b"<script>theirs()</script>")
-    assert kept.load_page(folder, fingerprint) is None
+    assert kept.load_page(folder, fingerprint) == (None, f"{page.name}: not sealed by this user's lens_rl")
     page.unlink()
     os.mkfifo(page)
-    assert kept.load_page(folder, fingerprint) is None  # a FIFO planted under its name blocks nothing
+    answer, why = kept.load_page(folder, fingerprint)  # a FIFO planted under its name blocks nothing
+    assert answer is None and why is not None and "unreadable" in why
     monkeypatch.setattr(kept, "_KEY", os.urandom(32))  # another user's key: our answers are not theirs
     save_report(folder, fingerprint, report)
     monkeypatch.setattr(kept, "_KEY", os.urandom(32))
-    assert load_report(folder, fingerprint) is None
+    assert load_report(folder, fingerprint)[0] is None
 
 
 def test_without_a_private_key_nothing_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -342,3 +344,21 @@ def test_a_repeated_span_among_ids_of_several_types_is_a_repeat_through_the_cach
     with path.open("a") as handle:
         handle.write(lines([5]))
     assert same_as_cold(run)["job"]["seconds"]["productive"] == pytest.approx(2.0)
+
+
+def test_a_damaged_kept_report_costs_one_line_and_the_look_reads_the_store(tmp_path: Path) -> None:
+    """goodput on an unchanged store whose kept report was damaged: the same answer, read from the store, and
+    one line on stderr naming the file; the next look uses the report it kept again, silently."""
+    from tests.conftest import lens
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 3)
+    first = lens("goodput", str(run), "--json")
+    (report,) = Path(cache_folder(run)).glob("report-*.json")
+    report.write_bytes(b"garbage")
+    again = lens("goodput", str(run), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(first.stdout)
+    (line,) = again.stderr.strip().splitlines()
+    assert "1 cache file(s) not used" in line and report.name in line
+    third = lens("goodput", str(run), "--json")
+    assert third.stderr == "" and third.stdout == first.stdout

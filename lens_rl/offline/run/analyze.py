@@ -219,16 +219,18 @@ def analyze(
     """The report for these span files, read in bounded memory (see :func:`analyze_parts`); ``critical``
     False leaves the critical path out (its ``phases`` and ``steps`` empty); ``cache``: the refresh cache's
     folder (:func:`lens_rl.offline.run.cache.cache_folder`), or None to read cold."""
-    fingerprint = None
+    fingerprint = why = None
     if cache is not None:  # an unchanged store: the report kept for it (its sample files too)
         fingerprint = store_fingerprint([*paths, *sample_files(paths)[0]], (critical, sorted(options.items(), key=str)))
-        kept = load_report(cache, fingerprint)
+        kept, why = load_report(cache, fingerprint)
         if kept is not None:
             return cast(GoodputReport, kept)
     ahead = read_ahead(paths, cache, jobs, window=True)  # (the sample files read while the span files are)
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )
+    if why is not None:  # (a kept report damaged or another's: said with the cache's other notes)
+        stats.cache_notes.insert(0, why)
     joining = join_ahead(paths, parts, stats, cache, jobs, ahead)  # (joined while the rollup merges the parts)
     report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), joining.result())
     if cache is not None and fingerprint is not None and not _grew(stats):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,8 @@ from lens_rl._version import __version__
 from lens_rl.offline.rollup.goodput import SCHEMA
 from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomic
 from lens_rl.store import loads
+
+_log = logging.getLogger("lens_rl")
 
 __all__ = [
     "forget_made_key",
@@ -142,14 +145,30 @@ def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> 
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()
 
 
-def load_report(folder: str, fingerprint: str) -> dict[str, Any] | None:
-    """The report kept for this very store, if this user's lens_rl kept it (its signature checks), or None."""
+def _kept_bytes(path: Path) -> tuple[memoryview | None, str | None]:
+    """A sealed answer's data, this user's (its seal checks), else None and why where that is worth a line
+    (None: none kept for this store)."""
     try:
-        data = unsealed(read_bytes(Path(folder) / f"report-{fingerprint}.json"))
+        kept = read_bytes(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path.name}: unreadable ({exc.strerror or exc})"
+    data = unsealed(kept)
+    return (data, None) if data is not None else (None, f"{path.name}: not sealed by this user's lens_rl")
+
+
+def load_report(folder: str, fingerprint: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The report kept for this very store, if this user's lens_rl kept it (its signature checks), or None
+    and why where one was kept but is not used (damaged, another's: a line on stderr)."""
+    data, why = _kept_bytes(Path(folder) / f"report-{fingerprint}.json")
+    try:
         report = None if data is None else loads(data)
-    except (OSError, ValueError, RecursionError):
-        return None
-    return report if type(report) is dict and report.get("schema") == SCHEMA else None
+    except (ValueError, RecursionError):
+        return None, f"report-{fingerprint}.json: corrupt"
+    if data is None or (type(report) is dict and report.get("schema") == SCHEMA):
+        return report, why
+    return None, f"report-{fingerprint}.json: not a report of this lens_rl"
 
 
 def save_report(folder: str, fingerprint: str, report: Mapping[str, Any]) -> None:
@@ -177,14 +196,14 @@ def _keep_sealed(folder: str, prefix: str, fingerprint: str, suffix: str, data: 
 _PREFIX, _SUFFIX = "page-", ".html"
 
 
-def load_page(folder: str, fingerprint: str) -> str | None:
-    """The page kept for this very store by this user's lens_rl (its seal checks), or None (none kept,
-    unreadable, another's, or not UTF-8)."""
+def load_page(folder: str, fingerprint: str) -> tuple[str | None, str | None]:
+    """The page kept for this very store by this user's lens_rl (its seal checks), or None and why where one
+    was kept but is not used (unreadable, another's, not UTF-8)."""
+    data, why = _kept_bytes(Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}")
     try:
-        data = unsealed(read_bytes(Path(folder) / f"{_PREFIX}{fingerprint}{_SUFFIX}"))
-        return None if data is None else str(data, "utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+        return (None, why) if data is None else (str(data, "utf-8"), None)
+    except UnicodeDecodeError:
+        return None, f"{_PREFIX}{fingerprint}{_SUFFIX}: not UTF-8"
 
 
 def save_page(folder: str, fingerprint: str, page: str) -> None:
@@ -199,7 +218,9 @@ def kept_page(cache: str | None, paths: Sequence[Path], options: Any, build: Cal
     if cache is None:
         return build()
     fingerprint = store_fingerprint(paths, ("report", options))
-    page = load_page(cache, fingerprint)
+    page, why = load_page(cache, fingerprint)
+    if why is not None:
+        _log.warning("lens-rl: 1 cache file(s) not used (%s): read cold", why)
     if page is None:
         page = build()
         save_page(cache, fingerprint, page)
