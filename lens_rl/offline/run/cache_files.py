@@ -32,7 +32,7 @@ from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
-from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, read_kept, write_atomic
 from lens_rl.offline.run.records import (
     UNENCODABLE,
     DeltaRec,
@@ -309,12 +309,9 @@ def options_key(options: tuple[bool, Mapping[int, frozenset[Any]], bool]) -> str
 def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Entry | None, str | None]:
     """The cache entry at ``path``, its deltas applied, if it is this lens_rl's and this file's; else None and
     why (None: none)."""
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror or exc})"
+    data, why = read_kept(path)
+    if data is None:
+        return None, why
     if not data.startswith(_MAGIC):
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     records = records_in(data, len(_MAGIC))

@@ -18,7 +18,7 @@ from typing import Any
 from lens_rl._version import __version__
 from lens_rl.store import open_file
 
-__all__ = ["CACHE_DIR", "FORMAT", "append_to", "cache_key", "json_bytes", "read_bytes", "write_atomic"]
+__all__ = ["CACHE_DIR", "FORMAT", "append_to", "cache_key", "json_bytes", "read_bytes", "read_kept", "write_atomic"]
 
 CACHE_DIR = ".lens_rl-cache"
 #: the cache's format: a file of another (an older or newer lens_rl's) is read as none
@@ -38,6 +38,16 @@ def read_bytes(path: Path) -> bytes:
         raise FileNotFoundError(path)
     with open_file(path) as handle:
         return handle.read()
+
+
+def read_kept(path: Path) -> tuple[bytes | None, str | None]:
+    """:func:`read_bytes`, or None and why a cache file was not read (None: there is none, nothing to say)."""
+    try:
+        return read_bytes(path), None
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
 
 
 def write_atomic(path: Path, data: bytes | tuple[bytes, ...]) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.rollup.goodput import SCHEMA
-from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, write_atomic
+from lens_rl.offline.run.disk import FORMAT, json_bytes, read_bytes, read_kept, write_atomic
 from lens_rl.store import loads
 
 _log = logging.getLogger("lens_rl")
@@ -148,12 +148,9 @@ def store_fingerprint(paths: Sequence[str | os.PathLike[str]], options: Any) -> 
 def _kept_bytes(path: Path) -> tuple[memoryview | None, str | None]:
     """A sealed answer's data, this user's (its seal checks), else None and why where that is worth a line
     (None: none kept for this store)."""
-    try:
-        kept = read_bytes(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"{path.name}: unreadable ({exc.strerror or exc})"
+    kept, why = read_kept(path)
+    if kept is None:
+        return None, None if why is None else f"{path.name}: {why}"
     data = unsealed(kept)
     return (data, None) if data is not None else (None, f"{path.name}: not sealed by this user's lens_rl")
 

@@ -17,7 +17,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.disk import read_bytes, write_atomic
+from lens_rl.offline.run.disk import read_kept, write_atomic
 from lens_rl.offline.run.kept import seal_line, unsealed
 from lens_rl.offline.run.perfetto import Calls, Chunk, Places
 from lens_rl.offline.run.record_codec import UNENCODABLE, Column, Id, Raw, Rec, Scalar, array_of, decode, encode, raw
@@ -204,12 +204,9 @@ def load_sealed(where: Path, magic: bytes, kind: type[Rec], identity: tuple[Any,
     """The record of type ``kind`` at ``where`` under ``magic`` (a line naming its family and schema
     version), sealed by this user, for the file of ``identity``; else None and why, where that is worth a
     line (None: none kept, or another file under the name). Its ``key`` is for the caller to check."""
-    try:
-        data = read_bytes(where)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror or exc})"
+    data, why = read_kept(where)
+    if data is None:
+        return None, why
     if not data.startswith(magic):
         family = magic[: magic.index(b"/") + 1]
         return None, "of another lens_rl version" if data.startswith(family) else "not a lens_rl cache"
