@@ -120,6 +120,30 @@ def test_rl_pool_wins_over_the_phases(tmp_path: Path) -> None:
     assert [p["pool"] for p in report["pipeline"]["pools"]] == ["trainer", "other"]
 
 
+def test_a_restarted_rank_is_one_rank_busy_with_the_union_of_its_processes(tmp_path: Path) -> None:
+    """A rollout actor restarted mid-run (same group and rank, a new pid) that generated every step, first as
+    pid 2 then as pid 5: one rank, busy 1.0, balanced against a trainer busy throughout (not two ranks at 0.5
+    each, trainer-bound), through the refresh cache too."""
+    import json
+
+    from lens_rl.offline.run.cache import cache_folder
+
+    write_process(tmp_path, "driver", 0, 1, [span("step", 10 * k, 10 * k + 10, f"s{k}", step=k) for k in range(10)])
+    for pid, steps in ((2, range(5)), (5, range(5, 10))):
+        gen = [span("generation", 10 * k, 10 * k + 10, f"g{pid}-{k}", bucket="productive", step=k) for k in steps]
+        write_process(tmp_path, "rollout", 0, pid, gen)
+    train = [span("policy_training", 10 * k, 10 * k + 10, f"t{k}", bucket="productive", step=k) for k in range(10)]
+    write_process(tmp_path, "trainer", 0, 3, train)
+    cold = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)
+    pipe = cold["pipeline"]
+    rollout = _pool(pipe, "rollout")
+    assert rollout["busy"] == 1.0 and [(r["rank"], r["pid"], r["busy"]) for r in rollout["ranks"]] == [(0, 5, 1.0)]
+    assert pipe["verdict"]["verdict"] == "balanced" and [s["busy"]["rollout"] for s in pipe["per_step"]] == [1.0] * 10
+    for _ in range(2):
+        warm = analyze(span_files(tmp_path), jobs=1, warmup_steps=0, cache=cache_folder(tmp_path))
+        assert json.dumps(warm["pipeline"], sort_keys=True) == json.dumps(pipe, sort_keys=True)
+
+
 def test_the_table_card_and_refresh_cache_show_the_pipeline(tmp_path: Path) -> None:
     """The table's pipeline section and the report's card name the verdict and what to move; a look through the
     refresh cache gives the same pipeline as a cold read."""
