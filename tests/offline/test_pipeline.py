@@ -86,6 +86,27 @@ def test_a_weight_sync_that_pauses_nobody_costs_nothing(tmp_path: Path) -> None:
     assert sync["total_s"] == 1.0 and sync["pause_s"] == 0.0 and sync["count"] == 1
 
 
+def test_a_sync_nested_in_another_counts_once(tmp_path: Path) -> None:
+    """A trainer's transfer_and_update_weights 3-7 with an update_weights 3.5-4.5 inside it (and an identical
+    update_weights 3-7 on the driver), in each of 3 steps: 3 syncs, not 9; total 12 s, pause 6 s as before."""
+    write_process(tmp_path, "driver", 0, 1, [span("step", 10 * k, 10 * k + 10, f"s{k}", step=k) for k in range(3)])
+    gen, train, outer = [], [], []
+    for k in range(3):
+        b = 10 * k
+        gen += [span("generation", b + lo, b + hi, f"g{k}-{lo}", bucket="productive") for lo, hi in ((0, 4), (6, 10))]
+        train += [
+            span("policy_training", b, b + 10, f"t{k}", bucket="productive"),
+            span("prepare_for_generation/transfer_and_update_weights", b + 3, b + 7, f"w{k}", bucket="overhead"),
+            span("update_weights", b + 3.5, b + 4.5, f"u{k}", bucket="overhead", parent=f"w{k}"),
+        ]
+        outer.append(span("update_weights", b + 3, b + 7, f"d{k}", bucket="overhead"))
+    write_process(tmp_path, "rollout", 0, 2, gen)
+    write_process(tmp_path, "trainer", 0, 3, train)
+    write_process(tmp_path, "other", 0, 4, outer)
+    sync = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)["pipeline"]["weight_sync"]
+    assert sync == {"count": 3, "total_s": 12.0, "pause_s": 6.0, "pause_share": 0.2}
+
+
 def test_a_sync_bound_job(tmp_path: Path) -> None:
     """Syncs 3-5 and 8-10 during which nothing is generated: pause 4 s = 40 % of the wall: sync-bound first,
     whatever the idles say."""

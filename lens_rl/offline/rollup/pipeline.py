@@ -10,8 +10,8 @@
   trainer pool's union and the rollout pool's both cover, over the wall; ``bubble``: where no pool works.
   Every pause counts: idle is measured from the union of real spans, never from one window per version.
 * **Weight sync.** Spans of the weight-sync family (:data:`lens_rl.buckets.WEIGHT_SYNC_PHASES`), on any
-  process, as a union: ``total`` seconds, and ``pause``: the part during which the rollout pool generated
-  nothing. Per step too.
+  process, as a union: ``count`` (a sync nested in another's time counted once), ``total`` seconds, and
+  ``pause``: the part during which the rollout pool generated nothing. Per step too.
 * **Staleness** (:mod:`~lens_rl.offline.rollup.staleness`) and the **verdict**
   (:mod:`~lens_rl.offline.rollup.verdict`), per job and per window of :data:`WINDOW` steps.
 
@@ -184,11 +184,17 @@ def _arrays(processes: Sequence[ProcessPart], ranks: dict[str, list[Rank]], sinc
 
 
 def _inside(wall: array, syncs: Any) -> int:
-    """How many of the ``(start, end, step)`` spans ran within the merged, packed ``wall``."""
-    spans = [(start, end) for start, end, _ in syncs if end > start]
+    """How many of the ``(start, end, step)`` spans ran within the merged, packed ``wall``, a span nested in
+    another's time (an ``update_weights`` inside ``transfer_and_update_weights``, on any process) counted once,
+    with the outer one."""
+    spans = sorted(((start, -end) for start, end, _ in syncs if end > start))  # (by start, the longest first)
     if not spans:
         return 0
-    return int((coverage(wall, [a for a, _ in spans], [b for _, b in spans]) > 0).sum())
+    starts = np.array([a for a, _ in spans], np.int64)
+    ends = -np.array([b for _, b in spans], np.int64)
+    before = np.maximum.accumulate(ends)  # (the latest end of the spans up to each: one ending there holds it)
+    outer = np.concatenate(([True], ends[1:] > before[:-1]))
+    return int((coverage(wall, starts[outer], ends[outer]) > 0).sum())
 
 
 def _own(rank: Rank) -> array:
