@@ -2,7 +2,7 @@
 
 * **Pools.** Each worker group is a pool with a role: ``rollout`` when most of its productive time is in
   generation-family phases, ``trainer`` when most is training or logprob, else ``other``; a process's
-  ``rl.pool`` resource attribute wins.
+  ``rl.pool`` resource attribute wins (:mod:`~lens_rl.offline.rollup.pools`).
 * **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; without steps, the
   run's first to last span): per rank, the union of its productive spans over the wall (a rank that ran as
   several processes, an actor Ray restarted say, is one rank: their spans united); per pool, the mean over its
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.buckets import kind_of
 from lens_rl.offline.read.intervals import coverage, merged_packed, pack, union_packed
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.pipe_memo import UNIONS, PipeMemo, Windows, tail
+from lens_rl.offline.rollup.pools import ROLES, roles_of
 from lens_rl.offline.rollup.staleness import staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows, warmup_of
 from lens_rl.offline.rollup.verdict import verdict
@@ -40,31 +40,6 @@ __all__ = ["ROLES", "WINDOW", "pipeline_row", "roles_of"]
 
 #: Steps per verdict window.
 WINDOW = 20
-ROLES = ("rollout", "trainer", "other")
-
-
-def roles_of(processes: Sequence[ProcessPart]) -> dict[str, str]:
-    """worker group -> its pool's role: ``rl.pool`` where a process of it says one, else by its productive
-    exclusive time (generation-family phases most: rollout; training or logprob most: trainer; else other)."""
-    by_kind: dict[str, dict[str, int]] = {}
-    said: dict[str, str] = {}
-    for part in processes:
-        group = part.key.group
-        pool = part.device.get("rl.pool")
-        if isinstance(pool, str) and pool in ROLES:
-            said.setdefault(group, pool)
-        kinds = by_kind.setdefault(group, {})
-        for (name, bucket), phase in part.phases.items():
-            if bucket == "productive":
-                kind = kind_of(name) or "other"
-                kinds[kind] = kinds.get(kind, 0) + phase.excl_ns
-    out = {}
-    for group, kinds in by_kind.items():
-        total = sum(kinds.values())
-        gen, train = kinds.get("generation", 0), kinds.get("training", 0) + kinds.get("logprob", 0)
-        role = "rollout" if total and 2 * gen > total else "trainer" if total and 2 * train > total else "other"
-        out[group] = said.get(group, role)
-    return out
 
 
 def pipeline_row(
