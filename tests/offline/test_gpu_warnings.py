@@ -91,10 +91,10 @@ def test_a_device_with_no_utilisation_is_named_unavailable_never_read_as_idle() 
     """A device flagged unavailable, one without a utilisation counter and one that gave no reading are named
     (with how many processes use it); a device that read utilisation is not."""
     devices = {
-        "GPU-a": SimpleNamespace(unavailable=True, has={"util"}, name="H100", host="n0"),
-        "GPU-b": SimpleNamespace(unavailable=False, has={"mem"}, name="H100", host="n0"),
-        "GPU-c": SimpleNamespace(unavailable=False, has={"util"}, name=None, host=None),
-        "GPU-d": SimpleNamespace(unavailable=False, has={"util"}, name="H100", host="n1"),
+        "GPU-a": SimpleNamespace(uuid="GPU-a", unavailable=True, has={"util"}, name="H100", host="n0"),
+        "GPU-b": SimpleNamespace(uuid="GPU-b", unavailable=False, has={"mem"}, name="H100", host="n0"),
+        "GPU-c": SimpleNamespace(uuid="GPU-c", unavailable=False, has={"util"}, name=None, host=None),
+        "GPU-d": SimpleNamespace(uuid="GPU-d", unavailable=False, has={"util"}, name="H100", host="n1"),
     }
     named = {w["uuid"]: w for w in unavailable(devices, {"GPU-a": ["p1", "p2"]}, {"GPU-d"})}
     assert sorted(named) == ["GPU-a", "GPU-b", "GPU-c"]

@@ -273,3 +273,29 @@ def test_random_growing_pipelines_read_through_the_memo_as_cold_reads(tmp_path: 
             step = _grow_pipeline(run, rnd, step, held)
             reused += _look(run, monkeypatch)[0].reused
     assert reused > 0
+
+
+def test_a_rank_restarted_between_looks_keeps_its_windows_and_reads_as_a_cold_read(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A rollout rank restarted after a look (a new pid, the same group and rank) is the same rank to the memo:
+    the earlier steps' windows (steps apart) are taken as kept, and the answer (one rank, busy 1.0) is a cold read's."""
+    from tests.stores import span, write_process
+
+    def step(k: int) -> dict[str, Any]:
+        return span("step", 10 * k, 10 * k + 9, f"s{k}", step=k)
+
+    def gen(k: int, pid: int) -> dict[str, Any]:
+        return span("generation", 10 * k, 10 * k + 9, f"g{pid}-{k}", bucket="productive", step=k)
+
+    run = tmp_path / "r"
+    write_process(run, "driver", 0, 1, [step(k) for k in range(10)], root="job", role="driver")
+    write_process(run, "rollout", 0, 2, [gen(k, 2) for k in range(10)])
+    _look(run, monkeypatch)
+    with (run / "spans-driver-0-1.jsonl").open("a") as handle:
+        handle.writelines(json.dumps(step(k)) + "\n" for k in range(10, 15))
+    write_process(run, "rollout", 0, 6, [gen(k, 6) for k in range(10, 15)])
+    memo, warm = _look(run, monkeypatch)
+    assert memo.reused == 10
+    (pool,) = [p for p in warm["pipeline"]["pools"] if p["pool"] == "rollout"]
+    assert pool["busy"] == 1.0 and [(r["rank"], r["pid"]) for r in pool["ranks"]] == [(0, 6)]

@@ -86,6 +86,27 @@ def test_a_weight_sync_that_pauses_nobody_costs_nothing(tmp_path: Path) -> None:
     assert sync["total_s"] == 1.0 and sync["pause_s"] == 0.0 and sync["count"] == 1
 
 
+def test_a_sync_nested_in_another_counts_once(tmp_path: Path) -> None:
+    """A trainer's transfer_and_update_weights 3-7 with an update_weights 3.5-4.5 inside it (and an identical
+    update_weights 3-7 on the driver), in each of 3 steps: 3 syncs, not 9; total 12 s, pause 6 s as before."""
+    write_process(tmp_path, "driver", 0, 1, [span("step", 10 * k, 10 * k + 10, f"s{k}", step=k) for k in range(3)])
+    gen, train, outer = [], [], []
+    for k in range(3):
+        b = 10 * k
+        gen += [span("generation", b + lo, b + hi, f"g{k}-{lo}", bucket="productive") for lo, hi in ((0, 4), (6, 10))]
+        train += [
+            span("policy_training", b, b + 10, f"t{k}", bucket="productive"),
+            span("prepare_for_generation/transfer_and_update_weights", b + 3, b + 7, f"w{k}", bucket="overhead"),
+            span("update_weights", b + 3.5, b + 4.5, f"u{k}", bucket="overhead", parent=f"w{k}"),
+        ]
+        outer.append(span("update_weights", b + 3, b + 7, f"d{k}", bucket="overhead"))
+    write_process(tmp_path, "rollout", 0, 2, gen)
+    write_process(tmp_path, "trainer", 0, 3, train)
+    write_process(tmp_path, "other", 0, 4, outer)
+    sync = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)["pipeline"]["weight_sync"]
+    assert sync == {"count": 3, "total_s": 12.0, "pause_s": 6.0, "pause_share": 0.2}
+
+
 def test_a_sync_bound_job(tmp_path: Path) -> None:
     """Syncs 3-5 and 8-10 during which nothing is generated: pause 4 s = 40 % of the wall: sync-bound first,
     whatever the idles say."""
@@ -118,6 +139,30 @@ def test_rl_pool_wins_over_the_phases(tmp_path: Path) -> None:
     write_process(run, "gen", 0, 2, [span("generation", 0, 5, "g", bucket="productive")], **{"rl.pool": "trainer"})
     report = analyze(span_files(run), jobs=1, warmup_steps=0)
     assert [p["pool"] for p in report["pipeline"]["pools"]] == ["trainer", "other"]
+
+
+def test_a_restarted_rank_is_one_rank_busy_with_the_union_of_its_processes(tmp_path: Path) -> None:
+    """A rollout actor restarted mid-run (same group and rank, a new pid) that generated every step, first as
+    pid 2 then as pid 5: one rank, busy 1.0, balanced against a trainer busy throughout (not two ranks at 0.5
+    each, trainer-bound), through the refresh cache too."""
+    import json
+
+    from lens_rl.offline.run.cache import cache_folder
+
+    write_process(tmp_path, "driver", 0, 1, [span("step", 10 * k, 10 * k + 10, f"s{k}", step=k) for k in range(10)])
+    for pid, steps in ((2, range(5)), (5, range(5, 10))):
+        gen = [span("generation", 10 * k, 10 * k + 10, f"g{pid}-{k}", bucket="productive", step=k) for k in steps]
+        write_process(tmp_path, "rollout", 0, pid, gen)
+    train = [span("policy_training", 10 * k, 10 * k + 10, f"t{k}", bucket="productive", step=k) for k in range(10)]
+    write_process(tmp_path, "trainer", 0, 3, train)
+    cold = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)
+    pipe = cold["pipeline"]
+    rollout = _pool(pipe, "rollout")
+    assert rollout["busy"] == 1.0 and [(r["rank"], r["pid"], r["busy"]) for r in rollout["ranks"]] == [(0, 5, 1.0)]
+    assert pipe["verdict"]["verdict"] == "balanced" and [s["busy"]["rollout"] for s in pipe["per_step"]] == [1.0] * 10
+    for _ in range(2):
+        warm = analyze(span_files(tmp_path), jobs=1, warmup_steps=0, cache=cache_folder(tmp_path))
+        assert json.dumps(warm["pipeline"], sort_keys=True) == json.dumps(pipe, sort_keys=True)
 
 
 def test_the_table_card_and_refresh_cache_show_the_pipeline(tmp_path: Path) -> None:

@@ -135,3 +135,30 @@ def test_a_steady_rank_is_not_degrading(tmp_path: Path) -> None:
         [span("train", s * 2.0, s * 2.0 + 1.0, f"{s}", bucket="productive", step=s) for s in range(60)],
     )
     assert analyze(span_files(run), jobs=1)["stragglers"]["degrading"] == []
+
+
+def test_the_jobs_gpus_are_the_devices_processes_name_not_their_raw_ids(tmp_path: Path) -> None:
+    """e2e tokens per GPU divides by the job's devices (rl.gpu.uuids, as rl.num_gpus counts them): a process with
+    CUDA_VISIBLE_DEVICES=0,7,1 on a 2-GPU host (one UUID resolved) is 1 GPU, not 3; a trainer naming GPU 0 by
+    index and an engine naming it by UUID on one host are 1 GPU; the same UUID on another host is another GPU;
+    a process naming no devices counts its raw ids; the same through the refresh cache."""
+    from lens_rl.offline.run.cache import cache_folder
+
+    gpu0 = "GPU-aaaa1111-0000-0000-0000-000000000000"
+
+    def gpus(run: Path, *resources: dict[str, object]) -> int:
+        steps = [span("rl.job", 0, 12, "job"), span("step", 0.5, 11.5, "s1", parent="job", step=1)]
+        write_process(run, "driver", 0, 1, steps, root="job", role="driver")
+        for rank, resource in enumerate(resources):
+            gen = [span("generation", 1, 11, f"g{rank}", parent="s1", remote=True, bucket="productive", step=1)]
+            write_process(run, "actor", rank, 10 + rank, gen, **resource)
+        cold = analyze(span_files(run), jobs=1)["throughput"]
+        assert analyze(span_files(run), jobs=1, cache=cache_folder(run))["throughput"] == cold  # (through the cache)
+        return int(cold["gpus"])
+
+    one = {"host.name": "n0", "rl.gpu_ids": "0,7,1", "rl.num_gpus": 1, "rl.gpu.uuids": [gpu0]}
+    assert gpus(tmp_path / "a", one) == 1
+    by_uuid = {"host.name": "n0", "rl.gpu_ids": gpu0, "rl.num_gpus": 1, "rl.gpu.uuids": [gpu0]}
+    assert gpus(tmp_path / "b", dict(one, **{"rl.gpu_ids": "0"}), by_uuid) == 1
+    assert gpus(tmp_path / "c", one, dict(one, **{"host.name": "n1"})) == 2
+    assert gpus(tmp_path / "d", one, {"host.name": "n0", "rl.gpu_ids": "2,3", "rl.num_gpus": 2}) == 3

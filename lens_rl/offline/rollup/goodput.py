@@ -66,6 +66,7 @@ from lens_rl.offline.rollup.attempts import Attempts, attempts_of
 from lens_rl.offline.rollup.critical import Memo, critical_path
 from lens_rl.offline.rollup.pipe_memo import PipeMemo
 from lens_rl.offline.rollup.pipeline import pipeline_row
+from lens_rl.offline.rollup.pools import pool_warnings
 from lens_rl.offline.rollup.requests import requests_rows
 from lens_rl.offline.rollup.rows import (
     UNBUCKETED_SHARE,
@@ -156,7 +157,7 @@ def report_from_parts(
             "list[UnbucketedRow]",
             unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9),
         ),
-        "warnings": cast("list[WarningRow]", warning_rows(view, rows)),
+        "warnings": cast("list[WarningRow]", warning_rows(view, rows) + pool_warnings(processes)),
         "broken_cycles": sum(p.cycles for p in processes) + cross_cycles,
         "worker_groups": cast("list[GroupRow]", groups),
         "ranks": cast("list[RankRow]", ranks),

@@ -37,6 +37,7 @@ import numpy as np
 from lens_rl.offline.read.intervals import overcounted
 from lens_rl.offline.read.parts import merged_gpu
 from lens_rl.offline.rollup.bulk import rounded
+from lens_rl.offline.rollup.gpu_hosts import on_host
 from lens_rl.offline.rollup.gpu_memo import PRODUCTIVE_COLUMNS, Keeping
 from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, phase_sums
 from lens_rl.offline.rollup.gpu_process import MEASURES, PRODUCTIVE, GpuProcess, Timeline
@@ -76,12 +77,14 @@ def _add(acc: dict[str, Any], measures: Any, mem: float) -> None:
         acc["mem"] = mem if acc["mem"] is None else max(acc["mem"], mem)
 
 
-def _merged_gpu(parts: Iterable[Any]) -> dict[Any, Any]:
-    """Each GPU process's span columns (its parts' merged; the parts are left as they are)."""
+def _merged_gpu(parts: Iterable[Any], devices: Mapping[str, Any]) -> dict[Any, Any]:
+    """Each GPU process's span columns (its parts' merged; the parts are left as they are), its UUIDs those of
+    the devices of its own host (:func:`~lens_rl.offline.rollup.gpu_hosts.on_host`)."""
     out: dict[Any, Any] = {}
     for part in parts:
         if part.gpu is not None:
-            out[part.key] = merged_gpu(out.get(part.key), part.gpu)
+            mine = (on_host(part.gpu[0], part.device.get("host.name"), devices), *part.gpu[1:])
+            out[part.key] = merged_gpu(out.get(part.key), mine)
     return out
 
 
@@ -102,7 +105,9 @@ def gpu_rollup(
     only the spans after it are joined; ``keep``: filled with what this look settles, for the next;
     ``keeping``: the steps and productive intervals kept (:mod:`lens_rl.offline.rollup.gpu_memo`) in and out."""
     parts = list(parts)
-    processes = [GpuProcess(k, m, devices, lines, kept, keeping) for k, m in sorted(_merged_gpu(parts).items())]
+    processes = [
+        GpuProcess(k, m, devices, lines, kept, keeping) for k, m in sorted(_merged_gpu(parts, devices).items())
+    ]
     users: dict[str, list[GpuProcess]] = {}
     for process in processes:
         for uuid in process.uuids:
@@ -114,7 +119,7 @@ def gpu_rollup(
         line = lines.get(uuid)
         if line is not None and line.a.size:
             limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
-        row = _device_row(uuid, devices[uuid], line, [_who(p.key) for p in users.get(uuid, [])])
+        row = _device_row(devices[uuid], line, [_who(p.key) for p in users.get(uuid, [])])
         if keeping is not None and keeping.on_line is not None and line is not None:
             keeping.on_line(uuid, line)
         if line is None or uuid not in users:
@@ -360,12 +365,12 @@ def _phase_rows(
         _add(row["acc"], per[i], peaks[i] if np.isfinite(peaks[i]) else np.nan)
 
 
-def _device_row(uuid: str, device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
+def _device_row(device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
     acc = _acc()
     if line is not None:
         _add(acc, line.whole(), line.mem_max())
     return {
-        "uuid": uuid,
+        "uuid": device.uuid,
         "host": device.host,
         "index": device.number,
         "name": device.name,

@@ -151,8 +151,8 @@ def unavailable(
             continue
         row = {
             "kind": "gpu_unavailable",
-            "message": f"GPU {uuid} ({device.name or '?'} on {device.host or '?'}) {why}: {then}",
-            "uuid": uuid,
+            "message": f"GPU {device.uuid} ({device.name or '?'} on {device.host or '?'}) {why}: {then}",
+            "uuid": device.uuid,
             "host": device.host,
             "processes": len(users.get(uuid, [])),
         }

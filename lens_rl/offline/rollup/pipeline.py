@@ -2,15 +2,16 @@
 
 * **Pools.** Each worker group is a pool with a role: ``rollout`` when most of its productive time is in
   generation-family phases, ``trainer`` when most is training or logprob, else ``other``; a process's
-  ``rl.pool`` resource attribute wins.
+  ``rl.pool`` resource attribute wins (:mod:`~lens_rl.offline.rollup.pools`).
 * **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; without steps, the
-  run's first to last span): per rank, the union of its productive spans over the wall; per pool, the mean
-  over its ranks; ``idle`` = 1 - busy; ``imbalance`` = |idle(trainer) - idle(rollout)|. ``overlap``: where the
+  run's first to last span): per rank, the union of its productive spans over the wall (a rank that ran as
+  several processes, an actor Ray restarted say, is one rank: their spans united); per pool, the mean over its
+  ranks; ``idle`` = 1 - busy; ``imbalance`` = |idle(trainer) - idle(rollout)|. ``overlap``: where the
   trainer pool's union and the rollout pool's both cover, over the wall; ``bubble``: where no pool works.
   Every pause counts: idle is measured from the union of real spans, never from one window per version.
 * **Weight sync.** Spans of the weight-sync family (:data:`lens_rl.buckets.WEIGHT_SYNC_PHASES`), on any
-  process, as a union: ``total`` seconds, and ``pause``: the part during which the rollout pool generated
-  nothing. Per step too.
+  process, as a union: ``count`` (a sync nested in another's time counted once), ``total`` seconds, and
+  ``pause``: the part during which the rollout pool generated nothing. Per step too.
 * **Staleness** (:mod:`~lens_rl.offline.rollup.staleness`) and the **verdict**
   (:mod:`~lens_rl.offline.rollup.verdict`), per job and per window of :data:`WINDOW` steps.
 
@@ -27,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.buckets import kind_of
 from lens_rl.offline.read.intervals import coverage, merged_packed, pack, union_packed
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.pipe_memo import UNIONS, PipeMemo, Windows, tail
+from lens_rl.offline.rollup.pools import ROLES, roles_of
 from lens_rl.offline.rollup.staleness import staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows, warmup_of
 from lens_rl.offline.rollup.verdict import verdict
@@ -39,32 +40,6 @@ __all__ = ["ROLES", "WINDOW", "pipeline_row", "roles_of"]
 
 #: Steps per verdict window.
 WINDOW = 20
-ROLES = ("rollout", "trainer", "other")
-_EMPTY = array("q")
-
-
-def roles_of(processes: Sequence[ProcessPart]) -> dict[str, str]:
-    """worker group -> its pool's role: ``rl.pool`` where a process of it says one, else by its productive
-    exclusive time (generation-family phases most: rollout; training or logprob most: trainer; else other)."""
-    by_kind: dict[str, dict[str, int]] = {}
-    said: dict[str, str] = {}
-    for part in processes:
-        group = part.key.group
-        pool = part.device.get("rl.pool")
-        if isinstance(pool, str) and pool in ROLES:
-            said.setdefault(group, pool)
-        kinds = by_kind.setdefault(group, {})
-        for (name, bucket), phase in part.phases.items():
-            if bucket == "productive":
-                kind = kind_of(name) or "other"
-                kinds[kind] = kinds.get(kind, 0) + phase.excl_ns
-    out = {}
-    for group, kinds in by_kind.items():
-        total = sum(kinds.values())
-        gen, train = kinds.get("generation", 0), kinds.get("training", 0) + kinds.get("logprob", 0)
-        role = "rollout" if total and 2 * gen > total else "trainer" if total and 2 * train > total else "other"
-        out[group] = said.get(group, role)
-    return out
 
 
 def pipeline_row(
@@ -94,7 +69,7 @@ def pipeline_row(
         wall = pack([(lo, hi)] if lo is not None and hi is not None and hi > lo else [])
     if not wall:
         return None
-    ranks = {role: [p for p in processes if roles.get(p.key.group) == role] for role in ROLES}
+    ranks = {role: _ranks([p for p in processes if roles.get(p.key.group) == role]) for role in ROLES}
     wl, wh = np.frombuffer(wall, np.int64)[0::2], np.frombuffer(wall, np.int64)[1::2]
     each = Windows(rows, windows, steady, wl)  # (the wall's intervals: as many as its starts)
     arrays = each.keyed(_arrays(processes, ranks, each.reuse(memo, _keys(ranks))), ROLES)
@@ -139,19 +114,35 @@ def _r(value: Any) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
-def _keys(ranks: dict[str, list[ProcessPart]]) -> list[tuple[Any, ...]]:
-    """The arrays' keys, in :meth:`Windows.keyed`'s order: each rank's busy time by role and process, then the
+#: a rank: the processes it ran as (one, or more where it was restarted: a new pid), the earliest first
+Rank = list[ProcessPart]
+
+
+def _ranks(processes: Sequence[ProcessPart]) -> list[Rank]:
+    """``processes`` by rank: those of one (group, rank) together (a restarted actor's pids), in order of
+    their first process, each rank's by start."""
+    by: dict[tuple[str, int, bool], Rank] = {}
+    for part in processes:
+        by.setdefault((part.key.group, part.key.rank, part.key.driver), []).append(part)
+    return [sorted(each, key=_start) for each in by.values()]
+
+
+def _start(part: ProcessPart) -> tuple[int, int]:
+    return (0 if part.first_ns is None else 1, part.first_ns or 0)
+
+
+def _keys(ranks: dict[str, list[Rank]]) -> list[tuple[Any, ...]]:
+    """The arrays' keys, in :meth:`Windows.keyed`'s order: each rank's busy time by role and rank, then the
     unions by name (:data:`~.pipe_memo.UNIONS`)."""
-    return [("busy", role, *p.key) for role in ROLES for p in ranks[role]] + [(name,) for name in UNIONS]
+    keys = [("busy", role, r[0].key.group, r[0].key.rank, r[0].key.driver) for role in ROLES for r in ranks[role]]
+    return keys + [(name,) for name in UNIONS]
 
 
-def _arrays(
-    processes: Sequence[ProcessPart], ranks: dict[str, list[ProcessPart]], since: int | None = None
-) -> dict[str, Any]:
+def _arrays(processes: Sequence[ProcessPart], ranks: dict[str, list[Rank]], since: int | None = None) -> dict[str, Any]:
     """The packed interval arrays the figures are read from: each rank's busy time, each pool's union, any
     pool's, rollout and trainer's, the weight syncs' and syncs with rollout's; ``since``: only the windows
     from it on are read from them (the busy times cut to what reaches it: their unions a few intervals)."""
-    busy = {role: [_own(p) if since is None else tail(_own(p), since) for p in ranks[role]] for role in ROLES}
+    busy = {role: [_own(r) if since is None else tail(_own(r), since) for r in ranks[role]] for role in ROLES}
     unions = {role: union_packed(busy[role]) for role in ROLES}
     spans = [s for p in processes if p.pipe for s in p.pipe.syncs]
     syncs = merged_packed([s[0] for s in spans], [s[1] for s in spans])
@@ -168,18 +159,25 @@ def _arrays(
 
 
 def _inside(wall: array, syncs: Any) -> int:
-    """How many of the ``(start, end, step)`` spans ran within the merged, packed ``wall``."""
-    spans = [(start, end) for start, end, _ in syncs if end > start]
+    """How many of the ``(start, end, step)`` spans ran within the merged, packed ``wall``, a span nested in
+    another's time (an ``update_weights`` inside ``transfer_and_update_weights``, on any process) counted once,
+    with the outer one."""
+    spans = sorted(((start, -end) for start, end, _ in syncs if end > start))  # (by start, the longest first)
     if not spans:
         return 0
-    return int((coverage(wall, [a for a, _ in spans], [b for _, b in spans]) > 0).sum())
+    starts = np.array([a for a, _ in spans], np.int64)
+    ends = -np.array([b for _, b in spans], np.int64)
+    before = np.maximum.accumulate(ends)  # (the latest end of the spans up to each: one ending there holds it)
+    outer = np.concatenate(([True], ends[1:] > before[:-1]))
+    return int((coverage(wall, starts[outer], ends[outer]) > 0).sum())
 
 
-def _own(part: ProcessPart) -> array:
-    return part.pipe.productive if part.pipe is not None else _EMPTY
+def _own(rank: Rank) -> array:
+    """A rank's productive time: the union of its processes'."""
+    return union_packed(p.pipe.productive for p in rank if p.pipe is not None)
 
 
-def _figures(cover: Any, length: Any, ranks: dict[str, list[ProcessPart]], arrays: dict[str, Any]) -> dict[str, Any]:
+def _figures(cover: Any, length: Any, ranks: dict[str, list[Rank]], arrays: dict[str, Any]) -> dict[str, Any]:
     """The figures over a wall of ``length`` ns, ``cover(packed)`` the ns of it an array covers: scalars for one
     wall, numpy arrays for one per step alike. Per role busy and idle shares (the mean over its ranks),
     imbalance, overlap, bubble, weight-sync ns and the pause (ns and share of the wall)."""
@@ -209,9 +207,7 @@ def _figures(cover: Any, length: Any, ranks: dict[str, list[ProcessPart]], array
     }
 
 
-def _pools(
-    ranks: dict[str, list[ProcessPart]], arrays: dict[str, Any], cover: Any, length: int
-) -> list[dict[str, Any]]:
+def _pools(ranks: dict[str, list[Rank]], arrays: dict[str, Any], cover: Any, length: int) -> list[dict[str, Any]]:
     """One row per pool with ranks: its groups, busy and idle (means over its ranks), and each rank's busy."""
     out = []
     for role in ROLES:
@@ -222,13 +218,13 @@ def _pools(
         out.append(
             {
                 "pool": role,
-                "worker_groups": sorted({p.key.group for p in ranks[role]}),
+                "worker_groups": sorted({r[0].key.group for r in ranks[role]}),
                 "busy": round(mean, 6),
                 "idle": round(1 - mean, 6),
                 "busy_s": round(mean * length / 1e9, 6),
-                "ranks": [
-                    {"worker_group": p.key.group, "rank": p.key.rank, "pid": p.key.pid, "busy": round(b, 6)}
-                    for p, b in zip(ranks[role], each, strict=True)
+                "ranks": [  # (a restarted rank's pid: its latest)
+                    {"worker_group": r[0].key.group, "rank": r[0].key.rank, "pid": r[-1].key.pid, "busy": round(b, 6)}
+                    for r, b in zip(ranks[role], each, strict=True)
                 ],
             }
         )
@@ -238,7 +234,7 @@ def _pools(
 def _per_step(
     each: Windows,
     steady: list[Any],
-    ranks: dict[str, list[ProcessPart]],
+    ranks: dict[str, list[Rank]],
     arrays: dict[str, Any],
     consumed: list[Any],
     bound: Any,

@@ -171,6 +171,9 @@ class WarningRow(_WarningRow, total=False):
     host: str
     processes: int
     unread_s: float  # gpu_unavailable of a device read only part of its processes' time (and its share)
+    # pool_unknown (lens_rl.offline.rollup.pools): an rl.pool value that names no pool, the role read instead
+    value: str
+    role: str
 
 
 class GroupRow(TypedDict):

@@ -4,8 +4,8 @@
   spans ran (``tokens_per_s``, per running span), and over those seconds times each process's GPUs
   (``tokens_per_s_per_gpu``; ``rl.num_gpus`` is on every resource).
 * **End to end**: a step's tokens (``rl.num_tokens`` on the step span, else the sum over its generation
-  phases) over its wall and the job's GPUs (distinct (host, GPU id) pairs where the ids are known, so
-  colocated processes sharing GPUs count them once): ``e2e_tokens_per_s_per_gpu``, per step and for the run.
+  phases) over its wall and the job's GPUs (distinct (host, GPU) pairs: a process's ``rl.gpu.uuids``, else its
+  ``rl.gpu_ids``, so colocated processes sharing GPUs count them once; else its ``rl.num_gpus``): ``e2e_tokens_per_s_per_gpu``, per step and for the run.
 * **MFU** = achieved FLOPs over peak FLOPs. FLOPs per token from a span's ``rl.flops_per_token``, else the
   resource's ``rl.model.num_params`` N: 6N for training phases, 2N for generation and logprob
   (:data:`lens_rl.buckets.PHASE_KINDS`); the peak from the resource's ``rl.device.peak_tflops``, else
@@ -61,15 +61,20 @@ def _gpus(device: Mapping[str, Any]) -> int:
 
 
 def job_gpus(processes: Sequence[Any]) -> int:
-    """The job's GPUs: distinct (host, GPU id) pairs where ids are known, plus the counts of the processes
-    of the latest attempt that name none."""
+    """The job's GPUs: distinct (host, GPU) pairs, a process's GPUs its devices (``rl.gpu.uuids``, resolved
+    through NVML: ``CUDA_VISIBLE_DEVICES=0,7,1`` on a 2-GPU host is one, GPU 0 named by index and by UUID is
+    one) where it names them, else its raw ids (``rl.gpu_ids``); plus the counts (``rl.num_gpus``) of the
+    processes of the latest attempt that name neither."""
     latest = max((p.key.attempt for p in processes), default=0)
     pairs: set[tuple[Any, str]] = set()
     counted = 0
     for part in processes:
         device = part.device
+        uuids = part.gpu[0] if part.gpu is not None else ()  # (its rl.gpu.uuids: lens_rl.offline.read.gpu_spans)
         ids = device.get("rl.gpu_ids")
-        if isinstance(ids, str) and ids:
+        if uuids:
+            pairs.update((device.get("host.name"), uuid) for uuid in uuids)
+        elif isinstance(ids, str) and ids:
             pairs.update((device.get("host.name"), gpu) for gpu in ids.split(","))
         elif part.key.attempt == latest:
             counted += _gpus(device)

@@ -29,6 +29,7 @@ from lens_rl.offline.read.gpu_join import flagged_unavailable, timeline
 from lens_rl.offline.read.gpu_samples import SCANNER, Block, read_samples
 from lens_rl.offline.read.gpu_window import ColdError
 from lens_rl.offline.rollup.gpu import gpu_goodput, gpu_rollup
+from lens_rl.offline.rollup.gpu_hosts import device_keys
 from lens_rl.offline.run.cache_files import MAX_RECORDS
 from lens_rl.offline.run.disk import append_to, write_atomic
 from lens_rl.offline.run.gpu_device import Device
@@ -145,13 +146,14 @@ def _file_blocks(path: Path, cache: str | None) -> tuple[list[Block], ReadStats]
 def read_devices(
     paths: Sequence[Path], cache: str | None = None, *, jobs: int | None = None
 ) -> tuple[dict[str, Device], ReadStats]:
-    """Every device sampled in these files (by UUID; a device sampled by several files, one after another
-    as samplers took over, gets them all), and what the reads found. Files read cold are read ``jobs`` at a
+    """Every device sampled in these files (by (host, UUID), keyed as :func:`~lens_rl.offline.rollup.gpu_hosts.
+    device_keys` says: a device sampled by several files of its host, one after another as samplers took over,
+    gets them all; another host's file of the same UUID is another device), and what the reads found. Files read cold are read ``jobs`` at a
     time (None: :func:`~lens_rl.offline.run.parallel.default_jobs`): on threads with the C scanner (a day
     of samples of a node, 70 MB, is ~0.15 s of one core), else on local processes (~0.65 s); files the cache
     already holds are read here (only their new bytes)."""
     stats = ReadStats()
-    found: dict[str, list[tuple[GpuDevice, GpuHead, Any, Any, str]]] = {}
+    found: dict[tuple[Any, str], list[tuple[GpuDevice, GpuHead, Any, Any, str]]] = {}
     paths = [Path(p) for p in paths]
     if cache is not None and all(_entry_path(cache, p).is_file() for p in paths):
         jobs = 1  # (a refresh: little new to read, worker processes would cost more than they save)
@@ -166,9 +168,11 @@ def read_devices(
         stats.add(read)
         for block in file_blocks:
             for at, device in enumerate(block.head.devices):
-                found.setdefault(device.uuid, []).append((device, block.head, block.t, block.v[:, at, :], path.name))
+                pieces = found.setdefault((block.head.host, device.uuid), [])
+                pieces.append((device, block.head, block.t, block.v[:, at, :], path.name))
+    keys = device_keys(found)
     devices: dict[str, Device] = {}
-    for uuid, pieces in sorted(found.items()):
+    for pair, pieces in sorted(found.items(), key=lambda kv: keys[kv[0]]):
         device, head = pieces[-1][0], pieces[-1][1]
         if len(pieces) > 1:  # (the device's own rows put together once: its timeline reads them in place)
             v_all = np.concatenate([v for *_x, v, _n in pieces])
@@ -185,8 +189,8 @@ def read_devices(
                 v_all = v_all.copy()
                 v_all[:, lacks] = np.nan
         period = np.concatenate([np.full(t.size, int(1e9 / h.hz), np.int64) for _d, h, t, _v, _n in pieces])
-        devices[uuid] = Device(
-            uuid,
+        devices[keys[pair]] = Device(
+            device.uuid,
             head.host,
             device.name,
             device.i,

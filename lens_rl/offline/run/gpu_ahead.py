@@ -30,6 +30,7 @@ class _Columns(NamedTuple):
 
     key: Any
     gpu: Any
+    device: dict[str, Any]  # (its host.name: the join takes its own host's devices)
 
 
 def _on_thread(fn: Callable[..., Any], *args: Any) -> Future[Any]:
@@ -81,7 +82,7 @@ def join_ahead(
     this returns, before the report is made of them) and joined to the parts on a thread, from a snapshot of
     their GPU columns: the parts may be merged meanwhile. ``.result()`` is the :class:`GpuLook`."""
     found, devices = gpu_read(paths, stats, cache, jobs, ahead)
-    columns = [_Columns(part.key, part.gpu) for part in parts if part.gpu is not None]
+    columns = [_Columns(part.key, part.gpu, part.device) for part in parts if part.gpu is not None]
     if not found or not devices:
         done: Future[GpuLook] = Future()
         done.set_result(gpu_join(found, devices, columns, cache))

@@ -32,6 +32,7 @@ import numpy as np
 from lens_rl.offline.read.gpu_join import MEASURES, timeline
 from lens_rl.offline.read.gpu_samples import Block, read_samples
 from lens_rl.offline.read.gpu_window import WINDOW_NS, Before, ColdError, WindowLine, before_at
+from lens_rl.offline.rollup.gpu_hosts import device_keys
 from lens_rl.offline.rollup.gpu_memo import Keeping, ProcessMemo, raw
 from lens_rl.offline.run.cache_files import MAX_RECORDS
 from lens_rl.offline.run.disk import append_to, cache_key, write_atomic
@@ -198,37 +199,41 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
     if kept is None:
         return None
     read = ReadStats()
-    counts: dict[str, int] = {}
-    pieces: dict[str, list[tuple[Any, Any, Any, int]]] = {}
-    heads: dict[str, tuple[Any, Any]] = {}
-    files: dict[str, dict[str, None]] = {}
+    counts: dict[tuple[Any, str], int] = {}  # (by (host, UUID): a device is one of its host's)
+    pieces: dict[tuple[Any, str], list[tuple[Any, Any, Any, int]]] = {}
+    heads: dict[tuple[Any, str], tuple[Any, Any]] = {}
+    files: dict[tuple[Any, str], dict[str, None]] = {}
     for path in found:
         got = _new_blocks(path, cache, read)
         if got is None:
             return None
         for head, n in got[0]:
             for device in head.devices:
-                counts[device.uuid] = counts.get(device.uuid, 0) + n
-                heads[device.uuid] = (device, head)
-                files.setdefault(device.uuid, {})[path.name] = None
+                pair = (head.host, device.uuid)
+                counts[pair] = counts.get(pair, 0) + n
+                heads[pair] = (device, head)
+                files.setdefault(pair, {})[path.name] = None
         for block in got[1]:
             for at, device in enumerate(block.head.devices):
-                pieces.setdefault(device.uuid, []).append((device, block.head, block, at))
-                heads[device.uuid] = (device, block.head)
-                files.setdefault(device.uuid, {})[path.name] = None
+                pair = (block.head.host, device.uuid)
+                pieces.setdefault(pair, []).append((device, block.head, block, at))
+                heads[pair] = (device, block.head)
+                files.setdefault(pair, {})[path.name] = None
+    keys = device_keys(heads)  # (each device's key, as a whole read names it: lens_rl.offline.rollup.gpu_hosts)
     states = {s.uuid: s for s in kept.lines}
-    if set(states) != set(heads):
+    if set(states) != set(keys.values()):
         return None
     devices = Windows()
     steps = load_steps(cache)
     devices.steps = steps if steps is not None and steps.token == kept.steps else None
     devices.memos = devices.steps.memos if devices.steps is not None else {}
     try:
-        for uuid in sorted(heads):
-            state, mine = states[uuid], pieces.get(uuid, [])
+        for pair in sorted(heads, key=keys.__getitem__):
+            uuid = keys[pair]
+            state, mine = states[uuid], pieces.get(pair, [])
             t0, h0 = np.frombuffer(state.t, "<i8"), np.frombuffer(state.h, "<i8")
             v0 = np.frombuffer(state.v, "<f4").reshape(-1, len(GPU_COUNTERS))
-            if state.n != counts.get(uuid, -1) or not 0 < t0.size == h0.size == v0.shape[0] <= state.n:
+            if state.n != counts.get(pair, -1) or not 0 < t0.size == h0.size == v0.shape[0] <= state.n:
                 return None
             ts, vs, hs = [t0], [v0], [h0]
             for dev, head, block, at in mine:
@@ -240,15 +245,15 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
             t = np.concatenate(ts)
             if not (t[1:] > t[:-1]).all():
                 return None
-            dev, head = heads[uuid]
+            dev, head = heads[pair]
             before = _before(state)
             skipped = state.n - t0.size
             if before.k0 - 1 != skipped:
                 return None
             v_all, h_all = np.concatenate(vs), np.concatenate(hs)
             devices[uuid] = Device(
-                uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
-                tuple(files[uuid]), skipped, before,
+                dev.uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
+                tuple(files[pair]), skipped, before,
             )  # fmt: skip
         devices.lines = {u: window_line(d) for u, d in devices.items() if d.t.size}
     except (ValueError, TypeError) as exc:  # (a record of this shape whose figures do not hold together)

@@ -48,12 +48,12 @@ def gpu_counters(paths: Sequence[Path], opts: Options) -> bytes:
     hosts = sorted({d.host for d in devices.values()})
     events: list[dict[str, Any]] = []
     tracks = []
-    for uuid, device in devices.items():
+    for device in devices.values():  # (a device on its host's track: named by its UUID)
         t, util = _points(device.t, device.v[:, 0].astype(np.float64))
         if opts.fmt == "json":
             t, util = t[t >= opts.origin], util[t >= opts.origin]
         pid = GPU_PID + hosts.index(device.host)
-        tracks.append((pid, device.host, f"GPU {device.number} {uuid} busy %", t, util))
+        tracks.append((pid, device.host, f"GPU {device.number} {device.uuid} busy %", t, util))
     if opts.fmt != "json":
         return _proto(tracks)
     for pid, host in {(pid, host) for pid, host, *_ in tracks}:
