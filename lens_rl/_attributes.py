@@ -40,6 +40,19 @@ MAX_SEQUENCE_ITEMS = 128
 MAX_DEPTH = 6
 MAX_NODES = 512
 REDACTED = "[REDACTED]"
+#: a URL's userinfo (``user:password@``): never said, never sent to workers
+_USERINFO = re.compile(r"(://)[^/@\s]*@")
+
+
+def mask_url(text: str) -> str:
+    """``text`` (a URL, or a message holding some) with each URL's userinfo masked, for logs and errors."""
+    return _USERINFO.sub(rf"\1{REDACTED}@", text)
+
+
+def strip_userinfo(url: str) -> str:
+    """``url`` without its userinfo: what may travel to workers (credentials never do)."""
+    return _USERINFO.sub(r"\1", url)
+
 
 #: Keys lens_rl sets alone (SPEC, Attribute naming): a user's value for one is dropped wherever it is given.
 LENS_RL_KEYS = ("rl.bucket",)

@@ -18,6 +18,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from lens_rl._attributes import mask_url, strip_userinfo
+
 __all__ = [
     "Parser",
     "as_endpoint",
@@ -193,19 +195,6 @@ def name_list(allowed: tuple[str, ...]) -> Callable[[object, str], tuple[str, ..
         return tuple(name for name in allowed if name in chosen)
 
     return parse
-
-
-def mask_url(url: str) -> str:
-    """``url`` with its userinfo (``user:password@``) masked, for logs and error messages."""
-    return _USERINFO.sub(r"\1[REDACTED]@", url)
-
-
-_USERINFO = re.compile(r"(://)[^/@\s]*@")
-
-
-def strip_userinfo(url: str) -> str:
-    """``url`` without its userinfo: what may travel to workers (credentials never do)."""
-    return _USERINFO.sub(r"\1", url)
 
 
 def as_endpoint(value: object, field: str) -> str:

@@ -75,7 +75,7 @@ def replay(
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from lens_rl.config import mask_url
+    from lens_rl._attributes import mask_url
 
     stats = ReadStats()
     files = span_files(path) if paths is None else paths
