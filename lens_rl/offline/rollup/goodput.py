@@ -48,7 +48,8 @@ kind: ``phase``, ``bucket``, ``worker_group``, ``steps`` | ``share``, ``unattrib
 ``output_tokens``, ``busy_s``, ``output_tokens_per_s``}] (vLLM's request spans, :mod:`lens_rl.offline.rollup.requests`),
 ``pipeline`` {``pools``, ``imbalance``, ``overlap``, ``bubble``, ``weight_sync``, ``staleness``, ``verdict``,
 ``per_step``} or None (:mod:`lens_rl.offline.rollup.pipeline`), ``sampled``, ``concurrent``, ``runs``, ``notes``,
-``spans``, ``files``, ``skipped_lines``. Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
+``spans``, ``files``, ``skipped_lines``; with ``steps`` (A, B), ``selection`` (:mod:`~lens_rl.offline.rollup.selected`:
+``goodput`` and the phase, group and rank rows then cover those steps). Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
 ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (docs/optimise.md).
 
 The passes over the files that feed it are :mod:`lens_rl.offline.run.analyze`'s.

@@ -14,7 +14,8 @@ read again.
 
 Job-wide by nature, whatever ``--steps`` says (``selection["job_wide"]``): the ``job`` row (start-up
 included), ``attempts``, ``requests`` (request spans carry no step), ``unbucketed_phases``, the
-``step_inside_phase`` warnings and the ``gpu`` section.
+``step_inside_phase`` warnings and the ``gpu`` section but its ``steps`` rows (:func:`cut_gpu_steps`: the
+join keeps no phase, rank or productive busy per step).
 
 Example::
 
@@ -30,11 +31,22 @@ from typing import Any
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart
 from lens_rl.offline.rollup.bulk import seconds_rounded
+from lens_rl.offline.rollup.stragglers import in_range
 
-__all__ = ["JOB_WIDE", "cut_phases", "selection_row", "steps_group_and_rank_rows"]
+__all__ = ["JOB_WIDE", "cut_gpu_steps", "cut_phases", "incomplete_steps", "selection_row", "steps_group_and_rank_rows"]
 
 #: The report's parts that cover the whole job whatever ``--steps`` selects.
-JOB_WIDE = ("job", "attempts", "requests", "unbucketed_phases", "warnings.step_inside_phase", "gpu")
+JOB_WIDE = (
+    "job",
+    "attempts",
+    "requests",
+    "unbucketed_phases",
+    "warnings.step_inside_phase",
+    "gpu.devices",
+    "gpu.phases",
+    "gpu.ranks",
+    "gpu.goodput",
+)
 
 
 def selection_row(
@@ -139,3 +151,11 @@ def steps_group_and_rank_rows(
     group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
     ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["attempt"], r["pid"]))
     return group_rows, ranks
+
+
+def cut_gpu_steps(report: Any, steps: tuple[int, int] | None) -> Any:
+    """``report``'s GPU section's step rows, those of ``steps`` only (None: all); the rest of it is job-wide."""
+    gpu = report.get("gpu")
+    if steps is not None and gpu:
+        gpu["steps"] = [row for row in gpu["steps"] if in_range(row["step"], steps)]
+    return report
