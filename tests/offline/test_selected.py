@@ -18,15 +18,18 @@ from tests.stores import span, write_process
 STEPS = range(1, 5)
 
 
-def _store(run: Path) -> None:
-    """A driver and a trainer with known per-step phase times, and a start-up phase outside every step."""
+def _store(run: Path, cut_short: int | None = None) -> None:
+    """A driver and a trainer with known per-step phase times, and a start-up phase outside every step;
+    step ``cut_short``'s umbrella never written (its phases carry their step)."""
     driver = [span("setup", 0, 1, "su", bucket="overhead")]
     trainer = [span("load", 0, 2, "ld", bucket="overhead")]
     for k in STEPS:
         t = 10 * k
-        driver.append(span("step", t, t + 10, f"s{k}", step=k))
-        driver.append(span("generate", t, t + k, f"g{k}", parent=f"s{k}", bucket="productive"))
-        driver.append(span("train", t + 5, t + 8, f"t{k}", parent=f"s{k}", bucket="productive"))
+        under: dict[str, Any] = {"step": k} if k == cut_short else {"parent": f"s{k}"}
+        if k != cut_short:
+            driver.append(span("step", t, t + 10, f"s{k}", step=k))
+        driver.append(span("generate", t, t + k, f"g{k}", bucket="productive", **under))
+        driver.append(span("train", t + 5, t + 8, f"t{k}", bucket="productive", **under))
         trainer.append(span("train", t + 5, t + 5 + k, f"wt{k}", bucket="productive", step=k))
         trainer.append(span("sync", t + 9, t + 9.5, f"ws{k}", bucket="overhead", step=k))
     write_process(run, "driver", 0, 1, driver)
@@ -127,3 +130,14 @@ def test_cut_gpu_steps_keeps_the_rows_of_the_range() -> None:
     assert cut_gpu_steps(report, (2, 3))["gpu"]["steps"] == [{"step": 2}, {"step": 3}]
     assert cut_gpu_steps({"job": 1}, (2, 3)) == {"job": 1}
     assert len(cut_gpu_steps(report, None)["gpu"]["steps"]) == 2
+
+
+def test_a_selected_step_that_never_ended_is_out_of_every_figure(tmp_path: Path) -> None:
+    """--steps 3-4 where step 4 has no umbrella (the driver was killed in it): the headline, phases and ranks
+    cover step 3 alone, as the step figures do."""
+    run = tmp_path / "r"
+    _store(run, cut_short=4)
+    report = analyze(span_files(run), jobs=1, steps=(3, 4))
+    assert [s["step"] for s in report["steps"] if s["incomplete"]] == [4]
+    assert report["selection"]["complete_steps"] == 1 and report["selection"]["wall_s"] == 10.0
+    assert _phase(report, "driver", "generate")["count"] == 1 and _phase(report, "trainer", "train")["total_s"] == 3.0

@@ -357,8 +357,10 @@ def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
 
 
 def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
-    """Make ``part``'s :class:`Series` use one ``steps`` array per distinct set of steps seen (``seen``):
+    """Make ``part``'s :class:`Series` and phases per step use one ``steps`` array per distinct set of steps seen (``seen``):
     ranks of a run mostly share their steps, so a 1,000-rank, 100 k-step run keeps one copy, not 1,000."""
     for series in part.compute.values():
         if isinstance(series, Series):
             series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
+    for table in part.phase_steps.values():  # (its phases per step likewise: their arrays are never changed)
+        table.steps = seen.setdefault(table.steps.tobytes(), table.steps)
