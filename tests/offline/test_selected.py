@@ -67,6 +67,8 @@ def test_steps_2_3_figures_are_the_sums_over_steps_2_and_3(tmp_path: Path) -> No
     (rank,) = [r for r in report["ranks"] if r["worker_group"] == "trainer"]
     assert rank["seconds"] == {"productive": 5.0, "overhead": 1.0, "idle": 14.0, "wasted": 0.0}
     assert rank["wall_s"] == 20.0 and rank["goodput"] == 0.25
+    (driver,) = [r for r in report["ranks"] if r["worker_group"] == "driver"]
+    assert driver["seconds"] == picked["seconds"]  # (the driver's own steps: the headline's seconds)
     (group,) = [g for g in report["worker_groups"] if g["worker_group"] == "trainer"]
     assert group["seconds"] == rank["seconds"] and group["processes"] == 1
 
@@ -141,3 +143,20 @@ def test_a_selected_step_that_never_ended_is_out_of_every_figure(tmp_path: Path)
     assert [s["step"] for s in report["steps"] if s["incomplete"]] == [4]
     assert report["selection"]["complete_steps"] == 1 and report["selection"]["wall_s"] == 10.0
     assert _phase(report, "driver", "generate")["count"] == 1 and _phase(report, "trainer", "train")["total_s"] == 3.0
+
+
+def test_the_drivers_concurrent_phases_count_once_in_its_rank_row(tmp_path: Path) -> None:
+    """A driver whose generation thread runs beside its trainer (6 s and 6 s overlapping in an 8 s step):
+    under --steps its rank row counts each instant once, as the headline does (8 s, not 12 s)."""
+    run = tmp_path / "r"
+    spans = []
+    for k in (1, 2):
+        t = 10 * k
+        spans.append(span("step", t, t + 10, f"s{k}", step=k))
+        spans.append(span("generate", t, t + 6, f"g{k}", parent=f"s{k}", bucket="productive"))
+        spans.append(span("train", t + 2, t + 8, f"t{k}", parent=f"s{k}", bucket="productive"))
+    write_process(run, "driver", 0, 1, spans)
+    report = analyze(span_files(run), jobs=1, steps=(2, 2))
+    (driver,) = report["ranks"]
+    assert driver["seconds"]["productive"] == report["selection"]["seconds"]["productive"] == 8.0
+    assert _phase(report, "driver", "generate")["exclusive_s"] == 6.0  # (phase rows: each its own time)

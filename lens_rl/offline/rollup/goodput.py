@@ -148,9 +148,10 @@ def report_from_parts(
     selection = None
     if steps is not None:  # (--steps A-B: the figures over those steps, lens_rl.offline.rollup.selected)
         selection = selection_row(rows, walls_ns, productive_ns, steps)
-        within = cut_phases(processes, steps, incomplete_steps(rows))
+        skip = incomplete_steps(rows)
+        within = cut_phases(processes, steps, skip)
         phases = phase_rows(within, selection["wall_s"], selection["wall_s"])
-        groups, ranks = steps_group_and_rank_rows(within, int(round(selection["wall_s"] * 1e9)))
+        groups, ranks = steps_group_and_rank_rows(within, int(round(selection["wall_s"] * 1e9)), steps, skip)
     report: GoodputReport = {
         "schema": SCHEMA,
         "goodput": job["goodput"] if selection is None else selection["goodput"],

@@ -101,19 +101,33 @@ def cut_phases(processes: list[ProcessPart], steps: tuple[int, int], skip: Colle
     return out
 
 
+def _step_ns(part: ProcessPart, steps: tuple[int, int], skip: Collection[Any]) -> dict[str, int]:
+    """A part's bucket ns from its own step rows (the driver's, or every process's without one: its
+    concurrent spans counted once over the wall, as the headline's are) in ``steps`` less ``skip``."""
+    ns = dict.fromkeys(BUCKETS, 0)
+    for step, sp in part.steps.items():
+        if type(step) is int and steps[0] <= step <= steps[1] and step not in skip:
+            for b, value in zip(BUCKETS, sp.ns, strict=True):
+                ns[b] += value
+    return ns
+
+
 def steps_group_and_rank_rows(
-    cut: list[ProcessPart], wall_ns: int
+    cut: list[ProcessPart], wall_ns: int, steps: tuple[int, int], skip: Collection[Any] = ()
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Worker-group and rank rows over the selected steps' wall ``wall_ns`` from :func:`cut_phases`' parts:
-    their phases' exclusive ns by bucket; a worker's wall no bucket covers is idle."""
+    their bucket ns in ``steps`` (less ``skip``): from their step rows where they keep them (the driver's),
+    else their phases' exclusive ns; a worker's wall no bucket covers is idle."""
     groups: dict[str, dict[str, Any]] = {}
     ranks = []
     wall_s = round(wall_ns / 1e9, 6)
     for part in cut:
-        ns = dict.fromkeys(BUCKETS, 0)
-        for (_name, bucket), phase in part.phases.items():
-            if bucket is not None:
-                ns[bucket] += phase.excl_ns
+        ns = _step_ns(part, steps, skip) if part.steps else None
+        if ns is None:
+            ns = dict.fromkeys(BUCKETS, 0)
+            for (_name, bucket), phase in part.phases.items():
+                if bucket is not None:
+                    ns[bucket] += phase.excl_ns
         if not part.is_driver:
             ns["idle"] += max(wall_ns - sum(ns.values()), 0)
         seconds = dict(zip(BUCKETS, seconds_rounded([ns[b] for b in BUCKETS]), strict=True))
