@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lens_rl.offline.rollup.selected import cut_gpu_steps
 from lens_rl.offline.run.analyze import analyze
 from lens_rl.store import span_files
 from tests.conftest import lens
 from tests.gpu_stores import write_scripted_job
-from tests.stores import span, write_process
+from tests.stores import grow_store, scale_module, span, write_process
 
 #: per step k (1..4): the driver's generate k s and train 3 s in a 10 s umbrella; the trainer's train k s
 STEPS = range(1, 5)
@@ -160,3 +162,27 @@ def test_the_drivers_concurrent_phases_count_once_in_its_rank_row(tmp_path: Path
     (driver,) = report["ranks"]
     assert driver["seconds"]["productive"] == report["selection"]["seconds"]["productive"] == 8.0
     assert _phase(report, "driver", "generate")["exclusive_s"] == 6.0  # (phase rows: each its own time)
+
+
+@pytest.mark.slow
+def test_a_grown_store_and_a_job_of_three_attempts_read_through_the_cache_as_cold(tmp_path: Path) -> None:
+    """--steps A-B through the refresh cache of a store that grew (each file's new lines merged into its kept
+    part) and of a resumed job of three attempts (re-run steps out) prints what --no-cache prints."""
+    grow_store(tmp_path / "a" / "r", 0, 12)
+    _goodput(tmp_path / "a", "--json", "--steps", "3-8")  # (the cache made)
+    grow_store(tmp_path / "a" / "r", 12, 20)
+    for window in ("3-8", "10-15"):
+        warm = _goodput(tmp_path / "a", "--json", "--steps", window)
+        assert warm == _goodput(tmp_path / "a", "--json", "--steps", window, "--no-cache")
+    grown = json.loads(warm)
+    assert _phase(grown, "lm_policy", "train")["count"] == 9 * 6  # (9 workers, a train a step, steps 10-15)
+    scale = scale_module()
+    scale.synthesize_attempts(tmp_path / "b", 20_000, 6)
+    first = json.loads(_goodput(tmp_path / "b", "--json"))
+    rerun = first["attempts"][0]["rerun_steps"]
+    window = f"{rerun[0]}-{rerun[-1] + 3}"
+    _goodput(tmp_path / "b", "--json", "--steps", window)
+    scale.append_attempt_steps(tmp_path / "b", 20_000, 6, 10)
+    warm = _goodput(tmp_path / "b", "--json", "--steps", window)
+    assert warm == _goodput(tmp_path / "b", "--json", "--steps", window, "--no-cache")
+    assert json.loads(warm)["selection"]["complete_steps"] == len(rerun) + 3
