@@ -129,7 +129,7 @@ class PhaseRow(TypedDict):
     mean_s: float | None
     p95_s: float | None
     share: float | None  # of exclusive_s
-    share_of: str  # "job wall" | "group lifetime"
+    share_of: str  # "job wall" | "group lifetime"; with --steps A-B: "steps wall" | "group steps wall"
     tokens_per_s: float | None
     tokens_per_s_per_gpu: float | None
     mfu: float | None
