@@ -13,6 +13,7 @@ from lens_rl.offline.read import reduce
 from lens_rl.offline.read.columns import Columns
 from lens_rl.offline.read.linked import Tree
 from lens_rl.offline.read.parts import COMPUTE_BUCKETS, PhasePart, ProcessPart
+from lens_rl.offline.read.phase_steps import PhaseSteps
 from lens_rl.offline.read.reduce import (
     _BUCKET_INDEX,
     _finish,
@@ -46,6 +47,7 @@ def _reference(
     orphan, tokens = tree.orphan, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
+    per_step: dict[Any, dict[int, list[int]]] = {}  # (phase, bucket) -> int step -> [count, total, excl]
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     rerun = array("q")  # rows of spans of superseded steps
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
@@ -106,6 +108,9 @@ def _reference(
                 part.untokened[id_key(ids[i])] = (name, bucket, duration, step)
         if step is None:
             continue
+        if type(step) is int and -INT64_END <= step < INT64_END:  # (its phase's numbers in its step)
+            cell = per_step.setdefault((name, bucket), {}).setdefault(step, [0, 0, 0])
+            cell[0], cell[1], cell[2] = cell[0] + 1, cell[1] + duration, cell[2] + excl
         if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
             phase.leaf_ns += duration
         if bucket is not None and bucket in COMPUTE_BUCKETS:
@@ -142,6 +147,12 @@ def _reference(
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    part.phase_steps = {
+        key: PhaseSteps(
+            *(array("q", column) for column in zip(*((k, *v) for k, v in sorted(cells.items())), strict=True))
+        )
+        for key, cells in per_step.items()
+    }
     if part.key.driver:  # the driver's view is wall-clock: concurrent spans of it counted once
         claim_overlaps(part, tree, kids_of, superseded)
     if in_umbrella:

@@ -214,6 +214,9 @@ class ProcessPart:
     requests: RequestsPart | None = None
     #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
     pipe: Any = None
+    #: (phase, bucket) -> its count, total and exclusive ns per integer step
+    #: (:class:`lens_rl.offline.read.phase_steps.PhaseSteps`): what ``--steps A-B`` cuts phases and ranks to
+    phase_steps: dict[tuple[str, str | None], Any] = field(default_factory=dict)
     #: a GPU process's phase spans kept for the join with its devices' samples
     #: (:mod:`lens_rl.offline.read.gpu_spans`), or None
     gpu: Any = None
@@ -312,6 +315,11 @@ class ProcessPart:
             self.phases.setdefault(key, PhasePart()).merge(phase)
         for name, by_step in other.compute.items():
             self.compute[name] = Series.merged(self.compute.get(name, {}), by_step)
+        for key, table in other.phase_steps.items():
+            if key in self.phase_steps:
+                self.phase_steps[key].merge(table)
+            else:  # (a table of its own: merging into it never changes ``other``'s)
+                self.phase_steps[key] = type(table)(*table.columns())
 
 
 def _add_counts(into: dict[Any, Any], other: Mapping[Any, Any]) -> None:
@@ -349,8 +357,10 @@ def merge_parts(parts: Iterable[ProcessPart]) -> list[ProcessPart]:
 
 
 def share_steps(part: ProcessPart, seen: dict[bytes, array]) -> None:
-    """Make ``part``'s :class:`Series` use one ``steps`` array per distinct set of steps seen (``seen``):
+    """Make ``part``'s :class:`Series` and phases per step use one ``steps`` array per distinct set of steps seen (``seen``):
     ranks of a run mostly share their steps, so a 1,000-rank, 100 k-step run keeps one copy, not 1,000."""
     for series in part.compute.values():
         if isinstance(series, Series):
             series.steps = seen.setdefault(series.steps.tobytes(), series.steps)
+    for table in part.phase_steps.values():  # (its phases per step likewise: their arrays are never changed)
+        table.steps = seen.setdefault(table.steps.tobytes(), table.steps)

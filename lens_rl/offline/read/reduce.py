@@ -26,6 +26,7 @@ from lens_rl.offline.read.intervals import int64_array, merge_indexed, pack, sor
 from lens_rl.offline.read.linked import Kids, Tree, inner, link, resolve
 from lens_rl.offline.read.overlap import claim_overlaps
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart
+from lens_rl.offline.read.phase_steps import phase_steps
 from lens_rl.offline.read.pipe import pipe_part
 from lens_rl.offline.read.requests import requests_part
 from lens_rl.offline.read.steps import Series, StepPart
@@ -132,6 +133,7 @@ def accumulate(
     tally.phases()
     tally.tokens()
     compute = tally.compute()
+    part.phase_steps = phase_steps(tree, tally.rows, tally.stepped, tally.bucket, tally.duration, tally.excl)
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
     if step_rows:
         _step_rows(part, tree, tally, in_umbrella)

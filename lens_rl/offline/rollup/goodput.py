@@ -48,7 +48,8 @@ kind: ``phase``, ``bucket``, ``worker_group``, ``steps`` | ``share``, ``unattrib
 ``output_tokens``, ``busy_s``, ``output_tokens_per_s``}] (vLLM's request spans, :mod:`lens_rl.offline.rollup.requests`),
 ``pipeline`` {``pools``, ``imbalance``, ``overlap``, ``bubble``, ``weight_sync``, ``staleness``, ``verdict``,
 ``per_step``} or None (:mod:`lens_rl.offline.rollup.pipeline`), ``sampled``, ``concurrent``, ``runs``, ``notes``,
-``spans``, ``files``, ``skipped_lines``. Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
+``spans``, ``files``, ``skipped_lines``; with ``steps`` (A, B), ``selection`` (:mod:`~lens_rl.offline.rollup.selected`:
+``goodput`` and the phase, group and rank rows then cover those steps). Phase rows also carry ``tokens_per_s_per_gpu`` and ``mfu``, step rows
 ``tokens`` and ``e2e_tokens_per_s_per_gpu`` (docs/optimise.md).
 
 The passes over the files that feed it are :mod:`lens_rl.offline.run.analyze`'s.
@@ -87,12 +88,14 @@ from lens_rl.offline.rollup.schema import (
     Pipeline,
     RankRow,
     RequestsRow,
+    Selection,
     StepRow,
     Stragglers,
     Throughput,
     UnbucketedRow,
     WarningRow,
 )
+from lens_rl.offline.rollup.selected import cut_phases, incomplete_steps, selection_row, steps_group_and_rank_rows
 from lens_rl.offline.rollup.steps import steady_goodput, step_rows, step_times, warmup_of
 from lens_rl.offline.rollup.stragglers import stragglers
 from lens_rl.offline.rollup.throughput import with_remote_tokens
@@ -142,9 +145,17 @@ def report_from_parts(
     cut = None if cut_links is None else cut_links(processes)  # (parent cycles through several processes)
     cross_cycles = 0 if cut is None else int(cut.cycles)
     throughput = throughput_row(tokened, rows, walls_ns)  # (adds to the step rows)
-    return {
+    phases = phase_rows(tokened, job["wall_s"] if driver else None)
+    selection = None
+    if steps is not None:  # (--steps A-B: the figures over those steps, lens_rl.offline.rollup.selected)
+        selection = selection_row(rows, walls_ns, productive_ns, steps)
+        skip = incomplete_steps(rows)
+        within = cut_phases(processes, steps, skip)
+        phases = phase_rows(within, selection["wall_s"], selection["wall_s"])
+        groups, ranks = steps_group_and_rank_rows(within, int(round(selection["wall_s"] * 1e9)), steps, skip)
+    report: GoodputReport = {
         "schema": SCHEMA,
-        "goodput": job["goodput"],
+        "goodput": job["goodput"] if selection is None else selection["goodput"],
         "steady_state_goodput": steady_goodput(rows, walls_ns, productive_ns, warmup_of(view, warmup_steps)),
         "warmup_steps": warmup_steps,
         "job": cast(JobRow, job),
@@ -152,7 +163,7 @@ def report_from_parts(
         "steps": cast("list[StepRow]", rows),
         "step_range": [min(run_steps), max(run_steps)] if run_steps else None,
         **step_times(rows),  # type: ignore[typeddict-item]
-        "phases": cast("list[PhaseRow]", phase_rows(tokened, job["wall_s"] if driver else None)),
+        "phases": cast("list[PhaseRow]", phases),
         "unbucketed_phases": cast(
             "list[UnbucketedRow]",
             unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9),
@@ -174,6 +185,9 @@ def report_from_parts(
         "files": files,
         "skipped_lines": skipped_lines,
     }
+    if selection is not None:
+        report["selection"] = cast(Selection, selection)
+    return report
 
 
 def _notes(

@@ -58,18 +58,22 @@ def throughput_row(
     }
 
 
-def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[dict[str, Any]]:
+def phase_rows(
+    processes: list[ProcessPart], job_wall_s: float | None, steps_wall_s: float | None = None
+) -> list[dict[str, Any]]:
     """Every process's phases, by worker group: count, total (inclusive) and exclusive seconds, mean, p95,
     tokens/s, and the exclusive seconds' share of the group's time (the driver's: the job's wall; a worker
     group's: its processes' lifetimes), so a parent phase never reads as the time its children took.
-    Third-party spans are no phases (never in these rows)."""
+    Third-party spans are no phases (never in these rows). ``steps_wall_s``: the processes are cut to
+    selected steps (:func:`lens_rl.offline.rollup.selected.cut_phases`): shares are of that wall (a worker
+    group's: times its processes), the p95 null."""
     merged: dict[tuple[str, str, str | None], PhasePart] = {}
     members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
     lifetimes: dict[str, int] = defaultdict(int)
     durations: dict[tuple[str, str, str | None], list[array]] = defaultdict(list)  # (kept out of the merge)
     for part in processes:
         group = part.key.group
-        lifetimes[group] += part.lifetime_ns
+        lifetimes[group] += part.lifetime_ns if steps_wall_s is None else int(steps_wall_s * 1e9)
         for (name, bucket), phase in part.phases.items():
             merged.setdefault((group, name, bucket), PhasePart()).merge(replace(phase, durations=_NONE), bound=False)
             durations[(group, name, bucket)].append(phase.durations)
@@ -78,7 +82,8 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
     rows: list[dict[str, Any]] = []
     for (group, name, bucket), ph in merged.items():
         is_driver = group == "driver"
-        of_s = job_wall_s if is_driver else lifetimes.get(group, 0) / 1e9
+        of_s = (job_wall_s if steps_wall_s is None else steps_wall_s) if is_driver else lifetimes.get(group, 0) / 1e9
+        cut = steps_wall_s is not None
         total_s = ph.total_ns / 1e9
         per_gpu, mfu = phase_rates(name, members[(group, name, bucket)]) if ph.tokens else (None, None)
         rows.append(
@@ -91,10 +96,12 @@ def phase_rows(processes: list[ProcessPart], job_wall_s: float | None) -> list[d
                 "exclusive_s": round(ph.excl_ns / 1e9, 6),
                 "mean_s": round(total_s / ph.count, 6) if ph.count else None,
                 "p95_s": None
-                if not ph.count
+                if not ph.count or cut
                 else round(quantile_s(ph, 0.95, durations[(group, name, bucket)]) or 0.0, 6),
                 "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
-                "share_of": "job wall" if is_driver else "group lifetime",
+                "share_of": ("steps wall" if cut else "job wall")
+                if is_driver
+                else ("group steps wall" if cut else "group lifetime"),
                 "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
                 if ph.token_ns > 0 and ph.tokens > 0
                 else None,

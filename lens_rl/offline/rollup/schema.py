@@ -42,6 +42,7 @@ __all__ = [
     "ProfileRow",
     "RankRow",
     "RequestsRow",
+    "Selection",
     "SlowStep",
     "StepRow",
     "StepTime",
@@ -128,7 +129,7 @@ class PhaseRow(TypedDict):
     mean_s: float | None
     p95_s: float | None
     share: float | None  # of exclusive_s
-    share_of: str  # "job wall" | "group lifetime"
+    share_of: str  # "job wall" | "group lifetime"; with --steps A-B: "steps wall" | "group steps wall"
     tokens_per_s: float | None
     tokens_per_s_per_gpu: float | None
     mfu: float | None
@@ -307,8 +308,22 @@ class _GoodputReport(TypedDict):
     skipped_lines: int
 
 
+class Selection(TypedDict):
+    """``--steps A-B``'s figures (lens_rl.offline.rollup.selected): what ``goodput`` then is; ``job_wide``
+    names the parts that still cover the whole job."""
+
+    steps: list[int]
+    complete_steps: int
+    seconds: dict[str, float]
+    wall_s: float
+    unattributed_s: float
+    goodput: float | None
+    job_wide: list[str]
+
+
 class GoodputReport(_GoodputReport, total=False):
     gpu: GpuSection
+    selection: Selection  # (only with --steps A-B)
 
 
 def mismatches(value: Any, hint: Any = GoodputReport, where: str = "report", most: int = 5) -> list[str]:

@@ -24,6 +24,7 @@ from lens_rl.offline.read.reduce import file_steps
 from lens_rl.offline.rollup.attempts import superseded_steps
 from lens_rl.offline.rollup.goodput import report_from_parts
 from lens_rl.offline.rollup.schema import GoodputReport
+from lens_rl.offline.rollup.selected import cut_gpu_steps
 from lens_rl.offline.run.cache import (
     grown_bytes,
     load_memo,
@@ -233,6 +234,7 @@ def analyze(
         stats.cache_notes.insert(0, why)
     joining = join_ahead(paths, parts, stats, cache, jobs, ahead)  # (joined while the rollup merges the parts)
     report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), joining.result())
+    report = cut_gpu_steps(report, options.get("steps"))  # (--steps A-B: its GPU step rows those steps')
     if cache is not None and fingerprint is not None and not _grew(stats):
         save_report(cache, fingerprint, report)
     return report

@@ -21,6 +21,7 @@ import numpy as np
 from lens_rl.offline.read.critical import CritPart
 from lens_rl.offline.read.intervals import intervals_column, intervals_from_column
 from lens_rl.offline.read.parts import PhasePart, ProcessPart, RequestsPart, Series
+from lens_rl.offline.read.phase_steps import PhaseSteps
 from lens_rl.offline.read.pipe import PipePart
 from lens_rl.offline.read.steps import StepPart
 from lens_rl.offline.run.part_schema import (
@@ -30,6 +31,7 @@ from lens_rl.offline.run.part_schema import (
     GpuRec,
     PartRec,
     PhaseRec,
+    PhaseStepsRec,
     PipeRec,
     RequestsRec,
     StepsRec,
@@ -165,6 +167,17 @@ def _compute_from(rec: ComputeRec) -> Mapping[Any, int]:
     return Series(steps, ns)
 
 
+def _phase_steps_record(key: tuple[Any, Any], table: PhaseSteps) -> PhaseStepsRec:
+    return PhaseStepsRec(key[0], key[1], *(raw(column, "q") for column in table.columns()))
+
+
+def _phase_steps_from(rec: PhaseStepsRec) -> PhaseSteps:
+    columns = [array_of("q", b) for b in (rec.steps, rec.count, rec.total, rec.excl)]
+    if len({len(c) for c in columns}) != 1:
+        raise ValueError("per-step phase columns that do not add up")
+    return PhaseSteps(*columns)
+
+
 def _requests_record(part: RequestsPart) -> RequestsRec:
     d = "d"
     return RequestsRec(
@@ -277,6 +290,7 @@ def part_record(part: ProcessPart) -> PartRec:
         None if part.pipe is None else _pipe_record(part.pipe),
         None if part.gpu is None else _gpu_record(part.gpu),
         part.sample_rate,
+        [_phase_steps_record(key, table) for key, table in part.phase_steps.items()],
     )
 
 
@@ -310,4 +324,5 @@ def part_from(rec: PartRec) -> ProcessPart:
         pipe=None if rec.pipe is None else _pipe_from(rec.pipe),
         gpu=None if rec.gpu is None else _gpu_from(rec.gpu),
         sample_rate=rec.sample_rate,
+        phase_steps={(p.name, p.bucket): _phase_steps_from(p) for p in rec.phase_steps},  # type: ignore[misc]
     )

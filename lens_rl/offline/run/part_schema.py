@@ -22,6 +22,7 @@ __all__ = [
     "GpuRec",
     "PartRec",
     "PhaseRec",
+    "PhaseStepsRec",
     "PipeRec",
     "RequestsRec",
     "StepsRec",
@@ -69,6 +70,18 @@ class ComputeRec(Rec):
     steps: Raw | None
     ns: Raw | None
     items: list[tuple[Scalar, int]]
+
+
+class PhaseStepsRec(Rec):
+    """One (phase, bucket)'s :class:`~lens_rl.offline.read.phase_steps.PhaseSteps`: int64 columns of its
+    steps, counts, total and exclusive ns."""
+
+    name: Scalar
+    bucket: Scalar
+    steps: Raw
+    count: Raw
+    total: Raw
+    excl: Raw
 
 
 class RequestsRec(Rec):
@@ -163,3 +176,4 @@ class PartRec(Rec):
     pipe: PipeRec | None
     gpu: GpuRec | None
     sample_rate: float = 1.0
+    phase_steps: list[PhaseStepsRec] = []

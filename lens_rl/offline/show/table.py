@@ -30,6 +30,7 @@ def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     """The report as a human-readable table: at most 20 step rows unless ``all_steps``."""
     lines = _headline(report)
     lines += ["", _HEAD, _row("job", report["job"]["seconds"], report["job"]["goodput"], _wall(report["job"]))]
+    lines += _selection_lines(report)
     lines += _attempt_lines(report)
     lines += _step_lines(report, all_steps)
     lines += _phase_table(report)
@@ -79,10 +80,29 @@ def _wall(row: Mapping[str, Any]) -> str:
     return f"   wall {row['wall_s']:.2f}s" + ("" if unattributed is None else f", unattributed {unattributed:.2f}s")
 
 
+def _selection_lines(report: GoodputReport) -> list[str]:
+    """With ``--steps A-B``: the selected steps' row, and what stays job-wide."""
+    picked = report.get("selection")
+    if picked is None:
+        return []
+    a, b = picked["steps"]
+    return [
+        _row(f"steps {a}-{b}", picked["seconds"], picked["goodput"], _wall(picked)),
+        f"  (the job row is job-wide, start-up included; the attempts, requests and GPU figures too; every other "
+        f"figure covers steps {a}-{b}'s {picked['complete_steps']} complete step(s))",
+    ]
+
+
 def _headline(report: GoodputReport) -> list[str]:
     job = report["job"]
+    picked = report.get("selection")
+    scope = (
+        "productive over the whole job's wall, start-up included"
+        if picked is None
+        else f"productive over the wall of steps {picked['steps'][0]}-{picked['steps'][1]}; figures cover these steps"
+    )
     lines = [
-        f"goodput {_pct(report['goodput']).strip()} (productive over the whole job's wall, start-up included)   "
+        f"goodput {_pct(report['goodput']).strip()} ({scope})   "
         f"steady state {_pct(report['steady_state_goodput']).strip()} "
         + (
             f"(each attempt's steps after its first {report['warmup_steps']})"
@@ -147,12 +167,17 @@ def _phase_table(report: GoodputReport) -> list[str]:
         "  (total: inclusive; excl and share: its own time, less its nested phases'; share of the job's wall for",
         "   the driver's phases, of the group's lifetimes for a worker group's)",
     ]
+    if report.get("selection") is not None:  # (--steps A-B: the steps' spans; no durations per step: no p95)
+        lines[-2:] = [
+            "  (the selected steps' spans; total: inclusive; excl and share: its own time, less its nested phases';",
+            "   share of the steps' wall for the driver's phases, of it times the group's processes for a group's)",
+        ]
     for ph in report["phases"]:
         tps = "-" if ph["tokens_per_s"] is None else f"{ph['tokens_per_s']:.0f}"
         lines.append(
             f"{str(ph['phase'])[:29]:30s}{str(ph['worker_group'])[:15]:>16s}{str(ph['bucket'] or '-'):>12s}"
             f"{ph['count']:8d}{ph['total_s']:10.2f}s{ph.get('exclusive_s') or 0:9.2f}s{ph['mean_s'] or 0:9.3f}s"
-            f"{ph['p95_s'] or 0:9.3f}s"
+            f"{_secs(ph['p95_s']):>10s}"
             f"{_pct(ph['share']):>8s}{tps:>11s}"
         )
     for un in report.get("unbucketed_phases", ()):
@@ -236,12 +261,17 @@ def _group_lines(report: GoodputReport) -> list[str]:
         + ("; concurrent phases overlap, so seconds can sum to more than wall time" if report.get("concurrent") else "")
         + ")",
     ]
+    over = "lifetime" if report.get("selection") is None else "steps wall"
+    if over != "lifetime":
+        lines[-1] = lines[-1].replace("uncovered lifetime", "uncovered share of the steps' wall")
     for group in report["worker_groups"]:
         label = f"group {group['worker_group']} (x{group['processes']})"
         if group["worker_group"] == "driver" and job["view"] == "driver":
-            lines.append(f"{label:30s}the job row above is its wall-clock view; lifetime {group['wall_s']:.2f}s")
+            lines.append(
+                f"{label:30s}the {'job' if over == 'lifetime' else 'steps'} row above is its wall-clock view; {over} {group['wall_s']:.2f}s"
+            )
             continue
-        lines.append(_row(label, group["seconds"], group["goodput"], f"   lifetime {group['wall_s']:.2f}s"))
+        lines.append(_row(label, group["seconds"], group["goodput"], f"   {over} {group['wall_s']:.2f}s"))
     return lines + _rank_lines(report)
 
 

@@ -1,0 +1,64 @@
+"""A part's phases per step (:class:`PhaseSteps`): cut to a range of steps, merged exactly in any order, and
+kept in the refresh cache's records as they are."""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.read.phase_steps import PhaseSteps
+from lens_rl.offline.run.part_records import part_from, part_record
+from lens_rl.offline.run.records import PartRec, decode, encode
+from lens_rl.store import Process
+
+
+def _table(cells: dict[int, tuple[int, int, int]]) -> PhaseSteps:
+    keys = sorted(cells)
+    return PhaseSteps(array("q", keys), *(array("q", (cells[k][i] for k in keys)) for i in range(3)))
+
+
+def test_within_sums_the_steps_of_the_range_only() -> None:
+    """(count, total, exclusive) over steps A..B inclusive: steps outside, and a range past the table, add nothing."""
+    table = _table({1: (1, 10, 5), 2: (2, 20, 7), 3: (1, 30, 9), 5: (4, 50, 11)})
+    assert table.within((2, 3)) == (3, 50, 16)
+    assert table.within((4, 9)) == (4, 50, 11) and table.within((6, 9)) == (0, 0, 0)
+
+
+def test_merges_in_any_order_give_the_same_table() -> None:
+    """Tables of one phase merged in any order (a file's next lines, another file of the process) sum step by
+    step to the same columns."""
+    rng = random.Random(5)
+    pieces = [{rng.randrange(0, 30): (1, rng.randrange(100), rng.randrange(50)) for _ in range(8)} for _ in range(5)]
+    expected: dict[int, list[int]] = {}
+    for piece in pieces:
+        for step, values in piece.items():
+            cell = expected.setdefault(step, [0, 0, 0])
+            for i in range(3):
+                cell[i] += values[i]
+    for _ in range(4):
+        rng.shuffle(pieces)
+        merged = _table(pieces[0])
+        for piece in pieces[1:]:
+            merged.merge(_table(piece))
+        assert merged == _table({k: (v[0], v[1], v[2]) for k, v in expected.items()})
+
+
+def test_a_merge_never_changes_the_table_merged_in() -> None:
+    """Folding a part into another leaves the folded part's per-step table as it was (parts kept by a
+    refresh cache are merged again on the next look)."""
+    a, b = ProcessPart(Process("g", 0, 1)), ProcessPart(Process("g", 0, 1))
+    a.phase_steps[("x", "productive")] = _table({1: (1, 10, 10)})
+    b.phase_steps[("x", "productive")] = _table({2: (1, 20, 20)})
+    c = ProcessPart(Process("g", 0, 1))
+    c.merge(a)
+    c.merge(b)
+    assert a.phase_steps[("x", "productive")] == _table({1: (1, 10, 10)})
+    assert c.phase_steps[("x", "productive")].within((1, 2)) == (2, 30, 30)
+
+
+def test_the_cache_record_keeps_the_table() -> None:
+    """A part's record, read back, has the same phases per step."""
+    part = ProcessPart(Process("g", 0, 1))
+    part.phase_steps[("x", None)] = _table({3: (2, 8, 4), 7: (1, 1, 1)})
+    assert part_from(decode(encode(part_record(part)), PartRec)).phase_steps == part.phase_steps
