@@ -37,11 +37,13 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import resource
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,10 +98,16 @@ def job_environment(
         env[ENV["run_id"]] = run_id
     config = TelemetryConfig.from_env(env)  # validated as a driver would
     env[ENV["run_id"]] = config.run_id or env.get("SLURM_JOB_ID", "").strip() or secrets.token_hex(4)
+    env[ENV["trace_dir"]] = os.path.abspath(config.trace_dir)  # here, whatever folder the job changes to
     env["OTEL_PYTHON_ID_GENERATOR"] = env.get("OTEL_PYTHON_ID_GENERATOR") or "lens_rl"
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
-    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *paths])
-    if claim is not None:
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *_job_paths(env.get("PYTHONPATH", ""))])
+    inner = _nested(environ, env)
+    if inner == "same":  # inside a lens-rl run of this very run: part of it (its claim, root, attempt, launch)
+        launch = None
+    elif claim is not None:
+        if inner == "other":  # another run inside one: the outer's attempt and launch are not this run's
+            env.pop(ATTEMPT_ENV, None)
+            env.pop(LAUNCH_TIME_ENV, None)
         env[DRIVER_CLAIM_ENV] = claim
         _job_root(env)
     attempt, last_write = resolve_attempt(TelemetryConfig.from_env(env), env)
@@ -110,6 +118,25 @@ def job_environment(
     if launch is not None and launch_time_ns(env, time.time_ns(), last_write) is None:
         env[LAUNCH_TIME_ENV] = f"{launch:.6f}"
     return env
+
+
+def _job_paths(pythonpath: str) -> list[str]:
+    """The job's ``PYTHONPATH`` entries without lens_rl's bootstrap folder, each other one kept as it is (an
+    empty entry is the current folder); none when it is unset or empty."""
+    return [p for p in pythonpath.split(os.pathsep) if p != BOOTSTRAP_DIR] if pythonpath else []
+
+
+def _nested(outer: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+    """Whether this ``lens-rl run`` runs inside another's job: ``same`` when it runs the same run (run id and
+    store), ``other`` for another run, None when it is no nested run. A nested run of the same run is part of
+    the outer job: its loop claims the outer's driver role by the one rule (the first loop, or the
+    successor of a driver that died: the next attempt), so one attempt never has two drivers."""
+    from lens_rl.config import ENV
+
+    if not outer.get(DRIVER_CLAIM_ENV):
+        return None
+    same = all(outer.get(ENV[name], "") == env.get(ENV[name]) for name in ("run_id", "trace_dir"))
+    return "same" if same else "other"
 
 
 def _job_root(env: dict[str, str]) -> None:
@@ -150,7 +177,7 @@ def run(
             claim=os.path.join(scratch, "driver"),
             launch=launch,
         )
-        child = subprocess.Popen(list(command), env=env)
+        child = _start(list(command), env)
         previous = _forward_signals(child)
         try:
             status = child.wait()
@@ -160,6 +187,18 @@ def run(
     if status < 0 and reraise:
         _die_by(-status, out)
     return 128 - status if status < 0 else status
+
+
+def _start(command: list[str], env: Mapping[str, str]) -> subprocess.Popen[Any]:
+    """Start ``command``; an executable file of no known format (a script without ``#!``) runs with ``/bin/sh``,
+    as ``execvp`` (a shell, ``env``, ``timeout``) runs it."""
+    try:
+        return subprocess.Popen(command, env=env)
+    except OSError as exc:
+        if exc.errno != errno.ENOEXEC:
+            raise
+    path = command[0] if os.sep in command[0] else shutil.which(command[0], path=env.get("PATH")) or command[0]
+    return subprocess.Popen(["/bin/sh", path, *command[1:]], env=env)
 
 
 def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
@@ -251,6 +290,7 @@ def _restore(previous: Mapping[int, Any]) -> None:
 def _say_where(env: Mapping[str, str], out: Any) -> None:
     """One line: where the store is and the command that reads it (or where the spans went)."""
     from lens_rl.config import TelemetryConfig, mask_url
+    from lens_rl.identity.attempt import run_folder
 
     try:
         config = TelemetryConfig.from_env(env)
@@ -260,7 +300,7 @@ def _say_where(env: Mapping[str, str], out: Any) -> None:
         where = mask_url(config.resolved_endpoint) if config.exporter == "otlp" else config.exporter
         print(f"lens-rl run: run {config.run_id}: spans went to {where}", file=out)
         return
-    store = os.path.join(config.trace_dir, config.run_id or "")
+    store = run_folder(config)  # the folder the processes write ('exp 1' -> exp_1)
     if not os.path.isdir(store):
         print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store})", file=out)
         return

@@ -22,7 +22,7 @@ def test_the_first_process_to_open_a_step_claims_the_driver_once(
     monkeypatch.setenv(launched.CLAIM_ENV, str(tmp_path / "driver"))
     assert launched.under_run() and launched.claim() and launched.claim()
     assert launched.root_ids() == (int("ab" * 16, 16), int("cd" * 8, 16), None)
-    assert (tmp_path / "driver").read_text() == f"{os.getpid()}\n"
+    assert (tmp_path / "driver").read_text() == f"{os.getpid()} 0\n"
     pid = os.fork()
     if pid == 0:  # the driver's child: never the driver
         os._exit(0 if not launched.claim() and launched.root_ids() is None else 1)
