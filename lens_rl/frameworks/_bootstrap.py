@@ -29,10 +29,11 @@ def start() -> None:
         from lens_rl._runtime import RUNTIME
         from lens_rl.frameworks import apply_configured
         from lens_rl.lifecycle import telemetry_enabled_in_env
-        from lens_rl.lifecycle.launched import under_run
+        from lens_rl.lifecycle.launched import STARTED_MARK, mark, under_run
 
         if not telemetry_enabled_in_env():
             return
+        mark(STARTED_MARK)  # (lens-rl run's last line tells a job that never loaded lens_rl)
         apply_configured()
         if under_run():
             RUNTIME.step_claim = _first_step
@@ -84,15 +85,10 @@ def without_site() -> None:
 
 def _say_lost() -> None:
     """One line for the whole job (the first process to get here says it; a mark beside the driver's claim)."""
-    from lens_rl.lifecycle.launched import CLAIM_ENV
+    from lens_rl.lifecycle.launched import mark
 
-    mark = os.path.join(os.path.dirname(os.environ.get(CLAIM_ENV, "")), "bootstrap-lost")
-    try:
-        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
+    if not mark("bootstrap-lost"):
         return
-    except OSError:
-        pass
     print(
         f"lens-rl run: the job's PYTHONPATH lost lens-rl run's bootstrap ({_SITE}): a process is traced and its "
         "frameworks woven only once it imports lens_rl, and a process that never does is not woven; "

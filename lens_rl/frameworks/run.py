@@ -13,7 +13,13 @@ Every other process writes its ended spans out whenever its last open phase ends
 ``terminate()`` kills, a Ray actor ``ray.shutdown()`` ends: neither runs ``atexit``).
 The job root's ids are fixed here, before any process starts (``TRACEPARENT``: one job, one trace, whichever
 process claims it), and so is the launch (``LENS_RL_OTEL_LAUNCH_TIME``: the job's wall starts here, its
-``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``).
+``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``). A driver that
+died leaves its claim: the next process to open a step takes it over as the next attempt (a launch script's
+retry loop). Inside a ``lens-rl run`` of the same run (run id and store) this one is part of it (the outer's
+claim, root, attempt and launch: one driver an attempt); inside another run's job, a run of its own. The
+store's folder is made absolute here (the job may change folder); the job's ``PYTHONPATH`` entries are kept as
+they are (an empty one is the current folder); a script without ``#!`` runs with ``/bin/sh``, as ``execvp``
+runs it. A launch script that replaces ``PYTHONPATH`` drops the bootstrap: ``import lens_rl`` does its part.
 
 The job's exit status is the command's, and a command killed by signal N kills ``lens-rl run`` with N too
 (a shell reports ``128 + N``; a script running it stops on Ctrl-C as it would for the command itself).
@@ -53,7 +59,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.lifecycle.launched import CLAIM_ENV, PARENT_ENV, ROOT_ENV
+from lens_rl.lifecycle.launched import CLAIM_ENV, PARENT_ENV, ROOT_ENV, STARTED_MARK
 
 __all__ = ["BOOTSTRAP_DIR", "DRIVER_CLAIM_ENV", "job_environment", "run"]
 
@@ -183,7 +189,8 @@ def run(
             status = child.wait()
         finally:
             _restore(previous)
-    _say_where(env, out)
+        started = os.path.exists(os.path.join(os.path.dirname(env[DRIVER_CLAIM_ENV]), STARTED_MARK))
+    _say_where(env, out, started)
     if status < 0 and reraise:
         _die_by(-status, out)
     return 128 - status if status < 0 else status
@@ -287,8 +294,9 @@ def _restore(previous: Mapping[int, Any]) -> None:
         signal.signal(signum, handler)
 
 
-def _say_where(env: Mapping[str, str], out: Any) -> None:
-    """One line: where the store is and the command that reads it (or where the spans went)."""
+def _say_where(env: Mapping[str, str], out: Any, started: bool = True) -> None:
+    """One line: where the store is and the command that reads it (or where the spans went); ``started``:
+    whether a process of the job started lens_rl (else, with nothing written, a hint why)."""
     from lens_rl.config import TelemetryConfig, mask_url
     from lens_rl.identity.attempt import run_folder
 
@@ -302,6 +310,11 @@ def _say_where(env: Mapping[str, str], out: Any) -> None:
         return
     store = run_folder(config)  # the folder the processes write ('exp 1' -> exp_1)
     if not os.path.isdir(store):
-        print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store})", file=out)
+        why = ""
+        if not started:
+            why = (
+                "; no Python process of the job loaded lens_rl (a PYTHONPATH the job sets must add to, not replace it)"
+            )
+        print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store}){why}", file=out)
         return
     print(f"lens-rl run: the store is {store}; read it with: lens-rl goodput {shlex.quote(store)}", file=out)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import secrets
 
-__all__ = ["CLAIM_ENV", "PARENT_ENV", "ROOT_ENV", "claim", "root_ids", "took_over", "under_run"]
+__all__ = ["CLAIM_ENV", "PARENT_ENV", "ROOT_ENV", "STARTED_MARK", "claim", "mark", "root_ids", "took_over", "under_run"]
 
 #: A path the driver creates exclusively (set by ``lens-rl run`` for every process of the job).
 CLAIM_ENV = "LENS_RL_RUN_DRIVER_CLAIM"
@@ -35,6 +35,8 @@ CLAIM_ENV = "LENS_RL_RUN_DRIVER_CLAIM"
 ROOT_ENV = "LENS_RL_RUN_ROOT"
 #: The ``TRACEPARENT`` the job had before ``lens-rl run`` (a CI system's trace): ``rl.job``'s parent.
 PARENT_ENV = "LENS_RL_RUN_PARENT"
+#: The mark of a process of the job that started lens_rl (its ``sitecustomize``, or ``import lens_rl``).
+STARTED_MARK = "lens_rl-started"
 #: Takeovers tried at most (a crash loop's drivers, one claim file each).
 _MAX_TAKEOVERS = 10_000
 
@@ -76,6 +78,19 @@ def claim() -> bool:
             return False
         attempt = holder[1] + 1
     return False
+
+
+def mark(name: str) -> bool:
+    """Leave the mark ``name`` beside the job's claim (once for the whole job): True for the process that
+    left it, False when it was there (or outside ``lens-rl run``)."""
+    base = os.environ.get(CLAIM_ENV, "")
+    if not base:
+        return False
+    try:
+        os.close(os.open(os.path.join(os.path.dirname(base), name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:  # there already, or another node's path
+        return False
+    return True
 
 
 def took_over() -> bool:

@@ -174,3 +174,15 @@ def test_a_run_id_the_store_replaces_names_its_real_folder(tmp_path: Path) -> No
     )
     assert read.returncode == 0, read.stderr
     assert [s["step"] for s in json.loads(read.stdout)["steps"]] == [0, 1, 2]
+
+
+def test_a_job_that_never_loaded_lens_rl_is_told_why_nothing_was_written(tmp_path: Path) -> None:
+    """A job whose Python replaced PYTHONPATH and never imported lens_rl (a framework-only job, unwoven): the
+    last line says no process loaded lens_rl; a Python job that ran the bootstrap but recorded nothing is not
+    told so."""
+    lost = _run(tmp_path, "sh", "-c", f"PYTHONPATH=/nowhere {sys.executable} -c pass", args=("--trace-dir", "t"))
+    assert lost.returncode == 0 and "no Python process of the job loaded lens_rl" in lost.stderr.splitlines()[-1]
+    kept = _run(tmp_path, sys.executable, "-c", "pass", args=("--trace-dir", "t"))
+    assert kept.returncode == 0 and "no process wrote" in kept.stderr and "loaded lens_rl" not in kept.stderr, (
+        kept.stderr
+    )
