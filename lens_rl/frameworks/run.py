@@ -312,9 +312,7 @@ def _say_where(env: Mapping[str, str], out: Any, started: bool = True) -> None:
     if not os.path.isdir(store):
         why = ""
         if not started:
-            why = (
-                "; no Python process of the job loaded lens_rl (a PYTHONPATH the job sets must add to, not replace it)"
-            )
+            why = "; no Python process of the job loaded lens_rl (a PYTHONPATH the job sets must add to it, not replace it)"
         print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store}){why}", file=out)
         return
     print(f"lens-rl run: the store is {store}; read it with: lens-rl goodput {shlex.quote(store)}", file=out)
