@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import os as _os
 from typing import TYPE_CHECKING, Any
 
 from lens_rl._runtime import RUNTIME as _RUNTIME
@@ -60,6 +61,11 @@ def _weave_configured(handle: _Handle) -> None:
 
 if _weave_configured not in _RUNTIME.activate_hooks:
     _RUNTIME.activate_hooks.append(_weave_configured)
+
+if _os.environ.get("LENS_RL_RUN_DRIVER_CLAIM"):  # under lens-rl run: its bootstrap's part, should it have been lost
+    from lens_rl.frameworks._bootstrap import without_site as _without_site
+
+    _without_site()
 
 __all__ = [
     "Bucket",

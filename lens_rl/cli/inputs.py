@@ -83,6 +83,10 @@ def run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> 
 def _named_run(trace_dir: str, run: str, folders: list[Path]) -> Path:
     """``--run``'s folder under ``trace_dir`` (``folders``: the readable ones there, named when it is missing)."""
     path = Path(trace_dir) / run
+    if not os.path.lexists(path):  # the folder lens_rl wrote for that run id ('exp 1' -> exp_1)
+        from lens_rl.store import safe_part
+
+        path = Path(trace_dir) / safe_part(run, "run")
     why = _folder_problem(path)
     if why == "does not exist":
         names = [p.name for p in folders]

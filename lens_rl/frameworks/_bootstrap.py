@@ -13,19 +13,27 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["start"]
+__all__ = ["start", "without_site"]
+
+#: The folder of lens-rl run's ``sitecustomize`` (``frameworks/bootstrap``).
+_SITE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "bootstrap")
+_started: list[bool] = []
 
 
 def start() -> None:
     """Weave this process as ``lens-rl run`` configured it (``LENS_RL_OTEL_*`` in the environment)."""
+    if _started:
+        return
+    _started.append(True)
     try:
         from lens_rl._runtime import RUNTIME
         from lens_rl.frameworks import apply_configured
         from lens_rl.lifecycle import telemetry_enabled_in_env
-        from lens_rl.lifecycle.launched import under_run
+        from lens_rl.lifecycle.launched import STARTED_MARK, mark, under_run
 
         if not telemetry_enabled_in_env():
             return
+        mark(STARTED_MARK)  # (lens-rl run's last line tells a job that never loaded lens_rl)
         apply_configured()
         if under_run():
             RUNTIME.step_claim = _first_step
@@ -58,3 +66,32 @@ def _rank_zero() -> bool:
     """False for a rank other than 0 of a distributed job (``RANK``, as ``torchrun`` sets it): of ranks that
     all run the loop, rank 0 is the driver, whichever reaches its first step first."""
     return os.environ.get("RANK", "0").strip() in ("", "0")
+
+
+def without_site() -> None:
+    """``import lens_rl`` in a process of ``lens-rl run`` whose ``sitecustomize`` did not run (a launch script
+    that set its own ``PYTHONPATH``, dropping the bootstrap folder): do its part now, so the process that runs
+    the training loop still claims the driver (with the launch span) and the configured frameworks are woven
+    from here on; one line for the job says the bootstrap was lost. A process that never imports lens_rl (a
+    framework-only job) cannot be woven without it. Never raises."""
+    try:
+        if _started or any(os.path.realpath(p or os.curdir) == _SITE for p in sys.path):
+            return  # the bootstrap ran (or runs now: it imports lens_rl first)
+        _say_lost()
+        start()
+    except Exception as exc:
+        print(f"lens-rl run: this process is not traced: {exc!r}", file=sys.stderr)
+
+
+def _say_lost() -> None:
+    """One line for the whole job (the first process to get here says it; a mark beside the driver's claim)."""
+    from lens_rl.lifecycle.launched import mark
+
+    if not mark("bootstrap-lost"):
+        return
+    print(
+        f"lens-rl run: the job's PYTHONPATH lost lens-rl run's bootstrap ({_SITE}): a process is traced and its "
+        "frameworks woven only once it imports lens_rl, and a process that never does is not woven; "
+        "add to PYTHONPATH instead of setting it (export PYTHONPATH=/your/src:$PYTHONPATH)",
+        file=sys.stderr,
+    )

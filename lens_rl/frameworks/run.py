@@ -13,7 +13,13 @@ Every other process writes its ended spans out whenever its last open phase ends
 ``terminate()`` kills, a Ray actor ``ray.shutdown()`` ends: neither runs ``atexit``).
 The job root's ids are fixed here, before any process starts (``TRACEPARENT``: one job, one trace, whichever
 process claims it), and so is the launch (``LENS_RL_OTEL_LAUNCH_TIME``: the job's wall starts here, its
-``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``).
+``launch`` span covering what ran before the loop) and the attempt (``LENS_RL_OTEL_ATTEMPT``). A driver that
+died leaves its claim: the next process to open a step takes it over as the next attempt (a launch script's
+retry loop). Inside a ``lens-rl run`` of the same run (run id and store) this one is part of it (the outer's
+claim, root, attempt and launch: one driver an attempt); inside another run's job, a run of its own. The
+store's folder is made absolute here (the job may change folder); the job's ``PYTHONPATH`` entries are kept as
+they are (an empty one is the current folder); a script without ``#!`` runs with ``/bin/sh``, as ``execvp``
+runs it. A launch script that replaces ``PYTHONPATH`` drops the bootstrap: ``import lens_rl`` does its part.
 
 The job's exit status is the command's, and a command killed by signal N kills ``lens-rl run`` with N too
 (a shell reports ``128 + N``; a script running it stops on Ctrl-C as it would for the command itself).
@@ -38,11 +44,13 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import resource
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,7 +60,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.lifecycle.launched import CLAIM_ENV, PARENT_ENV, ROOT_ENV
+from lens_rl.lifecycle.launched import CLAIM_ENV, PARENT_ENV, ROOT_ENV, STARTED_MARK
 
 __all__ = ["BOOTSTRAP_DIR", "DRIVER_CLAIM_ENV", "job_environment", "run"]
 
@@ -97,10 +105,16 @@ def job_environment(
         env[ENV["run_id"]] = run_id
     config = TelemetryConfig.from_env(env)  # validated as a driver would
     env[ENV["run_id"]] = config.run_id or env.get("SLURM_JOB_ID", "").strip() or secrets.token_hex(4)
+    env[ENV["trace_dir"]] = os.path.abspath(config.trace_dir)  # here, whatever folder the job changes to
     env["OTEL_PYTHON_ID_GENERATOR"] = env.get("OTEL_PYTHON_ID_GENERATOR") or "lens_rl"
-    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
-    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *paths])
-    if claim is not None:
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *_job_paths(env.get("PYTHONPATH", ""))])
+    inner = _nested(environ, env)
+    if inner == "same":  # inside a lens-rl run of this very run: part of it (its claim, root, attempt, launch)
+        launch = None
+    elif claim is not None:
+        if inner == "other":  # another run inside one: the outer's attempt and launch are not this run's
+            env.pop(ATTEMPT_ENV, None)
+            env.pop(LAUNCH_TIME_ENV, None)
         env[DRIVER_CLAIM_ENV] = claim
         _job_root(env)
     attempt, last_write = resolve_attempt(TelemetryConfig.from_env(env), env)
@@ -111,6 +125,25 @@ def job_environment(
     if launch is not None and launch_time_ns(env, time.time_ns(), last_write) is None:
         env[LAUNCH_TIME_ENV] = f"{launch:.6f}"
     return env
+
+
+def _job_paths(pythonpath: str) -> list[str]:
+    """The job's ``PYTHONPATH`` entries without lens_rl's bootstrap folder, each other one kept as it is (an
+    empty entry is the current folder); none when it is unset or empty."""
+    return [p for p in pythonpath.split(os.pathsep) if p != BOOTSTRAP_DIR] if pythonpath else []
+
+
+def _nested(outer: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+    """Whether this ``lens-rl run`` runs inside another's job: ``same`` when it runs the same run (run id and
+    store), ``other`` for another run, None when it is no nested run. A nested run of the same run is part of
+    the outer job: its loop claims the outer's driver role by the one rule (the first loop, or the
+    successor of a driver that died: the next attempt), so one attempt never has two drivers."""
+    from lens_rl.config import ENV
+
+    if not outer.get(DRIVER_CLAIM_ENV):
+        return None
+    same = all(outer.get(ENV[name], "") == env.get(ENV[name]) for name in ("run_id", "trace_dir"))
+    return "same" if same else "other"
 
 
 def _job_root(env: dict[str, str]) -> None:
@@ -151,17 +184,30 @@ def run(
             claim=os.path.join(scratch, "driver"),
             launch=launch,
         )
-        child = subprocess.Popen(list(command), env=env)
+        child = _start(list(command), env)
         previous = _forward_signals(child)
         try:
             status = child.wait()
         finally:
             _restore(previous)
+        started = os.path.exists(os.path.join(os.path.dirname(env[DRIVER_CLAIM_ENV]), STARTED_MARK))
     with contextlib.suppress(OSError):  # (stderr closed: a dead tee, a gone ssh; the job's status still passes)
-        _say_where(env, out)
+        _say_where(env, out, started)
     if status < 0 and reraise:
         _die_by(-status, out)
     return 128 - status if status < 0 else status
+
+
+def _start(command: list[str], env: Mapping[str, str]) -> subprocess.Popen[Any]:
+    """Start ``command``; an executable file of no known format (a script without ``#!``) runs with ``/bin/sh``,
+    as ``execvp`` (a shell, ``env``, ``timeout``) runs it."""
+    try:
+        return subprocess.Popen(command, env=env)
+    except OSError as exc:
+        if exc.errno != errno.ENOEXEC:
+            raise
+    path = command[0] if os.sep in command[0] else shutil.which(command[0], path=env.get("PATH")) or command[0]
+    return subprocess.Popen(["/bin/sh", path, *command[1:]], env=env)
 
 
 def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
@@ -250,9 +296,11 @@ def _restore(previous: Mapping[int, Any]) -> None:
         signal.signal(signum, handler)
 
 
-def _say_where(env: Mapping[str, str], out: Any) -> None:
-    """One line: where the store is and the command that reads it (or where the spans went)."""
+def _say_where(env: Mapping[str, str], out: Any, started: bool = True) -> None:
+    """One line: where the store is and the command that reads it (or where the spans went); ``started``:
+    whether a process of the job started lens_rl (else, with nothing written, a hint why)."""
     from lens_rl.config import TelemetryConfig, mask_url
+    from lens_rl.identity.attempt import run_folder
 
     try:
         config = TelemetryConfig.from_env(env)
@@ -262,8 +310,11 @@ def _say_where(env: Mapping[str, str], out: Any) -> None:
         where = mask_url(config.resolved_endpoint) if config.exporter == "otlp" else config.exporter
         print(f"lens-rl run: run {config.run_id}: spans went to {where}", file=out)
         return
-    store = os.path.join(config.trace_dir, config.run_id or "")
+    store = run_folder(config)  # the folder the processes write ('exp 1' -> exp_1)
     if not os.path.isdir(store):
-        print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store})", file=out)
+        why = ""
+        if not started:
+            why = "; no Python process of the job loaded lens_rl (a PYTHONPATH the job sets must add to it, not replace it)"
+        print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store}){why}", file=out)
         return
     print(f"lens-rl run: the store is {store}; read it with: lens-rl goodput {shlex.quote(store)}", file=out)

@@ -16,6 +16,7 @@ __all__ = [
     "attempt_from_env",
     "attempt_value",
     "launch_time_ns",
+    "run_folder",
     "resolve_attempt",
 ]
 
@@ -48,6 +49,13 @@ def attempt_from_env(env: Mapping[str, str]) -> int | None:
     return value
 
 
+def run_folder(config: TelemetryConfig) -> str:
+    """The file store's folder of ``config``'s run: ``trace_dir/<run id as a safe path part>``."""
+    from lens_rl.store import safe_part
+
+    return os.path.join(config.trace_dir, safe_part(config.run_id, "run"))
+
+
 def resolve_attempt(config: TelemetryConfig, env: Mapping[str, str]) -> tuple[int, int | None]:
     """The driver's attempt, resolved once (the SPEC's order): ``LENS_RL_OTEL_ATTEMPT`` as set; else, with
     the file store, one more than the highest attempt of the driver files already in
@@ -56,9 +64,9 @@ def resolve_attempt(config: TelemetryConfig, env: Mapping[str, str]) -> tuple[in
     earlier: set[int] = set()
     last_write: int | None = None
     if config.exporter == "file":
-        from lens_rl.store import driver_attempts, safe_part
+        from lens_rl.store import driver_attempts
 
-        earlier, last_write = driver_attempts(os.path.join(config.trace_dir, safe_part(config.run_id, "run")))
+        earlier, last_write = driver_attempts(run_folder(config))
     given = attempt_from_env(env)
     if given is not None:
         return given, last_write

@@ -64,11 +64,12 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
                 "lens_rl: the endpoint's credentials are not passed to workers; "
                 "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
             )
+        claimed = launched.claim()  # under lens-rl run: the driver (a dead driver's successor: the next attempt)
         driver = for_driver(master_config, algorithm, config)
-        if launched.claim():  # under lens-rl run: this process is the driver (no later step claims it)
+        if claimed:
             # the launch lens-rl run checked against earlier attempts' files (not this attempt's, written
-            # before the loop began)
-            driver.launch = launch_time_ns(os.environ, time.time_ns())
+            # before the loop began); a successor's attempt starts at its own start
+            driver.launch = None if launched.took_over() else launch_time_ns(os.environ, time.time_ns())
         from lens_rl.export.handle import TelemetryHandle
 
         try:

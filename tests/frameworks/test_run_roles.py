@@ -4,6 +4,7 @@ process of the launch script before it; the job's wall starts at the launch; no 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -147,3 +148,19 @@ def test_of_ranks_that_all_run_the_loop_rank_zero_is_the_driver(tmp_path: Path) 
     pids = {line.split()[1]: line.split()[2] for line in out.stdout.splitlines() if line.startswith("rank ")}
     names = sorted(p.name for p in (tmp_path / "t" / "r").glob("spans-*.jsonl"))
     assert names == sorted([f"spans-driver-0-{pids['0']}.jsonl", f"spans-worker-1-{pids['1']}.jsonl"])
+
+
+def test_a_nested_run_joins_the_outer_run_or_starts_its_own(tmp_path: Path) -> None:
+    """lens-rl run inside a lens-rl run of the same run keeps the outer's claim, root, attempt and launch (one
+    job); inside another run's job, it is a run of its own: its claim, a root under the outer's, attempt 0."""
+    from lens_rl.frameworks.run import job_environment
+    from lens_rl.lifecycle import launched
+
+    outer = job_environment({}, trace_dir=str(tmp_path), run_id="r", claim="/outer", launch=time.time())
+    same = job_environment(outer, claim="/inner", launch=time.time() + 5)
+    kept = (launched.CLAIM_ENV, "TRACEPARENT", "LENS_RL_OTEL_ATTEMPT", "LENS_RL_OTEL_LAUNCH_TIME")
+    assert [same[name] for name in kept] == [outer[name] for name in kept]
+    other = job_environment({**outer, "LENS_RL_OTEL_ATTEMPT": "3"}, run_id="s", claim="/inner", launch=1000.5)
+    assert other[launched.CLAIM_ENV] == "/inner" and other[launched.PARENT_ENV] == outer["TRACEPARENT"]
+    assert other["LENS_RL_OTEL_ATTEMPT"] == "0" and other["LENS_RL_OTEL_LAUNCH_TIME"] == "1000.500000"
+    assert job_environment({"PYTHONPATH": ":/opt/x"})["PYTHONPATH"].split(os.pathsep)[1:] == ["", "/opt/x"]

@@ -239,3 +239,15 @@ def test_ray_still_pickles_verls_fully_async_actors_with_nothing_of_lens_rl() ->
             assert b"lens_rl" not in cloudpickle.dumps(actor.__ray_metadata__.modified_class)
     finally:
         uninstrument("verl")
+
+
+@pytest.mark.slow
+def test_lens_rl_run_weaves_a_verl_loop_whose_launch_script_replaced_pythonpath(tmp_path: Path) -> None:
+    """A launch script that sets PYTHONPATH (dropping lens-rl run's bootstrap), then a veRL loop of no lens_rl
+    code but an `import lens_rl`: woven from that import on, the loop the driver, the same agreement."""
+    loop = "import lens_rl, runpy, sys; del sys.argv[0]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    script = f'export PYTHONPATH="{ROOT}"; exec {sys.executable} -c "{loop}" {EXAMPLE} --plain "$@"'
+    cmd = [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(tmp_path / "traces"), "--instrument", "verl"]
+    job = _run([*cmd, "--", "sh", "-c", script, "sh"], tmp_path)
+    _check(job)
+    assert job["report"]["job"]["view"] == "driver"

@@ -22,7 +22,7 @@ def test_the_first_process_to_open_a_step_claims_the_driver_once(
     monkeypatch.setenv(launched.CLAIM_ENV, str(tmp_path / "driver"))
     assert launched.under_run() and launched.claim() and launched.claim()
     assert launched.root_ids() == (int("ab" * 16, 16), int("cd" * 8, 16), None)
-    assert (tmp_path / "driver").read_text() == f"{os.getpid()}\n"
+    assert (tmp_path / "driver").read_text() == f"{os.getpid()} 0\n"
     pid = os.fork()
     if pid == 0:  # the driver's child: never the driver
         os._exit(0 if not launched.claim() and launched.root_ids() is None else 1)
@@ -30,3 +30,35 @@ def test_the_first_process_to_open_a_step_claims_the_driver_once(
     monkeypatch.setattr(launched, "_won", [])
     monkeypatch.setenv(launched.CLAIM_ENV, str(tmp_path / "no-such-folder" / "driver"))
     assert not launched.claim()
+
+
+def test_a_dead_drivers_claim_is_taken_over_as_the_next_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver that died leaves its claim: the next process to ask is the driver of the next attempt, with a
+    new root span in the job's trace and no launch of its own; while that driver lives, no other process is."""
+    from lens_rl.lifecycle import launched
+
+    monkeypatch.setattr(launched, "_won", [])
+    trace, span = "ab" * 16, "cd" * 8
+    monkeypatch.setenv(launched.ROOT_ENV, f"00-{trace}-{span}-01")
+    monkeypatch.setenv("TRACEPARENT", f"00-{trace}-{span}-01")
+    monkeypatch.setenv("LENS_RL_OTEL_ATTEMPT", "2")
+    monkeypatch.setenv(launched.CLAIM_ENV, str(tmp_path / "driver"))
+    pid = os.fork()
+    if pid == 0:  # the first driver: claims, then dies
+        os._exit(0 if launched.claim() and not launched.took_over() else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert (tmp_path / "driver").read_text() == f"{pid} 2\n"
+    assert launched.claim() and launched.took_over() and launched.claim()
+    assert os.environ["LENS_RL_OTEL_ATTEMPT"] == "3"
+    assert (tmp_path / "driver.1").read_text() == f"{os.getpid()} 3\n"
+    ids = launched.root_ids()
+    assert ids is not None and ids[0] == int(trace, 16) and ids[1] != int(span, 16)
+    assert os.environ["TRACEPARENT"] == os.environ[launched.ROOT_ENV]
+    pid = os.fork()
+    if pid == 0:  # another process of the job while this driver lives: a worker
+        launched._won[:] = []
+        os._exit(0 if not launched.claim() else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver", "driver.1"]
