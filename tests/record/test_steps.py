@@ -221,3 +221,19 @@ def test_step_metrics_carry_the_steps_staleness_as_the_rollup_computes_it() -> N
         assert flat[f"goodput/pipeline/staleness_{key}"] == row[f"staleness_{key}"]
     assert not [k for k in plain if "staleness" in k]
     assert defaulted["goodput/pipeline/staleness_mean"] == 1.0 and "goodput/pipeline/staleness_beyond" not in defaulted
+
+
+def test_a_job_bound_set_in_otel_resource_attributes_is_a_number_live_and_offline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OTEL_RESOURCE_ATTRIBUTES=rl.max_staleness=2 (how a driver says the job's bound) is read as the int 2: a
+    step whose trajectories lag 3 and 0 has half of them beyond it, in step_metrics() and the offline pipeline."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "rl.max_staleness=2")
+    with recording(worker_group="driver") as rec:
+        with traced_phase("step", step=3), traced_phase("policy_training", trajectory_versions=[0, 3]):
+            pass
+        live = lens_rl.step_metrics()
+        offline = rollup_recorded(rec.spans, warmup_steps=0)
+    assert rec.handle.resource.attributes["rl.max_staleness"] == 2
+    assert live["goodput/pipeline/staleness_beyond"] == 0.5
+    assert offline["pipeline"]["staleness"]["beyond"] == 0.5 and offline["pipeline"]["staleness"]["bound"] == 2
