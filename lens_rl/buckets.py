@@ -343,23 +343,30 @@ def claimed(segments: Iterable[tuple[int, int, int, Any]], ranks: int = 4) -> tu
 
 
 def _number(value: Any) -> bool:
-    """A finite number a store can hold (an int within int64, a finite float): a version, a count, a bound."""
+    """A finite number a store can hold (an int within int64, a finite float): a count, tokens, a bound."""
     if value.__class__ is int:
         return -(2**63) <= value < 2**63  # type: ignore[no-any-return]
     return value.__class__ is float and math.isfinite(value)
 
 
+def _version(value: Any) -> bool:
+    """A version: an int within int64 (a whole float within it too, as a store may hold one)."""
+    if value.__class__ is float:
+        return value.is_integer() and -(2.0**63) <= value < 2.0**63  # type: ignore[no-any-return]
+    return _number(value)
+
+
 def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, float, float, Any]], int]:
     """``(staleness, weight, trajectories, bound)`` of each readable item of the consumed entries (step, policy
     version, versions, tokens, the phase's bound[, trajectories per version]: a histogram's, else one each), and
-    how many entries were unreadable (left out). An item whose version, tokens or count is not a finite number
-    (a hostile store) is left out; a weight is its tokens, else its trajectories."""
+    how many entries were unreadable (left out). An item whose version is no int within int64, or whose tokens or
+    count is no finite number > 0 (a hostile store) is left out; a weight is its tokens, else its trajectories."""
     items: list[tuple[float, float, float, Any]] = []
     bad = 0
     for entry in consumed:
         policy, versions, tokens, own = entry[1], entry[2], entry[3], entry[4]
         counts = entry[5] if len(entry) > 5 else None
-        if not _number(policy) or not isinstance(versions, (list, tuple)):
+        if not _version(policy) or not isinstance(versions, (list, tuple)):
             bad += 1
             continue
         n = len(versions)
@@ -371,11 +378,8 @@ def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, flo
         for k in range(n):
             version, count = versions[k], counts[k]
             weight = count if tokens is None else tokens[k]
-            if not (_number(version) and _number(count) and count > 0 and _number(weight) and weight > 0):
-                continue
-            lag = policy - version
-            if math.isfinite(lag):
-                items.append((lag, float(weight), float(count), bound))
+            if _version(version) and _number(count) and count > 0 and _number(weight) and weight > 0:
+                items.append((policy - version, float(weight), float(count), bound))
     return items, bad
 
 

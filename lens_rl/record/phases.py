@@ -212,8 +212,10 @@ else:
         :func:`inject_context`. Keyword attributes are recorded as ``rl.<key>``;
         ``attributes={...}`` takes exact keys. It yields a span-like object
         (``set_attribute``, ``add_event``, ``record_exception``); user exceptions pass
-        through unchanged and are recorded with status ERROR. An invalid bucket raises
-        ``ValueError`` here, enabled or not. Disabled, it yields a no-op span and touches
+        through unchanged and are recorded with status ERROR. An invalid bucket or step, or a
+        staleness keyword (``trajectory_versions``, ``trajectory_tokens``, ``policy_version``,
+        ``max_staleness``: :mod:`lens_rl.record.consumed`) of the wrong type, raises ``ValueError``
+        here, enabled or not (their items are read while enabled). Disabled, it yields a no-op span and touches
         no OpenTelemetry. The first phase of a process whose environment says enabled
         starts worker telemetry. (This is the one docstring: the C entry point shows it.)
 

@@ -3,8 +3,8 @@
 A process-wide value, set by the generating process after it loads weights (or by a woven framework):
 every generation-family phase it records afterwards carries it as ``rl.weight_version``, and its heartbeat
 says it. A training phase says what it consumed with ``traced_phase(..., trajectory_versions=[...],
-trajectory_tokens=[...])`` (recorded as ``rl.trajectory_versions`` / ``rl.trajectory_tokens``); the offline
-pipeline rollup computes staleness from them (:mod:`lens_rl.offline.rollup.staleness`).
+trajectory_tokens=[...])`` (checked and recorded as a version histogram: :mod:`lens_rl.record.consumed`); the
+offline pipeline rollup and ``step_metrics()`` compute staleness from it (:mod:`lens_rl.offline.rollup.staleness`).
 
 Example::
 
