@@ -6,7 +6,9 @@ trajectories it consumes (``trajectory_versions=``, a list or tuple of ints, one
 >= 0). Anything else is a ``ValueError`` at the call naming the keyword, the value and what is allowed, as for
 ``step=``; numpy integers and 1-d numpy arrays are taken as ints. :func:`check` (on and off) looks at each
 keyword's type and length, in constant time (off stays free of a batch's size); :func:`consumed` (while on, once
-per phase made) reads the items too, and makes the histogram the span carries.
+per phase made) reads the items too, and makes the histogram the span carries. A bad item (``[1, "x"]``, a NaN,
+a negative token count) is found only there, so it is one warning naming the keyword, the value and what is
+allowed, and the phase records no staleness (:func:`recorded`): telemetry on never raises where off did not.
 
 A batch is thousands of trajectories of a few versions, so the span carries its version histogram, not the lists:
 ``rl.trajectory_versions`` the distinct versions (ascending), ``rl.trajectory_counts`` the trajectories of each,
@@ -30,7 +32,7 @@ from typing import Any
 
 from lens_rl._errors import warn_once
 
-__all__ = ["HISTOGRAM", "KEYWORDS", "MAX_VERSIONS", "check", "consumed", "int64_of"]
+__all__ = ["HISTOGRAM", "KEYWORDS", "MAX_VERSIONS", "check", "consumed", "int64_of", "recorded"]
 
 #: The keywords checked here (``traced_phase(name, **these)``).
 KEYWORDS = frozenset({"trajectory_versions", "trajectory_tokens", "policy_version", "max_staleness"})
@@ -129,6 +131,19 @@ def consumed(said: dict[str, Any]) -> dict[str, Any]:
     if tokens is not None:
         out["trajectory_tokens"] = _summed(tokens, listed, counted, distinct)
     return out
+
+
+def recorded(name: str, said: dict[str, Any]) -> dict[str, Any]:
+    """:func:`consumed` for a phase made: a ``ValueError`` of :func:`check`'s raised at the call (on and off
+    alike); one of an item (read only while on: telemetry on never raises where off did not) is one warning per
+    keyword, naming the value and what is allowed, and the phase records nothing of what it consumed."""
+    check(said)
+    try:
+        return consumed(said)
+    except ValueError as exc:
+        keyword = str(exc).split(" ", 2)[1]
+        warn_once(f"consumed-{keyword}", "lens_rl: %s; phase %r records no staleness", exc, name)
+        return {}
 
 
 def _summed(tokens: Any, versions: list[Any], counted: Counter[int], distinct: list[int]) -> list[int | float]:

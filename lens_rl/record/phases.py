@@ -371,7 +371,7 @@ def _make_phase(
     if "step" in rl_attributes:
         check_step(rl_attributes["step"])
     if not consumed.KEYWORDS.isdisjoint(rl_attributes):  # checked item by item, as the histogram it records
-        said = consumed.consumed(rl_attributes)
+        said = consumed.recorded(name, rl_attributes)
         for key in consumed.KEYWORDS:
             rl_attributes.pop(key, None)
         rl_attributes.update(said)
