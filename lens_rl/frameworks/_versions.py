@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable
 from types import ModuleType
@@ -76,7 +77,8 @@ def attributes(
 ) -> dict[str, Any] | None:
     """What a phase records of a consumption (``policy_version``, ``trajectory_versions``, ``trajectory_tokens``
     where every count is readable, ``max_staleness``), as plain ints and floats (a framework's numpy values
-    too); None, with one debug line, for a shape that is not this."""
+    too), what ``traced_phase``'s keywords take (:func:`lens_rl.record.consumed.check`): the phase records them
+    as the same exact version histogram; None, with one debug line, for a shape that is not this."""
     try:
         policy = _int(policy_version)
         listed = [_int(v) for v in versions]
@@ -90,17 +92,18 @@ def attributes(
     said: dict[str, Any] = {"policy_version": policy, "trajectory_versions": listed}
     if counts is not None and len(counts) == len(listed) and None not in counts:
         said["trajectory_tokens"] = counts
-    if _int(bound) is not None:
-        said["max_staleness"] = _int(bound)
+    limit = _int(bound)
+    if limit is not None and limit >= 0:
+        said["max_staleness"] = limit
     return said
 
 
 def _count(value: Any) -> int | float | None:
-    """A token count: an int (a numpy one too) or a float, else None."""
+    """A token count: an int >= 0 (a numpy one too) or a finite float >= 0, else None."""
     as_int = _int(value)
     if as_int is not None:
-        return as_int
-    return float(value) if isinstance(value, float) and value == value else None
+        return as_int if as_int >= 0 else None
+    return float(value) if isinstance(value, float) and math.isfinite(value) and value >= 0 else None
 
 
 def take(name: str) -> dict[str, Any]:

@@ -64,7 +64,7 @@ MASTER_CONFIG_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 _INT_KEYS = frozenset(
-    {RANK, WORLD_SIZE, ATTEMPT, NUM_GPUS}
+    {RANK, WORLD_SIZE, ATTEMPT, NUM_GPUS, "rl.max_staleness"}
     | {k for k in MASTER_CONFIG_PATHS if k.startswith(("rl.parallel.", "rl.cluster."))}
 )
 #: Every integer of a process's identity lies in [-INT_LIMIT, INT_LIMIT) (an attempt in [0, INT_LIMIT)): what

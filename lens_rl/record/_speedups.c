@@ -15,7 +15,10 @@
  *                                      the bucket a Bucket member, a canonical bucket
  *                                      string (replaced by its member) or None,
  *                                      `parent` / `attributes` a dict or None
- *                                      (anything else: the Python path validates)
+ *                                      (anything else, and the staleness keywords
+ *                                      `trajectory_versions`, `trajectory_tokens`,
+ *                                      `policy_version`, `max_staleness`: the Python
+ *                                      path validates)
  *   anything else                   -> the Python implementation
  *
  * The on/off flag is read from the one runtime object (`lens_rl._runtime.RUNTIME.on`).
@@ -210,6 +213,8 @@ static PyObject *str_bucket = NULL;
 static PyObject *str_parent = NULL;
 static PyObject *str_attributes = NULL;
 static PyObject *str_step = NULL;
+/* traced_phase's staleness keywords (lens_rl.record.consumed.KEYWORDS): checked in Python, on and off */
+static PyObject *str_consumed[4] = {NULL, NULL, NULL, NULL};
 static PyObject *key_marker = NULL; /* starts a keyword phase's key in the cache (lens_rl.record.phases's) */
 
 /* The offset of a slot of `obj`'s type named `name`, or -1 (then it is read by attribute). */
@@ -429,6 +434,11 @@ traced_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject
                 return PyObject_Vectorcall(slow, args, nargs, kwnames);
             }
         }
+        else if (key == str_consumed[0] || key == str_consumed[1] || key == str_consumed[2] ||
+                 key == str_consumed[3]) {
+            Py_DECREF(values); /* what a training phase consumed: checked by the Python path */
+            return PyObject_Vectorcall(slow, args, nargs, kwnames);
+        }
         Py_INCREF(value);
         PyTuple_SET_ITEM(values, i, value);
     }
@@ -490,12 +500,17 @@ PyInit__speedups(void)
     str_step = PyUnicode_InternFromString("step");
     str_parent = PyUnicode_InternFromString("parent");
     str_attributes = PyUnicode_InternFromString("attributes");
+    str_consumed[0] = PyUnicode_InternFromString("trajectory_versions");
+    str_consumed[1] = PyUnicode_InternFromString("trajectory_tokens");
+    str_consumed[2] = PyUnicode_InternFromString("policy_version");
+    str_consumed[3] = PyUnicode_InternFromString("max_staleness");
     str_on = PyUnicode_InternFromString("on");
     str_stacked = PyUnicode_InternFromString("stacked");
     str_enter_on = PyUnicode_InternFromString("_enter_on");
     str_exit_on = PyUnicode_InternFromString("_exit_on");
     if (str_bucket == NULL || str_step == NULL || str_parent == NULL || str_attributes == NULL || str_on == NULL || str_stacked == NULL ||
-        str_enter_on == NULL || str_exit_on == NULL) {
+        str_enter_on == NULL || str_exit_on == NULL || str_consumed[0] == NULL || str_consumed[1] == NULL ||
+        str_consumed[2] == NULL || str_consumed[3] == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&speedups_module);

@@ -91,8 +91,9 @@ class Node:
         self.thread = 0
         #: set by the hang watchdog when it suspected a hang: (age s, timeout s) at that moment
         self.hang: tuple[float, float] | None = None
-        #: what it said it consumed (``trajectory_versions=``): (policy version, versions, tokens, bound); on a
-        #: step umbrella, its phases' as (step, policy version, versions, tokens, bound) for the step's staleness
+        #: what it said it consumed (``trajectory_versions=``): (policy version, versions, tokens, bound, counts:
+        #: its histogram, :mod:`lens_rl.record.consumed`); on a step umbrella, its phases' as (step, policy
+        #: version, versions, tokens, bound, counts) for the step's staleness
         self.consumed: Any = None
 
 
@@ -173,7 +174,7 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         versions = attributes.get("rl.trajectory_versions")
         if versions is not None:  # a training phase saying what it consumed: the step's staleness
             said = (attributes.get("rl.policy_version"), versions, attributes.get("rl.trajectory_tokens"))
-            node.consumed = (*said, attributes.get("rl.max_staleness"))
+            node.consumed = (*said, attributes.get("rl.max_staleness"), attributes.get("rl.trajectory_counts"))
             if umbrella:  # (a step that says it itself)
                 node.consumed = [(own_step, own_step if said[0] is None else said[0], *node.consumed[1:])]
         if umbrella:
@@ -295,9 +296,9 @@ def _consumed_in(node: Node, step_node: Node) -> None:
     """What ``node`` consumed, kept on its open step umbrella (policy version default: the step)."""
     if step_node.step_spans is None:
         return
-    policy, versions, tokens, bound = node.consumed
+    policy, versions, tokens, bound, counts = node.consumed
     step = node.step if node.step is not None else step_node.step
-    entry = (step, step if policy is None else policy, versions, tokens, bound)
+    entry = (step, step if policy is None else policy, versions, tokens, bound, counts)
     if step_node.consumed is None:
         step_node.consumed = [entry]
     else:

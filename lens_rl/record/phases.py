@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lens_rl._attributes import MAX_VALUE_CHARS, clean_attributes, clean_text, without
 from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket, default_bucket
-from lens_rl.record import _impl, wrappers
+from lens_rl.record import _impl, consumed, wrappers
 from lens_rl.record.engine import Node, close_node, enter_with, exit_with, open_node
 
 __all__ = ["Phase", "traced_phase"]
@@ -137,7 +137,13 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
         static = self._static
         if static is None:
             # lens_rl's own first (they win a clash, and stay within the span's attribute limit)
-            static = clean_attributes(self.rl_attributes, prefix="rl.")
+            rl, histogram = self.rl_attributes, None
+            if rl and "trajectory_versions" in rl:  # what it consumed: its histogram, never cut to the list cap
+                histogram = _histogram(rl)
+                rl = {k: v for k, v in rl.items() if k not in consumed.HISTOGRAM}
+            static = clean_attributes(rl, prefix="rl.")
+            if histogram:
+                static.update(histogram)
             for key, value in clean_attributes(self.attributes).items():
                 static.setdefault(key, value)
             if static.get("rl.step", 0).__class__ is not int:  # (attributes=, a woven phase's): never written
@@ -155,6 +161,17 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
         return self._parent_ctx or None
 
 
+def _histogram(rl: dict[str, Any]) -> dict[str, Any]:
+    """The ``rl.`` attributes of what a phase consumed: the histogram :func:`_make_phase` made (or, for a phase
+    made another way with the plain lists, made now; nothing where they are not what traced_phase takes)."""
+    if "trajectory_counts" not in rl:
+        try:
+            rl = consumed.consumed(rl)
+        except ValueError:
+            return {}
+    return {f"rl.{k}": rl[k] for k in consumed.HISTOGRAM if rl.get(k) is not None}
+
+
 def _rebuild(name: str, bucket: str | None, parent: Any, attributes: Any, rl_attributes: Any) -> Phase:
     return Phase(name, coerce_bucket(bucket), parent, attributes, rl_attributes)
 
@@ -167,6 +184,7 @@ _VALID_BUCKETS: frozenset[Any] = frozenset([None, *(member.value for member in B
 _PLAIN = frozenset([type(None), dict])  # the classes of a parent or attributes argument that need no check
 _VALID_NAMES: set[str] = set()  # names checked valid by a phase made while off (bounded like the cache)
 _CACHE_MAX = 4096
+_CONSUMED = consumed.KEYWORDS
 
 
 if TYPE_CHECKING:
@@ -194,8 +212,10 @@ else:
         :func:`inject_context`. Keyword attributes are recorded as ``rl.<key>``;
         ``attributes={...}`` takes exact keys. It yields a span-like object
         (``set_attribute``, ``add_event``, ``record_exception``); user exceptions pass
-        through unchanged and are recorded with status ERROR. An invalid bucket raises
-        ``ValueError`` here, enabled or not. Disabled, it yields a no-op span and touches
+        through unchanged and are recorded with status ERROR. An invalid bucket or step, or a
+        staleness keyword (``trajectory_versions``, ``trajectory_tokens``, ``policy_version``,
+        ``max_staleness``: :mod:`lens_rl.record.consumed`) of the wrong type, raises ``ValueError``
+        here, enabled or not (their items are read while enabled). Disabled, it yields a no-op span and touches
         no OpenTelemetry. The first phase of a process whose environment says enabled
         starts worker telemetry. (This is the one docstring: the C entry point shows it.)
 
@@ -223,6 +243,8 @@ else:
             step = kwargs["step"]
             if step is not None and (step.__class__ is not int or not -STEP_END <= step < STEP_END):
                 check_step(step)
+        if not _CONSUMED.isdisjoint(kwargs):
+            consumed.check(kwargs)
         if "attributes" in kwargs:
             if kwargs["attributes"].__class__ not in _PLAIN or (
                 "parent" in kwargs and kwargs["parent"].__class__ not in _PLAIN
@@ -348,6 +370,11 @@ def _make_phase(
 ) -> Phase:
     if "step" in rl_attributes:
         check_step(rl_attributes["step"])
+    if not consumed.KEYWORDS.isdisjoint(rl_attributes):  # checked item by item, as the histogram it records
+        said = consumed.recorded(name, rl_attributes)
+        for key in consumed.KEYWORDS:
+            rl_attributes.pop(key, None)
+        rl_attributes.update(said)
     phase = Phase(name, coerce_bucket(bucket), parent, attributes, rl_attributes)
     if not (bucket or parent or attributes or rl_attributes) and len(_CACHE) < _CACHE_MAX:
         _CACHE[name] = phase

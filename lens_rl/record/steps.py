@@ -145,7 +145,7 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     phases said what they consumed (``trajectory_versions=``), its staleness by the offline rollup's rule
     (:func:`lens_rl.buckets.staleness`): ``pipeline/staleness_mean``, ``pipeline/staleness_p90``,
     ``pipeline/staleness_max`` and, where a bound is set (the phase's or the job's ``rl.max_staleness``),
-    ``pipeline/staleness_beyond`` (the share of tokens past it).
+    ``pipeline/staleness_beyond`` (the share of trajectories past it).
 
     Example::
 

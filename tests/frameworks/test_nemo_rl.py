@@ -235,7 +235,8 @@ def _async_grpo(steps: int, lead: int = 2) -> list[dict[str, Any]]:
 def test_async_grpos_replay_buffer_gives_each_step_its_staleness(nemo: None) -> None:
     """Woven ReplayBufferImpl.sample: each driver step's staleness in the pipeline rollup is NeMo-RL's own
     avg_trajectory_age of the groups it sampled (equal tokens each), its max current_weight_version minus the
-    oldest, the bound max_age_steps; recorded as replay_buffer_sample of that step (overhead)."""
+    oldest, the bound max_age_steps; recorded as replay_buffer_sample of that step (overhead), with the version
+    histogram traced_phase records."""
     from tests.stores import rollup_recorded
 
     instrument("nemo_rl")
@@ -251,7 +252,8 @@ def test_async_grpos_replay_buffer_gives_each_step_its_staleness(nemo: None) -> 
     samples = rec.find_all("replay_buffer_sample")
     assert [s.attributes["rl.step"] for s in samples] == [1, 2, 3, 4]
     assert {s.attributes["rl.bucket"] for s in samples} == {"overhead"}
-    assert list(samples[0].attributes["rl.trajectory_tokens"]) == [20, 20]
+    first = samples[0].attributes  # its two groups of 20 tokens, both of version 0: the histogram's one version
+    assert [list(first[f"rl.trajectory_{k}"]) for k in ("versions", "counts", "tokens")] == [[0], [2], [40]]
     assert offline["pipeline"]["staleness"]["bound"] == 2 and offline["pipeline"]["weight_sync"]["count"] == 4
 
 

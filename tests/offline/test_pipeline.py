@@ -117,19 +117,20 @@ def test_a_sync_bound_job(tmp_path: Path) -> None:
 
 def test_staleness_from_known_versions_and_tokens(tmp_path: Path) -> None:
     """Policy version 5 consuming versions [5, 4, 3, 1] with tokens [10, 20, 30, 40]: staleness 0,1,2,4 weighted
-    mean (0*10+1*20+2*30+4*40)/100 = 2.4, p90 4, max 4; beyond a bound of 2: 40 %."""
+    mean (0*10+1*20+2*30+4*40)/100 = 2.4, p90 4, max 4; beyond a bound of 2: 1 trajectory of 4 (25 %: a share of
+    trajectories, not of tokens)."""
     attrs = {"rl.policy_version": 5, "rl.trajectory_versions": [5, 4, 3, 1], "rl.trajectory_tokens": [10, 20, 30, 40]}
     pipe = _store(tmp_path, [(0, 10)], [(0, 10)], [(0, 10)], consumed=[attrs], **{"rl.max_staleness": 2})
     assert pipe["staleness"] == {
         "mean": 2.4,
         "p90": 4,
         "max": 4,
-        "beyond": 0.4,
+        "beyond": 0.25,
         "bound": 2,
         "trajectories": 4,
         "tokens": 100.0,
     }
-    assert pipe["per_step"][0]["staleness_mean"] == 2.4 and pipe["per_step"][0]["staleness_beyond"] == 0.4
+    assert pipe["per_step"][0]["staleness_mean"] == 2.4 and pipe["per_step"][0]["staleness_beyond"] == 0.25
 
 
 def test_rl_pool_wins_over_the_phases(tmp_path: Path) -> None:

@@ -195,8 +195,8 @@ def test_set_weight_version_is_carried_on_generation_phases_only() -> None:
 
 def test_step_metrics_carry_the_steps_staleness_as_the_rollup_computes_it() -> None:
     """A step whose training phase consumed versions [5, 4, 3, 1] with tokens [10, 20, 30, 40] under policy
-    version 5 and a bound of 2: step_metrics() has the token-weighted mean 2.4, p90 4, max 4 and 40 % beyond the
-    bound, the same figures the offline rollup gives that step; a step that consumed nothing has none of these
+    version 5 and a bound of 2: step_metrics() has the token-weighted mean 2.4, p90 4, max 4 and 25 % of the
+    trajectories beyond the bound, the same figures the offline rollup gives that step; a step that consumed nothing has none of these
     keys; with no policy version a phase trains its step's (step 7 consuming [6, 6]: staleness 1)."""
     said = {"trajectory_versions": [5, 4, 3, 1], "trajectory_tokens": [10, 20, 30, 40]}
     with recording(worker_group="driver") as rec:
@@ -214,10 +214,26 @@ def test_step_metrics_carry_the_steps_staleness_as_the_rollup_computes_it() -> N
         "goodput/pipeline/staleness_mean": 2.4,
         "goodput/pipeline/staleness_p90": 4.0,
         "goodput/pipeline/staleness_max": 4.0,
-        "goodput/pipeline/staleness_beyond": 0.4,
+        "goodput/pipeline/staleness_beyond": 0.25,
     }
     row = next(r for r in offline["pipeline"]["per_step"] if r["step"] == 3)
     for key in ("mean", "p90", "max", "beyond"):
         assert flat[f"goodput/pipeline/staleness_{key}"] == row[f"staleness_{key}"]
     assert not [k for k in plain if "staleness" in k]
     assert defaulted["goodput/pipeline/staleness_mean"] == 1.0 and "goodput/pipeline/staleness_beyond" not in defaulted
+
+
+def test_a_job_bound_set_in_otel_resource_attributes_is_a_number_live_and_offline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OTEL_RESOURCE_ATTRIBUTES=rl.max_staleness=2 (how a driver says the job's bound) is read as the int 2: a
+    step whose trajectories lag 3 and 0 has half of them beyond it, in step_metrics() and the offline pipeline."""
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "rl.max_staleness=2")
+    with recording(worker_group="driver") as rec:
+        with traced_phase("step", step=3), traced_phase("policy_training", trajectory_versions=[0, 3]):
+            pass
+        live = lens_rl.step_metrics()
+        offline = rollup_recorded(rec.spans, warmup_steps=0)
+    assert rec.handle.resource.attributes["rl.max_staleness"] == 2
+    assert live["goodput/pipeline/staleness_beyond"] == 0.5
+    assert offline["pipeline"]["staleness"]["beyond"] == 0.5 and offline["pipeline"]["staleness"]["bound"] == 2

@@ -81,8 +81,9 @@ class Columns:
         #: row -> (output, input) tokens of a third-party span that says them (``gen_ai.usage.*``), sparse
         self.gen_tokens: dict[int, tuple[float, float]] = {}
         #: row -> (``rl.policy_version``, ``rl.trajectory_versions``, ``rl.trajectory_tokens``,
-        #: ``rl.max_staleness``) of a phase that says what it consumed (sparse: what staleness is computed from)
-        self.versions: dict[int, tuple[Any, Any, Any, Any]] = {}
+        #: ``rl.max_staleness``, ``rl.trajectory_counts``) of a phase that says what it consumed (sparse: what
+        #: staleness is computed from)
+        self.versions: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
         self.flags = bytearray()
         #: row -> a vLLM request span's numbers (:func:`lens_rl.offline.read.requests.request_numbers`; sparse)
         self.requests: dict[int, tuple[float, ...]] = {}
@@ -252,6 +253,7 @@ class Columns:
             consumed,
             attrs.get("rl.trajectory_tokens"),
             attrs.get("rl.max_staleness"),
+            attrs.get("rl.trajectory_counts"),
         )
 
     def _gen_tokens(self, attrs: dict[str, Any]) -> None:

@@ -83,7 +83,7 @@ class Tree:
     remote: dict[int, Any]
     flops: dict[int, float]
     gen_tokens: dict[int, tuple[float, float]]
-    versions: dict[int, tuple[Any, Any, Any, Any]]
+    versions: dict[int, tuple[Any, Any, Any, Any, Any]]
     third_roots: dict[int, Any]
     remote_tokens: dict[str, list[float]]
 

@@ -4,8 +4,9 @@ its weight syncs, and what its training phases consumed.
 * ``productive``: the union of its productive spans (packed, merged): where its pool is busy.
 * ``syncs``: its weight-sync-family spans (:data:`lens_rl.buckets.WEIGHT_SYNC_PHASES`) as (start, end, step).
 * ``consumed``: its phases that said which trajectory versions they consumed, as (step, policy version,
-  trajectory versions, trajectory tokens, the phase's ``rl.max_staleness``) (``rl.policy_version`` absent:
-  the step).
+  trajectory versions, trajectory tokens, the phase's ``rl.max_staleness``, trajectories per version (the
+  histogram's ``rl.trajectory_counts``), the phase's end) (``rl.policy_version`` absent: the step; a phase of
+  no step is placed by its end, in the pipeline rollup).
 
 Exact and mergeable, like the rest of a part; made after pass 4, in passes of C speed over the columns
 (a process with no weight sync and no versions costs one scan of its buckets).
@@ -37,7 +38,7 @@ class PipePart(SlotsState):
     def __init__(self) -> None:
         self.productive = array("q")
         self.syncs: list[tuple[int, int, Any]] = []
-        self.consumed: list[tuple[Any, Any, Any, Any, Any]] = []
+        self.consumed: list[tuple[Any, Any, Any, Any, Any, Any, int]] = []
 
     def merge(self, other: PipePart) -> None:
         """Fold another part of the same process in."""
@@ -65,8 +66,9 @@ def pipe_part(tree: Tree, superseded: frozenset[Any] = frozenset()) -> PipePart 
     out.syncs = [
         (starts[i], ends[i], steps[i]) for i in syncs if role[i] != JOB and not (superseded and steps[i] in superseded)
     ]
-    for i, (policy, consumed, tokens, bound) in sorted(versions.items()):
+    for i, (policy, consumed, tokens, bound, counts) in sorted(versions.items()):
         if superseded and steps[i] in superseded:
             continue
-        out.consumed.append((steps[i], steps[i] if policy is None else policy, consumed, tokens, bound))
+        step = steps[i]
+        out.consumed.append((step, step if policy is None else policy, consumed, tokens, bound, counts, ends[i]))
     return out

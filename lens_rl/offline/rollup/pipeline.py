@@ -32,7 +32,7 @@ from lens_rl.offline.read.intervals import coverage, merged_packed, pack, union_
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.rollup.pipe_memo import UNIONS, PipeMemo, Windows, tail
 from lens_rl.offline.rollup.pools import ROLES, roles_of
-from lens_rl.offline.rollup.staleness import staleness
+from lens_rl.offline.rollup.staleness import placed, staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows, warmup_of
 from lens_rl.offline.rollup.verdict import verdict
 
@@ -73,7 +73,7 @@ def pipeline_row(
     wl, wh = np.frombuffer(wall, np.int64)[0::2], np.frombuffer(wall, np.int64)[1::2]
     each = Windows(rows, windows, steady, wl)  # (the wall's intervals: as many as its starts)
     arrays = each.keyed(_arrays(processes, ranks, each.reuse(memo, _keys(ranks))), ROLES)
-    consumed = [c for p in processes if p.pipe for c in p.pipe.consumed]
+    consumed = placed([c for p in processes if p.pipe for c in p.pipe.consumed], windows)
     bound = next((p.device.get("rl.max_staleness") for p in view if "rl.max_staleness" in p.device), None)
     length = int((wh - wl).sum())
     covered_ns: dict[int, int] = {}  # (each array's coverage of the wall, read once: the pools reuse it)

@@ -61,8 +61,8 @@ class Staleness(TypedDict):
     mean: float
     p90: float
     max: float
-    beyond: float | None
-    bound: float | None
+    beyond: float | None  # the share of trajectories older than their bound
+    bound: float | list[float] | None  # the job's, else the phases' (a list where they differ)
     trajectories: int
     tokens: float
 

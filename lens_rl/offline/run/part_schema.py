@@ -99,11 +99,12 @@ class RequestsRec(Rec):
 class PipeRec(Rec):
     """A process's share of the async-pipeline figures (:class:`~lens_rl.offline.read.pipe.PipePart`): its
     productive spans' union (packed), its weight syncs (start, end, step) and consumed versions (step, policy
-    version, trajectory versions, trajectory tokens, max staleness: attribute values as written)."""
+    version, trajectory versions, trajectory tokens, max staleness, trajectory counts: attribute values as
+    written; the phase's end, ns)."""
 
     productive: Raw
     syncs: list[tuple[int, int, Scalar]]
-    consumed: list[tuple[Scalar, Any, Any, Any, Any]]
+    consumed: list[tuple[Scalar, Any, Any, Any, Any, Any, int]]
 
 
 class GpuRec(Rec):

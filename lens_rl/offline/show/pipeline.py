@@ -53,9 +53,11 @@ def format_pipeline(report: GoodputReport) -> list[str]:
         )
     stale = pipe["staleness"]
     if stale:
-        beyond = "" if stale["beyond"] is None else f", {_pct(stale['beyond'])} beyond the bound {stale['bound']}"
+        bound = stale["bound"]
+        bounds = f"bounds {', '.join(map(str, bound))}" if isinstance(bound, list) else f"bound {bound}"
+        beyond = "" if stale["beyond"] is None else f", {_pct(stale['beyond'])} of trajectories beyond the {bounds}"
         lines.append(
-            f"  staleness (policy - trajectory version, token-weighted): mean {stale['mean']:.2f}, "
+            f"  staleness (policy - trajectory version, token-weighted): mean {_num(stale['mean'])}, "
             f"p90 {_num(stale['p90'])}, max {_num(stale['max'])}{beyond}"
         )
     lines.append(f"  {pipeline_line(report)}")
