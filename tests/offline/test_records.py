@@ -34,7 +34,7 @@ def _part() -> ProcessPart:
     part.pipe = PipePart()
     part.pipe.productive, part.pipe.syncs = array("q", [1, 3]), [(1, 2, 3), (4, 5, None)]
     part.gpu = (("GPU-a",), array("q", [1]), array("q", [2]), [("gen", "productive")], array("i", [0]), array("q", [3]))
-    part.pipe.consumed = [(3, 2, [1, 2], 100, None), ("w", "w", [0], None, 1)]
+    part.pipe.consumed = [(3, 2, [1, 2], [60, 40], None, [3, 1], 9), ("w", "w", [0], None, 1, None, 10)]
     crit = CritPart()
     crit.node_ids, crit.e_parent = array("Q", [1, 2]), ["x-parent"]
     crit.node_attr, crit.attrs = array("i", [0, 0]), [("gen", "productive")]
