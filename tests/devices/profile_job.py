@@ -3,7 +3,8 @@
 Telemetry from the environment. The driver (its step umbrellas, a little waiting each step) hands each step to
 two worker processes (``multiprocessing`` spawn; group ``trainer``, no umbrella: their phases carry the step);
 each worker's ``policy_training`` sleeps ``LOOP_STEP_S`` (default 0.2) and ends in a collective (a barrier of the
-two). At ``SLOW_STEP`` rank 1 computes ``SLOW_S`` seconds on the CPU first (rank 0 waits in the collective).
+two). At ``SLOW_STEP`` rank 1 computes ``SLOW_S`` seconds on the CPU first (torch's matrix products where torch
+is importable: its profiler then has ops to see; rank 0 waits in the collective).
 ``MARKED`` 1: the wait is an ``idle`` phase ``barrier`` (the straggler rule's convention); 0: it is left inside
 ``policy_training``. The driver runs until a step-``SLOW_STEP`` capture (any ``*-step*`` file after it) exists and
 3 steps more, at most 400 steps; prints ``done`` last.
@@ -24,14 +25,22 @@ from lens_rl import traced_phase
 
 
 def worker(rank: int, steps: Any, done: Any, barrier: Any, slow_step: int, slow_s: float, marked: bool) -> None:
+    try:
+        import torch
+    except ImportError:
+        torch = None
     lens_rl.init_telemetry_worker(rank=rank, world_size=2, worker_group="trainer")
     pause = float(os.environ.get("LOOP_STEP_S", "0.2"))
+    x = torch.rand(64, 64) if torch is not None else None
     while (step := steps.get()) is not None:
         with traced_phase("policy_training", step=step):
             if rank == 1 and step == slow_step:
                 began = time.monotonic()
                 while time.monotonic() - began < slow_s:
-                    sum(i * i for i in range(2000))
+                    if torch is not None:
+                        x = torch.tanh(x @ x / 64 + 0.1)
+                    else:
+                        sum(i * i for i in range(2000))
             time.sleep(pause)
             with traced_phase("barrier", step=step) if marked else contextlib.nullcontext():
                 barrier.wait(120)
