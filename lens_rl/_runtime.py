@@ -226,8 +226,8 @@ class Runtime:
         #: ``closing(step)`` as an umbrella closes, before its span ends (its window stops inside it: True), and
         #: ``step_end(step, end_ns)`` once it closed. None: nothing is called.
         self.step_hook: StepHook | None = None
-        #: With ``profile: {steps: auto}``: per step, the productive exclusive seconds of this process's phases
-        #: outside any step umbrella (a worker's compute; read and emptied by the step hook). None: not kept.
+        #: With ``profile: {steps: auto}``: per step, the exclusive seconds of this process's compute phases (every
+        #: bucket but idle) outside any step umbrella (a worker's; read and emptied by the step hook). None: not kept.
         self.step_tally: dict[Any, float] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:

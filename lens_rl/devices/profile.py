@@ -35,6 +35,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
+from lens_rl.buckets import COMPUTE_BUCKETS
 from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
 from lens_rl.devices.profile_devices import claim_devices, device_keys, release_devices
@@ -131,7 +132,8 @@ class Profiler:
         self.umbrellas = True
         if auto is not None and last is not None and last["step"] == step:
             profiled = window is not None or step in self.done
-            auto.step_done(step, last["wall_s"], last["seconds"]["productive"], profiled)
+            compute = sum(last["seconds"].get(bucket, 0.0) for bucket in COMPUTE_BUCKETS)
+            auto.step_done(step, last["wall_s"], compute, profiled)
         if window is not None and window.step == step and window.thread == threading.get_ident():
             self._close_safe(window.cut or "step end")
 

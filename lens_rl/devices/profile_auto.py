@@ -3,10 +3,11 @@ culprit.
 
 In ``auto`` mode every process appends one short line a step to
 ``<run>/profiles/.steps-<group>-<rank>-<pid>.jsonl``: ``{"step", "compute_s", "group"[, "wall_s" | "cpu_s"][,
-"profiled"]}``. ``compute_s`` is the step's productive exclusive seconds on that process, the time it did not
-spend waiting (a collective's wait marked as an ``idle`` phase, ``wait`` / ``barrier``, is not compute: the
-straggler rule's). A process that owns step umbrellas writes it as each umbrella ends (what
-:func:`lens_rl.step_goodput` reports, with the step's ``wall_s``); a worker, whose phases carry the step, at its
+"profiled"]}``. ``compute_s`` is the step's exclusive seconds in compute on that process
+(:data:`lens_rl.buckets.COMPUTE_BUCKETS`, the straggler rule's: every bucket but ``idle``), the time it did not
+spend waiting (a collective's wait marked as an ``idle`` phase, ``wait`` / ``barrier``, is not compute). A
+process that owns step umbrellas writes it as each umbrella ends (from what :func:`lens_rl.step_goodput`
+reports, with the step's ``wall_s``); a worker, whose phases carry the step, at its
 first phase of the next step, from the engine's per-step tally of its phases (no line for a step it has not
 left), with ``cpu_s``, the CPU seconds the process used over the step: a wait left inside a productive phase
 (a collective not marked idle) blocks, so a line's compute is its ``compute_s`` at most its ``cpu_s`` (a
@@ -115,7 +116,7 @@ class AutoTrigger:
             internal_error(exc, "profile-auto")
 
     def worker_step(self, step: Any, compute_s: float, cpu_s: float | None = None, profiled: bool = False) -> None:
-        """A worker (no step umbrella) left ``step``, with ``compute_s`` productive exclusive seconds in it and
+        """A worker (no step umbrella) left ``step``, with ``compute_s`` exclusive seconds of compute in it and
         ``cpu_s`` CPU seconds used over it: its line for the decider. Never raises."""
         try:
             line: dict[str, Any] = {"step": step, "compute_s": round(compute_s, 6)}
@@ -217,7 +218,7 @@ def _lines(run: Path, step: Any) -> tuple[dict[tuple[str, int], float], set[tupl
 
 
 def _compute(row: dict[str, Any]) -> float:
-    """A line's compute: its productive exclusive seconds, at most the CPU seconds the process used in the step
+    """A line's compute: its exclusive seconds of compute, at most the CPU seconds the process used in the step
     where the line says (a wait in a collective left inside a productive phase blocks, using no CPU)."""
     compute = _seconds(row.get("compute_s"))
     cpu = row.get("cpu_s")
