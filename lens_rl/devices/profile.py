@@ -173,7 +173,7 @@ class Profiler:
         if tally is None or self.auto is None or step is None:
             return
         compute = tally.pop(step, 0.0)
-        for key in list(tally):  # (bounded: late phases of older steps, steps that are no int)
+        for key in list(tally):  # (bounded: late phases of older steps)
             if not (key.__class__ is int and key > step):
                 tally.pop(key, None)
         if not self.umbrellas:

@@ -273,7 +273,7 @@ def _account(node: Node, end_ns: int) -> None:
         # its seconds are counted over the step's wall when the step ends (concurrent phases once)
         step_node.step_spans.append((node.start_ns, end_ns, value, node.inner, node.name, exclusive_s))
         deferred = True
-    elif RUNTIME.step_tally is not None and bucket in _COMPUTE and node.step is not None:
+    elif RUNTIME.step_tally is not None and bucket in _COMPUTE and node.step.__class__ is int:
         tally = RUNTIME.step_tally  # (``steps: auto``: a worker's compute per step, for the culprit's choice)
         tally[node.step] = tally.get(node.step, 0.0) + exclusive_s
     if node.consumed is not None and step_node is not None and step_node is not node:

@@ -4,6 +4,7 @@ phase of an older step does not end a window, the request file is looked at at m
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -44,6 +45,26 @@ for step in range(2000):
         with traced_phase("policy_training"):
             pass
 print(looks[0], time.monotonic() - began)
+lens_rl.shutdown_telemetry(5000)
+"""
+
+
+#: A worker of 50 steps (a compute phase and an idle wait each, a late phase of an older step now and then): what
+#: its per-step tally holds at the end, and its step lines.
+TALLY = """
+import json, time, lens_rl
+from lens_rl import traced_phase
+from lens_rl._runtime import RUNTIME
+lens_rl.init_telemetry_worker(rank=1, world_size=2, worker_group="trainer")
+for step in range(50):
+    with traced_phase("forward", bucket="productive", step=step):
+        time.sleep(0.002)
+    with traced_phase("barrier", step=step):
+        time.sleep(0.004)
+    if step % 10 == 5:
+        with traced_phase("reward", bucket="overhead", step=step - 3):
+            pass
+print(json.dumps(None if RUNTIME.step_tally is None else sorted(map(str, RUNTIME.step_tally))))
 lens_rl.shutdown_telemetry(5000)
 """
 
@@ -99,3 +120,18 @@ def test_lens_rl_profile_on_a_job_that_ended_exits_1_at_once(tmp_path: Path) -> 
     assert done.returncode == 1, done.stderr
     assert "no running process matches --group rollout; running: trainer rank 0" in done.stderr, done.stderr
     assert time.monotonic() - began < 150
+
+
+def test_a_workers_step_lines_are_written_with_auto_only_and_its_tally_stays_small(tmp_path: Path) -> None:
+    """steps=auto on a worker: one line per step it left, its compute without the idle wait; the per-step tally
+    holds the open step only (late phases of older steps dropped); without auto no tally and no line."""
+    got = _python(TALLY, cuda_env(tmp_path, "steps=auto,backend=cuda"))
+    assert json.loads(got) == ["49"]
+    (path,) = (tmp_path / "t" / "r1" / "profiles").glob(".steps-trainer-1-*.jsonl")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == list(range(49))
+    forward = {s["a"]["rl.step"]: (s["e"] - s["b"]) / 1e9 for s in spans(tmp_path / "t" / "r1") if s["n"] == "forward"}
+    assert [line["compute_s"] for line in lines] == [pytest.approx(forward[step], abs=1e-5) for step in range(49)]
+    assert all(line["group"] == "trainer" and "cpu_s" in line for line in lines), lines
+    assert _python(TALLY, cuda_env(tmp_path / "off", "backend=cuda")).strip() == "null"
+    assert not list((tmp_path / "off").glob("t/r1/profiles/.steps-*"))
