@@ -158,6 +158,7 @@ class Runtime:
         "otel_keys",
         "step_claim",
         "step_hook",
+        "step_tally",
     )
 
     def __init__(self) -> None:
@@ -225,6 +226,9 @@ class Runtime:
         #: ``closing(step)`` as an umbrella closes, before its span ends (its window stops inside it: True), and
         #: ``step_end(step, end_ns)`` once it closed. None: nothing is called.
         self.step_hook: StepHook | None = None
+        #: With ``profile: {steps: auto}``: per step, the exclusive seconds of this process's compute phases (every
+        #: bucket but idle) outside any step umbrella (a worker's; read and emptied by the step hook). None: not kept.
+        self.step_tally: dict[Any, float] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_the_runtime, ())
@@ -300,6 +304,7 @@ class Runtime:
         self.phase_step = None
         self.weight_version = None
         self.step_hook = None
+        self.step_tally = None
         self.open_phases.clear()
         self.phase_cache.clear()
         _errors.forget()

@@ -24,6 +24,7 @@ from typing import Any
 
 __all__ = [
     "ALLOWED_BUCKETS",
+    "COMPUTE_BUCKETS",
     "DEFAULT_PHASE_BUCKETS",
     "FLOP_FACTORS",
     "PHASE_KINDS",
@@ -60,6 +61,9 @@ class Bucket(str, enum.Enum):
 
 _BY_VALUE = {b.value: b for b in Bucket}
 ALLOWED_BUCKETS = ", ".join(_BY_VALUE)  # for error messages: what a bucket may be
+#: The buckets whose time is compute, not waiting (idle is): what stragglers compare across ranks and
+#: ``steps: auto`` chooses its culprit on (the rank that waited least: the most compute).
+COMPUTE_BUCKETS = ("productive", "overhead", "wasted")
 
 
 def coerce_bucket(value: object, *, field: str = "bucket") -> Bucket | None:

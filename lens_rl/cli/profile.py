@@ -6,8 +6,9 @@ wrote and the steps they refused (and why); a process that takes a request answe
 yet). The command waits for every live process the request names (:mod:`lens_rl.cli.profile_wait`: the run's
 heartbeats say which run; one that ends or goes stale meanwhile is not waited for) to answer its last step:
 then exit 0 printing the captured files (refusals said on stderr) once that step is captured somewhere, else 1
-with the reasons every process gave. On timeout, 1 naming who did not answer, the files captured so far
-printed; 2 on bad input, or when the run folder cannot be written (one line, no traceback).
+with the reasons every process gave. 1 at once when the run's heartbeats say every process has ended (or,
+after a few seconds for a starting worker's first heartbeat, none running is named by ``--group`` /
+``--rank``). On timeout, 1 naming who did not answer, the files captured so far printed; 2 on bad input, or when the run folder cannot be written (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _wait(run: Path, request_id: str, args: argparse.Namespace, last: str | int)
     from lens_rl.cli.profile_wait import Named, listed, steps_captured
     from lens_rl.devices.profile_requests import answers
 
-    deadline = time.monotonic() + args.timeout
+    began = time.monotonic()
+    deadline = began + args.timeout
     named, looked = Named(), -1.0
     while True:
         if time.monotonic() - looked >= LOOK_S:  # (the heartbeats: at most once a second)
@@ -79,6 +81,10 @@ def _wait(run: Path, request_id: str, args: argparse.Namespace, last: str | int)
                 return _done(run, files, errors)
             _done(run, files, [])  # (every process it names refused: say why, exit 1)
             print(f"lens-rl: profile: not captured: {'; '.join(errors)}", file=sys.stderr)
+            return 1
+        nobody = None if got else named.nobody(args.group, args.rank, time.monotonic() - began)
+        if nobody is not None:  # (the job ended, or names no running process: nothing will answer)
+            print(f"lens-rl: profile: not captured: {nobody}", file=sys.stderr)
             return 1
         if time.monotonic() >= deadline:
             _done(run, files, errors)

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STALE_FLOOR_S", "Named", "answered", "key_of", "label", "listed", "refused", "steps_captured"]
+__all__ = ["STALE_FLOOR_S", "STARTING_S", "Named", "answered", "key_of", "label", "listed", "refused", "steps_captured"]
 
 #: A process whose heartbeat is stale by status's rule is still waited for until it is this old.
 STALE_FLOOR_S = 5.0
+#: A run whose running processes none of which the request names is waited for this long (a worker starting).
+STARTING_S = 5.0
 #: At most this many processes are named in one message (the rest counted).
 NAMED_MAX = 10
 
@@ -78,11 +80,12 @@ def listed(texts: Sequence[str]) -> str:
 
 @dataclass
 class Named:
-    """The processes of a run a request names, from its heartbeats: ``live`` (running, matching) and ``known``
-    (every process with a heartbeat of the run's latest attempt)."""
+    """The processes of a run a request names, from its heartbeats: ``live`` (running, matching), ``known``
+    (every process with a heartbeat of the run's latest attempt) and ``running`` (those of them running)."""
 
     live: set[Key] = field(default_factory=set)
     known: set[Key] = field(default_factory=set)
+    running: set[Key] = field(default_factory=set)
 
     @classmethod
     def read(cls, run: Path, group: str | None, rank: int | None, now_ns: int | None = None) -> Named:
@@ -100,6 +103,8 @@ class Named:
             live = row["state"] == "running" or (
                 row["state"] == "stale" and isinstance(age, (int, float)) and age < STALE_FLOOR_S
             )
+            if live:
+                named.running.add(key)
             if live and matches({"group": group, "rank": rank}, key[0], their_rank):
                 named.live.add(key)
         return named
@@ -120,6 +125,21 @@ class Named:
             if not answered(by_key.get(key), last):
                 left.append((label(key), by_key.get(key)))
         return left
+
+    def nobody(self, group: str | None, rank: int | None, waited_s: float) -> str | None:
+        """Why no process will answer (None: one may): the run's heartbeats say every process ended or went
+        quiet, or (after :data:`STARTING_S` of waiting, for a worker still starting) none running is named by
+        ``group`` / ``rank``. A run with no heartbeat at all is waited for (a job not begun yet)."""
+        if not self.known or self.live:
+            return None
+        if not self.running:
+            return f"no process of the run is running ({len(self.known)} ended or went quiet)"
+        if waited_s < STARTING_S:
+            return None
+        named = " ".join(
+            part for part in (f"--group {group}" if group else "", f"--rank {rank}" if rank is not None else "") if part
+        )
+        return f"no running process matches {named}; running: {listed([label(key) for key in sorted(self.running)])}"
 
     def gone(self, got: Iterable[dict[str, Any]], last: str | int) -> list[str]:
         """The processes that took the request and ended or went stale before they answered."""

@@ -7,10 +7,12 @@ pays one slot read. At a boundary it:
 
 * closes the open window if its step is over (or it was cut: ``max_bytes``, estimated by the memory the
   process grew by while it was open, checked by a watcher thread that only marks it);
-* looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`): a stat, and a read only
-  when it changed (where a stat is slow, over a millisecond, once a second);
+* looks at the run folder's request file (:mod:`lens_rl.devices.profile_requests`), at most once a second: a
+  stat, and a read only when it changed;
 * opens a window when this step is wanted: by the config's ``steps`` (on the config's ``groups`` / ``ranks``),
-  by a request naming this process, or by the automatic trigger's request; at most ``max_windows``.
+  by a request naming this process, or by the automatic trigger's request; at most ``max_windows``;
+* with ``steps: auto``, on a worker (no step umbrella), writes its line for the step it left
+  (:mod:`lens_rl.devices.profile_auto`: its compute there, from the engine's per-step tally).
 
 A window is one step of one process: ``profiles/<group>-<rank>-step<N>.<ext>`` in the run folder, and a span
 ``rl.profile`` (bucket ``overhead``) over it with ``rl.profile.path``, ``rl.profile.backend`` and
@@ -33,6 +35,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
+from lens_rl.buckets import COMPUTE_BUCKETS
 from lens_rl.devices.profile_auto import AutoTrigger
 from lens_rl.devices.profile_backends import Backend, BackendMissingError, make_backend
 from lens_rl.devices.profile_devices import claim_devices, device_keys, release_devices
@@ -50,10 +53,9 @@ from lens_rl.store.format import safe_part
 
 __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
 
-#: How often a process looks at the request file (seconds) where a stat of it is slow (over SLOW_STAT_S);
-#: elsewhere a stat at each step boundary, and a read only when it changed.
+#: How often, at most, a process looks at the request file (seconds): a stat at a step boundary at least this
+#: long after the last one, and a read only when it changed.
 REQUEST_EVERY_S = 1.0
-SLOW_STAT_S = 0.001
 #: A request written this long before the process's telemetry started is an earlier attempt's: left alone.
 STALE_REQUEST_NS = 600 * 10**9
 #: The most request ids a process remembers having taken.
@@ -90,7 +92,7 @@ class Profiler:
         self.windows = 0
         self.window: Window | None = None
         self.pending: list[Want] = []  # the steps requests want here, not yet captured or refused
-        self.next_look = 0.0  # (0: a stat at every boundary; else the next time a slow stat may be done)
+        self.next_look = 0.0  # (the monotonic time from which the next boundary looks at the request file)
         self.request_key: tuple[int, int, int] | None = None  # (the request file's mtime, size, inode last read)
         self.requests_seen: set[str] = set()  # (the ids of the requests in the file: each taken once)
         self.captures: dict[str, tuple[list[str], list[str], list[list[int]]]] = {}  # id -> (files, errors, refused)
@@ -98,6 +100,8 @@ class Profiler:
         self.lock = threading.Lock()
         self.created_ns = time.time_ns()
         self.auto: AutoTrigger | None = None
+        self.umbrellas = False  # (a step umbrella ended here: its lines are written as umbrellas end)
+        self.cpu_mark = 0.0  # (the process's CPU seconds at its last step boundary: auto only)
         if spec is not None and spec.steps == "auto":
             decides = getattr(handle, "role", "") == "driver" or self.rank == 0
             self.auto = AutoTrigger(self.run, self.group, self.rank, decides, self.plan_local)
@@ -125,17 +129,19 @@ class Profiler:
     def step_end(self, step: Any, end_ns: int) -> None:
         """A step umbrella closed: the window of its step ends here if still open (and ``auto`` looks at its wall)."""
         auto, last, window = self.auto, RUNTIME.last_step, self.window
+        self.umbrellas = True
         if auto is not None and last is not None and last["step"] == step:
             profiled = window is not None or step in self.done
-            auto.step_done(step, last["wall_s"], last["seconds"]["productive"], profiled)
+            compute = sum(last["seconds"].get(bucket, 0.0) for bucket in COMPUTE_BUCKETS)
+            auto.step_done(step, last["wall_s"], compute, profiled)
         if window is not None and window.step == step and window.thread == threading.get_ident():
             self._close_safe(window.cut or "step end")
 
     def _boundary(self, step: Any, parent: Any) -> None:
         window = self.window
         if window is not None:
-            if window.cut is None and step == window.step:
-                return  # a phase of the window's own step
+            if window.cut is None and (step == window.step or _older(step, window.step)):
+                return  # a phase of the window's own step, or a late phase of an older one (no boundary)
             if window.thread == threading.get_ident():
                 self._close_safe(window.cut or "step end")
         if step.__class__ is not int:  # (a bool or a framework's text step: no window)
@@ -143,16 +149,35 @@ class Profiler:
         current = self.current
         if current is not None and step < current:
             return  # a late phase of an older step (an async pipeline): no boundary
+        if self.auto is not None and (current is None or step > current):
+            self._left(current)
         self.current = step
         if self.window is None:
             self.step = step
-        if self.next_look == 0.0 or time.monotonic() >= self.next_look:
+        now = time.monotonic()
+        if now >= self.next_look:  # (at most once a second)
+            self.next_look = now + REQUEST_EVERY_S
             self._look(step)
         config = self.config_steps
         if not self.pending and (config is None or not config[0] <= step <= config[1]):
             return  # (the common case: no window wanted at this step)
         with self.lock:  # (threads of one process reaching a boundary at once open one window)
             self._plan(parent, step, config is not None and config[0] <= step <= config[1])
+
+    def _left(self, step: int | None) -> None:
+        """``steps: auto``: this process began a later step than ``step`` (None: its first): a worker's line for
+        ``step``: its compute there, from the engine's tally, and the CPU seconds the process used since the
+        boundary before (a process with step umbrellas writes its lines as they end)."""
+        cpu, self.cpu_mark = self.cpu_mark, time.process_time()
+        tally = RUNTIME.step_tally
+        if tally is None or self.auto is None or step is None:
+            return
+        compute = tally.pop(step, 0.0)
+        for key in list(tally):  # (bounded: late phases of older steps)
+            if not (key.__class__ is int and key > step):
+                tally.pop(key, None)
+        if not self.umbrellas:
+            self.auto.worker_step(step, compute, self.cpu_mark - cpu, step in self.done)
 
     def _plan(self, parent: Any, step: int, configured: bool) -> None:
         """Open the window ``step`` is wanted for (by the config, by requests), or tell each request why not."""
@@ -214,15 +239,12 @@ class Profiler:
             self.pending.append(Want(None, step, step, reason, None))
 
     def _look(self, step: int) -> None:
-        """Read the request file if it changed (a stat at each boundary; once a second where a stat is slow)."""
-        began = time.perf_counter()
+        """Read the request file if it changed (a stat; a read only when it changed)."""
         try:
             stat = os.stat(self.request_path)
             key: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         except OSError:
             key = None
-        if time.perf_counter() - began > SLOW_STAT_S:  # (a slow filesystem: looked at once a second)
-            self.next_look = time.monotonic() + REQUEST_EVERY_S
         if key == self.request_key:
             return
         self.request_key = key
@@ -328,6 +350,11 @@ class Profiler:
             self._answer(request)
 
 
+def _older(step: Any, than: Any) -> bool:
+    """Is ``step`` an older step than ``than`` (both ints)?"""
+    return step.__class__ is int and than.__class__ is int and step < than
+
+
 def _chosen(spec: Any, group: str, rank: int) -> bool:
     import fnmatch
 
@@ -345,6 +372,7 @@ def install(handle: Any) -> Profiler | None:
         internal_error(exc, "profile-install")
         return None
     RUNTIME.step_hook = profiler
+    RUNTIME.step_tally = {} if profiler.auto is not None else None  # (a worker's compute per step: auto only)
     return profiler
 
 
@@ -352,6 +380,7 @@ def uninstall(why: str = "shutdown") -> None:
     """Close the open window, if any (shutdown: its capture is written), and remove the hook."""
     hook = RUNTIME.step_hook
     RUNTIME.step_hook = None
+    RUNTIME.step_tally = None
     if isinstance(hook, Profiler):
         with hook.lock:
             pending, hook.pending = hook.pending, []

@@ -19,7 +19,7 @@ from typing import Any
 
 from lens_rl._errors import internal_error
 from lens_rl._runtime import ACTIVE, AMBIENT, RUNTIME
-from lens_rl.buckets import Bucket, exclusive_time, kind_of
+from lens_rl.buckets import COMPUTE_BUCKETS, Bucket, exclusive_time, kind_of
 from lens_rl.propagation import carried_in, phase_parent, runtime_context, under
 from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_str
 from lens_rl.record.steps import end_step
@@ -29,6 +29,10 @@ __all__ = ["Node", "close_node", "enter_with", "exit_with", "open_node"]
 
 #: How long a step boundary may wait for ``flush_on_step`` (a hung collector costs a step at most this).
 FLUSH_ON_STEP_MAX_MS = 1000
+
+
+#: The buckets of a worker's compute (``steps: auto``'s per-step tally).
+_COMPUTE = frozenset(Bucket(value) for value in COMPUTE_BUCKETS)
 
 
 class Node:
@@ -270,6 +274,9 @@ def _account(node: Node, end_ns: int) -> None:
         # its seconds are counted over the step's wall when the step ends (concurrent phases once)
         step_node.step_spans.append((node.start_ns, end_ns, value, node.inner, node.name, exclusive_s))
         deferred = True
+    elif RUNTIME.step_tally is not None and bucket in _COMPUTE and node.step.__class__ is int:
+        tally = RUNTIME.step_tally  # (``steps: auto``: a worker's compute per step, for the culprit's choice)
+        tally[node.step] = tally.get(node.step, 0.0) + exclusive_s
     if node.consumed is not None and step_node is not None and step_node is not node:
         _consumed_in(node, step_node)
     handle = RUNTIME.handle

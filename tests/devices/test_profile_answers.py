@@ -127,6 +127,33 @@ def test_auto_on_another_rank_captures_its_next_step_or_says_it_had_begun(tmp_pa
     assert step == 9 or (step > 9 and "step 9 had begun" in reason), (step, reason)
 
 
+@pytest.mark.parametrize("marked", ["1", "0"])
+def test_auto_captures_the_worker_rank_that_waited_least_across_groups_not_the_driver(
+    tmp_path: Path, marked: str
+) -> None:
+    """A driver's step 12 slow because trainer worker rank 1 computed long before a collective (its wait marked
+    idle, or left inside the compute phase): the capture is on trainer rank 1 (the rank that waited least, in
+    another group than the driver deciding), never on the driver or rank 0."""
+    env = cuda_env(tmp_path, "steps=auto,backend=cuda,max_windows=4")
+    job = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "devices" / "profile_job.py"), "12", "1.5", marked],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert job.returncode == 0 and job.stdout.rstrip().endswith("done"), job.stderr[-3000:]
+    run = tmp_path / "t" / "r1"
+    windows = profile_spans(run)
+    flagged = [w for w in windows if w["a"]["rl.profile.reason"].startswith("auto: step 12 took ")]
+    assert [w["a"]["rl.profile.path"].split("-step")[0] for w in flagged] == ["profiles/trainer-1"], [
+        (w["a"]["rl.profile.path"], w["a"]["rl.profile.reason"]) for w in windows
+    ]
+    step, reason = flagged[0]["a"]["rl.profile.step"], flagged[0]["a"]["rl.profile.reason"]
+    assert step == 13 or (step > 13 and "step 13 had begun" in reason), (step, reason)
+
+
 def test_one_process_refusing_does_not_end_the_wait_while_another_captures(tmp_path: Path) -> None:
     """Rank 0 has used its windows (config steps 0-1, max_windows=2), rank 1 has not: ``--steps next`` for
     both: rank 0 refuses at once, rank 1 captures its next step, and the command prints that file and exits 0."""

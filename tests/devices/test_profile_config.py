@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,10 +175,10 @@ def test_the_culprit_is_the_rank_with_the_longest_compute_and_a_profiled_step_is
     for step in range(3):
         ranks[0].step_done(step, 1.0, 0.2 if step == 1 else 0.9)
         ranks[1].step_done(step, 1.0, 0.95 if step == 1 else 0.9, profiled=step == 2)
-    assert culprit_of(tmp_path, "trainer", 1, wait_s=0) == 1
-    assert culprit_of(tmp_path, "trainer", 2, wait_s=0) is None
+    assert culprit_of(tmp_path, 1, wait_s=0) == ("trainer", 1)
+    assert culprit_of(tmp_path, 2, wait_s=0) is None
     lines = (ranks[1].path).read_text().splitlines()
-    assert json.loads(lines[2]) == {"step": 2, "wall_s": 1.0, "compute_s": 0.9, "profiled": True}
+    assert json.loads(lines[2]) == {"step": 2, "wall_s": 1.0, "compute_s": 0.9, "profiled": True, "group": "trainer"}
 
 
 def test_a_fifo_named_like_a_ranks_step_lines_never_blocks_the_culprits_choice(tmp_path: Path) -> None:
@@ -185,8 +186,33 @@ def test_a_fifo_named_like_a_ranks_step_lines_never_blocks_the_culprits_choice(t
     trigger = AutoTrigger(tmp_path, "trainer", 0, decides=False)
     trigger.step_done(1, 1.0, 0.9)
     os.mkfifo(tmp_path / "profiles" / ".steps-trainer-7-123.jsonl")
-    got: list[int | None] = []
-    reader = threading.Thread(target=lambda: got.append(culprit_of(tmp_path, "trainer", 1, wait_s=0)), daemon=True)
+    got: list[tuple[str, int] | None] = []
+    reader = threading.Thread(target=lambda: got.append(culprit_of(tmp_path, 1, wait_s=0)), daemon=True)
     reader.start()
     reader.join(10)
-    assert got == [0]
+    assert got == [("trainer", 0)]
+
+
+def test_the_culprit_is_chosen_across_worker_groups_and_a_dead_ranks_line_is_not_waited_for_long(
+    tmp_path: Path,
+) -> None:
+    """The driver's steps (little compute of its own) and two trainer workers' lines: the culprit is the trainer
+    rank that computed longest, named by its group; a rank whose line never comes (it died) delays the choice
+    by the wait only, and the ranks that wrote are still chosen from; a phase's time blocked (no CPU) is no
+    compute."""
+    driver = AutoTrigger(tmp_path, "driver", 0, decides=False)
+    trainers = [AutoTrigger(tmp_path, "trainer", rank, decides=False) for rank in (0, 1)]
+    for step in range(3):
+        driver.step_done(step, 1.0, 0.01)
+        trainers[0].worker_step(step, 0.2)
+        if step < 2:
+            trainers[1].worker_step(step, 0.9 if step == 1 else 0.1)
+    assert json.loads(trainers[0].path.read_text().splitlines()[0]) == {"step": 0, "compute_s": 0.2, "group": "trainer"}
+    assert culprit_of(tmp_path, 1, wait_s=0) == ("trainer", 1)
+    assert culprit_of(tmp_path, 0, wait_s=0) == ("trainer", 0)
+    began = time.monotonic()
+    assert culprit_of(tmp_path, 2, wait_s=0.5) == ("trainer", 0)  # (rank 1 never wrote step 2)
+    assert 0.4 <= time.monotonic() - began < 30
+    trainers[0].worker_step(3, 0.9, cpu_s=0.05)  # (0.9 s in its phase, mostly blocked in a collective left inside)
+    trainers[1].worker_step(3, 0.85, cpu_s=0.8)
+    assert culprit_of(tmp_path, 3, wait_s=0) == ("trainer", 1)

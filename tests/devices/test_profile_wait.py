@@ -52,3 +52,18 @@ def test_profile_steps_errors_say_exactly_what_it_takes(text: str) -> None:
 def test_profile_steps_takes_next_a_step_and_a_range() -> None:
     """``next``, ``7`` and ``3-5`` are read as the request's steps."""
     assert (_steps("next"), _steps("7"), _steps("3-5")) == ("next", (7, 7), (3, 5))
+
+
+def test_a_run_whose_processes_all_ended_or_none_is_named_is_told_at_once() -> None:
+    """Every process ended: nobody will answer (at once); running processes none of which is named: nobody, after
+    a few seconds for a starting worker; no heartbeat at all, or a named one running: keep waiting."""
+    ended = Named(live=set(), known={("trainer", 0, 10)})
+    assert "no process of the run is running (1 ended" in str(ended.nobody(None, None, 0.0))
+    other = Named(live=set(), known={("trainer", 0, 10)}, running={("trainer", 0, 10)})
+    assert other.nobody("rollout", 1, 0.0) is None
+    assert other.nobody("rollout", 1, 60.0) == (
+        "no running process matches --group rollout --rank 1; running: trainer rank 0 (pid 10)"
+    )
+    assert Named().nobody(None, None, 60.0) is None
+    named = Named(live={("trainer", 0, 10)}, known={("trainer", 0, 10)}, running={("trainer", 0, 10)})
+    assert named.nobody(None, None, 60.0) is None

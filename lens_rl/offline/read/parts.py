@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lens_rl.buckets import Bucket
+from lens_rl.buckets import COMPUTE_BUCKETS, Bucket
 from lens_rl.offline.read.gpu_spans import NO_STEP, merged_gpu
 from lens_rl.offline.read.intervals import (
     covered,
@@ -49,8 +49,6 @@ __all__ = [
 ]
 
 BUCKETS: tuple[str, ...] = tuple(b.value for b in Bucket)
-#: Buckets whose phases are compared across ranks for stragglers (idle is waiting, not compute).
-COMPUTE_BUCKETS = ("productive", "overhead", "wasted")
 
 
 def step_key(step: Any) -> tuple[str, Any]:
