@@ -29,6 +29,7 @@ __all__ = [
     "FLOP_FACTORS",
     "PHASE_KINDS",
     "PHASE_SOURCES",
+    "TRAINING_PARTS",
     "WEIGHT_SYNC_PHASES",
     "Bucket",
     "claimed",
@@ -36,6 +37,7 @@ __all__ = [
     "coerce_bucket",
     "default_bucket",
     "exclusive_time",
+    "family_of",
     "goodput_of",
     "is_weight_sync",
     "kind_of",
@@ -241,6 +243,22 @@ def kind_of(name: str) -> str | None:
     if not isinstance(name, str):
         return None
     return PHASE_KINDS.get(normalized(name).split("/")[-1])
+
+
+#: Parts of a training step that carry no tokens of their own (transformers' and TRL's backward, optimizer step,
+#: loss): of the training family where pools weigh who works (a trainer's backward is training), not for FLOPs
+#: per token nor for the versions a training phase consumed (:func:`kind_of` keeps them kindless).
+TRAINING_PARTS: frozenset[str] = frozenset(
+    ("backward", "optimizer_step", "optim_step", "compute_loss", "loss", "training_step")
+)
+
+
+def family_of(name: str) -> str | None:
+    """A phase's family where pools weigh time: its :func:`kind_of`, and ``training`` for :data:`TRAINING_PARTS`."""
+    kind = kind_of(name)
+    if kind is None and isinstance(name, str) and normalized(name).split("/")[-1] in TRAINING_PARTS:
+        return "training"
+    return kind
 
 
 def closest_phase_name(name: str) -> str | None:

@@ -16,8 +16,8 @@ from lens_rl.buckets import (
     Bucket,
     claimed,
     exclusive_time,
+    family_of,
     is_weight_sync,
-    kind_of,
     staleness,
     subtracted,
     union_length,
@@ -81,7 +81,7 @@ def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float
             continue
         if value == "productive":
             productive.append(interval)
-            kind = kind_of(name)
+            kind = family_of(name)
             if kind == "generation":
                 gen.append(interval)
             elif kind in ("training", "logprob"):

@@ -33,3 +33,17 @@ def test_a_pool_that_names_none_is_warned_once_and_the_group_read_by_its_phases(
     assert (warned["worker_group"], warned["value"], warned["role"]) == ("actors", "actor", "rollout")
     assert "'actors'" in warned["message"] and "'actor'" in warned["message"]
     assert "rollout, trainer, other" in warned["message"]
+
+
+def test_a_trainer_whose_time_is_backward_and_optimizer_steps_is_a_trainer_pool(tmp_path: Path) -> None:
+    """A group working as transformers' and TRL's woven trainer does (compute_loss, backward, optimizer_step,
+    a little generation) is a trainer pool, not other (those are parts of the training step); a generating
+    group beside it stays rollout."""
+    write_process(tmp_path, "driver", 0, 1, [span("step", 0, 10, "s0", step=0)], root="job", role="driver")
+    parts = [("generate", 0, 2), ("compute_loss", 2, 4), ("backward", 4, 7), ("optimizer_step", 7, 9)]
+    trainer = [span(name, lo, hi, f"t{i}", bucket="productive", step=0) for i, (name, lo, hi) in enumerate(parts)]
+    write_process(tmp_path, "trainer", 0, 2, trainer)
+    write_process(tmp_path, "actors", 0, 3, [span("generation", 0, 8, "g", bucket="productive", step=0)])
+    report = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)
+    pools = {p["pool"]: p["worker_groups"] for p in report["pipeline"]["pools"]}
+    assert pools["trainer"] == ["trainer"] and pools["rollout"] == ["actors"]

@@ -167,6 +167,18 @@ def test_a_step_that_runs_no_pool_phase_here_gives_no_live_pipeline_figures_but_
     assert "goodput/pipeline/bubble" not in flat and flat["goodput/pipeline/sync_s"] == pipe["sync_s"]
 
 
+def test_a_steps_backward_and_optimizer_step_are_the_trainers_busy_time_live() -> None:
+    """A step of generation then compute_loss, backward and optimizer_step (transformers' and TRL's woven names):
+    the live pipeline counts the three as the trainer's busy time, as the offline pools do."""
+    with recording(worker_group="trainer"):
+        with traced_phase("step", step=0):
+            for name in ("generation", "compute_loss", "backward", "optimizer_step"):
+                with traced_phase(name, bucket="productive"):
+                    time.sleep(0.05)
+        pipe = lens_rl.step_goodput()["pipeline"]
+    assert pipe["busy_trainer"] > 0.4 and 0 < pipe["busy_rollout"] < pipe["busy_trainer"], pipe  # (3 parts of 4: 0.75)
+
+
 def test_set_weight_version_is_carried_on_generation_phases_only() -> None:
     """After set_weight_version(3), generation-family phases carry rl.weight_version 3 and training phases do
     not; None forgets it; a value that is no int is refused, naming it."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lens_rl.buckets import kind_of
+from lens_rl.buckets import family_of
 from lens_rl.offline.read.parts import ProcessPart
 
 __all__ = ["ROLES", "pool_said", "pool_warnings", "roles_of"]
@@ -46,7 +46,7 @@ def roles_of(processes: Sequence[ProcessPart]) -> dict[str, str]:
         kinds = by_kind.setdefault(group, {})
         for (name, bucket), phase in part.phases.items():
             if bucket == "productive":
-                kind = kind_of(name) or "other"
+                kind = family_of(name) or "other"
                 kinds[kind] = kinds.get(kind, 0) + phase.excl_ns
     out = {}
     for group, kinds in by_kind.items():
