@@ -118,6 +118,36 @@ class _AppendFile:
         except OSError:
             pass  # the retry may still leave a partial line; readers skip and count it
 
+    def take_place_of(self, old: Path, lines: Sequence[str]) -> bool:
+        """Become ``old`` (a file of this process) with ``lines`` as its content, before anything was written
+        here: ``lines`` go to a side file (a name readers never list), synced, which replaces ``old`` and is
+        then renamed to :attr:`path`, each step atomic. At every instant the lines are on disk in one readable
+        file, never in two (a kill at any point loses nothing and double counts nothing). False (``old`` left
+        as it was, nothing here) when this file was written already or a step failed."""
+        side = self.path.with_name(self.path.name + ".adopting")
+        with self._lock:
+            if self._closed or self._fd is not None or self.path.exists():
+                return False
+            try:
+                fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    data = "".join(line + "\n" for line in lines).encode("utf-8")
+                    while data:
+                        data = data[os.write(fd, data) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(side, old)  # old's readers now see this file's header over the same lines
+            except OSError:
+                with contextlib.suppress(OSError):
+                    side.unlink()
+                return False
+            try:
+                os.replace(old, self.path)
+            except OSError:
+                return False  # the lines are whole under old's name; this file starts with its own header
+            return True
+
     def close(self, wait_s: float = _CLOSE_WAIT_S) -> None:
         """Refuse further writes, wait for one in progress (at most ``wait_s``), close the descriptor."""
         self._closed = True
@@ -197,8 +227,6 @@ class StoreWriter:
         # since: made as telemetry starts, before any span of this process can start (readers' time origin)
         since_ns = time.time_ns() if since_ns is None else since_ns
         self._header: dict[str, Any] | None = header(kind, attributes, pid, since_ns, role=role)
-        #: lines of an adopted file (:meth:`adopt`), written right after the header
-        self._adopted: list[str] = []
 
     @property
     def path(self) -> Path:
@@ -215,9 +243,11 @@ class StoreWriter:
 
     def adopt(self, path: Path) -> None:
         """Take over ``path``, a file this process wrote under another identity before this writer began (a
-        lazy start that the driver's init replaced, its writer closed): its lines go out after this header,
-        under it, with the first write; the header's time origin becomes the earlier one; ``path`` is removed.
-        Nothing happens once this header is out, for another folder, or when ``path`` cannot be read."""
+        lazy start that the driver's init replaced, its writer closed): this header (its time origin the
+        earlier one) and ``path``'s lines are written at once and take ``path``'s place
+        (:meth:`_AppendFile.take_place_of`: a kill at any moment loses none of them, never counts one twice).
+        Nothing happens once this header is out, for another folder, or when ``path`` cannot be read or
+        replaced (then it stays as it is: its spans are read under its own header)."""
         if self._header is None or path == self._file.path or path.parent != self._file.path.parent:
             return
         try:
@@ -225,6 +255,7 @@ class StoreWriter:
         except (OSError, ValueError):
             return
         since: Any = None
+        adopted: list[str] = []
         for line in lines:
             if line.startswith('{"v"'):  # its header(s): the identity this file replaces
                 with contextlib.suppress(ValueError, AttributeError):
@@ -232,9 +263,9 @@ class StoreWriter:
                 if isinstance(since, int):
                     self._header["since"] = min(self._header["since"], since)
             elif line.strip():
-                self._adopted.append(line)
-        with contextlib.suppress(OSError):
-            path.unlink()
+                adopted.append(line)
+        if self._file.take_place_of(path, [json_line(self._header), *adopted]):
+            self._header = None
 
     #: On a False :meth:`write`: how many leading ``lines`` are on disk all the same (a full disk kept the
     #: whole lines that fitted); the caller retries or counts lost only the rest.
@@ -247,21 +278,19 @@ class StoreWriter:
         if os.getpid() != self._pid:
             return True  # a forked child: the parent's file is not ours (the child has its own handle)
         header = self._header
-        first = [json_line(header), *self._adopted] if header is not None else []
+        first = [json_line(header)] if header is not None else []
         self.last_saved = 0
         try:
             # The header goes out with the first batch, in the same write: a failed first
             # write leaves neither, and its retry writes both.
             self._file.write_lines([*first, *lines])
             self._header = None
-            self._adopted = []
         except FileClosedError:
             return False  # telemetry shut down meanwhile: counted lost by the pipeline, already warned
         except OSError as exc:
             kept = exc.kept if isinstance(exc, PartialWriteError) else 0
             if kept:  # a full disk: the whole lines that fitted stay (the header first), never written twice
                 self._header = None
-                self._adopted = self._adopted[kept - 1 :] if kept <= len(first) else []
                 self.last_saved = max(kept - len(first), 0)
             warn_once(
                 f"file-store-{self._file.path}",

@@ -91,9 +91,12 @@ def job_environment(
 
     Raises ``ValueError`` (naming the field) when the resulting config is invalid.
     """
-    from lens_rl.config import ATTEMPT_ENV, ENV, LAUNCH_TIME_ENV, TelemetryConfig
+    from lens_rl.config import ATTEMPT_ENV, ENV, LAUNCH_TIME_ENV, PARAMS, TelemetryConfig
     from lens_rl.identity.attempt import launch_time_ns, resolve_attempt
 
+    for field, flag in (("trace_dir", trace_dir), ("instrument", instrument), ("run_id", run_id)):
+        if flag and flag.strip():  # a flag's error names the flag (below, it is in the environment)
+            PARAMS[field].parse(flag, f"{field} (from --{field.replace('_', '-')})")
     env = dict(environ)
     env[ENV["enabled"]] = "true"
     if trace_dir is not None:

@@ -76,9 +76,9 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
             handle = TelemetryHandle(config, driver.resource, role="driver")
         except MissingExtraError as exc:
             raise ValueError(str(exc)) from exc
+        _open_job(handle, driver)  # (first: the header names the job root)
         if lazy is not None and launched.root_ids() is not None:
             handle.adopt(lazy)  # lens-rl run's loop: the phases before its first step are the driver's too
-        _open_job(handle, driver)
         for name, value in driver.projection.items():
             project(name, value, overwrite=name in driver.overwrite)
         _activate(handle, "driver")

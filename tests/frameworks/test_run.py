@@ -179,7 +179,7 @@ def test_run_exits_with_the_jobs_status(job: Path) -> None:
 
 
 def test_run_rejects_an_unknown_framework_with_a_did_you_mean(tmp_path: Path) -> None:
-    """--instrument trll is refused before the job starts, naming trl."""
+    """--instrument trll is refused before the job starts, naming the flag (not an env var never set) and trl."""
     out = subprocess.run(
         [*LENS_RL, "run", "--instrument", "trll", "--", sys.executable, "-c", "raise SystemExit(7)"],
         env=clean_env(),
@@ -189,6 +189,7 @@ def test_run_rejects_an_unknown_framework_with_a_did_you_mean(tmp_path: Path) ->
         timeout=60,
     )
     assert out.returncode == 2 and "did you mean 'trl'" in out.stderr
+    assert "(from --instrument)" in out.stderr and "$LENS_RL" not in out.stderr, out.stderr
 
 
 def test_job_environment_turns_telemetry_on_and_puts_the_bootstrap_first() -> None:

@@ -164,3 +164,46 @@ def test_a_nested_run_joins_the_outer_run_or_starts_its_own(tmp_path: Path) -> N
     assert other[launched.CLAIM_ENV] == "/inner" and other[launched.PARENT_ENV] == outer["TRACEPARENT"]
     assert other["LENS_RL_OTEL_ATTEMPT"] == "0" and other["LENS_RL_OTEL_LAUNCH_TIME"] == "1000.500000"
     assert job_environment({"PYTHONPATH": ":/opt/x"})["PYTHONPATH"].split(os.pathsep)[1:] == ["", "/opt/x"]
+
+
+#: A phase before the first step (TRL's data loading), on disk in the lazy worker's file; then the first step makes
+#: the process the driver (which adopts that file) and the process is SIGKILLed ``argv[2]`` seconds into it.
+KILLED_AFTER_ADOPTION = """
+import glob, os, signal, sys, time
+from lens_rl import traced_phase
+
+with traced_phase("data_loading"):
+    time.sleep(0.01)
+deadline = time.time() + 60
+while not glob.glob(os.path.join(sys.argv[1], "spans-worker-*.jsonl")) and time.time() < deadline:
+    time.sleep(0.01)  # the lazy worker flushes when its last phase ends
+with traced_phase("step", step=1):
+    time.sleep(float(sys.argv[2]))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.2])
+def test_a_driver_killed_right_after_adopting_its_file_keeps_its_spans(tmp_path: Path, delay: float) -> None:
+    """A process killed just after its first step made it the driver keeps the phase it had written before:
+    one driver file (no leftover, no second copy) holds it once, and the store reads."""
+    (tmp_path / "job.py").write_text(KILLED_AFTER_ADOPTION)
+    store = tmp_path / "t" / "r"
+    out = subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--"]
+        + [sys.executable, "job.py", str(store), str(delay)],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 137, out.stderr
+    assert [p.name.split("-")[1] for p in store.glob("spans-*")] == ["driver"]  # (no side file left either)
+    assert _header(next(store.glob("spans-*")))["role"] == "driver"
+    from lens_rl.store import iter_rows
+
+    assert [row.n for _, row in iter_rows(next(store.glob("spans-*")))].count("data_loading") == 1
+    report = subprocess.run([*LENS_RL, "goodput", str(store), "--json"], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and json.loads(report.stdout)["job"]["seconds"]["overhead"] > 0, report.stderr

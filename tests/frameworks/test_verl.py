@@ -251,3 +251,40 @@ def test_lens_rl_run_weaves_a_verl_loop_whose_launch_script_replaced_pythonpath(
     job = _run([*cmd, "--", "sh", "-c", script, "sh"], tmp_path)
     _check(job)
     assert job["report"]["job"]["view"] == "driver"
+
+
+#: A fit-shaped loop of veRL's own timers whose third step's update_actor raises (no lens_rl code).
+CRASHING_FIT = """
+import time
+from verl.utils.profiler import marked_timer
+
+for step in range(1, 5):
+    timing_raw = {}
+    with marked_timer("step", timing_raw):
+        with marked_timer("gen", timing_raw):
+            time.sleep(0.03)
+        with marked_timer("update_actor", timing_raw):
+            time.sleep(0.02)
+            if step == 3:
+                raise RuntimeError("CUDA out of memory in update_actor")
+"""
+
+
+@pytest.mark.slow
+def test_a_verl_step_whose_update_actor_raised_is_failed_not_complete(tmp_path: Path) -> None:
+    """`lens-rl run` of a veRL loop whose update_actor raises in step 3: step 3 reads incomplete with veRL's
+    error (as TRL's crashed step does), out of the steady state, which is step 2's."""
+    (tmp_path / "fit.py").write_text(CRASHING_FIT)
+    store = tmp_path / "traces" / "r"
+    cmd = [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(tmp_path / "traces"), "--run-id", "r", "--"]
+    done = subprocess.run(
+        [*cmd, sys.executable, "fit.py"], env=clean_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr[-4000:]
+    out = lens("goodput", str(store), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    steps = {row["step"]: row for row in report["steps"]}
+    assert sorted(steps) == [1, 2, 3] and [s for s, row in steps.items() if row["incomplete"]] == [3]
+    assert steps[3]["error"]["message"] == "CUDA out of memory in update_actor"
+    assert report["steady_state_goodput"] == pytest.approx(steps[2]["goodput"])

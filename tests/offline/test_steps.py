@@ -24,16 +24,18 @@ def test_series_merged_sums_step_by_step() -> None:
 
 def test_step_parts_merge_and_come_back_from_their_columns() -> None:
     """Two shares of a step merged (ns summed, umbrellas joined, bounds widened, bucketed intervals merged,
-    incomplete if either is); steps of every shape (no umbrella, open bounds, odd keys) equal after their
+    incomplete and failed if either is); steps of every shape (no umbrella, open bounds, odd keys) equal after their
     columns."""
     first, second = StepPart(10, 20), StepPart(5, None)
     first.ns, second.ns = [1, 2, 3, 4], [10, 0, 0, 1]
     first.umbrellas, second.umbrellas = array("q", [10, 20]), array("q", [5, 8])
     first.bucketed, second.bucketed = array("q", [10, 15]), array("q", [14, 18])
     second.incomplete = True
+    second.error = {"type": "RuntimeError", "message": "boom"}  # (a failed step's error comes back too)
     first.merge(second)
     assert first.ns == [11, 2, 3, 5] and list(first.umbrellas) == [10, 20, 5, 8]
     assert (first.lo, first.hi, list(first.bucketed), first.incomplete) == (5, 20, [10, 18], True)
+    assert first.error == {"type": "RuntimeError", "message": "boom"}
     steps = {3: first, 4: StepPart(), "warmup": StepPart(None, 7)}
     part = part_record(_part_with(steps))
     assert part_from(decode(encode(part), PartRec)).steps == steps

@@ -63,6 +63,7 @@ class Columns:
         "root",
         "since",
         "job_error",
+        "errors",
         "_shared",
     )
 
@@ -93,6 +94,9 @@ class Columns:
         self.since: int | None = None
         #: how the job root ended when it ended in error: {"type", "message"} (from its exception event)
         self.job_error: dict[str, str] | None = None
+        #: row -> how a span that ended in error (status ERROR) ended: {"type", "message"} (sparse: a step
+        #: umbrella's makes its step failed)
+        self.errors: dict[int, dict[str, str]] = {}
         self._shared: dict[Any, Any] = {}
 
     def add(
@@ -179,6 +183,7 @@ class Columns:
                 if row.n == "rl.job":
                     self.add_job(row)
                 self.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+            self._add_errors(rows, len(self.names) - len(rows))
             return
         try:
             starts, ends = array("q", [row.b for row in rows]), array("q", [row.e for row in rows])
@@ -215,6 +220,12 @@ class Columns:
             if rows[i].a:
                 self._add_request(attrs[i], base + i)
         self._sparse(attrs, base)
+        self._add_errors(rows, base)
+
+    def _add_errors(self, rows: list[Any], base: int) -> None:
+        """The spans of ``rows`` (from row ``base``) that ended in error, into :attr:`errors`."""
+        for i in where_equal([row.st for row in rows], "ERROR"):
+            self.errors[base + i] = _error_of(rows[i])
 
     def _sparse(self, attrs: list[dict[str, Any]], base: int) -> None:
         """:meth:`extend`'s columns few rows have (rows from ``base``): ``rl.flops_per_token``, what a phase
@@ -293,8 +304,9 @@ class Columns:
         out.buckets = list(compress(self.buckets, keep))
         out.steps = list(compress(self.steps, keep))
         out.tokens = list(compress(self.tokens, keep))
-        if self.flops or self.requests or self.gen_tokens or self.versions:
+        if self.flops or self.requests or self.gen_tokens or self.versions or self.errors:
             new_index = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
+            out.errors = _reindexed(self.errors, new_index)
             out.flops = _reindexed(self.flops, new_index)
             out.requests = _reindexed(self.requests, new_index)
             out.gen_tokens = _reindexed(self.gen_tokens, new_index)
@@ -312,17 +324,8 @@ class Columns:
 
     def add_job(self, row: Any) -> None:
         """The job root's line: an error it ended with (status ERROR), as its exception event says."""
-        if row.st != "ERROR":
-            return
-        error = {"type": "", "message": str(row.sm or "")}
-        for event in row.ev or ():
-            attrs = event.get("a") if type(event) is dict else None
-            if type(attrs) is dict and event.get("n") == "exception":
-                error = {
-                    "type": str(attrs.get("exception.type", "")),
-                    "message": str(attrs.get("exception.message", "")),
-                }
-        self.job_error = error
+        if row.st == "ERROR":
+            self.job_error = _error_of(row)
 
     def _ids_as_given(self) -> None:
         """Keep ids as they come from now on (those so far back in lens_rl's 16-hex-digit form)."""
@@ -330,6 +333,17 @@ class Columns:
         self.parent_ids = [f"{number:016x}" if number else None for number in self.parent_ids]
         if self.root is not None:
             self.root = f"{self.root:016x}"
+
+
+def _error_of(row: Any) -> dict[str, str]:
+    """How a span that ended in error ended: {"type", "message"}, as its exception event (else its status
+    message) says."""
+    error = {"type": "", "message": str(row.sm or "")}
+    for event in row.ev or ():
+        attrs = event.get("a") if type(event) is dict else None
+        if type(attrs) is dict and event.get("n") == "exception":
+            error = {"type": str(attrs.get("exception.type", "")), "message": str(attrs.get("exception.message", ""))}
+    return error
 
 
 def _kept(ids: Any, keep: bytearray) -> Any:

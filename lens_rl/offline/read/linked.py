@@ -62,6 +62,7 @@ class Tree:
         "versions",
         "third_roots",
         "remote_tokens",
+        "errors",
     )
     n: int
     names: list[Any]
@@ -86,6 +87,7 @@ class Tree:
     versions: dict[int, tuple[Any, Any, Any, Any, Any]]
     third_roots: dict[int, Any]
     remote_tokens: dict[str, list[float]]
+    errors: dict[int, dict[str, str]]
 
 
 def link(cols: Columns) -> Tree:
@@ -93,6 +95,7 @@ def link(cols: Columns) -> Tree:
     tree = Tree()
     n = tree.n = len(cols.names)
     tree.names, tree.starts, tree.flags = cols.names, cols.starts, cols.flags
+    tree.errors = cols.errors
     tree.ends = _ints(
         np.maximum(_np(cols.starts, np.int64), _np(cols.ends, np.int64))
     )  # (an end never before its start)

@@ -181,7 +181,8 @@ def _step_rows(part: ProcessPart, tree: Tree, tally: Tally, in_umbrella: dict[in
 
 def _umbrella(part: ProcessPart, tree: Tree, sp: StepPart, i: int, in_umbrella: dict[int, list[int]]) -> None:
     """A step umbrella (row ``i``) into its step's row: its interval, where its gaps are looked for, the
-    bucketed phase it runs inside (whose bucket does not apply to it), whether a shutdown cut it short."""
+    bucketed phase it runs inside (whose bucket does not apply to it), whether a shutdown cut it short or an
+    exception ended it (the step failed)."""
     if sp.umbrellas is None:
         sp.umbrellas = []
     sp.umbrellas.append(i)
@@ -192,6 +193,9 @@ def _umbrella(part: ProcessPart, tree: Tree, sp: StepPart, i: int, in_umbrella: 
         part.enclosing[key] = part.enclosing.get(key, 0) + 1
     if tree.flags[i] & ENDED_BY_SHUTDOWN:  # the step was cut short by a shutdown
         sp.incomplete = True
+    error = tree.errors.get(i)
+    if error is not None:  # the step failed: an exception left its umbrella
+        sp.error = error
 
 
 def _gaps(part: ProcessPart, tree: Tree, in_umbrella: dict[int, list[int]]) -> None:

@@ -93,7 +93,7 @@ class StepPart:
     ``ns`` is a list of the buckets' exclusive ns in :data:`BUCKETS` order; interval lists stay None until used.
     """
 
-    __slots__ = ("ns", "umbrellas", "lo", "hi", "bucketed", "incomplete")
+    __slots__ = ("ns", "umbrellas", "lo", "hi", "bucketed", "incomplete", "error")
 
     def __init__(self, lo: int | None = None, hi: int | None = None) -> None:
         self.ns = [0, 0, 0, 0]
@@ -103,6 +103,8 @@ class StepPart:
         self.bucketed: Any = None  # bucketed spans' merged intervals: a list while built, then packed
         #: its umbrella never ended (a span of it lost its parent) or was cut short by a shutdown
         self.incomplete = False
+        #: how its umbrella ended when it ended in error (the step failed): {"type", "message"}, else None
+        self.error: dict[str, str] | None = None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepPart) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
@@ -117,3 +119,4 @@ class StepPart:
         if other.bucketed:
             self.bucketed = merge_packed(self.bucketed or array("q"), other.bucketed)
         self.incomplete = self.incomplete or other.incomplete
+        self.error = self.error or other.error

@@ -13,7 +13,8 @@ Goodput = productive seconds / wall-clock seconds of the view.
   groups and ranks get a resource-seconds view: a worker's lifetime not covered by a bucketed span is idle.
 * **Steps.** A span belongs to the step of its own ``rl.step`` (a carried step is recorded as its own),
   else its nearest ancestor's. A step's wall is its umbrellas' (unbucketed spans carrying ``rl.step``),
-  else first start to last end; one whose umbrella never ended is incomplete, out of the step figures.
+  else first start to last end; one whose umbrella never ended is incomplete, out of the step figures; so is
+  a failed one (an exception ended its umbrella: status ERROR), with its ``error`` and a note.
 * **Sampling.** With ``sample_rate`` < 1 the seconds are the kept phases'; the job's ``goodput`` estimates the
   unsampled figure: each process's kept productive time over its ``sample_rate`` (every top-level phase is
   kept with that probability, its subtree with it) over the wall, which ``rl.job`` measures in full
@@ -32,7 +33,8 @@ JSON schema (``lens-rl goodput --json``), ``"schema": "lens_rl.goodput/1"`` (ext
 ``unattributed_s``, ``goodput``, ``wasted_reasons`` {``rerun``, ``restart``, ``phases``}, ``restarts``},
 ``attempts`` [{``attempt``, ``start_s``, ``wall_s``, ``first_step``, ``last_step``, ``resumed_from_step``,
 ``rerun_steps``, ``rerun_s``, ``downtime_before_s``, ``ended``, ``error``, ``goodput``}], ``steps``
-[{``step``, ``attempt``, ``seconds``, ``wall_s``, ``unattributed_s``, ``goodput``, ``incomplete``}],
+[{``step``, ``attempt``, ``seconds``, ``wall_s``, ``unattributed_s``, ``goodput``, ``incomplete``, ``error``
+(a failed step's {``type``, ``message``})}],
 ``step_range``, ``step_time`` {``p50_s``, ``p95_s``, ``max_s``},
 ``slowest_steps`` [{``step``, ``wall_s``}], ``phases`` [{``phase``, ``worker_group``, ``bucket``,
 ``count``, ``total_s``, ``exclusive_s``, ``mean_s``, ``p95_s``, ``share`` (of ``exclusive_s``), ``share_of``,
@@ -215,7 +217,16 @@ def _notes(
             "no rl.job span (the driver was killed, or has not shut down yet): the job's wall runs from "
             "the driver's first span to its last"
         )
-    incomplete = [r["step"] for r in step_rows if r["incomplete"]]
+    failed = [r for r in step_rows if r.get("error")]
+    for row in failed[:5]:
+        error = row["error"]
+        notes.append(
+            f"step {row['step']} failed ({error['type'] or 'an error'}: {error['message'][:200]}): its umbrella "
+            "ended in error; left out of the step figures"
+        )
+    if len(failed) > 5:
+        notes.append(f"{len(failed) - 5} more failed step(s): left out of the step figures")
+    incomplete = [r["step"] for r in step_rows if r["incomplete"] and not r.get("error")]
     if incomplete:
         notes.append(
             f"{len(incomplete)} incomplete step(s) ({', '.join(map(str, incomplete[:5]))}"

@@ -104,6 +104,7 @@ class _StepRow(TypedDict):
 
 
 class StepRow(_StepRow, total=False):
+    error: dict[str, str]
     tokens: float | None
     e2e_tokens_per_s_per_gpu: float | None
 

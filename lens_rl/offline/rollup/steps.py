@@ -39,7 +39,7 @@ def step_rows(
     """One row per step of the view (and each one's wall and productive time in ns): exclusive bucket
     seconds, its wall (its umbrellas' union, else first start to last end), what no bucketed span covers,
     goodput = productive / wall. A step whose umbrella never ended, or was cut short by a shutdown (while
-    others have theirs), is incomplete."""
+    others have theirs), is incomplete; so is a failed one (an exception ended its umbrella: ``error``)."""
     combined, attempt_of = _combined(view, steps)
     only = view[0].key.attempt if view else 0
     order = _in_order(combined)
@@ -63,14 +63,17 @@ def step_rows(
         }
         for n, step in enumerate(order)
     ]
+    for row, sp in zip(rows, parts, strict=True):
+        if sp.error is not None:
+            row["error"] = sp.error
     return rows, walls, productive
 
 
 def _incomplete(parts: list[StepPart]) -> list[bool]:
     """Which steps are incomplete: an umbrella that never ended, or one cut short by a shutdown (no umbrella,
-    while other steps have theirs)."""
+    while other steps have theirs), or one an exception ended (the step failed)."""
     with_umbrellas = any(sp.umbrellas for sp in parts)
-    return [sp.incomplete or (with_umbrellas and not sp.umbrellas) for sp in parts]
+    return [sp.incomplete or sp.error is not None or (with_umbrellas and not sp.umbrellas) for sp in parts]
 
 
 def _in_order(steps: Collection[Any]) -> list[Any]:

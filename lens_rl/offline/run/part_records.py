@@ -85,6 +85,7 @@ def _steps_record(steps: Mapping[Any, StepPart]) -> StepsRec:
         raw(umbrellas, q),
         raw(b_lengths, q),
         raw(bucketed, q),
+        {n: sp.error for n, sp in enumerate(parts) if sp.error is not None},
     )
 
 
@@ -97,6 +98,8 @@ def _steps_from(rec: StepsRec) -> dict[Any, StepPart]:
     umbrellas = _intervals(rec.umbrella_lengths, rec.umbrellas)
     bucketed = _intervals(rec.bucketed_lengths, rec.bucketed)
     lows, highs = items_of("q", rec.lows), items_of("q", rec.highs)
+    if any(type(n) is not int or not 0 <= n < len(keys) for n in rec.errors):
+        raise ValueError("step errors past the steps")
     new = StepPart.__new__
     out = {}
     for n, (key, flag, lo, hi, umbrella, spans) in enumerate(
@@ -106,6 +109,7 @@ def _steps_from(rec: StepsRec) -> dict[Any, StepPart]:
         sp.lo = None if flag & 2 else lo
         sp.hi = None if flag & 1 else hi
         sp.incomplete = bool(flag & 4)
+        sp.error = rec.errors.get(n)
         sp.ns = ns[4 * n : 4 * n + 4]
         sp.umbrellas, sp.bucketed = umbrella, spans
         out[key] = sp

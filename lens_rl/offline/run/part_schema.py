@@ -32,7 +32,7 @@ __all__ = [
 class StepsRec(Rec):
     """A part's steps (:class:`~lens_rl.offline.read.steps.StepPart`) as columns: per step its key, four
     bucket ns, flags (4 incomplete, 2 no lo, 1 no hi), lo and hi, and its umbrellas' and bucketed spans'
-    packed intervals (lengths, -1 for none; items)."""
+    packed intervals (lengths, -1 for none; items); the failed steps' errors by their index."""
 
     keys: Column
     ns: Raw
@@ -43,6 +43,7 @@ class StepsRec(Rec):
     umbrellas: Raw
     bucketed_lengths: Raw
     bucketed: Raw
+    errors: dict[int, dict[str, str]]
 
 
 class PhaseRec(Rec):

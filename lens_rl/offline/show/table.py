@@ -60,6 +60,8 @@ def _step_lines(report: GoodputReport, all_steps: bool) -> list[str]:
             lines.append(f"  ... {len(steps) - MAX_STEP_ROWS} more steps (--steps all, or --steps A-B)")
             continue
         mark = " (incomplete: its umbrella never ended)" if step.get("incomplete") else ""
+        if step.get("error"):
+            mark = f" (failed: {step['error']['type'] or 'an error'})"
         if len(report.get("attempts", ())) > 1:
             mark = f"   attempt {step['attempt']}" + mark
         lines.append(_row(f"step {step['step']}", step["seconds"], step["goodput"], _wall(step) + mark))
