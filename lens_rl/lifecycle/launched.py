@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 
 __all__ = ["CLAIM_ENV", "PARENT_ENV", "ROOT_ENV", "STARTED_MARK", "claim", "mark", "root_ids", "took_over", "under_run"]
 
@@ -67,14 +68,15 @@ def claim() -> bool:
     attempt = _int(os.environ.get(ATTEMPT_ENV, "")) or 0
     for index in range(_MAX_TAKEOVERS):
         path = base if index == 0 else f"{base}.{index}"
-        if _create(path, f"{pid} {attempt}\n"):
+        if _create(path, f"{pid} {attempt} {_WHERE}\n"):
             if index:
                 _take_over(attempt)
             _won[:] = [pid]
             _over[0] = bool(index)
             return True
         holder = _holder(path)
-        if holder is None or _alive(holder[0]):  # a driver that lives (or writes its claim now): a worker
+        # (a driver that lives, writes its claim now, or runs where this process cannot see it die: a worker)
+        if holder is None or holder[2] != _WHERE or _alive(holder[0]):
             return False
         attempt = holder[1] + 1
     return False
@@ -113,8 +115,18 @@ def _create(path: str, text: str) -> bool:
             os.close(fd)
         os.link(temp, path)
         return True
-    except OSError:  # taken
+    except FileExistsError:  # taken
         return False
+    except OSError:  # no hard links here: created in place (a reader meeting it half written reads no holder)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError:
+            return False
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        return True
     finally:
         try:
             os.unlink(temp)
@@ -122,8 +134,21 @@ def _create(path: str, text: str) -> bool:
             pass
 
 
-def _holder(path: str) -> tuple[int, int] | None:
-    """The pid and attempt a claim file holds; None when it cannot be read."""
+def _where() -> str:
+    """Where this process's pids mean something: its host and pid namespace (a claim folder shared across hosts
+    or containers holds pids this process cannot judge alive or dead)."""
+    try:
+        space = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        space = ""
+    return f"{socket.gethostname()}/{space}".replace(" ", "_")
+
+
+_WHERE = _where()
+
+
+def _holder(path: str) -> tuple[int, int, str] | None:
+    """The pid, attempt and where (:func:`_where`) a claim file holds; None when it cannot be read."""
     try:
         with open(path, encoding="ascii") as file:
             parts = file.read().split()
@@ -132,7 +157,8 @@ def _holder(path: str) -> tuple[int, int] | None:
     pid = _int(parts[0]) if parts else None
     if pid is None or pid <= 0:
         return None
-    return pid, (_int(parts[1]) if len(parts) > 1 else None) or 0  # (a claim of an older lens_rl: pid alone)
+    # (a claim of an older lens_rl: pid alone, or pid and attempt: judged here)
+    return pid, (_int(parts[1]) if len(parts) > 1 else None) or 0, parts[2] if len(parts) > 2 else _WHERE
 
 
 def _alive(pid: int) -> bool:
