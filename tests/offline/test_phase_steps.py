@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from array import array
 
+import numpy as np
+
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.read.phase_steps import PhaseSteps
 from lens_rl.offline.run.part_records import part_from, part_record
@@ -62,3 +64,31 @@ def test_the_cache_record_keeps_the_table() -> None:
     part = ProcessPart(Process("g", 0, 1))
     part.phase_steps[("x", None)] = _table({3: (2, 8, 4), 7: (1, 1, 1)})
     assert part_from(decode(encode(part_record(part)), PartRec)).phase_steps == part.phase_steps
+
+
+def test_a_merge_past_int64_saturates_as_a_cold_read_does() -> None:
+    """A cached table with figures near int64's end (a hostile file's) merged with its file's next lines at
+    the same steps saturates each sum at int64's end, in either order, as summing all the spans at once does."""
+    from lens_rl.offline.read.intervals import INT64_MAX
+    from lens_rl.offline.read.phase_steps import _summed
+    from lens_rl.offline.read.steps import Series
+
+    big = 5 * 10**18
+    cached, grown = _table({1: (big, big, big), 2: (1, 5, 5)}), _table({1: (big, big, 1), 2: (1, big, 3)})
+    expected = _table({1: (INT64_MAX, INT64_MAX, big + 1), 2: (2, big + 5, 8)})
+    for a, b in ((cached, grown), (grown, cached)):
+        merged = _table({})
+        merged.merge(a)
+        merged.merge(b)
+        assert merged == expected
+    cold = _summed(
+        *(
+            np.concatenate([np.frombuffer(x, np.int64) for x in pair])
+            for pair in zip(cached.columns(), grown.columns(), strict=True)
+        )
+    )
+    assert PhaseSteps(*cold) == expected
+    merged_series = Series.merged(
+        Series(array("q", [1]), array("q", [big])), Series(array("q", [1]), array("q", [big]))
+    )
+    assert dict(merged_series.items()) == {1: INT64_MAX}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 import msgspec
 import pytest
@@ -109,3 +110,38 @@ def test_an_entry_and_a_delta_carry_one_file_state() -> None:
     assert bytes(entry.state.held) == bytes(delta.state.held) and entry.state.stats == delta.state.stats == stats
     with pytest.raises(msgspec.DecodeError):
         decode(encode(EntryRec("o", (1, 2, "line"), state, [], [])), DeltaRec)
+
+
+def test_a_record_naming_a_bucket_the_rollups_do_not_know_is_refused() -> None:
+    """A part record whose bucket totals, phases, phases per step, enclosing, untokened, GPU spans or critical walks name a
+    bucket outside the four (an edited cache file), or whose phases per step are not sorted by step, is a
+    ValueError: the entry is corrupt and read cold, never a KeyError in a rollup."""
+    from lens_rl.offline.read.phase_steps import PhaseSteps
+
+    def table(*steps: int) -> PhaseSteps:
+        return PhaseSteps(array("q", steps), *(array("q", [1] * len(steps)) for _ in range(3)))
+
+    def foreign(part: ProcessPart) -> None:
+        part.bucket_ns["overheaX"] = part.bucket_ns.pop("overhead")
+
+    def edits() -> list[Any]:
+        return [
+            foreign,
+            lambda p: p.phases.update({("gen", "overheaX"): PhasePart(1, 1, 1, array("q", [1]))}),
+            lambda p: p.phase_steps.update({("gen", "overheaX"): table(1)}),
+            lambda p: p.enclosing.update({("gen", "overheaX"): 1}),
+            lambda p: p.untokened.update({"00000000000000fe": ("gen", "overheaX", 5, 3)}),
+            lambda p: setattr(p, "gpu", (*p.gpu[:3], [("gen", "overheaX")], *p.gpu[4:])),
+            lambda p: setattr(p.crit, "attrs", [("gen", "overheaX")]),
+            lambda p: p.phase_steps.update({("gen", "productive"): table(2, 1)}),
+            lambda p: p.phase_steps.update({("gen", "productive"): table(1, 1)}),
+        ]
+
+    sound = _part()
+    sound.phase_steps[("gen", None)] = table(1, 2)
+    assert part_from(decode(encode(part_record(sound)), PartRec)) == sound
+    for edit in edits():
+        part = _part()
+        edit(part)
+        with pytest.raises(ValueError):
+            part_from(decode(encode(part_record(part)), PartRec))

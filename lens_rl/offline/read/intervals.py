@@ -19,7 +19,12 @@ from typing import Any
 
 from lens_rl.buckets import claimed, subtracted, union_length
 
+#: int64's range
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "claimed",
     "clipped",
     "covered",
@@ -35,6 +40,7 @@ __all__ = [
     "overcounted",
     "pack",
     "pairs",
+    "saturated",
     "sorted_by",
     "subtracted",
     "total",
@@ -318,6 +324,13 @@ def _merged_bulk(indexes: Sequence[int], starts: array, ends: array) -> array:
     packed = np.empty(2 * int(first.sum()), dtype=np.int64)
     packed[0::2], packed[1::2] = lo[first], hi[last]
     return int64_array(packed)
+
+
+def saturated(number: int) -> int:
+    """``number`` clamped to int64's range: a sum of a hostile file's times stays storable, and a sum of
+    saturated non-negative parts equals the saturated whole (a cached part merged with its file's next lines
+    gives what a cold read does)."""
+    return INT64_MIN if number < INT64_MIN else INT64_MAX if number > INT64_MAX else number
 
 
 def int64_array(values: Any) -> array:

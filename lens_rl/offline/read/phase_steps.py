@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.intervals import int64_array
+from lens_rl.offline.read.intervals import int64_array, saturated
 from lens_rl.store import INT64_END
 
 __all__ = ["PhaseSteps", "phase_steps"]
@@ -68,18 +68,18 @@ def _np(values: array) -> Any:
 
 
 def _summed(steps: Any, *values: Any) -> tuple[array, ...]:
-    """The columns summed by step (steps sorted, distinct), as arrays. Sums are Python ints past int64's
-    reach (a hostile file's times): exact either way."""
+    """The columns summed by step (steps sorted, distinct), as arrays. A sum past int64's reach (a hostile
+    file's times) is summed as Python ints and saturated (:func:`~lens_rl.offline.read.intervals.saturated`)."""
     order = np.argsort(steps, kind="stable")
     ordered = steps[order]
     firsts = np.concatenate(([0], np.flatnonzero(np.diff(ordered)) + 1)) if ordered.size else np.zeros(0, np.int64)
     out = [int64_array(ordered[firsts])]
     for column in values:
         col = column[order]
-        if col.size and int(np.abs(col).max()) >= 2**62 // max(col.size, 1):
+        if col.size and max(int(col.max()), -int(col.min())) >= 2**62 // col.size:
             bounds = [*firsts.tolist(), col.size]
             items = col.tolist()
-            out.append(array("q", (sum(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))))
+            out.append(array("q", (saturated(sum(items[a:b])) for a, b in zip(bounds, bounds[1:], strict=False))))
         else:
             out.append(int64_array(np.add.reduceat(col, firsts) if col.size else col))
     return tuple(out)

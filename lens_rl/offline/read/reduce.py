@@ -22,7 +22,7 @@ import numpy as np
 from lens_rl.offline.read.columns import ENDED_BY_SHUTDOWN, Columns, read_columns
 from lens_rl.offline.read.critical import CritPart, walk_file
 from lens_rl.offline.read.gpu_spans import gpu_spans
-from lens_rl.offline.read.intervals import int64_array, merge_indexed, pack, sorted_by
+from lens_rl.offline.read.intervals import int64_array, merge_indexed, pack, saturated, sorted_by
 from lens_rl.offline.read.linked import Kids, Tree, inner, link, resolve
 from lens_rl.offline.read.overlap import claim_overlaps
 from lens_rl.offline.read.parts import BUCKETS, ProcessPart
@@ -236,7 +236,7 @@ def _finish(part: ProcessPart, tree: Tree, compute: dict[str, Any], top_level: a
 
 def _summed(pairs_: list[array]) -> Series:
     """``[steps, ns]`` arrays (int steps, in span order) as a :class:`Series`, each step's ns summed (with
-    numpy where they are many and their sums cannot pass int64)."""
+    numpy where they are many and their sums cannot pass int64; saturated where a hostile file's do)."""
     steps, values = pairs_
     if len(steps) >= _BULK and max(max(values), -min(values)) < _SAFE_SUM // len(values):
         ordered = np.argsort(np.frombuffer(steps, dtype=np.int64), kind="stable")
@@ -244,7 +244,7 @@ def _summed(pairs_: list[array]) -> Series:
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(by_step)) + 1))
         sums = np.add.reduceat(np.frombuffer(values, dtype=np.int64)[ordered], firsts)
         return Series(int64_array(by_step[firsts]), int64_array(sums))
-    keys, summed = array("q"), array("q")
+    keys, summed = array("q"), list[int]()
     for i in sorted_by(range(len(steps)), steps.__getitem__):
         step = steps[i]
         if keys and keys[-1] == step:
@@ -252,7 +252,7 @@ def _summed(pairs_: list[array]) -> Series:
         else:
             keys.append(step)
             summed.append(values[i])
-    return Series(keys, summed)
+    return Series(keys, array("q", map(saturated, summed)))
 
 
 def file_parts(

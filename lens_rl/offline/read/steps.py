@@ -13,7 +13,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from lens_rl.offline.read.intervals import merge_packed
+from lens_rl.offline.read.intervals import merge_packed, saturated
 
 __all__ = ["Series", "StepPart"]
 
@@ -42,13 +42,13 @@ class Series(Mapping[Any, int]):
 
     @staticmethod
     def merged(a: Mapping[Any, int], b: Mapping[Any, int]) -> Mapping[Any, int]:
-        """``a`` and ``b`` summed step by step, as a new mapping (:meth:`of`'s kind): two Series where ``b``'s
+        """``a`` and ``b`` summed step by step (saturated to int64), as a new mapping (:meth:`of`'s kind): two Series where ``b``'s
         steps all follow ``a``'s (a file's next lines) end to end, without a dict."""
         if type(a) is Series and type(b) is Series and (not a.steps or not b.steps or b.steps[0] > a.steps[-1]):
             return Series(a.steps + b.steps, a.ns + b.ns)
         mine = dict(a)
         for step, value in b.items():
-            mine[step] = mine.get(step, 0) + value
+            mine[step] = saturated(mine.get(step, 0) + value)
         return Series.of(mine)
 
     def _lookup(self) -> dict[Any, int]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from lens_rl.offline.read.critical import CritPart
 from lens_rl.offline.read.intervals import intervals_column, intervals_from_column
-from lens_rl.offline.read.parts import PhasePart, ProcessPart, RequestsPart, Series
+from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart, RequestsPart, Series
 from lens_rl.offline.read.phase_steps import PhaseSteps
 from lens_rl.offline.read.pipe import PipePart
 from lens_rl.offline.read.steps import StepPart
@@ -177,8 +177,9 @@ def _phase_steps_record(key: tuple[Any, Any], table: PhaseSteps) -> PhaseStepsRe
 
 def _phase_steps_from(rec: PhaseStepsRec) -> PhaseSteps:
     columns = [array_of("q", b) for b in (rec.steps, rec.count, rec.total, rec.excl)]
-    if len({len(c) for c in columns}) != 1:
-        raise ValueError("per-step phase columns that do not add up")
+    steps = np.frombuffer(columns[0], np.int64) if len(columns[0]) else np.zeros(0, np.int64)
+    if len({len(c) for c in columns}) != 1 or bool((np.diff(steps) <= 0).any()):
+        raise ValueError("per-step phase columns that do not add up (or steps not sorted and distinct)")
     return PhaseSteps(*columns)
 
 
@@ -299,7 +300,8 @@ def part_record(part: ProcessPart) -> PartRec:
 
 
 def part_from(rec: PartRec) -> ProcessPart:
-    """The part ``rec`` records (ValueError: columns that do not add up)."""
+    """The part ``rec`` records (ValueError: columns that do not add up, a bucket the rollups do not know)."""
+    _check_buckets(rec)
     return ProcessPart(
         key=Process(*rec.key),
         spans=rec.spans,
@@ -330,3 +332,21 @@ def part_from(rec: PartRec) -> ProcessPart:
         sample_rate=rec.sample_rate,
         phase_steps={(p.name, p.bucket): _phase_steps_from(p) for p in rec.phase_steps},  # type: ignore[misc]
     )
+
+
+_BUCKET_KEYS, _BUCKETS_OR_NONE = sorted(BUCKETS), frozenset((*BUCKETS, None))
+
+
+def _check_buckets(rec: PartRec) -> None:
+    """ValueError where ``rec`` names a bucket other than :data:`~lens_rl.offline.read.parts.BUCKETS`' (or
+    none, for a phase outside every bucket, as a read makes them): the rollups index their tables by these."""
+    named = [
+        *(p.bucket for p in rec.phases),
+        *(p.bucket for p in rec.phase_steps),
+        *(bucket for _, bucket, _ in rec.enclosing),
+        *(bucket for _, _, bucket, _, _ in rec.untokened),
+        *(bucket for _, bucket in (rec.gpu.keys if rec.gpu is not None else ())),
+        *(bucket for _, bucket in (rec.crit.attrs if rec.crit is not None else ())),
+    ]
+    if sorted(rec.bucket_ns) != _BUCKET_KEYS or not all(b in _BUCKETS_OR_NONE for b in named):
+        raise ValueError("a bucket the rollups do not know")
