@@ -104,15 +104,16 @@ def consumed(said: dict[str, Any]) -> dict[str, Any]:
         return out
     try:
         counted = Counter(listed)  # (a value equal to an int, 1.0 or True after a 1, counts as it)
-    except TypeError:  # an unhashable item
-        n = next(n for n, item in enumerate(listed) if getattr(type(item), "__hash__", None) is None)
-        raise _refuse("trajectory_versions", versions, _VERSIONS, f" (item {n}: {reprlib.repr(listed[n])})") from None
+    except Exception as exc:  # an unhashable item (a tuple holding a list too), or one whose hash or == raises
+        n, why = _unhashable(listed, exc)
+        item = reprlib.repr(listed[n])
+        raise _refuse("trajectory_versions", versions, _VERSIONS, f" (item {n}: {item}) ({why})") from None
     keys = list(counted)
     if not all(k.__class__ is int and -_END <= k < _END for k in keys):
         converted = [int64_of(k) for k in keys]
         if None in converted:
             bad = keys[converted.index(None)]  # (the item itself: a Counter keeps the first of equal items)
-            n = next(n for n, item in enumerate(listed) if item is bad)
+            n = next((n for n, item in enumerate(listed) if item is bad), 0)
             raise _refuse("trajectory_versions", versions, _VERSIONS, f" (item {n}: {reprlib.repr(listed[n])})")
         merged: Counter[int] = Counter()
         for key, as_int in zip(keys, converted, strict=True):
@@ -140,10 +141,28 @@ def recorded(name: str, said: dict[str, Any]) -> dict[str, Any]:
     check(said)
     try:
         return consumed(said)
-    except ValueError as exc:
-        keyword = str(exc).split(" ", 2)[1]
-        warn_once(f"consumed-{keyword}", "lens_rl: %s; phase %r records no staleness", exc, name)
+    except Exception as exc:  # (any: an item's own __hash__, __eq__ or __index__ may raise what it likes)
+        warn_unread(name, exc)
         return {}
+
+
+def warn_unread(name: str, exc: Exception) -> None:
+    """The one warning (per keyword) for a phase whose consumption could not be read: ``exc`` (a
+    :func:`consumed` error, or whatever an item raised) said, and no staleness recorded."""
+    words = str(exc).split(" ", 2)
+    keyword = words[1] if isinstance(exc, ValueError) and len(words) > 1 and words[1] in KEYWORDS else "item"
+    warn_once(f"consumed-{keyword}", "lens_rl: %s; phase %r records no staleness", exc, name)
+
+
+def _unhashable(listed: list[Any], exc: Exception) -> tuple[int, Exception]:
+    """The index of the first item of ``listed`` that cannot be hashed, and what hashing it raised (item 0 and
+    ``exc``, what counting them raised, when each hashes alone)."""
+    for n, item in enumerate(listed):
+        try:
+            hash(item)
+        except Exception as why:  # (any: the item's own __hash__)
+            return n, why
+    return 0, exc
 
 
 def _summed(tokens: Any, versions: list[Any], counted: Counter[int], distinct: list[int]) -> list[int | float]:

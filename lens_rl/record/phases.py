@@ -139,7 +139,7 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
             # lens_rl's own first (they win a clash, and stay within the span's attribute limit)
             rl, histogram = self.rl_attributes, None
             if rl and "trajectory_versions" in rl:  # what it consumed: its histogram, never cut to the list cap
-                histogram = _histogram(rl)
+                histogram = _histogram(self.name, rl)
                 rl = {k: v for k, v in rl.items() if k not in consumed.HISTOGRAM}
             static = clean_attributes(rl, prefix="rl.")
             if histogram:
@@ -161,13 +161,14 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
         return self._parent_ctx or None
 
 
-def _histogram(rl: dict[str, Any]) -> dict[str, Any]:
+def _histogram(name: str, rl: dict[str, Any]) -> dict[str, Any]:
     """The ``rl.`` attributes of what a phase consumed: the histogram :func:`_make_phase` made (or, for a phase
     made another way with the plain lists, made now; nothing where they are not what traced_phase takes)."""
     if "trajectory_counts" not in rl:
         try:
             rl = consumed.consumed(rl)
-        except ValueError:
+        except Exception as exc:  # (any: an item's own __hash__ or __eq__ may raise; never into the training code)
+            consumed.warn_unread(name, exc)
             return {}
     return {f"rl.{k}": rl[k] for k in consumed.HISTOGRAM if rl.get(k) is not None}
 

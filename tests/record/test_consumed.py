@@ -31,6 +31,15 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_versions": [1], "max_staleness": -1}, "max_staleness", "an int >= 0"),
     ({"trajectory_versions": [1], "max_staleness": "2"}, "max_staleness", "an int >= 0"),
 ]
+
+
+class _HashRaises(int):
+    """An int whose hash raises what it likes (not TypeError)."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash")
+
+
 #: bad items: found while on (reading every item costs a batch's size: off stays free of it), one warning each
 BAD_ITEMS: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_versions": [1, "x"]}, "trajectory_versions", "(item 1: 'x')"),
@@ -38,6 +47,7 @@ BAD_ITEMS: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_versions": [True, False]}, "trajectory_versions", "(item 0: True)"),
     ({"trajectory_versions": [1, float("inf")]}, "trajectory_versions", "(item 1: inf)"),
     ({"trajectory_versions": [1, [2]]}, "trajectory_versions", "(item 1: [2])"),
+    ({"trajectory_versions": [1, (1, [2])]}, "trajectory_versions", "(item 1: (1, [2]))"),
     ({"trajectory_versions": [1, 2**70]}, "trajectory_versions", "(item 1: "),
     ({"trajectory_versions": [1, 2], "trajectory_tokens": [-100, 10]}, "trajectory_tokens", "(item 0: -100)"),
     ({"trajectory_versions": [1, 2], "trajectory_tokens": [5, float("nan")]}, "trajectory_tokens", "(item 1: nan)"),
@@ -174,3 +184,17 @@ def test_more_versions_than_the_span_holds_keeps_the_oldest_and_warns_once(caplo
     assert got["trajectory_versions"] == versions[: consumed.MAX_VERSIONS]
     assert got["trajectory_counts"] == got["trajectory_tokens"] == [1] * consumed.MAX_VERSIONS
     assert f"{consumed.MAX_VERSIONS + 10} distinct versions" in caplog.text
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_an_item_whose_hash_raises_is_one_warning_never_a_raise(tp: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """An item whose own __hash__ raises (not a TypeError) never raises into the training code while on: the phase
+    runs, records no staleness, and one warning names the item."""
+    caplog.set_level(logging.DEBUG, logger="lens_rl")
+    with testing.recording() as rec:
+        ran = False
+        with tp("policy_training", trajectory_versions=[1, _HashRaises(2)]):
+            ran = True
+        assert ran
+    assert not [k for k in dict(rec.find("policy_training").attributes) if k.startswith("rl.trajectory")]
+    assert "(item 1: 2) (no hash)" in caplog.text and "records no staleness" in caplog.text
