@@ -27,7 +27,7 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_tokens": [10]}, "trajectory_tokens", "one per item"),
     ({"trajectory_versions": [1], "trajectory_tokens": {"a": 1}}, "trajectory_tokens", "numbers >= 0"),
     ({"trajectory_versions": [1], "policy_version": "v3"}, "policy_version", "an int in [-2**63, 2**63)"),
-    ({"trajectory_versions": [1], "policy_version": 2.0}, "policy_version", "an int in"),
+    ({"trajectory_versions": [1], "policy_version": 2.5}, "policy_version", "an int in"),
     ({"trajectory_versions": [1], "max_staleness": -1}, "max_staleness", "an int >= 0"),
     ({"trajectory_versions": [1], "max_staleness": "2"}, "max_staleness", "an int >= 0"),
 ]
@@ -198,3 +198,26 @@ def test_an_item_whose_hash_raises_is_one_warning_never_a_raise(tp: Any, caplog:
         assert ran
     assert not [k for k in dict(rec.find("policy_training").attributes) if k.startswith("rl.trajectory")]
     assert "(item 1: 2) (no hash)" in caplog.text and "records no staleness" in caplog.text
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_torch_tensors_and_whole_floats_are_taken_as_ints_on_and_off(tp: Any) -> None:
+    """A 1-d torch tensor as trajectory_versions / trajectory_tokens (how veRL holds a batch) and a whole float as
+    policy_version or max_staleness are accepted with telemetry off, as before staleness was checked, and recorded
+    as the same exact histogram while on."""
+    torch = pytest.importorskip("torch")
+    said = {
+        "trajectory_versions": torch.tensor([3, 3, 2]),
+        "trajectory_tokens": torch.tensor([10, 20, 5]),
+        "policy_version": 4.0,
+        "max_staleness": 2.0,
+    }
+    _off()
+    with tp("step", step=1), tp("policy_training", **said):
+        pass
+    with testing.recording() as rec:
+        with tp("step", step=1), tp("policy_training", **said):
+            pass
+    got = dict(rec.find("policy_training").attributes)
+    assert [list(got[f"rl.trajectory_{k}"]) for k in ("versions", "counts", "tokens")] == [[2, 3], [1, 2], [5, 30]]
+    assert got["rl.policy_version"] == 4 and type(got["rl.policy_version"]) is int and got["rl.max_staleness"] == 2
