@@ -278,8 +278,12 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """A keyword phase's key in the phase cache: the marker, the name, then each keyword's name, value and
     the value's type (1, 1.0 and True are equal and hash alike, but record apart); an ``attributes`` dict's
     items the same way after the marker again. The C entry point builds the very same key, so one call
-    shape is one entry whichever implementation met it first. A text or bytes value past the attribute cap is
-    never keyed (TypeError, as an unhashable one: hashing it costs in proportion to its size)."""
+    shape is one entry whichever implementation met it first. A text or bytes value past the attribute cap, a
+    tuple or list of more than :data:`MAX_KEY_ITEMS` items, and a call with any staleness keyword (a batch's
+    lists, a step's versions: a new entry each step that would keep the batch alive) are never keyed
+    (TypeError, as an unhashable value: hashing them costs in proportion to their size)."""
+    if not _CONSUMED.isdisjoint(kwargs):
+        raise TypeError("what a phase consumed is never keyed")
     key: list[Any] = [KEY_MARKER, name]
     attributes = kwargs.get("attributes")
     exact = attributes.__class__ is dict
@@ -291,13 +295,17 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
         for k, v in attributes.items():  # type: ignore[union-attr]
             key += (k, v, v.__class__)
     for item in key:
-        if item.__class__ in _LONG_HASH and len(item) > MAX_VALUE_CHARS:
+        if (item.__class__ in _LONG_HASH and len(item) > MAX_VALUE_CHARS) or (
+            isinstance(item, (tuple, list)) and len(item) > MAX_KEY_ITEMS
+        ):
             # its hash would cost in proportion to its size: never keyed (made each time, its value capped first)
             raise TypeError("too long to key")
     return tuple(key)
 
 
 _LONG_HASH = (str, bytes)
+#: The most items of a tuple (or list) value a phase cache key holds (the C entry point's MAX_KEY_ITEMS).
+MAX_KEY_ITEMS = 64
 
 
 def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:

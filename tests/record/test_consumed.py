@@ -221,3 +221,20 @@ def test_torch_tensors_and_whole_floats_are_taken_as_ints_on_and_off(tp: Any) ->
     got = dict(rec.find("policy_training").attributes)
     assert [list(got[f"rl.trajectory_{k}"]) for k in ("versions", "counts", "tokens")] == [[2, 3], [1, 2], [5, 30]]
     assert got["rl.policy_version"] == 4 and type(got["rl.policy_version"]) is int and got["rl.max_staleness"] == 2
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_batch_given_each_step_is_never_kept_alive_by_the_phase_cache(tp: Any) -> None:
+    """A training phase given each step's batch (a 1,024-item tuple of versions) or any long tuple keeps no entry
+    in the phase cache, so memory stays flat over many steps while on (the cache would keep every batch)."""
+    from lens_rl._runtime import RUNTIME
+
+    with testing.recording():
+        before = len(RUNTIME.phase_cache)
+        for s in range(200):
+            versions = tuple(s - (i % 3) for i in range(1024))
+            with tp("policy_training", step=s, bucket="productive", trajectory_versions=versions, policy_version=s):
+                pass
+            with tp("policy_training", step=s, policy_version=s), tp("ids", step=s, ids=tuple(range(s, s + 100))):
+                pass
+        assert len(RUNTIME.phase_cache) - before == 0
