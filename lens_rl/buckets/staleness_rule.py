@@ -31,11 +31,19 @@ def _version(value: Any) -> bool:
     return _number(value)
 
 
+def _count(value: Any) -> bool:
+    """A count of trajectories: an int, or a whole float, in [1, 2**63) (a store's bigger one is hostile)."""
+    if value.__class__ is float:
+        return value.is_integer() and 1.0 <= value < 2.0**63  # type: ignore[no-any-return]
+    return value.__class__ is int and 1 <= value < 2**63  # type: ignore[no-any-return]
+
+
 def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, float, float, Any]], int]:
     """``(staleness, weight, trajectories, bound)`` of each readable item of the consumed entries (step, policy
     version, versions, tokens, the phase's bound[, trajectories per version]: a histogram's, else one each), and
-    how many entries were unreadable (left out). An item whose version is no int within int64, or whose tokens or
-    count is no finite number > 0 (a hostile store) is left out; a weight is its tokens, else its trajectories."""
+    how many entries were unreadable (left out). An item whose version is no int within int64, whose count is no
+    whole number in [1, 2**63) or whose tokens no number in (0, 2**63) (a hostile store) is left out, so every
+    sum stays finite; a weight is its tokens, else its trajectories."""
     items: list[tuple[float, float, float, Any]] = []
     bad = 0
     for entry in consumed:
@@ -53,7 +61,8 @@ def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, flo
         for k in range(n):
             version, count = versions[k], counts[k]
             weight = count if tokens is None else tokens[k]
-            if _version(version) and _number(count) and count > 0 and _number(weight) and weight > 0:
+            fine = _version(version) and _count(count)
+            if fine and (weight is count or (_number(weight) and 0 < weight < 2**63)):
                 items.append((policy - version, float(weight), float(count), bound))
     return items, bad
 
@@ -79,6 +88,8 @@ def staleness(consumed: Iterable[tuple[Any, ...]], bound: Any = None) -> dict[st
     total = sum(w for _, w, _, _ in items)
     ordered = sorted((s, w) for s, w, _, _ in items)
     mean = sum(s * w for s, w, _, _ in items) / total
+    if not math.isfinite(mean):  # (cannot happen with items of int64 figures: never an inf or NaN answer)
+        return None
     at, p90 = 0.0, ordered[-1][0]
     for value, weight in ordered:
         at += weight

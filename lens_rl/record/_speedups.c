@@ -292,11 +292,15 @@ put_triple(PyObject *key, Py_ssize_t *at, PyObject *name, PyObject *value)
  * characters, lens_rl._attributes.MAX_VALUE_CHARS). A call with one is never keyed: the Python path makes its
  * phase each time, capping the value first (SPEC: coercing any value takes bounded time). */
 #define MAX_KEY_CHARS 4096
+/* A tuple or list of more items (lens_rl.record.phases.MAX_KEY_ITEMS): a batch would stay alive in the key. */
+#define MAX_KEY_ITEMS 64
 static int
 too_long(PyObject *value)
 {
     return (PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > MAX_KEY_CHARS) ||
-           (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) > MAX_KEY_CHARS);
+           (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) > MAX_KEY_CHARS) ||
+           (PyTuple_Check(value) && PyTuple_GET_SIZE(value) > MAX_KEY_ITEMS) ||
+           (PyList_Check(value) && PyList_GET_SIZE(value) > MAX_KEY_ITEMS);
 }
 
 static PyObject *
@@ -307,7 +311,9 @@ keyword_phase_on(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_
     Py_ssize_t size = 2 + 3 * nkw;
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *value = args[nargs + i];
-        if (too_long(value)) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+        if (too_long(value) || kw == str_consumed[0] || kw == str_consumed[1] || kw == str_consumed[2] ||
+            kw == str_consumed[3]) { /* what a phase consumed: never keyed (the Python path makes it each time) */
             return PyObject_Vectorcall(slow, args, nargs, kwnames);
         }
         if (PyTuple_GET_ITEM(kwnames, i) == str_attributes && PyDict_CheckExact(value)) {

@@ -4,7 +4,8 @@ A training phase says the policy version it trains (``policy_version=``, an int)
 trajectories it consumes (``trajectory_versions=``, a list or tuple of ints, one per trajectory), their tokens
 (``trajectory_tokens=``, numbers >= 0, one per trajectory) and the framework's bound (``max_staleness=``, an int
 >= 0). Anything else is a ``ValueError`` at the call naming the keyword, the value and what is allowed, as for
-``step=``; numpy integers and 1-d numpy arrays are taken as ints. :func:`check` (on and off) looks at each
+``step=``; numpy integers, whole floats (``3.0``) and 1-d numpy or torch arrays (any 1-d numeric array with
+``tolist()``) are taken as ints. :func:`check` (on and off) looks at each
 keyword's type and length, in constant time (off stays free of a batch's size); :func:`consumed` (while on, once
 per phase made) reads the items too, and makes the histogram the span carries. A bad item (``[1, "x"]``, a NaN,
 a negative token count) is found only there, so it is one warning naming the keyword, the value and what is
@@ -41,7 +42,7 @@ HISTOGRAM = ("trajectory_versions", "trajectory_counts", "trajectory_tokens")
 #: The most distinct versions one span records (the oldest kept: what max and the share beyond a bound need).
 MAX_VERSIONS = 1024
 _END = 2**63
-_VERSIONS = "a list or tuple of ints in [-2**63, 2**63), one per trajectory (numpy integers too)"
+_VERSIONS = "a list or tuple of ints in [-2**63, 2**63), one per trajectory (a 1-d numpy or torch array too)"
 _TOKENS = "a list or tuple of numbers >= 0, one per item of trajectory_versions"
 _ALLOWED = {
     "policy_version": "an int in [-2**63, 2**63)",
@@ -65,12 +66,23 @@ def int64_of(value: Any) -> int | None:
     return value if -_END <= value < _END else None  # type: ignore[no-any-return]
 
 
+def _whole(value: Any) -> int | None:
+    """:func:`int64_of`, a whole float within int64 (``3.0``) taken as its int too."""
+    as_int = int64_of(value)
+    if as_int is None and isinstance(value, float) and value.is_integer() and -_END <= value < _END:
+        return int(value)
+    return as_int
+
+
 def _listed(value: Any) -> bool:
-    """A list or tuple, or a 1-d numeric numpy array (duck-typed: numpy is never imported)."""
+    """A list or tuple, or a 1-d numeric array with ``tolist()``: numpy's (dtype kind i, u or f), torch's (a
+    dtype not complex), any alike (duck-typed: numpy and torch are never imported)."""
     if value.__class__ in (list, tuple) or isinstance(value, (list, tuple)):
         return True
-    kind = getattr(getattr(value, "dtype", None), "kind", None)
-    return isinstance(kind, str) and kind in ("i", "u", "f") and getattr(value, "ndim", None) == 1
+    dtype = getattr(value, "dtype", None)
+    kind = getattr(dtype, "kind", None)
+    numeric = (isinstance(kind, str) and kind in ("i", "u", "f")) or getattr(dtype, "is_complex", True) is False
+    return numeric and getattr(value, "ndim", None) == 1 and callable(getattr(value, "tolist", None))
 
 
 def check(said: dict[str, Any]) -> None:
@@ -84,7 +96,7 @@ def check(said: dict[str, Any]) -> None:
     for keyword in ("policy_version", "max_staleness"):
         value = said.get(keyword)
         if value is not None:
-            as_int = int64_of(value)
+            as_int = _whole(value)
             if as_int is None or (keyword == "max_staleness" and as_int < 0):
                 raise _refuse(keyword, value, _ALLOWED[keyword])
 
@@ -95,7 +107,7 @@ def consumed(said: dict[str, Any]) -> dict[str, Any]:
     (:data:`HISTOGRAM`, :data:`MAX_VERSIONS` versions at most: the oldest, one warning when more are left out);
     ``ValueError`` naming the keyword, the value and the item for anything else. One pass over the items."""
     check(said)
-    out: dict[str, Any] = {k: int64_of(said[k]) for k in ("policy_version", "max_staleness") if said.get(k) is not None}
+    out: dict[str, Any] = {k: _whole(said[k]) for k in ("policy_version", "max_staleness") if said.get(k) is not None}
     versions, tokens = said.get("trajectory_versions"), said.get("trajectory_tokens")
     if versions is None:
         return out
@@ -104,20 +116,21 @@ def consumed(said: dict[str, Any]) -> dict[str, Any]:
         return out
     try:
         counted = Counter(listed)  # (a value equal to an int, 1.0 or True after a 1, counts as it)
-    except TypeError:  # an unhashable item
-        n = next(n for n, item in enumerate(listed) if getattr(type(item), "__hash__", None) is None)
-        raise _refuse("trajectory_versions", versions, _VERSIONS, f" (item {n}: {reprlib.repr(listed[n])})") from None
+    except Exception as exc:  # an unhashable item (a tuple holding a list too), or one whose hash or == raises
+        n, why = _unhashable(listed, exc)
+        item = reprlib.repr(listed[n])
+        raise _refuse("trajectory_versions", versions, _VERSIONS, f" (item {n}: {item}) ({why})") from None
     keys = list(counted)
     if not all(k.__class__ is int and -_END <= k < _END for k in keys):
-        converted = [int64_of(k) for k in keys]
+        converted = [_whole(k) for k in keys]
         if None in converted:
             bad = keys[converted.index(None)]  # (the item itself: a Counter keeps the first of equal items)
-            n = next(n for n, item in enumerate(listed) if item is bad)
+            n = next((n for n, item in enumerate(listed) if item is bad), 0)
             raise _refuse("trajectory_versions", versions, _VERSIONS, f" (item {n}: {reprlib.repr(listed[n])})")
         merged: Counter[int] = Counter()
         for key, as_int in zip(keys, converted, strict=True):
             merged[as_int] += counted[key]  # type: ignore[index]
-        counted, listed = merged, [int64_of(v) for v in listed]
+        counted, listed = merged, [_whole(v) for v in listed]
     distinct = sorted(counted)
     if len(distinct) > MAX_VERSIONS:
         warn_once(
@@ -140,10 +153,28 @@ def recorded(name: str, said: dict[str, Any]) -> dict[str, Any]:
     check(said)
     try:
         return consumed(said)
-    except ValueError as exc:
-        keyword = str(exc).split(" ", 2)[1]
-        warn_once(f"consumed-{keyword}", "lens_rl: %s; phase %r records no staleness", exc, name)
+    except Exception as exc:  # (any: an item's own __hash__, __eq__ or __index__ may raise what it likes)
+        warn_unread(name, exc)
         return {}
+
+
+def warn_unread(name: str, exc: Exception) -> None:
+    """The one warning (per keyword) for a phase whose consumption could not be read: ``exc`` (a
+    :func:`consumed` error, or whatever an item raised) said, and no staleness recorded."""
+    words = str(exc).split(" ", 2)
+    keyword = words[1] if isinstance(exc, ValueError) and len(words) > 1 and words[1] in KEYWORDS else "item"
+    warn_once(f"consumed-{keyword}", "lens_rl: %s; phase %r records no staleness", exc, name)
+
+
+def _unhashable(listed: list[Any], exc: Exception) -> tuple[int, Exception]:
+    """The index of the first item of ``listed`` that cannot be hashed, and what hashing it raised (item 0 and
+    ``exc``, what counting them raised, when each hashes alone)."""
+    for n, item in enumerate(listed):
+        try:
+            hash(item)
+        except Exception as why:  # (any: the item's own __hash__)
+            return n, why
+    return 0, exc
 
 
 def _summed(tokens: Any, versions: list[Any], counted: Counter[int], distinct: list[int]) -> list[int | float]:

@@ -139,7 +139,7 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
             # lens_rl's own first (they win a clash, and stay within the span's attribute limit)
             rl, histogram = self.rl_attributes, None
             if rl and "trajectory_versions" in rl:  # what it consumed: its histogram, never cut to the list cap
-                histogram = _histogram(rl)
+                histogram = _histogram(self.name, rl)
                 rl = {k: v for k, v in rl.items() if k not in consumed.HISTOGRAM}
             static = clean_attributes(rl, prefix="rl.")
             if histogram:
@@ -161,13 +161,14 @@ class Phase(wrappers.Runner, _impl.ScopeBase):  # type: ignore[misc, valid-type]
         return self._parent_ctx or None
 
 
-def _histogram(rl: dict[str, Any]) -> dict[str, Any]:
+def _histogram(name: str, rl: dict[str, Any]) -> dict[str, Any]:
     """The ``rl.`` attributes of what a phase consumed: the histogram :func:`_make_phase` made (or, for a phase
     made another way with the plain lists, made now; nothing where they are not what traced_phase takes)."""
     if "trajectory_counts" not in rl:
         try:
             rl = consumed.consumed(rl)
-        except ValueError:
+        except Exception as exc:  # (any: an item's own __hash__ or __eq__ may raise; never into the training code)
+            consumed.warn_unread(name, exc)
             return {}
     return {f"rl.{k}": rl[k] for k in consumed.HISTOGRAM if rl.get(k) is not None}
 
@@ -277,8 +278,12 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """A keyword phase's key in the phase cache: the marker, the name, then each keyword's name, value and
     the value's type (1, 1.0 and True are equal and hash alike, but record apart); an ``attributes`` dict's
     items the same way after the marker again. The C entry point builds the very same key, so one call
-    shape is one entry whichever implementation met it first. A text or bytes value past the attribute cap is
-    never keyed (TypeError, as an unhashable one: hashing it costs in proportion to its size)."""
+    shape is one entry whichever implementation met it first. A text or bytes value past the attribute cap, a
+    tuple or list of more than :data:`MAX_KEY_ITEMS` items, and a call with any staleness keyword (a batch's
+    lists, a step's versions: a new entry each step that would keep the batch alive) are never keyed
+    (TypeError, as an unhashable value: hashing them costs in proportion to their size)."""
+    if not _CONSUMED.isdisjoint(kwargs):
+        raise TypeError("what a phase consumed is never keyed")
     key: list[Any] = [KEY_MARKER, name]
     attributes = kwargs.get("attributes")
     exact = attributes.__class__ is dict
@@ -290,13 +295,17 @@ def cache_key(name: str, kwargs: dict[str, Any]) -> tuple[Any, ...]:
         for k, v in attributes.items():  # type: ignore[union-attr]
             key += (k, v, v.__class__)
     for item in key:
-        if item.__class__ in _LONG_HASH and len(item) > MAX_VALUE_CHARS:
+        if (item.__class__ in _LONG_HASH and len(item) > MAX_VALUE_CHARS) or (
+            isinstance(item, (tuple, list)) and len(item) > MAX_KEY_ITEMS
+        ):
             # its hash would cost in proportion to its size: never keyed (made each time, its value capped first)
             raise TypeError("too long to key")
     return tuple(key)
 
 
 _LONG_HASH = (str, bytes)
+#: The most items of a tuple (or list) value a phase cache key holds (the C entry point's MAX_KEY_ITEMS).
+MAX_KEY_ITEMS = 64
 
 
 def _phase_on(name: str, kwargs: dict[str, Any]) -> Phase:

@@ -107,3 +107,25 @@ def test_a_training_phase_of_no_step_counts_in_the_step_window_its_end_falls_in(
     pipe = _job(tmp_path, training, steps=3)["pipeline"]
     assert [s["staleness_mean"] for s in pipe["per_step"]] == [2.0, 1.0, None]
     assert pipe["staleness"]["trajectories"] == 3 and pipe["staleness"]["max"] == 2
+
+
+def test_hostile_counts_and_tokens_past_int64_are_skipped_and_goodput_exits_0(tmp_path: Path) -> None:
+    """Trajectory counts or tokens a store holds past int64 (1e308 each, whose sum is no finite number) or no whole
+    count (2.5) are left out: `lens-rl goodput --json` exits 0 with strict JSON and the readable phase's figures."""
+    training = [
+        _train(5, "t0", 0, **{"rl.policy_version": 1, "rl.trajectory_versions": [0, 1], "rl.trajectory_counts": [1e308, 1e308]}),
+        _train(6, "t1", 0, **{"rl.policy_version": 1, "rl.trajectory_versions": [0, 1], "rl.trajectory_tokens": [1e308, 1e308]}),
+        _train(7, "t2", 0, **{"rl.policy_version": 1, "rl.trajectory_versions": [0], "rl.trajectory_counts": [2.5]}),
+        _train(8, "t3", 0, **{"rl.policy_version": 1, "rl.trajectory_versions": [0], "rl.trajectory_counts": [2**63]}),
+        _train(15, "t4", 1, **{"rl.policy_version": 3, "rl.trajectory_versions": [1], "rl.trajectory_counts": [4.0]}),
+    ]  # fmt: skip
+    _job(tmp_path, training)
+    out = subprocess.run(
+        [sys.executable, "-m", "lens_rl", "goodput", str(tmp_path), "--warmup-steps", "0", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "internal error" not in out.stderr, out.stderr[-2000:]
+    stale = json.loads(out.stdout, parse_constant=lambda c: math.nan / 0)["pipeline"]["staleness"]  # strict JSON
+    assert (stale["mean"], stale["max"], stale["trajectories"]) == (2, 2, 4)

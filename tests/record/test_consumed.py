@@ -27,10 +27,19 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_tokens": [10]}, "trajectory_tokens", "one per item"),
     ({"trajectory_versions": [1], "trajectory_tokens": {"a": 1}}, "trajectory_tokens", "numbers >= 0"),
     ({"trajectory_versions": [1], "policy_version": "v3"}, "policy_version", "an int in [-2**63, 2**63)"),
-    ({"trajectory_versions": [1], "policy_version": 2.0}, "policy_version", "an int in"),
+    ({"trajectory_versions": [1], "policy_version": 2.5}, "policy_version", "an int in"),
     ({"trajectory_versions": [1], "max_staleness": -1}, "max_staleness", "an int >= 0"),
     ({"trajectory_versions": [1], "max_staleness": "2"}, "max_staleness", "an int >= 0"),
 ]
+
+
+class _HashRaises(int):
+    """An int whose hash raises what it likes (not TypeError)."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hash")
+
+
 #: bad items: found while on (reading every item costs a batch's size: off stays free of it), one warning each
 BAD_ITEMS: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_versions": [1, "x"]}, "trajectory_versions", "(item 1: 'x')"),
@@ -38,6 +47,7 @@ BAD_ITEMS: list[tuple[dict[str, Any], str, str]] = [
     ({"trajectory_versions": [True, False]}, "trajectory_versions", "(item 0: True)"),
     ({"trajectory_versions": [1, float("inf")]}, "trajectory_versions", "(item 1: inf)"),
     ({"trajectory_versions": [1, [2]]}, "trajectory_versions", "(item 1: [2])"),
+    ({"trajectory_versions": [1, (1, [2])]}, "trajectory_versions", "(item 1: (1, [2]))"),
     ({"trajectory_versions": [1, 2**70]}, "trajectory_versions", "(item 1: "),
     ({"trajectory_versions": [1, 2], "trajectory_tokens": [-100, 10]}, "trajectory_tokens", "(item 0: -100)"),
     ({"trajectory_versions": [1, 2], "trajectory_tokens": [5, float("nan")]}, "trajectory_tokens", "(item 1: nan)"),
@@ -174,3 +184,57 @@ def test_more_versions_than_the_span_holds_keeps_the_oldest_and_warns_once(caplo
     assert got["trajectory_versions"] == versions[: consumed.MAX_VERSIONS]
     assert got["trajectory_counts"] == got["trajectory_tokens"] == [1] * consumed.MAX_VERSIONS
     assert f"{consumed.MAX_VERSIONS + 10} distinct versions" in caplog.text
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_an_item_whose_hash_raises_is_one_warning_never_a_raise(tp: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """An item whose own __hash__ raises (not a TypeError) never raises into the training code while on: the phase
+    runs, records no staleness, and one warning names the item."""
+    caplog.set_level(logging.DEBUG, logger="lens_rl")
+    with testing.recording() as rec:
+        ran = False
+        with tp("policy_training", trajectory_versions=[1, _HashRaises(2)]):
+            ran = True
+        assert ran
+    assert not [k for k in dict(rec.find("policy_training").attributes) if k.startswith("rl.trajectory")]
+    assert "(item 1: 2) (no hash)" in caplog.text and "records no staleness" in caplog.text
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_torch_tensors_and_whole_floats_are_taken_as_ints_on_and_off(tp: Any) -> None:
+    """A 1-d torch tensor as trajectory_versions / trajectory_tokens (how veRL holds a batch) and a whole float as
+    policy_version or max_staleness are accepted with telemetry off, as before staleness was checked, and recorded
+    as the same exact histogram while on."""
+    torch = pytest.importorskip("torch")
+    said = {
+        "trajectory_versions": torch.tensor([3, 3, 2]),
+        "trajectory_tokens": torch.tensor([10, 20, 5]),
+        "policy_version": 4.0,
+        "max_staleness": 2.0,
+    }
+    _off()
+    with tp("step", step=1), tp("policy_training", **said):
+        pass
+    with testing.recording() as rec:
+        with tp("step", step=1), tp("policy_training", **said):
+            pass
+    got = dict(rec.find("policy_training").attributes)
+    assert [list(got[f"rl.trajectory_{k}"]) for k in ("versions", "counts", "tokens")] == [[2, 3], [1, 2], [5, 30]]
+    assert got["rl.policy_version"] == 4 and type(got["rl.policy_version"]) is int and got["rl.max_staleness"] == 2
+
+
+@pytest.mark.parametrize("tp", IMPLS)
+def test_a_batch_given_each_step_is_never_kept_alive_by_the_phase_cache(tp: Any) -> None:
+    """A training phase given each step's batch (a 1,024-item tuple of versions) or any long tuple keeps no entry
+    in the phase cache, so memory stays flat over many steps while on (the cache would keep every batch)."""
+    from lens_rl._runtime import RUNTIME
+
+    with testing.recording():
+        before = len(RUNTIME.phase_cache)
+        for s in range(200):
+            versions = tuple(s - (i % 3) for i in range(1024))
+            with tp("policy_training", step=s, bucket="productive", trajectory_versions=versions, policy_version=s):
+                pass
+            with tp("policy_training", step=s, policy_version=s), tp("ids", step=s, ids=tuple(range(s, s + 100))):
+                pass
+        assert len(RUNTIME.phase_cache) - before == 0
