@@ -49,6 +49,21 @@ def start_loop(
     )
 
 
+def auto_job(env: dict[str, str], marked: str, timeout: float = 900) -> Path:
+    """``profile_job.py`` (a driver and two trainer workers, rank 1 slow before the step-12 collective, its wait
+    ``marked`` idle or not) run to its end under ``env``; its run folder (``<trace dir>/r1``)."""
+    job = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "devices" / "profile_job.py"), "12", "1.5", marked],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert job.returncode == 0 and job.stdout.rstrip().endswith("done"), job.stderr[-3000:]
+    return Path(env["LENS_RL_OTEL_TRACE_DIR"]) / "r1"
+
+
 def finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[str, str]:
     """Wait for a loop; its output and errors (it must have ended well)."""
     out, err = proc.communicate(timeout=timeout)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lens_rl.devices.profile_requests import REQUEST_FILE, answers, read_request, write_answer, write_request
-from tests.devices.profile_helpers import ROOT, cuda_env, finish, profile_spans, run_cli, start_loop
+from tests.devices.profile_helpers import ROOT, auto_job, cuda_env, finish, profile_spans, run_cli, start_loop
 
 pytestmark = pytest.mark.slow
 
@@ -134,17 +134,7 @@ def test_auto_captures_the_worker_rank_that_waited_least_across_groups_not_the_d
     """A driver's step 12 slow because trainer worker rank 1 computed long before a collective (its wait marked
     idle, or left inside the compute phase): the capture is on trainer rank 1 (the rank that waited least, in
     another group than the driver deciding), never on the driver or rank 0."""
-    env = cuda_env(tmp_path, "steps=auto,backend=cuda,max_windows=4")
-    job = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "devices" / "profile_job.py"), "12", "1.5", marked],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert job.returncode == 0 and job.stdout.rstrip().endswith("done"), job.stderr[-3000:]
-    run = tmp_path / "t" / "r1"
+    run = auto_job(cuda_env(tmp_path, "steps=auto,backend=cuda,max_windows=4"), marked)
     windows = profile_spans(run)
     flagged = [w for w in windows if w["a"]["rl.profile.reason"].startswith("auto: step 12 took ")]
     assert [w["a"]["rl.profile.path"].split("-step")[0] for w in flagged] == ["profiles/trainer-1"], [

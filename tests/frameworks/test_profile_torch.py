@@ -17,6 +17,7 @@ import pytest
 
 from tests.devices.profile_helpers import (
     ROOT,
+    auto_job,
     check_capture_is_overhead,
     finish,
     loop_env,
@@ -215,17 +216,7 @@ def test_auto_captures_the_next_step_of_the_culprit_not_the_rank_that_waited(tmp
 def test_auto_captures_a_worker_rank_of_the_driver_job_with_the_torch_profiler(tmp_path: Path) -> None:
     """A driver and two trainer workers, rank 1 computing long before the step-12 collective: the driver's spike
     is captured by the real torch.profiler on trainer rank 1, a Chrome trace in the run folder."""
-    env = loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": "steps=auto,backend=torch,max_windows=4"})
-    job = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "devices" / "profile_job.py"), "12", "1.5", "1"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert job.returncode == 0 and job.stdout.rstrip().endswith("done"), job.stderr[-3000:]
-    run = tmp_path / "t" / "r1"
+    run = auto_job(loop_env(tmp_path / "t", {"LENS_RL_OTEL_PROFILE": "steps=auto,backend=torch,max_windows=4"}), "1")
     flagged = [w for w in profile_spans(run) if w["a"]["rl.profile.reason"].startswith("auto: step 12 took ")]
     assert [w["a"]["rl.profile.path"].split("-step")[0] for w in flagged] == ["profiles/trainer-1"], flagged
     assert flagged[0]["a"]["rl.profile.backend"] == "torch"

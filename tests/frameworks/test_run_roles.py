@@ -35,17 +35,21 @@ print("elapsed", time.time() - started, flush=True)
 SHORT = "import os, time; print('short', os.getpid(), time.time(), flush=True)"
 
 
-def _launch_script(tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "loop.py").write_text(LOOP)
-    script = f'{sys.executable} -c "{SHORT}"; {sys.executable} loop.py'
+def _run(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """``lens-rl run --trace-dir t --run-id r -- command`` in ``tmp_path``, to its end."""
     return subprocess.run(
-        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--", "bash", "-c", script],
+        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--", *command],
         cwd=tmp_path,
         env=clean_env(),
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def _launch_script(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "loop.py").write_text(LOOP)
+    return _run(tmp_path, "bash", "-c", f'{sys.executable} -c "{SHORT}"; {sys.executable} loop.py')
 
 
 def _said(out: str, word: str) -> list[str]:
@@ -136,14 +140,7 @@ def test_of_ranks_that_all_run_the_loop_rank_zero_is_the_driver(tmp_path: Path) 
     is the driver and rank 1 a worker."""
     (tmp_path / "ranked.py").write_text(RANKED)
     script = f"RANK=1 {sys.executable} ranked.py 0 & RANK=0 {sys.executable} ranked.py 1.0; wait"
-    out = subprocess.run(
-        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--", "bash", "-c", script],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = _run(tmp_path, "bash", "-c", script)
     assert out.returncode == 0, out.stderr
     pids = {line.split()[1]: line.split()[2] for line in out.stdout.splitlines() if line.startswith("rank ")}
     names = sorted(p.name for p in (tmp_path / "t" / "r").glob("spans-*.jsonl"))
@@ -190,15 +187,7 @@ def test_a_driver_killed_right_after_adopting_its_file_keeps_its_spans(tmp_path:
     one driver file (no leftover, no second copy) holds it once, and the store reads."""
     (tmp_path / "job.py").write_text(KILLED_AFTER_ADOPTION)
     store = tmp_path / "t" / "r"
-    out = subprocess.run(
-        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--run-id", "r", "--"]
-        + [sys.executable, "job.py", str(store), str(delay)],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = _run(tmp_path, sys.executable, "job.py", str(store), str(delay))
     assert out.returncode == 137, out.stderr
     assert [p.name.split("-")[1] for p in store.glob("spans-*")] == ["driver"]  # (no side file left either)
     assert _header(next(store.glob("spans-*")))["role"] == "driver"
