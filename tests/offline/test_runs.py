@@ -64,7 +64,8 @@ def _state(cols: Columns) -> dict[str, Any]:
 
 def test_a_run_added_at_once_keeps_what_adding_each_row_keeps() -> None:
     """Columns.extend (the reads' hot path) gives every column Columns.add gives row by row: ids of any form
-    (text once one is not 16 hex digits), steps, buckets, tokens, flags, the sparse columns, the job's error."""
+    (text once one is not 16 hex digits), steps, buckets, tokens, flags, the sparse columns, the job's error and
+    every span's that ended in error."""
     rng = random.Random(48)
     for trial in range(200):
         odd = trial % 2 == 1
@@ -75,6 +76,7 @@ def test_a_run_added_at_once_keeps_what_adding_each_row_keeps() -> None:
                 if row.n == "rl.job":
                     one.add_job(row)
                 one.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+            one.add_errors(run, len(one.names) - len(run))  # (the spans that ended in error, as every read keeps)
             bulk.extend(run)
         assert _state(bulk) == _state(one), trial
         assert [type(x) for x in bulk.ids] == [type(x) for x in one.ids]

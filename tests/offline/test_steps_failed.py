@@ -69,3 +69,17 @@ def test_a_step_that_raised_is_failed_and_out_of_the_step_figures(tmp_path: Path
     assert 4 not in [row["step"] for row in report["slowest_steps"]]
     table = lens("goodput", str(store))
     assert table.returncode == 0 and "(failed: RuntimeError)" in table.stdout, table.stderr
+    # the same store seen while the job ran, then grown: cut after its first half (the failed umbrella among the
+    # new lines), and cut after the failed umbrella (held by the first look, its parent the job root not written
+    # yet, and read again from there): through the cache its error is kept, as a cold read keeps it
+    (driver,) = store.glob("spans-driver-*.jsonl")
+    whole = driver.read_bytes()
+    failed = whole.index(b'"n":"step"', whole.index(b'"rl.step":4') - 400)
+    for k, cut in enumerate((whole.index(b"\n", len(whole) // 2) + 1, whole.index(b"\n", failed) + 1)):
+        grown = tmp_path / f"grown{k}"
+        grown.mkdir()
+        (grown / driver.name).write_bytes(whole[:cut])
+        _goodput(grown)
+        with (grown / driver.name).open("ab") as handle:
+            handle.write(whole[cut:])
+        assert _goodput(grown)["steps"] == _goodput(grown, "--no-cache")["steps"] == report["steps"], k

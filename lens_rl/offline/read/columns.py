@@ -183,7 +183,7 @@ class Columns:
                 if row.n == "rl.job":
                     self.add_job(row)
                 self.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
-            self._add_errors(rows, len(self.names) - len(rows))
+            self.add_errors(rows, len(self.names) - len(rows))
             return
         try:
             starts, ends = array("q", [row.b for row in rows]), array("q", [row.e for row in rows])
@@ -220,9 +220,9 @@ class Columns:
             if rows[i].a:
                 self._add_request(attrs[i], base + i)
         self._sparse(attrs, base)
-        self._add_errors(rows, base)
+        self.add_errors(rows, base)
 
-    def _add_errors(self, rows: list[Any], base: int) -> None:
+    def add_errors(self, rows: list[Any], base: int) -> None:
         """The spans of ``rows`` (from row ``base``) that ended in error, into :attr:`errors`."""
         for i in where_equal([row.st for row in rows], "ERROR"):
             self.errors[base + i] = _error_of(rows[i])

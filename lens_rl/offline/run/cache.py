@@ -104,6 +104,8 @@ def _into(cols: Columns, row: Any) -> None:
     if row.n == "rl.job":
         cols.add_job(row)
     cols.add(row.n, row.s, row.p, row.b, row.e, row.a, row.pr, row.sc)
+    if row.st == "ERROR":  # (a span that ended in error: a step umbrella's makes its step failed, as extend keeps it)
+        cols.add_errors([row], len(cols.names) - 1)
 
 
 class _Batch:
