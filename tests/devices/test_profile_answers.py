@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,6 +172,22 @@ def _both_running(run: Path, count: int = 2) -> None:
         time.sleep(0.1)
 
 
+def _ask_next(tmp_path: Path, procs: list[Any], timeout_s: int, before: Any = None) -> tuple[Any, float]:
+    """Once both loops run (``before()`` then, if given), ``lens-rl profile --steps next`` with ``timeout_s``; its
+    result and how long it took. The loops are ended after, whatever happened."""
+    try:
+        _both_running(tmp_path / "t" / "r1")
+        if before is not None:
+            before()
+        began = time.monotonic()
+        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", str(timeout_s), timeout=300)
+        return done, time.monotonic() - began
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=120)
+
+
 def test_every_process_asked_is_waited_for_so_a_late_capture_is_printed_too(tmp_path: Path) -> None:
     """A driver with short steps and a worker with long ones, ``--steps next`` for every process: the command
     waits for the worker's capture (written well after the driver's) and prints both files, exit 0."""
@@ -179,14 +196,7 @@ def test_every_process_asked_is_waited_for_so_a_late_capture_is_printed_too(tmp_
         start_loop(0, 400, {**env, "LOOP_DRIVER": "1", "LOOP_PAUSE_S": "0.1"}),
         start_loop(1, 400, {**env, "LOOP_PAUSE_S": "2.5"}),
     ]
-    run = tmp_path / "t" / "r1"
-    try:
-        _both_running(run)
-        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "200", timeout=300)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.communicate(timeout=120)
+    done, _took = _ask_next(tmp_path, procs, 200)
     assert done.returncode == 0, done.stderr
     printed = done.stdout.split()
     assert len(printed) == 2 and all(Path(name).is_file() for name in printed), done.stdout
@@ -199,17 +209,7 @@ def test_a_process_killed_meanwhile_is_not_waited_for(tmp_path: Path) -> None:
     env = cuda_env(tmp_path, "backend=cuda")
     env["LOOP_PAUSE_S"] = "0.3"
     procs = [start_loop(rank, 400, env) for rank in (0, 1)]
-    run = tmp_path / "t" / "r1"
-    try:
-        _both_running(run)
-        procs[1].kill()
-        began = time.monotonic()
-        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "250", timeout=300)
-        took = time.monotonic() - began
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.communicate(timeout=120)
+    done, took = _ask_next(tmp_path, procs, 250, before=procs[1].kill)
     assert done.returncode == 0, done.stderr
     (printed,) = done.stdout.split()
     assert "/trainer-0-step" in printed and Path(printed).is_file()
@@ -221,14 +221,7 @@ def test_a_timeout_names_the_process_that_did_not_answer_and_prints_the_captures
     capture and names rank 1 (its pid) as not answered."""
     env = cuda_env(tmp_path, "backend=cuda")
     procs = [start_loop(0, 400, {**env, "LOOP_PAUSE_S": "0.2"}), start_loop(1, 2, {**env, "LOOP_PAUSE_S": "600"})]
-    run = tmp_path / "t" / "r1"
-    try:
-        _both_running(run)
-        done = run_cli(str(tmp_path / "t"), "--steps", "next", "--timeout", "30", timeout=300)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.communicate(timeout=120)
+    done, _took = _ask_next(tmp_path, procs, 30)
     assert done.returncode == 1, done.stderr
     (printed,) = done.stdout.split()
     assert "/trainer-0-step" in printed and Path(printed).is_file()
