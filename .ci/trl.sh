@@ -12,5 +12,5 @@ echo "--- .ci/trl.sh: installed in $(( $(date +%s) - start )) s"
 
 cd "$ROOT"
 # TRL and transformers woven for real; torch.profiler windows in a loop and in a TRL job
-"$PY" -m pytest tests/frameworks/test_trl.py tests/frameworks/test_profile_torch.py -q -p no:cacheprovider "$@"
+"$PY" -m pytest tests/frameworks/test_trl.py tests/frameworks/test_profile_torch.py -q -p no:cacheprovider -m "slow or not slow" "$@"
 echo ".ci/trl.sh: passed in $(( $(date +%s) - start )) s"
