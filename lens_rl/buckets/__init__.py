@@ -29,6 +29,7 @@ __all__ = [
     "PHASE_KINDS",
     "PHASE_SOURCES",
     "TRAINING_PARTS",
+    "VERDICTS",
     "WEIGHT_SYNC_PHASES",
     "Bucket",
     "claimed",
@@ -44,6 +45,8 @@ __all__ = [
     "staleness",
     "subtracted",
     "union_length",
+    "verdict",
+    "verdict_name",
     "weighted",
 ]
 
@@ -365,3 +368,6 @@ def claimed(segments: Iterable[tuple[int, int, int, Any]], ranks: int = 4) -> tu
 
 # (the staleness rule, its own module of this floor; re-exported: lens_rl.buckets is where both sides find it)
 from lens_rl.buckets.staleness_rule import staleness, weighted  # noqa: E402
+
+# (the pipeline's verdict rule, likewise: the live step_metrics() keys and the offline rollup both take it here)
+from lens_rl.buckets.verdict_rule import VERDICTS, verdict, verdict_name  # noqa: E402

@@ -13,6 +13,7 @@ from typing import Any
 
 from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.buckets import (
+    VERDICTS,
     Bucket,
     claimed,
     exclusive_time,
@@ -21,6 +22,7 @@ from lens_rl.buckets import (
     staleness,
     subtracted,
     union_length,
+    verdict_name,
 )
 
 __all__ = ["end_step", "step_goodput", "step_metrics"]
@@ -47,7 +49,7 @@ def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> No
         for n, (_, _, value, _, name, exclusive_s) in enumerate(spans):
             metrics.record_seconds(name, value, exclusive_s if shares is None else shares.get(n, 0.0) / 1e9)
     attempt = handle.resource.attributes.get("rl.attempt", 0) if handle is not None else 0
-    pipeline = _pipeline(spans, node.start_ns, end_ns)
+    pipeline: dict[str, Any] = _pipeline(spans, node.start_ns, end_ns)
     consumed, node.consumed = node.consumed, None
     if consumed:  # its training phases said what they consumed: the offline rollup's staleness, for this step
         bound = handle.resource.attributes.get("rl.max_staleness") if handle is not None else None
@@ -66,13 +68,15 @@ def end_step(node: Any, end_ns: int, wall_s: float, handle: Handle | None) -> No
     }
 
 
-def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float]:
+def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, Any]:
     """The step's pipeline figures within this process (its threads and tasks are its pools): busy of its
     generation-family (rollout) and training or logprob (trainer) productive phases, their overlap, the bubble
     where no productive phase runs (shares of the wall), weight-sync seconds and the pause (the part of them no
-    generation ran beside): the offline pipeline's rules, on this process's spans. A process whose step runs
-    neither pool's phases itself (a Ray driver whose pools are its workers) cannot see them: weight-sync seconds
-    only (a bubble of 1 there would be a falsehood; ``lens-rl goodput`` has the figures across processes)."""
+    generation ran beside), ``imbalance`` = |idle(trainer) - idle(rollout)| where both pools ran here, and the
+    ``verdict`` (:func:`lens_rl.buckets.verdict_name`, the offline rollup's one rule: a name, or None): the
+    offline pipeline's rules, on this process's spans. A process whose step runs neither pool's phases itself (a
+    Ray driver whose pools are its workers) cannot see them: weight-sync seconds only (a bubble of 1 there would
+    be a falsehood; ``lens-rl goodput`` has the figures across processes)."""
     wall = hi - lo
     gen, train, productive, sync = [], [], [], []
     for start, end, value, _, name, _ in spans:
@@ -92,14 +96,22 @@ def _pipeline(spans: list[tuple[Any, ...]], lo: int, hi: int) -> dict[str, float
     sync_ns = union_length(sync)
     if not gen and not train:
         return {"sync_s": sync_ns / 1e9}
-    return {
+    pause_ns = union_length(sync + gen) - g
+    out: dict[str, Any] = {
         "busy_rollout": g / wall if wall > 0 else 0.0,
         "busy_trainer": t / wall if wall > 0 else 0.0,
         "overlap": (g + t - union_length(gen + train)) / wall if wall > 0 else 0.0,
         "bubble": (wall - union_length(productive)) / wall if wall > 0 else 0.0,
         "sync_s": sync_ns / 1e9,
-        "pause_s": (union_length(sync + gen) - g) / 1e9,
+        "pause_s": pause_ns / 1e9,
     }
+    # (a pool is here when its phases ran in this step: the other's idle is unknown, as offline without its ranks)
+    trainer_idle = 1 - out["busy_trainer"] if train else None
+    rollout_idle = 1 - out["busy_rollout"] if gen else None
+    if trainer_idle is not None and rollout_idle is not None:
+        out["imbalance"] = abs(trainer_idle - rollout_idle)
+    out["verdict"] = verdict_name(trainer_idle, rollout_idle, pause_ns / wall if wall > 0 else None)
+    return out
 
 
 def _segments(spans: list[tuple[Any, ...]]) -> Iterator[tuple[int, int, int, int]]:
@@ -118,7 +130,9 @@ def step_goodput() -> dict[str, Any] | None:
     """The last completed step's goodput on this process, or None.
 
     ``{"step", "attempt", "seconds": {bucket: s} (all four, zeros included), "unattributed_s", "wall_s",
-    "goodput", "pipeline"}`` (``pipeline``: :func:`step_metrics`' ``pipeline/`` figures as a dict). A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
+    "goodput", "pipeline"}`` (``pipeline``: :func:`step_metrics`' ``pipeline/`` figures as a dict, with the
+    verdict as its name: ``"verdict"``, one of :data:`lens_rl.buckets.VERDICTS` or None, where this process ran
+    a pool's phases). A step is a phase with its own ``rl.step`` and no bucket (the umbrella of one training
     step); ``seconds`` are the exclusive seconds of the bucketed phases inside it, ``unattributed_s`` the
     time none of them covers, and goodput = productive / wall: computed live with the rules the offline
     rollup uses. A plain read; None while off or before the first step.
@@ -141,7 +155,11 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     ``unattributed_s``, ``productive_s``, ``overhead_s``, ``idle_s``, ``wasted_s``, and the step's pipeline
     figures on this process: ``pipeline/busy_rollout``, ``pipeline/busy_trainer``, ``pipeline/overlap``,
     ``pipeline/bubble`` (shares of the wall), ``pipeline/sync_s``, ``pipeline/pause_s`` (``sync_s`` only in a
-    process whose step runs no generation or training phase itself: its pools are elsewhere); where the step's
+    process whose step runs no generation or training phase itself: its pools are elsewhere);
+    ``pipeline/imbalance`` (|idle(trainer) - idle(rollout)|, where both pools ran in this process); the step's
+    verdict (:func:`lens_rl.buckets.verdict_name`, the offline rollup's rule) as four 0/1 floats, one 1 where it
+    has one: ``pipeline/verdict/rollout-bound``, ``pipeline/verdict/trainer-bound``,
+    ``pipeline/verdict/sync-bound``, ``pipeline/verdict/balanced`` (none of them without a verdict); where the step's
     phases said what they consumed (``trajectory_versions=``), its staleness by the offline rollup's rule
     (:func:`lens_rl.buckets.staleness`): ``pipeline/staleness_mean``, ``pipeline/staleness_p90``,
     ``pipeline/staleness_max`` and, where a bound is set (the phase's or the job's ``rl.max_staleness``),
@@ -168,5 +186,9 @@ def step_metrics(prefix: str = "goodput/") -> dict[str, float]:
     for bucket, seconds in last["seconds"].items():
         out[f"{prefix}{bucket}_s"] = float(seconds)
     for key, value in (last.get("pipeline") or {}).items():
-        out[f"{prefix}pipeline/{key}"] = float(value)
+        if key != "verdict":
+            out[f"{prefix}pipeline/{key}"] = float(value)
+        elif value is not None:  # (dashboards take floats: the name as one 1 among its four)
+            for name in VERDICTS:
+                out[f"{prefix}pipeline/verdict/{name}"] = 1.0 if name == value else 0.0
     return out

@@ -10,7 +10,7 @@ import pytest
 
 from lens_rl.offline.run.analyze import analyze
 from lens_rl.store import span_files
-from tests.stores import span, write_process
+from tests.stores import at_ns, span, write_process
 
 
 def _store(
@@ -207,3 +207,54 @@ def test_the_walls_coverage_is_the_steady_windows_summed_where_they_are_the_wall
         each = _Windows(rows, windows, steady, wall)
         assert each.of_wall(busy, wl, wh) == int(coverage(busy, wl, wh).sum())
     assert _Windows(rows, layouts[0], steady, [w for s in steady for w in layouts[0][s]]).steady is not None
+
+
+def test_each_step_has_its_own_imbalance_and_verdict_through_the_refresh_cache_as_cold(tmp_path: Path) -> None:
+    """Four steps of 10 s (1 s apart) whose pools wait differently: generation for 7 s then training for 3 (the
+    trainer idles 70 %, rollout 30 %: rollout-bound, imbalance 0.4), generation for 7 s beside training
+    throughout (trainer-bound, 0.3), both throughout (balanced, 0), a 2 s sync with no generation (pause 20 %:
+    sync-bound, imbalance 0.2); the job's own verdict balanced. A look through the refresh cache, of the whole
+    store and of it grown after its first two steps (their windows kept by the pipeline memo), gives the same
+    rows as a cold read. The report's per-step figure draws each step's imbalance, its verdict on hover."""
+    import json
+
+    from lens_rl.offline.run.cache import cache_folder
+
+    run = tmp_path / "run"
+    pipe = _store(
+        run,
+        [(0, 10), (11, 21), (22, 32), (33, 43)],
+        [(0, 7), (11, 18), (22, 32), (33, 36), (38, 43)],
+        [(7, 10), (11, 21), (22, 32), (33, 43)],
+        syncs=[(36, 38)],
+    )
+    assert [s["verdict"] for s in pipe["per_step"]] == ["rollout-bound", "trainer-bound", "balanced", "sync-bound"]
+    assert [s["imbalance"] for s in pipe["per_step"]] == pytest.approx([0.4, 0.3, 0.0, 0.2])
+    assert pipe["verdict"]["verdict"] == "balanced"  # (the job: trainer idle 17.5 %, rollout 20 %, pause 5 %)
+    go = pytest.importorskip("plotly.graph_objects")
+    from lens_rl.offline.show.report.pipeline import pipeline_figure
+
+    report: Any = {"pipeline": pipe}
+    drawn = next(t for t in pipeline_figure(go, report)[1].data if t.name == "imbalance")  # type: ignore[index]
+    assert list(drawn.y) == [s["imbalance"] for s in pipe["per_step"]]
+    assert list(drawn.text) == [s["verdict"] for s in pipe["per_step"]]
+    for _ in range(2):
+        warm = analyze(span_files(run), jobs=1, warmup_steps=0, cache=cache_folder(run))
+        assert json.dumps(warm["pipeline"], sort_keys=True) == json.dumps(pipe, sort_keys=True)
+    # the store seen while the job ran (every file cut after its spans of the first two steps), then grown
+    grown = tmp_path / "grown"
+    grown.mkdir()
+    later = {}
+    for path in sorted(run.glob("spans-*.jsonl")):
+        lines = path.read_bytes().splitlines(keepends=True)
+        cut = 1 + sum(1 for line in lines[1:] if json.loads(line)["b"] < at_ns(22 * 10**9))
+        (grown / path.name).write_bytes(b"".join(lines[:cut]))
+        later[path.name] = b"".join(lines[cut:])
+    first = analyze(span_files(grown), jobs=1, warmup_steps=0, cache=cache_folder(grown))["pipeline"]
+    assert [s["verdict"] for s in first["per_step"]] == ["rollout-bound", "trainer-bound"]
+    for name, rest in later.items():
+        with (grown / name).open("ab") as handle:
+            handle.write(rest)
+    warm = analyze(span_files(grown), jobs=1, warmup_steps=0, cache=cache_folder(grown))["pipeline"]
+    cold = analyze(span_files(grown), jobs=1, warmup_steps=0)["pipeline"]
+    assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True) == json.dumps(pipe, sort_keys=True)

@@ -249,3 +249,47 @@ def test_a_job_bound_set_in_otel_resource_attributes_is_a_number_live_and_offlin
     assert rec.handle.resource.attributes["rl.max_staleness"] == 2
     assert live["goodput/pipeline/staleness_beyond"] == 0.5
     assert offline["pipeline"]["staleness"]["beyond"] == 0.5 and offline["pipeline"]["staleness"]["bound"] == 2
+
+
+def test_a_steps_imbalance_and_verdict_live_by_the_offline_rule() -> None:
+    """A step generating 0.3 s then training 0.05 s: the trainer idles far more than rollout, imbalance =
+    busy(rollout) - busy(trainer), rollout-bound; a step generating 0.1 s, syncing weights 0.1 s (nothing
+    generated beside it) and training 0.1 s: the pause is about a third of the wall, sync-bound whatever the idles
+    say. step_metrics() has the imbalance and the verdict as four 0/1 floats, exactly one 1; a process that runs
+    no pool's phase has neither (it cannot see its pools)."""
+    from lens_rl.buckets import VERDICTS, verdict_name
+    from lens_rl.offline.rollup import verdict as offline
+
+    assert offline.verdict_name is verdict_name  # (one rule: the rollup's per job, window and step is this one)
+    with recording(worker_group="driver"):
+        with traced_phase("step", step=0):
+            with traced_phase("generation", bucket="productive"):
+                time.sleep(0.3)
+            with traced_phase("policy_training", bucket="productive"):
+                time.sleep(0.05)
+        slow_rollout = lens_rl.step_goodput()["pipeline"]
+        slow_flat = lens_rl.step_metrics()
+        with traced_phase("step", step=1):
+            with traced_phase("generation", bucket="productive"):
+                time.sleep(0.1)
+            with traced_phase("weight_sync", bucket="overhead"):
+                time.sleep(0.1)
+            with traced_phase("policy_training", bucket="productive"):
+                time.sleep(0.1)
+        syncing = lens_rl.step_goodput()["pipeline"]
+        sync_flat = lens_rl.step_metrics()
+        with traced_phase("step", step=2), traced_phase("rollout", bucket="idle"):
+            pass
+        nothing = lens_rl.step_metrics()
+    pipe = slow_rollout
+    assert pipe["imbalance"] == pytest.approx(pipe["busy_rollout"] - pipe["busy_trainer"]) and pipe["imbalance"] > 0.3
+    assert pipe["verdict"] == "rollout-bound" == verdict_name(1 - pipe["busy_trainer"], 1 - pipe["busy_rollout"], 0.0)
+    assert slow_flat["goodput/pipeline/imbalance"] == pipe["imbalance"]
+    assert {k: v for k, v in slow_flat.items() if "/verdict/" in k} == {
+        f"goodput/pipeline/verdict/{name}": float(name == "rollout-bound") for name in VERDICTS
+    }
+    assert syncing["pause_s"] > 0.05 and syncing["verdict"] == "sync-bound"
+    assert sync_flat["goodput/pipeline/verdict/sync-bound"] == 1.0 and sync_flat["goodput/pipeline/imbalance"] >= 0
+    assert sum(v for k, v in sync_flat.items() if "/verdict/" in k) == 1.0
+    assert all(isinstance(v, float) for v in (*slow_flat.values(), *sync_flat.values()))
+    assert not [k for k in nothing if "verdict" in k or "imbalance" in k]

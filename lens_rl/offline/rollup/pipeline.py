@@ -13,7 +13,8 @@
   process, as a union: ``count`` (a sync nested in another's time counted once), ``total`` seconds, and
   ``pause``: the part during which the rollout pool generated nothing. Per step too.
 * **Staleness** (:mod:`~lens_rl.offline.rollup.staleness`) and the **verdict**
-  (:mod:`~lens_rl.offline.rollup.verdict`), per job and per window of :data:`WINDOW` steps.
+  (:mod:`~lens_rl.offline.rollup.verdict`), per job and per window of :data:`WINDOW` steps; per step too, with
+  that step's ``imbalance`` (the one rule, :func:`lens_rl.buckets.verdict_name`, on that step's figures alone).
 
 Example::
 
@@ -34,7 +35,7 @@ from lens_rl.offline.rollup.pipe_memo import UNIONS, PipeMemo, Windows, tail
 from lens_rl.offline.rollup.pools import ROLES, roles_of
 from lens_rl.offline.rollup.staleness import placed, staleness
 from lens_rl.offline.rollup.steps import steady_indexes, step_windows, warmup_of
-from lens_rl.offline.rollup.verdict import verdict
+from lens_rl.offline.rollup.verdict import verdict, verdict_name
 
 __all__ = ["ROLES", "WINDOW", "pipeline_row", "roles_of"]
 
@@ -239,8 +240,9 @@ def _per_step(
     consumed: list[Any],
     bound: Any,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every complete step's figures (busy per pool, overlap, bubble, sync and pause, staleness) and the verdict
-    per window of :data:`WINDOW` steady steps, each array's coverage of every step read at once."""
+    """Every complete step's figures (busy per pool, imbalance, overlap, bubble, sync and pause, staleness, the
+    step's own verdict) and the verdict per window of :data:`WINDOW` steady steps, each array's coverage of every
+    step read at once (the verdicts: the rule's name per step from those columns, no dict of figures each)."""
     order = each.order
     if not order:
         return [], []
@@ -268,21 +270,28 @@ def _per_step(
     roles = list(busy)  # (each step's busy, its staleness: made column by column, zipped per step)
     busies = _dicts(roles, list(busy.values()))
     stales = [_stale(by_step.get(step), bound) for step in order] if by_step else None
+    trainer, rollout, pause = (
+        none if value is None else np.asarray(value, np.float64).tolist()
+        for value in (got["idle"].get("trainer"), got["idle"].get("rollout"), got["pause_share"])
+    )
     columns: list[list[Any]] = [
         order,
         _listed(walls, 1e9) or none,
         busies if roles else [{} for _ in order],
+        _listed(got["imbalance"], 1) or none,
         shares["overlap"] or none,
         shares["bubble"] or none,
         seconds["sync"] or none,
         seconds["pause"] or none,
         stales or [_NO_STALENESS] * len(order),
+        [verdict_name(t, r, p) for t, r, p in zip(trainer, rollout, pause, strict=True)],
     ]
     out = [
         {
             "step": step,
             "wall_s": wall_s,
             "busy": busied,
+            "imbalance": imbalance,
             "overlap": overlap,
             "bubble": bubble,
             "sync_s": sync_s,
@@ -291,8 +300,11 @@ def _per_step(
             "staleness_p90": stale[1],
             "staleness_max": stale[2],
             "staleness_beyond": stale[3],
+            "verdict": judged,
         }
-        for step, wall_s, busied, overlap, bubble, sync_s, pause_s, stale in zip(*columns, strict=True)
+        for step, wall_s, busied, imbalance, overlap, bubble, sync_s, pause_s, stale, judged in zip(
+            *columns, strict=True
+        )
     ]
     return out, _chunks(order, steady, walls, cover, ranks, arrays)
 

@@ -92,6 +92,7 @@ class PipelineStep(TypedDict):
     step: Step
     wall_s: float
     busy: dict[str, float]
+    imbalance: float | None  # |idle(trainer) - idle(rollout)| of this step; None without both pools
     overlap: float
     bubble: float
     sync_s: float
@@ -100,6 +101,7 @@ class PipelineStep(TypedDict):
     staleness_p90: float | None
     staleness_max: float | None
     staleness_beyond: float | None
+    verdict: str | None  # the rule's name for this step alone (lens_rl.buckets.verdict_name)
 
 
 class Pipeline(TypedDict):

@@ -4,7 +4,7 @@
 Example::
 
     card = pipeline_card(report)               # HTML: the verdict, busy per pool, overlap, pause, staleness
-    name, fig = pipeline_figure(go, report)    # busy per pool, overlap, pause and staleness per step
+    name, fig = pipeline_figure(go, report)    # busy per pool, imbalance (its verdict), overlap, pause, staleness
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def pipeline_card(report: GoodputReport) -> str:
 
 
 def pipeline_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
-    """Per step: each pool's busy share, the overlap and bubble (lines, shares of the step's wall), the
-    weight-sync pause (bars, seconds) and the mean staleness (a line on its own axis). None without steps."""
+    """Per step: each pool's busy share, the imbalance (its points say the step's verdict), the overlap and
+    bubble (lines, shares of the step's wall), the weight-sync pause (bars, seconds) and the mean staleness (a
+    line on its own axis). None without steps."""
     pipe = report.get("pipeline")
     rows = pipe["per_step"] if pipe else []
     if not rows:
@@ -57,6 +58,17 @@ def pipeline_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
     xs = [r["step"] for r in shown]
     pools = sorted({pool for r in shown for pool in r["busy"]})
     traces = [go.Scatter(x=xs, y=[r["busy"].get(pool) for r in shown], name=f"{pool} busy") for pool in pools]
+    if any(r.get("imbalance") is not None or r.get("verdict") for r in shown):  # (a kept report may predate them)
+        traces.append(
+            go.Scatter(
+                x=xs,
+                y=[r.get("imbalance") for r in shown],
+                name="imbalance",
+                text=[r.get("verdict") or "no verdict" for r in shown],
+                hovertemplate="step %{x}: imbalance %{y:.1%}, %{text}<extra></extra>",
+                line={"dash": "longdash"},
+            )
+        )
     traces.append(go.Scatter(x=xs, y=[r["overlap"] for r in shown], name="overlap", line={"dash": "dot"}))
     traces.append(go.Scatter(x=xs, y=[r["bubble"] for r in shown], name="bubble", line={"dash": "dash"}))
     traces.append(go.Bar(x=xs, y=[r["pause_s"] or 0.0 for r in shown], name="sync pause (s)", yaxis="y2", opacity=0.4))
@@ -64,7 +76,8 @@ def pipeline_figure(go: Any, report: GoodputReport) -> tuple[str, Any] | None:
         traces.append(go.Scatter(x=xs, y=[r["staleness_mean"] for r in shown], name="staleness mean", yaxis="y2"))
     fig = go.Figure(traces)
     fig.update_layout(
-        title="Pipeline per step: busy per pool, overlap and bubble (share of the step), sync pause and staleness",
+        title="Pipeline per step: busy per pool, imbalance (hover: the verdict), overlap and bubble (share of the "
+        "step), sync pause and staleness",
         xaxis_title="step",
         yaxis={"title": "share of the step's wall", "range": [0, 1.05]},
         yaxis2={"title": "s / versions", "overlaying": "y", "side": "right"},
