@@ -25,6 +25,8 @@ def start() -> None:
     if _started:
         return
     _started.append(True)
+    if _reading_command():
+        return
     try:
         from lens_rl._runtime import RUNTIME
         from lens_rl.frameworks import apply_configured
@@ -39,6 +41,13 @@ def start() -> None:
             RUNTIME.step_claim = _first_step
     except Exception as exc:  # never the job's fault: one line, then the job runs untraced
         print(f"lens-rl run: this process is not traced: {exc!r}", file=sys.stderr)
+
+
+def _reading_command() -> bool:
+    """Whether this process is ``lens-rl`` itself (``goodput``, ``status``, ``profile`` run from inside the
+    job): it reads the store, runs no phase and weaves nothing, and it does not count as a process of the job
+    that loaded lens_rl (the hint of ``lens-rl run``'s last line stays true)."""
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) == "lens-rl"
 
 
 def _first_step() -> None:

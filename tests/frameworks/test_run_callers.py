@@ -5,6 +5,8 @@ names its run with a character the store replaces."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,10 +180,19 @@ def test_a_run_id_the_store_replaces_names_its_real_folder(tmp_path: Path) -> No
 
 def test_a_job_that_never_loaded_lens_rl_is_told_why_nothing_was_written(tmp_path: Path) -> None:
     """A job whose Python replaced PYTHONPATH and never imported lens_rl (a framework-only job, unwoven): the
-    last line says no process loaded lens_rl; a Python job that ran the bootstrap but recorded nothing is not
-    told so."""
+    last line says no process loaded lens_rl, also when the job ran a reading command (`lens-rl goodput`, which
+    imports lens_rl); a Python job that ran the bootstrap but recorded nothing is not told so."""
     lost = _run(tmp_path, "sh", "-c", f"PYTHONPATH=/nowhere {sys.executable} -c pass", args=("--trace-dir", "t"))
     assert lost.returncode == 0 and "no Python process of the job loaded lens_rl" in lost.stderr.splitlines()[-1]
+    lens = shutil.which("lens-rl", path=os.path.dirname(sys.executable))
+    read_too = _run(
+        tmp_path,
+        "sh",
+        "-c",
+        f"PYTHONPATH=/nowhere {sys.executable} -c pass; {lens} goodput t; true",
+        args=("--trace-dir", "t"),
+    )
+    assert "no Python process of the job loaded lens_rl" in read_too.stderr.splitlines()[-1], read_too.stderr
     kept = _run(tmp_path, sys.executable, "-c", "pass", args=("--trace-dir", "t"))
     assert kept.returncode == 0 and "no process wrote" in kept.stderr and "loaded lens_rl" not in kept.stderr, (
         kept.stderr
