@@ -290,8 +290,8 @@ def test_a_record_cut_short_of_another_version_or_not_adding_up_is_read_cold(tmp
 
 def test_which_new_lines_repeat_a_settled_span_is_the_one_by_one_rule_in_bulk() -> None:
     """A grown file's new span ids are told apart from the settled ones in bulk exactly as one by one: lens_rl's
-    16 hex digits (either case) found or not, and ids that are not (a sign, a space, other digits, numbers)
-    taken as the rule takes them."""
+    16 lower-case hex digits found or not, and ids that are not (upper case, a sign, a space, other digits,
+    numbers) taken as the rule takes them."""
     from lens_rl.offline.run.cache_files import id_key, merged_ids, settled_has, unsettled
 
     settled = merged_ids(array("Q"), [0x1, 0xABCDEF0123456789, 2**64 - 1])
@@ -362,3 +362,25 @@ def test_a_damaged_kept_report_costs_one_line_and_the_look_reads_the_store(tmp_p
     assert "1 cache file(s) not used" in line and report.name in line
     third = lens("goodput", str(run), "--json")
     assert third.stderr == "" and third.stdout == first.stdout
+
+
+@pytest.mark.parametrize("first", ["lower", "upper"])
+def test_an_upper_case_twin_of_a_span_id_is_another_span_through_the_cache_as_cold(tmp_path: Path, first: str) -> None:
+    """A span id and its upper-case twin (a hostile or foreign writer's) in one file, the twin appended after
+    a look: a cold read keeps both spans, and so does the look through the cache (the settled ids made a
+    number of both, one span of the two)."""
+    from tests.stores import header, span
+
+    run = tmp_path / "r"
+    run.mkdir()
+    path = run / "spans-w-0-5.jsonl"
+    one, two = (
+        span("gen", 1, 2, "a", step=1, bucket="productive"),
+        span("train", 2, 3, "b", step=1, bucket="productive"),
+    )
+    one["s"], two["s"] = (one["s"], one["s"].upper()) if first == "lower" else (one["s"].upper(), one["s"])
+    path.write_text(json.dumps(header("w", 0, 5)) + "\n" + json.dumps(one) + "\n")
+    same_as_cold(run)
+    with path.open("a") as handle:
+        handle.write(json.dumps(two) + "\n")
+    assert same_as_cold(run)["spans"] == 2

@@ -230,3 +230,24 @@ def test_callers_in_another_worker_are_located_once_and_kept(tmp_path: Path, mon
 
     monkeypatch.setattr(perfetto_cache, "locate_file", no_read)
     assert _same(run, tmp_path / "t.json") == data
+
+
+@pytest.mark.parametrize("first", ["lower", "upper"])
+def test_an_upper_case_twin_of_a_span_id_is_drawn_through_the_cache_as_cold(tmp_path: Path, first: str) -> None:
+    """A span id and its upper-case twin in one file, the twin appended after a look: both spans are drawn,
+    through the cache as by a cold read (the drawn ids made a number of both, and the twin was skipped)."""
+    run = tmp_path / "r"
+    run.mkdir()
+    path = run / "spans-w-0-5.jsonl"
+    one, two = (
+        span("gen", 1, 2, "a", step=1, bucket="productive"),
+        span("train", 2, 3, "b", step=1, bucket="productive"),
+    )
+    one["s"], two["s"] = (one["s"], one["s"].upper()) if first == "lower" else (one["s"].upper(), one["s"])
+    path.write_text(json.dumps(header("w", 0, 5)) + "\n" + json.dumps(one) + "\n")
+    _same(run, tmp_path / "t.json")
+    with path.open("a") as handle:
+        handle.write(json.dumps(two) + "\n")
+    events = json.loads(_same(run, tmp_path / "t.json"))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert sorted(e["name"] for e in events if e.get("ph") == "X") == ["gen", "train"]

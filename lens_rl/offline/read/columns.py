@@ -22,7 +22,7 @@ from itertools import compress
 from typing import Any
 
 from lens_rl.offline.read.requests import REQUEST_SPAN, request_numbers
-from lens_rl.offline.read.runs import hex_ids, run_steps, where_equal, where_true
+from lens_rl.offline.read.runs import hex_id, hex_ids, run_steps, where_equal, where_true
 from lens_rl.offline.read.tree import CAPTURE
 from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, scan_runs, time_ns, unseen
 
@@ -114,13 +114,8 @@ class Columns:
         self.names.append(shared(name, name) if type(name) is str else name)
         ids = self.ids
         if type(ids) is array:
-            try:
-                if len(span_id) != 16 or (parent_id is not None and len(parent_id) != 16):
-                    raise ValueError(span_id)
-                number, parent = int(span_id, 16), int(parent_id, 16) if parent_id is not None else 0
-                if number <= 0 or parent < 0 or (parent_id is not None and not parent):
-                    raise ValueError(span_id)  # (0 stands for "no parent"; a sign is not lens_rl's form)
-            except (TypeError, ValueError):
+            number, parent = hex_id(span_id), 0 if parent_id is None else hex_id(parent_id)
+            if not number or not (parent or parent_id is None):  # (0 stands for "no parent": not an id of one)
                 self._ids_as_given()
                 self._add_given_ids(span_id, parent_id)
             else:
@@ -286,10 +281,7 @@ class Columns:
         if type(root) is not str:
             return
         if type(self.ids) is array:
-            try:
-                self.root = int(root, 16) if len(root) == 16 else None
-            except ValueError:
-                self.root = None
+            self.root = hex_id(root)
         else:
             self.root = root
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 from lens_rl.store import INT64_END
 
-__all__ = ["from_hex", "hex_ids", "run_steps", "where_equal", "where_true"]
+__all__ = ["from_hex", "hex_id", "hex_ids", "run_steps", "where_equal", "where_true"]
 
 _ID_TYPES = frozenset((str, type(None)))
 _NO_PARENT = "0" * 16
@@ -35,12 +36,16 @@ def hex_ids(span_ids: list[Any], parent_ids: list[Any]) -> tuple[array, array] |
     return numbers, parents
 
 
-def from_hex(ids: list[str]) -> array | None:
+def from_hex(ids: Sequence[str]) -> array | None:
     """Ids of 16 characters each as the uint64 numbers their hex digits write (as ``int(i, 16)`` reads
-    them), at C speed; None where one is not 16 plain hex digits (``int`` may read it otherwise: a sign, a
-    ``0x``, a space, an underscore, other scripts' digits)."""
+    them), at C speed; None where one is not 16 plain lower-case hex digits (``int`` may read it otherwise: a
+    sign, a ``0x``, a space, an underscore, other scripts' digits), the form lens_rl writes. An upper-case id
+    stays text: a number would make it one with its lower-case twin, which a read keeps as another span."""
+    joined = "".join(ids)
+    if any(c in joined for c in "ABCDEF"):  # (one memchr each)
+        return None
     try:
-        raw = bytes.fromhex("".join(ids))
+        raw = bytes.fromhex(joined)
     except ValueError:
         return None
     if len(raw) != 8 * len(ids):  # (a space inside an id: fromhex skips it, and pairs digits across ids)
@@ -50,6 +55,17 @@ def from_hex(ids: list[str]) -> array | None:
     if sys.byteorder == "little":
         out.byteswap()
     return out
+
+
+def hex_id(span_id: Any) -> int | None:
+    """One id as :func:`from_hex` reads ids: the number its 16 plain lower-case hex digits write, else None."""
+    if type(span_id) is not str or len(span_id) != 16 or any(c in span_id for c in "ABCDEF"):
+        return None
+    try:
+        raw = bytes.fromhex(span_id)
+    except ValueError:
+        return None
+    return int.from_bytes(raw, "big") if len(raw) == 8 else None
 
 
 def run_steps(steps: list[Any], shared: Any) -> list[Any]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.read.parts import ProcessPart
+from lens_rl.offline.read.runs import from_hex, hex_id
 from lens_rl.offline.run.disk import CACHE_DIR, FORMAT, append_to, json_bytes, read_bytes, read_kept, write_atomic
 from lens_rl.offline.run.records import (
     UNENCODABLE,
@@ -215,13 +216,10 @@ def _held(buffer: memoryview) -> array:
 
 
 def id_key(span_id: Any) -> Any:
-    """A span id as the settled ids keep it: an int for lens_rl's 16 hex digits, else as given."""
-    if type(span_id) is str and len(span_id) == 16:
-        try:
-            return int(span_id, 16)
-        except ValueError:
-            return span_id
-    return span_id
+    """A span id as the settled ids keep it: an int for lens_rl's 16 lower-case hex digits
+    (:func:`~lens_rl.offline.read.runs.hex_id`), else as given."""
+    number = hex_id(span_id)
+    return span_id if number is None else number
 
 
 def settled_has(ids: Any, key: Any) -> bool:
@@ -245,14 +243,11 @@ def unsettled(ids: Any, span_ids: Sequence[Any]) -> bytearray:
     """1 for each of ``span_ids`` (as lines hold them) that the settled ``ids`` do not hold, else 0: in bulk where
     they are lens_rl's 16 hex digits and ``ids`` an int array (one binary search of them all), else one by one."""
     if type(ids) is array and len(ids) and all(type(s) is str and len(s) == 16 for s in span_ids):
-        try:
-            raw = bytes.fromhex("".join(span_ids))
-        except ValueError:  # (not all hex digits: each as :func:`id_key` takes it)
-            raw = b""
-        if len(raw) == 8 * len(span_ids):
+        numbers = from_hex(span_ids)  # (None: not all lens_rl's form: each as :func:`id_key` takes it)
+        if numbers is not None:
             import numpy as np  # (a grown file's new lines: numpy is loaded by the reduction already)
 
-            keys, table = np.frombuffer(raw, ">u8").astype(np.uint64), np.frombuffer(ids, np.uint64)
+            keys, table = np.frombuffer(numbers, np.uint64), np.frombuffer(ids, np.uint64)
             found = table[np.minimum(np.searchsorted(table, keys), len(table) - 1)] == keys
             return bytearray((~found).view(np.uint8).tobytes())
     return bytearray(not settled_has(ids, id_key(span_id)) for span_id in span_ids)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl._version import __version__
+from lens_rl.offline.read.runs import from_hex
 from lens_rl.offline.run.cache_files import id_key, merged_ids, unsettled
 from lens_rl.offline.run.disk import FORMAT
 from lens_rl.offline.run.index import file_identity
@@ -145,14 +146,11 @@ def sorted_ids(drawn: Any, met: list[Any]) -> Any:
     16 hex digits (numpy, as :func:`~lens_rl.offline.run.cache_files.unsettled` reads them), else one by one
     (:func:`~lens_rl.offline.run.cache_files.merged_ids`)."""
     if type(drawn) is array and met and all(type(i) is str and len(i) == 16 for i in met):
-        try:
-            raw = bytes.fromhex("".join(met))
-        except ValueError:  # (not all hex digits)
-            raw = b""
-        if len(raw) == 8 * len(met):
+        numbers = from_hex(met)  # (None: not all lens_rl's form)
+        if numbers is not None:
             import numpy as np
 
-            ids = np.concatenate([np.frombuffer(drawn, np.uint64), np.frombuffer(raw, ">u8").astype(np.uint64)])
+            ids = np.concatenate([np.frombuffer(drawn, np.uint64), np.frombuffer(numbers, np.uint64)])
             ids.sort()
             return array("Q", ids.tobytes())
     return merged_ids(drawn, [id_key(i) for i in met])
