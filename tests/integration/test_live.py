@@ -36,17 +36,22 @@ def status(trace_dir: Path) -> tuple[int, dict[str, Any]]:
     return out.returncode, json.loads(out.stdout)
 
 
-def test_a_hung_trainer_is_flagged_live_and_a_killed_one_goes_stale(tmp_path: Path) -> None:
-    trace_dir = tmp_path / "traces"
-    env = clean_env({"LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS": "200", "LENS_RL_OTEL_HANG_TIMEOUT_S": "1"})
-    job = subprocess.Popen(
-        [sys.executable, str(JOB), str(trace_dir), str(tmp_path)],
-        env=env,
+def start(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """A job in its own process, its stdout and stderr in one text pipe."""
+    return subprocess.Popen(
+        [sys.executable, *command],
+        env=clean_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=tmp_path,
+        cwd=cwd,
     )
+
+
+def test_a_hung_trainer_is_flagged_live_and_a_killed_one_goes_stale(tmp_path: Path) -> None:
+    trace_dir = tmp_path / "traces"
+    env = {"LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS": "200", "LENS_RL_OTEL_HANG_TIMEOUT_S": "1"}
+    job = start([str(JOB), str(trace_dir), str(tmp_path)], env, tmp_path)
     output: list[str] = []
     try:
         assert job.stdout is not None
@@ -167,16 +172,8 @@ def test_an_ended_pool_workers_phase_is_not_shown_open(tmp_path: Path, method: s
     are ended, their phase ended by their shutdown; the driver, alive, shows its open step as before."""
     (tmp_path / "job.py").write_text(POOL_JOB)
     trace_dir = tmp_path / "traces"
-    env = clean_env({"LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS": "60000"})
-    job = subprocess.Popen(
-        [sys.executable, "-m", "lens_rl", "run", "--trace-dir", str(trace_dir), "--run-id", "r", "--"]
-        + [sys.executable, "job.py", method, how],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-    )
+    run = ["-m", "lens_rl", "run", "--trace-dir", str(trace_dir), "--run-id", "r", "--", sys.executable, "job.py"]
+    job = start([*run, method, how], {"LENS_RL_OTEL_HEARTBEAT_INTERVAL_MS": "60000"}, tmp_path)
     output: list[str] = []
     try:
         if how == "terminate":  # both workers seen running in their phase first

@@ -324,15 +324,9 @@ def test_a_process_gone_from_this_host_is_stale_at_once_and_shows_no_open_phase(
     heartbeat while its writer lives is unchanged (running, its phase open, HUNG). Another process under the
     pid (another start time) is gone too; a mark of another boot says nothing (the age decides). An ended or
     stale process shows no open phase either."""
+    says_its_mark = "import json; from lens_rl.store import process_mark; print(json.dumps(process_mark())); input()"
     child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import json; from lens_rl.store import process_mark; print(json.dumps(process_mark())); input()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", says_its_mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout is not None
