@@ -6,7 +6,7 @@ ended, not stale) and it matches the request's ``--group`` / ``--rank``; a proce
 process has *answered* once its answer file covers the request's last step: a capture of it, or a refusal
 (``next``: any capture or refusal). One that ends or goes stale meanwhile is not waited for (stale: no
 heartbeat for 3 of its intervals and at least :data:`STALE_FLOOR_S`, so a loaded machine's late heartbeat does
-not end the wait early).
+not end the wait early; or at once when its pid is dead on this host: ``gone``).
 
 Example::
 
@@ -101,7 +101,7 @@ class Named:
             named.known.add(key)
             age = row["heartbeat_age_s"]
             live = row["state"] == "running" or (
-                row["state"] == "stale" and isinstance(age, (int, float)) and age < STALE_FLOOR_S
+                row["state"] == "stale" and not row["gone"] and isinstance(age, (int, float)) and age < STALE_FLOOR_S
             )
             if live:
                 named.running.add(key)

@@ -6,7 +6,9 @@ One daemon thread per process with telemetry on (:class:`LiveMonitor`) wakes eve
   ``trace_dir/<run_id>/live-<group>-<rank>-<pid>.json`` atomically (a temporary file, then a rename) every
   interval: the resource, the time written, the open phases (name, step, bucket, start, thread; a
   suspected hang marked), the last completed step, per phase name the count, longest and p95 completed
-  durations, ``stats()``, the interval and ``state`` (``running``; ``ended`` at shutdown). The open phases
+  durations, ``stats()``, the interval, ``state`` (``running``; ``ended`` at shutdown) and, on Linux, the
+  process's mark (``proc``: boot id, pid namespace, start time), by which a reader on the same host tells a
+  killed process from a live one at once (:mod:`lens_rl.store.alive`). The open phases
   are read from what the runtime already holds: the hot path pays nothing for it. A failed write warns once.
 * **Gauge.** ``rl.phase.open_seconds`` (attribute ``rl.phase``): per open phase name, the age of its
   oldest open run, observed when metrics are collected (any exporter).
@@ -38,7 +40,7 @@ from opentelemetry import metrics as metrics_api
 
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
-from lens_rl.store import LIVE_FORMAT, live_path
+from lens_rl.store import LIVE_FORMAT, live_path, process_mark
 
 __all__ = [
     "HANG_FACTOR",
@@ -103,6 +105,8 @@ class LiveMonitor:
             if config.exporter == "file" and self.interval_s > 0
             else None
         )
+        #: this process's mark (boot id, pid namespace, start time; None off Linux), read once, not per beat
+        self.mark = process_mark() if self.path is not None else None
         beat = self.interval_s if self.path is not None else 1.0
         self.tick_s = max(0.05, min(beat, 1.0, self.hang_timeout_s / 4))
         self.hangs = 0
@@ -253,6 +257,8 @@ class LiveMonitor:
             "hangs": self.hangs,
             "stats": self.handle.stats(),
         }
+        if self.mark is not None:
+            beat["proc"] = self.mark
         for key, source in list(self.sources.items()):
             try:
                 value = source()

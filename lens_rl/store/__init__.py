@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+from lens_rl.store.alive import process_gone, process_mark
 from lens_rl.store.files import LINE_MAX, UnreadableError, listed, open_file, read_capped, unreadable
 from lens_rl.store.format import (
     FIELD_TYPES,
@@ -90,6 +91,8 @@ __all__ = [
     "open_file",
     "plausible",
     "read_capped",
+    "process_gone",
+    "process_mark",
     "process_of",
     "read_head",
     "read_live",

@@ -3,14 +3,13 @@ reading), the GPU warnings on the page, and a page built again when a sample fil
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lens_rl.offline.run.gpu import LANE_BINS
 from lens_rl.offline.run.timeline import page_data
 from lens_rl.store import span_files
 from tests.conftest import lens
-from tests.gpu_stores import scripted_reading, util_at, write_scripted_job
+from tests.gpu_stores import util_at, write_scripted_job
 from tests.stores import EPOCH_NS
 
 
@@ -47,14 +46,19 @@ def test_the_page_shows_the_lanes_and_the_gpu_warnings_and_none_without_samples(
 
 
 def test_a_page_is_built_again_when_a_sample_file_grew(tmp_path: Path) -> None:
-    """The page kept for an unchanged store is not reused once a sample file grew: the new samples show."""
+    """The page kept for an unchanged store is not reused once a sample file grew: the new samples show (the
+    page is the one built with no cache)."""
     run = write_scripted_job(tmp_path / "r1")
     out = tmp_path / "a.html"
+    path = run / "gpu-node0-100.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:25]))  # (node0's samples up to 12 s: its training, 14-19 s, not sampled yet)
     assert lens("report", str(run), "-o", str(out)).returncode == 0
     first = out.read_text()
-    path = run / "gpu-node0-100.jsonl"
     with path.open("a") as handle:
-        for t in range(20, 40):
-            handle.write(json.dumps({"t": EPOCH_NS + t * 10**9, "d": scripted_reading(t)}) + "\n")
+        handle.write("".join(lines[25:]))
     assert lens("report", str(run), "-o", str(out)).returncode == 0
-    assert out.read_text() != first
+    grown = out.read_text()
+    assert grown != first
+    assert lens("report", str(run), "-o", str(out), "--no-cache").returncode == 0
+    assert out.read_text() == grown

@@ -1,6 +1,7 @@
 """``lens-rl status`` on hand-written heartbeats: running, stale, ended, HUNG; the innermost open phase against
 its usual p95 and longest; earlier attempts apart; workers reaped with their driver; 2,000 processes
-summarised by group with the abnormal ones listed, in well under a second; the exit status."""
+summarised by group with the abnormal ones listed, in well under a second; the exit status; a process whose
+pid is dead on this host stale at once, and no open phase on a process that is not running."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.show.status import format_status, run_status
+from lens_rl.store import process_mark
 from tests.conftest import lens
 
 NOW = 2_000_000_000 * 10**9
@@ -30,6 +32,7 @@ def beat(
     open_phases: list[dict[str, Any]] | None = None,
     step: int | None = 7,
     interval_ms: int = 1000,
+    proc: dict[str, Any] | None = None,
 ) -> Path:
     """One heartbeat file as a process writes it, ``age_s`` before NOW."""
     run.mkdir(parents=True, exist_ok=True)
@@ -56,6 +59,8 @@ def beat(
         "hangs": sum(1 for p in open_phases or [] if p.get("hang")),
         "stats": {},
     }
+    if proc is not None:
+        content["proc"] = proc
     path = run / f"live-{group}-{rank}-{pid}.json"
     path.write_text(json.dumps(content))
     return path
@@ -311,3 +316,48 @@ def test_a_clock_ahead_is_judged_by_the_files_time(tmp_path: Path) -> None:
         assert "clock ahead" in format_status(report)
         out = subprocess.run([sys.executable, "-m", "lens_rl", "status", str(run)], capture_output=True, text=True)
         assert out.returncode == code and "clock ahead" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_process_gone_from_this_host_is_stale_at_once_and_shows_no_open_phase(tmp_path: Path) -> None:
+    """A fresh heartbeat (0.1 s old, 1 s interval) whose writer is dead on this host (its mark: this boot, this
+    pid namespace) is stale at once, pid gone: no open phase, not hung, ``last_phase`` where it was; the same
+    heartbeat while its writer lives is unchanged (running, its phase open, HUNG). Another process under the
+    pid (another start time) is gone too; a mark of another boot says nothing (the age decides). An ended or
+    stale process shows no open phase either."""
+    says_its_mark = "import json; from lens_rl.store import process_mark; print(json.dumps(process_mark())); input()"
+    child = subprocess.Popen(
+        [sys.executable, "-c", says_its_mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        mark = json.loads(child.stdout.readline())
+        own = process_mark()
+        assert mark is not None and own is not None
+        run = tmp_path / "r"
+        beat(run, "driver", 0, os.getpid(), proc=own, open_phases=[phase("step", 6.0)])
+        beat(run, "lm_policy", 0, child.pid, proc=mark, open_phases=[phase("policy_training", 5.0, hung=True)])
+        beat(run, "lm_policy", 1, child.pid, proc={**mark, "boot": "another-boot"}, open_phases=[phase("gen", 1.0)])
+        beat(run, "lm_policy", 2, os.getpid(), proc={**own, "start": own["start"] - 1}, open_phases=[phase("gen", 1.0)])
+        beat(run, "lm_policy", 3, 13, state="ended", open_phases=[phase("gen", 2.0)])
+        beat(run, "lm_policy", 4, 14, age_s=3.5, open_phases=[phase("gen", 2.0, hung=True)])
+        alive = {r["rank"]: r for r in run_status(run, NOW)["processes"] if not r["driver"]}
+        assert alive[0]["state"] == "running" and alive[0]["hung"] and alive[0]["phase"]["name"] == "policy_training"
+        assert not alive[0]["gone"] and alive[0]["last_phase"] is None
+    finally:
+        child.kill()
+        child.wait()
+    report = run_status(run, NOW)
+    rows = {r["rank"] if not r["driver"] else "driver": r for r in report["processes"]}
+    assert rows["driver"]["state"] == "running" and rows["driver"]["phase"]["name"] == "step"
+    assert not rows["driver"]["gone"]
+    killed = rows[0]
+    assert killed["state"] == "stale" and killed["gone"] and killed["phase"] is None and not killed["hung"]
+    assert killed["open_phases"] == 0 and killed["last_phase"] == {"name": "policy_training", "step": 8, "open_s": 4.9}
+    assert rows[1]["state"] == "running" and not rows[1]["gone"] and rows[1]["phase"]["name"] == "gen"
+    assert rows[2]["state"] == "stale" and rows[2]["gone"] and rows[2]["phase"] is None
+    for rank, state in ((3, "ended"), (4, "stale")):
+        assert rows[rank]["state"] == state and not rows[rank]["gone"], rows[rank]
+        assert rows[rank]["phase"] is None and not rows[rank]["hung"] and rows[rank]["last_phase"]["name"] == "gen"
+    assert not report["ok"]
+    text = format_status(report)
+    assert "- (last seen in policy_training, open 4.9s)  pid gone" in text and "HUNG" not in text

@@ -4,6 +4,7 @@ goodput through the refresh cache, so a look costs what is new.
 Example::
 
     beats, notes = heartbeats(run_dir)        # every live-*.json, notes on those not read
+    gone(beats[0])                            # its writer surely gone (this host, its pid dead)
     report, notes = goodput_now(run_dir)      # None when no span file is there yet
 """
 
@@ -12,18 +13,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from lens_rl.store import TIME_MAX_NS, TIME_MIN_NS, read_live, span_files
+from lens_rl.store import TIME_MAX_NS, TIME_MIN_NS, process_gone, read_live, span_files
 
 if TYPE_CHECKING:
     from lens_rl.offline.rollup.schema import GoodputReport
 
-__all__ = ["goodput_now", "has_heartbeats", "heartbeats", "plausible_ns"]
+__all__ = ["gone", "goodput_now", "has_heartbeats", "heartbeats", "plausible_ns"]
 
 
 def heartbeats(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Every heartbeat of the run in ``run_dir`` in a stable order (each with its ``path`` and ``mtime_ns``),
     and a note on each file that is none."""
     return read_live(run_dir)
+
+
+def gone(beat: dict[str, Any]) -> bool:
+    """Whether the process that wrote ``beat`` is surely gone: a reader on its host, in its pid namespace,
+    finds its pid dead or another process's (:func:`lens_rl.store.process_gone`); False where that cannot be
+    told (another host, no mark), and the heartbeat's age decides."""
+    return process_gone(beat.get("proc"), beat.get("pid"))
 
 
 def plausible_ns(value: Any) -> TypeGuard[int]:

@@ -1,9 +1,11 @@
 """``lens-rl status``: what every process of a run is doing now, from its heartbeats.
 
 One row per process of the run's latest attempt (group, rank, host, pid, attempt; ``running``, ``stale``
-(no heartbeat for 3 of its intervals) or ``ended`` (said so, or alive until its driver ended: launchers
+(no heartbeat for 3 of its intervals, or at once where this host can tell its pid is dead: ``gone``, say a
+``Pool`` worker that ``terminate()`` killed) or ``ended`` (said so, or alive until its driver ended: launchers
 such as Ray kill their workers without a goodbye); its step; its GPUs' busy percent (``gpu``, :mod:`~lens_rl.offline.show.gpu_live`); its innermost open phase, how
-long it has been open against that phase's usual p95 and longest run; ``HUNG`` when the watchdog flagged it;
+long it has been open against that phase's usual p95 and longest run (a running process only: a stale or
+ended one has no open phase, and ``last_phase`` says where it was last seen); ``HUNG`` when the watchdog flagged it;
 ``GPU IDLE`` when its GPUs have read 0 % past ``gpu_idle_alert_s`` while a phase is open), groups summed,
 the driver's step first. A heartbeat with a field of the wrong JSON type (or an ``interval_ms`` outside
 1..:data:`INTERVAL_MAX_MS`) is a note and its row says ``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
@@ -27,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.live import heartbeats
+from lens_rl.offline.run.live import gone, heartbeats
 from lens_rl.offline.show.formats import age as _secs
 from lens_rl.offline.show.gpu_live import gpu_state, gpu_text
 
@@ -153,6 +155,8 @@ def _unreadable_row(beat: Mapping[str, Any]) -> dict[str, Any]:
         "hung": False,
         "hangs": 0,
         "open_phases": 0,
+        "last_phase": None,
+        "gone": False,
         "written_ns": None,
         "interval_ms": 0,
         "clock_ahead": False,
@@ -160,7 +164,7 @@ def _unreadable_row(beat: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
+def _row(beat: dict[str, Any], now_ns: int) -> dict[str, Any]:
     resource = beat.get("resource") or {}
     interval_ms = beat.get("interval_ms") or 0
     written = beat.get("written_ns") or 0
@@ -169,14 +173,19 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
     if ahead and type(mtime) is int:  # the writer's clock runs ahead: its file's time says when it wrote
         written = mtime
     age_s = max(now_ns - written, 0) / 1e9
-    state = _state(beat, interval_ms, age_s)
-    open_phases = beat.get("open") or []
-    phase = _innermost(open_phases)
+    lost = beat.get("state") != "ended" and gone(beat)
+    state = "stale" if lost else _state(beat, interval_ms, age_s)
+    # only a running process has open phases: what a stale or ended one had open at its last heartbeat is
+    # where it was last seen, never open for ever longer
+    running = state == "running"
+    last_open = beat.get("open") or []
+    open_phases = last_open if running else []
+    phase = _innermost(last_open)
     last = beat.get("last_step") or {}
     step = phase.get("step") if phase is not None and phase.get("step") is not None else last.get("step")
     if step is None:  # (a worker between its phases: the step of the latest one it ended)
         step = beat.get("phase_step")
-    shown = _shown_phase(beat, phase, now_ns, age_s if ahead else None) if phase is not None else None
+    shown = _shown_phase(beat, phase, now_ns, age_s if ahead else None) if phase is not None and running else None
     return {
         "worker_group": str(resource.get("rl.worker_group", "worker")),
         "rank": resource.get("nv.dl.rank", 0),
@@ -188,14 +197,26 @@ def _row(beat: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
         "heartbeat_age_s": round(age_s, 3),
         "step": step,
         "phase": shown,
+        "last_phase": _last_phase(beat, phase) if phase is not None and not running else None,
         "hung": any(p.get("hang") for p in open_phases),
         "hangs": beat.get("hangs", 0),
         "open_phases": len(open_phases),
+        "gone": lost,
         "written_ns": written,
         "interval_ms": interval_ms,
         "clock_ahead": ahead,
-        "gpu": gpu_state(beat, open_phases=len(open_phases), running=state == "running"),
+        "gpu": gpu_state(beat, open_phases=len(open_phases), running=running),
     }
+
+
+def _last_phase(beat: Mapping[str, Any], phase: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a process no longer running was last seen: its innermost phase open at its last heartbeat, and
+    how long it had been open then (in the writer's own clock)."""
+    opened, written = phase.get("start_ns"), beat.get("written_ns")
+    open_s: Any = phase.get("age_s")
+    if isinstance(opened, int) and isinstance(written, int):
+        open_s = round(max(written - opened, 0) / 1e9, 3)
+    return {"name": phase.get("name"), "step": phase.get("step"), "open_s": open_s}
 
 
 def _state(beat: Mapping[str, Any], interval_ms: int, age_s: float) -> str:
@@ -231,7 +252,7 @@ def _shown_phase(
     }
 
 
-def _row_or_unreadable(beat: Mapping[str, Any], now_ns: int, notes: list[str]) -> dict[str, Any]:
+def _row_or_unreadable(beat: dict[str, Any], now_ns: int, notes: list[str]) -> dict[str, Any]:
     """A heartbeat's row; a malformed one's is ``unreadable``, and named in ``notes``."""
     why = malformed(beat)
     if why is None:
@@ -320,9 +341,9 @@ def _groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(groups.values())
 
 
-def _phase_text(phase: Mapping[str, Any] | None) -> str:
+def _phase_text(phase: Mapping[str, Any] | None, last: Mapping[str, Any] | None = None) -> str:
     if phase is None:
-        return "-"
+        return "-" if last is None else f"- (last seen in {last['name']}, open {_secs(last['open_s'])})"
     text = f"{phase['name']} {_secs(phase['open_s'])} / {_secs(phase['p95_s'])} / {_secs(phase['max_s'])}"
     return text + ("  HUNG" if phase["hung"] else "")
 
@@ -389,7 +410,8 @@ def _process_lines(rows: Sequence[Mapping[str, Any]], all_rows: bool) -> list[st
         lines.append(
             f"{r['worker_group'][:19]:20s}{_text(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{_text(r['pid']):>8s}"
             f"{_text(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{_text(r['step']):>7s}"
-            f"{gpu_text(r.get('gpu')):>6s}  {_phase_text(r['phase'])}"
+            f"{gpu_text(r.get('gpu')):>6s}  {_phase_text(r['phase'], r.get('last_phase'))}"
+            + ("  pid gone" if r.get("gone") else "")
             + ("  clock ahead" if r["clock_ahead"] else "")
             + (f"  GPU IDLE {_secs(r['gpu']['idle_s'])}" if r.get("gpu") and r["gpu"]["idle"] else "")
         )

@@ -5,7 +5,9 @@ per step and bucket seconds per step, bucket seconds per worker group and rank (
 phase breakdown, a straggler heatmap (rank x step, time over the group median) with the persistent
 stragglers, and a timeline of a window of steps, one row per process, coloured by bucket with hover details.
 Built with plotly, its JavaScript inlined: the file opens offline, from disk, with no network fetch
-(air-gapped clusters).
+(air-gapped clusters). The page's bytes are a function of the store and the options only (each chart's id
+comes from its place on the page, nothing states when it was built): two reports of one store, through the
+cache or with ``--no-cache``, are the same file.
 
 It reads right at any size. Aggregates cover every step (downsampled to at most :data:`MAX_COLUMNS`
 columns); the timeline covers a window of steps that exist (default: the slowest step and its neighbours)
@@ -94,9 +96,13 @@ def build_report(paths: Sequence[Path], **options: Any) -> str:
         if lanes is not None:
             figures.append(lanes)
     config = {"displaylogo": False, "responsive": True}
+    # each chart's element id comes from its place on the page (plotly's default is a random uuid): the page's
+    # bytes are a function of the store and the options only, so two reports of one store are one file
     charts = "\n".join(
-        f'<section id="{name}">{fig.to_html(full_html=False, include_plotlyjs=False, config=config)}</section>'
-        for name, fig in figures
+        f'<section id="{name}">'
+        f"{fig.to_html(full_html=False, include_plotlyjs=False, config=config, div_id=f'chart-{i}-{name}')}"
+        "</section>"
+        for i, (name, fig) in enumerate(figures)
     )
     return page(report, data.identity, charts, get_plotlyjs())
 
