@@ -208,6 +208,10 @@ class ProcessPart:
     #: parent span id -> [output, input] tokens of third-party spans (``gen_ai.usage``) whose phase is in
     #: another file
     remote_tokens: dict[str, list[float]] = field(default_factory=dict)
+    #: span id -> its generation phase's id (in :attr:`untokened`): third-party spans with no child in the file
+    #: (an HTTP client's call) whose nearest phase has no token count, what a request in another file may hang
+    #: from (:meth:`lens_rl.offline.read.tally.Tally.tokens`)
+    relays: dict[str, str] = field(default_factory=dict)
     #: its vLLM request spans' numbers (:class:`RequestsPart`), or None
     requests: RequestsPart | None = None
     #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
@@ -303,6 +307,7 @@ class ProcessPart:
         _add_counts(self.enclosing, other.enclosing)
         _add_counts(self.gaps, other.gaps)
         self.untokened.update(other.untokened)
+        self.relays.update(other.relays)
         for parent, (out, into) in other.remote_tokens.items():
             found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
             found[0] += out

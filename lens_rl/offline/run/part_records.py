@@ -296,6 +296,7 @@ def part_record(part: ProcessPart) -> PartRec:
         None if part.gpu is None else _gpu_record(part.gpu),
         part.sample_rate,
         [_phase_steps_record(key, table) for key, table in part.phase_steps.items()],
+        list(part.relays.items()),
     )
 
 
@@ -331,6 +332,7 @@ def part_from(rec: PartRec) -> ProcessPart:
         gpu=None if rec.gpu is None else _gpu_from(rec.gpu),
         sample_rate=rec.sample_rate,
         phase_steps={(p.name, p.bucket): _phase_steps_from(p) for p in rec.phase_steps},  # type: ignore[misc]
+        relays=dict(rec.relays),  # type: ignore[arg-type]
     )
 
 

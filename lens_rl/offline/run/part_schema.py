@@ -179,3 +179,4 @@ class PartRec(Rec):
     gpu: GpuRec | None
     sample_rate: float = 1.0
     phase_steps: list[PhaseStepsRec] = []
+    relays: list[tuple[Id, Id]] = []
