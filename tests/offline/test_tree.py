@@ -554,6 +554,7 @@ def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_p
     assert next(r for r in bare["phases"] if r["worker_group"] == "rollout")["tokens_per_s"] is None
     # the vLLM process is no resource of its own: its group's and ranks' seconds are the caller's alone
     assert report["worker_groups"] == bare["worker_groups"] and report["ranks"] == bare["ranks"]
+    assert report["pipeline"] == bare["pipeline"]  # (its rank's pid the worker's, not the vLLM process's)
     from lens_rl.offline.run.cache import cache_folder
 
     warm = analyze(span_files(tmp_path / "vllm"), jobs=1, cache=cache_folder(tmp_path / "vllm"))
@@ -628,6 +629,23 @@ def test_the_servers_requests_give_their_tokens_to_the_phase_that_sent_them(tmp_
     assert report["requests"][0]["output_tokens"] == 36
     warm = analyze(span_files(run), jobs=1, cache=cache_folder(run))
     assert json.dumps(warm, sort_keys=True, default=str) == json.dumps(report, sort_keys=True, default=str)
+
+
+@pytest.mark.timeout(60)
+def test_a_driver_running_vllm_is_one_rank_of_its_pool(tmp_path: Path) -> None:
+    """A driver that runs vLLM itself: its vLLM processes' files (the caller's group and rank, as a worker's)
+    are its rank's, as in the ranks table: the pipeline has the one rank, busy for each whole step (each step
+    is its productive ``generate`` phase), as without them."""
+    _served_job(tmp_path / "bare", vllm=False)
+    _served_job(tmp_path / "served")
+    bare = analyze(span_files(tmp_path / "bare"), jobs=1)
+    report = analyze(span_files(tmp_path / "served"), jobs=1)
+    assert len(report["ranks"]) == 1
+    (pool,) = report["pipeline"]["pools"]
+    assert pool["pool"] == "rollout" and [r["pid"] for r in pool["ranks"]] == [1]
+    assert pool["busy"] == pytest.approx(1.0)
+    assert [r["busy"] for r in report["pipeline"]["per_step"]] == [{"rollout": 1.0}] * 3
+    assert report["pipeline"] == bare["pipeline"]
 
 
 @pytest.mark.timeout(30)

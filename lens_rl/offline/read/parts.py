@@ -228,6 +228,13 @@ class ProcessPart:
         return self.key.driver
 
     @property
+    def borrowed(self) -> bool:
+        """Whether it holds third-party spans alone (a vLLM process's file, written with its caller's group and
+        rank): no time of its own, its time is its caller's rank's (the ranks table and the pipeline's pools
+        leave it out)."""
+        return self.lifetime is None and not any(self.bucket_ns.values())
+
+    @property
     def first_ns(self) -> int | None:
         """When the process began: its earliest header ``since``, job root or span start."""
         starts = [t for t in (self.since, self.lifetime and self.lifetime[0]) if t is not None]
