@@ -134,14 +134,16 @@ class PhasePart:
 
 class RequestsPart(SlotsState):
     """One process's requests: their latencies (seconds, one array each), summed prefill / decode seconds and
-    output tokens, and the union of their spans' intervals (packed ns). Exact and mergeable."""
+    output tokens, the union of their spans' intervals (packed ns), and how many of their values were skipped
+    (no plausible number: :func:`lens_rl.offline.read.requests.request_numbers`). Exact and mergeable."""
 
-    __slots__ = ("e2e", "queue", "ttft", "prefill_s", "decode_s", "output_tokens", "busy")
+    __slots__ = ("e2e", "queue", "ttft", "prefill_s", "decode_s", "output_tokens", "busy", "skipped")
 
     def __init__(self) -> None:
         self.e2e, self.queue, self.ttft = array("d"), array("d"), array("d")
         self.prefill_s = self.decode_s = self.output_tokens = 0.0
         self.busy = array("q")
+        self.skipped = 0
 
     @property
     def count(self) -> int:
@@ -156,6 +158,7 @@ class RequestsPart(SlotsState):
         self.decode_s += other.decode_s
         self.output_tokens += other.output_tokens
         self.busy = merge_packed(self.busy, other.busy)
+        self.skipped += other.skipped
 
 
 @dataclass

@@ -193,6 +193,7 @@ def _requests_record(part: RequestsPart) -> RequestsRec:
         part.decode_s,
         part.output_tokens,
         raw(part.busy, "q"),
+        part.skipped,
     )
 
 
@@ -201,6 +202,7 @@ def _requests_from(rec: RequestsRec) -> RequestsPart:
     out.e2e, out.queue, out.ttft = array_of("d", rec.e2e), array_of("d", rec.queue), array_of("d", rec.ttft)
     out.prefill_s, out.decode_s, out.output_tokens = rec.prefill_s, rec.decode_s, rec.output_tokens
     out.busy = array_of("q", rec.busy)
+    out.skipped = rec.skipped
     return out
 
 

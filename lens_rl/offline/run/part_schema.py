@@ -95,6 +95,7 @@ class RequestsRec(Rec):
     decode_s: Num
     output_tokens: Num
     busy: Raw
+    skipped: int = 0
 
 
 class PipeRec(Rec):
