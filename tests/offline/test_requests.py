@@ -126,7 +126,7 @@ def test_no_rows_without_request_spans(tmp_path: Path) -> None:
 
 def test_parts_merge_exactly_and_pickle() -> None:
     """Parts merge in any order to the same numbers, and survive pickling (--jobs, --ray, the cache)."""
-    rows = {i: (1.0, 0.1 * i, 0.2, 0.1, 0.7, 5.0) for i in range(4)}
+    rows = {i: (1.0, 0.1 * i, 0.2, 0.1, 0.7, 5.0, float(i % 2)) for i in range(4)}
     starts, ends = [0, 5, 10, 15], [4, 9, 14, 19]
     a = requests_part({0: rows[0], 1: rows[1]}, starts, ends)
     b = requests_part({2: rows[2], 3: rows[3]}, starts, ends)
@@ -151,3 +151,33 @@ def test_table_and_report_show_requests(tmp_path: Path) -> None:
     from lens_rl.offline.show.report import build_report
 
     assert 'id="requests"' in build_report(span_files(run))
+
+
+def test_implausible_values_are_skipped_and_counted(tmp_path: Path) -> None:
+    """A request span with implausible numbers (1e300 s end to end and in queue, 2^63-1 output tokens, a
+    negative decode time: a broken or hostile exporter's) is a request whose odd values are skipped and counted
+    (``skipped_values``), never shown: its group's figures are its plausible request's, the table's row stays
+    narrow; cold and through the refresh cache alike."""
+    run = tmp_path / "r1"
+    _store(run)
+    odd = _request("odd", 0, 1.0, 0.1, 0.2, 10, "g0")
+    odd["a"].update(
+        {
+            "gen_ai.latency.e2e": 1e300,
+            "gen_ai.latency.time_in_queue": 1e300,
+            "gen_ai.latency.time_in_model_decode": -1.0,
+            "gen_ai.usage.completion_tokens": 2**63 - 1,
+        }
+    )
+    write_process(run, "odd", 0, 4, [_request("fine", 0, 1.0, 0.1, 0.2, 10, "g0"), odd])
+    report = analyze(span_files(run))
+    row = next(r for r in report["requests"] if r["worker_group"] == "odd")
+    assert row["requests"] == 2 and row["output_tokens"] == 10
+    assert row["e2e_p95_s"] == 1.0 and row["queue_p95_s"] == 0.1 and row["skipped_values"] == 4
+    assert row["decode_s"] == pytest.approx(0.8) and row["prefill_s"] == pytest.approx(0.1 + 0.1)
+    assert all(r["skipped_values"] == 0 for r in report["requests"] if r["worker_group"] != "odd")
+    section = format_table(report).split("requests (vLLM's llm_request spans)")[1].splitlines()
+    assert max(len(line) for line in section) < 120
+    assert any("4 value(s) of the requests skipped" in line for line in section)
+    assert analyze(span_files(run), cache=cache_folder(run))["requests"] == report["requests"]
+    assert analyze(span_files(run), cache=cache_folder(run))["requests"] == report["requests"]

@@ -22,7 +22,7 @@ from lens_rl.offline.run.timeline import window_file
 from lens_rl.offline.show.perfetto import write_trace
 from lens_rl.offline.show.report import build_report
 from lens_rl.store import iter_rows, span_files
-from tests.stores import span, span_id, write_process
+from tests.stores import header, span, span_id, write_process
 
 
 def _driver(run: Path, spans: list[dict[str, Any]], *, end: float = 100) -> Path:
@@ -554,10 +554,98 @@ def test_vllm_requests_in_their_own_file_give_the_calling_phase_its_tokens(tmp_p
     assert next(r for r in bare["phases"] if r["worker_group"] == "rollout")["tokens_per_s"] is None
     # the vLLM process is no resource of its own: its group's and ranks' seconds are the caller's alone
     assert report["worker_groups"] == bare["worker_groups"] and report["ranks"] == bare["ranks"]
+    assert report["pipeline"] == bare["pipeline"]  # (its rank's pid the worker's, not the vLLM process's)
     from lens_rl.offline.run.cache import cache_folder
 
     warm = analyze(span_files(tmp_path / "vllm"), jobs=1, cache=cache_folder(tmp_path / "vllm"))
     assert warm["phases"] == report["phases"] and warm["steps"] == report["steps"]
+
+
+def _vllm_file(run: Path, pid: int, kind: str, spans: list[dict[str, Any]]) -> None:
+    """A vLLM process's file as the loopback receiver writes it for a driver that started the engine: the
+    caller's group and rank, ``"role": "worker"``, vLLM's service name and ``vllm.process_kind``."""
+    head = header("driver", 0, pid, **{"service.name": "lens-rl-vllm", "vllm.process_kind": kind})
+    head["role"] = "worker"
+    lines = [head, *spans]
+    (run / f"spans-driver-0-vllm-{kind}-{pid}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _served_job(run: Path, *, steps: int = 3, vllm: bool = True) -> list[Path]:
+    """The OpenAI server's shape (as a real vLLM writes it): the driver's 10 s ``generate`` phases (each a whole
+    step), each sending two requests through ``instrument_aiohttp_client`` (a CLIENT span, another library's
+    scope, under the phase); the vLLM front-end's file with each ``llm_request`` (6 completion, 3 prompt tokens)
+    a remote child of its CLIENT span; the engine core's with its start-up span under the job root. Returns
+    the driver's file and the front-end's."""
+    driver, requests = [], []
+    for i in range(steps):
+        t = 1 + 10 * i
+        driver += [
+            span("generate", t, t + 10, f"g{i}", parent=f"u{i}", bucket="productive", step=i),
+            span("step", t, t + 10, f"u{i}", parent="job", step=i),
+        ]
+        for k in range(2):
+            client = span("POST", t + 1, t + 9, f"c{i}-{k}", parent=f"g{i}", **{"http.method": "POST"})
+            client.update(k="CLIENT", sc="opentelemetry.instrumentation.aiohttp_client")
+            driver.append(client)
+            request = span(
+                "llm_request",
+                t + 2,
+                t + 8,
+                f"q{i}-{k}",
+                parent=f"c{i}-{k}",
+                remote=True,
+                **{"gen_ai.latency.e2e": 6.0, "gen_ai.usage.completion_tokens": 6, "gen_ai.usage.prompt_tokens": 3},
+            )
+            request.update(k="SERVER", sc="vllm.tracing.otel")
+            requests.append(request)
+    path = _driver(run, driver, end=10 * steps + 2)
+    if not vllm:
+        return [path]
+    loading = span("Overall Loading", 0.5, 0.9, "load", parent="job", remote=True)
+    loading["sc"] = "vllm.v1.engine.core_client"
+    _vllm_file(run, 7002, "engine-core", [loading])
+    _vllm_file(run, 7001, "front-end", requests)
+    return [path, run / "spans-driver-0-vllm-front-end-7001.jsonl"]
+
+
+@pytest.mark.timeout(60)
+def test_the_servers_requests_give_their_tokens_to_the_phase_that_sent_them(tmp_path: Path) -> None:
+    """The OpenAI server's shape: each request a remote child of an aiohttp CLIENT span (another library's, in
+    the caller's file) under the ``generate`` phase, in a vLLM process's file. The phase's tokens/s, each
+    step's tokens and the run's come from the requests, cold and through the refresh cache alike (the caller's
+    file read before the requests' file was written)."""
+    from lens_rl.offline.run.cache import cache_folder
+
+    run = tmp_path / "served"
+    _, front = _served_job(run)
+    front.rename(tmp_path / "later.jsonl")  # (a first look at the store before vLLM's requests are written)
+    analyze(span_files(run), jobs=1, cache=cache_folder(run))
+    (tmp_path / "later.jsonl").rename(front)
+    report = analyze(span_files(run), jobs=1)
+    generate = next(r for r in report["phases"] if r["phase"] == "generate")
+    assert generate["tokens_per_s"] == pytest.approx(12 / 10)  # two requests of 6 tokens in each 10 s phase
+    assert [r["tokens"] for r in report["steps"]] == [12, 12, 12]
+    assert report["throughput"]["tokens"] == 36
+    assert report["requests"][0]["output_tokens"] == 36
+    warm = analyze(span_files(run), jobs=1, cache=cache_folder(run))
+    assert json.dumps(warm, sort_keys=True, default=str) == json.dumps(report, sort_keys=True, default=str)
+
+
+@pytest.mark.timeout(60)
+def test_a_driver_running_vllm_is_one_rank_of_its_pool(tmp_path: Path) -> None:
+    """A driver that runs vLLM itself: its vLLM processes' files (the caller's group and rank, as a worker's)
+    are its rank's, as in the ranks table: the pipeline has the one rank, busy for each whole step (each step
+    is its productive ``generate`` phase), as without them."""
+    _served_job(tmp_path / "bare", vllm=False)
+    _served_job(tmp_path / "served")
+    bare = analyze(span_files(tmp_path / "bare"), jobs=1)
+    report = analyze(span_files(tmp_path / "served"), jobs=1)
+    assert len(report["ranks"]) == 1
+    (pool,) = report["pipeline"]["pools"]
+    assert pool["pool"] == "rollout" and [r["pid"] for r in pool["ranks"]] == [1]
+    assert pool["busy"] == pytest.approx(1.0)
+    assert [r["busy"] for r in report["pipeline"]["per_step"]] == [{"rollout": 1.0}] * 3
+    assert report["pipeline"] == bare["pipeline"]
 
 
 @pytest.mark.timeout(30)

@@ -21,7 +21,7 @@ from array import array
 from itertools import compress
 from typing import Any
 
-from lens_rl.offline.read.requests import REQUEST_SPAN, request_numbers
+from lens_rl.offline.read.requests import REQUEST_SPAN, TOKENS_MAX, request_numbers
 from lens_rl.offline.read.runs import hex_id, hex_ids, run_steps, where_equal, where_true
 from lens_rl.offline.read.tree import CAPTURE
 from lens_rl.store import INT64_END, OWN_SCOPE, Process, ReadStats, scan_runs, time_ns, unseen
@@ -269,7 +269,7 @@ class Columns:
             found = 0.0
             for key in keys:
                 value = attrs.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e15:
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < TOKENS_MAX:
                     found = float(value)
                     break
             counts.append(found)

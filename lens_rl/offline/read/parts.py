@@ -134,14 +134,16 @@ class PhasePart:
 
 class RequestsPart(SlotsState):
     """One process's requests: their latencies (seconds, one array each), summed prefill / decode seconds and
-    output tokens, and the union of their spans' intervals (packed ns). Exact and mergeable."""
+    output tokens, the union of their spans' intervals (packed ns), and how many of their values were skipped
+    (no plausible number: :func:`lens_rl.offline.read.requests.request_numbers`). Exact and mergeable."""
 
-    __slots__ = ("e2e", "queue", "ttft", "prefill_s", "decode_s", "output_tokens", "busy")
+    __slots__ = ("e2e", "queue", "ttft", "prefill_s", "decode_s", "output_tokens", "busy", "skipped")
 
     def __init__(self) -> None:
         self.e2e, self.queue, self.ttft = array("d"), array("d"), array("d")
         self.prefill_s = self.decode_s = self.output_tokens = 0.0
         self.busy = array("q")
+        self.skipped = 0
 
     @property
     def count(self) -> int:
@@ -156,6 +158,7 @@ class RequestsPart(SlotsState):
         self.decode_s += other.decode_s
         self.output_tokens += other.output_tokens
         self.busy = merge_packed(self.busy, other.busy)
+        self.skipped += other.skipped
 
 
 @dataclass
@@ -208,6 +211,10 @@ class ProcessPart:
     #: parent span id -> [output, input] tokens of third-party spans (``gen_ai.usage``) whose phase is in
     #: another file
     remote_tokens: dict[str, list[float]] = field(default_factory=dict)
+    #: span id -> its generation phase's id (in :attr:`untokened`): third-party spans with no child in the file
+    #: (an HTTP client's call) whose nearest phase has no token count, what a request in another file may hang
+    #: from (:meth:`lens_rl.offline.read.tally.Tally.tokens`)
+    relays: dict[str, str] = field(default_factory=dict)
     #: its vLLM request spans' numbers (:class:`RequestsPart`), or None
     requests: RequestsPart | None = None
     #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
@@ -222,6 +229,13 @@ class ProcessPart:
     @property
     def is_driver(self) -> bool:
         return self.key.driver
+
+    @property
+    def borrowed(self) -> bool:
+        """Whether it holds third-party spans alone (a vLLM process's file, written with its caller's group and
+        rank): no time of its own, its time is its caller's rank's (the ranks table and the pipeline's pools
+        leave it out)."""
+        return self.lifetime is None and not any(self.bucket_ns.values())
 
     @property
     def first_ns(self) -> int | None:
@@ -303,6 +317,7 @@ class ProcessPart:
         _add_counts(self.enclosing, other.enclosing)
         _add_counts(self.gaps, other.gaps)
         self.untokened.update(other.untokened)
+        self.relays.update(other.relays)
         for parent, (out, into) in other.remote_tokens.items():
             found = self.remote_tokens.setdefault(parent, [0.0, 0.0])
             found[0] += out

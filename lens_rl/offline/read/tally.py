@@ -32,6 +32,8 @@ _CODE: dict[str | None, int] = {None: -1, **{b: i for i, b in enumerate(BUCKETS)
 _COMPUTE = [_CODE[b] for b in COMPUTE_BUCKETS]
 #: a column of ns whose sum could pass int64 (a hostile file's times) is summed as Python ints
 _SAFE_SUM = 2**62
+#: at most this many third-party spans between a call that leaves the file and its phase (:meth:`Tally._relays`)
+_HOPS = 64
 
 
 class Tally:
@@ -169,10 +171,25 @@ class Tally:
                 part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
         if tree.ids is None or not generation:
             return
-        for i in self.rows.tolist():
-            name = names[i]
-            if name in generation and i not in tree.tokens:
-                part.untokened[id_key(tree.ids[i])] = (name, buckets[i], ends[i] - starts[i], steps[i])
+        waiting = [i for i in self.rows.tolist() if names[i] in generation and i not in tree.tokens]
+        for i in waiting:
+            part.untokened[id_key(tree.ids[i])] = (names[i], buckets[i], ends[i] - starts[i], steps[i])
+        if waiting and (self.role == THIRD_ROLE).any():
+            self._relays(set(waiting))
+
+    def _relays(self, waiting: set[int]) -> None:
+        """Each third-party span with no child in the file (an HTTP client's call, likely) whose nearest lens_rl
+        phase is one of the ``waiting`` rows (generation phases with no token count), kept by its id with that
+        phase's: a request in another file whose parent it is gives its tokens to the phase."""
+        tree, part = self.tree, self.part
+        parents, ids, role = tree.parents, tree.ids, tree.role
+        leaves = np.flatnonzero((self.role == THIRD_ROLE) & (_np(tree.has_child, np.uint8, tree.n) == 0))
+        for i in leaves.tolist():
+            p, hops = parents[i], 0
+            while p != -1 and role[p] == THIRD_ROLE and hops < _HOPS:  # (cycles were cut; a bound all the same)
+                p, hops = parents[p], hops + 1
+            if p in waiting:
+                part.relays[id_key(ids[i])] = id_key(ids[p])
 
     def compute(self) -> dict[str, Any]:
         """Phase -> ``[steps, ns]`` arrays (in row order) of its compute spans with a step (a dict of step ->

@@ -47,7 +47,7 @@ kind: ``phase``, ``bucket``, ``worker_group``, ``steps`` | ``share``, ``unattrib
 {``per_step``, ``persistent``, ``degrading``}, ``critical_path`` {``phases``, ``steps``}, ``throughput``
 {``gpus``, ``tokens``, ``e2e_tokens_per_s_per_gpu``}, ``requests`` [{``worker_group``, ``requests``, ``e2e_p50_s``,
 ``e2e_p95_s``, ``queue_share``, ``queue_p95_s``, ``ttft_p50_s``, ``ttft_p95_s``, ``prefill_s``, ``decode_s``,
-``output_tokens``, ``busy_s``, ``output_tokens_per_s``}] (vLLM's request spans, :mod:`lens_rl.offline.rollup.requests`),
+``output_tokens``, ``busy_s``, ``output_tokens_per_s``, ``skipped_values``}] (vLLM's request spans, :mod:`lens_rl.offline.rollup.requests`),
 ``pipeline`` {``pools``, ``imbalance``, ``overlap``, ``bubble``, ``weight_sync``, ``staleness``, ``verdict``,
 ``per_step``} or None (:mod:`lens_rl.offline.rollup.pipeline`), ``sampled``, ``concurrent``, ``runs``, ``notes``,
 ``spans``, ``files``, ``skipped_lines``; with ``steps`` (A, B), ``selection`` (:mod:`~lens_rl.offline.rollup.selected`:

@@ -121,9 +121,12 @@ Rank = list[ProcessPart]
 
 def _ranks(processes: Sequence[ProcessPart]) -> list[Rank]:
     """``processes`` by rank: those of one (group, rank) together (a restarted actor's pids), in order of
-    their first process, each rank's by start."""
+    their first process, each rank's by start; a process of third-party spans alone (a vLLM process its rank
+    started: :attr:`~lens_rl.offline.read.parts.ProcessPart.borrowed`) is its caller's, as in the ranks table."""
     by: dict[tuple[str, int, bool], Rank] = {}
     for part in processes:
+        if part.borrowed:
+            continue
         by.setdefault((part.key.group, part.key.rank, part.key.driver), []).append(part)
     return [sorted(each, key=_start) for each in by.values()]
 

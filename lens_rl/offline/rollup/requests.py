@@ -7,8 +7,10 @@ rows, one per worker group:
 ``requests`` (count), ``e2e_p50_s`` / ``e2e_p95_s``, ``queue_share`` (time in queue over end-to-end
 time, summed) and ``queue_p95_s``, ``ttft_p50_s`` / ``ttft_p95_s``, ``prefill_s`` / ``decode_s``
 (summed over requests), ``output_tokens`` and ``output_tokens_per_s``: output tokens over the wall
-time in which at least one request was in flight (the group's generation rate while it generates).
-Quantiles are nearest-rank, exact.
+time in which at least one request was in flight (the group's generation rate while it generates);
+``skipped_values``: how many of its requests' values were no plausible number (text, negative, not finite,
+seconds past the plausible span times' range, tokens past 10^15), each left out of its figures. Quantiles
+are nearest-rank, exact.
 
 Example::
 
@@ -67,6 +69,7 @@ def requests_rows(processes: Iterable[Any]) -> list[dict[str, Any]]:
                 "output_tokens": part.output_tokens,
                 "busy_s": round(busy_s, 6),
                 "output_tokens_per_s": round(part.output_tokens / busy_s, 3) if busy_s > 0 else None,
+                "skipped_values": part.skipped,
             }
         )
     return rows

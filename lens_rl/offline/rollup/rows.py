@@ -156,7 +156,7 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
     ranks = []
     concurrent = False
     for part in processes:
-        if part.lifetime is None and not any(part.bucket_ns.values()):
+        if part.borrowed:
             continue  # third-party spans alone (a vLLM engine's process): its time is its caller's
         group, rank, pid = part.key.group, part.key.rank, part.key.pid
         seconds = part.seconds()

@@ -276,6 +276,7 @@ class RequestsRow(TypedDict):
     output_tokens: float
     busy_s: float
     output_tokens_per_s: float | None
+    skipped_values: int
 
 
 class _GoodputReport(TypedDict):

@@ -127,12 +127,16 @@ def step_tokens(processes: Sequence[Any]) -> dict[Any, float]:
 def with_remote_tokens(processes: Sequence[Any]) -> list[Any]:
     """The parts with the token counts of third-party requests (vLLM's ``llm_request`` in a vLLM process's
     file, its ``gen_ai.usage`` counts) given to the generation phase span in another file that each hangs
-    from, where that span has no ``rl.num_tokens`` of its own: its phase's tokens and token time, and its
-    step's generation tokens. The parts given are left as they are (a part that gains is a copy)."""
+    from, directly or through third-party spans of that file (an HTTP client's call: the part's ``relays``),
+    where that span has no ``rl.num_tokens`` of its own: its phase's tokens and token time, and its step's
+    generation tokens. The parts given are left as they are (a part that gains is a copy)."""
+    relays: dict[str, str] = {}
+    for part in processes:
+        relays.update(part.relays)
     remote: dict[str, list[float]] = {}
     for part in processes:
         for key, (out, into) in part.remote_tokens.items():
-            found = remote.setdefault(key, [0.0, 0.0])
+            found = remote.setdefault(relays.get(key, key), [0.0, 0.0])
             found[0] += out
             found[1] += into
     if not remote:

@@ -193,6 +193,7 @@ def _requests_record(part: RequestsPart) -> RequestsRec:
         part.decode_s,
         part.output_tokens,
         raw(part.busy, "q"),
+        part.skipped,
     )
 
 
@@ -201,6 +202,7 @@ def _requests_from(rec: RequestsRec) -> RequestsPart:
     out.e2e, out.queue, out.ttft = array_of("d", rec.e2e), array_of("d", rec.queue), array_of("d", rec.ttft)
     out.prefill_s, out.decode_s, out.output_tokens = rec.prefill_s, rec.decode_s, rec.output_tokens
     out.busy = array_of("q", rec.busy)
+    out.skipped = rec.skipped
     return out
 
 
@@ -296,6 +298,7 @@ def part_record(part: ProcessPart) -> PartRec:
         None if part.gpu is None else _gpu_record(part.gpu),
         part.sample_rate,
         [_phase_steps_record(key, table) for key, table in part.phase_steps.items()],
+        list(part.relays.items()),
     )
 
 
@@ -331,6 +334,7 @@ def part_from(rec: PartRec) -> ProcessPart:
         gpu=None if rec.gpu is None else _gpu_from(rec.gpu),
         sample_rate=rec.sample_rate,
         phase_steps={(p.name, p.bucket): _phase_steps_from(p) for p in rec.phase_steps},  # type: ignore[misc]
+        relays=dict(rec.relays),  # type: ignore[arg-type]
     )
 
 

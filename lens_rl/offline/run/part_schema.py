@@ -95,6 +95,7 @@ class RequestsRec(Rec):
     decode_s: Num
     output_tokens: Num
     busy: Raw
+    skipped: int = 0
 
 
 class PipeRec(Rec):
@@ -179,3 +180,4 @@ class PartRec(Rec):
     gpu: GpuRec | None
     sample_rate: float = 1.0
     phase_steps: list[PhaseStepsRec] = []
+    relays: list[tuple[Id, Id]] = []

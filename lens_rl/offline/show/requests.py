@@ -37,4 +37,7 @@ def format_requests(report: GoodputReport) -> list[str]:
             f"{share:>8s}{_secs(r['queue_p95_s']):>8s}{_secs(r['ttft_p50_s']):>9s}{_secs(r['ttft_p95_s']):>8s}"
             f"{r['prefill_s']:9.2f}{r['decode_s']:9.2f}{rate:>11s}"
         )
+    skipped = sum(r.get("skipped_values", 0) for r in rows)
+    if skipped:
+        lines.append(f"  ({skipped} value(s) of the requests skipped: no plausible number)")
     return lines
