@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from lens_rl._errors import internal_error
+from lens_rl._errors import internal_error, warn_once
 
 __all__ = ["called_from", "caller_counter", "logged_name"]
 
@@ -40,8 +40,8 @@ def caller_counter(attribute: str) -> int | None:
     that has one: the step counter of the trainer whose loop opened the timer, read where it runs (a Ray
     actor's loop too, woven at any time). None when no caller has one. Reads only; about a microsecond. A
     caller whose attribute lookup raises (anything: a ``dict`` subclass whose ``__getattr__`` raises
-    ``KeyError``, a property that fails) has none; a fault of the frame walk is the error boundary's. Never
-    raises."""
+    ``KeyError``, a property that fails) has none (one warning); a fault of the frame walk is the error
+    boundary's. Never raises."""
     try:
         for obj in _callers(sys._getframe(2)):
             value = _read(obj, attribute)
@@ -67,10 +67,20 @@ _MISSING = object()
 
 
 def _read(obj: Any, attribute: str) -> Any:
-    """``obj.<attribute>``, or :data:`_MISSING` when its lookup raises (whatever the caller's class raises)."""
+    """``obj.<attribute>``, or :data:`_MISSING` when it has none or its lookup raises (anything else than
+    ``AttributeError`` is one warning per attribute and process)."""
     try:
         return getattr(obj, attribute)
-    except Exception:  # (the caller's own object, not a telemetry fault: it has no such attribute for us)
+    except AttributeError:  # (the usual caller without it: a worker's method, a helper's)
+        return _MISSING
+    except Exception as exc:  # (the caller's own class, not a telemetry fault: one line says what was read)
+        warn_once(
+            f"caller-{attribute}",
+            "lens_rl: reading %r of a calling %s raised %r: read as a caller without it",
+            attribute,
+            type(obj).__name__,
+            exc,
+        )
         return _MISSING
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,18 +104,21 @@ class _Loop(_AttrDict):
             pass
 
 
-def test_a_caller_whose_attribute_lookup_raises_has_no_step_counter(sky: None) -> None:
+def test_a_caller_whose_attribute_lookup_raises_has_no_step_counter(sky: None, caplog: Any) -> None:
     """The step timer run from a method of an object whose attribute lookup raises KeyError (looking for the
     trainer's global_step, then for the fully async trainer's mark): the job runs as unwoven, the step counted
-    per process where the caller has none and numbered by the one it has."""
+    per process where the caller has none and numbered by the one it has; one warning per attribute read."""
     timer = importlib.import_module("skyrl.train.utils.utils").Timer
     instrument("skyrl")
     timings: dict[str, float] = {}
-    with recording() as rec:
-        _Loop(steps=1).run_step(timer, timings)
-        _Loop(global_step=7).run_step(timer, timings)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"), recording() as rec:
+        for _ in range(2):
+            _Loop(steps=1).run_step(timer, timings)
+            _Loop(global_step=7).run_step(timer, timings)
     assert set(timings) == {"step", "generate"}
-    assert [s.attributes["rl.step"] for s in rec.find_all("step")] == [1, 7]
+    assert [s.attributes["rl.step"] for s in rec.find_all("step")][:2] == [1, 7]
+    said = [r.getMessage() for r in caplog.records if "calling _Loop raised KeyError" in r.getMessage()]
+    assert len(said) == 2 and "'global_step'" in said[0] and "'max_staleness_steps'" in said[1]
 
 
 def test_off_and_after_uninstrument_the_timer_is_skyrls_own(sky: None) -> None:
