@@ -28,7 +28,7 @@ from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import Bucket, coerce_bucket
 from lens_rl.propagation import phase_parent, under
-from lens_rl.record.engine import Node, close_node, open_node
+from lens_rl.record.engine import Node, close_node, open_node, started
 from lens_rl.record.phases import Phase
 from lens_rl.record.umbrellas import UMBRELLAS, forget_umbrella, keep_umbrella, umbrella_parent
 
@@ -76,6 +76,8 @@ def _open(phase: Phase, start_ns: int | None, loose: bool, umbrella: bool) -> No
     try:
         if not loose:  # (its parent: the current context, or the umbrella open on this thread: the engine's rule)
             return open_node(phase, start_ns)
+        if started(phase) is None:  # (first: a lazy start or the driver's claim sets the job root read next)
+            return None
         context = phase_parent(umbrella_parent() if UMBRELLAS else None)[0]
         node = open_node(phase, start_ns, context, False)
         if node is not None and umbrella:

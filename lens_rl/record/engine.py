@@ -25,7 +25,7 @@ from lens_rl.record.spans import NOOP_SPAN, PhaseSpan, record_exception, safe_st
 from lens_rl.record.steps import end_step
 from lens_rl.record.umbrellas import UMBRELLAS, umbrella_parent
 
-__all__ = ["Node", "close_node", "enter_with", "exit_with", "open_node"]
+__all__ = ["Node", "close_node", "enter_with", "exit_with", "open_node", "started"]
 
 #: How long a step boundary may wait for ``flush_on_step`` (a hung collector costs a step at most this).
 FLUSH_ON_STEP_MAX_MS = 1000
@@ -127,9 +127,7 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
     without making it current (a timer's ``start`` whose ``stop`` may come from another thread, or out of
     order): the node holds no context token, so closing it, from any thread, restores nothing."""
     try:
-        if RUNTIME.step_claim is not None:  # only in a process lens-rl run started, until its first step
-            _first_step(spec)
-        handle = RUNTIME.handle or RUNTIME.resolve()
+        handle = started(spec)
         if handle is None:
             return None
         if parent_ctx is None:
@@ -192,6 +190,15 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
     except Exception as exc:
         internal_error(exc, "phase-start")
         return None
+
+
+def started(spec: Any) -> Any:
+    """The handle ``spec``'s phase records to, telemetry started first if this is the process's first use (the
+    driver's claim of a first step under ``lens-rl run``, a lazy start); None while off. What a caller that
+    reads the parent context before :func:`open_node` runs first: until then the job root is not known."""
+    if RUNTIME.step_claim is not None:  # only in a process lens-rl run started, until its first step
+        _first_step(spec)
+    return RUNTIME.handle or RUNTIME.resolve()
 
 
 def _first_step(spec: Any) -> None:

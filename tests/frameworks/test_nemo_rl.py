@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 import lens_rl
+from lens_rl._runtime import RUNTIME
 from lens_rl.buckets import default_bucket
 from lens_rl.frameworks import instrument, uninstrument
 from lens_rl.testing import recording
@@ -158,6 +160,151 @@ def test_reset_closes_what_nemo_rl_dropped(nemo: None) -> None:
         timer.start("load_data")
         timer.stop("load_data")
     assert rec.names() == ["load_data", "load_data"]
+
+
+def test_a_timer_at_the_address_of_a_dropped_one_closes_its_own_phase(nemo: None) -> None:
+    """A Timer dropped with a label still running (an early return) and a new Timer at the same address: the
+    new one's stop closes its own phase (NeMo-RL's seconds), the dropped one's stays open until the end, never
+    stopped; a timer object that takes no weak reference (``__slots__``) is timed all the same."""
+    timer_mod = importlib.import_module("nemo_rl.utils.timer")
+    instrument("nemo_rl")
+
+    class Slotted:  # (NeMo-RL's methods called on an object with slots and no __weakref__)
+        __slots__ = ("_timers", "_start_times", "_context")
+
+    with recording() as rec:
+        dropped = timer_mod.Timer()
+        dropped.start("generation")
+        address = id(dropped)
+        del dropped
+        time.sleep(0.2)
+        kept = []  # (timers made until one lands at the dropped one's address)
+        while (timer := timer_mod.Timer()) is not None and id(timer) != address and len(kept) < 1000:
+            kept.append(timer)
+        assert id(timer) == address
+        timer.start("generation")
+        time.sleep(0.02)
+        theirs = timer.stop("generation")
+        slotted = Slotted()
+        slotted._timers, slotted._start_times, slotted._context = {}, {}, {}
+        timer_mod.Timer.start(slotted, "reward")
+        slotted_theirs = timer_mod.Timer.stop(slotted, "reward")
+    first, second = sorted(rec.find_all("generation"), key=lambda s: s.start_time)
+    assert agree(_seconds(second), theirs) and not second.attributes.get("rl.ended_by_shutdown")
+    assert first.attributes.get("rl.ended_by_shutdown") is True
+    assert agree(_seconds(rec.find("reward")), slotted_theirs)
+
+
+def test_reset_while_other_threads_start_labels_never_raises(nemo: None) -> None:
+    """reset() on one ThreadSafeTimer while threads start and stop labels on theirs, the interpreter switching
+    threads as often as it can: no error reaches the caller of reset, and nothing stays open."""
+    timer_mod = importlib.import_module("nemo_rl.utils.timer")
+    instrument("nemo_rl")
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def collect(i: int) -> None:
+        timer = timer_mod.ThreadSafeTimer()
+        while not done.is_set():
+            for j in range(100):
+                timer.start(f"generation/{i}/{j}")
+            for j in range(100):
+                timer.stop(f"generation/{i}/{j}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with recording():
+            threads = [threading.Thread(target=collect, args=(i,)) for i in range(3)]
+            for thread in threads:
+                thread.start()
+            mine = timer_mod.ThreadSafeTimer()
+            deadline = time.monotonic() + 3
+            try:
+                while time.monotonic() < deadline:
+                    mine.reset()
+            except Exception as exc:
+                errors.append(exc)
+            done.set()
+            for thread in threads:
+                thread.join()
+            assert RUNTIME.open_phases == {}
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
+def test_a_record_of_no_sane_duration_is_nemo_rls_alone(nemo: None, caplog: Any) -> None:
+    """record(label, elapsed) with elapsed infinite, NaN, negative or beyond a week: NeMo-RL keeps it as
+    ever, lens_rl writes no phase for it and says so once per process; a sane record is still a phase."""
+    timer = importlib.import_module("nemo_rl.utils.timer").Timer()
+    instrument("nemo_rl")
+    hostile = [float("inf"), float("nan"), 1e300, 1e12, -1.0]
+    with caplog.at_level(logging.DEBUG, logger="lens_rl"), recording() as rec:
+        for value in hostile:
+            timer.record("timeout_wait", value)
+        timer.record("timeout_wait", 0.5)
+    assert len(timer._timers["timeout_wait"]) == len(hostile) + 1
+    (phase,) = rec.find_all("timeout_wait")
+    assert agree(_seconds(phase), 0.5)
+    assert len([r for r in caplog.records if "Timer.record" in r.getMessage()]) == 1
+
+
+def test_time_is_a_decorator_too(nemo: None) -> None:
+    """@timer.time(label) decorates a function as NeMo-RL's own contextlib block does: each call a phase of
+    its own, made current inside, with telemetry on and on the first woven call before telemetry is resolved."""
+    timer = importlib.import_module("nemo_rl.utils.timer").Timer()
+    instrument("nemo_rl")
+
+    @timer.time("first")  # (the first woven call of the process: telemetry not resolved yet)
+    def first() -> int:
+        return 1
+
+    assert first() == 1
+    with recording() as rec:
+
+        @timer.time("generation")
+        def generate(n: int) -> int:
+            with lens_rl.traced_phase("inner"):
+                return n * 2
+
+        assert generate(2) == 4 and generate(3) == 6 and first() == 1
+    phases = rec.find_all("generation")
+    assert len(phases) == 2 and len(timer._timers["generation"]) == 2
+    assert {s.parent.span_id for s in rec.find_all("inner")} == {s.context.span_id for s in phases}
+    assert len(rec.find_all("first")) == 1
+
+
+def test_a_reset_from_another_thread_leaves_no_closed_phase_current(nemo: None) -> None:
+    """A thread inside ``with ts.time("collect")`` while another resets the ThreadSafeTimer (NeMo-RL then
+    raises in that block's stop, as it does unwoven): the block's phase ends with it, on its own thread, that
+    error on it; the thread's next phase is not its child, and no internal error is logged."""
+    timer = importlib.import_module("nemo_rl.utils.timer").ThreadSafeTimer()
+    instrument("nemo_rl")
+    entered, reset = threading.Event(), threading.Event()
+    raised: list[BaseException] = []
+
+    def collect() -> None:
+        try:
+            with timer.time("collect"):
+                entered.set()
+                reset.wait(timeout=60)
+        except ValueError as exc:  # NeMo-RL's own: the label is not running
+            raised.append(exc)
+        with lens_rl.traced_phase("after"):
+            pass
+
+    with recording() as rec:
+        thread = threading.Thread(target=collect)
+        thread.start()
+        entered.wait(timeout=60)
+        timer.reset()
+        reset.set()
+        thread.join()
+    assert len(raised) == 1
+    collect_span, after = rec.find("collect"), rec.find("after")
+    assert after.parent is None or after.parent.span_id != collect_span.context.span_id
+    assert collect_span.end_time <= after.start_time and not collect_span.status.is_ok
 
 
 def test_nemo_lens_on_makes_lens_rl_stand_down(nemo: None, monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:

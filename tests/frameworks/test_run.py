@@ -34,8 +34,9 @@ os.environ["JOB_SITECUSTOMIZE_RAN"] = "yes"
 try:
     from lens_rl.frameworks import _base, _registry
 
-    phases = _base.OpenPhases()
-    steps = _base.StepUmbrella("step")
+    loose = os.environ.get("STANDIN_LOOSE") == "1"  # a start/stop timer's phases: never made current
+    phases = _base.OpenPhases(loose=loose)
+    steps = _base.StepUmbrella("step", loose=loose)
 
     def start(original, args, kwargs):
         if args[1] == "step":
@@ -80,6 +81,9 @@ def one_step(step):
 
 
 def child():
+    timer = standin_timer.Timer()
+    timer.start("reward")  # the child's first phase, before any step: it starts the child's telemetry
+    timer.stop("reward")
     one_step(0)
 
 
@@ -106,9 +110,11 @@ def job(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _env(job: Path) -> dict[str, str]:
-    """The job's site folder first on the path, then the tree under test (a worktree's, not the venv's)."""
-    return clean_env({"PYTHONPATH": os.pathsep.join(filter(None, [str(job / "site"), os.environ.get("PYTHONPATH")]))})
+def _env(job: Path, *, loose: bool = False) -> dict[str, str]:
+    """The job's site folder first on the path, then the tree under test (a worktree's, not the venv's);
+    ``loose``: the stand-in's phases are a start/stop timer's (never made current)."""
+    path = os.pathsep.join(filter(None, [str(job / "site"), os.environ.get("PYTHONPATH")]))
+    return clean_env({"PYTHONPATH": path, "STANDIN_LOOSE": "1" if loose else "0"})
 
 
 def _spans(store: Path) -> list[dict[str, object]]:
@@ -122,13 +128,16 @@ def _spans(store: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.slow
-def test_run_weaves_every_python_process_and_chains_the_jobs_sitecustomize(job: Path) -> None:
+@pytest.mark.parametrize("loose", [False, True], ids=["scoped", "loose"])
+def test_run_weaves_every_python_process_and_chains_the_jobs_sitecustomize(job: Path, loose: bool) -> None:
     """The job's own sitecustomize still runs; the driver and a spawned child both record the woven timer's
-    phases under step umbrellas in one store; the last line names the store and the command to read it."""
+    phases under step umbrellas in one store, one trace under the job's root: a start/stop timer's loose
+    phases too, the first of each process (the driver's step that claims it, the child's bare phase that
+    starts it) included; the last line names the store and the command to read it."""
     out = subprocess.run(
         [*LENS_RL, "run", "--trace-dir", str(job / "traces"), "--run-id", "r1", "--", sys.executable, "job.py"],
         cwd=job,
-        env=_env(job),
+        env=_env(job, loose=loose),
         capture_output=True,
         text=True,
         timeout=180,
@@ -147,6 +156,8 @@ def test_run_weaves_every_python_process_and_chains_the_jobs_sitecustomize(job: 
     assert len(gens) == 3 and all(r["a"]["rl.bucket"] == "productive" for r in gens)  # type: ignore[index]
     root = [r for r in rows if r["n"] == "rl.job"]
     assert len(root) == 1 and {r["t"] for r in rows} == {root[0]["t"]}  # one job, one trace
+    assert all(r.get("p") for r in rows if r is not root[0])  # (and no other root in it)
+    assert [r["p"] for r in rows if r["n"] == "reward"] == [root[0]["s"]]
     # the loop is the driver; the child it spawned opened a step too, later: a worker, under the job's root
     roles = sorted(path.name.split("-")[1] for path in store.glob("spans-*.jsonl"))
     assert roles == ["driver", "worker"]

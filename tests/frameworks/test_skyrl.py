@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +88,37 @@ def test_a_failing_block_ends_its_phase_with_the_error_and_the_error_passes_thro
             raise boom
     assert caught.value is boom
     assert rec.find("sync_weights").status.status_code.name == "ERROR"
+
+
+class _AttrDict(dict[str, Any]):
+    """A job's config object as many jobs write one: a missing attribute raises KeyError."""
+
+    __getattr__ = dict.__getitem__
+
+
+class _Loop(_AttrDict):
+    """A job's own loop whose ``self`` is such an object, running SkyRL's step timer."""
+
+    def run_step(self, timer: Any, timings: dict[str, float]) -> None:
+        with timer("step", timings), timer("generate", timings):
+            pass
+
+
+def test_a_caller_whose_attribute_lookup_raises_has_no_step_counter(sky: None, caplog: Any) -> None:
+    """The step timer run from a method of an object whose attribute lookup raises KeyError (looking for the
+    trainer's global_step, then for the fully async trainer's mark): the job runs as unwoven, the step counted
+    per process where the caller has none and numbered by the one it has; one warning per attribute read."""
+    timer = importlib.import_module("skyrl.train.utils.utils").Timer
+    instrument("skyrl")
+    timings: dict[str, float] = {}
+    with caplog.at_level(logging.WARNING, logger="lens_rl"), recording() as rec:
+        for _ in range(2):
+            _Loop(steps=1).run_step(timer, timings)
+            _Loop(global_step=7).run_step(timer, timings)
+    assert set(timings) == {"step", "generate"}
+    assert [s.attributes["rl.step"] for s in rec.find_all("step")][:2] == [1, 7]
+    said = [r.getMessage() for r in caplog.records if "calling _Loop raised KeyError" in r.getMessage()]
+    assert len(said) == 2 and "'global_step'" in said[0] and "'max_staleness_steps'" in said[1]
 
 
 def test_off_and_after_uninstrument_the_timer_is_skyrls_own(sky: None) -> None:

@@ -67,6 +67,15 @@ class ThreadSafeTimer(Timer):
         with self._lock:
             super().record(label, elapsed)
 
+    @contextmanager
+    def time(self, label: str, should_log: bool = True) -> Iterator[None]:
+        # (its own: start and stop are each locked, the block itself is not)
+        self.start(label, should_log)
+        try:
+            yield
+        finally:
+            self.stop(label, should_log)
+
     def reset(self, label: str | None = None) -> None:
         with self._lock:
             super().reset(label)
