@@ -24,7 +24,7 @@ def command_cache(args: argparse.Namespace, run_dir: Path) -> Iterator[str | Non
     from lens_rl.offline import cache_folder
     from lens_rl.offline.run.cache import CACHE_DIR
 
-    made = not (run_dir / CACHE_DIR).exists()
+    made = not os.path.exists(run_dir / CACHE_DIR)  # (never raises: a folder it may not enter reads as none)
     try:
         folder = cache_folder(run_dir)
     except OSError as exc:

@@ -15,8 +15,10 @@ from lens_rl.cli.cache import command_cache
 from lens_rl.cli.inputs import (
     CliError,
     check_count,
+    check_jobs,
     check_seconds,
     check_steps,
+    holds,
     parallel,
     parse_steps,
     run_dir,
@@ -191,9 +193,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     report = run_status(path)
     if not report["superseded"] and all(r["state"] == "unreadable" for r in report["processes"]):
         notes = report["notes"]
-        raise CliError(
-            f"no readable lens_rl heartbeat under {str(path)!r} ({len(notes)} not read: {notes[0] if notes else '-'})"
-        )
+        if not notes:
+            raise CliError(f"no lens_rl heartbeat files (live-*.json) under {str(path)!r}")
+        raise CliError(f"no readable lens_rl heartbeat under {str(path)!r} ({len(notes)} not read: {notes[0]})")
     say(report["notes"])  # entries not read: one line each on stderr, as every command says them
     if args.json:
         _print_json(report)
@@ -206,10 +208,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from lens_rl.offline import watch
 
     check_seconds("--interval", args.interval)
+    check_jobs(args.jobs)
     try:
         folder = run_dir(args.trace_dir, args.run)
     except CliError:
         folder = run_dir(args.trace_dir, args.run, "live-*.json")  # heartbeats before the first span
+    if not any(holds(folder, pattern) for pattern in ("spans-*.jsonl", "live-*.json", "**/spans-*.jsonl")):
+        # a run folder with nothing in it, however it was named: bad input, as for status
+        raise CliError(f"no lens_rl span or heartbeat files under {str(folder)!r}")
     try:
         return watch(folder, interval=args.interval, once=args.once, jobs=args.jobs)
     except ImportError as exc:

@@ -16,7 +16,9 @@ __all__ = [
     "CliError",
     "check_steps",
     "check_count",
+    "check_jobs",
     "check_seconds",
+    "holds",
     "parallel",
     "parse_steps",
     "run_dir",
@@ -29,8 +31,13 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+#: how :func:`_folder_problem` says a folder that exists but cannot be listed or entered (no permission)
+CANNOT_READ = "cannot be read"
+
+
 def _folder_problem(path: Path) -> str | None:
-    """What is wrong with a folder named on the command line, in a few words (None: nothing)."""
+    """What is wrong with a folder named on the command line, in a few words (None: nothing). A folder this
+    process may not list or enter (no permission) is one it cannot read: its files would read as none."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -38,11 +45,19 @@ def _folder_problem(path: Path) -> str | None:
             return "is a symbolic link loop"
         if exc.errno == errno.ENOENT:
             return "is a dangling symbolic link" if os.path.islink(path) else "does not exist"
-        return f"cannot be read ({exc.strerror or exc})"
-    return None if stat.S_ISDIR(mode) else "is not a directory"
+        return f"{CANNOT_READ} ({exc.strerror or exc})"
+    if not stat.S_ISDIR(mode):
+        return "is not a directory"
+    try:  # listed (read permission), then entered (search permission: '.' is looked up inside it)
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NONBLOCK", 0)))
+        os.stat(os.path.join(path, "."))
+    except OSError as exc:
+        return f"{CANNOT_READ} ({exc.strerror or exc})"
+    return None
 
 
-def _holds(folder: Path, pattern: str) -> bool:
+def holds(folder: Path, pattern: str) -> bool:
+    """Whether ``folder`` has an entry matching ``pattern`` (False where it cannot be listed)."""
     try:
         return any(folder.glob(pattern))
     except OSError:
@@ -69,14 +84,21 @@ def run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> 
         raise CliError(f"{trace_dir!r} does not exist (give the telemetry trace_dir, or one run's folder in it)")
     if why is not None:
         raise CliError(f"{trace_dir!r} {why}")
+    folders, unreadable = [], []
     try:
-        folders = sorted(p for p in root.iterdir() if _folder_problem(p) is None)
+        for entry in sorted(root.iterdir()):
+            problem = _folder_problem(entry)
+            if problem is None:
+                folders.append(entry)
+            elif problem.startswith(CANNOT_READ) and os.path.isdir(entry):
+                unreadable.append(f"skipped {str(entry)!r}: {problem}")
     except OSError as exc:
         raise CliError(f"{trace_dir!r} cannot be listed ({exc.strerror or exc})") from None
     if run is not None:
         return _named_run(trace_dir, run, folders)
-    if _holds(root, pattern):
+    if holds(root, pattern):
         return root
+    say(unreadable)  # a run folder it cannot read may be the latest: named, never silently passed over
     return _latest_run(trace_dir, folders, pattern)
 
 
@@ -98,7 +120,7 @@ def _named_run(trace_dir: str, run: str, folders: list[Path]) -> Path:
 
 def _latest_run(trace_dir: str, folders: list[Path], pattern: str) -> Path:
     """The folder among ``folders`` with the latest file matching ``pattern``."""
-    runs = [p for p in folders if _holds(p, pattern)]
+    runs = [p for p in folders if holds(p, pattern)]
     if not runs:
         what = "span files" if pattern.startswith("spans") else "heartbeat files"
         raise CliError(f"no lens_rl {what} ({pattern}) under {trace_dir!r}")
@@ -183,8 +205,14 @@ def check_steps(steps: tuple[int, int] | None, step_range: Any) -> None:
         )
 
 
+def check_jobs(jobs: int | None) -> int | None:
+    """``--jobs``: 1 or more (None: the default)."""
+    if jobs is not None and jobs < 1:
+        raise CliError(f"--jobs: {jobs} is not a count; allowed: 1 or more")
+    return jobs
+
+
 def parallel(args: argparse.Namespace) -> dict[str, Any]:
     """``--jobs`` and ``--ray`` as the offline tools' keyword arguments."""
-    if args.jobs is not None and args.jobs < 1:
-        raise CliError(f"--jobs: {args.jobs} is not a count; allowed: 1 or more")
+    check_jobs(args.jobs)
     return {"jobs": args.jobs, "use_ray": args.ray is not None, "ray_address": args.ray or None}

@@ -194,7 +194,10 @@ class TelemetryHandle:
         return 0 if pipeline is None else pipeline.dropped + pipeline.failed
 
     def stats(self) -> dict[str, Any]:
-        """Counters for humans and tests: spans accepted, exported, dropped, failed, queued."""
+        """Counters for humans and tests, counts of spans: ``accepted`` into the queue, then ``queued`` (waiting),
+        ``exporting`` (on their first try), ``retrying`` (a batch whose export failed, tried again), ``exported``
+        or ``failed`` (lost for good), which add up to ``accepted``; ``dropped`` (refused at a full queue, never
+        accepted)."""
         p = self.span_pipeline
         out: dict[str, Any] = {"exporter": self.config.exporter}
         if p is not None:
@@ -207,6 +210,7 @@ class TelemetryHandle:
                 queued_bytes=p.queued_bytes,
                 lost_at_shutdown=p.lost_at_close,
                 retrying=p.retrying,
+                exporting=p.exporting,
                 last_error=p.last_error,
             )
         if self._metric_exporter is not None:
@@ -249,13 +253,15 @@ class TelemetryHandle:
             return bool(self._shutdown_result)
         self._closed = True
         deadline = time.monotonic() + budget_ms(timeout_ms) / 1000.0
-        if self.live is not None:  # its last heartbeat ("ended") goes out before the providers close
-            self.live.stop(min(1.0, max(deadline - time.monotonic(), 0.0)))
+        if self.live is not None:  # no heartbeat while the spans flush: the last one says how that went
+            self.live.stop(min(1.0, max(deadline - time.monotonic(), 0.0)), last=False)
         ok = self._flush_until(deadline)
         if self.phase_metrics is not None:
             self.phase_metrics.stop()
         if self.span_pipeline is not None:
             ok = self.span_pipeline.close(deadline - time.monotonic()) and ok
+        if self.live is not None:  # the last heartbeat ("ended"), with the final stats(), before the providers close
+            self.live.end()
         if self.tracer_provider is not None:
             run_bounded(self.tracer_provider.shutdown, max(deadline - time.monotonic(), 0.0))
         if self.meter_provider is not None:

@@ -4,7 +4,8 @@ One daemon thread per process with telemetry on (:class:`LiveMonitor`) wakes eve
 
 * **Heartbeat.** With the file store and ``heartbeat_interval_ms`` > 0, it rewrites
   ``trace_dir/<run_id>/live-<group>-<rank>-<pid>.json`` atomically (a temporary file, then a rename) every
-  interval: the resource, the time written, the open phases (name, step, bucket, start, thread; a
+  interval (at least :data:`~lens_rl.store.LIVE_MIN_INTERVAL_MS`, the thread's shortest wait; the heartbeat
+  says the interval it keeps): the resource, the time written, the open phases (name, step, bucket, start, thread; a
   suspected hang marked), the last completed step, per phase name the count, longest and p95 completed
   durations, ``stats()``, the interval, ``state`` (``running``; ``ended`` at shutdown) and, on Linux, the
   process's mark (``proc``: boot id, pid namespace, start time), by which a reader on the same host tells a
@@ -40,7 +41,7 @@ from opentelemetry import metrics as metrics_api
 
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
-from lens_rl.store import LIVE_FORMAT, live_path, process_mark
+from lens_rl.store import LIVE_FORMAT, LIVE_MIN_INTERVAL_MS, live_path, process_mark
 
 __all__ = [
     "HANG_FACTOR",
@@ -96,7 +97,11 @@ class LiveMonitor:
         config = handle.config
         self.handle = handle
         self.hang_timeout_s = float(config.hang_timeout_s)
+        # (the interval it keeps and says: a shorter one than its thread's shortest wait would be said and
+        # not kept, and a reader would call a healthy process stale)
         self.interval_s = config.heartbeat_interval_ms / 1000.0
+        if self.interval_s > 0:
+            self.interval_s = max(self.interval_s, LIVE_MIN_INTERVAL_MS / 1000.0)
         resource = dict(handle.resource.attributes)
         self.resource = resource
         self.pid = os.getpid()
@@ -108,7 +113,7 @@ class LiveMonitor:
         #: this process's mark (boot id, pid namespace, start time; None off Linux), read once, not per beat
         self.mark = process_mark() if self.path is not None else None
         beat = self.interval_s if self.path is not None else 1.0
-        self.tick_s = max(0.05, min(beat, 1.0, self.hang_timeout_s / 4))
+        self.tick_s = max(LIVE_MIN_INTERVAL_MS / 1000.0, min(beat, 1.0, self.hang_timeout_s / 4))
         self.hangs = 0
         self._warned = 0
         self._last_write = 0.0
@@ -132,12 +137,19 @@ class LiveMonitor:
         self._thread = threading.Thread(target=self._run, name="lens_rl-live", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 1.0) -> None:
-        """Stop the thread (waiting at most ``timeout_s``) and write the last heartbeat, ``state: ended``."""
+    def stop(self, timeout_s: float = 1.0, *, last: bool = True) -> None:
+        """Stop the thread (waiting at most ``timeout_s``) and, with ``last``, write the last heartbeat
+        (:meth:`end`). A handle shutting down stops the thread first and calls :meth:`end` once its spans are
+        flushed, so the last heartbeat's ``stats()`` are the final ones."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(max(timeout_s, 0.0))
+        if last:
+            self.end()
+
+    def end(self) -> None:
+        """Write the last heartbeat, ``state: ended`` (not in a forked child: the file is its parent's)."""
         if self.path is not None and os.getpid() == self.pid:
             self.write("ended")
 
@@ -246,7 +258,7 @@ class LiveMonitor:
             "resource": self.resource,
             "pid": self.pid,
             "written_ns": now_ns,
-            "interval_ms": int(self.interval_s * 1000),
+            "interval_ms": round(self.interval_s * 1000),
             "hang_timeout_s": self.hang_timeout_s,
             "state": state,
             "open": open_phases,

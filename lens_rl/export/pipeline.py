@@ -94,7 +94,10 @@ class SpanPipeline(SpanProcessor):
         self.failed = 0
         #: spans still queued or in flight when the pipeline closed (counted in ``failed`` too)
         self.lost_at_close = 0
-        self.retrying = False
+        #: spans taken from the queue for export and not yet settled (exported or failed)
+        self.in_flight = 0
+        #: whether those spans are being retried (an export of theirs failed and may yet succeed)
+        self._retrying = False
         self.last_error: str | None = None
         self.outage = Outage("span", exporter)
         self.target = self.outage.target
@@ -189,6 +192,7 @@ class SpanPipeline(SpanProcessor):
             if lost > 0:
                 self.lost_at_close = lost
                 self.failed += lost
+                self.in_flight, self._retrying = 0, False
                 self._queue.clear()
                 self._queued_bytes = 0
                 self._progress.notify_all()
@@ -211,6 +215,17 @@ class SpanPipeline(SpanProcessor):
     def settled_ok(self) -> bool:
         """True when every accepted span was exported and nothing was dropped or failed."""
         return self.exported == self.accepted and self.dropped == 0 and self.failed == 0
+
+    @property
+    def retrying(self) -> int:
+        """Spans of a batch being retried (its export failed and may yet succeed), 0 when none is: with
+        ``queued``, ``exporting``, ``exported`` and ``failed`` they account for every span ``accepted``."""
+        return self.in_flight if self._retrying else 0
+
+    @property
+    def exporting(self) -> int:
+        """Spans taken from the queue and on their first try at export (not retried yet)."""
+        return 0 if self._retrying else self.in_flight
 
     @property
     def queued(self) -> int:
@@ -250,6 +265,7 @@ class SpanPipeline(SpanProcessor):
                     count = min(len(self._queue), self._max_batch)
                     items = [self._queue.popleft() for _ in range(count)]
                     self._queued_bytes -= sum(size for _, size in items)
+                    self.in_flight += count
                 batch = [span for span, _ in items]
                 try:  # whoever set them (a user on the current span, a library): nothing secret leaves
                     batch = [scrub(s) for s in batch]
@@ -262,9 +278,12 @@ class SpanPipeline(SpanProcessor):
             # never past what was accepted: spans already counted lost at close stay counted once
             room = self.accepted - self.exported - self.failed
             exported = min(exported, room)
+            failed = min(failed, room - exported)
             self.exported += exported
-            self.failed += min(failed, room - exported)
-            self.retrying = False
+            self.failed += failed
+            self.in_flight = max(self.in_flight - exported - failed, 0)
+            if not self.in_flight:
+                self._retrying = False
             self._progress.notify_all()
 
     def _send(self, batch: list[ReadableSpan]) -> tuple[bool, Any, str | None]:
@@ -328,9 +347,10 @@ class SpanPipeline(SpanProcessor):
             self.outage.failed(
                 error, f"; retrying for up to {self._retry_for_s:.0f} s with up to {self.max_queue_spans} spans queued"
             )
-            self.retrying = True
+            self._retrying = True
             if time.monotonic() - first_failure >= self._retry_for_s:
                 self._give_up(part, error, "gave up after retrying")
+                self._retrying = False
                 self.outage.close()
                 return True
             if self._stop.wait(next(waits)):
@@ -342,10 +362,12 @@ class SpanPipeline(SpanProcessor):
             if ok:
                 self.outage.recovered()
                 self._settle(exported=len(part))
+                self._retrying = False  # (the batch's other parts, if it was split, on their first try)
                 return True
             self.last_error = error
             if verdict(status, 1) != "retry":  # (a part being retried is not split again)
                 self._give_up(part, error, "rejected for good")
+                self._retrying = False
                 return True
 
     def _give_up(self, part: Sequence[ReadableSpan], error: str | None, why: str) -> None:
@@ -370,4 +392,5 @@ class SpanPipeline(SpanProcessor):
         self._thread = None
         self._closed = True
         self._warned_drop = True
-        self.accepted = self.exported = self.dropped = self.failed = 0
+        self.accepted = self.exported = self.dropped = self.failed = self.in_flight = 0
+        self._retrying = False

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from lens_rl._attributes import clean_attributes
+from lens_rl._attributes import clean_attributes, clean_value
 from lens_rl._errors import internal_error
 from lens_rl.config import ATTEMPT_ENV, CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, TelemetryConfig
 from lens_rl.identity.attempt import RESTART_COUNT_ENV, attempt_from_env, attempt_value, launch_time_ns, resolve_attempt
@@ -156,22 +156,46 @@ def worker_attributes(
     ``rank``/``world_size`` default to ``RANK``/``WORLD_SIZE``, ``worker_group`` to
     ``LENS_RL_WORKER_GROUP``, else ``worker``. What is odd about them (a rank that is no integer, below 0
     or not below the world size; a world size below 1) is appended to ``problems``, one line each; an
-    integer is kept as given, anything else reads as absent.
+    integer is kept as given, anything else reads as absent. The identity a reader checks has its declared
+    types whoever gave it (:func:`_typed`): a group given as a number (a launcher's id) is its text.
     """
     env = os.environ if environ is None else environ
     problems = [] if problems is None else problems
     attrs = _detected(env)
     attrs.update(decode_attributes(env.get(RESOURCE_ATTRIBUTES_ENV)))
     rank_value, size_value = _rank_and_size(rank, world_size, env, problems)
-    group = worker_group or env.get("LENS_RL_WORKER_GROUP", "").strip() or attrs.get(WORKER_GROUP) or "worker"
+    group = _name(worker_group) or env.get("LENS_RL_WORKER_GROUP", "").strip() or attrs.get(WORKER_GROUP) or "worker"
     attrs[ATTEMPT] = _worker_attempt(env, attrs.get(ATTEMPT))
     attrs[RANK] = rank_value if rank_value is not None else attrs.get(RANK, 0)
     attrs[WORLD_SIZE] = size_value if size_value is not None else attrs.get(WORLD_SIZE, 1)
     attrs[WORKER_GROUP] = group
     attrs["service.name"] = service_name
     attrs.update(clean_attributes(explicit))
+    _typed(attrs, problems)
     check_ints(attrs)  # (raises: the worker's boundary makes it one warning)
     return attrs, rank_value is not None
+
+
+def _name(value: object) -> str | None:
+    """A name given as another type (a group's number from a launcher, an enum) as its text, bounded as
+    every attribute value is; None when none is given."""
+    if value is None or isinstance(value, str):
+        return value
+    cleaned = clean_value(value)
+    return None if cleaned is None else cleaned if isinstance(cleaned, str) else str(cleaned)
+
+
+def _typed(attrs: dict[str, Any], problems: list[str]) -> None:
+    """The identity a reader checks (group, host, rank, attempt) in its declared types, in place, so no header
+    or heartbeat carries a value a reader cannot hold: a group or host given as another type is its text; a
+    rank or attempt that is no integer is a problem, named, and 0."""
+    for key in (WORKER_GROUP, "host.name"):
+        if key in attrs and not isinstance(attrs[key], str):
+            attrs[key] = _name(attrs[key]) or ("worker" if key == WORKER_GROUP else "")
+    for key in (RANK, ATTEMPT):
+        value = attrs.get(key)
+        if value is not None and type(value) is not int:
+            attrs[key] = _int_from(value, key, problems) or 0
 
 
 def _rank_and_size(

@@ -41,6 +41,7 @@ __all__ = [
     "TIME_MAX_NS",
     "TIME_MIN_NS",
     "LIVE_FORMAT",
+    "LIVE_MIN_INTERVAL_MS",
     "FORMAT_VERSION",
     "HEADER_FORMAT",
     "OWN_SCOPE",
@@ -61,6 +62,9 @@ TIME_MAX_NS = 7_258_118_400 * 10**9
 HEADER_FORMAT = "lens_rl.spans/2"
 #: A heartbeat file's ``format`` (``live-<group>-<rank>-<pid>.json``, rewritten whole, atomically).
 LIVE_FORMAT = "lens_rl.live/1"
+#: The shortest interval a heartbeat is rewritten at (its thread's shortest wait): a shorter
+#: ``heartbeat_interval_ms`` is kept as this, and the heartbeat's ``interval_ms`` says so.
+LIVE_MIN_INTERVAL_MS = 50
 OWN_SCOPE = "lens_rl"
 
 #: The keys a line may carry: a span line's, and a header's that tell it apart.

@@ -83,3 +83,23 @@ def test_metric_readers_left_by_a_spent_shutdown_budget_are_no_internal_error() 
     provider = MeterProvider(metric_readers=[SlowReader(), InMemoryMetricReader()])
     assert _shut_meters(provider, 0.0) is False
     assert _shut_meters(MeterProvider(metric_readers=[InMemoryMetricReader()]), 5.0) is True
+
+
+def test_spans_being_retried_are_counted_in_stats_and_every_accepted_span_is_in_one_count() -> None:
+    """During an outage the batch being retried is ``retrying``, a count of spans (it was a bool, and its
+    span in no count): queued + exporting + retrying + exported + failed is what was accepted, and a healthy
+    end leaves 0 retrying."""
+    handle = lens_rl.init_telemetry_driver(otlp_config(refused_endpoint(), export_timeout_ms=500), "grpo")
+    assert handle is not None
+    for step in range(3):
+        with lens_rl.traced_phase("generation", step=step):
+            pass
+    assert lens_rl.flush_telemetry(1500) is False  # refused: the batch is retried, backing off
+    stats = handle.stats()
+    assert type(stats["retrying"]) is int and stats["retrying"] == 3, stats
+    parts = ("queued", "exporting", "retrying", "exported", "failed")
+    assert sum(stats[key] for key in parts) == stats["accepted"] == 3, stats
+    lens_rl.shutdown_telemetry(300)
+    stats = handle.stats()
+    assert stats["retrying"] == 0 and stats["failed"] == stats["accepted"], stats  # (the job's root span too)
+    assert sum(stats[key] for key in parts) == stats["accepted"], stats

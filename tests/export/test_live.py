@@ -15,7 +15,7 @@ import pytest
 import lens_rl
 from lens_rl._runtime import RUNTIME
 from lens_rl.export.live import HANG_FACTOR, NEVER_DONE_FACTOR, hang_timeout, stacks
-from tests.conftest import run_python
+from tests.conftest import lens, run_python
 from tests.stores import read_spans
 
 
@@ -195,3 +195,58 @@ def test_the_stacks_are_bounded() -> None:
             thread.join()
     assert text.startswith("--- thread MainThread") and "<- the suspected phase's thread" in text.split("\n")[0]
     assert text.endswith("(cut at 20000 characters)") and len(text) <= 20_000 + 40
+
+
+def test_a_heartbeat_interval_shorter_than_the_thread_keeps_says_the_one_it_keeps(tmp_path: Path) -> None:
+    """heartbeat_interval_ms 10: the thread waits at least 50 ms between rounds, so the heartbeat is rewritten
+    every 50 ms and says 50 (saying 10, a reader judging by 3 intervals would call the process stale between
+    two writes); its thread waits no longer than that."""
+    from lens_rl.store import LIVE_MIN_INTERVAL_MS
+
+    handle = _driver(tmp_path, heartbeat_interval_ms=10)
+    monitor = handle.live
+    assert monitor.tick_s * 1000 <= LIVE_MIN_INTERVAL_MS
+    assert monitor.write("running")
+    (path,) = (tmp_path / "r").glob("live-driver-0-*.json")
+    assert json.loads(path.read_text())["interval_ms"] == LIVE_MIN_INTERVAL_MS == 50
+    lens_rl.shutdown_telemetry(2000)
+
+
+def test_the_ended_heartbeat_carries_the_stats_after_the_last_flush(tmp_path: Path) -> None:
+    """Shutdown writes the last heartbeat once its spans are flushed: nothing queued, every span in the file
+    counted exported (written before the flush, it said 7 queued, 0 exported)."""
+    _driver(tmp_path, heartbeat_interval_ms=100000)
+    for step in range(3):
+        with lens_rl.traced_phase("step", step=step), lens_rl.traced_phase("generation", step=step):
+            pass
+    assert lens_rl.shutdown_telemetry(5000)
+    (path,) = (tmp_path / "r").glob("live-*.json")
+    beat = json.loads(path.read_text())
+    spans = read_spans(tmp_path / "r")
+    assert beat["state"] == "ended" and spans
+    stats = beat["stats"]
+    assert (stats["queued"], stats["retrying"], stats["exporting"]) == (0, 0, 0)
+    assert stats["exported"] == stats["accepted"] == len(spans), stats
+
+
+def test_a_group_given_as_a_number_is_written_as_its_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """init_telemetry_worker(worker_group=5) (a launcher's group id): the heartbeat and the span header say
+    the group "5", a string as the format declares, and lens-rl status reads the process (it called its
+    heartbeat malformed and exited 2)."""
+    env = {"ENABLED": "true", "TRACE_DIR": str(tmp_path), "RUN_ID": "r", "HEARTBEAT_INTERVAL_MS": "100000"}
+    for key, value in env.items():
+        monkeypatch.setenv(f"LENS_RL_OTEL_{key}", value)
+    handle = lens_rl.init_telemetry_worker(rank=0, world_size=1, worker_group=5)  # type: ignore[arg-type]
+    assert handle is not None and handle.resource.attributes["rl.worker_group"] == "5"
+    with lens_rl.traced_phase("generation", step=0):
+        pass
+    assert lens_rl.shutdown_telemetry(5000)
+    (path,) = (tmp_path / "r").glob("live-*.json")
+    assert json.loads(path.read_text())["resource"]["rl.worker_group"] == "5"
+    (spans_file,) = (tmp_path / "r").glob("spans-*.jsonl")
+    header = json.loads(spans_file.read_text().splitlines()[0])
+    assert header["resource"]["rl.worker_group"] == "5"
+    out = lens("status", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["processes"]
+    assert (row["worker_group"], row["state"]) == ("5", "ended") and not out.stderr

@@ -181,6 +181,41 @@ def test_another_users_unreadable_file_is_skipped_and_named(tmp_path: Path) -> N
     _named_once(out.stderr, {secret.name: "not readable (permission denied)"})
 
 
+@pytest.mark.timeout(300)
+def test_a_run_folder_it_cannot_read_is_named_never_a_traceback(tmp_path: Path) -> None:
+    """A run folder the reader may not list (mode 000, read without root's override): goodput, status and
+    watch --run name it as not readable in one line and exit 2 (goodput crashed with exit 70, watch said
+    "nothing recorded yet" and exited 0, status named nothing); without --run, where it is the run written
+    last, the folder is named as skipped and the readable run is read."""
+    as_root = os.geteuid() == 0
+    if as_root and shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to read as root without the right to read any folder")
+    traces = tmp_path / "traces"
+    good_run(traces / "older")
+    locked = good_run(traces / "locked")
+    beat = {**_LIVE, "role": "driver", "resource": {"rl.worker_group": "driver"}, "pid": 1}
+    (locked / "live-driver-0-1.json").write_text(
+        json.dumps({**beat, "written_ns": time.time_ns(), "interval_ms": 1000})
+    )
+    later = time.time() + 60
+    for entry in locked.iterdir():
+        os.utime(entry, (later, later))  # the run written last
+    locked.chmod(0)
+    try:
+        if subprocess.run([*(NO_DAC if as_root else []), "ls", str(locked)], capture_output=True).returncode == 0:
+            pytest.skip("dropping the capability did not stop root listing a folder of mode 000 here")
+        for command in (["goodput"], ["status"], ["watch", "--once"]):
+            out = lens_child(*command, str(traces), "--run", "locked", no_dac=as_root)
+            assert out.returncode == 2 and "Traceback" not in out.stderr, (command, out.stderr)
+            _named_once(out.stderr, {str(locked): "cannot be read (Permission denied)"})
+            assert not out.stdout, (command, out.stdout)
+        out = lens_child("goodput", str(traces), "--json", no_dac=as_root)
+        assert out.returncode == 0 and json.loads(out.stdout)["spans"] == 5, out.stderr
+        _named_once(out.stderr, {str(locked): "skipped"})
+    finally:
+        locked.chmod(0o755)
+
+
 def _sparse(path: Path, size: int, prefix: bytes = b"") -> None:
     with open(path, "wb") as handle:
         handle.write(prefix)

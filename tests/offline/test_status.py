@@ -361,3 +361,58 @@ def test_a_process_gone_from_this_host_is_stale_at_once_and_shows_no_open_phase(
     assert not report["ok"]
     text = format_status(report)
     assert "- (last seen in policy_training, open 4.9s)  pid gone" in text and "HUNG" not in text
+
+
+def test_a_heartbeat_dated_outside_the_plausible_years_is_a_note_and_an_unreadable_row(tmp_path: Path) -> None:
+    """written_ns 1 (1970) and one in the year 2500 (past 64 bits): as the store's plausible-time rule says,
+    the file is named with why in a note and its row is ``unreadable``; 1970 was taken at face value (stale
+    for 57 years, exit 1, no note) and 2500 was said to have "the wrong JSON type"."""
+    for name, written in (("1970", 1), ("2500", 16_725_225_600 * 10**9)):
+        run = tmp_path / name / "r"
+        beat(run, "driver", 0, 1)
+        path = beat(run, "lm_policy", 0, 4242)
+        content = json.loads(path.read_text())
+        content["written_ns"] = written
+        path.write_text(json.dumps(content))
+        report = run_status(run, NOW)
+        rows = {r["pid"]: r for r in report["processes"]}
+        assert rows[4242]["state"] == "unreadable" and rows[4242]["heartbeat_age_s"] is None, name
+        assert report["ok"] and rows[1]["state"] == "running", name
+        (note,) = report["notes"]
+        assert note.startswith(path.name) and f"written_ns {written} is outside the plausible years" in note, note
+
+
+def test_a_heartbeat_is_judged_by_the_interval_a_writer_keeps(tmp_path: Path) -> None:
+    """A heartbeat that says interval_ms 10 (written so before writers said the interval they keep) is
+    rewritten at most every 50 ms: 0.1 s old it is running, not stale; 0.2 s old it is stale."""
+    run = tmp_path / "r"
+    beat(run, "driver", 0, 1, interval_ms=10, age_s=0.1)
+    beat(run, "lm_policy", 0, 2, interval_ms=10, age_s=0.2)
+    states = {r["pid"]: r["state"] for r in run_status(run, NOW)["processes"]}
+    assert states == {1: "running", 2: "stale"}
+
+
+FORGED = "policy\x1b[2J\nFORGED ROW"
+
+
+def test_the_table_escapes_control_characters_a_store_holds(tmp_path: Path) -> None:
+    """A group, a host and a phase name holding a terminal escape, a newline and a bell (a worker named so
+    through the public API, or a heartbeat written by hand): ``lens-rl status`` shows them escaped, so the
+    screen is not cleared and no row is forged; ``--json`` keeps them exact."""
+    run = tmp_path / "r"
+    path = beat(run, FORGED, 0, 7, open_phases=[phase("gen\x1b]0;owned\x07", 1.0)])
+    content = json.loads(path.read_text())
+    content["resource"]["host.name"] = "node\x07\u202e1"
+    content["written_ns"] = time.time_ns()
+    content["open"][0]["start_ns"] = time.time_ns() - 10**9
+    content["interval_ms"] = 600_000
+    path.write_text(json.dumps(content))
+    out = lens("status", str(run))
+    assert out.returncode == 0, out.stderr
+    assert not any(c in out.stdout for c in "\x1b\x07\u202e"), out.stdout
+    assert not any(line.lstrip().startswith("FORGED") for line in out.stdout.splitlines()), out.stdout
+    assert "policy\\x1b[2J\\nFORGED" in out.stdout and "gen\\x1b]0;owned\\x07" in out.stdout
+    assert "node\\x07\\u202e1"[:13] in out.stdout
+    exact = lens("status", str(run), "--json")
+    (row,) = json.loads(exact.stdout)["processes"]
+    assert row["worker_group"] == FORGED and row["host"] == "node\x07\u202e1"

@@ -142,3 +142,55 @@ def test_watch_once_exits_as_status_does(tmp_path: Path) -> None:
     _now(beat(stale, "lm_policy", 0, 100), age_s=100)
     _now(beat(hung, "lm_policy", 0, 100, open_phases=[phase("policy_training", 900.0, hung=True)]))
     assert [once(healthy), once(stale), once(hung)] == [0, 1, 1]
+
+
+def test_watch_shows_a_stores_control_characters_escaped(tmp_path: Path) -> None:
+    """``watch --once`` on a group and phase named with a screen-clearing escape and a newline, a host with a
+    bell, and a group that reads as rich markup: each shown escaped and as written, on one line (they were
+    printed raw: the screen cleared, a row forged)."""
+    import subprocess
+
+    from tests.conftest import clean_env
+    from tests.offline.test_status import FORGED
+
+    run = tmp_path / "r"
+    grow_store(run, 0, 3)
+    _now(beat(run, FORGED, 0, 100, open_phases=[phase("gen\x1b[1A", 900.0, hung=True)]))
+    path = beat(run, "markup", 1, 101)
+    content = json.loads(path.read_text())
+    content["resource"].update({"host.name": "node\x07", "rl.worker_group": "[/][bold]x"})
+    path.write_text(json.dumps(content))
+    _now(path, age_s=100)  # stale: in the alarms, with its host
+    out = subprocess.run(  # (a wide console: every cell whole)
+        [sys.executable, "-m", "lens_rl", "watch", str(run), "--once"],
+        capture_output=True,
+        text=True,
+        env=clean_env({"COLUMNS": "250"}),
+        timeout=120,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr  # (1: a hung rank, a stale one)
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout, out.stdout
+    assert not any(line.lstrip().startswith("FORGED") for line in out.stdout.splitlines()), out.stdout
+    assert "policy\\x1b[2J\\nFORGED" in out.stdout and "gen\\x1b[1A" in out.stdout and "node\\x07" in out.stdout, (
+        out.stdout
+    )
+    assert "[/][bold]x" in out.stdout
+
+
+def test_watch_refuses_what_status_and_goodput_refuse(tmp_path: Path) -> None:
+    """An empty run folder is bad input however it is named (it printed "nothing recorded yet" and exited 0
+    when named with --run, while status exits 2 both ways); --jobs 0 or -3 is refused as goodput refuses it."""
+    from tests.conftest import lens
+
+    traces = tmp_path / "traces"
+    (traces / "empty").mkdir(parents=True)
+    for args in ([str(traces / "empty")], [str(traces), "--run", "empty"]):
+        watched, status = lens("watch", *args, "--once"), lens("status", *args)
+        assert watched.returncode == status.returncode == 2, (args, watched.stdout, watched.stderr)
+        assert watched.stderr.count("\n") == 1 and "Traceback" not in watched.stderr, watched.stderr
+    run = traces / "r"
+    grow_store(run, 0, 3)
+    for jobs in ("0", "-3"):
+        watched = lens("watch", str(run), "--once", "--jobs", jobs)
+        assert watched.returncode == 2 and "--jobs" in watched.stderr and "allowed: 1 or more" in watched.stderr
+    assert lens("watch", str(run), "--once", "--jobs", "1").returncode == 0

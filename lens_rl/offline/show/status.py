@@ -8,7 +8,7 @@ long it has been open against that phase's usual p95 and longest run (a running 
 ended one has no open phase, and ``last_phase`` says where it was last seen); ``HUNG`` when the watchdog flagged it;
 ``GPU IDLE`` when its GPUs have read 0 % past ``gpu_idle_alert_s`` while a phase is open), groups summed,
 the driver's step first. A heartbeat with a field of the wrong JSON type (or an ``interval_ms`` outside
-1..:data:`INTERVAL_MAX_MS`) is a note and its row says ``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
+1..:data:`INTERVAL_MAX_MS`, or a ``written_ns`` outside the store's plausible times, years 2000 to 2200) is a note and its row says ``unreadable``; one dated more than an interval (and a minute) ahead of this clock is judged by its file's
 modification time and its row says ``clock ahead``. Processes of earlier attempts are counted apart
 (superseded), never as stale. The
 run is ``ok`` when nothing is stale or hung: the command's exit status (0, else 1) is what a cron job or a
@@ -29,9 +29,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.live import gone, heartbeats
+from lens_rl.offline.run.live import gone, heartbeats, plausible_ns
 from lens_rl.offline.show.formats import age as _secs
+from lens_rl.offline.show.formats import text as _shown
 from lens_rl.offline.show.gpu_live import gpu_state, gpu_text
+from lens_rl.store import LIVE_MIN_INTERVAL_MS
 
 __all__ = ["CLOCK_AHEAD_S", "MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "malformed", "run_status"]
 
@@ -112,6 +114,7 @@ def malformed(beat: Mapping[str, Any]) -> str | None:
         or (_wrong(last, _LAST, "last_step.") if last is not None else None)
         or _wrong_each((beat.get("phases") or {}).items(), _USUAL, "phases.{}")
         or ("interval_ms" if "interval_ms" in beat and not 1 <= beat["interval_ms"] <= INTERVAL_MAX_MS else None)
+        or ("written_ns" if "written_ns" in beat and not plausible_ns(beat["written_ns"]) else None)
     )
 
 
@@ -224,7 +227,9 @@ def _state(beat: Mapping[str, Any], interval_ms: int, age_s: float) -> str:
     ``running``."""
     if beat.get("state") == "ended":
         return "ended"
-    if interval_ms and age_s > STALE_INTERVALS * interval_ms / 1000:
+    # (judged by the interval kept: a writer never rewrites its heartbeat more often than every
+    # LIVE_MIN_INTERVAL_MS, whatever an older one said)
+    if interval_ms and age_s > STALE_INTERVALS * max(interval_ms, LIVE_MIN_INTERVAL_MS) / 1000:
         return "stale"
     return "running"
 
@@ -259,6 +264,8 @@ def _row_or_unreadable(beat: dict[str, Any], now_ns: int, notes: list[str]) -> d
         return _row(beat, now_ns)
     if why == "interval_ms" and type(beat["interval_ms"]) is int:
         why = f"interval_ms {beat['interval_ms']} outside 1..{INTERVAL_MAX_MS}"
+    elif why == "written_ns" and type(beat["written_ns"]) is int:  # (past 64 bits too: a time, not a type)
+        why = f"written_ns {beat['written_ns']} is outside the plausible years, 2000 to 2200"
     else:
         why += " has the wrong JSON type"
     notes.append(f"{Path(beat['path']).name}: a malformed heartbeat ({why}); unreadable")
@@ -343,14 +350,9 @@ def _groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _phase_text(phase: Mapping[str, Any] | None, last: Mapping[str, Any] | None = None) -> str:
     if phase is None:
-        return "-" if last is None else f"- (last seen in {last['name']}, open {_secs(last['open_s'])})"
-    text = f"{phase['name']} {_secs(phase['open_s'])} / {_secs(phase['p95_s'])} / {_secs(phase['max_s'])}"
+        return "-" if last is None else f"- (last seen in {_shown(last['name'])}, open {_secs(last['open_s'])})"
+    text = f"{_shown(phase['name'])} {_secs(phase['open_s'])} / {_secs(phase['p95_s'])} / {_secs(phase['max_s'])}"
     return text + ("  HUNG" if phase["hung"] else "")
-
-
-def _text(value: Any) -> str:
-    """A row's field as shown: ``-`` where it has none (a worker with no step yet), never ``None``."""
-    return "-" if value is None else str(value)
 
 
 def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
@@ -361,7 +363,7 @@ def format_status(report: Mapping[str, Any], *, all_rows: bool = False) -> str:
     for g in report["groups"]:
         steps = f"{g['min_step']}-{g['max_step']}" if "min_step" in g else "-"
         lines.append(
-            f"{g['worker_group'][:23]:24s}{g['processes']:7d}{g['running']:9d}{g['stale']:7d}{g['ended']:7d}"
+            f"{_shown(g['worker_group'])[:23]:24s}{g['processes']:7d}{g['running']:9d}{g['stale']:7d}{g['ended']:7d}"
             f"{g['hung']:6d}  {steps}"
         )
     lines += _process_lines(report["processes"], all_rows)
@@ -378,14 +380,14 @@ def _headline(report: Mapping[str, Any]) -> list[str]:
     hung = sum(r["hung"] for r in rows)
     gpu_idle = sum(bool(r.get("gpu") and r["gpu"]["idle"]) for r in rows)
     lines = [
-        f"run {report['run']} · attempt {report['attempt']} · {len(rows)} processes: {counts['running']} running, "
+        f"run {_shown(report['run'])} · attempt {report['attempt']} · {len(rows)} processes: {counts['running']} running, "
         f"{counts['stale']} stale, {counts['ended']} ended"
         + (f", {counts['unreadable']} unreadable" if counts["unreadable"] else "")
         + (f" · {hung} HUNG" if hung else "")
         + (f" · {gpu_idle} GPU IDLE" if gpu_idle else "")
         + " · "
         + ("ok" if report["ok"] else "NOT OK"),
-        f"driver step: {report['driver_step'] if report['driver_step'] is not None else '-'}",
+        f"driver step: {_shown(report['driver_step'])}",
     ]
     if report["superseded"]:
         lines.append(f"({report['superseded']} heartbeat(s) of earlier attempts not counted)")
@@ -408,8 +410,8 @@ def _process_lines(rows: Sequence[Mapping[str, Any]], all_rows: bool) -> list[st
     )
     for r in shown[: len(shown) if all_rows else max(MAX_LISTED, MAX_ROWS)]:
         lines.append(
-            f"{r['worker_group'][:19]:20s}{_text(r['rank']):>6s}  {str(r['host'] or '-')[:13]:14s}{_text(r['pid']):>8s}"
-            f"{_text(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{_text(r['step']):>7s}"
+            f"{_shown(r['worker_group'])[:19]:20s}{_shown(r['rank']):>6s}  {_shown(r['host'] or None)[:13]:14s}{_shown(r['pid']):>8s}"
+            f"{_shown(r['attempt']):>4s}  {r['state']:10s}{_secs(r['heartbeat_age_s']):>7s}{_shown(r['step']):>7s}"
             f"{gpu_text(r.get('gpu')):>6s}  {_phase_text(r['phase'], r.get('last_phase'))}"
             + ("  pid gone" if r.get("gone") else "")
             + ("  clock ahead" if r["clock_ahead"] else "")

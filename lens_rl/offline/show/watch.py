@@ -21,6 +21,7 @@ from typing import Any
 
 from lens_rl._errors import require
 from lens_rl.offline.show.formats import percent as _pct
+from lens_rl.offline.show.formats import text as _shown
 from lens_rl.offline.show.formats import wall as _secs
 
 __all__ = ["LAST_STEPS", "frame", "group_gpu_busy", "watch"]
@@ -52,7 +53,7 @@ def _look(run_dir: Path, jobs: int | None, said: list[str] | None = None) -> tup
 
     report, notes = goodput_now(run_dir, jobs)
     status = run_status(run_dir) if has_heartbeats(run_dir) else None
-    parts: list[Any] = [Text(f"lens-rl watch  {run_dir.name}  {time.strftime('%H:%M:%S')}", style="bold")]
+    parts: list[Any] = [Text(f"lens-rl watch  {_shown(run_dir.name)}  {time.strftime('%H:%M:%S')}", style="bold")]
     if report is not None:
         parts.append(_headline(report))
         if report.get("pipeline"):  # the async pipeline's verdict and the figures that decided it
@@ -75,6 +76,14 @@ def _look(run_dir: Path, jobs: int | None, said: list[str] | None = None) -> tup
     return Group(*parts), status is None or status["ok"]
 
 
+def _cell(value: Any) -> Any:
+    """A store's value as a table cell: its control characters escaped (:func:`~lens_rl.offline.show.formats.text`),
+    and plain text, never read as rich markup (a group named ``[/]`` is shown as it is)."""
+    from rich.text import Text
+
+    return Text(_shown(value))
+
+
 def _table(columns: tuple[str, ...], left: tuple[str, ...] = (), **options: Any) -> Any:
     """A rich table of ``columns``, right-justified but those in ``left``."""
     from rich import box
@@ -82,7 +91,7 @@ def _table(columns: tuple[str, ...], left: tuple[str, ...] = (), **options: Any)
 
     table = Table(box=box.SIMPLE, **options)
     for column in columns:
-        table.add_column(column, justify="left" if column in left else "right")
+        table.add_column(column, justify="left" if column in left else "right", no_wrap=column in left)
     return table
 
 
@@ -117,7 +126,7 @@ def _processes(status: Any) -> Any:
         style = "red" if g["stale"] or g["hung"] else None
         gpu = busy.get(g["worker_group"])
         procs.add_row(
-            g["worker_group"],
+            _cell(g["worker_group"]),
             str(g["processes"]),
             str(g["running"]),
             str(g["stale"]),
@@ -175,12 +184,12 @@ def _hangs(status: Any) -> Any:
     for r in hung[:20]:
         phase = r["phase"] or {}
         alarms.add_row(
-            r["worker_group"],
-            str(r["rank"]),
-            str(r["host"] or "-"),
-            str(r["pid"]),
+            _cell(r["worker_group"]),
+            _cell(r["rank"]),
+            _cell(r["host"] or None),
+            _cell(r["pid"]),
             "HUNG" if r["hung"] else r["state"] if r["state"] == "stale" else "GPU IDLE",
-            str(phase.get("name", "-")),
+            _cell(phase.get("name")),
             _secs(phase.get("open_s")),
             _secs(phase.get("p95_s")),
         )
@@ -191,7 +200,7 @@ def _notes(notes: list[str]) -> list[Any]:
     """At most :data:`MAX_NOTES` notes, dimmed, and how many more there are."""
     from rich.text import Text
 
-    out = [Text(f"note: {note}", style="dim") for note in notes[:MAX_NOTES]]
+    out = [Text(f"note: {_shown(note)}", style="dim") for note in notes[:MAX_NOTES]]
     if len(notes) > MAX_NOTES:
         out.append(Text(f"... {len(notes) - MAX_NOTES} more notes (lens-rl status, lens-rl goodput)", style="dim"))
     return out
