@@ -237,3 +237,27 @@ def test_step_goodput_live_on_the_driver() -> None:
         offline["seconds"]["productive"], abs=1e-5
     )
     assert live["goodput"] == pytest.approx(offline["goodput"], abs=1e-4) and live["wall_s"] >= 0.04
+
+
+def test_the_table_shows_a_stores_control_characters_escaped(tmp_path: Path) -> None:
+    """A phase and a worker group whose names hold a terminal escape, a newline and a bell (a job named them
+    so, or a store written by hand): ``lens-rl goodput`` shows them escaped, so the screen is not cleared and no
+    row is forged; ``--json`` keeps them exact."""
+    import json
+
+    from tests.conftest import lens
+    from tests.stores import span, write_process
+
+    forged_phase, forged_group = "gen\x1b[2J\nFORGED ROW", "policy\x07\nFORGED GROUP"
+    spans = [
+        span("step", 0, 4, "st", step=0),
+        span(forged_phase, 1, 2, "a", bucket="productive", step=0, parent="st"),
+    ]
+    write_process(tmp_path / "r1", forged_group, 0, 7, spans, name="spans-g-0-7.jsonl")
+    out = lens("goodput", str(tmp_path / "r1"))
+    assert out.returncode == 0, out.stderr
+    assert not any(c in out.stdout for c in "\x1b\x07"), out.stdout
+    assert not any(line.lstrip().startswith("FORGED") for line in out.stdout.splitlines()), out.stdout
+    assert "gen\\x1b[2J\\nFORGED ROW" in out.stdout, out.stdout
+    exact = json.loads(lens("goodput", str(tmp_path / "r1"), "--json").stdout)
+    assert forged_phase in [p["phase"] for p in exact["phases"]]

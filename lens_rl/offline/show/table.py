@@ -16,7 +16,7 @@ from typing import Any
 from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
 from lens_rl.offline.show.formats import percent as _pct
 from lens_rl.offline.show.formats import seconds as _secs
-from lens_rl.offline.show.formats import share
+from lens_rl.offline.show.formats import share, text
 from lens_rl.offline.show.gpu_table import gpu_lines
 from lens_rl.offline.show.pipeline import format_pipeline
 from lens_rl.offline.show.requests import format_requests
@@ -27,7 +27,8 @@ MAX_STEP_ROWS = 20
 
 
 def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
-    """The report as a human-readable table: at most 20 step rows unless ``all_steps``."""
+    """The report as a human-readable table: at most 20 step rows unless ``all_steps``; what a store's names
+    hold that a terminal would act on (an escape, a newline) is shown escaped, never sent to it."""
     lines = _headline(report)
     lines += ["", _HEAD, _row("job", report["job"]["seconds"], report["job"]["goodput"], _wall(report["job"]))]
     lines += _selection_lines(report)
@@ -44,7 +45,7 @@ def format_table(report: GoodputReport, *, all_steps: bool = False) -> str:
     lines += format_pipeline(report)
     lines += _group_lines(report)
     lines += _straggler_lines(report)
-    return "\n".join(lines)
+    return "\n".join(map(text, lines))  # (a store's names with their control characters escaped: one line each)
 
 
 def _step_lines(report: GoodputReport, all_steps: bool) -> list[str]:
