@@ -257,8 +257,9 @@ def env_text(value: object) -> str:
 def parse_headers(text: str, where: str | None = None) -> dict[str, str]:
     """``key=value`` pairs separated by commas or new lines (as ``OTEL_EXPORTER_OTLP_HEADERS``).
 
-    An entry that is not ``key=value`` (``x-team: KEY``, a common slip) is left out; with ``where`` (the
-    variable or file it came from) one warning names it by its position, never its text (it may hold a key).
+    An entry that is not ``key=value`` (``x-team: KEY``, a common slip), or whose name or value (URL-decoded) is
+    not printable ASCII (no HTTP or gRPC request could carry it), is left out; with ``where`` (the variable or
+    file it came from) one warning names it by its position, never its text (it may hold a key).
     """
     out: dict[str, str] = {}
     bad: list[str] = []
@@ -266,8 +267,9 @@ def parse_headers(text: str, where: str | None = None) -> dict[str, str]:
         if not item.strip() or item.lstrip().startswith("#"):
             continue
         key, sep, value = item.partition("=")
-        if sep and key.strip():
-            out[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(value.strip())
+        name, text = urllib.parse.unquote(key.strip()).lower(), urllib.parse.unquote(value.strip())
+        if sep and name and all(part.isascii() and part.isprintable() for part in (name, text)):
+            out[name] = text
         else:
             bad.append(str(position))
     if bad and where:
@@ -275,8 +277,9 @@ def parse_headers(text: str, where: str | None = None) -> dict[str, str]:
 
         warn_once(
             f"bad-headers-{where}",
-            "lens_rl: %s: entry %s is not name=value and is left out (its text is not shown: it may hold a "
-            "credential); allowed: name=value pairs separated by commas, e.g. x-api-key=KEY",
+            "lens_rl: %s: entry %s is not name=value in printable ASCII and is left out (its text is not shown: it "
+            "may hold a credential); allowed: name=value pairs separated by commas, values URL-encoded, "
+            "e.g. x-api-key=KEY",
             where,
             ", ".join(bad),
         )
