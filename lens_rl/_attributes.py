@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -40,18 +41,40 @@ MAX_SEQUENCE_ITEMS = 128
 MAX_DEPTH = 6
 MAX_NODES = 512
 REDACTED = "[REDACTED]"
-#: a URL's userinfo (``user:password@``): never said, never sent to workers
-_USERINFO = re.compile(r"(://)[^/@\s]*@")
+#: a URL's userinfo (``user:password@``, up to the authority's last ``@``): never said, never sent to workers
+_USERINFO = re.compile(r"(://)[^/?#\s]*@")
+#: userinfo with a password where no scheme is written (``user:pw@host:4318``), at the start of a word or quoted
+_BARE_USERINFO = re.compile(r"(?<![^\s'\"(<\[=,;])[^\s/?#@:'\"]+:[^\s/?#'\"]*@")
 
 
 def mask_url(text: str) -> str:
-    """``text`` (a URL, or a message holding some) with each URL's userinfo masked, for logs and errors."""
-    return _USERINFO.sub(rf"\1{REDACTED}@", text)
+    """``text`` (a URL, or a message holding some) with each URL's userinfo masked, for logs and errors: after a
+    scheme (``http://user:pw@host``) or without one (``user:pw@host:4318``, as gRPC targets and typos are written)."""
+    return _BARE_USERINFO.sub(f"{REDACTED}@", _USERINFO.sub(rf"\1{REDACTED}@", text))
 
 
 def strip_userinfo(url: str) -> str:
     """``url`` without its userinfo: what may travel to workers (credentials never do)."""
     return _USERINFO.sub(r"\1", url)
+
+
+class _HeaderEntryHidden(logging.Filter):
+    """OpenTelemetry's "Header format invalid" warning without the entry (its value may be a key)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Header format invalid") and record.args:
+            record.msg = record.msg.replace("%s", "(the entry is not shown: it may hold a credential)")
+            record.args = ()
+        return True
+
+
+_HIDE_HEADER_ENTRIES = _HeaderEntryHidden()
+
+
+def hide_header_entries() -> None:
+    """Keep OpenTelemetry's header parser (which some releases' exporters run on ``OTEL_EXPORTER_OTLP_HEADERS``
+    whatever headers they are given) from logging a badly formed entry's text; idempotent."""
+    logging.getLogger("opentelemetry.util.re").addFilter(_HIDE_HEADER_ENTRIES)
 
 
 #: Keys lens_rl sets alone (SPEC, Attribute naming): a user's value for one is dropped wherever it is given.
@@ -76,7 +99,7 @@ _SECRET_PAIRS = frozenset({
 _TOKEN_SEGMENTS = frozenset({"token"})
 
 # Credentials inside any string: a URL's userinfo password, a Bearer / Basic credential.
-_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"']+|(://[^/\s:@]*:)[^@\s/]*@")
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s,;\"']+|(://[^/\s:@]*:)[^\s/?#]*@")
 
 # What a key is, cached (keys repeat endlessly; the cache is bounded).
 _KEY_CACHE: dict[str, int] = {}

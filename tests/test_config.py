@@ -11,6 +11,7 @@ import pydantic
 import pytest
 
 from lens_rl.config import ENV, PARAMS, TelemetryConfig, parse_bool
+from tests.conftest import run_python
 
 
 def test_missing_block_means_disabled() -> None:
@@ -144,6 +145,65 @@ def test_bad_values_name_field_value_and_allowed(block: dict, fragment: str) -> 
     with pytest.raises(ValueError) as info:
         TelemetryConfig.from_master_config({"telemetry": {"enabled": True, **block}}, environ={})
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "block, fragment",
+    [
+        ({"zzzz": 1}, "telemetry: unknown key 'zzzz'; allowed keys: "),
+        ({"instrument": "bogus"}, "telemetry.instrument: unknown framework 'bogus'; allowed: "),
+        ({"profile": {"zzzz": 1}}, "telemetry.profile: unknown key 'zzzz'; allowed keys: "),
+    ],
+)
+def test_an_unknown_name_and_the_allowed_ones_are_two_clauses(block: dict, fragment: str) -> None:
+    """The name refused and the list of allowed ones are separated ('...'; allowed ...), not run together."""
+    with pytest.raises(ValueError) as info:
+        TelemetryConfig.from_master_config({"telemetry": {"enabled": True, **block}}, environ={})
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["http://collector host:4318", "http://exa mple.com", "http://u:s3cr3tPW@ho st:4318", "http://exa\tmple.com"],
+)
+def test_a_malformed_endpoint_is_refused_its_password_masked(endpoint: str) -> None:
+    """A space, a control character or an impossible host in the endpoint: ValueError naming the field and
+    what is allowed, the value shown with its userinfo masked."""
+    with pytest.raises(ValueError, match=r"telemetry\.endpoint: invalid .*; allowed: ") as info:
+        TelemetryConfig.from_master_config({"telemetry": {"enabled": True, "endpoint": endpoint}}, environ={})
+    assert "s3cr3tPW" not in str(info.value)
+
+
+def test_an_endpoint_without_a_scheme_is_refused_its_password_masked() -> None:
+    """``user:pw@collector:4318`` (no scheme): the driver's ValueError and a worker's one warning (the value from
+    $OTEL_EXPORTER_OTLP_ENDPOINT or $LENS_RL_OTEL_ENDPOINT) show it as ``[REDACTED]@collector:4318``."""
+    import lens_rl
+
+    with pytest.raises(ValueError, match=r"invalid endpoint '\[REDACTED\]@collector:4318'; allowed:") as info:
+        lens_rl.init_telemetry_driver(
+            {"telemetry": {"enabled": True, "exporter": "otlp", "endpoint": "user:s3cr3tPW@collector:4318"}}
+        )
+    assert "s3cr3tPW" not in str(info.value)
+    for variable in ("OTEL_EXPORTER_OTLP_ENDPOINT", "LENS_RL_OTEL_ENDPOINT"):
+        env = {
+            "LENS_RL_OTEL_ENABLED": "true",
+            "LENS_RL_OTEL_EXPORTER": "otlp",
+            variable: "user:s3cr3tPW@collector:4318",
+        }
+        out = run_python("import lens_rl; lens_rl.init_telemetry_worker(rank=0, world_size=1)", env=env)
+        assert f"(from ${variable}): invalid endpoint '[REDACTED]@collector:4318'" in out.stderr, out.stderr
+        assert "s3cr3tPW" not in out.stderr
+
+
+@pytest.mark.parametrize("field", ["trace_dir", "run_id", "service_name"])
+def test_a_nul_byte_is_refused_naming_the_field(tmp_path: Path, field: str) -> None:
+    """A NUL byte (which no path or name can hold) is refused by validation, naming the field, the value and
+    what is allowed, not later by the OS as a bare 'embedded null byte'."""
+    import lens_rl
+
+    block = {"enabled": True, "trace_dir": str(tmp_path), field: "a\x00b"}
+    with pytest.raises(ValueError, match=rf"telemetry\.{field}: invalid value 'a\\x00b'; allowed: text without NUL"):
+        lens_rl.init_telemetry_driver({"telemetry": block})
 
 
 def test_bad_env_value_names_the_variable() -> None:

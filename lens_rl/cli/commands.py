@@ -172,6 +172,14 @@ def _report(args: argparse.Namespace, paths: list[Path], output: str, folder: Pa
 def cmd_replay(args: argparse.Namespace) -> int:
     from lens_rl.offline import replay
 
+    if args.timeout_ms <= 0:
+        raise CliError(f"--timeout-ms: {args.timeout_ms} is not a duration; allowed: milliseconds > 0")
+    from lens_rl.config.values import as_endpoint
+
+    try:
+        as_endpoint(args.otlp, "otlp")
+    except ValueError as exc:  # (its text shows the value with the userinfo masked)
+        raise CliError("--otlp: " + str(exc).partition(": ")[2]) from None
     paths, path = span_files_of(args.trace_dir, args.run)
     try:
         sent, skipped = replay(path, args.otlp, timeout_ms=args.timeout_ms, paths=paths)

@@ -174,7 +174,7 @@ class TelemetryConfig:
             key = unknown[0]
             close = difflib.get_close_matches(str(key), list(PARAMS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"telemetry: unknown key {key!r}{hint} allowed keys: {', '.join(sorted(PARAMS))}")
+            raise ValueError(f"telemetry: unknown key {key!r}{hint}; allowed keys: {', '.join(sorted(PARAMS))}")
         values: dict[str, Any] = {}
         for field, p in PARAMS.items():
             fallback = next((name for name in p.fallback if environ.get(name, "").strip()), None)
@@ -224,11 +224,11 @@ class TelemetryConfig:
         Raises ``ValueError`` (naming the file, never its content) when the file cannot be read.
         """
         env = os.environ if environ is None else environ
-        out = parse_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
+        out = parse_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""), "$OTEL_EXPORTER_OTLP_HEADERS")
         if self.headers_file:
             try:
                 with open(self.headers_file, encoding="utf-8") as handle:
-                    out.update(parse_headers(handle.read()))
+                    out.update(parse_headers(handle.read(), f"headers_file {self.headers_file!r}"))
             except OSError as exc:
                 raise ValueError(f"telemetry.headers_file: cannot read {self.headers_file!r}: {exc.strerror}") from None
         return out or None

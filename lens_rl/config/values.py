@@ -77,6 +77,8 @@ def as_str(value: object, field: str, *, allow_empty: bool = False) -> str:
     text = str(value).strip()
     if not text and not allow_empty:
         raise ValueError(f"telemetry.{field}: must not be empty, got {value!r}")
+    if "\x00" in text:  # (no path, name or URL holds one: the OS would refuse it later, naming nothing)
+        raise ValueError(f"telemetry.{field}: invalid value {value!r}; allowed: text without NUL bytes")
     return text
 
 
@@ -190,21 +192,45 @@ def name_list(allowed: tuple[str, ...]) -> Callable[[object, str], tuple[str, ..
                 close = difflib.get_close_matches(key, allowed, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ValueError(
-                    f"telemetry.{field}: unknown framework {item.strip()!r}{hint} allowed: {', '.join(allowed)}, all"
+                    f"telemetry.{field}: unknown framework {item.strip()!r}{hint}; allowed: {', '.join(allowed)}, all"
                 )
         return tuple(name for name in allowed if name in chosen)
 
     return parse
 
 
+#: A host name or IPv4 address as a URL writes it (IPv6 literals are checked apart).
+_HOST = re.compile(r"[\w.~%-]+")
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]+(%[A-Za-z0-9._~-]+)?")
+
+
+def _well_formed_host(parts: urllib.parse.SplitResult) -> bool:
+    host = parts.hostname or ""
+    if "[" in parts.netloc.rpartition("@")[2]:
+        return bool(_IPV6.fullmatch(host)) and ":" in host
+    return bool(_HOST.fullmatch(host))
+
+
 def as_endpoint(value: object, field: str) -> str:
-    text = as_str(value, field).rstrip("/")
+    """An ``http://`` or ``https://`` URL with a well-formed host (and port, if given). Every error shows the
+    value with its userinfo masked (:func:`mask_url`), with or without a scheme."""
+    try:
+        text = as_str(value, field).rstrip("/")
+    except ValueError as exc:
+        raise ValueError(mask_url(str(exc))) from None
     try:
         parts = urllib.parse.urlsplit(text)
         port = parts.port  # raises ValueError on a malformed port
     except ValueError:
         parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or (port is not None and port == 0):
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or (port is not None and port == 0)
+        or any(ch.isspace() or not ch.isprintable() for ch in text)
+        or not _well_formed_host(parts)
+    ):
         raise ValueError(
             f"telemetry.{field}: invalid endpoint {mask_url(text)!r}; allowed: an http:// or https:// URL "
             "with a host, e.g. http://collector:4318"
@@ -228,14 +254,35 @@ def env_text(value: object) -> str:
     return str(value)
 
 
-def parse_headers(text: str) -> dict[str, str]:
-    """``key=value`` pairs separated by commas or new lines (as ``OTEL_EXPORTER_OTLP_HEADERS``)."""
+def parse_headers(text: str, where: str | None = None) -> dict[str, str]:
+    """``key=value`` pairs separated by commas or new lines (as ``OTEL_EXPORTER_OTLP_HEADERS``).
+
+    An entry that is not ``key=value`` (``x-team: KEY``, a common slip), or whose name or value (URL-decoded) is
+    not printable ASCII (no HTTP or gRPC request could carry it), is left out; with ``where`` (the variable or
+    file it came from) one warning names it by its position, never its text (it may hold a key).
+    """
     out: dict[str, str] = {}
-    for item in re.split(r"[,\n]", text):
-        if "=" in item and not item.lstrip().startswith("#"):
-            key, _, value = item.partition("=")
-            if key.strip():
-                out[urllib.parse.unquote(key.strip()).lower()] = urllib.parse.unquote(value.strip())
+    bad: list[str] = []
+    for position, item in enumerate(re.split(r"[,\n]", text), 1):
+        if not item.strip() or item.lstrip().startswith("#"):
+            continue
+        key, sep, value = item.partition("=")
+        name, text = urllib.parse.unquote(key.strip()).lower(), urllib.parse.unquote(value.strip())
+        if sep and name and all(part.isascii() and part.isprintable() for part in (name, text)):
+            out[name] = text
+        else:
+            bad.append(str(position))
+    if bad and where:
+        from lens_rl._errors import warn_once
+
+        warn_once(
+            f"bad-headers-{where}",
+            "lens_rl: %s: entry %s is not name=value in printable ASCII and is left out (its text is not shown: it "
+            "may hold a credential); allowed: name=value pairs separated by commas, values URL-encoded, "
+            "e.g. x-api-key=KEY",
+            where,
+            ", ".join(bad),
+        )
     return out
 
 
@@ -335,7 +382,7 @@ def as_profile(value: object, field: str) -> ProfileSpec | None:
         if key not in PROFILE_KEYS:
             close = difflib.get_close_matches(str(key), PROFILE_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"telemetry.{field}: unknown key {key!r}{hint} allowed keys: {', '.join(PROFILE_KEYS)}")
+            raise ValueError(f"telemetry.{field}: unknown key {key!r}{hint}; allowed keys: {', '.join(PROFILE_KEYS)}")
         if raw is None:
             continue
         where = f"{field}.{key}"

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Iterator
 
-from lens_rl._attributes import clean_text
+from lens_rl._attributes import clean_text, mask_url
 from lens_rl.export._sdk import endpoint_of
 
 __all__ = ["RETRYABLE_STATUS", "UNSENT", "Outage", "backoff", "target_of", "verdict"]
@@ -108,7 +108,7 @@ class Outage:
 def target_of(exporter: object) -> str:
     """A short description of where ``exporter`` sends data: its endpoint or file, credentials masked."""
     where = endpoint_of(exporter) or getattr(exporter, "path", None)
-    return clean_text(where) if where else type(exporter).__name__
+    return mask_url(clean_text(where)) if where else type(exporter).__name__
 
 
 def verdict(status: object, batch_size: int) -> str:

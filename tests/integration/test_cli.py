@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lens_rl.testing import OTLPReceiver
+from lens_rl.testing import OTLPReceiver, refused_endpoint
 from tests.conftest import clean_env, lens, run_python
 from tests.stores import EPOCH_NS
 
@@ -225,6 +225,46 @@ def test_replay_sends_the_stored_trace(traced_run: Path) -> None:
         names = sorted(s["name"] for s in rx.spans)
     assert names.count("generation") == 2 and "rl.job" in names
     assert len({s["trace_id"] for s in rx.spans}) == 1
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--otlp", "alice:hunter2@127.0.0.1:9"], "--otlp: invalid endpoint '[REDACTED]@127.0.0.1:9'; allowed:"),
+        (["--otlp", "http://127.0.0.1:9", "--timeout-ms", "0"], "--timeout-ms: 0 is not a duration; allowed:"),
+        (["--otlp", "http://127.0.0.1:9", "--timeout-ms", "-5"], "--timeout-ms: -5 is not a duration; allowed:"),
+    ],
+)
+def test_replay_refuses_a_bad_endpoint_or_timeout_as_usage(traced_run: Path, args: list[str], said: str) -> None:
+    """An endpoint without a scheme (its password masked, never echoed) or a timeout not > 0: exit 2, one line
+    naming the option and what is allowed."""
+    out = lens("replay", str(traced_run), *args)
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    assert "hunter2" not in out.stdout + out.stderr and "Traceback" not in out.stderr
+
+
+def test_replay_never_says_a_badly_formed_header_entry(traced_run: Path) -> None:
+    """``OTEL_EXPORTER_OTLP_HEADERS="x-team: KEY"`` (a colon for '='), read by the exporter replay uses: its
+    warning, which replay quotes, comes without the entry."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lens_rl",
+            "replay",
+            str(traced_run),
+            "--otlp",
+            refused_endpoint(),
+            "--timeout-ms",
+            "500",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env({"OTEL_EXPORTER_OTLP_HEADERS": "x-team: s3cr3tKEY"}),
+        timeout=120,
+    )
+    assert out.returncode != 0 and "did not accept the spans" in out.stderr, out.stderr
+    assert "s3c" not in out.stdout + out.stderr
 
 
 def test_python_dash_m_works_like_the_command() -> None:

@@ -75,8 +75,9 @@ def replay(
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from lens_rl._attributes import mask_url
+    from lens_rl._attributes import hide_header_entries, mask_url
 
+    hide_header_entries()  # (the exporter reads OTEL_EXPORTER_OTLP_HEADERS: a bad entry's text is never said)
     stats = ReadStats()
     files = span_files(path) if paths is None else paths
     with _muted() as outcome:
