@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from lens_rl.store import TIME_MAX_NS, TIME_MIN_NS, process_gone, read_live, span_files
+from lens_rl.store import LIVE_MIN_INTERVAL_MS, TIME_MAX_NS, TIME_MIN_NS, process_gone, read_live, span_files
 
 if TYPE_CHECKING:
     from lens_rl.offline.rollup.schema import GoodputReport
 
-__all__ = ["gone", "goodput_now", "has_heartbeats", "heartbeats", "plausible_ns"]
+__all__ = ["LIVE_MIN_INTERVAL_MS", "gone", "goodput_now", "has_heartbeats", "heartbeats", "plausible_ns"]
 
 
 def heartbeats(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[str]]:

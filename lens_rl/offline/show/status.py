@@ -29,11 +29,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.live import gone, heartbeats, plausible_ns
+from lens_rl.offline.run.live import LIVE_MIN_INTERVAL_MS, gone, heartbeats, plausible_ns
 from lens_rl.offline.show.formats import age as _secs
 from lens_rl.offline.show.formats import text as _shown
 from lens_rl.offline.show.gpu_live import gpu_state, gpu_text
-from lens_rl.store import LIVE_MIN_INTERVAL_MS
 
 __all__ = ["CLOCK_AHEAD_S", "MAX_ROWS", "SCHEMA", "STALE_INTERVALS", "format_status", "malformed", "run_status"]
 
