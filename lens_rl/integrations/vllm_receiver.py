@@ -23,11 +23,12 @@ receiver writes what arrives into ``trace_dir/<run_id>/`` in the store's format 
   is still being written (then 503: its writer decides). Readers also drop a span id seen twice in a file;
 * **whole-line writes** through the store's writer (:class:`lens_rl.export.file.StoreWriter`; a batch is
   all or nothing);
-* **bounded** (:mod:`lens_rl.integrations.bounded_http`): at most ``max_connections`` connection threads
-  (503 beyond, before a byte is read), at most ``max_requests`` bodies in memory (a slot taken before the
-  body: 503 beyond; vLLM's exporter retries), a body over ``max_body_bytes`` refused (413), a client silent
-  for ``read_timeout_s`` (or whose body is not whole by then) dropped; at most ``max_files`` processes get
-  a file; the memory of ids and batches is a window of fixed size. A body is decoded and written a few
+* **bounded** (:mod:`lens_rl.integrations.bounded_http`): at most ``max_connections`` request threads
+  (a connection kept alive between exports holds none, so every exporting process is served; a request
+  waits for a thread), at most ``max_open`` connections (272: 503 beyond, before a byte is read), at most
+  ``max_requests`` bodies in memory (a slot taken before the body: 503 beyond; vLLM's exporter retries), a
+  body over ``max_body_bytes`` refused (413), a connection silent for ``read_timeout_s`` closed (a client
+  whose body is not whole by then dropped); at most ``max_files`` processes get a file; the memory of ids and batches is a window of fixed size. A body is decoded and written a few
   thousand spans at a time (:func:`lens_rl.integrations.otlp_proto.span_chunks`), so what a request holds is
   its body and one chunk; a body of over ``max_spans`` spans (65,536: OpenTelemetry's batches are 512) is
   refused (413). :meth:`StoreReceiver.close` returns within its budget.
@@ -162,6 +163,7 @@ class StoreReceiver:
         max_ids: int = 1 << 16,
         max_batches: int = 1024,
         max_spans: int = 1 << 16,
+        max_open: int = 272,
     ) -> None:
         self.trace_dir, self.run_id = trace_dir, run_id
         self.resource = dict(resource)
@@ -185,6 +187,7 @@ class StoreReceiver:
             max_requests=max_requests,
             max_body_bytes=max_body_bytes,
             read_timeout_s=read_timeout_s,
+            max_open=max_open,
             accepts=lambda path: path.split("?")[0].endswith("/v1/traces"),
             name="lens_rl-vllm-receiver",
         )
@@ -199,8 +202,8 @@ class StoreReceiver:
 
     def stats(self) -> dict[str, Any]:
         """Requests, spans written, ``resent`` (requests not written again), ``ids_repeated`` (across
-        processes, kept), ``refused`` requests (bad bodies, and the server's refusals: every connection
-        thread busy, every slot taken, too large, another path), ``dropped`` spans (no file could take them),
+        processes, kept), ``refused`` requests (bad bodies, and the server's refusals: too many
+        connections open or no request thread free in time, every slot taken, too large, another path), ``dropped`` spans (no file could take them),
         ``timed_out`` clients, ``connections`` accepted, and ``files``."""
         server = self._server.stats()
         with self._lock:
