@@ -316,7 +316,7 @@ class BoundedServer:
             internal_error(exc, "loopback-http")
         finally:
             self._threads.release()
-            if keep:
+            if keep and not self.stopping:
                 self._back.append(conn)
             else:
                 self._forget(conn)

@@ -201,6 +201,22 @@ def test_reinit_gives_vllm_the_new_run_and_keeps_lens_rls_own_service_name(
     assert handle is not None and handle.resource.attributes["service.name"] == "lens-rl"
 
 
+def test_a_value_the_user_changes_after_the_call_is_theirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user changes OTEL_RESOURCE_ATTRIBUTES after a first call: the next call adds the job's keys to the
+    new value, and shutdown puts back the user's new value (not the one before the first call)."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=x")
+    _driver(tmp_path)
+    assert vllm_tracing_kwargs()
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = "team=y"
+    assert vllm_tracing_kwargs()
+    assert (
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=y,rl.run_id=r1,rl.attempt=0,rl.worker_group=driver,nv.dl.rank=0"
+    )
+    assert lens_rl.shutdown_telemetry(5000) is True
+    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=y"
+
+
 def test_a_worker_started_after_the_call_gives_vllm_its_own_identity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
