@@ -94,6 +94,13 @@ def vllm_tracing_kwargs(detail: str | None = None) -> dict[str, object]:
     ``detail``: vLLM's ``collect_detailed_traces`` modules, comma-separated (``model``, ``worker``,
     ``all``); unknown ones are left out with a warning. Starts the loopback receiver with the file store.
 
+    ``{}`` and one warning (vLLM runs untraced) when ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` is set to a
+    value vLLM cannot export with (anything but ``grpc`` / ``http/protobuf``, e.g. ``http/json``, which
+    would stop its engine from starting), or, with the file store, to anything but ``http/protobuf`` (the
+    loopback receiver's). With ``exporter: otlp`` a ``grpc`` set by the user is used. The variables it
+    writes are lens_rl's until the user changes them: the next call (another run, another worker) rewrites
+    them, and ``shutdown_telemetry`` removes them.
+
     Example::
 
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=name, **vllm_tracing_kwargs()))
