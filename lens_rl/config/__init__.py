@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -53,12 +54,14 @@ __all__ = [
     "ENV",
     "FALLBACK_ENV",
     "PARAMS",
+    "VLLM_ENV",
     "Param",
     "TelemetryConfig",
     "mask_url",
     "parse_bool",
     "parse_headers",
     "strip_userinfo",
+    "users_environ",
 ]
 
 EXPORTERS = ("file", "otlp", "console", "none")
@@ -175,6 +178,7 @@ class TelemetryConfig:
             close = difflib.get_close_matches(str(key), list(PARAMS), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"telemetry: unknown key {key!r}{hint}; allowed keys: {', '.join(sorted(PARAMS))}")
+        environ = users_environ(environ)  # (never vLLM's service name, which lens_rl set, as its own)
         values: dict[str, Any] = {}
         for field, p in PARAMS.items():
             fallback = next((name for name in p.fallback if environ.get(name, "").strip()), None)
@@ -249,8 +253,41 @@ ATTEMPT_ENV = "LENS_RL_OTEL_ATTEMPT"
 #: When a launcher started the attempt (epoch seconds): the driver's ``launch`` span runs from it.
 LAUNCH_TIME_ENV = "LENS_RL_OTEL_LAUNCH_TIME"
 DEFAULT_ENDPOINT = "http://localhost:4318"
+#: What ``vllm_tracing_kwargs`` wrote for vLLM's processes (JSON: variable -> [value written, the value before
+#: or null]); a child inherits it with the values, so it can tell them from the user's.
+VLLM_ENV = "LENS_RL_OTEL_VLLM_ENV"
 #: Every ``LENS_RL_OTEL_*`` variable lens_rl reads; any other gets a did-you-mean warning.
-KNOWN_ENV = frozenset(ENV.values()) | {CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, ATTEMPT_ENV, LAUNCH_TIME_ENV}
+KNOWN_ENV = frozenset(ENV.values()) | {
+    CAMPAIGN_STAGE_ENV,
+    RESOURCE_ATTRIBUTES_ENV,
+    ATTEMPT_ENV,
+    LAUNCH_TIME_ENV,
+    VLLM_ENV,
+}
+
+
+def users_environ(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """``environ`` as the user set it: a variable lens_rl wrote for vLLM's processes (:data:`VLLM_ENV`, here or
+    in a parent), while it still holds lens_rl's value, has its value from before (or is absent)."""
+    raw = environ.get(VLLM_ENV)
+    if not raw:
+        return environ
+    try:
+        marks = json.loads(raw)
+    except ValueError:
+        return environ
+    if not isinstance(marks, dict):
+        return environ
+    out = dict(environ)
+    out.pop(VLLM_ENV, None)
+    for name, mark in marks.items():
+        if not (isinstance(mark, list) and len(mark) == 2 and out.get(name) == mark[0]):
+            continue  # (changed since: the user's now)
+        if isinstance(mark[1], str):
+            out[name] = mark[1]
+        else:
+            out.pop(name, None)
+    return out
 
 
 def unknown_env_names(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from lens_rl._attributes import clean_attributes, clean_value
 from lens_rl._errors import internal_error
-from lens_rl.config import ATTEMPT_ENV, CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, TelemetryConfig
+from lens_rl.config import ATTEMPT_ENV, CAMPAIGN_STAGE_ENV, RESOURCE_ATTRIBUTES_ENV, TelemetryConfig, users_environ
 from lens_rl.identity.attempt import RESTART_COUNT_ENV, attempt_from_env, attempt_value, launch_time_ns, resolve_attempt
 from lens_rl.identity.attributes import (
     ALGORITHM,
@@ -137,7 +137,7 @@ def _detected(env: Mapping[str, str]) -> dict[str, Any]:
         name = name or device_name()
         if name is not None:
             attrs[DEVICE_NAME] = name
-    attrs.update(decode_attributes(env.get("OTEL_RESOURCE_ATTRIBUTES")))
+    attrs.update(decode_attributes(users_environ(env).get("OTEL_RESOURCE_ATTRIBUTES")))  # (not what lens_rl gave vLLM)
     return attrs
 
 

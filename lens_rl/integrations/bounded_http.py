@@ -1,17 +1,21 @@
 """A loopback HTTP server whose every cost is bounded: threads, bodies in memory, and time per client.
 
 The vLLM loopback receiver (:mod:`lens_rl.integrations.vllm_receiver`) runs on it. Whatever its clients do
-(64 of them each announcing 32 MiB and sending a trickle, one that connects and says nothing), it holds:
+(64 of them each announcing 32 MiB and sending a trickle, one that connects and says nothing, 256 processes
+each keeping a connection alive and exporting twice a second), it holds:
 
-* **at most** ``max_connections`` **connection threads**: a connection beyond them is answered ``503`` by
-  the accepting thread at once, before a byte of its request is read, and closed (an OTLP exporter
-  retries);
+* **threads for requests, not connections**: an open connection waiting for its next request (an OTLP
+  exporter keeps its connection alive between exports) holds no thread, only its socket, watched by the
+  one accepting thread; at most ``max_connections`` **request threads** read and answer requests, and a
+  request that arrives while all are busy waits for one (at most ``read_timeout_s``, then ``503``);
+* **at most** ``max_open`` **connections**: a connection beyond them is answered ``503`` by the accepting
+  thread at once, before a byte of its request is read, and closed (an OTLP exporter retries);
 * **at most** ``max_requests`` **bodies**: a request takes a slot *before* its body is read, and is answered
   ``503`` (its body unread, the connection closed) when none is free; a body over ``max_body_bytes`` is
   refused (``413``) unread; a body is read into memory as it arrives, never allocated at its announced size;
-* **a read timeout**: a client that sends nothing for ``read_timeout_s`` (an idle keep-alive connection, a
-  request line never finished), or whose body is not whole ``read_timeout_s`` after its headers, is dropped
-  (its connection closed, its thread and slot given back).
+* **a read timeout**: a connection that sends nothing for ``read_timeout_s`` (an idle keep-alive connection,
+  a request line never finished) is closed, and a client whose body is not whole ``read_timeout_s`` after
+  its headers is dropped (its connection closed, its thread and slot given back).
 
 Example::
 
@@ -20,17 +24,19 @@ Example::
     ...
     server.stop(timeout_s=2.0)
 
-``handle(path, headers, body)`` returns the HTTP status; it runs on a connection thread with a slot held.
+``handle(path, headers, body)`` returns the HTTP status; it runs on a request thread with a slot held.
 ``accepts(path)``: whether a request's path is served (else ``404``, its body unread).
 """
 
 from __future__ import annotations
 
+import selectors
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from lens_rl._errors import internal_error
@@ -48,13 +54,55 @@ class _DroppedError(Exception):
     """A client that did not send its body in time (or went away meanwhile): dropped without an answer."""
 
 
-class BoundedServer(HTTPServer):
+class _Connection:
+    """One open connection: its socket and buffered reader (kept across its requests), and since when it waits."""
+
+    __slots__ = ("address", "rfile", "since", "sock", "wfile")
+
+    def __init__(self, sock: socket.socket, address: Any) -> None:
+        self.sock, self.address = sock, address
+        self.rfile = sock.makefile("rb")
+        self.wfile = _Writer(sock)
+        self.since = time.monotonic()
+
+    def buffered(self) -> bool:
+        """Whether its next request's bytes are already here (read ahead, or sent at once): never blocks."""
+        try:
+            self.sock.setblocking(False)
+            return bool(self.rfile.peek(1))
+        except OSError:
+            return False
+        finally:
+            try:
+                self.sock.setblocking(True)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for closing in (self.rfile.close, lambda: self.sock.shutdown(socket.SHUT_WR), self.sock.close):
+            try:
+                closing()
+            except OSError:
+                pass
+
+
+class _Writer:
+    """What a handler writes its answer to: the whole of it, at once (``sendall``)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def write(self, data: bytes) -> int:
+        self.sock.sendall(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class BoundedServer:
     """An HTTP/1.1 server on ``127.0.0.1`` (an ephemeral port: :attr:`port`) with the bounds of the module
     docstring; :meth:`stats` counts what it refused and dropped."""
-
-    daemon_threads = True
-    allow_reuse_address = False
-    request_queue_size = 64  # (connections waiting in the kernel to be accepted: no thread, no memory of ours)
 
     def __init__(
         self,
@@ -64,27 +112,45 @@ class BoundedServer(HTTPServer):
         max_requests: int = 8,
         max_body_bytes: int = 32 << 20,
         read_timeout_s: float = 10.0,
+        max_open: int = 272,
         accepts: Callable[[str], bool] = lambda path: True,
         name: str = "lens_rl-http",
     ) -> None:
         self.handle, self.accepts, self.name = handle, accepts, name
-        self.max_body_bytes, self.read_timeout_s = max_body_bytes, read_timeout_s
-        self._connections = threading.BoundedSemaphore(max_connections)
+        self.max_body_bytes, self.read_timeout_s, self.max_open = max_body_bytes, read_timeout_s, max_open
+        self._threads = threading.BoundedSemaphore(max_connections)
         self._slots = threading.BoundedSemaphore(max_requests)
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(("busy", "no_slot", "too_large", "bad", "dropped", "connections"), 0)
         self.stopping = False
-        super().__init__(("127.0.0.1", 0), _handler_class(self))
-        self.port = int(self.server_address[1])
-        self._thread = threading.Thread(target=self.serve_forever, name=name, daemon=True)
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.socket.bind(("127.0.0.1", 0))
+            self.socket.listen(64)  # (connections waiting in the kernel to be accepted: no thread, no memory of ours)
+            self.socket.setblocking(False)
+            self._wake_r, self._wake_w = socket.socketpair()
+        except OSError:
+            self.socket.close()
+            raise
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self.port = int(self.socket.getsockname()[1])
+        self._handler = _handler_class(self)
+        self._open: set[_Connection] = set()  # every connection, idle, waiting or served (loop thread and threads)
+        self._idle: dict[_Connection, float] = {}  # watched for its next request (loop thread only)
+        self._ready: deque[_Connection] = deque()  # a request arrived, waiting for a thread (loop thread only)
+        self._back: deque[_Connection] = deque()  # served, to be watched again (threads -> loop thread)
+        self._selector = selectors.DefaultSelector()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
         """Serve on a daemon thread."""
         self._thread.start()
 
     def stats(self) -> dict[str, int]:
-        """``busy`` (connections refused: every connection thread taken), ``no_slot`` (requests refused:
-        every slot taken), ``too_large``, ``bad`` (no length, another path), ``dropped`` (clients timed out or gone mid-body), ``connections``."""
+        """``busy`` (connections refused: ``max_open`` reached, or no request thread free in time), ``no_slot``
+        (requests refused: every slot taken), ``too_large``, ``bad`` (no length, another path), ``dropped``
+        (clients timed out or gone mid-body), ``connections`` (accepted)."""
         with self._lock:
             return dict(self._counts)
 
@@ -92,42 +158,169 @@ class BoundedServer(HTTPServer):
         with self._lock:
             self._counts[key] += 1
 
-    # ---------------------------------------------------------------- the bounds (socketserver's hooks)
+    # ---------------------------------------------------------------- the accepting thread
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A connection thread for ``request``, or (every one taken) a 503 and the door closed, at once."""
-        if self.stopping or not self._connections.acquire(blocking=False):
-            self.count("busy")
+    def _loop(self) -> None:
+        selector = self._selector
+        try:
+            selector.register(self.socket, selectors.EVENT_READ, None)
+            selector.register(self._wake_r, selectors.EVENT_READ, None)
+            while not self.stopping:
+                for key, _ in selector.select(timeout=min(0.5, self.read_timeout_s)):
+                    if key.fileobj is self.socket:
+                        self._accept()
+                    elif key.fileobj is self._wake_r:
+                        self._drain_wake()
+                    else:
+                        conn = key.data
+                        selector.unregister(conn.sock)
+                        self._idle.pop(conn, None)
+                        conn.since = time.monotonic()
+                        self._ready.append(conn)
+                self._watch_returned()
+                self._dispatch()
+                self._expire()
+        except Exception as exc:
+            if not self.stopping:
+                internal_error(exc, "loopback-http")
+        finally:
+            self._close_all()
+
+    def _accept(self) -> None:
+        while True:
             try:
-                request.settimeout(1.0)  # (a few bytes into an empty socket buffer: never blocks for long)
-                request.sendall(_BUSY)
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            sock.setblocking(True)
+            with self._lock:
+                full = len(self._open) >= self.max_open
+            if self.stopping or full:
+                self.count("busy")
+                _refuse(sock)
+                continue
+            conn = _Connection(sock, address)
+            with self._lock:
+                self._open.add(conn)
+                self._counts["connections"] += 1
+            self._watch(conn)
+
+    def _watch(self, conn: _Connection) -> None:
+        try:
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        except (OSError, ValueError):
+            self._forget(conn)
+            return
+        conn.since = time.monotonic()
+        self._idle[conn] = conn.since
+
+    def _watch_returned(self) -> None:
+        while self._back:
+            conn = self._back.popleft()
+            if self.stopping:
+                self._forget(conn)
+            else:
+                self._watch(conn)
+
+    def _dispatch(self) -> None:
+        """Give each waiting request a thread while one is free."""
+        while self._ready and self._threads.acquire(blocking=False):
+            conn = self._ready.popleft()
+            thread = threading.Thread(target=self._serve, args=(conn,), name=f"{self.name}-req", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # (no thread can be started: the connection is refused, its place given back)
+                self._threads.release()
+                self.count("busy")
+                self._forget(conn, refuse=True)
+
+    def _expire(self) -> None:
+        """Close connections idle for ``read_timeout_s``; refuse requests that waited that long for a thread."""
+        now = time.monotonic()
+        for conn, since in list(self._idle.items()):
+            if now - since >= self.read_timeout_s:
+                del self._idle[conn]
+                try:
+                    self._selector.unregister(conn.sock)
+                except (KeyError, ValueError, OSError):
+                    pass
+                self._forget(conn)
+        while self._ready and now - self._ready[0].since >= self.read_timeout_s:
+            self.count("busy")
+            self._forget(self._ready.popleft(), refuse=True)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # (a full pipe wakes the loop anyway; a closed one: stopped)
+
+    def _forget(self, conn: _Connection, refuse: bool = False) -> None:
+        with self._lock:
+            self._open.discard(conn)
+        if refuse:
+            try:
+                conn.sock.settimeout(1.0)  # (a few bytes into an empty socket buffer: never blocks for long)
+                conn.sock.sendall(_BUSY)
             except OSError:
                 pass
-            self.shutdown_request(request)
-            return
-        self.count("connections")
-        thread = threading.Thread(
-            target=self._serve_connection, args=(request, client_address), name=f"{self.name}-conn", daemon=True
-        )
-        try:
-            thread.start()
-        except RuntimeError:  # (no thread can be started: the connection is refused, its place given back)
-            self._connections.release()
-            self.shutdown_request(request)
+        conn.close()
 
-    def _serve_connection(self, request: Any, client_address: Any) -> None:
+    def _close_all(self) -> None:
+        for closing in (self._selector.close, self.socket.close):
+            try:
+                closing()
+            except OSError:
+                pass
+        for conn in [*self._idle, *self._ready, *self._back]:
+            self._forget(conn)
+        self._idle.clear()
+        self._ready.clear()
+        self._back.clear()
+        with self._lock:
+            served = list(self._open)
+        for conn in served:  # (a request thread reading a body gives up at its next read)
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for sock in (self._wake_r, self._wake_w):
+            sock.close()
+
+    # ---------------------------------------------------------------- a request thread
+
+    def _serve(self, conn: _Connection) -> None:
+        """Answer the requests the connection has sent, then hand it back to be watched (or close it)."""
+        keep = False
         try:
-            self.finish_request(request, client_address)
+            conn.sock.settimeout(self.read_timeout_s)
+            while True:
+                handler = self._handler(conn, conn.address, self)  # type: ignore[arg-type]  # (a request per call)
+                if handler.close_connection or self.stopping:
+                    break
+                if not conn.buffered():
+                    keep = True
+                    break
         except (OSError, _DroppedError):
             pass  # a client gone or timed out: nothing to answer
         except Exception as exc:
             internal_error(exc, "loopback-http")
         finally:
-            self.shutdown_request(request)
-            self._connections.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # (never a traceback on the job's stderr; faults of lens_rl's own are logged where caught)
+            self._threads.release()
+            if keep and not self.stopping:
+                self._back.append(conn)
+            else:
+                self._forget(conn)
+            self._wake()
 
     def read_body(self, rfile: Any, connection: Any, length: int) -> bytes:
         """``length`` bytes of the body, read as they arrive, within :attr:`read_timeout_s` in all."""
@@ -158,27 +351,50 @@ class BoundedServer(HTTPServer):
         self._slots.release()
 
     def stop(self, timeout_s: float) -> bool:
-        """Stop accepting and serving within ``timeout_s``: True when the accepting thread stopped in time.
-        Connection threads still reading a body give up at their next read (their sockets are shut)."""
+        """Stop accepting and serving within ``timeout_s``: True when the accepting thread stopped in time
+        (its connections closed). Request threads still reading a body give up at their next read (their
+        sockets are shut)."""
         self.stopping = True
         if not self._thread.is_alive():
-            self.server_close()
+            if self._thread.ident is None:  # (never started)
+                self._close_all()
             return True
-        stopper = threading.Thread(target=self.shutdown, name=f"{self.name}-stop", daemon=True)
-        stopper.start()
-        stopper.join(max(timeout_s, 0.0))
+        self._wake()
+        self._thread.join(max(timeout_s, 0.0))
+        return not self._thread.is_alive()
+
+
+def _refuse(sock: socket.socket) -> None:
+    """A 503 at once (before a byte of the request is read), and the connection closed."""
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(_BUSY)
+    except OSError:
+        pass
+    for closing in (lambda: sock.shutdown(socket.SHUT_WR), sock.close):
         try:
-            self.socket.shutdown(socket.SHUT_RDWR)
+            closing()
         except OSError:
             pass
-        self.server_close()
-        return not stopper.is_alive()
 
 
 def _handler_class(server: BoundedServer) -> type[BaseHTTPRequestHandler]:
     class _Handler(BaseHTTPRequestHandler):
+        """One request of a connection (made per request; the connection and its reader outlive it)."""
+
         protocol_version = "HTTP/1.1"
-        timeout = server.read_timeout_s  # (each read of a request line or header: an idle client is dropped)
+
+        def setup(self) -> None:
+            conn = self.request  # (a _Connection: its socket carries the read timeout, each read of a line)
+            self.connection = conn.sock
+            self.rfile, self.wfile = conn.rfile, conn.wfile
+
+        def handle(self) -> None:
+            self.close_connection = True  # (unless the request keeps it alive)
+            self.handle_one_request()
+
+        def finish(self) -> None:
+            pass  # (the connection stays open for its next request, or its thread closes it)
 
         def log_message(self, *args: Any) -> None:
             pass

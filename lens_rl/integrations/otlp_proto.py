@@ -3,6 +3,12 @@
 A request body (protobuf, plain or gzip) becomes ``(resource attributes, scope name, span)`` triples, with
 attribute values as plain Python values. Needs ``opentelemetry-proto`` (the OTLP exporters bring it).
 
+:func:`span_chunks` decodes a body a few thousand spans at a time (:func:`count_spans` checks one whole): what it holds decoded at once is one
+chunk, never the whole request (a 32 MiB body of small spans is ~600,000 of them, and each decoded span
+costs far more memory than its bytes). The wire format's outer messages (the request, its resource and
+scope spans) are walked without decoding their spans; a run of consecutive spans of one scope is itself a
+valid ``ScopeSpans`` encoding, decoded at once.
+
 Example::
 
     for resource, scope, span in trace_spans(body):
@@ -16,11 +22,25 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ID_REMOTE", "ID_REMOTE_KNOWN", "BodyError", "any_value", "attributes", "body_of", "trace_spans"]
+__all__ = [
+    "CHUNK_SPANS",
+    "ID_REMOTE",
+    "ID_REMOTE_KNOWN",
+    "BodyError",
+    "any_value",
+    "attributes",
+    "body_of",
+    "count_spans",
+    "span_chunks",
+    "trace_spans",
+]
 
 #: A span's ``flags`` bits (OTLP 1.1+): whether its parent's remoteness is known, and that it is remote.
 ID_REMOTE_KNOWN = 0x100
 ID_REMOTE = 0x200
+#: Spans decoded at once by :func:`span_chunks`.
+CHUNK_SPANS = 4096
+_LEN = 2  # the wire type of a length-delimited field
 
 
 class BodyError(ValueError):
@@ -79,3 +99,110 @@ def trace_spans(body: bytes) -> Iterator[tuple[dict[str, Any], str, Any]]:
         for ss in rs.scope_spans:
             for span in ss.spans:
                 yield resource, ss.scope.name, span
+
+
+def span_chunks(body: bytes, chunk: int = CHUNK_SPANS) -> Iterator[tuple[dict[str, Any], str, list[Any]]]:
+    """``(resource attributes, scope name, spans)`` of an ``ExportTraceServiceRequest``, at most ``chunk``
+    spans at a time, in the body's order; :class:`BodyError` when a part cannot be decoded (raised when the
+    walk reaches it: :func:`count_spans` checks a body whole first). Holds one chunk decoded at a time."""
+    from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans
+
+    view = memoryview(body)
+    for rs_start, rs_end in _payloads(view, 0, len(view), 1):
+        resource: dict[str, Any] = {}
+        for start, end in _payloads(view, rs_start, rs_end, 1):  # (the last one wins, wherever it is)
+            resource = attributes(_decode(Resource, view[start:end]).attributes)
+        for ss_start, ss_end in _payloads(view, rs_start, rs_end, 2):
+            name = ""
+            for start, end in _payloads(view, ss_start, ss_end, 1):
+                name = _decode(InstrumentationScope, view[start:end]).name
+            for start, end in _span_runs(view, ss_start, ss_end, chunk):
+                yield resource, name, list(_decode(ScopeSpans, view[start:end]).spans)
+
+
+def count_spans(body: bytes, limit: int | None = None, chunk: int = CHUNK_SPANS) -> int:
+    """The spans of a request body, each chunk decoded and let go (stopping once over ``limit``);
+    :class:`BodyError` if a part cannot be decoded."""
+    n = 0
+    for _, _, spans in span_chunks(body, chunk):
+        n += len(spans)
+        if limit is not None and n > limit:
+            break
+    return n
+
+
+def _span_runs(view: memoryview, pos: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """Runs of at most ``chunk`` consecutive ``spans`` fields of a ``ScopeSpans``, each with its tags: such a
+    run is itself the encoding of a ``ScopeSpans`` holding those spans alone."""
+    run_start = run_end = -1
+    n = 0
+    for number, framed, _, stop in _all_fields(view, pos, end):
+        if number != 2:
+            continue
+        if n and run_end == framed and n < chunk:
+            run_end, n = stop, n + 1
+            continue
+        if n:
+            yield run_start, run_end
+        run_start, run_end, n = framed, stop, 1
+    if n:
+        yield run_start, run_end
+
+
+def _decode(kind: Any, data: memoryview) -> Any:
+    from google.protobuf.message import DecodeError
+
+    try:
+        return kind.FromString(data)
+    except (DecodeError, RecursionError) as exc:
+        raise BodyError(str(exc)) from exc
+
+
+def _varint(view: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise BodyError("truncated or overlong varint")
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _all_fields(view: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, framed, start, end)`` of every length-delimited field of the message in
+    ``view[pos:end]``: ``start:end`` its payload, ``framed:end`` its whole encoding (tag and length too);
+    fields of other wire types are skipped."""
+    while pos < end:
+        field_start = pos
+        tag, pos = _varint(view, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise BodyError("field number 0")
+        if wire == 0:
+            _, pos = _varint(view, pos, end)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == _LEN:
+            length, pos = _varint(view, pos, end)
+            if pos + length > end:
+                raise BodyError("a field runs past its message")
+            yield number, field_start, pos, pos + length
+            pos += length
+        else:
+            raise BodyError(f"wire type {wire}")
+        if pos > end:
+            raise BodyError("a field runs past its message")
+
+
+def _payloads(view: memoryview, pos: int, end: int, number: int) -> Iterator[tuple[int, int]]:
+    """The payloads of the length-delimited fields ``number`` of the message in ``view[pos:end]``."""
+    for n, _, start, stop in _all_fields(view, pos, end):
+        if n == number:
+            yield start, stop

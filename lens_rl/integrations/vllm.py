@@ -11,13 +11,25 @@ make it trace into this job, and prepares the environment vLLM's processes read:
 * ``disable_log_stats=False``: vLLM computes a request's span from its stats; without them its tracing
   fails the first finished request (``LLM`` disables them by default);
 * ``collect_detailed_traces`` only when asked for (``detail=``), from the modules the installed vLLM knows;
-* the environment (``os.environ.setdefault``, before the engine starts its processes, which inherit it):
-  ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (vLLM's exporter defaults to gRPC; the receiver is HTTP),
+* the environment (before the engine starts its processes, which inherit it), where the user did not
+  set it: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (vLLM's exporter defaults to gRPC; the receiver is HTTP),
   ``OTEL_SERVICE_NAME`` (``<service_name>-vllm``), ``OTEL_RESOURCE_ATTRIBUTES`` gaining the caller's
   ``rl.run_id``, ``rl.attempt``, ``rl.worker_group`` and ``nv.dl.rank`` where it lacks them, and
   ``OTEL_BSP_SCHEDULE_DELAY`` (500 ms: vLLM kills its engine core and workers at shutdown, so they
-  export as they go). These variables stay set in this process after the call (other OpenTelemetry
-  SDKs it starts read them too); lens_rl's own providers take their identity from lens_rl's config.
+  export as they go). A value the user set is never touched. lens_rl remembers what it wrote (in this
+  process, and in ``LENS_RL_OTEL_VLLM_ENV`` for the processes it starts): a value still lens_rl's is
+  written again by the next call (another run, or a worker of another group or rank that inherited it),
+  never taken for the user's, and ``shutdown_telemetry`` puts the environment back as the user had it.
+  These variables stay set until then (other OpenTelemetry SDKs the process starts read them too);
+  lens_rl's own providers take their identity from lens_rl's config, never from what it gave vLLM.
+
+The traces protocol the user set is theirs: vLLM exports with it, or not at all. vLLM takes only
+``grpc`` and ``http/protobuf`` (any other value, such as ``http/json``, makes its engine fail to start),
+and the file store's loopback receiver takes only ``http/protobuf``. So a value set before the call that
+vLLM cannot use, or (with the file store) any value but ``http/protobuf``, gives ``{}`` and one warning
+naming the variable and its value: vLLM runs untraced, as it would without lens_rl. With ``exporter:
+otlp`` a ``grpc`` or ``http/protobuf`` the user set is used, and the endpoint follows it (gRPC: the bare
+endpoint; HTTP: its ``/v1/traces``).
 
 vLLM's spans are children of the caller's span when its context travels: the offline ``LLM`` makes
 its request spans in the calling thread, under the current phase (it takes no per-request context);
@@ -30,7 +42,8 @@ Merge it with your own engine arguments (``{**mine, **vllm_tracing_kwargs()}``):
 ``disable_log_stats``, which vLLM's tracing cannot do without.
 
 ``{}`` (and no environment change) when off, when vLLM is not installed, when its version cannot trace
-(one warning), or with the ``console`` / ``none`` exporter. It never makes an engine fail that would
+(one warning), with the ``console`` / ``none`` exporter, or when the traces protocol the user set cannot
+work (one warning). It never makes an engine fail that would
 have run without it: any fault of its own is logged and answered with ``{}``.
 
 Example::
@@ -42,6 +55,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Mapping
@@ -50,6 +64,7 @@ from urllib.parse import quote, unquote
 
 from lens_rl._errors import internal_error, warn_once
 from lens_rl._runtime import RUNTIME
+from lens_rl.config import VLLM_ENV, users_environ
 
 __all__ = [
     "BSP_DELAY_MS",
@@ -66,6 +81,8 @@ _DETAIL_MODULES = ("model", "worker", "all")  # vLLM's DetailedTraceModules
 _STOP_BUDGET_MS = 2000
 #: ``OTEL_BSP_SCHEDULE_DELAY`` for vLLM's processes (ms; the SDK's default is 5000).
 BSP_DELAY_MS = "500"
+_PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+_VLLM_PROTOCOLS = ("grpc", "http/protobuf")  # what vLLM's get_span_exporter takes (else its engine fails)
 
 _LOCK = threading.Lock()
 _RECEIVER: list[Any] = [None]  # this process's loopback receiver, once started
@@ -76,6 +93,13 @@ def vllm_tracing_kwargs(detail: str | None = None) -> dict[str, object]:
 
     ``detail``: vLLM's ``collect_detailed_traces`` modules, comma-separated (``model``, ``worker``,
     ``all``); unknown ones are left out with a warning. Starts the loopback receiver with the file store.
+
+    ``{}`` and one warning (vLLM runs untraced) when ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` is set to a
+    value vLLM cannot export with (anything but ``grpc`` / ``http/protobuf``, e.g. ``http/json``, which
+    would stop its engine from starting), or, with the file store, to anything but ``http/protobuf`` (the
+    loopback receiver's). With ``exporter: otlp`` a ``grpc`` set by the user is used. The variables it
+    writes are lens_rl's until the user changes them: the next call (another run, another worker) rewrites
+    them, and ``shutdown_telemetry`` removes them.
 
     Example::
 
@@ -140,18 +164,38 @@ def _kwargs(detail: str | None) -> dict[str, object]:
     # from LENS_RL_OTEL_RUN_ID alone, the run is its config's: vLLM's processes get it either way)
     if resource.get("rl.run_id") in (None, "") and config.run_id:
         resource["rl.run_id"] = str(config.run_id)
+    if config.exporter not in ("otlp", "file"):
+        warn_once("vllm-exporter", "lens_rl: vLLM's tracing needs the file or otlp exporter (not %s)", config.exporter)
+        return {}
+    users = users_environ(os.environ)
+    preset = users.get(_PROTOCOL_ENV)
+    if preset is not None and preset not in _VLLM_PROTOCOLS:
+        warn_once(
+            "vllm-protocol",
+            "lens_rl: %s=%s is set, which vLLM cannot export with: vLLM runs untraced (set it to grpc or "
+            "http/protobuf, or unset it, to trace vLLM)",
+            _PROTOCOL_ENV,
+            preset,
+        )
+        return {}
     if config.exporter == "otlp":
-        protocol = config.protocol
+        protocol = preset or config.protocol
         endpoint = config.resolved_endpoint
         if protocol != "grpc":
             endpoint = endpoint.rstrip("/") + "/v1/traces"
-    elif config.exporter == "file":
+    else:
+        if preset not in (None, "http/protobuf"):
+            warn_once(
+                "vllm-protocol",
+                "lens_rl: %s=%s is set, but lens_rl's loopback receiver (the file store) takes http/protobuf "
+                "only: vLLM runs untraced (unset it, or set it to http/protobuf, to trace vLLM into the store)",
+                _PROTOCOL_ENV,
+                preset,
+            )
+            return {}
         protocol = "http/protobuf"
         endpoint = _receiver(config.trace_dir, config.run_id or "run", resource).endpoint
-    else:
-        warn_once("vllm-exporter", "lens_rl: vLLM's tracing needs the file or otlp exporter (not %s)", config.exporter)
-        return {}
-    _set_env(protocol, f"{config.service_name}-vllm", resource)
+    _set_env(users, protocol, f"{config.service_name}-vllm", resource)
     out: dict[str, object] = {"otlp_traces_endpoint": endpoint, "disable_log_stats": False}
     if detail:
         modules = [part.strip() for part in detail.split(",") if part.strip()]
@@ -190,15 +234,35 @@ def _vllm_can_trace() -> bool:
     return True
 
 
-def _set_env(protocol: str, service_name: str, resource: Mapping[str, Any]) -> None:
-    os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", protocol)
-    os.environ.setdefault("OTEL_SERVICE_NAME", service_name)
-    # vLLM's front-end kills its engine core and workers at shutdown (no grace with the server's default):
-    # their batch processors export every half second, so what they recorded has left before that.
-    os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", BSP_DELAY_MS)
-    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = merged_resource_env(
-        os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""), resource
-    )
+def _set_env(users: Mapping[str, str], protocol: str, service_name: str, resource: Mapping[str, Any]) -> None:
+    """Write vLLM's variables where ``users`` (the environment as the user set it) lacks them, over any value
+    lens_rl wrote before (this process's or a parent's), and remember them (:data:`VLLM_ENV`)."""
+    from lens_rl.lifecycle.environ import project
+
+    wanted = {
+        _PROTOCOL_ENV: protocol,
+        "OTEL_SERVICE_NAME": service_name,
+        # vLLM's front-end kills its engine core and workers at shutdown (no grace with the server's default):
+        # their batch processors export every half second, so what they recorded has left before that.
+        "OTEL_BSP_SCHEDULE_DELAY": BSP_DELAY_MS,
+    }
+    marks: dict[str, list[str | None]] = {}
+    for name, value in wanted.items():
+        if name not in users:
+            marks[name] = [value, None]
+    before = users.get("OTEL_RESOURCE_ATTRIBUTES")
+    merged = merged_resource_env(before or "", resource)
+    if merged != (before or ""):
+        marks["OTEL_RESOURCE_ATTRIBUTES"] = [merged, before]
+    for name, mark in marks.items():
+        project(name, str(mark[0]), overwrite=True)  # (shutdown_telemetry puts back what was there)
+    for name in wanted.keys() | {"OTEL_RESOURCE_ATTRIBUTES"}:
+        if name not in marks and os.environ.get(name) != users.get(name):  # lens_rl's old value: the user's again
+            if name in users:
+                project(name, users[name], overwrite=True)
+            else:
+                os.environ.pop(name, None)
+    project(VLLM_ENV, json.dumps(marks, sort_keys=True), overwrite=True)
 
 
 def merged_resource_env(current: str, resource: Mapping[str, Any]) -> str:

@@ -23,12 +23,15 @@ receiver writes what arrives into ``trace_dir/<run_id>/`` in the store's format 
   is still being written (then 503: its writer decides). Readers also drop a span id seen twice in a file;
 * **whole-line writes** through the store's writer (:class:`lens_rl.export.file.StoreWriter`; a batch is
   all or nothing);
-* **bounded** (:mod:`lens_rl.integrations.bounded_http`): at most ``max_connections`` connection threads
-  (503 beyond, before a byte is read), at most ``max_requests`` bodies in memory (a slot taken before the
-  body: 503 beyond; vLLM's exporter retries), a body over ``max_body_bytes`` refused (413), a client silent
-  for ``read_timeout_s`` (or whose body is not whole by then) dropped; at most ``max_files`` processes get
-  a file; the memory of ids and batches is a window of fixed size. :meth:`StoreReceiver.close` returns
-  within its budget.
+* **bounded** (:mod:`lens_rl.integrations.bounded_http`): at most ``max_connections`` request threads
+  (a connection kept alive between exports holds none, so every exporting process is served; a request
+  waits for a thread), at most ``max_open`` connections (272: 503 beyond, before a byte is read), at most
+  ``max_requests`` bodies in memory (a slot taken before the body: 503 beyond; vLLM's exporter retries), a
+  body over ``max_body_bytes`` refused (413), a connection silent for ``read_timeout_s`` closed (a client
+  whose body is not whole by then dropped); at most ``max_files`` processes get a file; the memory of ids and batches is a window of fixed size. A body is decoded and written a few
+  thousand spans at a time (:func:`lens_rl.integrations.otlp_proto.span_chunks`), so what a request holds is
+  its body and one chunk; a body of over ``max_spans`` spans (65,536: OpenTelemetry's batches are 512) is
+  refused (413). :meth:`StoreReceiver.close` returns within its budget.
 
 Example::
 
@@ -53,7 +56,15 @@ from lens_rl._errors import internal_error, warn_once
 from lens_rl.export.file import StoreWriter
 from lens_rl.export.lines import json_line
 from lens_rl.integrations.bounded_http import BoundedServer
-from lens_rl.integrations.otlp_proto import ID_REMOTE, ID_REMOTE_KNOWN, BodyError, attributes, body_of, trace_spans
+from lens_rl.integrations.otlp_proto import (
+    ID_REMOTE,
+    ID_REMOTE_KNOWN,
+    BodyError,
+    attributes,
+    body_of,
+    count_spans,
+    span_chunks,
+)
 from lens_rl.store import safe_part
 
 __all__ = ["IDENTITY_KEYS", "StoreReceiver", "pid_of", "process_kind", "span_row"]
@@ -151,6 +162,8 @@ class StoreReceiver:
         max_files: int = 256,
         max_ids: int = 1 << 16,
         max_batches: int = 1024,
+        max_spans: int = 1 << 16,
+        max_open: int = 272,
     ) -> None:
         self.trace_dir, self.run_id = trace_dir, run_id
         self.resource = dict(resource)
@@ -160,6 +173,7 @@ class StoreReceiver:
             max_ids,
             max_batches,
         )
+        self.max_spans = max_spans
         self.since_ns = time.time_ns()  # before vLLM starts: no span it exports here starts earlier
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -173,6 +187,7 @@ class StoreReceiver:
             max_requests=max_requests,
             max_body_bytes=max_body_bytes,
             read_timeout_s=read_timeout_s,
+            max_open=max_open,
             accepts=lambda path: path.split("?")[0].endswith("/v1/traces"),
             name="lens_rl-vllm-receiver",
         )
@@ -187,8 +202,8 @@ class StoreReceiver:
 
     def stats(self) -> dict[str, Any]:
         """Requests, spans written, ``resent`` (requests not written again), ``ids_repeated`` (across
-        processes, kept), ``refused`` requests (bad bodies, and the server's refusals: every connection
-        thread busy, every slot taken, too large, another path), ``dropped`` spans (no file could take them),
+        processes, kept), ``refused`` requests (bad bodies, and the server's refusals: too many
+        connections open or no request thread free in time, every slot taken, too large, another path), ``dropped`` spans (no file could take them),
         ``timed_out`` clients, ``connections`` accepted, and ``files``."""
         server = self._server.stats()
         with self._lock:
@@ -212,6 +227,14 @@ class StoreReceiver:
         try:
             body = body_of(raw, headers.get("Content-Encoding"), self.max_body_bytes)
             del raw
+            if count_spans(body, self.max_spans) > self.max_spans:  # (a bad body is refused before a line is written)
+                warn_once(
+                    "vllm-receiver-spans",
+                    "lens_rl: a request of over %d spans refused (413); OpenTelemetry's batches are 512",
+                    self.max_spans,
+                )
+                self._count("refused")
+                return 413
             digest = hashlib.blake2b(body, digest_size=16).digest()
             seen = self._batch_begin(digest)
             if seen is not None:
@@ -254,20 +277,19 @@ class StoreReceiver:
                 self._batches.popitem(last=False)
 
     def _write(self, body: bytes) -> int:
-        batches: dict[tuple[Any, ...], tuple[dict[str, Any], list[tuple[str, Any]]]] = {}
-        for resource, scope, span in trace_spans(body):
-            key = self._key(resource)
-            batches.setdefault(key, (resource, []))[1].append((scope, span))
+        """Write a checked body a chunk of spans at a time (never the whole request decoded at once)."""
         self._count("requests")
-        status = 200
-        for key, (resource, spans) in batches.items():
-            target = self._file_for(key, resource, [scope for scope, _ in spans])
+        for resource, scope, spans in span_chunks(body):
+            key = self._key(resource)
+            target = self._file_for(key, resource, [scope])
             if target is None:
                 self._count("dropped", len(spans))
                 continue
-            if not self._append(key, target, spans):
-                status = 503  # nothing of this batch was written: the exporter's retry writes it whole
-        return status
+            if not self._append(key, target, [(scope, span) for span in spans]):
+                # nothing of this chunk was written: the exporter's retry sends the body again (what was
+                # written of it is then repeated, and readers drop a span id seen twice in a file)
+                return 503
+        return 200
 
     @staticmethod
     def _key(resource: Mapping[str, Any]) -> tuple[Any, ...]:

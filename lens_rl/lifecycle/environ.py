@@ -54,9 +54,11 @@ def project(name: str, value: str, *, overwrite: bool = False) -> None:
     before = os.environ.get(name)
     if before is not None and not overwrite:
         return
+    known = RUNTIME.projected.get(name)
+    if known is not None and before == known[0]:
+        before = known[1]  # (still what lens_rl wrote: what was there before it is what shutdown puts back)
     os.environ[name] = value
-    RUNTIME.projected.setdefault(name, (value, before))
-    RUNTIME.projected[name] = (value, RUNTIME.projected[name][1])
+    RUNTIME.projected[name] = (value, before)
 
 
 def forget_projection() -> None:

@@ -15,6 +15,8 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,11 @@ HOST = """
             if line.startswith(field):
                 return int(line.split()[1]) * 1024
 
-    rx = StoreReceiver(sys.argv[1], "r1", {"rl.run_id": "r1"}, read_timeout_s=float(sys.argv[2]))
+    spans = {"max_spans": int(sys.argv[3])} if len(sys.argv) > 3 else {}
+    rx = StoreReceiver(sys.argv[1], "r1", {"rl.run_id": "r1"}, read_timeout_s=float(sys.argv[2]), **spans)
     print(rx.port, rss("VmRSS:"), flush=True)
     sys.stdin.readline()  # (the test is done)
-    print(rss("VmHWM:"), rx.stats()["timed_out"], rx.stats()["refused"], flush=True)
+    print(rss("VmHWM:"), rx.stats()["timed_out"], rx.stats()["refused"], rx.stats()["spans"], flush=True)
     rx.close()
 """
 
@@ -106,7 +109,7 @@ def test_slow_clients_cost_bounded_memory_and_are_dropped_after_the_timeout(tmp_
             thread.join(120)
         host.stdin.write("done\n")
         host.stdin.flush()
-        peak, timed_out, refused = map(int, host.stdout.readline().split())
+        peak, timed_out, refused, _ = map(int, host.stdout.readline().split())
     finally:
         host.wait(30)
     ends = [out.get("end") for out in outs]
@@ -119,10 +122,10 @@ def test_slow_clients_cost_bounded_memory_and_are_dropped_after_the_timeout(tmp_
     assert growth < 8 * SENT + 96 * MIB, f"the receiver's host grew by {growth / MIB:.0f} MiB"
 
 
-def test_a_connection_past_the_pool_gets_503_before_its_body_is_read(tmp_path: Path) -> None:
-    """Every connection thread taken (two idle clients): a third connection's request is answered 503 at
-    once, its body never read; once the idle clients are dropped (the read timeout), a request is served."""
-    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_connections=2, read_timeout_s=3.0)
+def test_a_connection_past_the_open_ones_gets_503_before_its_body_is_read(tmp_path: Path) -> None:
+    """Every connection place taken (two idle clients): a third connection's request is answered 503 at
+    once, its body never read; once the idle clients are closed (the read timeout), a request is served."""
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_open=2, read_timeout_s=3.0)
     try:
         idle = [socket.create_connection(("127.0.0.1", rx.port), timeout=10) for _ in range(2)]
         end = time.monotonic() + 30
@@ -132,7 +135,7 @@ def test_a_connection_past_the_pool_gets_503_before_its_body_is_read(tmp_path: P
             third.sendall(_headers(16 * MIB))  # (the body is never sent: the answer cannot wait for it)
             answer = third.recv(4096)
         assert answer.startswith(b"HTTP/1.1 503"), answer
-        for sock in idle:  # the idle ones are dropped by the read timeout
+        for sock in idle:  # the idle ones are closed by the read timeout
             assert sock.recv(1) == b""
             sock.close()
         body = b""  # (an empty export request: nothing to write)
@@ -143,3 +146,141 @@ def test_a_connection_past_the_pool_gets_503_before_its_body_is_read(tmp_path: P
         assert stats["refused"] == 1 and stats["timed_out"] == 0
     finally:
         assert rx.close(timeout_s=2.0) is True
+
+
+def test_idle_keep_alive_connections_hold_no_request_thread(tmp_path: Path) -> None:
+    """Two request threads, two connections kept open and idle: a third connection's request is served at
+    once (an idle connection holds its socket, not a thread), and so is the next request of an idle one."""
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_connections=2, read_timeout_s=30.0)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", rx.port), timeout=10) for _ in range(2)]
+        for sock in idle:  # (each served once, and kept alive)
+            sock.sendall(_headers(0))
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as third:
+            third.sendall(_headers(0))
+            assert third.recv(4096).startswith(b"HTTP/1.1 200")
+        idle[0].sendall(_headers(0))
+        assert idle[0].recv(4096).startswith(b"HTTP/1.1 200")
+        assert rx.stats()["refused"] == 0
+    finally:
+        for sock in idle:
+            sock.close()
+        assert rx.close(timeout_s=2.0) is True
+
+
+def _exporter(port: int, pid: int, batches: int, out: dict[int, list[int]]) -> None:
+    """One exporting process as the OTLP/HTTP exporter is: a keep-alive ``requests.Session``, a batch every
+    0.1 s; the status of each of its requests."""
+    import requests
+
+    with requests.Session() as session:
+        for k in range(batches):
+            body = _many_spans_body(5, pid=pid, first=k * 5)
+            try:
+                answer = session.post(
+                    f"http://127.0.0.1:{port}/v1/traces",
+                    data=body,
+                    headers={"Content-Type": "application/x-protobuf"},
+                    timeout=60,
+                )
+                out[pid].append(answer.status_code)
+            except requests.RequestException:
+                out[pid].append(-1)
+            time.sleep(0.1)
+
+
+@pytest.mark.timeout(300)
+def test_more_exporting_processes_than_request_threads_lose_nothing(tmp_path: Path) -> None:
+    """24 processes exporting steadily over kept-alive connections (more than the 16 request threads): every
+    request of every one is answered 200 the first time, and every span is written, one file each."""
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1", "rl.worker_group": "gen", "nv.dl.rank": 0})
+    out: dict[int, list[int]] = {1000 + n: [] for n in range(24)}
+    try:
+        threads = [threading.Thread(target=_exporter, args=(rx.port, pid, 12, out)) for pid in out]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(240)
+        stats = rx.stats()
+    finally:
+        assert rx.close(timeout_s=5.0) is True
+    assert {pid: codes for pid, codes in out.items() if codes != [200] * 12} == {}
+    assert stats["refused"] == 0 and stats["spans"] == 24 * 12 * 5
+    assert len(stats["files"]) == 24
+    for path in stats["files"]:
+        assert sum(1 for _ in open(path)) == 1 + 12 * 5
+
+
+def _many_spans_body(n: int, nattr: int = 0, pid: int = 777, first: int = 0) -> bytes:
+    """A valid OTLP request of ``n`` small spans of one process (``nattr`` string attributes each; span ids
+    from ``first + 1``)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    kv = rs.resource.attributes.add()
+    kv.key, kv.value.string_value = "vllm.process_id", str(pid)
+    ss = rs.scope_spans.add()
+    ss.scope.name = "vllm.v1.engine.core"
+    now = time.time_ns()
+    for i in range(n):
+        span = ss.spans.add()
+        span.trace_id, span.span_id, span.name = b"\1" * 16, (first + i + 1).to_bytes(8, "big"), "s"
+        span.start_time_unix_nano, span.end_time_unix_nano = now, now + 1
+        for j in range(nattr):
+            attr = span.attributes.add()
+            attr.key, attr.value.string_value = f"k{j}", "v" * 24
+    return request.SerializeToString()
+
+
+def _post(port: int, body: bytes) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/traces", data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_big_valid_body_costs_memory_bounded_by_its_size(tmp_path: Path) -> None:
+    """One valid body of 300,000 small spans (14 MiB; the span cap raised for it): every span is written, and
+    the host grows by at most a few times the body (it is decoded and written a chunk of spans at a time, not
+    all at once, which cost ~25 times the body)."""
+    body = _many_spans_body(300_000)
+    host = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(HOST), str(tmp_path), "30", str(1 << 20)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert host.stdout is not None and host.stdin is not None
+        port, baseline = map(int, host.stdout.readline().split())
+        assert _post(port, body) == 200
+        host.stdin.write("done\n")
+        host.stdin.flush()
+        peak, _, refused, spans = map(int, host.stdout.readline().split())
+    finally:
+        host.wait(30)
+    assert spans == 300_000 and refused == 0
+    growth = peak - baseline
+    assert growth < 4 * len(body) + 48 * MIB, f"{len(body) / MIB:.0f} MiB body: the host grew {growth / MIB:.0f} MiB"
+
+
+def test_a_body_of_more_spans_than_the_cap_is_refused_whole(tmp_path: Path) -> None:
+    """A body over ``max_spans`` spans (65,536 by default; OpenTelemetry's batches are 512) is answered 413
+    and nothing of it is written; one at the cap is written whole."""
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_spans=1000)
+    try:
+        assert _post(rx.port, _many_spans_body(1001, nattr=1)) == 413
+        assert rx.stats()["spans"] == 0 and rx.stats()["files"] == [] and rx.stats()["refused"] == 1
+        assert _post(rx.port, _many_spans_body(1000, nattr=1)) == 200
+        assert rx.stats()["spans"] == 1000
+    finally:
+        assert rx.close(timeout_s=2.0) is True
+    (path,) = rx.stats()["files"]
+    assert sum(1 for _ in open(path)) == 1001  # (its header, then every span)

@@ -7,10 +7,13 @@ part of it :func:`vllm_tracing_kwargs` looks at; ``test_vllm_real.py`` runs the 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,19 +107,147 @@ def test_file_store_kwargs_env_and_receiver(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_environment_is_set_only_where_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The user's own values win: setdefault per variable, and per key of OTEL_RESOURCE_ATTRIBUTES."""
+    """The user's own values win: per variable, and per key of OTEL_RESOURCE_ATTRIBUTES; shutdown puts back
+    exactly what the user had."""
     _fake_vllm(tmp_path, monkeypatch)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "mine")
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=a%20b,rl.worker_group=gen")
     _driver(tmp_path, service_name="job")
     assert vllm_tracing_kwargs()
-    assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+    assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
     assert os.environ["OTEL_SERVICE_NAME"] == "mine"
     assert (
         os.environ["OTEL_RESOURCE_ATTRIBUTES"]
         == "team=a%20b,rl.worker_group=gen,rl.run_id=r1,rl.attempt=0,nv.dl.rank=0"
     )
+    assert lens_rl.shutdown_telemetry(5000) is True
+    assert os.environ["OTEL_SERVICE_NAME"] == "mine"
+    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=a%20b,rl.worker_group=gen"
+    assert "OTEL_BSP_SCHEDULE_DELAY" not in os.environ and "LENS_RL_OTEL_VLLM_ENV" not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("exporter", "preset"), [("file", "http/json"), ("file", "grpc"), ("otlp", "http/json"), ("otlp", "bogus")]
+)
+def test_a_traces_protocol_that_cannot_work_gives_nothing_and_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, exporter: str, preset: str
+) -> None:
+    """A traces protocol the user set that vLLM cannot export with (``http/json``: its engine would refuse to
+    start), or that the file store's loopback receiver cannot take (``grpc``: nothing would be written): {}, the
+    environment untouched, no receiver, and one warning naming the variable and its value. vLLM runs untraced."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", preset)
+    _driver(tmp_path, exporter=exporter)
+    before = dict(os.environ)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        assert vllm_tracing_kwargs() == {} and vllm_tracing_kwargs() == {}
+        assert vllm_server_args() == []
+    warned = [r.getMessage() for r in caplog.records if "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" in r.getMessage()]
+    assert len(warned) == 1 and f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL={preset}" in warned[0], warned
+    assert "untraced" in warned[0]
+    assert dict(os.environ) == before
+    assert integration._RECEIVER[0] is None
+
+
+def test_a_grpc_protocol_the_user_set_is_used_with_otlp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``exporter: otlp`` a ``grpc`` the user set is their choice: vLLM exports gRPC to the bare endpoint."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    _driver(tmp_path, exporter="otlp", endpoint="http://collector:4317")
+    assert vllm_tracing_kwargs()["otlp_traces_endpoint"] == "http://collector:4317"
+    assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+
+
+def test_reinit_gives_vllm_the_new_run_and_keeps_lens_rls_own_service_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs in one process (a sweep): what lens_rl wrote for run a's vLLM never counts as the user's. Run b's
+    own header says lens_rl's service name (not vLLM's), and run b's vLLM processes get run b's id and its
+    service name; what the user set stays theirs throughout."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=x")
+    traces = tmp_path / "traces"
+    lens_rl.init_telemetry_driver(
+        {"telemetry": {"enabled": True, "trace_dir": str(traces), "run_id": "a", "vllm_native_tracing": True}}, "grpo"
+    )
+    assert vllm_tracing_kwargs()
+    assert os.environ["OTEL_SERVICE_NAME"] == "lens-rl-vllm"
+    assert lens_rl.shutdown_telemetry(5000) is True
+    lens_rl.init_telemetry_driver(
+        {
+            "telemetry": {
+                "enabled": True,
+                "trace_dir": str(traces),
+                "run_id": "b",
+                "service_name": "sweep",
+                "vllm_native_tracing": True,
+            }
+        },
+        "grpo",
+    )
+    handle = lens_rl.get_telemetry_handle()
+    assert handle is not None and handle.resource.attributes["service.name"] == "sweep"
+    assert vllm_tracing_kwargs()
+    assert os.environ["OTEL_SERVICE_NAME"] == "sweep-vllm"
+    assert (
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=x,rl.run_id=b,rl.attempt=0,rl.worker_group=driver,nv.dl.rank=0"
+    )
+    assert lens_rl.shutdown_telemetry(5000) is True
+    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=x" and "OTEL_SERVICE_NAME" not in os.environ
+    # a third run, no vLLM: its service name is its own default, not what lens_rl once gave vLLM
+    lens_rl.init_telemetry_driver({"telemetry": {"enabled": True, "trace_dir": str(traces), "run_id": "c"}}, "grpo")
+    handle = lens_rl.get_telemetry_handle()
+    assert handle is not None and handle.resource.attributes["service.name"] == "lens-rl"
+
+
+def test_a_value_the_user_changes_after_the_call_is_theirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user changes OTEL_RESOURCE_ATTRIBUTES after a first call: the next call adds the job's keys to the
+    new value, and shutdown puts back the user's new value (not the one before the first call)."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=x")
+    _driver(tmp_path)
+    assert vllm_tracing_kwargs()
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = "team=y"
+    assert vllm_tracing_kwargs()
+    assert (
+        os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=y,rl.run_id=r1,rl.attempt=0,rl.worker_group=driver,nv.dl.rank=0"
+    )
+    assert lens_rl.shutdown_telemetry(5000) is True
+    assert os.environ["OTEL_RESOURCE_ATTRIBUTES"] == "team=y"
+
+
+def test_a_worker_started_after_the_call_gives_vllm_its_own_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process started after the driver's call inherits the variables lens_rl wrote for the driver's
+    vLLM: they are not the user's. The worker's own service name is lens_rl's, and its vLLM processes get its
+    group and rank; the user's own keys are kept."""
+    _fake_vllm(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=x")
+    _driver(tmp_path)
+    assert vllm_tracing_kwargs()
+    site = str(tmp_path / "fake_site")
+    code = f"""
+        import json, os, sys
+        sys.path.insert(0, {site!r})
+        import lens_rl
+        from lens_rl.integrations.vllm import vllm_tracing_kwargs
+        handle = lens_rl.init_telemetry_worker(rank=1, world_size=2, worker_group="gen")
+        own = handle.resource.attributes["service.name"]
+        assert vllm_tracing_kwargs()
+        print(json.dumps([own, os.environ["OTEL_SERVICE_NAME"], os.environ["OTEL_RESOURCE_ATTRIBUTES"]]))
+        lens_rl.shutdown_telemetry(5000)
+    """
+    env = {k: v for k, v in os.environ.items()}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, *sys.path) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    own, service, attributes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert own == "lens-rl" and service == "lens-rl-vllm"
+    assert attributes == "team=x,rl.run_id=r1,rl.attempt=0,rl.worker_group=gen,nv.dl.rank=1"
 
 
 def test_resource_values_are_percent_encoded() -> None:
@@ -142,8 +273,7 @@ def test_otlp_endpoints_and_detail(
         }
     assert any("bogus" in r.getMessage() for r in caplog.records)
     assert integration._RECEIVER[0] is None  # a collector needs no loopback receiver
-    lens_rl.shutdown_telemetry(2000)
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+    lens_rl.shutdown_telemetry(2000)  # (what it wrote is gone with it: the next run's protocol is its own)
     _driver(tmp_path, exporter="otlp", endpoint="http://collector:4317", protocol="grpc")
     assert vllm_tracing_kwargs()["otlp_traces_endpoint"] == "http://collector:4317"
     assert os.environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
