@@ -114,6 +114,29 @@ def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) 
     assert rec.names() == [] and timer.log == [("start", "gen")]
 
 
+def test_weaving_again_over_a_plain_wrapper_opens_one_phase_a_start(standin: Any) -> None:
+    """uninstrument under another tool's plain wrapper, then instrument: the weave goes on top of that wrapper
+    and lens_rl's old one beneath it stays a pass-through (each start one phase, which its stop ends)."""
+    fw = standin()
+    module = importlib.import_module(fw.name)
+    _registry.instrument(fw.name)
+    woven = module.Timer.start
+
+    @functools.wraps(woven)
+    def theirs(*args: Any, **kwargs: Any) -> Any:
+        return woven(*args, **kwargs)
+
+    module.Timer.start = theirs
+    _registry.uninstrument(fw.name)
+    assert _registry.instrument(fw.name) == [fw.name]
+    with recording() as rec:
+        timer = module.Timer()
+        for _ in range(2):
+            timer.start("gen")
+            timer.stop("gen")
+    assert rec.names() == ["gen", "gen"] and timer.log == [("start", "gen"), ("stop", "gen")] * 2
+
+
 def test_a_version_outside_the_tested_range_warns_once_and_stays_unwoven(
     standin: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
