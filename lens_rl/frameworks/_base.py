@@ -9,6 +9,9 @@ defines one module-level ``FRAMEWORK = Framework(...)``:
   is checked in the post-import hook, when the framework is imported (at once if it already is), before
   anything is patched: outside it, one warning, the framework stays unwoven. When the distribution is not
   installed (a stand-in), the top module's ``__version__`` is read instead;
+- ``distributions`` (optional): a target's top package that installs as a distribution of its own -> that
+  distribution (``skyrl_train`` is ``skyrl-train``), checked against ``tested`` too when it is imported (a
+  top package not listed, as ``accelerate`` for ``transformers``, is the framework's own distribution's);
 - ``targets``: target module name -> ``weave(module, weaver)``. Each weave runs once per weaving, in a wrapt
   post-import hook: when that module is imported, or at once if it already is. It patches *class or module
   attributes* (so names bound elsewhere still see the patch) only through ``weaver`` (:class:`Weaver`), which
@@ -107,6 +110,7 @@ class Framework:
     targets: Mapping[str, Weave]
     requires: tuple[str, ...] = ()
     unweave: Callable[[], None] | None = None
+    distributions: Mapping[str, str] = field(default_factory=dict)
     stands_down: Callable[[], str | None] | None = None
     #: one ``active`` flag per framework, read by its woven functions (False: pass straight through)
     state: _State = field(default_factory=lambda: _State(), compare=False, repr=False)
@@ -119,7 +123,8 @@ class _State:
 
     def __init__(self) -> None:
         self.active = False
-        self.version_checked = False  # asked once per weaving, in the first post-import hook that runs
+        #: the top packages whose version was asked this weaving (each in the first of its post-import hooks)
+        self.version_checked: set[str] = set()
         self.patches: list[Patch] = []
         self.refused: str | None = None  # why it stays unwoven (version, a target that moved)
         self.standing_down: bool | None = None  # None: not asked yet

@@ -145,7 +145,7 @@ def _activate(fw: Framework) -> None:
     state = fw.state
     state.refused = None
     state.standing_down = None
-    state.version_checked = False
+    state.version_checked = set()
     state.active = True
     for target in fw.targets:
         if (fw.name, target) not in _HOOKED:
@@ -175,10 +175,13 @@ def _weave(fw: Framework, target: str, module: ModuleType) -> None:
         if not state.active or (fw.name, target) in _WOVEN:
             return
         try:
-            if not state.version_checked:  # the framework is imported now: its version, once per weaving
-                state.version_checked = True
-                version = _version(fw)
-                if version is not None and not _version_ok(fw, version):
+            top = target.split(".")[0]
+            if top not in fw.distributions:  # (accelerate's hook asks transformers' version)
+                top = next(iter(fw.targets)).split(".")[0]
+            if top not in state.version_checked:  # imported now: its version, once per weaving
+                state.version_checked.add(top)
+                version = _version(fw, top)
+                if version is not None and not _version_ok(fw, top, version):
                     _deactivate(fw)
                     return
             _WOVEN.add((fw.name, target))
@@ -215,27 +218,27 @@ def _deactivate(fw: Framework) -> None:
             internal_error(exc, f"framework-{fw.name}")
 
 
-def _version(fw: Framework) -> str | None:
-    """The installed version of ``fw`` (its distribution's metadata, else its top module's ``__version__``: a
-    stand-in, a source checkout), read in the post-import hook: only a framework being imported is asked."""
+def _version(fw: Framework, top: str) -> str | None:
+    """The installed version of ``fw``'s top package ``top`` (its distribution's metadata, else the module's
+    ``__version__``: a stand-in, a source checkout), read in the post-import hook: only a framework being
+    imported is asked."""
     import importlib.metadata
 
     try:
-        return importlib.metadata.version(fw.distribution)
+        return importlib.metadata.version(fw.distributions.get(top, fw.distribution))
     except (importlib.metadata.PackageNotFoundError, OSError, ValueError):  # no distribution or unreadable
-        top = next(iter(fw.targets), "").split(".")[0]
         version = getattr(sys.modules.get(top), "__version__", None)
         return version if isinstance(version, str) else None
 
 
-def _version_ok(fw: Framework, version: str) -> bool:
+def _version_ok(fw: Framework, top: str, version: str) -> bool:
     if in_range(version, fw.tested):
         return True
     fw.state.refused = f"version {version} outside {fw.tested}"
     warn_once(
         f"framework-version-{fw.name}",
         "lens_rl: %s %s is outside the tested range %s: left unwoven",
-        fw.distribution,
+        fw.distributions.get(top, fw.distribution),
         version,
         fw.tested,
     )
