@@ -13,9 +13,11 @@ and of the ones they implied (``trl`` -> ``transformers``) unless those were nam
 from __future__ import annotations
 
 import importlib
+import importlib._bootstrap
 import importlib.util
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -45,6 +47,8 @@ _WOVEN: set[tuple[str, str]] = set()
 _NAMED: set[str] = set()
 _IMPLIED: dict[str, set[str]] = {}
 _LOCK = threading.RLock()
+#: (framework, target, module) being imported by another thread when ``instrument`` ran: woven when it ends.
+_PENDING: list[tuple[Framework, str, ModuleType]] = []
 
 
 def register(fw: Framework) -> Framework:
@@ -111,7 +115,10 @@ def instrument(*names: str) -> list[str]:
             fw = framework(name)
             if fw is not None and not fw.state.active:
                 _activate(fw)
-        return [n for n in wanted if n in _LOADED and _LOADED[n].state.active and installed(n)]
+        pending = _PENDING[:]
+        _PENDING.clear()
+    _woven_once_imported(pending)
+    return [n for n in wanted if n in _LOADED and _LOADED[n].state.active and installed(n)]
 
 
 def uninstrument(*names: str) -> list[str]:
@@ -148,12 +155,62 @@ def _activate(fw: Framework) -> None:
     state.version_checked = set()
     state.active = True
     for target in fw.targets:
+        module = sys.modules.get(target)
+        if module is not None and _importing(module):  # another thread imports it now: woven once it is done
+            _weave_once_imported(fw, target, module)
+            continue
         if (fw.name, target) not in _HOOKED:
             _HOOKED.add((fw.name, target))
             _register_hook(fw, target)
-        module = sys.modules.get(target)
         if module is not None:
             _weave(fw, target, module)
+
+
+def _importing(module: ModuleType) -> bool:
+    """Whether ``module`` is still being imported (in ``sys.modules``, its body still running)."""
+    return getattr(getattr(module, "__spec__", None), "_initializing", False) is True
+
+
+def _weave_once_imported(fw: Framework, target: str, module: ModuleType) -> None:
+    """Weave ``target`` once the import under way ends (the hook wrapt would run at once would see a half-made
+    module): ``instrument`` waits for it as an ``import`` would (the module's own lock), outside the registry's
+    lock; if this thread is the one importing it, a thread waits instead. A failed import leaves the hook for
+    the next one."""
+    _PENDING.append((fw, target, module))
+
+
+def _woven_once_imported(pending: list[tuple[Framework, str, ModuleType]]) -> None:
+    for fw, target, module in pending:
+        wait = getattr(importlib._bootstrap, "_lock_unlock_module", None)  # (what ``import`` waits with)
+        if wait is not None:
+            try:
+                wait(target)
+            except Exception:  # (a deadlock the import machinery detected: the thread below waits instead)
+                pass
+        if sys.modules.get(target) is module and _importing(module):  # this thread imports it
+            threading.Thread(target=_poll, args=(fw, target, module), name="lens_rl-weave", daemon=True).start()
+        else:
+            _after_import(fw, target, module)
+
+
+def _poll(fw: Framework, target: str, module: ModuleType) -> None:
+    while sys.modules.get(target) is module and _importing(module):
+        time.sleep(0.02)
+    _after_import(fw, target, module)
+
+
+def _after_import(fw: Framework, target: str, module: ModuleType) -> None:
+    try:
+        with _LOCK:
+            if not fw.state.active:
+                return
+            if (fw.name, target) not in _HOOKED:
+                _HOOKED.add((fw.name, target))
+                _register_hook(fw, target)  # (wrapt runs it at once when the module is imported)
+            elif sys.modules.get(target) is module:
+                _weave(fw, target, module)
+    except Exception as exc:
+        internal_error(exc, f"framework-{fw.name}")
 
 
 def _register_hook(fw: Framework, target: str) -> None:
