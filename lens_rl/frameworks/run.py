@@ -205,7 +205,7 @@ def run(
             _restore(previous)
         started = os.path.exists(os.path.join(os.path.dirname(env[DRIVER_CLAIM_ENV]), STARTED_MARK))
     with contextlib.suppress(OSError):  # (stderr closed: a dead tee, a gone ssh; the job's status still passes)
-        _say_where(env, out, started)
+        _say_where(env, out, started, command)
     if status < 0 and reraise:
         _die_by(-status, out)
     return 128 - status if status < 0 else status
@@ -353,9 +353,11 @@ def _restore(previous: Mapping[int, Any]) -> None:
         signal.signal(signum, handler)
 
 
-def _say_where(env: Mapping[str, str], out: Any, started: bool = True) -> None:
+def _say_where(env: Mapping[str, str], out: Any, started: bool = True, command: Sequence[str] = ()) -> None:
     """One line: where the store is and the command that reads it (or where the spans went); ``started``:
-    whether a process of the job started lens_rl (else, with nothing written, a hint why)."""
+    whether a process of the job started lens_rl (else, with nothing written, a hint why; also for a
+    ``command`` run through ``opentelemetry-instrument``, whose ``sitecustomize`` goes first on
+    ``PYTHONPATH`` and runs none after it)."""
     from lens_rl.config import TelemetryConfig, mask_url
     from lens_rl.identity.attempt import run_folder
 
@@ -370,7 +372,12 @@ def _say_where(env: Mapping[str, str], out: Any, started: bool = True) -> None:
     store = run_folder(config)  # the folder the processes write ('exp 1' -> exp_1)
     if not os.path.isdir(store):
         why = ""
-        if not started:
+        if any(os.path.basename(arg) == "opentelemetry-instrument" for arg in command):
+            why = (
+                "; opentelemetry-instrument's sitecustomize replaces lens-rl run's (nothing is woven): run "
+                "opentelemetry-instrument lens-rl run -- ... instead"
+            )
+        elif not started:
             why = "; no Python process of the job loaded lens_rl (a PYTHONPATH the job sets must add to it, not replace it)"
         print(f"lens-rl run: run {config.run_id}: no process wrote to the store ({store}){why}", file=out)
         return
