@@ -9,6 +9,9 @@ defines one module-level ``FRAMEWORK = Framework(...)``:
   is checked in the post-import hook, when the framework is imported (at once if it already is), before
   anything is patched: outside it, one warning, the framework stays unwoven. When the distribution is not
   installed (a stand-in), the top module's ``__version__`` is read instead;
+- ``distributions`` (optional): a target's top package that installs as a distribution of its own -> that
+  distribution (``skyrl_train`` is ``skyrl-train``), checked against ``tested`` too when it is imported (a
+  top package not listed, as ``accelerate`` for ``transformers``, is the framework's own distribution's);
 - ``targets``: target module name -> ``weave(module, weaver)``. Each weave runs once per weaving, in a wrapt
   post-import hook: when that module is imported, or at once if it already is. It patches *class or module
   attributes* (so names bound elsewhere still see the patch) only through ``weaver`` (:class:`Weaver`), which
@@ -107,6 +110,7 @@ class Framework:
     targets: Mapping[str, Weave]
     requires: tuple[str, ...] = ()
     unweave: Callable[[], None] | None = None
+    distributions: Mapping[str, str] = field(default_factory=dict)
     stands_down: Callable[[], str | None] | None = None
     #: one ``active`` flag per framework, read by its woven functions (False: pass straight through)
     state: _State = field(default_factory=lambda: _State(), compare=False, repr=False)
@@ -119,7 +123,8 @@ class _State:
 
     def __init__(self) -> None:
         self.active = False
-        self.version_checked = False  # asked once per weaving, in the first post-import hook that runs
+        #: the top packages whose version was asked this weaving (each in the first of its post-import hooks)
+        self.version_checked: set[str] = set()
         self.patches: list[Patch] = []
         self.refused: str | None = None  # why it stays unwoven (version, a target that moved)
         self.standing_down: bool | None = None  # None: not asked yet
@@ -154,6 +159,8 @@ class Patch:
     attr: str
     original: Any  # the raw attribute as found in ``owner.__dict__`` (a staticmethod stays one)
     ours: Any
+    #: what ``ours`` calls while on (its ``dead`` set for good when ``ours`` is left under another tool's wrapper)
+    runner: Any = None
 
 
 #: id -> patch of every wrapper lens_rl has put in place (what "ours" means; a set of ids stays cheap).
@@ -188,9 +195,10 @@ class Weaver:
             func = raw.__func__ if kind is not None else raw
             if kind is None and isinstance(owner, type) and type(func) is not types.FunctionType:
                 func = _bound_through(func)  # another tool's descriptor (a wrapt wrapper): bound as it binds
-            woven = _generate(func, on_call, self.framework)
+            runner = _Woven(self.framework, on_call)
+            woven = _generate(func, runner, self.framework)
             ours = kind(woven) if kind is not None else woven
-            return self._put(owner, attr, raw if attr in _own_dict(owner) else None, ours)
+            return self._put(owner, attr, raw if attr in _own_dict(owner) else None, ours, runner)
 
     def wrap(self, owner: Any, attr: str, wrapper: Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]) -> bool:
         """Wrap ``owner.attr`` with wrapt; ``wrapper(wrapped, instance, args, kwargs)`` runs only while on.
@@ -203,9 +211,9 @@ class Weaver:
                 self._adopt(owner, attr, raw)
                 return False
             original = raw if attr in _own_dict(owner) else None
-            gate = _gated(wrapper, self.framework.state)
+            gate = _Gate(wrapper, self.framework.state)
             ours = wrapt.wrap_function_wrapper(owner, attr, gate)  # positional: 2.x renamed an argument
-            return self._record(owner, attr, original, ours)
+            return self._record(owner, attr, original, ours, gate)
 
     def _adopt(self, owner: Any, attr: str, ours: Any) -> None:
         """A module that bound lens_rl's wrapper by name (``from x import f`` after ``x.f`` was woven): recorded
@@ -217,14 +225,14 @@ class Weaver:
             and source.owner is not owner
             and _own_dict(owner).get(attr) is ours
         ):
-            self.framework.state.patches.append(Patch(owner, attr, source.original, ours))
+            self.framework.state.patches.append(Patch(owner, attr, source.original, ours, source.runner))
 
-    def _put(self, owner: Any, attr: str, original: Any, ours: Any) -> bool:
+    def _put(self, owner: Any, attr: str, original: Any, ours: Any, runner: Any) -> bool:
         setattr(owner, attr, ours)
-        return self._record(owner, attr, original, ours)
+        return self._record(owner, attr, original, ours, runner)
 
-    def _record(self, owner: Any, attr: str, original: Any, ours: Any) -> bool:
-        patch = Patch(owner, attr, original, ours)
+    def _record(self, owner: Any, attr: str, original: Any, ours: Any, runner: Any) -> bool:
+        patch = Patch(owner, attr, original, ours, runner)
         _OURS[id(ours)] = patch
         self.framework.state.patches.append(patch)
         return True
@@ -244,38 +252,46 @@ def _own_dict(owner: Any) -> Mapping[str, Any]:
     return owner.__dict__ if isinstance(owner, (type, ModuleType)) else vars(owner)
 
 
-def _generate(func: Any, on_call: Callable[..., Any], framework: Framework) -> Any:
+def _generate(func: Any, runner: _Woven, framework: Framework) -> Any:
     """The plain function standing in for ``func``, with its exact signature (``record.wrappers``): one flag
     check and a call while off (no ``*args`` packing: that alone costs ~250 ns a call here)."""
-    woven = wrappers.wrap(func, _Woven(framework, on_call), kind="sync")
+    woven = wrappers.wrap(func, runner, kind="sync")
     woven.__lens_rl_framework__ = framework.name
     return woven
 
 
 class _Woven(wrappers.Runner):  # type: ignore[misc]
-    """What a generated stand-in calls while telemetry is on: the framework's ``on_call``, if it is woven."""
+    """What a generated stand-in calls while telemetry is on: the framework's ``on_call``, if it is woven (and
+    this stand-in is not ``dead``: one ``uninstrument`` left under another tool's wrapper, a pass-through for
+    good, so a later weaving on top of that wrapper is the only one)."""
 
-    __slots__ = ("framework", "on_call")
+    __slots__ = ("dead", "framework", "on_call")
 
     def __init__(self, framework: Framework, on_call: Callable[..., Any]) -> None:
         self.framework = framework
         self.on_call = on_call
+        self.dead = False
 
     def _run(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        if self.framework.state.active:
+        if self.framework.state.active and not self.dead:
             return _on(self.framework, fn, self.on_call, args, kwargs)
         return fn(*args, **kwargs)
 
 
-def _gated(wrapper: Callable[..., Any], state: _State) -> Callable[..., Any]:
-    rt = _RT
+class _Gate:
+    """lens_rl's wrapt wrapper: ``wrapper`` while on and woven (and not ``dead``, as :class:`_Woven`)."""
 
-    def gate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if rt.on and state.active:
-            return wrapper(wrapped, instance, args, kwargs)
+    __slots__ = ("dead", "state", "wrapper")
+
+    def __init__(self, wrapper: Callable[..., Any], state: _State) -> None:
+        self.wrapper = wrapper
+        self.state = state
+        self.dead = False
+
+    def __call__(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _RT.on and self.state.active and not self.dead:
+            return self.wrapper(wrapped, instance, args, kwargs)
         return wrapped(*args, **kwargs)
-
-    return gate
 
 
 def _on(framework: Framework, func: Any, on_call: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -299,7 +315,9 @@ def _on(framework: Framework, func: Any, on_call: Callable[..., Any], args: Any,
 
 def unpatch(patch: Patch) -> bool:
     """Undo one of lens_rl's patches, leaving any other tool's wrapper in place; True when lens_rl's is gone
-    (on top: the original put back; under a wrapt proxy of another tool: spliced out of its chain)."""
+    (on top: the original put back; under a wrapt proxy of another tool: spliced out of its chain). Under a
+    plain wrapper of another tool (a function that calls what it closed over) lens_rl's stays, a pass-through
+    for good: False."""
     owner, attr, ours = patch.owner, patch.attr, patch.ours
     with _LOCK:
         current = _own_dict(owner).get(attr)
@@ -316,13 +334,24 @@ def unpatch(patch: Patch) -> bool:
             below = getattr(node, "__wrapped__", None)
             if below is ours or below is _unwrapped(ours):
                 try:
+                    if not _is_proxy(node):  # (a plain function's ``__wrapped__`` is a note, not what it calls)
+                        raise TypeError(node)
                     node.__wrapped__ = inner if inner is not None else _raw(owner, attr)
-                except (AttributeError, TypeError):
-                    return False  # a plain wrapper of another tool holds ours: ours stays, a pass-through
+                except (AttributeError, TypeError):  # a plain wrapper of another tool holds ours: it stays
+                    if patch.runner is not None:
+                        patch.runner.dead = True
+                    return False
                 _OURS.pop(id(ours), None)
                 return True
             node = below
         return False
+
+
+def _is_proxy(node: Any) -> bool:
+    """Whether ``node`` calls its ``__wrapped__`` as it is now (a wrapt proxy), so setting it splices."""
+    import wrapt
+
+    return isinstance(node, getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy))  # (2.x: the C base of all)
 
 
 def _unwrapped(obj: Any) -> Any:

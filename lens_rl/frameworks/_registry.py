@@ -13,9 +13,11 @@ and of the ones they implied (``trl`` -> ``transformers``) unless those were nam
 from __future__ import annotations
 
 import importlib
+import importlib._bootstrap
 import importlib.util
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -45,6 +47,8 @@ _WOVEN: set[tuple[str, str]] = set()
 _NAMED: set[str] = set()
 _IMPLIED: dict[str, set[str]] = {}
 _LOCK = threading.RLock()
+#: (framework, target, module) being imported by another thread when ``instrument`` ran: woven when it ends.
+_PENDING: list[tuple[Framework, str, ModuleType]] = []
 
 
 def register(fw: Framework) -> Framework:
@@ -111,7 +115,10 @@ def instrument(*names: str) -> list[str]:
             fw = framework(name)
             if fw is not None and not fw.state.active:
                 _activate(fw)
-        return [n for n in wanted if n in _LOADED and _LOADED[n].state.active and installed(n)]
+        pending = _PENDING[:]
+        _PENDING.clear()
+    _woven_once_imported(pending)
+    return [n for n in wanted if n in _LOADED and _LOADED[n].state.active and installed(n)]
 
 
 def uninstrument(*names: str) -> list[str]:
@@ -145,15 +152,65 @@ def _activate(fw: Framework) -> None:
     state = fw.state
     state.refused = None
     state.standing_down = None
-    state.version_checked = False
+    state.version_checked = set()
     state.active = True
     for target in fw.targets:
+        module = sys.modules.get(target)
+        if module is not None and _importing(module):  # another thread imports it now: woven once it is done
+            _weave_once_imported(fw, target, module)
+            continue
         if (fw.name, target) not in _HOOKED:
             _HOOKED.add((fw.name, target))
             _register_hook(fw, target)
-        module = sys.modules.get(target)
         if module is not None:
             _weave(fw, target, module)
+
+
+def _importing(module: ModuleType) -> bool:
+    """Whether ``module`` is still being imported (in ``sys.modules``, its body still running)."""
+    return getattr(getattr(module, "__spec__", None), "_initializing", False) is True
+
+
+def _weave_once_imported(fw: Framework, target: str, module: ModuleType) -> None:
+    """Weave ``target`` once the import under way ends (the hook wrapt would run at once would see a half-made
+    module): ``instrument`` waits for it as an ``import`` would (the module's own lock), outside the registry's
+    lock; if this thread is the one importing it, a thread waits instead. A failed import leaves the hook for
+    the next one."""
+    _PENDING.append((fw, target, module))
+
+
+def _woven_once_imported(pending: list[tuple[Framework, str, ModuleType]]) -> None:
+    for fw, target, module in pending:
+        wait = getattr(importlib._bootstrap, "_lock_unlock_module", None)  # (what ``import`` waits with)
+        if wait is not None:
+            try:
+                wait(target)
+            except Exception:  # (a deadlock the import machinery detected: the thread below waits instead)
+                pass
+        if sys.modules.get(target) is module and _importing(module):  # this thread imports it
+            threading.Thread(target=_poll, args=(fw, target, module), name="lens_rl-weave", daemon=True).start()
+        else:
+            _after_import(fw, target, module)
+
+
+def _poll(fw: Framework, target: str, module: ModuleType) -> None:
+    while sys.modules.get(target) is module and _importing(module):
+        time.sleep(0.02)
+    _after_import(fw, target, module)
+
+
+def _after_import(fw: Framework, target: str, module: ModuleType) -> None:
+    try:
+        with _LOCK:
+            if not fw.state.active:
+                return
+            if (fw.name, target) not in _HOOKED:
+                _HOOKED.add((fw.name, target))
+                _register_hook(fw, target)  # (wrapt runs it at once when the module is imported)
+            elif sys.modules.get(target) is module:
+                _weave(fw, target, module)
+    except Exception as exc:
+        internal_error(exc, f"framework-{fw.name}")
 
 
 def _register_hook(fw: Framework, target: str) -> None:
@@ -175,10 +232,13 @@ def _weave(fw: Framework, target: str, module: ModuleType) -> None:
         if not state.active or (fw.name, target) in _WOVEN:
             return
         try:
-            if not state.version_checked:  # the framework is imported now: its version, once per weaving
-                state.version_checked = True
-                version = _version(fw)
-                if version is not None and not _version_ok(fw, version):
+            top = target.split(".")[0]
+            if top not in fw.distributions:  # (accelerate's hook asks transformers' version)
+                top = next(iter(fw.targets)).split(".")[0]
+            if top not in state.version_checked:  # imported now: its version, once per weaving
+                state.version_checked.add(top)
+                version = _version(fw, top)
+                if version is not None and not _version_ok(fw, top, version):
                     _deactivate(fw)
                     return
             _WOVEN.add((fw.name, target))
@@ -215,27 +275,27 @@ def _deactivate(fw: Framework) -> None:
             internal_error(exc, f"framework-{fw.name}")
 
 
-def _version(fw: Framework) -> str | None:
-    """The installed version of ``fw`` (its distribution's metadata, else its top module's ``__version__``: a
-    stand-in, a source checkout), read in the post-import hook: only a framework being imported is asked."""
+def _version(fw: Framework, top: str) -> str | None:
+    """The installed version of ``fw``'s top package ``top`` (its distribution's metadata, else the module's
+    ``__version__``: a stand-in, a source checkout), read in the post-import hook: only a framework being
+    imported is asked."""
     import importlib.metadata
 
     try:
-        return importlib.metadata.version(fw.distribution)
+        return importlib.metadata.version(fw.distributions.get(top, fw.distribution))
     except (importlib.metadata.PackageNotFoundError, OSError, ValueError):  # no distribution or unreadable
-        top = next(iter(fw.targets), "").split(".")[0]
         version = getattr(sys.modules.get(top), "__version__", None)
         return version if isinstance(version, str) else None
 
 
-def _version_ok(fw: Framework, version: str) -> bool:
+def _version_ok(fw: Framework, top: str, version: str) -> bool:
     if in_range(version, fw.tested):
         return True
     fw.state.refused = f"version {version} outside {fw.tested}"
     warn_once(
         f"framework-version-{fw.name}",
         "lens_rl: %s %s is outside the tested range %s: left unwoven",
-        fw.distribution,
+        fw.distributions.get(top, fw.distribution),
         version,
         fw.tested,
     )

@@ -139,4 +139,5 @@ FRAMEWORK = Framework(
         "skyrl.train.fully_async_trainer": _weave_fully_async,
     },
     unweave=_unweave,
+    distributions={"skyrl_train": "skyrl-train"},  # (SkyRL's earlier package, a distribution of its own)
 )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -45,6 +48,28 @@ def test_weaving_after_the_import_patches_the_class_so_names_bound_elsewhere_see
         timer.start("gen")
         timer.stop("gen")
     assert rec.names() == ["gen"] and timer.log == [("start", "gen"), ("stop", "gen")]
+
+
+def test_weaving_while_another_thread_imports_the_framework_weaves_it_once_imported(
+    standin: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """instrument() while another thread is still importing the framework (its body has not made the Timer
+    yet): no warning, and once the import is done the Timer is woven."""
+    fw = standin()
+    source = tmp_path / f"{fw.name}.py"
+    source.write_text("import time\ntime.sleep(0.5)\n" + source.read_text())
+    importer = threading.Thread(target=importlib.import_module, args=(fw.name,))
+    importer.start()
+    deadline = time.monotonic() + 30
+    while fw.name not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with caplog.at_level(logging.WARNING, logger="lens_rl"):
+        assert _registry.instrument(fw.name) == [fw.name]
+    importer.join()
+    assert [r.getMessage() for r in caplog.records] == []
+    with recording() as rec:
+        _run(sys.modules[fw.name], steps=1)
+    assert sorted(rec.names()) == ["gen", "step"]
 
 
 def test_instrument_is_idempotent_and_a_subclass_is_not_wrapped_twice(standin: Any) -> None:
@@ -112,6 +137,29 @@ def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) 
         timer = module.Timer()
         timer.start("gen")
     assert rec.names() == [] and timer.log == [("start", "gen")]
+
+
+def test_weaving_again_over_a_plain_wrapper_opens_one_phase_a_start(standin: Any) -> None:
+    """uninstrument under another tool's plain wrapper, then instrument: the weave goes on top of that wrapper
+    and lens_rl's old one beneath it stays a pass-through (each start one phase, which its stop ends)."""
+    fw = standin()
+    module = importlib.import_module(fw.name)
+    _registry.instrument(fw.name)
+    woven = module.Timer.start
+
+    @functools.wraps(woven)
+    def theirs(*args: Any, **kwargs: Any) -> Any:
+        return woven(*args, **kwargs)
+
+    module.Timer.start = theirs
+    _registry.uninstrument(fw.name)
+    assert _registry.instrument(fw.name) == [fw.name]
+    with recording() as rec:
+        timer = module.Timer()
+        for _ in range(2):
+            timer.start("gen")
+            timer.stop("gen")
+    assert rec.names() == ["gen", "gen"] and timer.log == [("start", "gen"), ("stop", "gen")] * 2
 
 
 def test_a_version_outside_the_tested_range_warns_once_and_stays_unwoven(

@@ -78,6 +78,20 @@ def test_the_earlier_skyrl_train_package_is_woven_too(sky: None) -> None:
     assert len(rec.find_all("generate")) == 2
 
 
+def test_an_earlier_skyrl_train_outside_the_tested_range_is_left_unwoven(sky: None, caplog: Any) -> None:
+    """skyrl_train is a distribution of its own (``skyrl-train``): its version is checked too, here a 0.1.0
+    (outside >=0.3,<0.4): one warning naming it, its Timer left as it is."""
+    train = importlib.import_module("skyrl_train")
+    timer = importlib.import_module("skyrl_train.utils.utils").Timer
+    enter = timer.__enter__
+    train.__version__ = "0.1.0"  # (the stand-in is no installed distribution: its __version__ is read)
+    with caplog.at_level("WARNING", logger="lens_rl"):
+        instrument("skyrl")
+    assert timer.__enter__ is enter
+    warned = [r.getMessage() for r in caplog.records if "outside the tested range" in r.getMessage()]
+    assert len(warned) == 1 and "skyrl-train 0.1.0" in warned[0]
+
+
 def test_a_failing_block_ends_its_phase_with_the_error_and_the_error_passes_through(sky: None) -> None:
     """An exception inside a Timer block reaches the caller unchanged; the phase ends, marked as an error."""
     instrument("skyrl")

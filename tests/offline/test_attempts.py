@@ -196,3 +196,18 @@ def test_the_critical_path_walks_each_steps_final_run(tmp_path: Path) -> None:
     assert all(s["critical_s"] == pytest.approx(10.0) for s in steps)
     train = next(p for p in report["critical_path"]["phases"] if p["phase"] == "train")
     assert train["critical_s"] == pytest.approx(6 * 8.0)
+
+
+def test_one_attempt_launched_twice_covers_its_first_start_in_the_job_and_its_row(tmp_path: Path) -> None:
+    """A launch that failed before its loop (its data-prep worker wrote 0-3 s, no driver: still attempt 0),
+    then the same run again with its loop from 10 s (2 s launch, steps 0-1 to 32 s): the job covers the
+    first start to the last end, 32 s, and its one attempt's row says the same wall and goodput."""
+    run = tmp_path / "r"
+    prep = [span("data_prep", 0.0, 3.0, "prep", bucket="overhead")]
+    write_process(run, "data_prep", 0, 90, prep, since_s=0.0, **{"rl.attempt": 0})
+    driver = _driver(0, 0, 1, 10.0, job="shutdown", launch=2.0)
+    write_process(run, "driver", 0, 100, driver, root="a0-job", since_s=11, **{"rl.attempt": 0})
+    report = analyze(span_files(run), jobs=1)
+    job, (attempt,) = report["job"], report["attempts"]
+    assert job["wall_s"] == pytest.approx(32.0) and report["goodput"] == pytest.approx(18 / 32)
+    assert (attempt["wall_s"], attempt["goodput"]) == (job["wall_s"], job["goodput"])

@@ -1,7 +1,8 @@
 """lens_rl's ``sitecustomize``: ``lens-rl run`` puts this folder first on ``PYTHONPATH``, so every Python
 process of the job runs it at start-up. It runs the ``sitecustomize`` that was there before (the next one on
 ``sys.path``) first, then weaves this process (:func:`lens_rl.frameworks._bootstrap.start`). Nothing here may
-fail the process: a fault is one line on stderr, and an interpreter without lens_rl is left alone.
+fail the process: a fault is one line on stderr, and an interpreter without lens_rl is left alone (but for
+``OTEL_PYTHON_ID_GENERATOR=lens_rl``, dropped there: it names an id generator that interpreter does not have).
 """
 
 import sys
@@ -31,6 +32,11 @@ try:
     from lens_rl.frameworks import _bootstrap
 except ImportError:  # an interpreter without lens_rl (another venv started by the job): not ours to weave
     _bootstrap = None  # type: ignore[assignment]
+    import os
+
+    # nor is lens_rl's id generator there: OpenTelemetry's auto-configuration would fail on the name
+    if os.environ.get("OTEL_PYTHON_ID_GENERATOR", "").strip() == "lens_rl":
+        del os.environ["OTEL_PYTHON_ID_GENERATOR"]
 except Exception as exc:  # a broken lens_rl in this interpreter: the job runs on, unwoven, and says why
     print(f"lens-rl run: this process is not woven: {exc!r}", file=sys.stderr)
     _bootstrap = None  # type: ignore[assignment]

@@ -139,6 +139,8 @@ def report_from_parts(
     view = driver or processes
     attempts = attempts_of(processes, view, bool(driver))
     job = _job_row(view, bool(driver), attempts)
+    if len(attempts.rows) == 1:  # one attempt: its row is the job's (the same wall, the same goodput)
+        attempts.rows[0].update(wall_s=job["wall_s"], goodput=job["goodput"])
     rows, walls_ns, productive_ns = step_rows(view, steps)
     runs = sorted(set().union(*(p.runs for p in processes))) if processes else []
     groups, ranks, concurrent = group_and_rank_rows(processes)
@@ -243,7 +245,8 @@ def _notes(
 
 def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> dict[str, Any]:
     """The job's figures. The driver's view: its exclusive bucket time over the wall (one attempt: its
-    ``rl.job``, else its first to last span; several: the first start to the last end over all of them),
+    ``rl.job``, else its first to last span, from the first start of any of its processes; several: the first
+    start to the last end over all of them),
     what no bucketed span covers unattributed. Without a driver, every process is summed as
     resource-seconds: lifetimes, a worker's uncovered lifetime idle. Re-runs and the downtime between
     attempts are wasted, and said so in ``wasted_reasons``."""
@@ -258,6 +261,10 @@ def _job_row(view: list[ProcessPart], is_driver: bool, attempts: Attempts) -> di
             windows = merge_intervals(j for p in view for j in p.jobs) or merge_intervals(
                 p.lifetime for p in view if p.lifetime is not None
             )
+            if windows and attempts.start_ns is not None and attempts.start_ns < windows[0][0]:
+                # the first start: a process of the job before its root (a launch of the same attempt that
+                # failed before its loop, then run again)
+                windows = merge_intervals([(attempts.start_ns, windows[0][0]), *windows])
         wall = sum(hi - lo for lo, hi in windows) if windows else None
         coverage = [array for p in view for array in p.coverage]
         unattributed = None if wall is None else max(wall - covered(coverage, windows) - restart, 0)
