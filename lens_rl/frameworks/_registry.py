@@ -185,7 +185,7 @@ def _woven_once_imported(pending: list[tuple[Framework, str, ModuleType]]) -> No
         if wait is not None:
             try:
                 wait(target)
-            except Exception:  # (a deadlock the import machinery detected: the thread below waits instead)
+            except RuntimeError:  # (_DeadlockError: a deadlock the import machinery detected; the thread below waits)
                 pass
         if sys.modules.get(target) is module and _importing(module):  # this thread imports it
             threading.Thread(target=_poll, args=(fw, target, module), name="lens_rl-weave", daemon=True).start()
