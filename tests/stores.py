@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +335,23 @@ def count_records(data: bytes) -> int:
         at += 8 + int.from_bytes(data[at : at + 8], "little")
         count += 1
     return count
+
+
+def twin_ids_store(run: Path, first: str) -> Callable[[], None]:
+    """A worker's file under ``run`` with one productive span, and what appends a second whose id is the
+    first's upper-case twin (``first``: "lower", the first span's id as lens_rl writes it; "upper", the other
+    way round): a store a hostile or foreign writer could leave."""
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / "spans-w-0-5.jsonl"
+    one, two = (
+        span("gen", 1, 2, "a", step=1, bucket="productive"),
+        span("train", 2, 3, "b", step=1, bucket="productive"),
+    )
+    one["s"], two["s"] = (one["s"], one["s"].upper()) if first == "lower" else (one["s"].upper(), one["s"])
+    path.write_text(json.dumps(header("w", 0, 5)) + "\n" + json.dumps(one) + "\n")
+
+    def append_twin() -> None:
+        with path.open("a") as handle:
+            handle.write(json.dumps(two) + "\n")
+
+    return append_twin

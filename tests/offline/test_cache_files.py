@@ -369,18 +369,10 @@ def test_an_upper_case_twin_of_a_span_id_is_another_span_through_the_cache_as_co
     """A span id and its upper-case twin (a hostile or foreign writer's) in one file, the twin appended after
     a look: a cold read keeps both spans, and so does the look through the cache (the settled ids made a
     number of both, one span of the two)."""
-    from tests.stores import header, span
+    from tests.stores import twin_ids_store
 
     run = tmp_path / "r"
-    run.mkdir()
-    path = run / "spans-w-0-5.jsonl"
-    one, two = (
-        span("gen", 1, 2, "a", step=1, bucket="productive"),
-        span("train", 2, 3, "b", step=1, bucket="productive"),
-    )
-    one["s"], two["s"] = (one["s"], one["s"].upper()) if first == "lower" else (one["s"].upper(), one["s"])
-    path.write_text(json.dumps(header("w", 0, 5)) + "\n" + json.dumps(one) + "\n")
+    append_twin = twin_ids_store(run, first)
     same_as_cold(run)
-    with path.open("a") as handle:
-        handle.write(json.dumps(two) + "\n")
+    append_twin()
     assert same_as_cold(run)["spans"] == 2

@@ -15,7 +15,7 @@ from lens_rl.offline.run.cache import cache_folder
 from lens_rl.offline.show.perfetto import refresh, write_trace
 from lens_rl.store import span_files
 from tests.conftest import lens
-from tests.stores import grow_store, header, span, step_lines
+from tests.stores import grow_store, header, span, step_lines, twin_ids_store
 
 
 @pytest.fixture(autouse=True)
@@ -237,17 +237,9 @@ def test_an_upper_case_twin_of_a_span_id_is_drawn_through_the_cache_as_cold(tmp_
     """A span id and its upper-case twin in one file, the twin appended after a look: both spans are drawn,
     through the cache as by a cold read (the drawn ids made a number of both, and the twin was skipped)."""
     run = tmp_path / "r"
-    run.mkdir()
-    path = run / "spans-w-0-5.jsonl"
-    one, two = (
-        span("gen", 1, 2, "a", step=1, bucket="productive"),
-        span("train", 2, 3, "b", step=1, bucket="productive"),
-    )
-    one["s"], two["s"] = (one["s"], one["s"].upper()) if first == "lower" else (one["s"].upper(), one["s"])
-    path.write_text(json.dumps(header("w", 0, 5)) + "\n" + json.dumps(one) + "\n")
+    append_twin = twin_ids_store(run, first)
     _same(run, tmp_path / "t.json")
-    with path.open("a") as handle:
-        handle.write(json.dumps(two) + "\n")
+    append_twin()
     events = json.loads(_same(run, tmp_path / "t.json"))
     events = events["traceEvents"] if isinstance(events, dict) else events
     assert sorted(e["name"] for e in events if e.get("ph") == "X") == ["gen", "train"]
