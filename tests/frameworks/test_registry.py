@@ -119,9 +119,9 @@ def test_uninstrument_restores_the_originals_and_leaves_another_tools_wrapper(st
     assert rec.names() == ["gen"] and calls == ["gen", "gen"]
 
 
-def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) -> None:
-    """A plain (non-wrapt) wrapper of another tool over lens_rl's stays; lens_rl's beneath it records nothing."""
-    fw = standin()
+def _unwoven_under_a_plain_wrapper(fw: Any) -> tuple[Any, Any]:
+    """``fw`` woven, then another tool's plain (non-wrapt) wrapper put over its ``Timer.start``, then unwoven:
+    the framework's module and that wrapper."""
     module = importlib.import_module(fw.name)
     _registry.instrument(fw.name)
     woven = module.Timer.start
@@ -132,6 +132,13 @@ def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) 
 
     module.Timer.start = theirs
     _registry.uninstrument(fw.name)
+    return module, theirs
+
+
+def test_uninstrument_under_a_plain_wrapper_leaves_a_pass_through(standin: Any) -> None:
+    """A plain (non-wrapt) wrapper of another tool over lens_rl's stays; lens_rl's beneath it records nothing."""
+    fw = standin()
+    module, theirs = _unwoven_under_a_plain_wrapper(fw)
     assert module.Timer.__dict__["start"] is theirs
     with recording() as rec:
         timer = module.Timer()
@@ -143,16 +150,7 @@ def test_weaving_again_over_a_plain_wrapper_opens_one_phase_a_start(standin: Any
     """uninstrument under another tool's plain wrapper, then instrument: the weave goes on top of that wrapper
     and lens_rl's old one beneath it stays a pass-through (each start one phase, which its stop ends)."""
     fw = standin()
-    module = importlib.import_module(fw.name)
-    _registry.instrument(fw.name)
-    woven = module.Timer.start
-
-    @functools.wraps(woven)
-    def theirs(*args: Any, **kwargs: Any) -> Any:
-        return woven(*args, **kwargs)
-
-    module.Timer.start = theirs
-    _registry.uninstrument(fw.name)
+    module, theirs = _unwoven_under_a_plain_wrapper(fw)
     assert _registry.instrument(fw.name) == [fw.name]
     with recording() as rec:
         timer = module.Timer()

@@ -83,6 +83,17 @@ def _slow_client(port: int, deadline: float, out: dict[str, Any]) -> None:
             out["at"] = time.monotonic()
 
 
+def _host(*args: str) -> subprocess.Popen[str]:
+    """The receiver's host process (:data:`HOST`) with ``args``; it prints its port and baseline memory first."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(HOST), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_slow_clients_cost_bounded_memory_and_are_dropped_after_the_timeout(tmp_path: Path) -> None:
@@ -90,13 +101,7 @@ def test_slow_clients_cost_bounded_memory_and_are_dropped_after_the_timeout(tmp_
     peak memory grows by at most what its 8 slots can hold of what was sent (no thread or body per client
     beyond its bounds), every client is answered 503 or dropped, and none is held past the read timeout (2 s
     here; 10 s by default) plus a generous margin."""
-    host = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(HOST), str(tmp_path), "2.0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
+    host = _host(str(tmp_path), "2.0")
     try:
         assert host.stdout is not None and host.stdin is not None
         port, baseline = map(int, host.stdout.readline().split())
@@ -250,13 +255,7 @@ def test_a_big_valid_body_costs_memory_bounded_by_its_size(tmp_path: Path) -> No
     the host grows by at most a few times the body (it is decoded and written a chunk of spans at a time, not
     all at once, which cost ~25 times the body)."""
     body = _many_spans_body(300_000)
-    host = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(HOST), str(tmp_path), "30", str(1 << 20)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
+    host = _host(str(tmp_path), "30", str(1 << 20))
     try:
         assert host.stdout is not None and host.stdin is not None
         port, baseline = map(int, host.stdout.readline().split())
