@@ -270,7 +270,7 @@ def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
         if child.poll() is not None:
             return
         now = time.monotonic()
-        if signum in last and now - last[signum] < _AGAIN:
+        if now - last.get(signum, -_AGAIN) < _AGAIN:
             return  # sent to us twice at once (``timeout``: to our pid, then our group): one signal
         last[signum] = now
         try:
