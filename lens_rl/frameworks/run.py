@@ -23,24 +23,17 @@ runs it. A launch script that replaces ``PYTHONPATH`` drops the bootstrap: ``imp
 
 The job's exit status is the command's, and a command killed by signal N kills ``lens-rl run`` with N too
 (a shell reports ``128 + N``; a script running it stops on Ctrl-C as it would for the command itself).
-Each signal sent to ``lens-rl run`` reaches the command once, whether it was sent to its pid or to its whole
-process group. When ``lens-rl run``'s group is the foreground group of its controlling terminal (typed at a
-shell prompt, or in a script run there), the command runs in that group: the terminal's Ctrl-C, Ctrl-\\
-and Ctrl-Z reach it directly and are not forwarded again (so a ``kill -INT`` of ``lens-rl run``'s pid alone,
-which cannot be told from the terminal's, is not forwarded either: send it to the group, or SIGTERM);
-SIGTERM and SIGHUP are forwarded to it. Otherwise (no terminal: a batch job, ``ssh`` without a
-tty, a launcher's pipes; a background job; ``timeout``, which runs its command in a background group) the
-command runs in a process group of its own and every signal ``lens-rl run`` gets (SIGTERM, SIGHUP, SIGINT,
-SIGQUIT; SIGTSTP stops both and continues both) is forwarded to that group, where a signal to ``lens-rl
-run``'s group would have reached it: ``kill -INT -PGID`` and ``timeout -s INT`` (its child's pid, then its
-group) reach the job once (the same signal twice within 0.2 s is the one signal sent twice at once). That
-group dies with ``lens-rl run`` (on Linux: a ``kill -9`` of the group, ``timeout -k``). Not deduplicated: a
-batch system that signals every process of a job itself (Slurm's cgroup process tracking on ``scancel`` or
-the time limit) gives the command that signal both directly and through ``lens-rl run``. A command that
-leaves our group gets every forwarded signal at its own group (SIGTSTP and SIGCONT too). A signal ignored
-when ``lens-rl run`` started (``nohup``'s SIGHUP, a non-interactive shell's ``cmd &`` SIGINT) does not end
-``lens-rl run`` and is forwarded: the command inherits it ignored and decides, as without ``lens-rl run``.
-Afterwards one line says where the store is and the one command that reads it.
+SIGTERM and SIGHUP sent to ``lens-rl run`` are forwarded to the command. SIGINT and SIGQUIT, which a
+terminal sends to its whole foreground process group (the command's too), are not forwarded while the
+command shares ``lens-rl run``'s process group and that group is the foreground group of its controlling
+terminal (the terminal delivered them to the command already), so a Ctrl-C reaches the job once; otherwise
+(no terminal: a batch job, ``timeout -s INT``, ``kill -INT`` from a script; a background job; a command
+that left the group) they are forwarded. (On a terminal's foreground group a ``kill -INT`` to
+``lens-rl run``'s pid alone cannot be told from the terminal's and is not forwarded.) SIGTSTP (Ctrl-Z) stops both, as any foreground job (a command in a group of its own is stopped
+and continued with ``lens-rl run``). A signal ignored when ``lens-rl run``
+started (``nohup``'s SIGHUP, a non-interactive shell's ``cmd &`` SIGINT) does not end ``lens-rl run`` and is
+forwarded: the command inherits it ignored and decides, as without ``lens-rl run``. Afterwards one line says where the store is and the one command that
+reads it.
 
 Example::
 
@@ -79,9 +72,6 @@ DRIVER_CLAIM_ENV = CLAIM_ENV
 _FORWARDED = ("SIGTERM", "SIGHUP")
 #: Sent by a terminal to its whole foreground group: not forwarded when that group is ours and the command's.
 _TERMINAL = ("SIGINT", "SIGQUIT")
-#: A signal again within this many seconds of its forwarded copy is the same one, sent twice at once (as the
-#: kernel merges a signal sent twice before it is delivered).
-_AGAIN = 0.2
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -212,72 +202,31 @@ def run(
 
 
 def _start(command: list[str], env: Mapping[str, str]) -> subprocess.Popen[Any]:
-    """Start ``command``: in this process's group when that group is the foreground group of its terminal,
-    else in a process group of its own that dies with this process (see the module docstring); an executable
-    file of no known format (a script without ``#!``) runs with ``/bin/sh``, as ``execvp`` (a shell, ``env``,
-    ``timeout``) runs it."""
-    extra: dict[str, Any] = {}
-    if not _terminal_could_send(os.getpgrp()):
-        extra["preexec_fn"] = _own_group(os.getpid())
+    """Start ``command``; an executable file of no known format (a script without ``#!``) runs with ``/bin/sh``,
+    as ``execvp`` (a shell, ``env``, ``timeout``) runs it."""
     try:
-        return subprocess.Popen(command, env=env, **extra)
+        return subprocess.Popen(command, env=env)
     except OSError as exc:
         if exc.errno != errno.ENOEXEC:
             raise
     path = command[0] if os.sep in command[0] else shutil.which(command[0], path=env.get("PATH")) or command[0]
-    return subprocess.Popen(["/bin/sh", path, *command[1:]], env=env, **extra)
-
-
-def _own_group(parent: int) -> Any:
-    """What the command's process runs before it execs: a process group of its own, and (Linux) SIGKILL when
-    ``parent`` dies (a ``kill -9`` of our group, ``timeout -k``: the command goes with ``lens-rl run``, as it
-    would have in its group)."""
-    prctl = None
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
-            prctl = ctypes.CDLL(None, use_errno=True).prctl  # found here, before the fork
-    kill = signal.SIGKILL
-
-    def start() -> None:
-        os.setpgid(0, 0)
-        if prctl is not None:
-            prctl(1, int(kill), 0, 0, 0)  # PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # it died before that
-                os.kill(os.getpid(), kill)
-
-    return start
+    return subprocess.Popen(["/bin/sh", path, *command[1:]], env=env)
 
 
 def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
-    """Install the forwarding handlers; the handlers they replace. A command in a process group of its own
-    gets every signal at its group (so does one that left ours, as its group's leader); in ours, SIGINT and
-    SIGQUIT are not forwarded while our group is its terminal's foreground group (the terminal sent them to
-    the command already). A signal ignored at start (``nohup``'s SIGHUP, SIGINT and SIGQUIT of a
-    non-interactive shell's ``cmd &``) still does not end ``lens-rl run`` but is forwarded: the command
-    inherited it ignored and decides, as it would without ``lens-rl run`` (one that installed a handler of its
-    own gets it). SIGTSTP ignored at start stays ignored."""
+    """Install the forwarding handlers; the handlers they replace. A signal ignored at start (``nohup``'s
+    SIGHUP, SIGINT and SIGQUIT of a non-interactive shell's ``cmd &``) still does not end ``lens-rl run``
+    but is forwarded: the command inherited it ignored and decides, as it would without ``lens-rl run``
+    (one that installed a handler of its own gets it). SIGTSTP ignored at start stays ignored."""
     own_group = os.getpgrp()
-
-    def send(signum: int, away: bool) -> None:
-        if away and os.getpgid(child.pid) == child.pid:
-            os.killpg(child.pid, signum)  # its group, as a signal to our group would have reached it
-        else:
-            child.send_signal(signum)
 
     def forward(signum: int, frame: Any) -> None:
         if child.poll() is not None:
             return
-        now = time.monotonic()
-        if now - last.get(signum, -_AGAIN) < _AGAIN:
-            return  # sent to us twice at once (``timeout``: to our pid, then our group): one signal
-        last[signum] = now
         try:
-            away = os.getpgid(child.pid) != own_group
-            if signum in terminal and not away and _terminal_could_send(own_group):
+            if signum in terminal and os.getpgid(child.pid) == own_group and _terminal_could_send(own_group):
                 return  # the terminal's signal reached the command's group (ours) already: once is enough
-            send(signum, away)
+            child.send_signal(signum)
         except ProcessLookupError:
             pass
 
@@ -293,19 +242,16 @@ def _forward_signals(child: subprocess.Popen[Any]) -> dict[int, Any]:
         of its own is stopped with us and continued with us."""
         away = apart()
         if away:
-            with contextlib.suppress(ProcessLookupError):
-                send(signal.SIGTSTP, away)
+            child.send_signal(signal.SIGTSTP)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         try:
             os.kill(os.getpid(), signal.SIGTSTP)  # returns once continued
         finally:
             signal.signal(signal.SIGTSTP, suspend)
         if away and child.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                send(signal.SIGCONT, away)
+            child.send_signal(signal.SIGCONT)
 
     terminal = {getattr(signal, name) for name in _TERMINAL if hasattr(signal, name)}
-    last: dict[int, float] = {}
     previous = {}
     for name in (*_FORWARDED, *_TERMINAL, "SIGTSTP"):
         signum = getattr(signal, name, None)

@@ -184,64 +184,6 @@ def test_sigint_and_sigquit_not_from_a_terminal_are_forwarded_once(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("how", ["group", "timeout"])
-def test_a_signal_to_lens_rl_runs_whole_group_reaches_the_job_once(tmp_path: Path, signame: str, how: str) -> None:
-    """With no terminal, a signal sent to lens-rl run's whole process group (``kill -INT -PGID``, a launcher
-    killing its group; coreutils ``timeout``, which signals its child and then its group) reaches the job once,
-    as it reaches the job run bare."""
-    job = [sys.executable, str(_counting(tmp_path, signame))]
-    command = [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", *job]
-    if how == "timeout":
-        command = ["timeout", "-s", signame[3:], "3", *command]
-    proc = subprocess.Popen(
-        command,
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        start_new_session=True,  # no controlling terminal, lens-rl run (or timeout) leading its group
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    if how == "group":
-        os.killpg(proc.pid, getattr(signal, signame))
-    out, err = proc.communicate(timeout=120)
-    assert out.split() == ["count", "1"], err
-
-
-@pytest.mark.slow
-def test_a_sigkill_to_lens_rl_runs_group_ends_the_job_too(tmp_path: Path) -> None:
-    """``kill -9`` of lens-rl run's group (``timeout -k``'s last word) ends the job, which runs in a group of
-    its own there, as it would end the job run bare: nothing is left running."""
-    job = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
-    proc = subprocess.Popen(
-        [*LENS_RL, "run", "--trace-dir", str(tmp_path / "t"), "--", sys.executable, "-c", job],
-        env=clean_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    pid = int(proc.stdout.readline())
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        raise AssertionError("the job outlived lens-rl run's group")
-
-
-@pytest.mark.slow
 def test_a_sigint_to_lens_rl_run_stops_a_job_that_does_not_handle_it(tmp_path: Path) -> None:
     """``timeout -s INT`` on lens-rl run with no terminal stops the job as it would the bare command: the job
     dies by SIGINT and lens-rl run by SIGINT too, long before the job's own end."""
