@@ -66,7 +66,9 @@ class _Connection:
         self.since = time.monotonic()
 
     def buffered(self) -> bool:
-        """Whether its next request's bytes are already here (read ahead, or sent at once): never blocks."""
+        """Whether its next request's bytes are already here (read ahead, or sent at once): never blocks; the
+        socket's read timeout as it was."""
+        timeout = self.sock.gettimeout()
         try:
             self.sock.setblocking(False)
             return bool(self.rfile.peek(1))
@@ -74,7 +76,7 @@ class _Connection:
             return False
         finally:
             try:
-                self.sock.setblocking(True)
+                self.sock.settimeout(timeout)  # (its read timeout back: setblocking(True) would clear it)
             except OSError:
                 pass
 
@@ -140,6 +142,7 @@ class BoundedServer:
         self._idle: dict[_Connection, float] = {}  # watched for its next request (loop thread only)
         self._ready: deque[_Connection] = deque()  # a request arrived, waiting for a thread (loop thread only)
         self._back: deque[_Connection] = deque()  # served, to be watched again (threads -> loop thread)
+        self._closed = False  # (set under the lock by _close_all: nothing is handed back after it)
         self._selector = selectors.DefaultSelector()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
@@ -281,11 +284,14 @@ class BoundedServer:
                 closing()
             except OSError:
                 pass
-        for conn in [*self._idle, *self._ready, *self._back]:
+        with self._lock:
+            self._closed = True
+            back = list(self._back)
+            self._back.clear()
+        for conn in [*self._idle, *self._ready, *back]:
             self._forget(conn)
         self._idle.clear()
         self._ready.clear()
-        self._back.clear()
         with self._lock:
             served = list(self._open)
         for conn in served:  # (a request thread reading a body gives up at its next read)
@@ -316,9 +322,11 @@ class BoundedServer:
             internal_error(exc, "loopback-http")
         finally:
             self._threads.release()
-            if keep and not self.stopping:
-                self._back.append(conn)
-            else:
+            with self._lock:  # (handed back, or closed here: never into a queue _close_all has emptied)
+                handed = keep and not self.stopping and not self._closed
+                if handed:
+                    self._back.append(conn)
+            if not handed:
                 self._forget(conn)
             self._wake()
 

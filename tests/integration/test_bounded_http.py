@@ -174,31 +174,56 @@ def test_idle_keep_alive_connections_hold_no_request_thread(tmp_path: Path) -> N
         assert rx.close(timeout_s=2.0) is True
 
 
+def test_a_request_followed_by_a_byte_of_the_next_is_closed_after_the_read_timeout(tmp_path: Path) -> None:
+    """One request thread; a client sends a whole request and one byte of the next, then nothing: it is
+    answered, then closed after the read timeout (the byte read ahead never leaves its socket without one),
+    and another client is served meanwhile, its thread not held."""
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_connections=1, read_timeout_s=0.5)
+    try:
+        with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as quiet:
+            quiet.sendall(_headers(0) + b"P")
+            assert quiet.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(1.5)  # (three read timeouts)
+            with socket.create_connection(("127.0.0.1", rx.port), timeout=10) as other:
+                other.sendall(_headers(0))
+                assert other.recv(4096).startswith(b"HTTP/1.1 200")
+            assert quiet.recv(4096) == b""  # closed by the receiver, not held
+    finally:
+        assert rx.close(timeout_s=2.0) is True
+
+
 def _exporter(port: int, pid: int, batches: int, out: dict[int, list[int]]) -> None:
     """One exporting process as the OTLP/HTTP exporter is: a keep-alive ``requests.Session``, a batch every
-    0.1 s; the status of each of its requests."""
+    0.1 s, a 503 retried after a moment (as the exporter's backoff does: 8 body slots are fewer than the
+    request threads, so a moment's crowd may be told to come back); the last status of each batch."""
     import requests
 
     with requests.Session() as session:
         for k in range(batches):
             body = _many_spans_body(5, pid=pid, first=k * 5)
-            try:
-                answer = session.post(
-                    f"http://127.0.0.1:{port}/v1/traces",
-                    data=body,
-                    headers={"Content-Type": "application/x-protobuf"},
-                    timeout=60,
-                )
-                out[pid].append(answer.status_code)
-            except requests.RequestException:
-                out[pid].append(-1)
+            for _ in range(10):
+                try:
+                    status = session.post(
+                        f"http://127.0.0.1:{port}/v1/traces",
+                        data=body,
+                        headers={"Content-Type": "application/x-protobuf"},
+                        timeout=60,
+                    ).status_code
+                except requests.RequestException:
+                    status = -1
+                if status != 503:
+                    break
+                time.sleep(0.2)
+            out[pid].append(status)
             time.sleep(0.1)
 
 
 @pytest.mark.timeout(300)
 def test_more_exporting_processes_than_request_threads_lose_nothing(tmp_path: Path) -> None:
     """24 processes exporting steadily over kept-alive connections (more than the 16 request threads): every
-    request of every one is answered 200 the first time, and every span is written, one file each."""
+    batch of every one is answered 200 (a 503 for want of a body slot retried, as the exporter does; before,
+    the connections past 16 held no thread and got 503 on every try), and every span is written, one file
+    each."""
     rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1", "rl.worker_group": "gen", "nv.dl.rank": 0})
     out: dict[int, list[int]] = {1000 + n: [] for n in range(24)}
     try:
@@ -211,7 +236,7 @@ def test_more_exporting_processes_than_request_threads_lose_nothing(tmp_path: Pa
     finally:
         assert rx.close(timeout_s=5.0) is True
     assert {pid: codes for pid, codes in out.items() if codes != [200] * 12} == {}
-    assert stats["refused"] == 0 and stats["spans"] == 24 * 12 * 5
+    assert stats["spans"] == 24 * 12 * 5
     assert len(stats["files"]) == 24
     for path in stats["files"]:
         assert sum(1 for _ in open(path)) == 1 + 12 * 5
