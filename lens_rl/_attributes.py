@@ -49,8 +49,25 @@ _BARE_USERINFO = re.compile(r"(?<![^\s'\"(<\[=,;])[^\s/?#@:'\"]+:[^\s/?#'\"]*@")
 
 def mask_url(text: str) -> str:
     """``text`` (a URL, or a message holding some) with each URL's userinfo masked, for logs and errors: after a
-    scheme (``http://user:pw@host``) or without one (``user:pw@host:4318``, as gRPC targets and typos are written)."""
-    return _BARE_USERINFO.sub(f"{REDACTED}@", _USERINFO.sub(rf"\1{REDACTED}@", text))
+    scheme (``http://user:pw@host``) or without one (``user:pw@host:4318``, as gRPC targets and typos are written).
+    Linear in the text: the scheme-less form is looked for word by word, only in words holding an ``@``; a word
+    longer than :data:`_WORD_MAX` holding one is masked up to its last ``@`` unread."""
+    text = _USERINFO.sub(rf"\1{REDACTED}@", text)
+    return _WORD.sub(_masked_word, text) if "@" in text else text
+
+
+#: the longest word the scheme-less pattern is run over (its backtracking grows with the word's length squared)
+_WORD_MAX = 4096
+_WORD = re.compile(r"\S+")
+
+
+def _masked_word(match: re.Match[str]) -> str:
+    word = match.group()
+    if "@" not in word:
+        return word
+    if len(word) > _WORD_MAX:
+        return REDACTED + word[word.rindex("@") :]
+    return _BARE_USERINFO.sub(f"{REDACTED}@", word)
 
 
 def strip_userinfo(url: str) -> str:

@@ -252,3 +252,14 @@ def test_secret_looking_attributes_are_redacted(lens_spans: Any) -> None:
     attrs = dict(span.attributes)
     assert attrs["rl.api_key"] == attrs["hf_token"] == attrs["db.password"] == attrs["Authorization"] == "[REDACTED]"
     assert attrs["ok"] == 1 and span.events[0].attributes["client_secret"] == "[REDACTED]"
+
+
+def test_a_huge_word_holding_userinfo_is_masked_without_reading_it_twice() -> None:
+    """A word of 10,000 characters holding a password before its ``@`` (an exporter's error text quoting a
+    hostile value): masked up to its ``@``, with the short words around it masked by the usual rule."""
+    from lens_rl._attributes import REDACTED, mask_url
+
+    huge = "=a" * 5000 + ":s3cr3t@host"
+    out = mask_url(f"to user:pw@h:1 then {huge} end")
+    assert "s3cr3t" not in out and "pw@" not in out
+    assert out == f"to {REDACTED}@h:1 then {REDACTED}@host end"
