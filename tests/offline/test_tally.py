@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lens_rl.buckets import exclusive_time, kind_of
-from lens_rl.offline.read import reduce
+from lens_rl.offline.read import reduce, tally
 from lens_rl.offline.read.columns import Columns
 from lens_rl.offline.read.linked import Tree
 from lens_rl.offline.read.parts import COMPUTE_BUCKETS, PhasePart, ProcessPart
@@ -52,6 +52,7 @@ def _reference(
     rerun = array("q")  # rows of spans of superseded steps
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
     generation: dict[Any, bool] = {}  # name -> a generation phase's (whose tokens a remote request may give)
+    waiting: set[int] = set()  # its untokened generation phases' rows (a call out of the file under one relays)
     ids = tree.ids
     lo = hi = None
     for i in range(tree.n):
@@ -106,6 +107,7 @@ def _reference(
                 gen = generation[name] = kind_of(name) == "generation"
             if gen and ids is not None:
                 part.untokened[id_key(ids[i])] = (name, bucket, duration, step)
+                waiting.add(i)
         if step is None:
             continue
         if type(step) is int and -INT64_END <= step < INT64_END:  # (its phase's numbers in its step)
@@ -147,6 +149,13 @@ def _reference(
                 sp.bucketed = []
             sp.bucketed.append(i)
     _finish(part, tree, compute, top_level)
+    for i in range(len(role)) if waiting else ():  # a call out of the file under an untokened phase: a relay
+        if role[i] == THIRD_ROLE and not has_child[i]:
+            p, hops = tree.parents[i], 0
+            while p != -1 and role[p] == THIRD_ROLE and hops < tally._HOPS:
+                p, hops = tree.parents[p], hops + 1
+            if p in waiting:
+                part.relays[id_key(ids[i])] = id_key(ids[p])
     part.phase_steps = {
         key: PhaseSteps(
             *(array("q", column) for column in zip(*((k, *v) for k, v in sorted(cells.items())), strict=True))
