@@ -11,7 +11,7 @@ import pytest
 import lens_rl
 from lens_rl.testing import OTLPReceiver, refused_endpoint
 from tests.conftest import run_python
-from tests.export import SLACK_S, burst, otlp_config
+from tests.export import SLACK_S, burst, grpc_trace_server, otlp_config
 
 
 def test_otlp_export_reaches_a_real_receiver(receiver: OTLPReceiver) -> None:
@@ -58,23 +58,7 @@ def test_otlp_goes_through_the_proxy_the_environment_names(receiver: OTLPReceive
 
 def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
     """protocol=grpc sends spans over OTLP/gRPC to a real gRPC server on loopback."""
-    grpc = pytest.importorskip("grpc")
-    from concurrent import futures
-
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-
-    received: list[str] = []
-
-    class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request, context):  # the gRPC service names it
-            received.extend(s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
-            return trace_service_pb2.ExportTraceServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
+    with grpc_trace_server() as (port, received):
         handle = lens_rl.init_telemetry_driver(
             otlp_config(f"http://127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo"
         )
@@ -84,9 +68,7 @@ def test_grpc_protocol_exports_to_a_real_grpc_receiver() -> None:
         with lens_rl.traced_phase("generation"):
             pass
         assert lens_rl.shutdown_telemetry(5000) is True
-        assert sorted(received) == ["generation", "rl.job"]
-    finally:
-        server.stop(0)
+        assert sorted(name for name, _ in received) == ["generation", "rl.job"]
 
 
 def test_grpc_against_a_refused_port_is_bounded() -> None:

@@ -9,7 +9,7 @@ import pytest
 import lens_rl
 from lens_rl.testing import OTLPReceiver, refused_endpoint
 from tests.conftest import run_python
-from tests.export import otlp_config
+from tests.export import grpc_trace_server, otlp_config
 
 SECRET = "s3cr3tPW"
 
@@ -18,34 +18,13 @@ def test_grpc_endpoint_userinfo_is_sent_as_basic_auth_to_a_real_grpc_receiver() 
     """``protocol: grpc`` with ``http://user:pw@host:port``: the spans reach a real gRPC server on loopback (the
     target without the userinfo), which gets the credentials as an ``authorization: Basic`` header, as HTTP
     sends them."""
-    grpc = pytest.importorskip("grpc")
-    from concurrent import futures
-
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-
-    received: list[tuple[str, dict[str, str]]] = []
-
-    class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request, context):  # the gRPC service names it
-            metadata = dict(context.invocation_metadata())
-            received.extend(
-                (s.name, metadata) for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans
-            )
-            return trace_service_pb2.ExportTraceServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
+    with grpc_trace_server() as (port, received):
         lens_rl.init_telemetry_driver(
             otlp_config(f"http://user:{SECRET}@127.0.0.1:{port}", protocol="grpc", metrics_enabled=False), "grpo"
         )
         with lens_rl.traced_phase("generation"):
             pass
         assert lens_rl.shutdown_telemetry(5000) is True
-    finally:
-        server.stop(0)
     assert sorted(name for name, _ in received) == ["generation", "rl.job"]
     expected = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
     assert all(metadata.get("authorization") == expected for _, metadata in received)

@@ -251,6 +251,16 @@ def test_a_job_bound_set_in_otel_resource_attributes_is_a_number_live_and_offlin
     assert offline["pipeline"]["staleness"]["beyond"] == 0.5 and offline["pipeline"]["staleness"]["bound"] == 2
 
 
+def _step(step: int, *phases: tuple[str, str, float]) -> tuple[dict, dict]:
+    """One step umbrella of ``phases`` (name, bucket, seconds) one after another: its live pipeline figures and
+    its ``step_metrics()``."""
+    with traced_phase("step", step=step):
+        for name, bucket, seconds in phases:
+            with traced_phase(name, bucket=bucket):
+                time.sleep(seconds)
+    return lens_rl.step_goodput()["pipeline"], lens_rl.step_metrics()
+
+
 def test_a_steps_imbalance_and_verdict_live_by_the_offline_rule() -> None:
     """A step generating 0.3 s then training 0.05 s: the trainer idles far more than rollout, imbalance =
     busy(rollout) - busy(trainer), rollout-bound; a step generating 0.1 s, syncing weights 0.1 s (nothing
@@ -262,22 +272,13 @@ def test_a_steps_imbalance_and_verdict_live_by_the_offline_rule() -> None:
 
     assert offline.verdict_name is verdict_name  # (one rule: the rollup's per job, window and step is this one)
     with recording(worker_group="driver"):
-        with traced_phase("step", step=0):
-            with traced_phase("generation", bucket="productive"):
-                time.sleep(0.3)
-            with traced_phase("policy_training", bucket="productive"):
-                time.sleep(0.05)
-        slow_rollout = lens_rl.step_goodput()["pipeline"]
-        slow_flat = lens_rl.step_metrics()
-        with traced_phase("step", step=1):
-            with traced_phase("generation", bucket="productive"):
-                time.sleep(0.1)
-            with traced_phase("weight_sync", bucket="overhead"):
-                time.sleep(0.1)
-            with traced_phase("policy_training", bucket="productive"):
-                time.sleep(0.1)
-        syncing = lens_rl.step_goodput()["pipeline"]
-        sync_flat = lens_rl.step_metrics()
+        slow_rollout, slow_flat = _step(0, ("generation", "productive", 0.3), ("policy_training", "productive", 0.05))
+        syncing, sync_flat = _step(
+            1,
+            ("generation", "productive", 0.1),
+            ("weight_sync", "overhead", 0.1),
+            ("policy_training", "productive", 0.1),
+        )
         with traced_phase("step", step=2), traced_phase("rollout", bucket="idle"):
             pass
         nothing = lens_rl.step_metrics()
