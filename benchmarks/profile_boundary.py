@@ -38,7 +38,7 @@ clean_environment()
 
 from lens_rl import traced_phase
 from lens_rl._runtime import RUNTIME
-from lens_rl.config.values import as_profile
+from lens_rl.config.profile import as_profile
 from lens_rl.devices.profile import Profiler
 
 GOAL_BOUNDARY_NS = 2000.0

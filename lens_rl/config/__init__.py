@@ -28,13 +28,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lens_rl._errors import internal_error
+from lens_rl.config.profile import ProfileSpec, as_profile, profile_to_env
 from lens_rl.config.values import (
     Parser,
-    ProfileSpec,
     as_endpoint,
     as_path,
     as_positive_float,
-    as_profile,
     as_rate,
     as_sample_hz,
     as_str,
@@ -46,7 +45,6 @@ from lens_rl.config.values import (
     parse_bool,
     parse_headers,
     positive_int,
-    profile_to_env,
     strip_userinfo,
 )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lens_rl.config import TelemetryConfig
-from lens_rl.config.values import ProfileSpec
+from lens_rl.config.profile import ProfileSpec
 from lens_rl.devices.profile_auto import AutoTrigger, culprit_of, spike
 from lens_rl.devices.profile_requests import (
     REQUEST_FILE,
