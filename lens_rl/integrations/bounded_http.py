@@ -36,70 +36,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from lens_rl._errors import internal_error
+from lens_rl.integrations.http_connection import Connection, DroppedError, handler_class, refuse, send_busy
 
 __all__ = ["BoundedServer", "Handler"]
 
 #: ``handle(path, headers, body) -> status``: what a request whose body was read whole gets.
 Handler = Callable[[str, Any, bytes], int]
 
-_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
 _CHUNK = 1 << 16
-
-
-class _DroppedError(Exception):
-    """A client that did not send its body in time (or went away meanwhile): dropped without an answer."""
-
-
-class _Connection:
-    """One open connection: its socket and buffered reader (kept across its requests), and since when it waits."""
-
-    __slots__ = ("address", "rfile", "since", "sock", "wfile")
-
-    def __init__(self, sock: socket.socket, address: Any) -> None:
-        self.sock, self.address = sock, address
-        self.rfile = sock.makefile("rb")
-        self.wfile = _Writer(sock)
-        self.since = time.monotonic()
-
-    def buffered(self) -> bool:
-        """Whether its next request's bytes are already here (read ahead, or sent at once): never blocks; the
-        socket's read timeout as it was."""
-        timeout = self.sock.gettimeout()
-        try:
-            self.sock.setblocking(False)
-            return bool(self.rfile.peek(1))
-        except OSError:
-            return False
-        finally:
-            try:
-                self.sock.settimeout(timeout)  # (its read timeout back: setblocking(True) would clear it)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        for closing in (self.rfile.close, lambda: self.sock.shutdown(socket.SHUT_WR), self.sock.close):
-            try:
-                closing()
-            except OSError:
-                pass
-
-
-class _Writer:
-    """What a handler writes its answer to: the whole of it, at once (``sendall``)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-
-    def write(self, data: bytes) -> int:
-        self.sock.sendall(data)
-        return len(data)
-
-    def flush(self) -> None:
-        pass
 
 
 class BoundedServer:
@@ -137,11 +84,11 @@ class BoundedServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.port = int(self.socket.getsockname()[1])
-        self._handler = _handler_class(self)
-        self._open: set[_Connection] = set()  # every connection, idle, waiting or served (loop thread and threads)
-        self._idle: dict[_Connection, float] = {}  # watched for its next request (loop thread only)
-        self._ready: deque[_Connection] = deque()  # a request arrived, waiting for a thread (loop thread only)
-        self._back: deque[_Connection] = deque()  # served, to be watched again (threads -> loop thread)
+        self._handler = handler_class(self)
+        self._open: set[Connection] = set()  # every connection, idle, waiting or served (loop thread and threads)
+        self._idle: dict[Connection, float] = {}  # watched for its next request (loop thread only)
+        self._ready: deque[Connection] = deque()  # a request arrived, waiting for a thread (loop thread only)
+        self._back: deque[Connection] = deque()  # served, to be watched again (threads -> loop thread)
         self._closed = False  # (set under the lock by _close_all: nothing is handed back after it)
         self._selector = selectors.DefaultSelector()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -202,15 +149,15 @@ class BoundedServer:
                 full = len(self._open) >= self.max_open
             if self.stopping or full:
                 self.count("busy")
-                _refuse(sock)
+                refuse(sock)
                 continue
-            conn = _Connection(sock, address)
+            conn = Connection(sock, address)
             with self._lock:
                 self._open.add(conn)
                 self._counts["connections"] += 1
             self._watch(conn)
 
-    def _watch(self, conn: _Connection) -> None:
+    def _watch(self, conn: Connection) -> None:
         try:
             self._selector.register(conn.sock, selectors.EVENT_READ, conn)
         except (OSError, ValueError):
@@ -267,15 +214,11 @@ class BoundedServer:
         except OSError:
             pass  # (a full pipe wakes the loop anyway; a closed one: stopped)
 
-    def _forget(self, conn: _Connection, refuse: bool = False) -> None:
+    def _forget(self, conn: Connection, refuse: bool = False) -> None:
         with self._lock:
             self._open.discard(conn)
         if refuse:
-            try:
-                conn.sock.settimeout(1.0)  # (a few bytes into an empty socket buffer: never blocks for long)
-                conn.sock.sendall(_BUSY)
-            except OSError:
-                pass
+            send_busy(conn.sock)
         conn.close()
 
     def _close_all(self) -> None:
@@ -304,7 +247,7 @@ class BoundedServer:
 
     # ---------------------------------------------------------------- a request thread
 
-    def _serve(self, conn: _Connection) -> None:
+    def _serve(self, conn: Connection) -> None:
         """Answer the requests the connection has sent, then hand it back to be watched (or close it)."""
         keep = False
         try:
@@ -316,7 +259,7 @@ class BoundedServer:
                 if not conn.buffered():
                     keep = True
                     break
-        except (OSError, _DroppedError):
+        except (OSError, DroppedError):
             pass  # a client gone or timed out: nothing to answer
         except Exception as exc:
             internal_error(exc, "loopback-http")
@@ -338,16 +281,16 @@ class BoundedServer:
             left = deadline - time.monotonic()
             if left <= 0 or self.stopping:
                 self.count("dropped")
-                raise _DroppedError
+                raise DroppedError
             connection.settimeout(min(left, self.read_timeout_s))
             try:
                 chunk = rfile.read1(min(_CHUNK, length - len(body)))
             except OSError:  # (a timeout too)
                 self.count("dropped")
-                raise _DroppedError from None
+                raise DroppedError from None
             if not chunk:
                 self.count("dropped")
-                raise _DroppedError
+                raise DroppedError
             body += chunk
         connection.settimeout(self.read_timeout_s)
         return bytes(body)
@@ -370,74 +313,3 @@ class BoundedServer:
         self._wake()
         self._thread.join(max(timeout_s, 0.0))
         return not self._thread.is_alive()
-
-
-def _refuse(sock: socket.socket) -> None:
-    """A 503 at once (before a byte of the request is read), and the connection closed."""
-    try:
-        sock.settimeout(1.0)
-        sock.sendall(_BUSY)
-    except OSError:
-        pass
-    for closing in (lambda: sock.shutdown(socket.SHUT_WR), sock.close):
-        try:
-            closing()
-        except OSError:
-            pass
-
-
-def _handler_class(server: BoundedServer) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        """One request of a connection (made per request; the connection and its reader outlive it)."""
-
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            conn = self.request  # (a _Connection: its socket carries the read timeout, each read of a line)
-            self.connection = conn.sock
-            self.rfile, self.wfile = conn.rfile, conn.wfile
-
-        def handle(self) -> None:
-            self.close_connection = True  # (unless the request keeps it alive)
-            self.handle_one_request()
-
-        def finish(self) -> None:
-            pass  # (the connection stays open for its next request, or its thread closes it)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            status = self._answer()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            if status != 200:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-
-        def _answer(self) -> int:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if length < 0:
-                server.count("bad")
-                return 400
-            if not server.accepts(self.path):
-                server.count("bad")
-                return 404
-            if length > server.max_body_bytes:
-                server.count("too_large")
-                return 413
-            if not server.take_slot():
-                server.count("no_slot")
-                return 503
-            try:
-                body = server.read_body(self.rfile, self.connection, length)
-                return server.handle(self.path, self.headers, body)
-            finally:
-                server.give_slot()
-
-    return _Handler
