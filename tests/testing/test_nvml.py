@@ -21,7 +21,9 @@ def load(monkeypatch: pytest.MonkeyPatch, scenario: str | None) -> ModuleType:
         monkeypatch.delenv(nvml.SCENARIO_ENV, raising=False)
     else:
         monkeypatch.setenv(nvml.SCENARIO_ENV, scenario)
-    spec = importlib.util.spec_from_file_location("standin_pynvml", os.path.join(nvml.path(), "pynvml.py"))
+    # (named inside the package, so it finds its scripted GPUs beside it without the directory on sys.path)
+    name = "lens_rl.testing.nvml.standin_pynvml"
+    spec = importlib.util.spec_from_file_location(name, os.path.join(nvml.path(), "pynvml.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -5,17 +5,24 @@ types and return shapes, over devices scripted by a JSON scenario whose path is 
 Put this file's directory first on ``sys.path`` / ``PYTHONPATH`` (``lens_rl.testing.nvml.path()``) and every
 process of a job sees the same scripted GPUs on the wall clock. No scenario: ``nvmlInit`` raises
 ``NVMLError_LibraryNotFound`` (a machine without the driver). The scenario's format is in
-``lens_rl/testing/nvml/__init__.py``. Standard library only: it never imports lens_rl.
+``lens_rl/testing/nvml/__init__.py``; the devices it scripts are in ``_scripted_gpus.py`` beside it. Standard
+library only: as the top-level ``pynvml`` it never imports lens_rl.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import string
 import threading
 import time
 from typing import Any
+
+if __package__:  # (as lens_rl.testing.nvml.pynvml)
+    from ._scripted_gpus import Device as _Device
+    from ._scripted_gpus import devices_of, read_scenario
+else:  # (as the top-level pynvml, its directory on sys.path)
+    from _scripted_gpus import Device as _Device  # type: ignore[no-redef]
+    from _scripted_gpus import devices_of, read_scenario  # type: ignore[no-redef]
 
 SCENARIO_ENV = "LENS_RL_FAKE_NVML"
 
@@ -174,87 +181,6 @@ class c_nvmlGpmMetricsGet_t:
         self.metrics = [c_nvmlGpmMetric_t() for _ in range(NVML_GPM_METRIC_MAX)]
 
 
-# --------------------------------------------------------------------------- the scripted devices
-
-
-class _Device:
-    """One scripted device (or a MIG instance of one: ``parent`` set)."""
-
-    def __init__(self, index: int, spec: dict[str, Any], t0: float, parent: _Device | None = None) -> None:
-        self.index = index
-        self.spec = spec
-        self.t0 = t0
-        self.parent = parent
-        self.uuid = str(spec.get("uuid") or f"GPU-00000000-0000-0000-0000-{index:012d}")
-        self.name = str(spec.get("name", "NVIDIA Stand-in GPU"))
-        self.memory_total = int(spec.get("memory_total", 80 * 1024**3))
-        self.not_supported = {str(n) for n in spec.get("not_supported", ())}
-        self.zero = bool(spec.get("zero", False))
-        self.gpm = bool(spec.get("gpm", False))
-        fail = spec.get("fail_at")
-        self.fail_at = None if fail is None else float(fail) + t0
-        self.fail_code = int(spec.get("fail_code", NVML_ERROR_GPU_IS_LOST))
-        self.fail_when = spec.get("fail_when")
-        self.failing = self.fail_at is not None or self.fail_when is not None
-        #: counter -> a constant, or its segments as (start, end, value) floats (parsed once: reads are cheap)
-        self.timelines: dict[str, float | tuple[tuple[float, float, float], ...]] = {
-            name: _parse(spec.get(name, _IDLE.get(name, 0)))
-            for name in ("util", "mem_util", "mem_used", "power", "sm_clock", "clock", *_GPM_COUNTERS.values())
-        }
-
-    def check(self, counter: str | None = None) -> None:
-        if self.failing:
-            if self.fail_at is not None and time.time() >= self.fail_at:
-                raise NVMLError(self.fail_code)
-            if self.fail_when is not None and os.path.exists(self.fail_when):
-                raise NVMLError(self.fail_code)
-        if counter is not None and counter in self.not_supported:
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-
-    def value(self, counter: str, at: float | None = None) -> float:
-        if self.zero and counter != "mem_used":
-            return 0.0
-        return _at(self.timelines[counter], (time.time() if at is None else at) - self.t0)
-
-    def mean(self, counter: str, start: float, end: float) -> float:
-        """The time-weighted mean of ``counter`` over [start, end] (a GPM metric's window)."""
-        if self.zero:
-            return 0.0
-        timeline = self.timelines[counter]
-        start, end = start - self.t0, end - self.t0
-        if end <= start or isinstance(timeline, float):
-            return _at(timeline, end)
-        total = 0.0
-        for lo, hi, value in timeline:
-            lo, hi = max(lo, start), min(hi, end)
-            if hi > lo:
-                total += (hi - lo) * value
-        return total / (end - start)
-
-
-#: What a counter the scenario does not script reads: an idle GPU's power and clock (never 0: a real idle GPU
-#: draws power), 0 for the rest.
-_IDLE = {"power": 60_000, "sm_clock": 1410}
-
-
-def _parse(timeline: Any) -> float | tuple[tuple[float, float, float], ...]:
-    """A scenario's timeline: a number (constant), or ``[[start, end, value], ...]`` as float triples."""
-    if isinstance(timeline, (int, float)):
-        return float(timeline)
-    return tuple((float(seg[0]), float(seg[1]), float(seg[2])) for seg in timeline)
-
-
-def _at(timeline: float | tuple[tuple[float, float, float], ...], t: float) -> float:
-    """A timeline's value at ``t``: a constant, or ``value`` in [start, end) of its segment, 0 outside every
-    segment."""
-    if isinstance(timeline, float):
-        return timeline
-    for start, end, value in timeline:
-        if start <= t < end:
-            return value
-    return 0.0
-
-
 _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {"refs": 0, "devices": [], "by_uuid": {}}
 
@@ -264,31 +190,26 @@ def _count(name: str) -> None:
 
 
 def _load() -> None:
-    path = os.environ.get(SCENARIO_ENV, "")
-    if not path:
-        raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            scenario = json.load(handle)
-    except (OSError, ValueError):
-        raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND) from None
-    if not scenario.get("library", True):
+    scenario = read_scenario(os.environ.get(SCENARIO_ENV, ""))
+    if scenario is None or not scenario.get("library", True):
         raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
     if not scenario.get("driver", True):
         raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED)
-    t0 = float(scenario.get("t0", 0.0))
-    devices = [_Device(i, spec, t0) for i, spec in enumerate(scenario.get("devices", ()))]
-    by_uuid: dict[str, _Device] = {}
-    for device in devices:
-        by_uuid[device.uuid] = device
-        for j, mig in enumerate(device.spec.get("mig", ())):
-            by_uuid[str(mig)] = _Device(j, {**device.spec, "uuid": str(mig)}, t0, parent=device)
+    devices, by_uuid = devices_of(scenario, NVML_ERROR_GPU_IS_LOST)
     _STATE.update(devices=devices, by_uuid=by_uuid)
 
 
 def _initialised() -> None:
     if _STATE["refs"] <= 0:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
+
+
+def _check(device: _Device, counter: str | None = None) -> None:
+    """Raise the device's error once it has failed, and ``NotSupported`` for a counter it lacks."""
+    if device.failing and device.failed():
+        raise NVMLError(device.fail_code)
+    if counter is not None and counter in device.not_supported:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
 def _device(handle: object) -> _Device:
@@ -368,21 +289,21 @@ def nvmlDeviceGetIndex(handle: object) -> int:
 def nvmlDeviceGetUUID(handle: object) -> str:
     _count("nvmlDeviceGetUUID")
     device = _device(handle)
-    device.check()
+    _check(device)
     return device.uuid
 
 
 def nvmlDeviceGetName(handle: object) -> str:
     _count("nvmlDeviceGetName")
     device = _device(handle)
-    device.check()
+    _check(device)
     return device.name
 
 
 def nvmlDeviceGetUtilizationRates(handle: object) -> c_nvmlUtilization_t:
     _count("nvmlDeviceGetUtilizationRates")
     device = _device(handle)
-    device.check()
+    _check(device)
     if {"util", "mem_util"} & device.not_supported:  # one call answers both: unsupported together
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return c_nvmlUtilization_t(int(device.value("util")), int(device.value("mem_util")))
@@ -391,7 +312,7 @@ def nvmlDeviceGetUtilizationRates(handle: object) -> c_nvmlUtilization_t:
 def nvmlDeviceGetMemoryInfo(handle: object, version: int | None = None) -> c_nvmlMemory_t:
     _count("nvmlDeviceGetMemoryInfo")
     device = _device(handle)
-    device.check("mem_used")
+    _check(device, "mem_used")
     used = min(int(device.value("mem_used")), device.memory_total)
     return c_nvmlMemory_t(device.memory_total, device.memory_total - used, used)
 
@@ -399,28 +320,28 @@ def nvmlDeviceGetMemoryInfo(handle: object, version: int | None = None) -> c_nvm
 def nvmlDeviceGetPowerUsage(handle: object) -> int:
     _count("nvmlDeviceGetPowerUsage")
     device = _device(handle)
-    device.check("power")
+    _check(device, "power")
     return int(device.value("power"))
 
 
 def nvmlDeviceGetClockInfo(handle: object, type: int) -> int:
     _count("nvmlDeviceGetClockInfo")
     device = _device(handle)
-    device.check("sm_clock" if type == NVML_CLOCK_SM else "clock")
+    _check(device, "sm_clock" if type == NVML_CLOCK_SM else "clock")
     return int(device.value("sm_clock" if type == NVML_CLOCK_SM else "clock"))
 
 
 def nvmlDeviceGetComputeRunningProcesses(handle: object) -> list[Any]:
     """A per-process query: costly on a real driver (it holds the driver's lock); counted so tests see it."""
     _count("nvmlDeviceGetComputeRunningProcesses")
-    _device(handle).check()
+    _check(_device(handle))
     return []
 
 
 def nvmlGpmQueryDeviceSupport(device: object) -> c_nvmlGpmSupport_t:
     _count("nvmlGpmQueryDeviceSupport")
     dev = _device(device)
-    dev.check()
+    _check(dev)
     support = c_nvmlGpmSupport_t()
     support.isSupportedDevice = int(dev.gpm)
     return support
@@ -439,7 +360,7 @@ def nvmlGpmSampleFree(gpmSample: c_nvmlGpmSample_t) -> None:
 def nvmlGpmSampleGet(device: object, gpmSample: c_nvmlGpmSample_t) -> c_nvmlGpmSample_t:
     _count("nvmlGpmSampleGet")
     dev = _device(device)
-    dev.check()
+    _check(dev)
     if not dev.gpm:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     gpmSample.device, gpmSample.t = dev, time.time()
@@ -463,7 +384,7 @@ def nvmlGpmMetricsGet(metricsGet: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_
     s1, s2 = metricsGet.sample1, metricsGet.sample2
     if s1 is None or s2 is None or s1.device is None or s1.device is not s2.device or s1.t is None or s2.t is None:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    s1.device.check()
+    _check(s1.device)
     for metric in metricsGet.metrics[: metricsGet.numMetrics]:
         counter = _GPM_COUNTERS.get(metric.metricId)
         if counter is None or counter in s1.device.not_supported:
