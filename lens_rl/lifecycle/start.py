@@ -19,7 +19,7 @@ from lens_rl._errors import MissingExtraError, internal_error, warn_once
 from lens_rl._runtime import RUNTIME, Handle
 from lens_rl.config import TelemetryConfig, mask_url, strip_userinfo
 from lens_rl.export.bounded import start_helpers
-from lens_rl.identity import RUN_ID, for_driver, launch_time_ns, worker_attributes
+from lens_rl.identity import RUN_ID, DriverIdentity, for_driver, launch_time_ns, worker_attributes
 from lens_rl.lifecycle.environ import forget_projection, project, telemetry_enabled_in_env, warn_about_env
 from lens_rl.lifecycle.stop import record_crash, shutdown_at_exit
 
@@ -58,44 +58,70 @@ def init_telemetry_driver(master_config: object, algorithm: str | None = None) -
             RUNTIME.mark_off()
             return None
         config = _with_run_id(config, kept)
-        if config.endpoint and strip_userinfo(config.endpoint) != config.endpoint:
-            warn_once(
-                "endpoint-credentials",
-                "lens_rl: the endpoint's credentials are not passed to workers; "
-                "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
-            )
-        claimed = launched.claim()  # under lens-rl run: the driver (a dead driver's successor: the next attempt)
-        driver = for_driver(master_config, algorithm, config)
-        if claimed:
-            # the launch lens-rl run checked against earlier attempts' files (not this attempt's, written
-            # before the loop began); a successor's attempt starts at its own start
-            driver.launch = None if launched.took_over() else launch_time_ns(os.environ, time.time_ns())
-        from lens_rl.export.handle import TelemetryHandle
-
-        try:
-            handle = TelemetryHandle(config, driver.resource, role="driver")
-        except MissingExtraError as exc:
-            raise ValueError(str(exc)) from exc
+        _warn_about_endpoint_credentials(config)
+        driver = _identify_driver(master_config, algorithm, config)
+        handle = _driver_handle(config, driver.resource)
         _open_job(handle, driver)  # (first: the header names the job root)
         if lazy is not None and launched.root_ids() is not None:
             handle.adopt(lazy)  # lens-rl run's loop: the phases before its first step are the driver's too
         for name, value in driver.projection.items():
             project(name, value, overwrite=name in driver.overwrite)
         _activate(handle, "driver")
-        for hook in RUNTIME.driver_hooks:
-            try:
-                hook()
-            except Exception as exc:
-                internal_error(exc, "driver-hook")
-        _log.info(
-            "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
-            config.exporter,
-            config.run_id,
-            f"trace_dir={config.trace_dir}"
-            if config.exporter == "file"
-            else f"endpoint={mask_url(config.resolved_endpoint)}",
-        )
+        _run_driver_hooks()
+        _log_started(config)
         return handle
+
+
+def _warn_about_endpoint_credentials(config: TelemetryConfig) -> None:
+    """Once: credentials in the endpoint's URL stay on the driver (workers get the URL without them)."""
+    if config.endpoint and strip_userinfo(config.endpoint) != config.endpoint:
+        warn_once(
+            "endpoint-credentials",
+            "lens_rl: the endpoint's credentials are not passed to workers; "
+            "give them headers_file or OTEL_EXPORTER_OTLP_HEADERS on the nodes",
+        )
+
+
+def _identify_driver(master_config: object, algorithm: str | None, config: TelemetryConfig) -> DriverIdentity:
+    """The driver's identity (resource, projection for workers, launch time); under ``lens-rl run`` this
+    process claims the driver's role first (a dead driver's successor: the next attempt)."""
+    claimed = launched.claim()
+    driver = for_driver(master_config, algorithm, config)
+    if claimed:
+        # the launch lens-rl run checked against earlier attempts' files (not this attempt's, written
+        # before the loop began); a successor's attempt starts at its own start
+        driver.launch = None if launched.took_over() else launch_time_ns(os.environ, time.time_ns())
+    return driver
+
+
+def _driver_handle(config: TelemetryConfig, resource: Any) -> Handle:
+    """The driver's handle; a missing extra (the exporter's package) is a bad config: ``ValueError``."""
+    from lens_rl.export.handle import TelemetryHandle
+
+    try:
+        return TelemetryHandle(config, resource, role="driver")
+    except MissingExtraError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _run_driver_hooks() -> None:
+    """What the package's face handed in for a driver's start (integrations), each behind the boundary."""
+    for hook in RUNTIME.driver_hooks:
+        try:
+            hook()
+        except Exception as exc:
+            internal_error(exc, "driver-hook")
+
+
+def _log_started(config: TelemetryConfig) -> None:
+    _log.info(
+        "lens_rl: telemetry on (exporter=%s, run_id=%s, %s)",
+        config.exporter,
+        config.run_id,
+        f"trace_dir={config.trace_dir}"
+        if config.exporter == "file"
+        else f"endpoint={mask_url(config.resolved_endpoint)}",
+    )
 
 
 def _open_job(handle: Handle, driver: Any) -> None:
