@@ -67,8 +67,9 @@ class Node:
         otel_token: Any,
         bucket: Bucket | None,
         start_ns: int,
-        outer: Node | None,
-        step_flush: bool,
+        parent: Node | None,
+        umbrella: bool,
+        step: Any,
     ) -> None:
         self.name = name
         self.span = span
@@ -79,20 +80,21 @@ class Node:
         #: Intervals of the nearest bucketed descendants, appended as they end (any thread).
         self.inner: list[tuple[int, int]] = []
         #: The nearest bucketed ancestor open in this process, which this phase's time is taken from.
-        self.outer = outer
-        self.step_flush = step_flush
+        self.outer: Node | None = None if parent is None else parent if parent.bucket is not None else parent.outer
+        #: a step umbrella (a phase with its own rl.step and no bucket): its close is a step boundary
+        self.step_flush = umbrella
         self.owner: Any = None
         self.prev: Node | None = None
         #: The step this phase belongs to, and the open step umbrella (a phase with its own rl.step
         #: and no bucket) whose per-bucket seconds it adds to: what ``step_goodput()`` reports.
-        self.step: Any = None
-        self.step_node: Node | None = None
-        self.step_seconds: dict[str, float] | None = None
+        self.step: Any = step
+        self.step_node: Node | None = self if umbrella else None if parent is None else parent.step_node
+        self.step_seconds: dict[str, float] | None = {} if umbrella else None
         #: a step umbrella's bucketed phases while it is open, (start, end, bucket, inner, name, exclusive s)
         #: each: their time over the wall and their metrics, counted when it closes (None once closed)
-        self.step_spans: list[tuple[Any, ...]] | None = None
+        self.step_spans: list[tuple[Any, ...]] | None = [] if umbrella else None
         #: the thread that opened it (what a heartbeat and a hang warning name)
-        self.thread = 0
+        self.thread = get_ident()
         #: set by the hang watchdog when it suspected a hang: (age s, timeout s) at that moment
         self.hang: tuple[float, float] | None = None
         #: what it said it consumed (``trajectory_versions=``): (policy version, versions, tokens, bound, counts:
@@ -146,15 +148,12 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         if own_step is None and carried_step is not None:
             attributes["rl.step"] = carried_step  # the caller's step, recorded unless the phase sets its own
         parent_node = RUNTIME.open_phases.get(parent_span[1])  # (a SpanContext is a tuple: [1] is its span id)
-        outer = None
-        if parent_node is not None:
-            outer = parent_node if parent_node.bucket is not None else parent_node.outer
         version = RUNTIME.weight_version
         if version is not None and kind_of(spec.name) == "generation":  # what it generates with
             attributes["rl.weight_version"] = version
+        step = own_step if own_step is not None else carried_step
         hook = RUNTIME.step_hook
         if hook is not None and (bucket is not None or own_step is None):
-            step = own_step if own_step is not None else carried_step
             if step is not None and step != hook.step:  # a first phase of a new step: before it starts
                 hook.boundary(step, parent_ctx)
         if start_ns is None:
@@ -170,19 +169,10 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
         token = runtime_context().attach(under(parent_ctx, span, own_step, stepless)) if attach else None
         span_id = span.get_span_context()[1]
         umbrella = bucket is None and own_step is not None
-        node = Node(spec.name, span, span_id, token, bucket, start_ns, outer, umbrella)
-        node.step = own_step if own_step is not None else carried_step
-        node.thread = get_ident()
+        node = Node(spec.name, span, span_id, token, bucket, start_ns, parent_node, umbrella, step)
         versions = attributes.get("rl.trajectory_versions")
         if versions is not None:  # a training phase saying what it consumed: the step's staleness
-            said = (attributes.get("rl.policy_version"), versions, attributes.get("rl.trajectory_tokens"))
-            node.consumed = (*said, attributes.get("rl.max_staleness"), attributes.get("rl.trajectory_counts"))
-            if umbrella:  # (a step that says it itself)
-                node.consumed = [(own_step, own_step if said[0] is None else said[0], *node.consumed[1:])]
-        if umbrella:
-            node.step_node, node.step_seconds, node.step_spans = node, {}, []
-        elif parent_node is not None:
-            node.step_node = parent_node.step_node
+            node.consumed = _consumed(attributes, versions, own_step if umbrella else None)
         RUNTIME.open_phases[span_id] = node
         if umbrella and hook is not None:  # a step umbrella began: its window opens inside it
             hook.boundary(own_step, span)
@@ -190,6 +180,17 @@ def open_node(spec: Any, start_ns: int | None = None, parent_ctx: Any = None, at
     except Exception as exc:
         internal_error(exc, "phase-start")
         return None
+
+
+def _consumed(attributes: dict[str, Any], versions: Any, umbrella_step: Any) -> Any:
+    """What a training phase said it consumed, as :attr:`Node.consumed` keeps it; a step umbrella that says it
+    itself (``umbrella_step``) keeps it as its phases' list, with its step and its policy version (default:
+    the step)."""
+    said = (attributes.get("rl.policy_version"), versions, attributes.get("rl.trajectory_tokens"))
+    consumed = (*said, attributes.get("rl.max_staleness"), attributes.get("rl.trajectory_counts"))
+    if umbrella_step is None:
+        return consumed
+    return [(umbrella_step, umbrella_step if said[0] is None else said[0], *consumed[1:])]
 
 
 def started(spec: Any) -> Any:
