@@ -110,19 +110,9 @@ class Columns:
         remote: Any = None,
         scope: Any = None,
     ) -> None:
-        shared = self._shared.setdefault
-        self.names.append(shared(name, name) if type(name) is str else name)
-        ids = self.ids
-        if type(ids) is array:
-            number, parent = hex_id(span_id), 0 if parent_id is None else hex_id(parent_id)
-            if not number or not (parent or parent_id is None):  # (0 stands for "no parent": not an id of one)
-                self._ids_as_given()
-                self._add_given_ids(span_id, parent_id)
-            else:
-                ids.append(number)
-                self.parent_ids.append(parent)
-        else:
-            self._add_given_ids(span_id, parent_id)
+        """One span, a row of every column (what :meth:`extend` does a run at a time)."""
+        self.names.append(self._shared.setdefault(name, name) if type(name) is str else name)
+        self._add_ids(span_id, parent_id)
         try:
             self.starts.append(start)
         except (TypeError, OverflowError):
@@ -139,32 +129,52 @@ class Columns:
         if attrs:
             if attrs.get("rl.ended_by_shutdown") is True:
                 flag |= ENDED_BY_SHUTDOWN
-            bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
-            if name == CAPTURE:  # a capture's window: not its own time (lens_rl.offline.read.tree)
-                bucket = step = None
-            self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
-            if type(step) is int:
-                step = shared(step, step) if -INT64_END <= step < INT64_END else None  # past int64: no step
-            elif type(step) in _NO_KEY:
-                step = None
-            self.steps.append(step)
-            tokens = attrs.get("rl.num_tokens")  # a number (an int within int64), else none
-            self.tokens.append(
-                tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
-            )
-            flops = attrs.get("rl.flops_per_token")
-            if flops is not None:
-                self._add_flops(flops, len(self.tokens) - 1)
-            if name == REQUEST_SPAN:
-                self._add_request(attrs, len(self.tokens) - 1)
-            consumed = attrs.get("rl.trajectory_versions")
-            if consumed is not None:
-                self._add_versions(attrs, consumed, len(self.tokens) - 1)
+            self._add_attributes(name, attrs)
         else:
             self.buckets.append(None)
             self.steps.append(None)
             self.tokens.append(None)
         self.flags.append(flag)
+
+    def _add_ids(self, span_id: Any, parent_id: Any) -> None:
+        """A span's id and its parent's: as numbers while every id is 16 hex digits, as given from the first
+        that is not (the columns switch then)."""
+        ids = self.ids
+        if type(ids) is array:
+            number, parent = hex_id(span_id), 0 if parent_id is None else hex_id(parent_id)
+            if not number or not (parent or parent_id is None):  # (0 stands for "no parent": not an id of one)
+                self._ids_as_given()
+                self._add_given_ids(span_id, parent_id)
+            else:
+                ids.append(number)
+                self.parent_ids.append(parent)
+        else:
+            self._add_given_ids(span_id, parent_id)
+
+    def _add_attributes(self, name: Any, attrs: Any) -> None:
+        """A span's bucket, step and tokens from its attributes (a value of the wrong type reads as none), and
+        what the sparse columns keep of it (flops per token, a request's numbers, what it consumed)."""
+        bucket, step = attrs.get("rl.bucket"), attrs.get("rl.step")
+        if name == CAPTURE:  # a capture's window: not its own time (lens_rl.offline.read.tree)
+            bucket = step = None
+        self.buckets.append(_BUCKET_NAMES.get(bucket, bucket) if type(bucket) is str else None)  # text or none
+        if type(step) is int:
+            step = self._shared.setdefault(step, step) if -INT64_END <= step < INT64_END else None  # past int64
+        elif type(step) in _NO_KEY:
+            step = None
+        self.steps.append(step)
+        tokens = attrs.get("rl.num_tokens")  # a number (an int within int64), else none
+        self.tokens.append(
+            tokens if type(tokens) is float or (type(tokens) is int and -INT64_END <= tokens < INT64_END) else None
+        )
+        flops = attrs.get("rl.flops_per_token")
+        if flops is not None:
+            self._add_flops(flops, len(self.tokens) - 1)
+        if name == REQUEST_SPAN:
+            self._add_request(attrs, len(self.tokens) - 1)
+        consumed = attrs.get("rl.trajectory_versions")
+        if consumed is not None:
+            self._add_versions(attrs, consumed, len(self.tokens) - 1)
 
     def extend(self, rows: list[Any]) -> None:
         """Store rows of this process (:class:`lens_rl.store.Row`, in file order) added as :meth:`add` (and
