@@ -67,48 +67,13 @@ def phase_rows(
     Third-party spans are no phases (never in these rows). ``steps_wall_s``: the processes are cut to
     selected steps (:func:`lens_rl.offline.rollup.selected.cut_phases`): shares are of that wall (a worker
     group's: times its processes), the p95 null."""
-    merged: dict[tuple[str, str, str | None], PhasePart] = {}
-    members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
-    lifetimes: dict[str, int] = defaultdict(int)
-    durations: dict[tuple[str, str, str | None], list[array]] = defaultdict(list)  # (kept out of the merge)
-    for part in processes:
-        group = part.key.group
-        lifetimes[group] += part.lifetime_ns if steps_wall_s is None else int(steps_wall_s * 1e9)
-        for (name, bucket), phase in part.phases.items():
-            merged.setdefault((group, name, bucket), PhasePart()).merge(replace(phase, durations=_NONE), bound=False)
-            durations[(group, name, bucket)].append(phase.durations)
-            if phase.tokens:
-                members[(group, name, bucket)].append((part, phase))
+    merged, members, lifetimes, durations = _merged_phases(processes, steps_wall_s)
+    cut = steps_wall_s is not None
     rows: list[dict[str, Any]] = []
-    for (group, name, bucket), ph in merged.items():
-        is_driver = group == "driver"
-        of_s = (job_wall_s if steps_wall_s is None else steps_wall_s) if is_driver else lifetimes.get(group, 0) / 1e9
-        cut = steps_wall_s is not None
-        total_s = ph.total_ns / 1e9
-        per_gpu, mfu = phase_rates(name, members[(group, name, bucket)]) if ph.tokens else (None, None)
-        rows.append(
-            {
-                "phase": name,
-                "worker_group": group,
-                "bucket": bucket,
-                "count": ph.count,
-                "total_s": round(total_s, 6),
-                "exclusive_s": round(ph.excl_ns / 1e9, 6),
-                "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-                "p95_s": None
-                if not ph.count or cut
-                else round(quantile_s(ph, 0.95, durations[(group, name, bucket)]) or 0.0, 6),
-                "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
-                "share_of": ("steps wall" if cut else "job wall")
-                if is_driver
-                else ("group steps wall" if cut else "group lifetime"),
-                "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3)
-                if ph.token_ns > 0 and ph.tokens > 0
-                else None,
-                "tokens_per_s_per_gpu": None if per_gpu is None else round(per_gpu, 3),
-                "mfu": None if mfu is None else round(mfu, 6),
-            }
-        )
+    for key, ph in merged.items():
+        group = key[0]
+        of_s = (job_wall_s if not cut else steps_wall_s) if group == "driver" else lifetimes.get(group, 0) / 1e9
+        rows.append(_phase_row(key, ph, of_s, cut, members[key], durations[key]))
     rows.sort(
         key=lambda r: (
             r["worker_group"] != "driver",
@@ -119,6 +84,65 @@ def phase_rows(
         )
     )
     return rows
+
+
+#: A phase row's key: (worker group, phase name, bucket).
+_Key = tuple[str, str, str | None]
+
+
+def _merged_phases(
+    processes: list[ProcessPart], steps_wall_s: float | None
+) -> tuple[
+    dict[_Key, PhasePart], dict[_Key, list[tuple[ProcessPart, PhasePart]]], dict[str, int], dict[_Key, list[array]]
+]:
+    """Every process's phases merged per (worker group, name, bucket), their durations kept apart (never merged),
+    the processes that counted tokens for each, and each group's time in ns (its processes' lifetimes, or the
+    selected steps' wall once per process)."""
+    merged: dict[_Key, PhasePart] = {}
+    members: dict[_Key, list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
+    lifetimes: dict[str, int] = defaultdict(int)
+    durations: dict[_Key, list[array]] = defaultdict(list)  # (kept out of the merge)
+    for part in processes:
+        group = part.key.group
+        lifetimes[group] += part.lifetime_ns if steps_wall_s is None else int(steps_wall_s * 1e9)
+        for (name, bucket), phase in part.phases.items():
+            merged.setdefault((group, name, bucket), PhasePart()).merge(replace(phase, durations=_NONE), bound=False)
+            durations[(group, name, bucket)].append(phase.durations)
+            if phase.tokens:
+                members[(group, name, bucket)].append((part, phase))
+    return merged, members, lifetimes, durations
+
+
+def _phase_row(
+    key: _Key,
+    ph: PhasePart,
+    of_s: float | None,
+    cut: bool,
+    members: list[tuple[ProcessPart, PhasePart]],
+    durations: list[array],
+) -> dict[str, Any]:
+    """One phase's row: its times, its share of ``of_s`` (the driver's or its group's time), its rates."""
+    group, name, bucket = key
+    is_driver = group == "driver"
+    total_s = ph.total_ns / 1e9
+    per_gpu, mfu = phase_rates(name, members) if ph.tokens else (None, None)
+    return {
+        "phase": name,
+        "worker_group": group,
+        "bucket": bucket,
+        "count": ph.count,
+        "total_s": round(total_s, 6),
+        "exclusive_s": round(ph.excl_ns / 1e9, 6),
+        "mean_s": round(total_s / ph.count, 6) if ph.count else None,
+        "p95_s": None if not ph.count or cut else round(quantile_s(ph, 0.95, durations) or 0.0, 6),
+        "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
+        "share_of": ("steps wall" if cut else "job wall")
+        if is_driver
+        else ("group steps wall" if cut else "group lifetime"),
+        "tokens_per_s": round(ph.tokens / (ph.token_ns / 1e9), 3) if ph.token_ns > 0 and ph.tokens > 0 else None,
+        "tokens_per_s_per_gpu": None if per_gpu is None else round(per_gpu, 3),
+        "mfu": None if mfu is None else round(mfu, 6),
+    }
 
 
 def unbucketed_rows(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[str, Any]]:
