@@ -112,10 +112,13 @@ def without_site() -> None:
     that set its own ``PYTHONPATH``, dropping the bootstrap folder): do its part now, so the process that runs
     the training loop still claims the driver (with the launch span) and the configured frameworks are woven
     from here on; one line for the job says the bootstrap was lost. A process that never imports lens_rl (a
-    framework-only job) cannot be woven without it. Never raises."""
+    framework-only job) cannot be woven without it. A reading command (``lens-rl goodput`` under a
+    ``PYTHONPATH`` of the job's) needs no bootstrap and says nothing. Never raises."""
     try:
         if _started or any(os.path.realpath(p or os.curdir) == _SITE for p in sys.path):
             return  # the bootstrap ran (or runs now: it imports lens_rl first)
+        if _reading_command():
+            return
         _say_lost()
         start()
     except Exception as exc:
