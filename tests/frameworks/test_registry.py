@@ -72,6 +72,31 @@ def test_weaving_while_another_thread_imports_the_framework_weaves_it_once_impor
     assert sorted(rec.names()) == ["gen", "step"]
 
 
+def test_weaving_from_the_frameworks_own_import_does_not_wait_for_it(standin: Any) -> None:
+    """instrument() called by the framework's own body while this thread imports it: it does not wait for the
+    import it is part of (it returns at once, not after its bounded wait), and the Timer is woven once the
+    import is done."""
+    fw = standin(
+        extra="""
+        import time as _time
+        from lens_rl.frameworks import _registry as _lens_registry
+        _began = _time.monotonic()
+        WOVEN = _lens_registry.instrument(__name__)
+        TOOK_S = _time.monotonic() - _began
+        """
+    )
+    module = importlib.import_module(fw.name)
+    assert module.WOVEN == [fw.name] and module.TOOK_S < _registry.IMPORT_WAIT_S
+    deadline = time.monotonic() + 30
+    while True:  # (woven by lens_rl's thread as the import ends: a moment after it, at most)
+        with recording() as rec:
+            _run(module, steps=1)
+        if sorted(rec.names()) == ["gen", "step"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert sorted(rec.names()) == ["gen", "step"]
+
+
 @pytest.mark.slow
 def test_weaving_while_an_import_waits_for_the_caller_returns_and_weaves_it_once_imported(
     standin: Any, tmp_path: Any
