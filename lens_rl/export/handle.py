@@ -253,15 +253,15 @@ class TelemetryHandle:
             return bool(self._shutdown_result)
         self._closed = True
         deadline = time.monotonic() + budget_ms(timeout_ms) / 1000.0
-        if self.live is not None:  # no heartbeat while the spans flush: the last one says how that went
-            self.live.stop(min(1.0, max(deadline - time.monotonic(), 0.0)), last=False)
+        # (the heartbeat goes on while the spans flush, bounded by the same deadline: a long flush is a process
+        # shutting down, not a stale one)
         ok = self._flush_until(deadline)
         if self.phase_metrics is not None:
             self.phase_metrics.stop()
         if self.span_pipeline is not None:
             ok = self.span_pipeline.close(deadline - time.monotonic()) and ok
         if self.live is not None:  # the last heartbeat ("ended"), with the final stats(), before the providers close
-            self.live.end()
+            self.live.stop(min(1.0, max(deadline - time.monotonic(), 0.0)))
         if self.tracer_provider is not None:
             run_bounded(self.tracer_provider.shutdown, max(deadline - time.monotonic(), 0.0))
         if self.meter_provider is not None:

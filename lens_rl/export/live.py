@@ -7,7 +7,9 @@ One daemon thread per process with telemetry on (:class:`LiveMonitor`) wakes eve
   interval (at least :data:`~lens_rl.store.LIVE_MIN_INTERVAL_MS`, the thread's shortest wait; the heartbeat
   says the interval it keeps): the resource, the time written, the open phases (name, step, bucket, start, thread; a
   suspected hang marked), the last completed step, per phase name the count, longest and p95 completed
-  durations, ``stats()``, the interval, ``state`` (``running``; ``ended`` at shutdown) and, on Linux, the
+  durations, ``stats()``, the interval, ``state`` (``running``; ``ended`` at shutdown: the heartbeat goes
+  on while a shutdown flushes the spans, however long the exporter takes within its budget, so a process
+  that is shutting down is never read as stale; the last one says ``ended``) and, on Linux, the
   process's mark (``proc``: boot id, pid namespace, start time), by which a reader on the same host tells a
   killed process from a live one at once (:mod:`lens_rl.store.alive`). The open phases
   are read from what the runtime already holds: the hot path pays nothing for it. A failed write warns once.
@@ -117,6 +119,8 @@ class LiveMonitor:
         self.hangs = 0
         self._warned = 0
         self._last_write = 0.0
+        self._write_lock = threading.Lock()
+        self._ended = False  # the last heartbeat is written: no later one (a late round of the thread) replaces it
         #: key -> a callable whose answer (unless None) the heartbeat carries under that key (``gpu``: the
         #: process's GPUs' latest sample, from ``lens_rl.devices``, a floor above this one).
         self.sources: dict[str, Callable[[], Any]] = {}
@@ -139,8 +143,8 @@ class LiveMonitor:
 
     def stop(self, timeout_s: float = 1.0, *, last: bool = True) -> None:
         """Stop the thread (waiting at most ``timeout_s``) and, with ``last``, write the last heartbeat
-        (:meth:`end`). A handle shutting down stops the thread first and calls :meth:`end` once its spans are
-        flushed, so the last heartbeat's ``stats()`` are the final ones."""
+        (:meth:`end`). A handle shutting down stops it once its spans are flushed (the heartbeat goes on
+        while they are), so the last heartbeat's ``stats()`` are the final ones."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -282,7 +286,15 @@ class LiveMonitor:
         return beat
 
     def write(self, state: str, now_ns: int | None = None) -> bool:
-        """Write the heartbeat atomically; a failure warns once (per file) and never raises."""
+        """Write the heartbeat atomically; a failure warns once (per file) and never raises. Nothing once the
+        last one (``ended``) is written."""
+        with self._write_lock:
+            if self._ended:
+                return False
+            self._ended = state == "ended"
+            return self._write(state, now_ns)
+
+    def _write(self, state: str, now_ns: int | None) -> bool:
         from lens_rl.export.lines import json_line
 
         path = self.path

@@ -43,11 +43,41 @@ def start() -> None:
         print(f"lens-rl run: this process is not traced: {exc!r}", file=sys.stderr)
 
 
+#: The modules that run lens_rl's command line (``python -m lens_rl``, ``python -m lens_rl.cli``).
+_CLI_MODULES = frozenset({"lens_rl", "lens_rl.__main__", "lens_rl.cli", "lens_rl.cli.__main__"})
+
+
 def _reading_command() -> bool:
     """Whether this process is ``lens-rl`` itself (``goodput``, ``status``, ``profile`` run from inside the
-    job): it reads the store, runs no phase and weaves nothing, and it does not count as a process of the job
-    that loaded lens_rl (the hint of ``lens-rl run``'s last line stays true)."""
-    return bool(sys.argv) and os.path.basename(sys.argv[0]) == "lens-rl"
+    job), started as the ``lens-rl`` script or as ``python -m lens_rl`` / ``python -m lens_rl.cli``: it reads
+    the store, runs no phase and weaves nothing, and it does not count as a process of the job that loaded
+    lens_rl (the hint of ``lens-rl run``'s last line stays true)."""
+    if sys.argv and os.path.basename(sys.argv[0]) == "lens-rl":
+        return True
+    # at start-up (sitecustomize) sys.argv[0] is still "-m": the module is on the interpreter's own command line
+    return _main_module(getattr(sys, "orig_argv", [])) in _CLI_MODULES
+
+
+def _main_module(argv: list[str]) -> str | None:
+    """The module a ``python ... -m NAME`` command line runs (``-m NAME``, ``-mNAME``, ``-Im NAME``), or None
+    (a script, ``-c``, or no ``-m`` before the first argument that is not an option)."""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            return None
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs":
+                next(args, None)  # (the one long option that takes a value)
+            continue
+        for i, flag in enumerate(arg[1:], 2):
+            if flag in "cmWX":
+                value = arg[i:] or next(args, "")
+                if flag == "c":
+                    return None
+                if flag == "m":
+                    return value
+                break
+    return None
 
 
 def _first_step() -> None:
@@ -82,10 +112,13 @@ def without_site() -> None:
     that set its own ``PYTHONPATH``, dropping the bootstrap folder): do its part now, so the process that runs
     the training loop still claims the driver (with the launch span) and the configured frameworks are woven
     from here on; one line for the job says the bootstrap was lost. A process that never imports lens_rl (a
-    framework-only job) cannot be woven without it. Never raises."""
+    framework-only job) cannot be woven without it. A reading command (``lens-rl goodput`` under a
+    ``PYTHONPATH`` of the job's) needs no bootstrap and says nothing. Never raises."""
     try:
         if _started or any(os.path.realpath(p or os.curdir) == _SITE for p in sys.path):
             return  # the bootstrap ran (or runs now: it imports lens_rl first)
+        if _reading_command():
+            return
         _say_lost()
         start()
     except Exception as exc:

@@ -13,7 +13,6 @@ and of the ones they implied (``trl`` -> ``transformers``) unless those were nam
 from __future__ import annotations
 
 import importlib
-import importlib._bootstrap
 import importlib.util
 import sys
 import threading
@@ -24,7 +23,17 @@ from types import ModuleType
 from lens_rl._errors import internal_error, warn_once
 from lens_rl.frameworks._base import Framework, Weaver, in_range, unpatch
 
-__all__ = ["MODULES", "SUPPORTED", "framework", "instrument", "installed", "names_from", "register", "uninstrument"]
+__all__ = [
+    "IMPORT_WAIT_S",
+    "MODULES",
+    "SUPPORTED",
+    "framework",
+    "instrument",
+    "installed",
+    "names_from",
+    "register",
+    "uninstrument",
+]
 
 #: name -> the module that defines its ``FRAMEWORK`` (one per framework; the order is the weaving order).
 MODULES: dict[str, str] = {
@@ -49,6 +58,9 @@ _IMPLIED: dict[str, set[str]] = {}
 _LOCK = threading.RLock()
 #: (framework, target, module) being imported by another thread when ``instrument`` ran: woven when it ends.
 _PENDING: list[tuple[Framework, str, ModuleType]] = []
+#: How long ``instrument`` waits for another thread's import of a framework to end (seconds); past it, a
+#: thread of lens_rl weaves the framework once the import ends, and ``instrument`` returns.
+IMPORT_WAIT_S = 5.0
 
 
 def register(fw: Framework) -> Framework:
@@ -173,28 +185,45 @@ def _importing(module: ModuleType) -> bool:
 
 def _weave_once_imported(fw: Framework, target: str, module: ModuleType) -> None:
     """Weave ``target`` once the import under way ends (the hook wrapt would run at once would see a half-made
-    module): ``instrument`` waits for it as an ``import`` would (the module's own lock), outside the registry's
-    lock; if this thread is the one importing it, a thread waits instead. A failed import leaves the hook for
-    the next one."""
+    module): ``instrument`` waits for it, outside the registry's lock, watching the module until its import
+    is done, at most :data:`IMPORT_WAIT_S` (an import that waits for ``instrument``'s caller never waits for
+    ever); if this thread is the one importing it (its code runs here), or the import outlasts the wait, a
+    thread waits instead. A failed import leaves the hook for the next one."""
     _PENDING.append((fw, target, module))
 
 
 def _woven_once_imported(pending: list[tuple[Framework, str, ModuleType]]) -> None:
     for fw, target, module in pending:
-        wait = getattr(importlib._bootstrap, "_lock_unlock_module", None)  # (what ``import`` waits with)
-        if wait is not None:
-            try:
-                wait(target)
-            except RuntimeError:  # (_DeadlockError: a deadlock the import machinery detected; the thread below waits)
-                pass
-        if sys.modules.get(target) is module and _importing(module):  # this thread imports it
+        if not _runs_here(module):
+            deadline = time.monotonic() + IMPORT_WAIT_S
+            while _still_importing(target, module) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        if _still_importing(target, module):
             threading.Thread(target=_poll, args=(fw, target, module), name="lens_rl-weave", daemon=True).start()
         else:
             _after_import(fw, target, module)
 
 
+def _still_importing(target: str, module: ModuleType) -> bool:
+    return sys.modules.get(target) is module and _importing(module)
+
+
+def _runs_here(module: ModuleType) -> bool:
+    """Whether this thread is running ``module``'s code (its body: this thread imports it, and waiting here
+    for the import to end would wait for ever)."""
+    import inspect
+
+    namespace = vars(module)
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_globals is namespace:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _poll(fw: Framework, target: str, module: ModuleType) -> None:
-    while sys.modules.get(target) is module and _importing(module):
+    while _still_importing(target, module):
         time.sleep(0.02)
     _after_import(fw, target, module)
 

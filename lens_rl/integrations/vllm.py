@@ -41,7 +41,9 @@ process's own file; its engine-core and worker processes export to the endpoint.
 Merge it with your own engine arguments (``{**mine, **vllm_tracing_kwargs()}``): it sets
 ``disable_log_stats``, which vLLM's tracing cannot do without.
 
-``{}`` (and no environment change) when off, when vLLM is not installed, when its version cannot trace
+``{}`` (and no environment change) when off, with ``traces_enabled: false`` (the job records no trace for
+vLLM's spans to join: they would be orphans in the store, or at the collector, that no phase parents and no
+goodput reads), when vLLM is not installed, when its version cannot trace
 (one warning), with the ``console`` / ``none`` exporter, or when the traces protocol the user set cannot
 work (one warning). It never makes an engine fail that would
 have run without it: any fault of its own is logged and answered with ``{}``.
@@ -93,6 +95,10 @@ def vllm_tracing_kwargs(detail: str | None = None) -> dict[str, object]:
 
     ``detail``: vLLM's ``collect_detailed_traces`` modules, comma-separated (``model``, ``worker``,
     ``all``); unknown ones are left out with a warning. Starts the loopback receiver with the file store.
+
+    ``{}`` when telemetry or ``vllm_native_tracing`` is off, and with ``traces_enabled: false``: the job
+    then has no trace for vLLM's spans to join, so vLLM is not told to trace into lens_rl's receiver or
+    collector at all (no receiver started, no environment written).
 
     ``{}`` and one warning (vLLM runs untraced) when ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` is set to a
     value vLLM cannot export with (anything but ``grpc`` / ``http/protobuf``, e.g. ``http/json``, which
@@ -159,6 +165,8 @@ def _kwargs(detail: str | None) -> dict[str, object]:
     if handle is None:
         return {}
     config = handle.config
+    if not config.traces_enabled:  # no trace of the job's for vLLM's spans to join (and no receiver for them)
+        return {}
     resource = dict(handle.resource.attributes)
     # (a worker's resource carries the run id only where the driver's environment handed it over; started
     # from LENS_RL_OTEL_RUN_ID alone, the run is its config's: vLLM's processes get it either way)

@@ -250,3 +250,62 @@ def test_a_group_given_as_a_number_is_written_as_its_text(tmp_path: Path, monkey
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)["processes"]
     assert (row["worker_group"], row["state"]) == ("5", "ended") and not out.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_process_flushing_at_shutdown_on_a_slow_disk_is_not_stale(tmp_path: Path) -> None:
+    """A real process whose last spans' write is slow (a disk that holds each write until the test lets it
+    go): while its shutdown flushes, well past 3 heartbeat intervals, ``lens-rl status`` reads it running,
+    not stale (no heartbeat came during the flush, and a cron job alerted on a process ending cleanly); once
+    the write goes through, it ends, flushed, and its last heartbeat says so."""
+    import subprocess
+    import sys
+
+    from tests.conftest import clean_env
+
+    release = tmp_path / "release"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
+import os, time, lens_rl
+real_write = os.write
+slow = []
+def write(fd, data):  # the disk from the shutdown on: a write waits until the test creates {release.name}
+    deadline = time.monotonic() + 120
+    while slow and not os.path.exists({str(release)!r}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return real_write(fd, data)
+os.write = write
+lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r}, "run_id": "r",
+                               "heartbeat_interval_ms": 100, "metrics_enabled": False}}}}, "grpo")
+with lens_rl.traced_phase("step", step=0), lens_rl.traced_phase("generation", step=0):
+    pass
+assert lens_rl.flush_telemetry(10000)
+while not any(name.startswith("live-") for name in os.listdir({str(tmp_path / "r")!r})):
+    time.sleep(0.02)  # (its first heartbeat: the process is running)
+slow.append(True)
+print("flushing", flush=True)
+print("shut down", lens_rl.shutdown_telemetry(150000), flush=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "flushing\n"
+        time.sleep(1.0)  # 10 intervals: stale, were the heartbeat to stop for the flush
+        during = lens("status", str(tmp_path), "--json")
+        assert child.poll() is None, "the flush ended before the status was read"
+        assert during.returncode == 0, during.stdout + during.stderr
+        (row,) = json.loads(during.stdout)["processes"]
+        assert row["state"] == "running", during.stdout
+    finally:
+        release.touch()
+        out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0 and out.strip() == "shut down True", out
+    after = lens("status", str(tmp_path), "--json")
+    (row,) = json.loads(after.stdout)["processes"]
+    assert row["state"] == "ended", after.stdout

@@ -72,6 +72,66 @@ def test_weaving_while_another_thread_imports_the_framework_weaves_it_once_impor
     assert sorted(rec.names()) == ["gen", "step"]
 
 
+def test_weaving_from_the_frameworks_own_import_does_not_wait_for_it(standin: Any) -> None:
+    """instrument() called by the framework's own body while this thread imports it: it does not wait for the
+    import it is part of (it returns at once, not after its bounded wait), and the Timer is woven once the
+    import is done."""
+    fw = standin(
+        extra="""
+        import time as _time
+        from lens_rl.frameworks import _registry as _lens_registry
+        _began = _time.monotonic()
+        WOVEN = _lens_registry.instrument(__name__)
+        TOOK_S = _time.monotonic() - _began
+        """
+    )
+    module = importlib.import_module(fw.name)
+    assert module.WOVEN == [fw.name] and module.TOOK_S < _registry.IMPORT_WAIT_S
+    deadline = time.monotonic() + 30
+    while True:  # (woven by lens_rl's thread as the import ends: a moment after it, at most)
+        with recording() as rec:
+            _run(module, steps=1)
+        if sorted(rec.names()) == ["gen", "step"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert sorted(rec.names()) == ["gen", "step"]
+
+
+@pytest.mark.slow
+def test_weaving_while_an_import_waits_for_the_caller_returns_and_weaves_it_once_imported(
+    standin: Any, tmp_path: Any
+) -> None:
+    """instrument() while another thread imports the framework, and that import waits for the caller to go on
+    (here: for a file the caller writes after instrument): instrument returns after its bounded wait instead of
+    waiting for ever, and the framework is woven once the import ends."""
+    fw = standin()
+    go = tmp_path / "go"
+    source = tmp_path / f"{fw.name}.py"
+    body = f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+    source.write_text(body + source.read_text())
+    importer = threading.Thread(target=importlib.import_module, args=(fw.name,), daemon=True)
+    importer.start()
+    deadline = time.monotonic() + 30
+    while fw.name not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.005)
+    woven: list[list[str]] = []
+    caller = threading.Thread(target=lambda: woven.append(_registry.instrument(fw.name)), daemon=True)
+    caller.start()
+    caller.join(_registry.IMPORT_WAIT_S + 60)
+    returned = not caller.is_alive()
+    go.touch()  # the import goes on (also when instrument did not return: the test ends either way)
+    importer.join(60)
+    assert returned and woven == [[fw.name]], "instrument() waited for an import that waits for its caller"
+    deadline = time.monotonic() + 30
+    while True:  # (woven by lens_rl's thread as the import ends: a moment after it, at most)
+        with recording() as rec:
+            _run(sys.modules[fw.name], steps=1)
+        if sorted(rec.names()) == ["gen", "step"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert sorted(rec.names()) == ["gen", "step"]
+
+
 def test_instrument_is_idempotent_and_a_subclass_is_not_wrapped_twice(standin: Any) -> None:
     """Weaving twice, or weaving a subclass that inherits a woven method, leaves one wrapper: one span per call."""
     fw = standin()

@@ -197,3 +197,32 @@ def test_a_job_that_never_loaded_lens_rl_is_told_why_nothing_was_written(tmp_pat
     assert kept.returncode == 0 and "no process wrote" in kept.stderr and "loaded lens_rl" not in kept.stderr, (
         kept.stderr
     )
+
+
+@pytest.mark.parametrize("module", ["lens_rl", "lens_rl.cli"])
+def test_a_reading_command_run_as_a_module_keeps_the_never_loaded_hint(tmp_path: Path, module: str) -> None:
+    """`python -m lens_rl goodput` (or `-m lens_rl.cli`) inside a job that never loaded lens_rl is lens-rl's
+    own reading command, as the `lens-rl` script is: the last line still says no process loaded lens_rl."""
+    out = _run(
+        tmp_path,
+        "sh",
+        "-c",
+        f"PYTHONPATH=/nowhere {sys.executable} -c pass; {sys.executable} -m {module} goodput t; true",
+        args=("--trace-dir", "t"),
+    )
+    assert "no Python process of the job loaded lens_rl" in out.stderr.splitlines()[-1], out.stderr
+
+
+def test_a_reading_command_under_a_pythonpath_the_job_set_says_nothing_of_a_lost_bootstrap(tmp_path: Path) -> None:
+    """`lens-rl goodput` run by a launch script that set its own PYTHONPATH needs no bootstrap: no line says the
+    job lost it (nor is the one line for the job spent on it), and the last line still says no process loaded
+    lens_rl."""
+    out = _run(
+        tmp_path,
+        "sh",
+        "-c",
+        f"PYTHONPATH={REPO} {sys.executable} -m lens_rl goodput t; true",
+        args=("--trace-dir", "t"),
+    )
+    assert "lost lens-rl run's bootstrap" not in out.stderr, out.stderr
+    assert "no Python process of the job loaded lens_rl" in out.stderr.splitlines()[-1], out.stderr

@@ -62,6 +62,16 @@ def test_nothing_when_not_requested(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert not [k for k in os.environ if k.startswith("OTEL_")]
 
 
+def test_nothing_with_traces_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``traces_enabled: false`` (telemetry and vllm_native_tracing on): no engine arguments, no receiver, no
+    environment for vLLM: the job records no trace for vLLM's spans to join."""
+    _fake_vllm(tmp_path, monkeypatch)
+    _driver(tmp_path, traces_enabled=False)
+    assert vllm_tracing_kwargs() == {} and vllm_server_args() == []
+    assert integration._RECEIVER[0] is None
+    assert not [k for k in os.environ if k.startswith("OTEL_")]
+
+
 def test_nothing_without_vllm_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Without vLLM installed: {} and one warning, however often it is asked."""
     _driver(tmp_path)

@@ -194,3 +194,46 @@ def test_watch_refuses_what_status_and_goodput_refuse(tmp_path: Path) -> None:
         watched = lens("watch", str(run), "--once", "--jobs", jobs)
         assert watched.returncode == 2 and "--jobs" in watched.stderr and "allowed: 1 or more" in watched.stderr
     assert lens("watch", str(run), "--once", "--jobs", "1").returncode == 0
+
+
+@pytest.mark.timeout(180)
+def test_watch_shows_where_a_killed_process_was_last_seen_as_status_does(tmp_path: Path) -> None:
+    """A real worker killed (SIGKILL) inside a phase: ``watch --once`` lists it stale with its pid gone and the
+    phase it was last seen in, as ``status`` does, not an empty phase."""
+    import subprocess
+
+    from tests.conftest import clean_env, lens
+
+    worker = f"""
+import sys, time
+import lens_rl
+lens_rl.init_telemetry_driver(
+    {{"telemetry": {{"enabled": True, "trace_dir": {str(tmp_path)!r}, "run_id": "r", "heartbeat_interval_ms": 100}}}},
+    "grpo",
+)
+with lens_rl.traced_phase("step", step=3), lens_rl.traced_phase("policy_training", bucket="productive"):
+    print("in", flush=True)
+    time.sleep(600)
+"""
+    child = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "in\n"
+        deadline = time.monotonic() + 60
+        while not any("policy_training" in p.read_text() for p in (tmp_path / "r").glob("live-*.json")):
+            assert time.monotonic() < deadline, "no heartbeat with the open phase"
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+    status = lens("status", str(tmp_path))
+    assert "last seen in policy_training" in status.stdout and "pid gone" in status.stdout, status.stdout
+    watched = subprocess.run(  # (a wide pipe: rich draws a non-terminal 80 columns wide unless told)
+        [sys.executable, "-m", "lens_rl", "watch", "--once", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=clean_env({"COLUMNS": "200"}),
+        timeout=120,
+    )
+    assert watched.returncode == 1, watched.stderr
+    text = " ".join(watched.stdout.split())
+    assert "stale, pid gone" in text and "last seen in policy_training" in text, watched.stdout

@@ -1,7 +1,8 @@
 """``lens-rl watch``: a live terminal view of a run, refreshed through the cache (a look costs what is new).
 
 Each frame: the run's headline (goodput, steady state, step time), its processes (running, stale, ended,
-hung, per group, from the heartbeats), the last steps, and the suspected hangs. Drawn with rich; ``--once``
+hung, per group, from the heartbeats), the last steps, and the suspected hangs (a stale process with the phase
+it was last seen in and ``pid gone`` where this host can tell, as ``status`` shows it). Drawn with rich; ``--once``
 prints one frame and exits (for a log, a pipe, a non-terminal) with ``status``'s exit status (1: a process
 is stale or hung), and names each entry it could not read in one line on stderr, as every reading command
 does (the live view shows them in its frame, which a line on stderr would be drawn over); Ctrl-C quits
@@ -173,7 +174,9 @@ def _last_steps(report: Any) -> Any:
 
 
 def _hangs(status: Any) -> Any:
-    """The suspected hangs and stale processes (at most 20), or a line saying there is none."""
+    """The suspected hangs and stale processes (at most 20), or a line saying there is none. A stale process
+    has no open phase: as in ``status``, its row says where it was last seen (the phase open at its last
+    heartbeat, open for how long then) and ``pid gone`` where this host can tell its pid is dead."""
     from rich.text import Text
 
     hung = [r for r in status["processes"] if r["hung"] or r["state"] == "stale" or (r.get("gpu") or {}).get("idle")]
@@ -183,14 +186,16 @@ def _hangs(status: Any) -> Any:
     alarms = _table(columns, columns, title="suspected hangs, stale processes, idle GPUs", style="red")
     for r in hung[:20]:
         phase = r["phase"] or {}
+        last = r.get("last_phase") if r["phase"] is None else None
+        state = "HUNG" if r["hung"] else r["state"] if r["state"] == "stale" else "GPU IDLE"
         alarms.add_row(
             _cell(r["worker_group"]),
             _cell(r["rank"]),
             _cell(r["host"] or None),
             _cell(r["pid"]),
-            "HUNG" if r["hung"] else r["state"] if r["state"] == "stale" else "GPU IDLE",
-            _cell(phase.get("name")),
-            _secs(phase.get("open_s")),
+            state + (", pid gone" if r.get("gone") else ""),
+            _cell(phase.get("name")) if last is None else Text(f"last seen in {_shown(last['name'])}"),
+            _secs((phase if last is None else last).get("open_s")),
             _secs(phase.get("p95_s")),
         )
     return alarms
