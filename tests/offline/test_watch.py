@@ -227,13 +227,14 @@ with lens_rl.traced_phase("step", step=3), lens_rl.traced_phase("policy_training
         child.wait()
     status = lens("status", str(tmp_path))
     assert "last seen in policy_training" in status.stdout and "pid gone" in status.stdout, status.stdout
-    watched = subprocess.run(  # (a wide pipe: rich draws a non-terminal 80 columns wide unless told)
+    watched = subprocess.run(  # (into a pipe, no COLUMNS: every cell whole, as a log keeps it; rich drew 80 wide)
         [sys.executable, "-m", "lens_rl", "watch", "--once", str(tmp_path)],
         capture_output=True,
         text=True,
-        env=clean_env({"COLUMNS": "200"}),
+        env={k: v for k, v in clean_env().items() if k != "COLUMNS"},
         timeout=120,
     )
     assert watched.returncode == 1, watched.stderr
+    assert "…" not in watched.stdout, watched.stdout
     text = " ".join(watched.stdout.split())
     assert "stale, pid gone" in text and "last seen in policy_training" in text, watched.stdout

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,8 @@ __all__ = ["LAST_STEPS", "frame", "group_gpu_busy", "watch"]
 LAST_STEPS = 8
 #: Notes (files not read, malformed heartbeats) a frame shows.
 MAX_NOTES = 10
+#: The width a frame is drawn at into a pipe or a file (no ``COLUMNS``): every cell whole.
+PIPE_WIDTH = 250
 
 
 def _need_rich() -> None:
@@ -211,13 +214,22 @@ def _notes(notes: list[str]) -> list[Any]:
     return out
 
 
+def _pipe_width() -> int | None:
+    """The console's width: the terminal's (rich's own measure) or ``COLUMNS``; into a pipe or a file, wide
+    enough that no cell is cut (rich draws a non-terminal 80 columns wide, a stale row's last-seen phase and the
+    alarms' columns then end in an ellipsis in a log)."""
+    if "COLUMNS" in os.environ or sys.stdout.isatty():
+        return None
+    return PIPE_WIDTH
+
+
 def watch(run_dir: Path, *, interval: float = 10.0, once: bool = False, jobs: int | None = None) -> int:
     """Draw the run every ``interval`` seconds until Ctrl-C (``once``: one frame); returns the exit status."""
     _need_rich()
     from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    console = Console(width=_pipe_width())
     if once:
         notes: list[str] = []
         shown, ok = _look(run_dir, jobs, notes)
