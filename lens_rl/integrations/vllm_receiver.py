@@ -31,7 +31,8 @@ receiver writes what arrives into ``trace_dir/<run_id>/`` in the store's format 
   whose body is not whole by then dropped); at most ``max_files`` processes get a file; the memory of ids and batches is a window of fixed size. A body is decoded and written a few
   thousand spans at a time (:func:`lens_rl.integrations.otlp_proto.span_chunks`), so what a request holds is
   its body and one chunk; a body of over ``max_spans`` spans (65,536: OpenTelemetry's batches are 512) is
-  refused (413). :meth:`StoreReceiver.close` returns within its budget.
+  refused (413), one whose outer messages hold more fields than such spans could bring (millions of empty
+  resource spans) refused (400) once its walk passes them. :meth:`StoreReceiver.close` returns within its budget.
 
 Example::
 

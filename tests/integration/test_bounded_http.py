@@ -308,3 +308,27 @@ def test_a_body_of_more_spans_than_the_cap_is_refused_whole(tmp_path: Path) -> N
         assert rx.close(timeout_s=2.0) is True
     (path,) = rx.stats()["files"]
     assert sum(1 for _ in open(path)) == 1001  # (its header, then every span)
+
+
+def test_a_body_of_millions_of_empty_parts_is_refused_after_a_bounded_walk(tmp_path: Path) -> None:
+    """A body of 2 M empty resource spans (4 MiB, no span) and one of 2 M unknown fields are refused (400)
+    once their walk passes a few fields a span of the cap, nothing written (each was walked whole in Python: 14 s
+    of CPU for 32 MiB); a body at the cap whose every span has a resource and a scope of its own is written
+    whole."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    one = ExportTraceServiceRequest.FromString(_many_spans_body(1, nattr=1))
+    alone = ExportTraceServiceRequest()
+    for i in range(1000):
+        rs = alone.resource_spans.add()
+        rs.CopyFrom(one.resource_spans[0])
+        rs.scope_spans[0].spans[0].span_id = (i + 1).to_bytes(8, "big")
+    rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_spans=1000)
+    try:
+        for hostile in (b"\x0a\x00" * 2_000_000, b"\x7a\x00" * 2_000_000):  # (field 1, and unknown field 15)
+            assert _post(rx.port, hostile) == 400
+        assert rx.stats()["spans"] == 0 and rx.stats()["files"] == [] and rx.stats()["refused"] == 2
+        assert _post(rx.port, alone.SerializeToString()) == 200
+        assert rx.stats()["spans"] == 1000
+    finally:
+        assert rx.close(timeout_s=2.0) is True
