@@ -53,6 +53,37 @@ def test_an_interpreter_without_lens_rl_keeps_opentelemetrys_own_id_generator(tm
     assert runs["with"].startswith("generator") and runs["with"] != "generator RandomIdGenerator", runs
 
 
+def test_a_python_with_lens_rl_started_by_one_without_gets_lens_rls_id_generator_back(tmp_path: Path) -> None:
+    """A launcher interpreter without lens_rl (another venv) that starts the training Python, which has it: the
+    launcher's auto-configuration builds OpenTelemetry's default generator, the training process lens_rl's
+    (the launcher's drop of ``OTEL_PYTHON_ID_GENERATOR`` reached every process it started)."""
+    pytest.importorskip("opentelemetry.sdk._configuration")
+    elsewhere = tmp_path / "elsewhere" / "lens_rl"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "__init__.py").write_text("raise ImportError('no lens_rl in this interpreter')\n")
+    (tmp_path / "ids.py").write_text(ID_GENERATOR)
+    (tmp_path / "launcher.py").write_text(
+        "import os, subprocess, sys\n"
+        + ID_GENERATOR
+        + "env = dict(os.environ)\n"
+        + f"env['PYTHONPATH'] = env['PYTHONPATH'].replace({str(elsewhere.parent)!r} + ':', '')\n"
+        + "sys.exit(subprocess.run([sys.executable, 'ids.py'], env=env).returncode)\n"
+    )
+    without = f'PYTHONPATH="${{PYTHONPATH%%:*}}:{elsewhere.parent}:${{PYTHONPATH#*:}}" '
+    out = subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", "t", "--", "sh", "-c", f"{without}exec {sys.executable} launcher.py"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    launcher, trainer = out.stdout.strip().splitlines()
+    assert launcher == "generator RandomIdGenerator", out.stdout
+    assert trainer.startswith("generator") and trainer != "generator RandomIdGenerator", out.stdout
+
+
 def test_opentelemetry_instrument_inside_the_job_is_named_in_the_last_line(tmp_path: Path) -> None:
     """``lens-rl run -- opentelemetry-instrument python ...`` weaves nothing (its ``sitecustomize`` goes first
     and runs no other): the last line says so and gives the order that works."""
