@@ -66,7 +66,7 @@ def phase_rows(
     group's: its processes' lifetimes), so a parent phase never reads as the time its children took.
     Third-party spans are no phases (never in these rows). ``steps_wall_s``: the processes are cut to
     selected steps (:func:`lens_rl.offline.rollup.selected.cut_phases`): shares are of that wall (a worker
-    group's: times its processes), the p95 null."""
+    group's: times its processes)."""
     merged: dict[tuple[str, str, str | None], PhasePart] = {}
     members: dict[tuple[str, str, str | None], list[tuple[ProcessPart, PhasePart]]] = defaultdict(list)
     lifetimes: dict[str, int] = defaultdict(int)
@@ -95,9 +95,7 @@ def phase_rows(
                 "total_s": round(total_s, 6),
                 "exclusive_s": round(ph.excl_ns / 1e9, 6),
                 "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-                "p95_s": None
-                if not ph.count or cut
-                else round(quantile_s(ph, 0.95, durations[(group, name, bucket)]) or 0.0, 6),
+                "p95_s": _p95(ph, durations[(group, name, bucket)], cut),
                 "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
                 "share_of": ("steps wall" if cut else "job wall")
                 if is_driver
@@ -119,6 +117,14 @@ def phase_rows(
         )
     )
     return rows
+
+
+def _p95(phase: PhasePart, durations: list[array], cut: bool) -> float | None:
+    """A phase's p95 in seconds from its parts' durations (None: no span, or, ``cut`` to steps, a table made
+    without its durations)."""
+    if not phase.count or (cut and sum(map(len, durations)) == 0):
+        return None
+    return round(quantile_s(phase, 0.95, durations) or 0.0, 6)
 
 
 def unbucketed_rows(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[str, Any]]:
