@@ -158,3 +158,17 @@ def test_unbucketed_phases_cover_the_selected_steps(tmp_path: Path) -> None:
     last = json.loads(_goodput(tmp_path, "--json", "--steps", "4-4"))["unbucketed_phases"]
     assert [(u["phase"], u["total_s"], u["share"]) for u in last] == [("wait", 6.0, 0.6)]
     assert json.loads(_goodput(tmp_path, "--json", "--steps", "2-3"))["unbucketed_phases"] == []
+
+
+def test_the_critical_paths_exposed_share_is_of_the_selected_steps_time(tmp_path: Path) -> None:
+    """--steps 2-3: the driver's train is on the path all its 6 s in those steps: exposed 100 % (of its 6 s
+    there, not of the job's 12 s), as a store of steps 2-3 alone says; the cache answers as --no-cache."""
+    _store(tmp_path / "a" / "r")
+    _store(tmp_path / "b" / "r", range(2, 4))
+    cold = _goodput(tmp_path / "a", "--json", "--steps", "2-3", "--no-cache")
+    assert _goodput(tmp_path / "a", "--json", "--steps", "2-3") == cold
+    picked = json.loads(cold)["critical_path"]
+    alone = json.loads(_goodput(tmp_path / "b", "--json", "--no-cache"))["critical_path"]
+    train = _phase(picked["phases"], "driver", "train")
+    assert (train["critical_s"], train["exposed_share"]) == (6.0, 1.0)
+    assert picked["phases"] == alone["phases"] and picked["steps"] == alone["steps"]

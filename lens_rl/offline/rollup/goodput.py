@@ -191,7 +191,9 @@ def report_from_parts(
         "worker_groups": cast("list[GroupRow]", groups),
         "ranks": cast("list[RankRow]", ranks),
         "stragglers": cast(Stragglers, stragglers(processes, steps)),
-        "critical_path": cast(CriticalPath, critical_path(processes, rows, memo, cut)),
+        "critical_path": cast(
+            CriticalPath, critical_path(processes, rows, memo, cut, None if selection is None else within)
+        ),
         "throughput": cast(Throughput, throughput),
         "requests": cast("list[RequestsRow]", requests_rows(processes)),
         "pipeline": cast("Pipeline | None", pipeline_row(processes, view, rows, warmup_steps, steps, pipe_memo)),
