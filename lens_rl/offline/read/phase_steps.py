@@ -22,14 +22,20 @@ import numpy as np
 from lens_rl.offline.read.intervals import int64_array, saturated
 from lens_rl.store import INT64_END
 
-__all__ = ["PhaseSteps", "Window", "phase_steps"]
+__all__ = ["SPARSE", "PhaseSteps", "Window", "phase_steps"]
+
+
+#: the columns most phases never fill (no ``rl.num_tokens``, no unbucketed leaf): kept empty while all zero
+SPARSE = ("token_ns", "leaf", "tokens", "flops", "flops_tokens")
+_CODES = {"token_ns": "q", "leaf": "q", "tokens": "d", "flops": "d", "flops_tokens": "d"}
 
 
 class PhaseSteps:
     """One (phase, bucket)'s numbers per integer step: count, total ns, exclusive ns, token ns and unbucketed
-    leaves' ns (int64), its spans' tokens, FLOPs and tokens with FLOPs given (float64), ``steps`` sorted and distinct; and its spans'
-    durations in step order (each step's ``count`` of them, ascending within the step), or none (a table
-    made without them: its windows then have no p95)."""
+    leaves' ns (int64), its spans' tokens, FLOPs and tokens with FLOPs given (float64), ``steps`` sorted and
+    distinct (a column of :data:`SPARSE` empty while all zero); and its spans' durations in step order (each
+    step's ``count`` of them, ascending within the step), or none (a table made without them: its windows
+    then have no p95)."""
 
     __slots__ = (
         "steps",
@@ -58,12 +64,12 @@ class PhaseSteps:
         durations: array | None = None,
     ) -> None:
         self.steps, self.count, self.total, self.excl = steps, count, total, excl
-        n = len(steps)
-        self.token_ns = token_ns if token_ns is not None else array("q", bytes(8 * n))
-        self.leaf = leaf if leaf is not None else array("q", bytes(8 * n))
-        self.tokens = tokens if tokens is not None else array("d", bytes(8 * n))
-        self.flops = flops if flops is not None else array("d", bytes(8 * n))
-        self.flops_tokens = flops_tokens if flops_tokens is not None else array("d", bytes(8 * n))
+        self.token_ns, self.leaf = _sparse(token_ns, "q"), _sparse(leaf, "q")
+        self.tokens, self.flops, self.flops_tokens = (
+            _sparse(tokens, "d"),
+            _sparse(flops, "d"),
+            _sparse(flops_tokens, "d"),
+        )
         self.durations = durations if durations is not None else array("q")
 
     def __eq__(self, other: object) -> bool:
@@ -77,8 +83,15 @@ class PhaseSteps:
         return self.steps, self.count, self.total, self.excl
 
     def all_columns(self) -> tuple[array, ...]:
-        """Every column, in the constructor's order (``durations`` last)."""
+        """Every column as kept, in the constructor's order (``durations`` last; a sparse one maybe empty)."""
         return tuple(getattr(self, k) for k in self.__slots__)
+
+    def full(self, name: str) -> array:
+        """Column ``name`` one value a step (a sparse one's zeros made)."""
+        values = getattr(self, name)
+        if len(values) or name not in _CODES:
+            return values
+        return array(_CODES[name], bytes(8 * len(self.steps)))
 
     def copy(self) -> PhaseSteps:
         """A table of its own (the arrays shared: a table's are never changed in place)."""
@@ -89,8 +102,12 @@ class PhaseSteps:
         return len(self.durations) > 0 or not len(self.steps)
 
     def adds_up(self) -> bool:
-        """Whether its durations are one per span counted, or none (a record read back is checked)."""
-        return not len(self.durations) or len(self.durations) == int(_np(self.count).sum())
+        """Whether its columns are one value a step (a sparse one: or none), its durations one per span counted
+        (or none): a record read back is checked."""
+        n, count = len(self.steps), _np(self.count)
+        if any(len(getattr(self, k)) not in (0, n) for k in SPARSE):
+            return False
+        return not len(self.durations) or (bool((count > 0).all()) and len(self.durations) == int(count.sum()))
 
     def _bounds(self, steps: tuple[int, int]) -> tuple[int, int]:
         keys = np.frombuffer(self.steps, np.int64) if len(self.steps) else np.zeros(0, np.int64)
@@ -104,16 +121,17 @@ class PhaseSteps:
     def window(self, steps: tuple[int, int]) -> Window:
         """Every figure of its spans in the steps A..B (inclusive): :class:`Window`."""
         lo, hi = self._bounds(steps)
-        count = sum(self.count[lo:hi])
+        count = _np(self.count)
+        spans = int(count[lo:hi].sum())
         durations = None
         if self.timed():
-            first = sum(self.count[:lo])
-            durations = self.durations[first : first + count]
+            first = int(count[:lo].sum())
+            durations = self.durations[first : first + spans]
         return Window(
-            count,
+            spans,
             sum(self.total[lo:hi]),
             sum(self.excl[lo:hi]),
-            sum(self.token_ns[lo:hi]),
+            sum(self.token_ns[lo:hi]),  # (a sparse column's slice: empty, 0)
             sum(self.leaf[lo:hi]),
             math.fsum(self.tokens[lo:hi]),
             math.fsum(self.flops[lo:hi]),
@@ -126,9 +144,10 @@ class PhaseSteps:
         lo, hi = self._bounds((step, step))
         out = self.copy()
         if hi > lo:
-            out.token_ns, out.tokens = array("q", self.token_ns), array("d", self.tokens)
+            out.token_ns, out.tokens = array("q", self.full("token_ns")), array("d", self.full("tokens"))
             out.token_ns[lo] += token_ns
             out.tokens[lo] += tokens
+            out.token_ns, out.tokens = _sparse(out.token_ns, "q"), _sparse(out.tokens, "d")
         return out
 
     def merge(self, other: PhaseSteps) -> None:
@@ -137,29 +156,37 @@ class PhaseSteps:
             return
         timed = self.timed() and other.timed()
         if not len(self.steps) or other.steps[0] > self.steps[-1]:  # (new arrays: a part's are never changed)
-            merged = [mine + theirs for mine, theirs in zip(self.all_columns(), other.all_columns(), strict=True)]
-            if not timed:
-                merged[-1] = array("q")
-            (
-                self.steps,
-                self.count,
-                self.total,
-                self.excl,
-                self.token_ns,
-                self.leaf,
-                self.tokens,
-                self.flops,
-                self.flops_tokens,
-                self.durations,
-            ) = merged
+            for name in ("steps", "count", "total", "excl"):
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+            for name in SPARSE:
+                if len(getattr(self, name)) or len(getattr(other, name)):
+                    setattr(self, name, self.full(name) + other.full(name))
+            self.durations = self.durations + other.durations if timed else array("q")
             return
-        mine, theirs = self.all_columns(), other.all_columns()
-        ints = [np.concatenate([_np(a), _np(b)]) for a, b in zip(mine[:6], theirs[:6], strict=True)]
-        floats = [np.concatenate([_npd(a), _npd(b)]) for a, b in zip(mine[6:9], theirs[6:9], strict=True)]
+        names = ("steps", "count", "total", "excl", "token_ns", "leaf")
+        ints = [np.concatenate([_np(self.full(k)), _np(other.full(k))]) for k in names]
+        floats = [
+            np.concatenate([_npd(self.full(k)), _npd(other.full(k))]) for k in ("tokens", "flops", "flops_tokens")
+        ]
         durations = _merged_durations(self, other) if timed else array("q")
-        self.steps, self.count, self.total, self.excl, self.token_ns, self.leaf = _summed(*ints)
-        self.tokens, self.flops, self.flops_tokens = _floats_summed(ints[0], *floats)
+        self.steps, self.count, self.total, self.excl, token_ns, leaf = _summed(*ints)
+        tokens, flops, flops_tokens = _floats_summed(ints[0], *floats)
+        self.token_ns, self.leaf = _sparse(token_ns, "q"), _sparse(leaf, "q")
+        self.tokens, self.flops, self.flops_tokens = (
+            _sparse(tokens, "d"),
+            _sparse(flops, "d"),
+            _sparse(flops_tokens, "d"),
+        )
         self.durations = durations
+
+
+def _sparse(values: array | None, code: str) -> array:
+    """A sparse column as kept: empty where all zero (or not given)."""
+    if values is None or not len(values):
+        return array(code)
+    if not np.frombuffer(values, np.int64 if code == "q" else np.float64).any():
+        return array(code)
+    return values
 
 
 class Window(NamedTuple):
@@ -276,9 +303,9 @@ def phase_steps(
                 leaf_ns[group],
             )
         )
-        table.tokens, table.flops, table.flops_tokens = _floats_summed(
-            mine_steps, tokens[group], flops[group], flops_tokens[group]
-        )
+        if counted:  # (else no span of the process has tokens: the float columns stay empty)
+            summed = _floats_summed(mine_steps, tokens[group], flops[group], flops_tokens[group])
+            table.tokens, table.flops, table.flops_tokens = (_sparse(column, "d") for column in summed)
         table.durations = int64_array(mine_spans[np.lexsort((mine_spans, mine_steps))])
         out[(names[i], buckets[i])] = table
     return out

@@ -188,12 +188,12 @@ def _phase_steps_from(rec: PhaseStepsRec) -> PhaseSteps:
     columns = [array_of(code, b) for b, code in zip(given, _PHASE_STEPS_CODES, strict=False)]
     durations = array_of("q", rec.durations)
     steps = np.frombuffer(columns[0], np.int64) if len(columns[0]) else np.zeros(0, np.int64)
-    if len({len(c) for c in columns}) != 1 or bool((np.diff(steps) <= 0).any()):
+    if len({len(c) for c in columns[:4]}) != 1 or bool((np.diff(steps) <= 0).any()):
         raise ValueError("per-step phase columns that do not add up (or steps not sorted and distinct)")
     steps_, count, total, excl, token_ns, leaf, tokens, flops, flops_tokens = columns
     table = PhaseSteps(steps_, count, total, excl, token_ns, leaf, tokens, flops, flops_tokens, durations)
     if not table.adds_up():
-        raise ValueError("per-step phase durations that do not add up to its counts")
+        raise ValueError("per-step phase columns or durations that do not add up to its steps and counts")
     return table
 
 
