@@ -172,3 +172,27 @@ def test_the_critical_paths_exposed_share_is_of_the_selected_steps_time(tmp_path
     train = _phase(picked["phases"], "driver", "train")
     assert (train["critical_s"], train["exposed_share"]) == (6.0, 1.0)
     assert picked["phases"] == alone["phases"] and picked["steps"] == alone["steps"]
+
+
+def test_tokens_a_vllm_server_gave_a_phase_count_in_their_step(tmp_path: Path) -> None:
+    """The driver's generate phase has no token count of its own; vLLM's requests under it give it 1,000 tokens
+    in step 1 and 500 in step 2 (10 s each): --steps 2-2 reads 50 tokens/s, --steps 1-1 100, through the cache
+    as --no-cache."""
+    from tests.offline.test_requests import _request
+
+    run = tmp_path / "r"
+    driver = [span("rl.job", 0, 25, "job")]
+    requests = []
+    for k, count in ((1, 20), (2, 10)):
+        t = 12 * (k - 1)
+        driver.append(span("step", t, t + 11, f"s{k}", parent="job", step=k))
+        driver.append(span("generate", t, t + 10, f"g{k}", parent=f"s{k}", bucket="productive"))
+        requests += [_request(f"r{k}-{i}", t + i * 0.4, 0.4, 0.01, 0.1, 50, f"g{k}") for i in range(count)]
+    write_process(run, "driver", 0, 1, driver, root="job", role="driver")
+    write_process(
+        run, "gen", 0, 2, requests, name="spans-gen-0-vllm-front-end-2.jsonl", **{"vllm.process_kind": "front-end"}
+    )
+    for window, rate in (("2-2", 50.0), ("1-1", 100.0)):
+        cold = _goodput(tmp_path, "--json", "--steps", window, "--no-cache")
+        assert _goodput(tmp_path, "--json", "--steps", window) == cold
+        assert _phase(json.loads(cold)["phases"], "driver", "generate")["tokens_per_s"] == rate, window
