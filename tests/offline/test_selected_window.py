@@ -196,3 +196,15 @@ def test_tokens_a_vllm_server_gave_a_phase_count_in_their_step(tmp_path: Path) -
         cold = _goodput(tmp_path, "--json", "--steps", window, "--no-cache")
         assert _goodput(tmp_path, "--json", "--steps", window) == cold
         assert _phase(json.loads(cold)["phases"], "driver", "generate")["tokens_per_s"] == rate, window
+
+
+def test_the_unattributed_warning_says_its_place_is_the_whole_jobs(tmp_path: Path) -> None:
+    """--steps 2-3: the unattributed share is those steps' (9 s of 20 s), and the message says where most of
+    it falls is over the whole job (the gaps are not kept per step), as ``selection.job_wide`` does."""
+    _store(tmp_path / "r")
+    report = json.loads(_goodput(tmp_path, "--json", "--steps", "2-3"))
+    (warning,) = [w for w in report["warnings"] if w["kind"] == "unattributed"]
+    assert warning["share"] == 0.45 and "; over the whole job, most of it" in warning["message"]
+    assert "warnings.unattributed.between" in report["selection"]["job_wide"]
+    whole = json.loads(_goodput(tmp_path, "--json"))
+    assert "over the whole job" not in next(w for w in whole["warnings"] if w["kind"] == "unattributed")["message"]

@@ -186,7 +186,7 @@ def report_from_parts(
             if selection is None
             else unbucketed_rows(within, selection["wall_s"]),
         ),
-        "warnings": cast("list[WarningRow]", warning_rows(view, rows) + pool_warnings(processes)),
+        "warnings": cast("list[WarningRow]", warning_rows(view, rows, steps is not None) + pool_warnings(processes)),
         "broken_cycles": sum(p.cycles for p in processes) + cross_cycles,
         "worker_groups": cast("list[GroupRow]", groups),
         "ranks": cast("list[RankRow]", ranks),

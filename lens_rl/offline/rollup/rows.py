@@ -200,12 +200,15 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
     return group_rows, ranks, concurrent
 
 
-def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def warning_rows(
+    view: list[ProcessPart], step_rows: list[dict[str, Any]], selected: bool = False
+) -> list[dict[str, Any]]:
     """What looks like a mistake in the job's instrumentation, said (``--json`` ``warnings``, each with a
     ``kind`` and a ``message``): a bucketed phase that encloses whole steps (``step_inside_phase``: its
     bucket does not apply to the steps); unattributed time over :data:`UNATTRIBUTED_SHARE` of the complete
     steps' wall (``unattributed``), with the stretch of the steps where most of it falls (between which
-    phases, on which process)."""
+    phases, on which process; ``selected``: the step rows are ``--steps A-B``'s, and where it falls is said to
+    be the whole job's: the gaps are kept per process, not per step)."""
     out: list[dict[str, Any]] = []
     enclosing: dict[tuple[str, Any, Any], int] = defaultdict(int)
     for part in view:
@@ -225,13 +228,13 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
                 f"{bucket} in the job's figure); open the phase inside the step, or give it no bucket",
             }
         )
-    unattributed = _unattributed_warning(view, step_rows)
+    unattributed = _unattributed_warning(view, step_rows, selected)
     if unattributed is not None:
         out.append(unattributed)
     return out
 
 
-def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, Any]) -> str:
+def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, Any], selected: bool = False) -> str:
     """The largest gap of the steps' umbrellas (ns, (phase before, phase after), process) written into the
     unattributed warning's ``row``, and said for its message."""
     ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
@@ -249,12 +252,15 @@ def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, 
     if not of:
         return ""
     return (
-        f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
+        f"; {'over the whole job, ' if selected else ''}most of it ({ns / of * 100:.0f}%) between {before!r} and "
+        f"{after!r} on "
         f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
     )
 
 
-def _unattributed_warning(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _unattributed_warning(
+    view: list[ProcessPart], step_rows: list[dict[str, Any]], selected: bool = False
+) -> dict[str, Any] | None:
     """The ``unattributed`` warning when over :data:`UNATTRIBUTED_SHARE` of the complete steps' wall is
     unattributed (with where most of it falls), else None."""
     complete = [r for r in step_rows if not r["incomplete"]]
@@ -267,7 +273,7 @@ def _unattributed_warning(view: list[ProcessPart], step_rows: list[dict[str, Any
             "share": round(unattributed / wall, 6),
             "unattributed_s": round(unattributed, 6),
         }
-        where = _where(gaps, row) if gaps else ""
+        where = _where(gaps, row, selected) if gaps else ""
         row["message"] = (
             f"{unattributed / wall * 100:.0f}% of the steps' wall is unattributed (no bucketed phase covers it)"
             f"{where}: a phase is likely missing there"
