@@ -7,6 +7,7 @@ import random
 from array import array
 
 import numpy as np
+import pytest
 
 from lens_rl.offline.read.parts import ProcessPart
 from lens_rl.offline.read.phase_steps import PhaseSteps
@@ -92,3 +93,59 @@ def test_a_merge_past_int64_saturates_as_a_cold_read_does() -> None:
         Series(array("q", [1]), array("q", [big])), Series(array("q", [1]), array("q", [big]))
     )
     assert dict(merged_series.items()) == {1: INT64_MAX}
+
+
+def _timed(spans: list[tuple[int, int, float]]) -> PhaseSteps:
+    """A table of spans (step, duration ns, tokens), as a file's pass 4 makes one."""
+    steps = sorted({s for s, _, _ in spans})
+    per = {s: [(d, t) for k, d, t in spans if k == s] for s in steps}
+    q = [array("q", (f(per[s]) for s in steps)) for f in (len, lambda c: sum(d for d, _ in c))]
+    token_ns = array("q", (sum(d for d, t in per[s] if t) for s in steps))
+    tokens = array("d", (sum(t for _, t in per[s]) for s in steps))
+    durations = array("q", (d for s in steps for d in sorted(d for d, _ in per[s])))
+    return PhaseSteps(array("q", steps), q[0], q[1], q[1], token_ns, None, tokens, None, None, durations)
+
+
+def test_a_window_keeps_its_durations_and_tokens_through_merges_in_any_order_and_the_cache() -> None:
+    """Tables of one phase with durations and tokens, merged in any order, give one table: a window's
+    durations are its steps' spans', its tokens theirs; a part's record keeps them, and a record whose
+    durations are not one per span counted is refused."""
+    rng = random.Random(7)
+    pieces = [
+        [(rng.randrange(0, 12), rng.randrange(1, 100), float(rng.randrange(3))) for _ in range(6)] for _ in range(4)
+    ]
+    whole = _timed([s for piece in pieces for s in piece])
+    for _ in range(4):
+        rng.shuffle(pieces)
+        merged = _timed(pieces[0])
+        for piece in pieces[1:]:
+            merged.merge(_timed(piece))
+        assert merged == whole
+    spans = [s for piece in pieces for s in piece if 3 <= s[0] <= 6]
+    window = whole.window((3, 6))
+    assert window.spans == len(spans) and sorted(window.durations or ()) == sorted(d for _, d, _ in spans)
+    assert window.tokens == sum(t for _, _, t in spans)
+    part = ProcessPart(Process("g", 0, 1))
+    part.phase_steps[("x", None)] = whole
+    assert part_from(decode(encode(part_record(part)), PartRec)).phase_steps == part.phase_steps
+    part.phase_steps[("x", None)] = short = whole.copy()
+    short.durations = whole.durations[1:]
+    with pytest.raises(ValueError, match="do not add up"):
+        part_from(decode(encode(part_record(part)), PartRec))
+    untimed = _table({1: (1, 10, 5)})
+    untimed.merge(_timed([(2, 7, 0.0)]))
+    assert untimed.window((1, 2)).durations is None  # (a table without its durations: no p95)
+
+
+def test_a_phase_without_tokens_or_leaves_keeps_those_columns_empty() -> None:
+    """The token, FLOP and leaf columns of a phase that has none are kept empty (what keeps the cache's
+    records small), through a merge, the cache's records and a window (whose sums are then 0)."""
+    a, b = _timed([(1, 5, 0.0), (2, 6, 0.0)]), _timed([(2, 7, 0.0), (3, 8, 0.0)])
+    a.merge(b)
+    part = ProcessPart(Process("g", 0, 1))
+    part.phase_steps[("x", "productive")] = a
+    (back,) = part_from(decode(encode(part_record(part)), PartRec)).phase_steps.values()
+    for table in (a, back):
+        assert all(len(getattr(table, k)) == 0 for k in ("token_ns", "leaf", "tokens", "flops", "flops_tokens"))
+    window = back.window((2, 3))
+    assert (window.spans, window.tokens, window.token_ns, sorted(window.durations or ())) == (3, 0.0, 0, [6, 7, 8])

@@ -64,7 +64,7 @@ def test_steps_2_3_figures_are_the_sums_over_steps_2_and_3(tmp_path: Path) -> No
     generate, train = _phase(report, "driver", "generate"), _phase(report, "trainer", "train")
     assert (generate["count"], generate["total_s"], generate["exclusive_s"]) == (2, 5.0, 5.0)
     assert (train["count"], train["total_s"], train["mean_s"], train["share"]) == (2, 5.0, 2.5, 0.25)
-    assert train["share_of"] == "group steps wall" and train["p95_s"] is None
+    assert train["share_of"] == "group steps wall" and train["p95_s"] == 3.0  # (its spans of 2 and 3 s)
     assert not any(p["phase"] in ("setup", "load") for p in report["phases"])  # (outside every step)
     (rank,) = [r for r in report["ranks"] if r["worker_group"] == "trainer"]
     assert rank["seconds"] == {"productive": 5.0, "overhead": 1.0, "idle": 14.0, "wasted": 0.0}
@@ -114,17 +114,20 @@ def test_a_selection_reads_the_same_in_process_and_through_the_cache(tmp_path: P
     assert _phase(cold, "trainer", "train")["total_s"] == 3 + 4
 
 
-def test_the_gpu_section_keeps_the_selected_steps_rows_and_says_the_rest_is_job_wide(tmp_path: Path) -> None:
-    """--steps 1-1 of a job with GPU samples: the GPU step rows are step 1's, the GPU goodput line says it is
-    job-wide (compared with the job's clock goodput), and the cache answers as --no-cache."""
+def test_the_gpu_section_covers_the_selected_steps_and_says_so(tmp_path: Path) -> None:
+    """--steps 1-1 of a job with GPU samples: the GPU step rows are step 1's, no GPU figure is named job-wide,
+    the GPU goodput line is over the steps' GPU-seconds (compared with the steps' clock goodput), and the cache
+    answers as --no-cache."""
     write_scripted_job(tmp_path / "traces" / "r")
     cold = _goodput(tmp_path / "traces", "--json", "--steps", "1-1", "--no-cache")
     assert _goodput(tmp_path / "traces", "--json", "--steps", "1-1") == cold
     report = json.loads(cold)
-    assert [row["step"] for row in report["gpu"]["steps"]] == [1] and "gpu.goodput" in report["selection"]["job_wide"]
+    assert [row["step"] for row in report["gpu"]["steps"]] == [1]
+    assert not any(part.startswith("gpu") for part in report["selection"]["job_wide"])
     table = _goodput(tmp_path / "traces", "--steps", "1-1")
     gpu_line = next(line for line in table.splitlines() if line.startswith("GPU goodput"))
-    assert "job-wide" in gpu_line and f"the clock's: {report['job']['goodput'] * 100:.1f}%" in gpu_line
+    assert "over the steps' 38.00 GPU-seconds, 2 GPUs" in gpu_line and "job-wide" not in gpu_line
+    assert f"the clock's: {report['goodput'] * 100:.1f}%" in gpu_line
 
 
 def test_cut_gpu_steps_keeps_the_rows_of_the_range() -> None:

@@ -47,7 +47,7 @@ def _reference(
     orphan, tokens = tree.orphan, tree.tokens
     bucket_ns, part_steps, phases = part.bucket_ns, part.steps, part.phases
     compute: dict[str, Any] = {}  # phase -> [steps, ns] arrays (or a dict), made a Series at the end
-    per_step: dict[Any, dict[int, list[int]]] = {}  # (phase, bucket) -> int step -> [count, total, excl]
+    per_step: dict[Any, dict[int, list[Any]]] = {}  # (phase, bucket) -> int step -> its cells
     top_level = array("q")  # rows of top-level bucketed spans (indexes: no tuple per interval)
     rerun = array("q")  # rows of spans of superseded steps
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
@@ -111,8 +111,18 @@ def _reference(
         if step is None:
             continue
         if type(step) is int and -INT64_END <= step < INT64_END:  # (its phase's numbers in its step)
-            cell = per_step.setdefault((name, bucket), {}).setdefault(step, [0, 0, 0])
+            cell = per_step.setdefault((name, bucket), {}).setdefault(step, [0, 0, 0, 0, 0, 0.0, 0.0, 0.0, []])
             cell[0], cell[1], cell[2] = cell[0] + 1, cell[1] + duration, cell[2] + excl
+            cell[8].append(duration)
+            if bucket is None and not has_child[i] and kind != UMBRELLA:
+                cell[4] += duration
+            if i in tokens:  # (its tokens, time and FLOPs in its step)
+                flops = tree.flops.get(i) if tree.flops else None
+                cell[3] += duration
+                cell[5] += tokens[i]
+                if flops is not None:
+                    cell[6] += tokens[i] * flops
+                    cell[7] += tokens[i]
         if bucket is None and not has_child[i] and kind != UMBRELLA:  # an unbucketed leaf in a step
             phase.leaf_ns += duration
         if bucket is not None and bucket in COMPUTE_BUCKETS:
@@ -156,12 +166,7 @@ def _reference(
                 p, hops = tree.parents[p], hops + 1
             if p in waiting:
                 part.relays[id_key(ids[i])] = id_key(ids[p])
-    part.phase_steps = {
-        key: PhaseSteps(
-            *(array("q", column) for column in zip(*((k, *v) for k, v in sorted(cells.items())), strict=True))
-        )
-        for key, cells in per_step.items()
-    }
+    part.phase_steps = {key: _table(cells) for key, cells in per_step.items()}
     if part.key.driver:  # the driver's view is wall-clock: concurrent spans of it counted once
         claim_overlaps(part, tree, kids_of, superseded)
     if in_umbrella:
@@ -170,6 +175,14 @@ def _reference(
         part.rerun = merge_indexed(rerun, starts, ends)
     if lo is not None and hi is not None:
         part.lifetime = (lo, hi)
+
+
+def _table(cells: dict[int, list[Any]]) -> PhaseSteps:
+    """A phase's cells per step as its :class:`PhaseSteps` (durations ascending within a step)."""
+    rows = sorted(cells.items())
+    columns = [array(code, (cell[n] for _, cell in rows)) for n, code in enumerate("qqqqqddd")]
+    durations = array("q", (d for _, cell in rows for d in sorted(cell[8])))
+    return PhaseSteps(array("q", (k for k, _ in rows)), *columns, durations)
 
 
 def _add_odd_step(compute: dict[str, Any], name: Any, step: Any, excl: int) -> None:

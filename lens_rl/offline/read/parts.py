@@ -219,7 +219,7 @@ class ProcessPart:
     requests: RequestsPart | None = None
     #: its share of the async-pipeline figures (:class:`lens_rl.offline.read.pipe.PipePart`), or None
     pipe: Any = None
-    #: (phase, bucket) -> its count, total and exclusive ns per integer step
+    #: (phase, bucket) -> its count, total and exclusive ns, tokens and durations per integer step
     #: (:class:`lens_rl.offline.read.phase_steps.PhaseSteps`): what ``--steps A-B`` cuts phases and ranks to
     phase_steps: dict[tuple[str, str | None], Any] = field(default_factory=dict)
     #: a GPU process's phase spans kept for the join with its devices' samples
@@ -332,7 +332,7 @@ class ProcessPart:
             if key in self.phase_steps:
                 self.phase_steps[key].merge(table)
             else:  # (a table of its own: merging into it never changes ``other``'s)
-                self.phase_steps[key] = type(table)(*table.columns())
+                self.phase_steps[key] = table.copy()
 
 
 def _add_counts(into: dict[Any, Any], other: Mapping[Any, Any]) -> None:

@@ -133,7 +133,9 @@ def accumulate(
     tally.phases()
     tally.tokens()
     compute = tally.compute()
-    part.phase_steps = phase_steps(tree, tally.rows, tally.stepped, tally.bucket, tally.duration, tally.excl)
+    part.phase_steps = phase_steps(
+        tree, tally.rows, tally.stepped, tally.bucket, tally.duration, tally.excl, tally.leaves()
+    )
     in_umbrella: dict[int, list[int]] = {}  # umbrella -> its outermost bucketed spans (where its gaps are)
     if step_rows:
         _step_rows(part, tree, tally, in_umbrella)

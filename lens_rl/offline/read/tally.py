@@ -125,7 +125,7 @@ class Tally:
         bounds = np.flatnonzero(np.diff(ordered)) + 1
         firsts = np.concatenate(([0], bounds))
         lasts = np.concatenate((bounds, [ordered.size]))
-        leaf = self.stepped & (self.bucket < 0) & (_np(tree.has_child, np.uint8, tree.n) == 0) & (self.role != UMBRELLA)
+        leaf = self.leaves()
         for first, last in sorted(zip(firsts.tolist(), lasts.tolist(), strict=True), key=lambda g: order[g[0]]):
             mine = rows[order[first:last]]
             i = int(mine[0])
@@ -140,6 +140,11 @@ class Tally:
             leaves = durations[leaf[mine]]
             if leaves.size:
                 phase.leaf_ns += self._sum(leaves)
+
+    def leaves(self) -> Any:
+        """Which spans are unbucketed leaves inside a step (time no bucket covers): a bool per span."""
+        tree = self.tree
+        return self.stepped & (self.bucket < 0) & (_np(tree.has_child, np.uint8, tree.n) == 0) & (self.role != UMBRELLA)
 
     def tokens(self) -> None:
         """Each span's ``rl.num_tokens`` into its phase (and FLOPs) and its step's tokens, in row order; a

@@ -176,7 +176,11 @@ class _Index:
 
 
 def critical_path(
-    processes: Sequence[Any], steps: Sequence[Mapping[str, Any]], memo: Memo | None = None, cut: Any = None
+    processes: Sequence[Any],
+    steps: Sequence[Mapping[str, Any]],
+    memo: Memo | None = None,
+    cut: Any = None,
+    selected: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """The rollup (``--json`` ``critical_path``): per (worker group, phase, bucket) ``critical_s``,
     ``critical_share`` of the steps' wall and ``exposed_share`` (critical over exclusive seconds); per step
@@ -184,7 +188,8 @@ def critical_path(
     ``memo``: an earlier look's per-step results, reused where they still hold (:class:`Memo`); ``cut``: the
     links between processes the tree rule cut (:func:`lens_rl.offline.read.crosslinks.cross_cut`: its
     ``refs`` hang from nothing; None: none cut, and a walk that meets an entry again on its way down passes
-    it by)."""
+    it by); ``selected``: with ``--steps``, the parts cut to the selected steps
+    (:func:`~lens_rl.offline.rollup.selected.cut_phases`): the exposed share is of their exclusive seconds."""
     wall = {row["step"]: row["wall_s"] for row in steps if not row.get("incomplete")}
     totals: dict[tuple[str, str, Any], int] = defaultdict(int)
     step_rows, todo, kept_ns = _gathered(processes, wall, memo)
@@ -201,7 +206,8 @@ def critical_path(
     if memo is not None:
         memo.add_totals(kept_ns, totals)
     _by_step(step_rows)
-    return {"phases": _phase_rows(processes, totals, sum(wall[r["step"]] for r in step_rows)), "steps": step_rows}
+    walls = sum(wall[r["step"]] for r in step_rows)
+    return {"phases": _phase_rows(processes if selected is None else selected, totals, walls), "steps": step_rows}
 
 
 def _by_step(rows: list[dict[str, Any]]) -> None:

@@ -97,7 +97,13 @@ from lens_rl.offline.rollup.schema import (
     UnbucketedRow,
     WarningRow,
 )
-from lens_rl.offline.rollup.selected import cut_phases, incomplete_steps, selection_row, steps_group_and_rank_rows
+from lens_rl.offline.rollup.selected import (
+    cut_phases,
+    incomplete_steps,
+    selected_window,
+    selection_row,
+    steps_group_and_rank_rows,
+)
 from lens_rl.offline.rollup.steps import steady_goodput, step_rows, step_times, warmup_of
 from lens_rl.offline.rollup.stragglers import stragglers
 from lens_rl.offline.rollup.throughput import with_remote_tokens
@@ -127,13 +133,16 @@ def report_from_parts(
     memo: Memo | None = None,
     cut_links: Callable[[Sequence[ProcessPart]], Any] | None = None,
     pipe_memo: PipeMemo | None = None,
+    selected: dict[str, Any] | None = None,
 ) -> GoodputReport:
     """The goodput report (the module docstring's schema, typed in :mod:`~lens_rl.offline.rollup.schema`)
     from process parts; ``steps`` (A, B) selects steps; ``memo``: the critical path's per-step results of an
     earlier look (:class:`~lens_rl.offline.rollup.critical.Memo`), ``pipe_memo`` the pipeline's coverage of
     each step (:class:`~lens_rl.offline.rollup.pipe_memo.PipeMemo`); ``cut_links``: the tree rule over the links
     between the merged processes (:func:`lens_rl.offline.read.crosslinks.cross_cut`; its ``cycles`` are counted
-    in ``broken_cycles``, its cut links not walked by the critical path)."""
+    in ``broken_cycles``, its cut links not walked by the critical path); ``selected``: with ``steps``, filled
+    with the selected complete steps and their walls (:func:`~lens_rl.offline.rollup.selected.selected_window`:
+    what the GPU section is joined over)."""
     processes = merge_parts(parts)
     driver = [p for p in processes if p.is_driver]
     view = driver or processes
@@ -151,12 +160,15 @@ def report_from_parts(
     throughput = throughput_row(tokened, rows, walls_ns)  # (adds to the step rows)
     phases = phase_rows(tokened, job["wall_s"] if driver else None)
     selection = None
+    within: list[ProcessPart] = []
     if steps is not None:  # (--steps A-B: the figures over those steps, lens_rl.offline.rollup.selected)
         selection = selection_row(rows, walls_ns, productive_ns, steps)
         skip = incomplete_steps(rows)
-        within = cut_phases(processes, steps, skip)
+        within = cut_phases(tokened, steps, skip)
         phases = phase_rows(within, selection["wall_s"], selection["wall_s"])
         groups, ranks = steps_group_and_rank_rows(within, int(round(selection["wall_s"] * 1e9)), steps, skip)
+        if selected is not None:
+            selected.update(selected_window(view, rows, steps))
     report: GoodputReport = {
         "schema": SCHEMA,
         "goodput": job["goodput"] if selection is None else selection["goodput"],
@@ -170,14 +182,18 @@ def report_from_parts(
         "phases": cast("list[PhaseRow]", phases),
         "unbucketed_phases": cast(
             "list[UnbucketedRow]",
-            unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9),
+            unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9)
+            if selection is None
+            else unbucketed_rows(within, selection["wall_s"]),
         ),
-        "warnings": cast("list[WarningRow]", warning_rows(view, rows) + pool_warnings(processes)),
+        "warnings": cast("list[WarningRow]", warning_rows(view, rows, steps is not None) + pool_warnings(processes)),
         "broken_cycles": sum(p.cycles for p in processes) + cross_cycles,
         "worker_groups": cast("list[GroupRow]", groups),
         "ranks": cast("list[RankRow]", ranks),
         "stragglers": cast(Stragglers, stragglers(processes, steps)),
-        "critical_path": cast(CriticalPath, critical_path(processes, rows, memo, cut)),
+        "critical_path": cast(
+            CriticalPath, critical_path(processes, rows, memo, cut, None if selection is None else within)
+        ),
         "throughput": cast(Throughput, throughput),
         "requests": cast("list[RequestsRow]", requests_rows(processes)),
         "pipeline": cast("Pipeline | None", pipeline_row(processes, view, rows, warmup_steps, steps, pipe_memo)),

@@ -96,6 +96,7 @@ def gpu_rollup(
     kept: Mapping[str, SpanPrefix] | None = None,
     keep: dict[str, SpanPrefix] | None = None,
     keeping: Keeping | None = None,
+    walls: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``gpu`` section (``devices``, ``phases``, ``steps``, ``ranks``, ``goodput`` before the wall is
     known) and the GPU warnings, from the parts, the sampled devices and their timelines by UUID (``lines``
@@ -103,7 +104,9 @@ def gpu_rollup(
     devices, in order (``map``, or a thread pool's: a timeline's numpy work lets go of the GIL). ``kept``:
     what an earlier look settled (:mod:`lens_rl.offline.rollup.gpu_prefix`, by ``repr`` of the process's key):
     only the spans after it are joined; ``keep``: filled with what this look settles, for the next;
-    ``keeping``: the steps and productive intervals kept (:mod:`lens_rl.offline.rollup.gpu_memo`) in and out."""
+    ``keeping``: the steps and productive intervals kept (:mod:`lens_rl.offline.rollup.gpu_memo`) in and out;
+    ``walls``: ``[(start, end)]`` ns the device rows cover (``--steps``: the selected steps' walls; None: each
+    device's whole timeline)."""
     parts = list(parts)
     processes = [
         GpuProcess(k, m, devices, lines, kept, keeping) for k, m in sorted(_merged_gpu(parts, devices).items())
@@ -119,7 +122,7 @@ def gpu_rollup(
         line = lines.get(uuid)
         if line is not None and line.a.size:
             limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
-        row = _device_row(devices[uuid], line, [_who(p.key) for p in users.get(uuid, [])])
+        row = _device_row(devices[uuid], line, [_who(p.key) for p in users.get(uuid, [])], walls)
         if keeping is not None and keeping.on_line is not None and line is not None:
             keeping.on_line(uuid, line)
         if line is None or uuid not in users:
@@ -144,7 +147,7 @@ def gpu_rollup(
         for process, answered in zip(users.get(uuid, []), answers, strict=False):
             process.queries.answer(answered)
     if any(process.stale() for process in processes):
-        return gpu_rollup(parts, devices, lines, each, None, keep, keeping)  # (what it kept no longer holds)
+        return gpu_rollup(parts, devices, lines, each, None, keep, keeping, walls)  # (what it kept no longer holds)
     phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
     step_parts: list[tuple[Any, Any, Any]] = []
     ranks: list[dict[str, Any]] = []
@@ -365,10 +368,16 @@ def _phase_rows(
         _add(row["acc"], per[i], peaks[i] if np.isfinite(peaks[i]) else np.nan)
 
 
-def _device_row(device: Any, line: Timeline | None, users: list[Any]) -> dict[str, Any]:
+def _device_row(device: Any, line: Timeline | None, users: list[Any], walls: Any = None) -> dict[str, Any]:
+    """A device's row: its figures over its whole timeline, or over ``walls`` (``[(start, end)]`` ns)."""
     acc = _acc()
-    if line is not None:
+    if line is not None and walls is None:
         _add(acc, line.whole(), line.mem_max())
+    elif line is not None and walls:
+        starts = np.array([lo for lo, _ in walls], np.int64)
+        ends = np.array([hi for _, hi in walls], np.int64)
+        sums, peaks = line.joined(starts, ends)
+        _add(acc, sums.sum(axis=0), float(np.nanmax(peaks)) if not np.isnan(peaks).all() else np.nan)
     return {
         "uuid": device.uuid,
         "host": device.host,

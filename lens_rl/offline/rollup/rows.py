@@ -66,7 +66,7 @@ def phase_rows(
     group's: its processes' lifetimes), so a parent phase never reads as the time its children took.
     Third-party spans are no phases (never in these rows). ``steps_wall_s``: the processes are cut to
     selected steps (:func:`lens_rl.offline.rollup.selected.cut_phases`): shares are of that wall (a worker
-    group's: times its processes), the p95 null."""
+    group's: times its processes)."""
     merged, members, lifetimes, durations = _merged_phases(processes, steps_wall_s)
     cut = steps_wall_s is not None
     rows: list[dict[str, Any]] = []
@@ -134,7 +134,7 @@ def _phase_row(
         "total_s": round(total_s, 6),
         "exclusive_s": round(ph.excl_ns / 1e9, 6),
         "mean_s": round(total_s / ph.count, 6) if ph.count else None,
-        "p95_s": None if not ph.count or cut else round(quantile_s(ph, 0.95, durations) or 0.0, 6),
+        "p95_s": _p95(ph, durations, cut),
         "share": round(ph.excl_ns / 1e9 / of_s, 6) if of_s else None,
         "share_of": ("steps wall" if cut else "job wall")
         if is_driver
@@ -143,6 +143,14 @@ def _phase_row(
         "tokens_per_s_per_gpu": None if per_gpu is None else round(per_gpu, 3),
         "mfu": None if mfu is None else round(mfu, 6),
     }
+
+
+def _p95(phase: PhasePart, durations: list[array], cut: bool) -> float | None:
+    """A phase's p95 in seconds from its parts' durations (None: no span, or, ``cut`` to steps, a table made
+    without its durations)."""
+    if not phase.count or (cut and sum(map(len, durations)) == 0):
+        return None
+    return round(quantile_s(phase, 0.95, durations) or 0.0, 6)
 
 
 def unbucketed_rows(processes: list[ProcessPart], steps_wall_s: float) -> list[dict[str, Any]]:
@@ -218,12 +226,15 @@ def group_and_rank_rows(processes: list[ProcessPart]) -> tuple[list[dict[str, An
     return group_rows, ranks, concurrent
 
 
-def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def warning_rows(
+    view: list[ProcessPart], step_rows: list[dict[str, Any]], selected: bool = False
+) -> list[dict[str, Any]]:
     """What looks like a mistake in the job's instrumentation, said (``--json`` ``warnings``, each with a
     ``kind`` and a ``message``): a bucketed phase that encloses whole steps (``step_inside_phase``: its
     bucket does not apply to the steps); unattributed time over :data:`UNATTRIBUTED_SHARE` of the complete
     steps' wall (``unattributed``), with the stretch of the steps where most of it falls (between which
-    phases, on which process)."""
+    phases, on which process; ``selected``: the step rows are ``--steps A-B``'s, and where it falls is said to
+    be the whole job's: the gaps are kept per process, not per step)."""
     out: list[dict[str, Any]] = []
     enclosing: dict[tuple[str, Any, Any], int] = defaultdict(int)
     for part in view:
@@ -243,13 +254,13 @@ def warning_rows(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> li
                 f"{bucket} in the job's figure); open the phase inside the step, or give it no bucket",
             }
         )
-    unattributed = _unattributed_warning(view, step_rows)
+    unattributed = _unattributed_warning(view, step_rows, selected)
     if unattributed is not None:
         out.append(unattributed)
     return out
 
 
-def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, Any]) -> str:
+def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, Any], selected: bool = False) -> str:
     """The largest gap of the steps' umbrellas (ns, (phase before, phase after), process) written into the
     unattributed warning's ``row``, and said for its message."""
     ns, (before, after), part = max(gaps, key=lambda g: (g[0], g[1]))
@@ -267,12 +278,15 @@ def _where(gaps: list[tuple[int, tuple[str, str], ProcessPart]], row: dict[str, 
     if not of:
         return ""
     return (
-        f"; most of it ({ns / of * 100:.0f}%) between {before!r} and {after!r} on "
+        f"; {'over the whole job, ' if selected else ''}most of it ({ns / of * 100:.0f}%) between {before!r} and "
+        f"{after!r} on "
         f"{part.key.group} rank {part.key.rank} (pid {part.key.pid})"
     )
 
 
-def _unattributed_warning(view: list[ProcessPart], step_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _unattributed_warning(
+    view: list[ProcessPart], step_rows: list[dict[str, Any]], selected: bool = False
+) -> dict[str, Any] | None:
     """The ``unattributed`` warning when over :data:`UNATTRIBUTED_SHARE` of the complete steps' wall is
     unattributed (with where most of it falls), else None."""
     complete = [r for r in step_rows if not r["incomplete"]]
@@ -285,7 +299,7 @@ def _unattributed_warning(view: list[ProcessPart], step_rows: list[dict[str, Any
             "share": round(unattributed / wall, 6),
             "unattributed_s": round(unattributed, 6),
         }
-        where = _where(gaps, row) if gaps else ""
+        where = _where(gaps, row, selected) if gaps else ""
         row["message"] = (
             f"{unattributed / wall * 100:.0f}% of the steps' wall is unattributed (no bucketed phase covers it)"
             f"{where}: a phase is likely missing there"

@@ -4,18 +4,23 @@ read again.
 
 * **Headline** (``goodput``, ``selection``): the selected complete steps' productive seconds over their wall
   (the step rows summed: a step whose umbrella never ended is out, as in every step figure).
-* **Phases**: each phase's spans in those steps: count, total, exclusive, mean; ``share`` of the steps' wall
-  (the driver's) or of it times the group's processes (a worker group's); ``p95_s`` and the token rates are
-  null (durations and tokens are not kept per step). Spans outside every step (start-up, a final save) are
-  out.
+* **Phases**: each phase's spans in those steps: count, total, exclusive, mean, p95, tokens/s, tokens/s per
+  GPU and MFU (each phase keeps its spans' durations and tokens per step); ``share`` of the steps' wall
+  (the driver's) or of it times the group's processes (a worker group's). Spans outside every step
+  (start-up, a final save) are out.
+* **Unbucketed phases**: the unbucketed leaves' time in those steps over their wall.
 * **Worker groups and ranks**: a process's phases' exclusive seconds in those steps by bucket over the steps'
   wall; a worker's wall not covered is idle (the driver's is not: it orchestrates). Processes with no phase
   in the steps are left out.
 
+* **GPU** (``gpu``): joined to the spans of the selected complete steps alone (:func:`cut_gpu`: phases, ranks,
+  steps, warnings), its device rows over those steps' walls (:func:`selected_window`) and its goodput over
+  their wall times the devices.
+
 Job-wide by nature, whatever ``--steps`` says (``selection["job_wide"]``): the ``job`` row (start-up
-included), ``attempts``, ``requests`` (request spans carry no step), ``unbucketed_phases``, the
-``step_inside_phase`` warnings and the ``gpu`` section but its ``steps`` rows (:func:`cut_gpu_steps`: the
-join keeps no phase, rank or productive busy per step).
+included), ``attempts``, ``requests`` (request spans carry no step), the ``step_inside_phase`` warnings,
+and where the ``unattributed`` warning says most of the time falls (``between``, ``gap_s``: the gaps are
+kept per process, not per step; its share is the selected steps').
 
 Example::
 
@@ -24,28 +29,38 @@ Example::
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from lens_rl.buckets import goodput_of
+from lens_rl.offline.read.intervals import merge_intervals
 from lens_rl.offline.read.parts import BUCKETS, PhasePart, ProcessPart
 from lens_rl.offline.rollup.bulk import seconds_rounded
+from lens_rl.offline.rollup.steps import step_windows
 from lens_rl.offline.rollup.stragglers import in_range
 
-__all__ = ["JOB_WIDE", "cut_gpu_steps", "cut_phases", "incomplete_steps", "selection_row", "steps_group_and_rank_rows"]
+__all__ = [
+    "JOB_WIDE",
+    "cut_gpu",
+    "cut_gpu_steps",
+    "cut_phases",
+    "incomplete_steps",
+    "selected_window",
+    "selection_row",
+    "steps_group_and_rank_rows",
+]
 
 #: The report's parts that cover the whole job whatever ``--steps`` selects.
 JOB_WIDE = (
     "job",
     "attempts",
     "requests",
-    "unbucketed_phases",
     "warnings.step_inside_phase",
-    "gpu.devices",
-    "gpu.phases",
-    "gpu.ranks",
-    "gpu.goodput",
+    "warnings.unattributed.between",
 )
 
 
@@ -76,26 +91,53 @@ def incomplete_steps(rows: list[dict[str, Any]]) -> frozenset[Any]:
     return frozenset(row["step"] for row in rows if row["incomplete"])
 
 
-def _within(table: Any, steps: tuple[int, int], skip: Collection[Any]) -> tuple[int, int, int]:
-    """(count, total ns, exclusive ns) of a :class:`PhaseSteps` in ``steps``, less the ``skip`` steps'."""
-    count, total, excl = table.within(steps)
-    for step in skip:
-        if type(step) is int and steps[0] <= step <= steps[1]:
-            c, t, e = table.within((step, step))
-            count, total, excl = count - c, total - t, excl - e
-    return count, total, excl
+def _runs(steps: tuple[int, int], skip: Collection[Any]) -> list[tuple[int, int]]:
+    """The ranges of ``steps`` left once the ``skip`` steps are taken out."""
+    out, lo = [], steps[0]
+    for step in sorted(s for s in skip if type(s) is int and steps[0] <= s <= steps[1]):
+        if step > lo:
+            out.append((lo, step - 1))
+        lo = step + 1
+    if lo <= steps[1]:
+        out.append((lo, steps[1]))
+    return out
+
+
+def _phase_in(table: Any, runs: list[tuple[int, int]]) -> PhasePart:
+    """A :class:`PhaseSteps`' spans in the ``runs`` of steps as one phase's numbers: count, total and
+    exclusive ns, tokens, FLOPs, and the durations for its p95 where the table keeps them."""
+    phase = PhasePart()
+    timed = True
+    for run in runs:
+        window = table.window(run)
+        phase.count += window.spans
+        phase.total_ns += window.total_ns
+        phase.excl_ns += window.excl_ns
+        phase.token_ns += window.token_ns
+        phase.leaf_ns += window.leaf_ns
+        phase.tokens += window.tokens
+        phase.flops += window.flops
+        phase.flops_tokens += window.flops_tokens
+        if window.durations is None:
+            timed = False
+        else:
+            phase.durations.extend(window.durations)
+    if not timed:
+        phase.durations = array("q")
+    return phase
 
 
 def cut_phases(processes: list[ProcessPart], steps: tuple[int, int], skip: Collection[Any] = ()) -> list[ProcessPart]:
-    """Each process with a phase in ``steps`` (less ``skip``), its ``phases`` those steps' only (no durations,
-    no tokens: :func:`~lens_rl.offline.rollup.rows.phase_rows` then leaves their p95 and rates null)."""
+    """Each process with a phase in ``steps`` (less ``skip``), its ``phases`` those steps' only: counts,
+    times, tokens, FLOPs and durations, as if the job had only those steps."""
+    runs = _runs(steps, skip)
     out = []
     for part in processes:
         phases = {}
         for key, table in part.phase_steps.items():
-            count, total, excl = _within(table, steps, skip)
-            if count:
-                phases[key] = PhasePart(count=count, total_ns=total, excl_ns=excl)
+            phase = _phase_in(table, runs)
+            if phase.count:
+                phases[key] = phase
         if phases:
             out.append(replace(part, phases=phases))
     return out
@@ -165,6 +207,31 @@ def steps_group_and_rank_rows(
     group_rows.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"]))
     ranks.sort(key=lambda r: (r["worker_group"] != "driver", r["worker_group"], r["rank"], r["attempt"], r["pid"]))
     return group_rows, ranks
+
+
+def selected_window(view: list[ProcessPart], rows: list[dict[str, Any]], steps: tuple[int, int]) -> dict[str, Any]:
+    """The selected complete steps (``steps``: a frozenset) and their walls merged (``walls``: ``[(start, end)]``
+    ns, the view's umbrellas'): what the GPU section is joined over under ``--steps``."""
+    complete = frozenset(row["step"] for row in rows if not row["incomplete"] and type(row["step"]) is int)
+    windows = step_windows(view, steps)
+    return {"steps": complete, "walls": merge_intervals(w for step in complete for w in windows.get(step, ()))}
+
+
+def cut_gpu(columns: Any, complete: Collection[int]) -> Any:
+    """A GPU process's span columns (:mod:`lens_rl.offline.read.gpu_spans`) cut to the spans of the ``complete``
+    steps (None: none there)."""
+    uuids, starts, ends, keys, index, steps = columns
+    chosen = np.isin(np.frombuffer(steps, np.int64) if len(steps) else np.zeros(0, np.int64), list(complete))
+    if not chosen.any():
+        return None
+    at = np.flatnonzero(chosen)
+
+    def take(values: array) -> array:
+        out = array(values.typecode)
+        out.frombytes(np.frombuffer(values, {"q": np.int64, "i": np.int32}[values.typecode])[at].tobytes())
+        return out
+
+    return (uuids, take(starts), take(ends), keys, take(index), take(steps))
 
 
 def cut_gpu_steps(report: Any, steps: tuple[int, int] | None) -> Any:

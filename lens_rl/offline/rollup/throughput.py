@@ -128,8 +128,8 @@ def with_remote_tokens(processes: Sequence[Any]) -> list[Any]:
     """The parts with the token counts of third-party requests (vLLM's ``llm_request`` in a vLLM process's
     file, its ``gen_ai.usage`` counts) given to the generation phase span in another file that each hangs
     from, directly or through third-party spans of that file (an HTTP client's call: the part's ``relays``),
-    where that span has no ``rl.num_tokens`` of its own: its phase's tokens and token time, and its step's
-    generation tokens. The parts given are left as they are (a part that gains is a copy)."""
+    where that span has no ``rl.num_tokens`` of its own: its phase's tokens and token time (in its step's
+    too, for ``--steps``), and its step's generation tokens. The parts given are left as they are (a part that gains is a copy)."""
     relays: dict[str, str] = {}
     for part in processes:
         relays.update(part.relays)
@@ -149,6 +149,7 @@ def with_remote_tokens(processes: Sequence[Any]) -> list[Any]:
             continue
         part = copy.copy(part)
         part.phases, part.step_tokens = dict(part.phases), dict(part.step_tokens)
+        part.phase_steps = dict(part.phase_steps)
         for (out, into), (name, bucket, ns, step) in matched:
             count = out or into
             phase = part.phases[(name, bucket)] = dataclasses.replace(part.phases[(name, bucket)])
@@ -156,5 +157,8 @@ def with_remote_tokens(processes: Sequence[Any]) -> list[Any]:
             phase.token_ns += ns
             if step is not None:
                 part.step_tokens[("gen", step)] = part.step_tokens.get(("gen", step), 0) + count
+            table = part.phase_steps.get((name, bucket))
+            if table is not None and type(step) is int:  # (its phase per step likewise: what --steps cuts)
+                part.phase_steps[(name, bucket)] = table.with_tokens(step, count, ns)
         out_parts.append(part)
     return out_parts

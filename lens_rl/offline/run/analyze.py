@@ -24,7 +24,7 @@ from lens_rl.offline.read.reduce import file_steps
 from lens_rl.offline.rollup.attempts import superseded_steps
 from lens_rl.offline.rollup.goodput import report_from_parts
 from lens_rl.offline.rollup.schema import GoodputReport
-from lens_rl.offline.rollup.selected import cut_gpu_steps
+from lens_rl.offline.rollup.selected import cut_gpu, cut_gpu_steps
 from lens_rl.offline.run.cache import (
     grown_bytes,
     load_memo,
@@ -35,8 +35,8 @@ from lens_rl.offline.run.cache import (
     save_sizes,
     store_fingerprint,
 )
-from lens_rl.offline.run.gpu import sample_files, with_gpu
-from lens_rl.offline.run.gpu_ahead import join_ahead, read_ahead
+from lens_rl.offline.run.gpu import gpu_join, gpu_read, sample_files, with_gpu
+from lens_rl.offline.run.gpu_ahead import Columns, join_ahead, read_ahead
 from lens_rl.offline.run.index import Index
 from lens_rl.offline.run.parallel import map_files, no_gc
 from lens_rl.offline.run.pipe_memo_file import load_pipe_memo, save_pipe_memo
@@ -176,7 +176,13 @@ def _superseded(
     return superseded_steps(steps)
 
 
-def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None, **options: Any) -> GoodputReport:
+def rolled_up(
+    parts: Iterable[ProcessPart],
+    stats: ReadStats,
+    cache: str | None,
+    selected: dict[str, Any] | None = None,
+    **options: Any,
+) -> GoodputReport:
     """:func:`report_from_parts` of what :func:`analyze_parts` read, the critical path's per-step results and
     the pipeline's coverage of each step kept in the refresh cache's folder ``cache`` between looks (None:
     computed afresh, nothing kept)."""
@@ -198,6 +204,7 @@ def rolled_up(parts: Iterable[ProcessPart], stats: ReadStats, cache: str | None,
             memo=memo,
             pipe_memo=pipe,
             cut_links=cross_cut,
+            selected=selected,
             **options,
         )
     if cache is not None and memo is not None:
@@ -226,18 +233,45 @@ def analyze(
         kept, why = load_report(cache, fingerprint)
         if kept is not None:
             return cast(GoodputReport, kept)
-    ahead = read_ahead(paths, cache, jobs, window=True)  # (the sample files read while the span files are)
+    steps = options.get("steps")
+    # (the sample files read while the span files are; under --steps every sample: the join is cold)
+    ahead = read_ahead(paths, cache, jobs, window=steps is None)
     parts, stats = analyze_parts(
         paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
     )
     if why is not None:  # (a kept report damaged or another's: said with the cache's other notes)
         stats.cache_notes.insert(0, why)
-    joining = join_ahead(paths, parts, stats, cache, jobs, ahead)  # (joined while the rollup merges the parts)
-    report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), joining.result())
-    report = cut_gpu_steps(report, options.get("steps"))  # (--steps A-B: its GPU step rows those steps')
+    if steps is None:
+        joining = join_ahead(paths, parts, stats, cache, jobs, ahead)  # (joined while the rollup merges the parts)
+        report = with_gpu(rolled_up(parts, stats, cache if critical else None, **options), joining.result())
+    else:
+        report = _selected_gpu(paths, parts, stats, cache if critical else None, jobs, ahead, options)
     if cache is not None and fingerprint is not None and not _grew(stats):
         save_report(cache, fingerprint, report)
     return report
+
+
+def _selected_gpu(
+    paths: Sequence[Path],
+    parts: Sequence[ProcessPart],
+    stats: ReadStats,
+    cache: str | None,
+    jobs: int | None,
+    ahead: Any,
+    options: dict[str, Any],
+) -> GoodputReport:
+    """``--steps A-B``: the report over the selected steps, its GPU section joined to the spans of their
+    complete steps alone, its device rows and GPU goodput over their walls (as if the job had only those
+    steps; joined cold: what the cache keeps of a join is the whole job's)."""
+    found, devices = gpu_read(paths, stats, cache, jobs, ahead)
+    columns = [Columns(p.key, p.gpu, p.device) for p in parts if p.gpu is not None]  # (before the merge)
+    selected: dict[str, Any] = {}
+    report = rolled_up(parts, stats, cache, selected=selected, **options)
+    if not found or not devices:
+        return report
+    cut = [c._replace(gpu=cut_gpu(c.gpu, selected.get("steps", ()))) for c in columns]
+    look = gpu_join(found, devices, [c for c in cut if c.gpu is not None], None, selected.get("walls", []))
+    return cut_gpu_steps(with_gpu(report, look), options["steps"])
 
 
 def _grew(stats: ReadStats) -> bool:

@@ -278,10 +278,13 @@ def gpu_read(
     return found, devices
 
 
-def gpu_join(found: list[Path], devices: dict[str, Device], parts: Sequence[Any], cache: str | None = None) -> GpuLook:
+def gpu_join(
+    found: list[Path], devices: dict[str, Device], parts: Sequence[Any], cache: str | None = None, walls: Any = None
+) -> GpuLook:
     """The devices' samples joined to the parts (each with ``key`` and ``gpu``; before the rollup merges them);
     through the cache (``cache``: its folder), only the spans an earlier look had not settled
-    (:mod:`lens_rl.offline.run.gpu_kept`)."""
+    (:mod:`lens_rl.offline.run.gpu_kept`); ``walls``: what the device rows cover (``--steps``: the selected
+    steps' walls; None: the whole timeline)."""
     if not found or not devices:
         return GpuLook(found, devices, None, [])
     windows = isinstance(devices, Windows)
@@ -293,10 +296,10 @@ def gpu_join(found: list[Path], devices: dict[str, Device], parts: Sequence[Any]
         # (two devices' timelines built and asked at once: their numpy work lets go of the GIL; measured on the
         # 1 M-span benchmark, 1.7 s wall against 2.7 s, the same sums: answers are added in device order)
         with ThreadPoolExecutor(min(2, os.cpu_count() or 1)) as pool:
-            section, warnings = gpu_rollup(parts, devices, lines, pool.map, kept, keep, keeping)
+            section, warnings = gpu_rollup(parts, devices, lines, pool.map, kept, keep, keeping, walls)
     except ColdError:  # (a query before a device's window that no anchor answers: every sample read, joined cold)
         devices = read_devices(found, cache)[0]
-        return gpu_join(found, devices, parts, cache)
+        return gpu_join(found, devices, parts, cache, walls)
     if cache is not None and keep is not None and keeping is not None:
         save_kept(cache, found, devices, keep)
         save_lines(cache, found, devices, keeping)
@@ -317,10 +320,12 @@ def gpu_look(
 
 
 def with_gpu(report: Any, look: GpuLook) -> Any:
-    """``report`` with the look's ``gpu`` section (its GPU goodput over the job's wall) and warnings; a look
+    """``report`` with the look's ``gpu`` section (its GPU goodput over the job's wall, or with ``--steps`` the
+    selected steps') and warnings; a look
     with no samples leaves it as it is."""
     if look.section is not None:
-        gpu_goodput(look.section, report["job"]["wall_s"])
+        picked = report.get("selection")  # (--steps A-B: over the selected steps' wall)
+        gpu_goodput(look.section, report["job"]["wall_s"] if picked is None else picked["wall_s"])
         report["gpu"] = look.section
         report["warnings"] = list(report["warnings"]) + look.warnings
     return report

@@ -22,10 +22,10 @@ from lens_rl.offline.read.gpu_samples import SCANNER
 from lens_rl.offline.run.gpu import GpuLook, gpu_join, gpu_read, read_run
 from lens_rl.store import ReadStats
 
-__all__ = ["join_ahead", "read_ahead"]
+__all__ = ["Columns", "join_ahead", "read_ahead"]
 
 
-class _Columns(NamedTuple):
+class Columns(NamedTuple):
     """A part's GPU span columns as they were before the rollup merged the parts (the join's snapshot)."""
 
     key: Any
@@ -82,7 +82,7 @@ def join_ahead(
     this returns, before the report is made of them) and joined to the parts on a thread, from a snapshot of
     their GPU columns: the parts may be merged meanwhile. ``.result()`` is the :class:`GpuLook`."""
     found, devices = gpu_read(paths, stats, cache, jobs, ahead)
-    columns = [_Columns(part.key, part.gpu, part.device) for part in parts if part.gpu is not None]
+    columns = [Columns(part.key, part.gpu, part.device) for part in parts if part.gpu is not None]
     if not found or not devices:
         done: Future[GpuLook] = Future()
         done.set_result(gpu_join(found, devices, columns, cache))

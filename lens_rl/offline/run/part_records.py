@@ -171,16 +171,30 @@ def _compute_from(rec: ComputeRec) -> Mapping[Any, int]:
     return Series(steps, ns)
 
 
+#: the typecodes of a :class:`PhaseSteps`' columns, in its constructor's order
+_PHASE_STEPS_CODES = "qqqqqqdddq"
+
+
 def _phase_steps_record(key: tuple[Any, Any], table: PhaseSteps) -> PhaseStepsRec:
-    return PhaseStepsRec(key[0], key[1], *(raw(column, "q") for column in table.columns()))
+    return PhaseStepsRec(
+        key[0],
+        key[1],
+        *(raw(column, code) for column, code in zip(table.all_columns(), _PHASE_STEPS_CODES, strict=True)),
+    )
 
 
 def _phase_steps_from(rec: PhaseStepsRec) -> PhaseSteps:
-    columns = [array_of("q", b) for b in (rec.steps, rec.count, rec.total, rec.excl)]
+    given = (rec.steps, rec.count, rec.total, rec.excl, rec.token_ns, rec.leaf, rec.tokens, rec.flops, rec.flops_tokens)
+    columns = [array_of(code, b) for b, code in zip(given, _PHASE_STEPS_CODES, strict=False)]
+    durations = array_of("q", rec.durations)
     steps = np.frombuffer(columns[0], np.int64) if len(columns[0]) else np.zeros(0, np.int64)
-    if len({len(c) for c in columns}) != 1 or bool((np.diff(steps) <= 0).any()):
+    if len({len(c) for c in columns[:4]}) != 1 or bool((np.diff(steps) <= 0).any()):
         raise ValueError("per-step phase columns that do not add up (or steps not sorted and distinct)")
-    return PhaseSteps(*columns)
+    steps_, count, total, excl, token_ns, leaf, tokens, flops, flops_tokens = columns
+    table = PhaseSteps(steps_, count, total, excl, token_ns, leaf, tokens, flops, flops_tokens, durations)
+    if not table.adds_up():
+        raise ValueError("per-step phase columns or durations that do not add up to its steps and counts")
+    return table
 
 
 def _requests_record(part: RequestsPart) -> RequestsRec:

@@ -75,7 +75,8 @@ class ComputeRec(Rec):
 
 class PhaseStepsRec(Rec):
     """One (phase, bucket)'s :class:`~lens_rl.offline.read.phase_steps.PhaseSteps`: int64 columns of its
-    steps, counts, total and exclusive ns."""
+    steps, counts, total, exclusive, token and unbucketed leaves' ns, float64 columns of its tokens, FLOPs and tokens with FLOPs
+    given, and its spans' durations (int64, in step order)."""
 
     name: Scalar
     bucket: Scalar
@@ -83,6 +84,12 @@ class PhaseStepsRec(Rec):
     count: Raw
     total: Raw
     excl: Raw
+    token_ns: Raw
+    leaf: Raw
+    tokens: Raw
+    flops: Raw
+    flops_tokens: Raw
+    durations: Raw
 
 
 class RequestsRec(Rec):

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: the records' schema version (a record of another is refused by its tag: the file is read cold)
-VERSION = 2  # (2: an entry's and a delta's file state one StateRec)
+VERSION = 3  # (2: an entry's and a delta's file state one StateRec; 3: a phase's tokens and durations per step)
 
 #: what encoding a value the schema cannot hold raises (an int past 64 bits, a type it has no form for): such a
 #: value is kept nowhere, and the next look reads cold

@@ -91,7 +91,7 @@ def _selection_lines(report: GoodputReport) -> list[str]:
     a, b = picked["steps"]
     return [
         _row(f"steps {a}-{b}", picked["seconds"], picked["goodput"], _wall(picked)),
-        f"  (the job row is job-wide, start-up included; the attempts, requests and GPU figures too; every other "
+        f"  (the job row is job-wide, start-up included; the attempts and requests too; every other "
         f"figure covers steps {a}-{b}'s {picked['complete_steps']} complete step(s))",
     ]
 
