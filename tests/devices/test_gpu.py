@@ -173,6 +173,22 @@ def test_two_runs_on_one_host_each_have_their_sampler(tmp_path: Path, job: Job) 
         assert read_gpu(path)[0]["run_id"] == rid
 
 
+def test_two_runs_whose_ids_differ_after_a_dot_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
+    """Run ids such as ``qwen2.5-7b`` and ``qwen2.5-3b`` (alike up to a dot) are two runs: each samples on the
+    host and keeps its samples in its own folder (neither takes the other's lock)."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
+    stem = run_id()
+    one, two = f"{stem}-qwen2.5-7b", f"{stem}-qwen2.5-3b"
+    job.start(job_env(tmp_path / "traces", one, sc))
+    job.start(job_env(tmp_path / "traces", two, sc))
+    for rid in (one, two):
+        wait_for(lambda rid=rid: gpu_files(tmp_path / "traces" / rid), what=f"{rid}'s sampler")
+    assert all(code == 0 for code, _, _ in job.finish())
+    for rid in (one, two):
+        [path] = gpu_files(tmp_path / "traces" / rid)
+        assert read_gpu(path)[0]["run_id"] == rid
+
+
 @pytest.mark.parametrize("standin", [False, True], ids=["no-pynvml", "no-library"])
 def test_without_nvml_nothing_is_written_and_nothing_said(tmp_path: Path, job: Job, standin: bool) -> None:
     """No pynvml installed, or no NVML library: no sample file, no warning at the default log level."""
