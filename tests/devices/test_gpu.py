@@ -159,6 +159,33 @@ def test_a_takeover_keeps_the_idle_clock_of_the_device(tmp_path: Path, job: Job)
     assert after == before
 
 
+def test_a_fifo_in_place_of_the_latest_sample_blocks_neither_sampler_nor_heartbeat(tmp_path: Path, job: Job) -> None:
+    """Something that is no file where the host keeps the run's latest sample (a FIFO: opening it to read would
+    wait for a writer for good) is no latest sample: the sampler samples, replaces it, and heartbeats carry the
+    process's GPUs."""
+    from lens_rl.devices import election
+
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
+    rid = run_id()
+    env = job_env(tmp_path / "traces", rid, sc, CUDA_VISIBLE_DEVICES="0")
+    os.mkfifo(Path(env["TMPDIR"]) / election.latest_path(rid).name)
+    job.start(env)
+    run_dir = tmp_path / "traces" / rid
+    wait_for(lambda: gpu_files(run_dir) and len(read_gpu(gpu_files(run_dir)[0])[1]) >= 3, what="3 samples")
+
+    def beat_with_gpu() -> bool:
+        for live in run_dir.glob("live-*.json"):
+            try:
+                return "gpu" in json.loads(live.read_text())
+            except ValueError:
+                return False
+        return False
+
+    wait_for(beat_with_gpu, what="a heartbeat with the GPU's latest sample")
+    ((code, _, stderr),) = job.finish()
+    assert code == 0, stderr
+
+
 def test_two_runs_on_one_host_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
     """Two runs on one host: each run's folder gets its own sample file."""
     sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
