@@ -164,6 +164,7 @@ class GpuSampler:
             out = self._open_file()
             self._loop(nv, out)
         finally:
+            self.latest = None  # (sampling stopped: no gauge reports its last reading as current)
             if out is not None:
                 out.close()
             release(nv)
@@ -275,7 +276,8 @@ class GpuSampler:
             warn_once("gpu-latest", "lens_rl: cannot keep the latest GPU sample in %s: %s", path, exc)
 
     def observe(self, counter: str) -> list[tuple[float, dict[str, str]]]:
-        """The latest sample's ``counter`` per device, with its gauge attributes (the holder's only)."""
+        """The latest sample's ``counter`` per device, with its gauge attributes (the holder's only, while it
+        samples: none once sampling stopped)."""
         latest = self.latest
         if latest is None:
             return []
