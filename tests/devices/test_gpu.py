@@ -98,6 +98,24 @@ def test_the_sample_file_has_its_header_and_nulls_never_zeros(tmp_path: Path, jo
     assert "nvmlDeviceGetComputeRunningProcesses" not in calls  # device-level queries only
 
 
+def test_a_utilisation_that_is_no_percentage_is_null_and_the_others_are_kept(tmp_path: Path, job: Job) -> None:
+    """A device whose NVML utilisation reads past 100 % reads null there (no percentage), so every sample line
+    stays one the readers take: its neighbours' figures are all in ``goodput``."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 50}, {"uuid": "GPU-odd", "util": 101, "mem_util": 250}])
+    rid = run_id()
+    job.start(job_env(tmp_path / "traces", rid, sc, CUDA_VISIBLE_DEVICES="0"))
+    run_dir = tmp_path / "traces" / rid
+    wait_for(lambda: gpu_files(run_dir) and len(read_gpu(gpu_files(run_dir)[0])[1]) >= 3, what="3 samples")
+    ((code, _, stderr),) = job.finish()
+    assert code == 0, stderr
+    _, samples = read_gpu(gpu_files(run_dir)[0])
+    assert all(s["d"][1][:2] == [None, None] and s["d"][0][0] == 50 for s in samples)
+    out = lens("goodput", str(run_dir), "--json")
+    assert out.returncode == 0, out.stderr
+    [rank] = json.loads(out.stdout)["gpu"]["ranks"]
+    assert rank["devices"] == ["GPU-a"] and rank["gpu_busy"] == 0.5
+
+
 def test_another_process_takes_over_when_the_holder_is_killed(tmp_path: Path, job: Job) -> None:
     """SIGKILL the sampling process: another of the run on the host samples on, with no gap over one heartbeat."""
     sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 50}, {"uuid": "GPU-b", "util": 60}])
