@@ -65,6 +65,14 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(tmp_path: Path) -> None:
         assert "rl.gpu.uuids" not in attrs and attrs["rl.num_gpus"] == 0, (visible, attrs)
 
 
+def test_a_device_named_twice_hides_every_device(tmp_path: Path) -> None:
+    """CUDA (and torch's device count) sees no GPU when CUDA_VISIBLE_DEVICES names one twice: no UUIDs, zero
+    GPUs, never the same GPU counted twice."""
+    for visible in ("0,0", "1,01", "0,1,0", "GPU-zero,GPU-zero"):
+        attrs = worker_attrs(tmp_path, visible)
+        assert "rl.gpu.uuids" not in attrs and attrs["rl.num_gpus"] == 0, (visible, attrs)
+
+
 def test_no_gpus_named_means_none(tmp_path: Path) -> None:
     """No CUDA_VISIBLE_DEVICES (and no Ray), or an empty one: no UUIDs, zero GPUs."""
     assert worker_attrs(tmp_path, None) == {"rl.num_gpus": 0}

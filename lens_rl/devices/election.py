@@ -28,19 +28,20 @@ _HELD: set[int] = set()
 _GUARD = threading.Lock()
 
 
-def _base(run_id: str) -> Path:
+def _base(run_id: str, suffix: str) -> Path:
+    """The run's file of this kind (``suffix`` appended: a run id with a dot, ``qwen2.5-7b``, keeps all of it)."""
     user = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"lens_rl-gpu-{user}-{safe_part(run_id, 'run')}"
+    return Path(tempfile.gettempdir()) / f"lens_rl-gpu-{user}-{safe_part(run_id, 'run')}{suffix}"
 
 
 def lock_path(run_id: str) -> Path:
     """The run's lock file on this host (the system's temporary directory, per user)."""
-    return _base(run_id).with_suffix(".lock")
+    return _base(run_id, ".lock")
 
 
 def latest_path(run_id: str) -> Path:
     """Where the run's sampler on this host keeps its latest sample (rewritten whole)."""
-    return _base(run_id).with_suffix(".latest.json")
+    return _base(run_id, ".latest.json")
 
 
 def try_lock(run_id: str) -> int | None:

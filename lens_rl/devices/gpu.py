@@ -30,6 +30,7 @@ from typing import Any
 from lens_rl._errors import internal_error, warn_once
 from lens_rl.devices import election
 from lens_rl.devices.nvml import Device, NvmlError, load, probe, read, release
+from lens_rl.store import open_file
 from lens_rl.store.gpu import COUNTERS, gpu_header, gpu_path
 
 __all__ = ["GAUGES", "GpuSampler", "current", "heartbeat_entry", "start", "stop"]
@@ -163,6 +164,7 @@ class GpuSampler:
             out = self._open_file()
             self._loop(nv, out)
         finally:
+            self.latest = None  # (sampling stopped: no gauge reports its last reading as current)
             if out is not None:
                 out.close()
             release(nv)
@@ -172,7 +174,7 @@ class GpuSampler:
         keeps the idle clock running: a sampler SIGKILLed mid-stretch does not restart a `GPU IDLE` alert's
         wait). Only a recent file counts (at most two heartbeat intervals old), by device UUID."""
         try:
-            with open(election.latest_path(self.run_id), "rb") as handle:
+            with open_file(election.latest_path(self.run_id), 0) as handle:  # (a regular file only: never waits)
                 latest = json.loads(handle.read(1 << 20))
             if (time.time_ns() - int(latest["t"])) / 1e9 > max(4 * self.retry_s, 2 * LATEST_EVERY_S):
                 return {}
@@ -274,7 +276,8 @@ class GpuSampler:
             warn_once("gpu-latest", "lens_rl: cannot keep the latest GPU sample in %s: %s", path, exc)
 
     def observe(self, counter: str) -> list[tuple[float, dict[str, str]]]:
-        """The latest sample's ``counter`` per device, with its gauge attributes (the holder's only)."""
+        """The latest sample's ``counter`` per device, with its gauge attributes (the holder's only, while it
+        samples: none once sampling stopped)."""
         latest = self.latest
         if latest is None:
             return []
@@ -295,7 +298,7 @@ def heartbeat_entry(run_id: str, uuids: Sequence[str], idle_alert_s: float, stal
     with since when it has read 0 % busy, and the alert threshold; None when there is none or it is older
     than ``stale_s`` (no sampler on the host now)."""
     try:
-        with open(election.latest_path(run_id), "rb") as handle:
+        with open_file(election.latest_path(run_id), 0) as handle:  # (a FIFO there: no entry, never a wait)
             latest = json.loads(handle.read(1 << 20))
         t = int(latest["t"])
         if (time.time_ns() - t) / 1e9 > stale_s:

@@ -182,8 +182,10 @@ def read(nv: Any, device: Device) -> list[Any]:
     try:
         if "util" in has:
             rates = _or_none(nv, nv.nvmlDeviceGetUtilizationRates, handle)
-            if rates is not None:
-                row[0], row[1] = int(rates.gpu), int(rates.memory)
+            if rates is not None:  # (a value past 0-100 is no percentage: null, or readers drop the whole line)
+                util, mem_util = int(rates.gpu), int(rates.memory)
+                row[0] = util if 0 <= util <= 100 else None
+                row[1] = mem_util if 0 <= mem_util <= 100 else None
         if "mem_used" in has:
             memory = _or_none(nv, nv.nvmlDeviceGetMemoryInfo, handle)
             if memory is not None:

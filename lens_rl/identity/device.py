@@ -33,12 +33,19 @@ def gpus(env: Mapping[str, str]) -> tuple[int, str | None]:
 def _visible(visible: str) -> tuple[int, str | None]:
     """The devices a ``CUDA_VISIBLE_DEVICES`` value lists, read as CUDA reads it: indices, ``GPU-`` UUIDs or
     ``MIG-`` ids up to the first entry that is none of them (a negative index, garbage: CUDA hides it and
-    every one after it)."""
-    ids = []
+    every one after it); an entry named twice (``0,0``, ``1,01``, a UUID again) hides them all, as CUDA
+    does."""
+    ids: list[str] = []
+    seen: set[object] = set()
     for entry in visible.split(","):
         entry = entry.strip()
-        if not (entry.isdigit() and entry.isascii()) and not entry.startswith(("GPU-", "MIG-")):
+        digits = entry.isdigit() and entry.isascii()
+        if not digits and not entry.startswith(("GPU-", "MIG-")):
             break
+        same = int(entry) if digits else entry
+        if same in seen:
+            return 0, None
+        seen.add(same)
         ids.append(entry)
     return len(ids), ",".join(ids) or None
 

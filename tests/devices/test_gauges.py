@@ -52,6 +52,40 @@ assert lens_rl.shutdown_telemetry(5000)
     assert len(hosts) == 1 and "" not in hosts
 
 
+def test_no_gauge_repeats_the_last_reading_once_sampling_stopped(tmp_path: Path, receiver: OTLPReceiver) -> None:
+    """A GPU lost mid-run stops the sampler: the exports after it carry no GPU gauge, never the last reading
+    again as if it were current."""
+    lost = tmp_path / "lose-the-gpu"
+    sc = nvml.write_scenario(
+        tmp_path / "gpus.json",
+        [{"uuid": "GPU-ok", "util": 30}, {"uuid": "GPU-lost", "util": 40, "fail_when": str(lost)}],
+        t0=time.time(),
+    )
+    code = f"""
+import os, time, lens_rl
+lens_rl.init_telemetry_driver({{"telemetry": {{"enabled": True, "exporter": "otlp", "endpoint": {receiver.endpoint!r},
+    "metrics_interval_ms": 200, "gpu_sample_hz": 5, "run_id": "o{uuid.uuid4().hex[:8]}"}}}}, "grpo")
+time.sleep(1.0)
+open({str(lost)!r}, "w").close()
+time.sleep(0.5)
+print(time.time_ns(), flush=True)
+time.sleep(1.5)
+assert lens_rl.shutdown_telemetry(5000)
+"""
+    out = run_python(code, env=nvml.env(sc, base={"PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)}))
+    assert out.returncode == 0, out.stderr
+    stopped_ns = int(out.stdout.split()[0])
+    seen = []
+    for req in receiver.metric_requests:
+        for rm in req.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == "rl.gpu.utilization":
+                        seen += [dp.time_unix_nano for dp in metric.gauge.data_points]
+    assert seen and min(seen) < stopped_ns  # (read while sampling ran)
+    assert not [t for t in seen if t > stopped_ns], "a gauge kept the stopped sampler's last reading"
+
+
 def test_heartbeats_carry_the_latest_sample_of_the_process_gpus(tmp_path: Path) -> None:
     """A process's heartbeat has its own GPUs' latest reading and since when they read 0 %, not the others'."""
     t0 = time.time()

@@ -98,6 +98,24 @@ def test_the_sample_file_has_its_header_and_nulls_never_zeros(tmp_path: Path, jo
     assert "nvmlDeviceGetComputeRunningProcesses" not in calls  # device-level queries only
 
 
+def test_a_utilisation_that_is_no_percentage_is_null_and_the_others_are_kept(tmp_path: Path, job: Job) -> None:
+    """A device whose NVML utilisation reads past 100 % reads null there (no percentage), so every sample line
+    stays one the readers take: its neighbours' figures are all in ``goodput``."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 50}, {"uuid": "GPU-odd", "util": 101, "mem_util": 250}])
+    rid = run_id()
+    job.start(job_env(tmp_path / "traces", rid, sc, CUDA_VISIBLE_DEVICES="0"))
+    run_dir = tmp_path / "traces" / rid
+    wait_for(lambda: gpu_files(run_dir) and len(read_gpu(gpu_files(run_dir)[0])[1]) >= 3, what="3 samples")
+    ((code, _, stderr),) = job.finish()
+    assert code == 0, stderr
+    _, samples = read_gpu(gpu_files(run_dir)[0])
+    assert all(s["d"][1][:2] == [None, None] and s["d"][0][0] == 50 for s in samples)
+    out = lens("goodput", str(run_dir), "--json")
+    assert out.returncode == 0, out.stderr
+    [rank] = json.loads(out.stdout)["gpu"]["ranks"]
+    assert rank["devices"] == ["GPU-a"] and rank["gpu_busy"] == 0.5
+
+
 def test_another_process_takes_over_when_the_holder_is_killed(tmp_path: Path, job: Job) -> None:
     """SIGKILL the sampling process: another of the run on the host samples on, with no gap over one heartbeat."""
     sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 50}, {"uuid": "GPU-b", "util": 60}])
@@ -159,10 +177,53 @@ def test_a_takeover_keeps_the_idle_clock_of_the_device(tmp_path: Path, job: Job)
     assert after == before
 
 
+def test_a_fifo_in_place_of_the_latest_sample_blocks_neither_sampler_nor_heartbeat(tmp_path: Path, job: Job) -> None:
+    """Something that is no file where the host keeps the run's latest sample (a FIFO: opening it to read would
+    wait for a writer for good) is no latest sample: the sampler samples, replaces it, and heartbeats carry the
+    process's GPUs."""
+    from lens_rl.devices import election
+
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
+    rid = run_id()
+    env = job_env(tmp_path / "traces", rid, sc, CUDA_VISIBLE_DEVICES="0")
+    os.mkfifo(Path(env["TMPDIR"]) / election.latest_path(rid).name)
+    job.start(env)
+    run_dir = tmp_path / "traces" / rid
+    wait_for(lambda: gpu_files(run_dir) and len(read_gpu(gpu_files(run_dir)[0])[1]) >= 3, what="3 samples")
+
+    def beat_with_gpu() -> bool:
+        for live in run_dir.glob("live-*.json"):
+            try:
+                return "gpu" in json.loads(live.read_text())
+            except ValueError:
+                return False
+        return False
+
+    wait_for(beat_with_gpu, what="a heartbeat with the GPU's latest sample")
+    ((code, _, stderr),) = job.finish()
+    assert code == 0, stderr
+
+
 def test_two_runs_on_one_host_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
     """Two runs on one host: each run's folder gets its own sample file."""
     sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
     one, two = run_id(), run_id()
+    job.start(job_env(tmp_path / "traces", one, sc))
+    job.start(job_env(tmp_path / "traces", two, sc))
+    for rid in (one, two):
+        wait_for(lambda rid=rid: gpu_files(tmp_path / "traces" / rid), what=f"{rid}'s sampler")
+    assert all(code == 0 for code, _, _ in job.finish())
+    for rid in (one, two):
+        [path] = gpu_files(tmp_path / "traces" / rid)
+        assert read_gpu(path)[0]["run_id"] == rid
+
+
+def test_two_runs_whose_ids_differ_after_a_dot_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
+    """Run ids such as ``qwen2.5-7b`` and ``qwen2.5-3b`` (alike up to a dot) are two runs: each samples on the
+    host and keeps its samples in its own folder (neither takes the other's lock)."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
+    stem = run_id()
+    one, two = f"{stem}-qwen2.5-7b", f"{stem}-qwen2.5-3b"
     job.start(job_env(tmp_path / "traces", one, sc))
     job.start(job_env(tmp_path / "traces", two, sc))
     for rid in (one, two):

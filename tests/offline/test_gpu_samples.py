@@ -4,6 +4,8 @@ lines, a header again, a last line still being written, and a read resumed where
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,8 @@ from lens_rl.offline.read import gpu_samples
 from lens_rl.offline.read.gpu_samples import read_samples
 from lens_rl.store import ReadStats
 from lens_rl.store.gpu import gpu_files, gpu_head
-from tests.gpu_stores import device, write_samples
+from tests.conftest import clean_env, lens
+from tests.gpu_stores import device, write_samples, write_scripted_job
 from tests.stores import at_ns, write_process
 
 
@@ -125,3 +128,24 @@ def test_integer_lines_read_as_integers_give_what_a_plain_decode_gives(tmp_path:
     stats = ReadStats()
     (block,), _end, _head = read_samples(path, stats)
     assert block.t.size == 2000 and stats.skipped == 1
+
+
+def test_a_value_past_float32_is_a_bad_line_said_once_never_a_warning(tmp_path: Path) -> None:
+    """A sample value no float32 holds (1e39: a hostile or damaged file) is one bad line skipped and counted, in
+    bulk or decoded alone: no numpy warning on stderr, and a look run with warnings as errors still answers."""
+    run = write_scripted_job(tmp_path / "r1")
+    [path] = [p for p in gpu_files([run]) if "node0" in p.name]
+    with path.open("a") as handle:
+        handle.write(json.dumps({"t": at_ns(30 * 10**9), "d": [[1, 1, 1e39, 1, 1, None, None, None]]}) + "\n")
+        handle.write(json.dumps({"d": [[1, 1, 1, 1e39, 1, None, None, None]], "t": at_ns(31 * 10**9)}) + "\n")
+    out = lens("goodput", str(run), "--json", "--no-cache")
+    assert out.returncode == 0 and "Warning" not in out.stderr, out.stderr
+    assert json.loads(out.stdout)["gpu"]["devices"][0]["samples"] == 40
+    strict = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "lens_rl", "goodput", str(run), "--json", "--no-cache"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+    assert strict.returncode == 0, strict.stderr

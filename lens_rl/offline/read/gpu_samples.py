@@ -133,7 +133,8 @@ def _bulk(data: bytes, lines: int, devices: int) -> tuple[Any, Any] | None:
         t = np.where(np.isfinite(values[:, 0]), values[:, 0], 0).astype(np.int64)
     if not _exact_times(data, t):
         return None
-    return t, values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
+    with np.errstate(over="ignore"):  # (a value past float32 reads inf: its line is a bad one, _checked says)
+        return t, values[:, 1:].reshape(lines, devices, COUNTERS).astype(np.float32)
 
 
 def _exact_times(data: bytes, t: Any) -> bool:
@@ -329,7 +330,8 @@ class _Reader:
             self.stats.skipped += 1
             return
         devices = len(self.head.devices)  # type: ignore[union-attr]
-        values = np.array(one[1], np.float32).reshape(1, devices, COUNTERS)
+        with np.errstate(over="ignore"):  # (as in _bulk: inf, then a bad line)
+            values = np.array(one[1], np.float32).reshape(1, devices, COUNTERS)
         self.pieces.append((np.array([one[0]], np.int64), values, False))
 
 
