@@ -356,6 +356,34 @@ def test_a_look_appends_only_what_is_new_to_each_entry(tmp_path: Path, monkeypat
             assert entry.read_bytes().startswith(first)
 
 
+def test_a_look_without_steps_leaves_the_phases_per_step_unread_yet_an_entry_written_whole_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look without --steps leaves the settled parts' phases per step (what only --steps A-B reads, a third
+    of a run's records) unread: a look that appends its delta never reads them, one that rewrites an entry
+    whole reads them from the bytes it read. A --steps look after looks that appended and rewrote gives a
+    cold read's answer."""
+    from lens_rl.offline.run import cache_files
+    from lens_rl.offline.run.records import UnreadSteps
+
+    monkeypatch.setattr(cache_files, "MAX_RECORDS", 3)
+    run = tmp_path / "r"
+    grow_store(run, 0, 20)
+    _same(run)
+    path = Path(cache_folder(run)) / "spans-lm_policy-1-101.jsonl.cache"
+    rec = decode(_records(path)[0], EntryRec)
+    unread, _ = cache_files.load_entry(path, rec.options, tuple(rec.identity), phase_steps=False)
+    read, _ = cache_files.load_entry(path, rec.options, tuple(rec.identity))
+    assert unread is not None and read is not None
+    assert all(type(p.phase_steps) is UnreadSteps and not p.phase_steps for p in unread.settled.values())
+    assert any(p.phase_steps for p in read.settled.values())
+    for step, records in ((20, 2), (21, 3), (22, 1), (23, 2)):  # (appended twice, rewritten whole, appended)
+        grow_store(run, step, step + 1)
+        _same(run)
+        assert len(_records(path)) == records
+    _same(run, steps=(3, 22))
+
+
 def test_two_looks_that_appended_at_once_and_a_record_cut_short(tmp_path: Path) -> None:
     """Two looks that appended to the same entry from the same state (the second's record is skipped: its spans
     are read again), and an entry whose last record was cut short by a killed look (the state before it

@@ -62,8 +62,11 @@ def analyze_parts(
     ray_address: str | None = None,
     critical: bool = True,
     cache: str | None = None,
+    phase_steps: bool = True,
 ) -> tuple[list[ProcessPart], ReadStats]:
-    """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``).
+    """Every span file reduced to process parts, one file per worker at a time (identical whatever ``jobs``);
+    ``phase_steps`` False: the parts' phases per step (what only ``--steps A-B`` reads) may be left out where
+    the refresh cache kept them (:func:`~lens_rl.offline.run.cache.read_parts`).
 
     Whether the run has a driver is read from the files' headers (a driver's file with no span line is none,
     and said so); which file is whose is never read from its name."""
@@ -85,6 +88,7 @@ def analyze_parts(
             superseded,
             critical,
             cache,
+            phase_steps,
             desc="goodput",
             **options,
         ):
@@ -105,11 +109,12 @@ def read_parts_sent(
     superseded: Mapping[int, frozenset[Any]] | None = None,
     critical: bool = True,
     cache: str | None = None,
+    phase_steps: bool = True,
 ) -> tuple[bytes | list[ProcessPart], ReadStats]:
     """:func:`read_parts` in a worker process (``--jobs``, ``--ray``): its parts as their records, encoded,
     for the trip back (a few buffers per part, not an object per step); as they are where a value is one the
     records cannot hold. :func:`parts_received` makes them parts again."""
-    parts, stats = read_parts(path, driver_in_run, superseded, critical, cache)
+    parts, stats = read_parts(path, driver_in_run, superseded, critical, cache, phase_steps)
     try:
         return encode([part_record(part) for part in parts]), stats
     except UNENCODABLE:  # (an int past 64 bits, say)
@@ -237,7 +242,13 @@ def analyze(
     # (the sample files read while the span files are; under --steps every sample: the join is cold)
     ahead = read_ahead(paths, cache, jobs, window=steps is None)
     parts, stats = analyze_parts(
-        paths, jobs=jobs, use_ray=use_ray, ray_address=ray_address, critical=critical, cache=cache
+        paths,
+        jobs=jobs,
+        use_ray=use_ray,
+        ray_address=ray_address,
+        critical=critical,
+        cache=cache,
+        phase_steps=options.get("steps") is not None,  # (read by --steps A-B alone)
     )
     if why is not None:  # (a kept report damaged or another's: said with the cache's other notes)
         stats.cache_notes.insert(0, why)

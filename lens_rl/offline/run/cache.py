@@ -209,30 +209,38 @@ def read_parts(
     superseded: Mapping[int, frozenset[Any]] | None = None,
     critical: bool = True,
     cache: str | None = None,
+    phase_steps: bool = True,
 ) -> tuple[list[ProcessPart], ReadStats]:
-    """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in folder ``cache`` (None: a cold read)."""
+    """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in folder ``cache`` (None: a cold read);
+    ``phase_steps`` False: the settled parts' phases per step, what only ``--steps A-B`` reads, may be left out
+    (an empty :class:`~lens_rl.offline.run.records.UnreadSteps`, or what was new since)."""
     if cache is None:
         return file_parts(path, driver_in_run, superseded, critical)
-    return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache)
+    return cached_file_parts(path, (driver_in_run, superseded or {}, critical), cache, phase_steps)
 
 
 def cached_file_parts(
-    path: str | os.PathLike[str], options: tuple[bool, Mapping[int, frozenset[Any]], bool], folder: str
+    path: str | os.PathLike[str],
+    options: tuple[bool, Mapping[int, frozenset[Any]], bool],
+    folder: str,
+    phase_steps: bool = True,
 ) -> tuple[list[ProcessPart], ReadStats]:
     """:func:`lens_rl.offline.read.reduce.file_parts` through the cache in ``folder``: what is new is read; the
-    answer is a cold read's."""
+    answer is a cold read's (``phase_steps`` False: see :func:`read_parts`)."""
     key = options_key(options)
     try:
         stat, identity = file_identity(path)
     except OSError:  # gone or unreadable since it was listed: a cold read says so
         return file_parts(path, *options)
     where = Path(folder) / f"{Path(path).name}.cache"
-    entry, why = load_entry(where, key, identity)
+    entry, why = load_entry(where, key, identity, phase_steps)
     if entry is not None:
         try:
             return _through(_Look(path, stat, key, identity, options), entry, where)
         except Exception as exc:  # an entry of the right shape outside, wrong inside: never trusted
             why = f"corrupt ({type(exc).__name__})"
+        finally:
+            entry.unread = None  # (the bytes read: kept only until the entry is saved)
     return _through(_Look(path, stat, key, identity, options), None, where, why)
 
 

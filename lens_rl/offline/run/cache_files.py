@@ -113,6 +113,7 @@ class Entry:
         "stats",
         "token",
         "disk",
+        "unread",
     )
 
     def __init__(self, options: str, identity: tuple[Any, ...]) -> None:
@@ -133,9 +134,15 @@ class Entry:
         self.token: str | None = None
         #: (records, bytes of the first, bytes after it) of the file it was read from or written to; None: neither
         self.disk: tuple[int, int, int] | None = None
+        #: the bytes it was read from where its parts' phases per step were left unread (:func:`load_entry`):
+        #: read from them again only if it is written whole
+        self.unread: bytes | None = None
 
     def record(self) -> EntryRec:
-        """The entry as its record (what its file's first record holds)."""
+        """The entry as its record (what its file's first record holds); phases per step left unread are read
+        first (ValueError: the bytes they were left in no longer read as they did)."""
+        if self.unread is not None:
+            self._read_steps()
         return EntryRec(
             self.options,
             self.identity,  # type: ignore[arg-type]
@@ -144,11 +151,29 @@ class Entry:
             raw(self.ids, "Q") if type(self.ids) is array else list(self.ids),
         )
 
+    def _read_steps(self) -> None:
+        """The phases per step :func:`load_entry` left unread, read from the bytes it read, with what was merged
+        into them since (a part's tables merge exactly in any order)."""
+        data, self.unread = self.unread, None
+        assert data is not None
+        whole, _why = _entry_in(data, self.options, self.identity, None, True)
+        if whole is None:
+            raise ValueError("an entry's bytes that no longer read as they did")
+        for key, part in self.settled.items():
+            since, found = part.phase_steps, whole.settled.get(key)
+            part.phase_steps = {} if found is None else found.phase_steps
+            for name, table in since.items():
+                if name in part.phase_steps:
+                    part.phase_steps[name].merge(table)
+                else:
+                    part.phase_steps[name] = table
+
     @staticmethod
-    def of(rec: EntryRec) -> Entry:
-        """The entry ``rec`` records (ValueError: columns that do not add up)."""
+    def of(rec: EntryRec, phase_steps: bool = True) -> Entry:
+        """The entry ``rec`` records (ValueError: columns that do not add up); ``phase_steps`` False leaves its
+        parts' phases per step unread (:func:`~lens_rl.offline.run.records.part_from`)."""
         entry = Entry(rec.options, tuple(rec.identity))
-        entry.settled = {part.key: part for part in map(part_from, rec.settled)}
+        entry.settled = {part.key: part for part in (part_from(p, phase_steps) for p in rec.settled)}
         entry.ids = array_of("Q", rec.ids) if type(rec.ids) is memoryview else rec.ids
         entry._take(rec.state, _held(rec.state.held))
         return entry
@@ -196,7 +221,8 @@ class Entry:
 
     def apply(self, delta: DeltaRec) -> None:
         """``delta``'s spans merged in, its state taken."""
-        held, parts = _held(delta.state.held), [part_from(part) for part in delta.parts]  # (all or nothing)
+        read = self.unread is None  # (phases per step left unread: a delta's too)
+        held, parts = _held(delta.state.held), [part_from(part, read) for part in delta.parts]  # (all or nothing)
         for part in parts:
             mine = self.settled.get(part.key)
             if mine is None:
@@ -301,12 +327,23 @@ def options_key(options: tuple[bool, Mapping[int, frozenset[Any]], bool]) -> str
     return repr((__version__, FORMAT, bool(driver_in_run), later, bool(critical)))
 
 
-def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Entry | None, str | None]:
+def load_entry(
+    path: Path, options: str, identity: tuple[Any, ...], phase_steps: bool = True
+) -> tuple[Entry | None, str | None]:
     """The cache entry at ``path``, its deltas applied, if it is this lens_rl's and this file's; else None and
-    why (None: none)."""
+    why (None: none). ``phase_steps`` False: its parts' phases per step (what only ``--steps A-B`` reads, a
+    third of a run's records) are left unread, kept in the bytes read until the entry is written whole
+    (:attr:`Entry.unread`; a look that appends its delta never reads them: drop them when it is done)."""
     data, why = read_kept(path)
     if data is None:
         return None, why
+    return _entry_in(data, options, identity, path, phase_steps)
+
+
+def _entry_in(
+    data: bytes, options: str, identity: tuple[Any, ...], path: Path | None, phase_steps: bool
+) -> tuple[Entry | None, str | None]:
+    """:func:`load_entry` of the bytes ``data`` read from ``path`` (None: read again)."""
     if not data.startswith(_MAGIC):
         return None, "of another lens_rl version" if data.startswith(b"lens_rl.cache/") else "not a lens_rl cache"
     records = records_in(data, len(_MAGIC))
@@ -322,14 +359,16 @@ def load_entry(path: Path, options: str, identity: tuple[Any, ...]) -> tuple[Ent
     if tuple(rec.identity) != identity:
         return None, None  # another file under that name: read cold, quietly
     try:
-        entry = Entry.of(rec)
+        entry = Entry.of(rec, phase_steps)
     except Exception as exc:  # columns that do not add up: never trusted
         return None, f"corrupt ({type(exc).__name__})"
+    if not phase_steps:
+        entry.unread = data
     _apply_deltas(entry, data, records, path)
     return entry, None
 
 
-def _apply_deltas(entry: Entry, data: bytes, records: Iterator[tuple[int, int]], path: Path) -> None:
+def _apply_deltas(entry: Entry, data: bytes, records: Iterator[tuple[int, int]], path: Path | None) -> None:
     """Each delta record whose parent is ``entry``'s state applied (another's, from a look that appended at
     once, skipped); at a record cut short or corrupt, the state before it stands and ``entry`` is left with no
     file to append to (written whole next)."""
@@ -342,7 +381,8 @@ def _apply_deltas(entry: Entry, data: bytes, records: Iterator[tuple[int, int]],
             if isinstance(delta, DeltaRec) and delta.parent == entry.token:
                 entry.apply(delta)
     except Exception as exc:  # (never trusted: whatever a record holds, the state before it is a cold read's)
-        _log.debug("lens-rl: %s: read up to a record cut short or corrupt (%s)", path.name, type(exc).__name__)
+        where = "an entry" if path is None else path.name
+        _log.debug("lens-rl: %s: read up to a record cut short or corrupt (%s)", where, type(exc).__name__)
         return
     entry.disk = (count, len(data) - appended, appended)
 

@@ -39,7 +39,7 @@ from lens_rl.offline.run.part_schema import (
 from lens_rl.offline.run.record_codec import array_of, items_of, raw
 from lens_rl.store import Process
 
-__all__ = ["part_from", "part_record"]
+__all__ = ["UnreadSteps", "part_from", "part_record"]
 
 
 def _column(values: Any, typecode: str) -> Any:
@@ -316,8 +316,10 @@ def part_record(part: ProcessPart) -> PartRec:
     )
 
 
-def part_from(rec: PartRec) -> ProcessPart:
-    """The part ``rec`` records (ValueError: columns that do not add up, a bucket the rollups do not know)."""
+def part_from(rec: PartRec, phase_steps: bool = True) -> ProcessPart:
+    """The part ``rec`` records (ValueError: columns that do not add up, a bucket the rollups do not know);
+    ``phase_steps`` False leaves its phases per step unread (what only ``--steps A-B`` reads: a third of a
+    run's records), its ``phase_steps`` an empty :class:`UnreadSteps`."""
     _check_buckets(rec)
     return ProcessPart(
         key=Process(*rec.key),
@@ -347,9 +349,18 @@ def part_from(rec: PartRec) -> ProcessPart:
         pipe=None if rec.pipe is None else _pipe_from(rec.pipe),
         gpu=None if rec.gpu is None else _gpu_from(rec.gpu),
         sample_rate=rec.sample_rate,
-        phase_steps={(p.name, p.bucket): _phase_steps_from(p) for p in rec.phase_steps},  # type: ignore[misc]
+        phase_steps={(p.name, p.bucket): _phase_steps_from(p) for p in rec.phase_steps}  # type: ignore[misc]
+        if phase_steps
+        else UnreadSteps(),
         relays=dict(rec.relays),  # type: ignore[arg-type]
     )
+
+
+class UnreadSteps(dict):  # type: ignore[type-arg]
+    """A part's phases per step left unread (:func:`part_from`): empty, or holding only what was merged into it
+    since; whoever needs its whole tables reads them from the record again."""
+
+    __slots__ = ()
 
 
 _BUCKET_KEYS, _BUCKETS_OR_NONE = sorted(BUCKETS), frozenset((*BUCKETS, None))

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from lens_rl.offline.run.part_records import part_from, part_record
+from lens_rl.offline.run.part_records import UnreadSteps, part_from, part_record
 from lens_rl.offline.run.part_schema import PartRec
 from lens_rl.offline.run.record_codec import (
     UNENCODABLE,
@@ -49,6 +49,7 @@ __all__ = [
     "PartRec",
     "StateRec",
     "StatsRec",
+    "UnreadSteps",
     "array_of",
     "decode",
     "encode",
