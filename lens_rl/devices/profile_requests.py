@@ -164,11 +164,20 @@ def _read(path: Path) -> Any:
 
 
 def _is_request(body: Any) -> bool:
+    """A request as :func:`write_request` writes it: an id, ``steps`` ``"next"`` or ``[A, B]`` (ints, 0 <= A <=
+    B), ``group`` a string or null and ``rank`` an int >= 0 or null (a bool is none). Anything else (a hand-written
+    ``[5, 2]``, a rank ``"1"``) names no steps or no process: left out, never half taken."""
     if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+        return False
+    group, rank = body.get("group"), body.get("rank")
+    if not (group is None or isinstance(group, str)) or not (rank is None or (rank.__class__ is int and rank >= 0)):
         return False
     steps = body.get("steps")
     return steps == "next" or (
-        isinstance(steps, list) and len(steps) == 2 and all(isinstance(s, int) and s >= 0 for s in steps)
+        isinstance(steps, list)
+        and len(steps) == 2
+        and all(s.__class__ is int and s >= 0 for s in steps)
+        and steps[0] <= steps[1]
     )
 
 
