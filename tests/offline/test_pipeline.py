@@ -258,3 +258,20 @@ def test_each_step_has_its_own_imbalance_and_verdict_through_the_refresh_cache_a
     warm = analyze(span_files(grown), jobs=1, warmup_steps=0, cache=cache_folder(grown))["pipeline"]
     cold = analyze(span_files(grown), jobs=1, warmup_steps=0)["pipeline"]
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True) == json.dumps(pipe, sort_keys=True)
+
+
+def test_a_selection_of_warm_up_steps_only_covers_those_steps_not_the_whole_run(tmp_path: Path) -> None:
+    """``lens-rl goodput --steps 0-0`` (step 0 is the warm-up) reads the pipeline over step 0's wall, as every
+    figure covers the selected steps; never over the whole run (0-40 s, the unselected steps' pools and sync)."""
+    _store(
+        tmp_path,
+        [(0, 10), (10, 20), (20, 30), (30, 40)],
+        [(0, 10), (10, 13), (20, 30), (30, 33)],
+        [(0, 10), (10, 20), (20, 23), (30, 40)],
+        syncs=[(12, 16)],
+    )
+    pipe = analyze(span_files(tmp_path), jobs=1, warmup_steps=1, steps=(0, 0))["pipeline"]
+    assert pipe is not None
+    assert pipe["wall_s"] == 10.0 and [s["step"] for s in pipe["per_step"]] == [0]
+    assert _pool(pipe, "rollout")["busy"] == 1.0 and _pool(pipe, "trainer")["busy"] == 1.0
+    assert pipe["weight_sync"]["pause_s"] in (0.0, None) and pipe["verdict"]["verdict"] == "balanced"

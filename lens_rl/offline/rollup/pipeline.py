@@ -3,8 +3,8 @@
 * **Pools.** Each worker group is a pool with a role: ``rollout`` when most of its productive time is in
   generation-family phases, ``trainer`` when most is training or logprob, else ``other``; a process's
   ``rl.pool`` resource attribute wins (:mod:`~lens_rl.offline.rollup.pools`).
-* **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; without steps, the
-  run's first to last span): per rank, the union of its productive spans over the wall (a rank that ran as
+* **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; where the warm-up
+  leaves no step of those selected, the selected steps' wall; without steps, the run's first to last span): per rank, the union of its productive spans over the wall (a rank that ran as
   several processes, an actor Ray restarted say, is one rank: their spans united); per pool, the mean over its
   ranks; ``idle`` = 1 - busy; ``imbalance`` = |idle(trainer) - idle(rollout)|. ``overlap``: where the
   trainer pool's union and the rollout pool's both cover, over the wall; ``bubble``: where no pool works.
@@ -64,6 +64,9 @@ def pipeline_row(
     ]
     steady_windows = [w for step in steady for w in windows.get(step, ())]
     wall = merged_packed([a for a, _ in steady_windows], [b for _, b in steady_windows])
+    if not wall:  # (no steady step: the selected steps' windows, warm-up ones too; never time outside them)
+        chosen = [w for each in windows.values() for w in each]
+        wall = merged_packed([a for a, _ in chosen], [b for _, b in chosen])
     if not wall:
         lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
         hi = max((p.last_ns for p in processes if p.last_ns is not None), default=None)
