@@ -275,3 +275,29 @@ def test_a_selection_of_warm_up_steps_only_covers_those_steps_not_the_whole_run(
     assert pipe["wall_s"] == 10.0 and [s["step"] for s in pipe["per_step"]] == [0]
     assert _pool(pipe, "rollout")["busy"] == 1.0 and _pool(pipe, "trainer")["busy"] == 1.0
     assert pipe["weight_sync"]["pause_s"] in (0.0, None) and pipe["verdict"]["verdict"] == "balanced"
+
+
+def test_a_selection_of_warm_up_steps_only_reads_the_staleness_of_those_steps(tmp_path: Path) -> None:
+    """``--steps 0-0`` with step 0 the warm-up: the job's staleness is what step 0 consumed (0 versions behind),
+    not with step 2's (9 behind) added, as the per-step rows and every other figure cover the selection."""
+    write_process(tmp_path, "driver", 0, 1, [span("step", 10 * n, 10 * n + 10, f"s{n}", step=n) for n in range(4)])
+    write_process(tmp_path, "rollout", 0, 2, [span("generation", 0, 40, "g", bucket="productive")])
+    said = {0: 0, 2: 9}  # step -> the policy version its training phase trains on trajectories of version 0
+    train = [
+        span(
+            "policy_training",
+            10 * n,
+            10 * n + 5,
+            f"t{n}",
+            bucket="productive",
+            step=n,
+            **({"rl.trajectory_versions": [0], "rl.policy_version": said[n]} if n in said else {}),
+        )
+        for n in range(4)
+    ]
+    write_process(tmp_path, "trainer", 0, 3, train)
+    pipe = analyze(span_files(tmp_path), jobs=1, warmup_steps=1, steps=(0, 0))["pipeline"]
+    assert pipe is not None and [s["step"] for s in pipe["per_step"]] == [0]
+    assert pipe["staleness"] is not None and pipe["staleness"]["max"] == 0 and pipe["staleness"]["trajectories"] == 1
+    everything = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)["pipeline"]
+    assert everything is not None and everything["staleness"]["max"] == 9  # (step 2's is read when selected)

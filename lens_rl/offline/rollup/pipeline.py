@@ -90,6 +90,7 @@ def pipeline_row(
 
     job = _figures(cover, length, ranks, arrays)
     steady_set = set(steady)
+    counted = steady_set or set(windows)  # (what the staleness reads: the wall's steps; all without steps)
     per_step, chunks = _per_step(each, steady, ranks, arrays, consumed, bound)
     judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
     judged["windows"] = chunks
@@ -108,7 +109,7 @@ def pipeline_row(
             "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
             "pause_share": _r(job["pause_share"]),
         },
-        "staleness": staleness((c for c in consumed if not steady_set or c[0] in steady_set), bound),
+        "staleness": staleness((c for c in consumed if not counted or c[0] in counted), bound),
         "verdict": judged,
         "per_step": per_step,
     }
