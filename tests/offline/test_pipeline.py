@@ -275,6 +275,10 @@ def test_a_selection_of_warm_up_steps_only_covers_those_steps_not_the_whole_run(
     assert pipe["wall_s"] == 10.0 and [s["step"] for s in pipe["per_step"]] == [0]
     assert _pool(pipe, "rollout")["busy"] == 1.0 and _pool(pipe, "trainer")["busy"] == 1.0
     assert pipe["weight_sync"]["pause_s"] in (0.0, None) and pipe["verdict"]["verdict"] == "balanced"
+    from lens_rl.offline.show.pipeline import format_pipeline
+
+    report = analyze(span_files(tmp_path), jobs=1, warmup_steps=1, steps=(0, 0))
+    assert "over the warm-up steps' wall (no steady-state step): 10.00s, 1 steps" in format_pipeline(report)[1]
 
 
 def test_a_selection_of_warm_up_steps_only_reads_the_staleness_of_those_steps(tmp_path: Path) -> None:
