@@ -61,6 +61,8 @@ KEEP_NS = 600 * 10**9
 KEEP = 32
 #: The largest request file read (a request is a few hundred bytes); a larger one is ignored with one warning.
 REQUEST_MAX = 64 << 10
+#: The largest answer file read (a process's answer names a few files and reasons).
+ANSWER_MAX = 1 << 20
 
 
 def write_request(
@@ -238,12 +240,14 @@ def write_answer(
 
 
 def answers(run: Path, request_id: str) -> list[dict[str, Any]]:
-    """Every process's answer to ``request_id`` so far."""
+    """Every process's answer to ``request_id`` so far. Read like the request file (a regular file only, at most
+    :data:`ANSWER_MAX` bytes): anything else named like an answer (a FIFO, a link to a device, a huge or deeply
+    nested document) is no answer, never a wait or a traceback."""
     out = []
     for path in sorted((run / PROFILES).glob(f"request-{safe_part(request_id, 'request')}-*.json")):
         try:
-            body = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            body = json.loads(read_capped(path, ANSWER_MAX).decode("utf-8"))
+        except Exception:  # (OSError, ValueError, UnicodeDecodeError, RecursionError)
             continue
         if isinstance(body, dict) and body.get("id") == request_id:
             out.append(body)
