@@ -42,8 +42,9 @@ def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, flo
     """``(staleness, weight, trajectories, bound)`` of each readable item of the consumed entries (step, policy
     version, versions, tokens, the phase's bound[, trajectories per version]: a histogram's, else one each), and
     how many entries were unreadable (left out). An item whose version is no int within int64, whose count is no
-    whole number in [1, 2**63) or whose tokens no number in (0, 2**63) (a hostile store) is left out, so every
-    sum stays finite; a weight is its tokens, else its trajectories."""
+    whole number in [1, 2**63) or whose tokens no number in [0, 2**63) (a hostile store) is left out, so every
+    sum stays finite; a weight is its tokens, else its trajectories (a trajectory of 0 tokens, an empty or
+    aborted generation, weighs nothing in the mean yet was consumed: it counts in the max and the share beyond)."""
     items: list[tuple[float, float, float, Any]] = []
     bad = 0
     for entry in consumed:
@@ -62,7 +63,7 @@ def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, flo
             version, count = versions[k], counts[k]
             weight = count if tokens is None else tokens[k]
             fine = _version(version) and _count(count)
-            if fine and (weight is count or (_number(weight) and 0 < weight < 2**63)):
+            if fine and (weight is count or (_number(weight) and 0 <= weight < 2**63)):
                 items.append((policy - version, float(weight), float(count), bound))
     return items, bad
 
@@ -70,7 +71,8 @@ def weighted(consumed: Iterable[tuple[Any, ...]]) -> tuple[list[tuple[float, flo
 def staleness(consumed: Iterable[tuple[Any, ...]], bound: Any = None) -> dict[str, Any] | None:
     """The one staleness rule, live (``step_metrics()``) and offline (the pipeline rollup): per trajectory policy
     version - trajectory version; its mean, p90 (nearest rank by weight) and max weighted by tokens (else each
-    trajectory counts once), and ``beyond``: the share of trajectories older than their bound (a phase's own
+    trajectory counts once; a trajectory of 0 tokens weighs nothing in the mean and p90 yet counts in the max
+    and ``beyond``, and where every one has 0 tokens each counts once), and ``beyond``: the share of trajectories older than their bound (a phase's own
     ``rl.max_staleness``, else ``bound``, the job's), where one is set. ``consumed``: (step, policy version,
     trajectory versions, trajectory tokens, the phase's bound[, trajectories per version]) entries (a
     histogram's, :mod:`lens_rl.record.consumed`, or one trajectory per version listed); None without a readable
@@ -85,7 +87,10 @@ def staleness(consumed: Iterable[tuple[Any, ...]], bound: Any = None) -> dict[st
     if not items:
         return None
     job = bound if _number(bound) and bound >= 0 else None
-    total = sum(w for _, w, _, _ in items)
+    total = weights = sum(w for _, w, _, _ in items)
+    if total <= 0:  # (every trajectory of 0 tokens: each counts once, as where no tokens are given)
+        items = [(lag, count, count, own) for lag, _, count, own in items]
+        total = sum(w for _, w, _, _ in items)
     ordered = sorted((s, w) for s, w, _, _ in items)
     mean = sum(s * w for s, w, _, _ in items) / total
     if not math.isfinite(mean):  # (cannot happen with items of int64 figures: never an inf or NaN answer)
@@ -111,7 +116,7 @@ def staleness(consumed: Iterable[tuple[Any, ...]], bound: Any = None) -> dict[st
         "beyond": round(beyond / judged, 6) if judged else None,
         "bound": said,
         "trajectories": int(sum(c for _, _, c, _ in items)),
-        "tokens": round(total, 6),
+        "tokens": round(weights, 6),
     }
 
 

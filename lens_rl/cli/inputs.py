@@ -103,9 +103,14 @@ def run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> 
 
 
 def _named_run(trace_dir: str, run: str, folders: list[Path]) -> Path:
-    """``--run``'s folder under ``trace_dir`` (``folders``: the readable ones there, named when it is missing)."""
+    """``--run``'s folder under ``trace_dir`` (``folders``: the readable ones there, named when it is missing).
+    A run id is a folder in ``trace_dir``, never one out of it: an absolute path, ``.``, or one through ``..``
+    names the folder the writer made for that id (``..`` -> ``run``), so ``lens-rl profile`` never writes its
+    request into ``trace_dir`` itself or out of it."""
+    parts = Path(run).parts
     path = Path(trace_dir) / run
-    if not os.path.lexists(path):  # the folder lens_rl wrote for that run id ('exp 1' -> exp_1)
+    if not parts or Path(run).is_absolute() or ".." in parts or not os.path.lexists(path):
+        # (the folder lens_rl wrote for that run id: 'exp 1' -> exp_1)
         from lens_rl.store import safe_part
 
         path = Path(trace_dir) / safe_part(run, "run")

@@ -61,6 +61,8 @@ KEEP_NS = 600 * 10**9
 KEEP = 32
 #: The largest request file read (a request is a few hundred bytes); a larger one is ignored with one warning.
 REQUEST_MAX = 64 << 10
+#: The largest answer file read (a process's answer names a few files and reasons).
+ANSWER_MAX = 1 << 20
 
 
 def write_request(
@@ -164,11 +166,20 @@ def _read(path: Path) -> Any:
 
 
 def _is_request(body: Any) -> bool:
+    """A request as :func:`write_request` writes it: an id, ``steps`` ``"next"`` or ``[A, B]`` (ints, 0 <= A <=
+    B), ``group`` a string or null and ``rank`` an int >= 0 or null (a bool is none). Anything else (a hand-written
+    ``[5, 2]``, a rank ``"1"``) names no steps or no process: left out, never half taken."""
     if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+        return False
+    group, rank = body.get("group"), body.get("rank")
+    if not (group is None or isinstance(group, str)) or not (rank is None or (rank.__class__ is int and rank >= 0)):
         return False
     steps = body.get("steps")
     return steps == "next" or (
-        isinstance(steps, list) and len(steps) == 2 and all(isinstance(s, int) and s >= 0 for s in steps)
+        isinstance(steps, list)
+        and len(steps) == 2
+        and all(s.__class__ is int and s >= 0 for s in steps)
+        and steps[0] <= steps[1]
     )
 
 
@@ -229,12 +240,14 @@ def write_answer(
 
 
 def answers(run: Path, request_id: str) -> list[dict[str, Any]]:
-    """Every process's answer to ``request_id`` so far."""
+    """Every process's answer to ``request_id`` so far. Read like the request file (a regular file only, at most
+    :data:`ANSWER_MAX` bytes): anything else named like an answer (a FIFO, a link to a device, a huge or deeply
+    nested document) is no answer, never a wait or a traceback."""
     out = []
     for path in sorted((run / PROFILES).glob(f"request-{safe_part(request_id, 'request')}-*.json")):
         try:
-            body = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            body = json.loads(read_capped(path, ANSWER_MAX).decode("utf-8"))
+        except Exception:  # (OSError, ValueError, UnicodeDecodeError, RecursionError)
             continue
         if isinstance(body, dict) and body.get("id") == request_id:
             out.append(body)

@@ -157,3 +157,28 @@ def test_a_request_left_by_an_earlier_attempt_is_not_taken(tmp_path: Path) -> No
     finish(start_loop(0, 4, cuda_env(tmp_path, "")))
     assert not profile_spans(run)
     assert not (tmp_path / "cuda.log").exists()
+
+
+def test_a_hand_written_request_of_no_steps_or_no_process_is_left_out_and_the_next_one_served(
+    tmp_path: Path,
+) -> None:
+    """Entries of the request file that name no steps (``[5, 2]``: B < A) or no process (a rank ``"1"``, a bool, a
+    group that is no string) are no requests: no process half takes them (an answer with nothing, never
+    completed, that would keep ``lens-rl profile`` waiting) nor takes them as "any rank"; a well-formed request
+    after them in the same file is captured."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    write_request(run, steps=(0, 3), rank=1, backend="cuda")
+    body = json.loads((run / REQUEST_FILE).read_text())
+    good = body["requests"][0]
+    hostile = [
+        {**good, "id": "backwards", "steps": [3, 0]},
+        {**good, "id": "rankstr", "rank": "1"},
+        {**good, "id": "rankbool", "rank": True},
+        {**good, "id": "group", "group": ["trainer"]},
+    ]
+    (run / REQUEST_FILE).write_text(json.dumps({"requests": [*hostile, good]}))
+    finish(start_loop(1, 4, cuda_env(tmp_path, "")))
+    answered = sorted(json.loads(p.read_text())["id"] for p in (run / "profiles").glob("request-*.json"))
+    assert answered == [good["id"]]
+    assert [w["a"]["rl.profile.step"] for w in profile_spans(run)] == [0, 1]

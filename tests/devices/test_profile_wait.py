@@ -3,11 +3,14 @@ step (a capture or a refusal); and the ``--steps`` it takes, said exactly."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lens_rl.cli.inputs import CliError
 from lens_rl.cli.profile import _steps
 from lens_rl.cli.profile_wait import Named, answered
+from tests.devices.profile_helpers import run_cli
 
 
 def _answer(group: str, rank: int, pid: int, files: list[str], refused: list[list[int]] | None = None) -> dict:
@@ -67,3 +70,61 @@ def test_a_run_whose_processes_all_ended_or_none_is_named_is_told_at_once() -> N
     assert Named().nobody(None, None, 60.0) is None
     named = Named(live={("trainer", 0, 10)}, known={("trainer", 0, 10)}, running={("trainer", 0, 10)})
     assert named.nobody(None, None, 60.0) is None
+
+
+@pytest.mark.parametrize("named", ["..", ".", "../t", "ELSEWHERE"])
+def test_a_run_named_out_of_the_trace_dir_is_no_run_and_no_request_is_written_there(tmp_path: Path, named: str) -> None:
+    """``--run`` names a run folder in TRACE_DIR: ``..``, ``.`` or an absolute path is no run of it (exit 2, as
+    for any run that is not there), and ``lens-rl profile`` writes no request into TRACE_DIR or out of it."""
+    run = tmp_path / "t" / "r1"
+    run.mkdir(parents=True)
+    (run / "live-trainer-0-1.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    named = str(elsewhere) if named == "ELSEWHERE" else named
+    done = run_cli(str(tmp_path / "t"), "--run", named, "--timeout", "2")
+    assert done.returncode == 2 and "no run" in done.stderr, done.stderr
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*profile-request*"))
+    assert written == []
+    assert run_cli(str(tmp_path / "t"), "--run", "r1/", "--timeout", "0.5").returncode == 1  # (r1 itself: asked)
+
+
+@pytest.mark.slow
+def test_a_fifo_or_a_deep_document_named_like_an_answer_never_blocks_or_crashes_the_wait(tmp_path: Path) -> None:
+    """While ``lens-rl profile`` waits, a FIFO and a document nested past the parser's depth, each named like an
+    answer to its request, are no answers: it times out as for no answer (exit 1, the reason said), never
+    blocked opening the FIFO, never a traceback."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from lens_rl.devices.profile_requests import REQUEST_FILE
+    from tests.devices.profile_helpers import ROOT
+
+    run = tmp_path / "t" / "r1"
+    (run / "profiles").mkdir(parents=True)
+    (run / "spans-trainer-0-1.jsonl").write_text("")
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "lens_rl", "profile", str(run), "--timeout", "4"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (run / REQUEST_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (request,) = json.loads((run / REQUEST_FILE).read_text())["requests"]
+        os.mkfifo(run / "profiles" / f"request-{request['id']}-trainer-0-1.json")
+        (run / "profiles" / f"request-{request['id']}-trainer-1-2.json").write_text("[" * 100_000 + "]" * 100_000)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert cli.returncode == 1 and "no process took request" in err, err[-2000:]
+    assert "Traceback" not in err

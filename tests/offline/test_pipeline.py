@@ -258,3 +258,50 @@ def test_each_step_has_its_own_imbalance_and_verdict_through_the_refresh_cache_a
     warm = analyze(span_files(grown), jobs=1, warmup_steps=0, cache=cache_folder(grown))["pipeline"]
     cold = analyze(span_files(grown), jobs=1, warmup_steps=0)["pipeline"]
     assert json.dumps(warm, sort_keys=True) == json.dumps(cold, sort_keys=True) == json.dumps(pipe, sort_keys=True)
+
+
+def test_a_selection_of_warm_up_steps_only_covers_those_steps_not_the_whole_run(tmp_path: Path) -> None:
+    """``lens-rl goodput --steps 0-0`` (step 0 is the warm-up) reads the pipeline over step 0's wall, as every
+    figure covers the selected steps; never over the whole run (0-40 s, the unselected steps' pools and sync)."""
+    _store(
+        tmp_path,
+        [(0, 10), (10, 20), (20, 30), (30, 40)],
+        [(0, 10), (10, 13), (20, 30), (30, 33)],
+        [(0, 10), (10, 20), (20, 23), (30, 40)],
+        syncs=[(12, 16)],
+    )
+    pipe = analyze(span_files(tmp_path), jobs=1, warmup_steps=1, steps=(0, 0))["pipeline"]
+    assert pipe is not None
+    assert pipe["wall_s"] == 10.0 and [s["step"] for s in pipe["per_step"]] == [0]
+    assert _pool(pipe, "rollout")["busy"] == 1.0 and _pool(pipe, "trainer")["busy"] == 1.0
+    assert pipe["weight_sync"]["pause_s"] in (0.0, None) and pipe["verdict"]["verdict"] == "balanced"
+    from lens_rl.offline.show.pipeline import format_pipeline
+
+    report = analyze(span_files(tmp_path), jobs=1, warmup_steps=1, steps=(0, 0))
+    assert "over the warm-up steps' wall (no steady-state step): 10.00s, 1 steps" in format_pipeline(report)[1]
+
+
+def test_a_selection_of_warm_up_steps_only_reads_the_staleness_of_those_steps(tmp_path: Path) -> None:
+    """``--steps 0-0`` with step 0 the warm-up: the job's staleness is what step 0 consumed (0 versions behind),
+    not with step 2's (9 behind) added, as the per-step rows and every other figure cover the selection."""
+    write_process(tmp_path, "driver", 0, 1, [span("step", 10 * n, 10 * n + 10, f"s{n}", step=n) for n in range(4)])
+    write_process(tmp_path, "rollout", 0, 2, [span("generation", 0, 40, "g", bucket="productive")])
+    said = {0: 0, 2: 9}  # step -> the policy version its training phase trains on trajectories of version 0
+    train = [
+        span(
+            "policy_training",
+            10 * n,
+            10 * n + 5,
+            f"t{n}",
+            bucket="productive",
+            step=n,
+            **({"rl.trajectory_versions": [0], "rl.policy_version": said[n]} if n in said else {}),
+        )
+        for n in range(4)
+    ]
+    write_process(tmp_path, "trainer", 0, 3, train)
+    pipe = analyze(span_files(tmp_path), jobs=1, warmup_steps=1, steps=(0, 0))["pipeline"]
+    assert pipe is not None and [s["step"] for s in pipe["per_step"]] == [0]
+    assert pipe["staleness"] is not None and pipe["staleness"]["max"] == 0 and pipe["staleness"]["trajectories"] == 1
+    everything = analyze(span_files(tmp_path), jobs=1, warmup_steps=0)["pipeline"]
+    assert everything is not None and everything["staleness"]["max"] == 9  # (step 2's is read when selected)

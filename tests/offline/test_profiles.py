@@ -117,3 +117,59 @@ def test_the_torch_summary_measures_cpu_ops_kernels_and_time_with_no_kernel(tmp_
     assert row["kernel_s"] is None and row["no_kernel_share"] is None
     (tmp_path / "bad.gz").write_bytes(b"not gzip")
     assert torch_summary(tmp_path / "bad.gz", [("forward", 0, 1)]) is None
+
+
+def _captured_store(run: Path, path: str) -> None:
+    """A run folder with one torch capture of step 1 on trainer rank 0 (an ``rl.profile`` span naming ``path``)
+    over a ``forward`` phase."""
+    from tests.stores import span, write_process
+
+    (run / "profiles").mkdir(parents=True)
+    window = {"rl.profile.path": path, "rl.profile.backend": "torch", "rl.profile.reason": "config"}
+    rows = [
+        span("step", 0, 2, "s1", step=1),
+        span("rl.profile", 0.1, 1.9, "w", parent="s1", bucket="overhead", step=1, **window, **{"rl.profile.step": 1}),
+        span("forward", 0.2, 1.8, "f", parent="w", bucket="productive", step=1),
+    ]
+    write_process(run, "trainer", 0, 7, rows)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'[{"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 1}]',  # (the trace-event format's bare array)
+        b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1e400, "dur": 1}]}',  # (an infinite time)
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1, "dur": 1e400}]}',
+        b'{"baseTimeNanoseconds": 1e400, "traceEvents": []}',
+        b"[" * 100_000 + b"]" * 100_000,  # (nested past the parser's depth)
+    ],
+)
+def test_a_capture_file_of_any_content_never_crashes_goodput_or_the_report(tmp_path: Path, body: bytes) -> None:
+    """Any store: a capture file that is no readable torch trace (its times infinite, nested too deep, the
+    bare-array form) is listed with no summary or what can be read, never a traceback."""
+    run = tmp_path / "t" / "r1"
+    _captured_store(run, "profiles/trainer-0-step1.pt.trace.json.gz")
+    (run / "profiles" / "trainer-0-step1.pt.trace.json.gz").write_bytes(gzip.compress(body))
+    done = _cli("goodput", str(run), "--json", "--no-cache")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout)["profiles"]
+    assert row["exists"] and row["path"] == "profiles/trainer-0-step1.pt.trace.json.gz"
+    for phase in row["summary"] or []:
+        assert phase["kernel_s"] is None and phase["cpu_op_s"] == 0.0
+    page = _cli("report", str(run), "-o", str(tmp_path / "r.html"))
+    assert page.returncode == 0, page.stderr[-2000:]
+
+
+def test_a_capture_path_outside_the_run_folder_is_not_said_to_exist(tmp_path: Path) -> None:
+    """``rl.profile.path`` is relative to the run folder: an absolute path (a hand-edited or foreign store)
+    names no capture of this run, so it is listed as missing and not read, nor linked from the report."""
+    outside = tmp_path / "elsewhere.pt.trace.json.gz"
+    outside.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    run = tmp_path / "t" / "r1"
+    _captured_store(run, str(outside))
+    done = _cli("goodput", str(run), "--json", "--no-cache")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout)["profiles"]
+    assert row["exists"] is False and row["summary"] is None
+    assert _cli("report", str(run), "-o", str(tmp_path / "r.html")).returncode == 0
+    assert "elsewhere.pt.trace.json.gz</a>" not in (tmp_path / "r.html").read_text(encoding="utf-8")

@@ -238,3 +238,25 @@ def test_a_batch_given_each_step_is_never_kept_alive_by_the_phase_cache(tp: Any)
             with tp("policy_training", step=s, policy_version=s), tp("ids", step=s, ids=tuple(range(s, s + 100))):
                 pass
         assert len(RUNTIME.phase_cache) - before == 0
+
+
+def test_a_trajectory_of_zero_tokens_is_still_consumed_live_and_offline() -> None:
+    """Trajectories of 0 tokens (an empty or aborted generation; tokens >= 0 are allowed) weigh nothing in the
+    mean but were consumed: 5 versions behind with a bound of 1, they make the max 5 and the share beyond 1/2, and
+    count among the trajectories; a step whose every trajectory has 0 tokens counts each once (never no figure)."""
+    with testing.recording() as rec:
+        for step, tokens in ((5, [0, 10]), (6, [0, 0])):
+            with lens_rl.traced_phase("step", step=step):
+                with lens_rl.traced_phase(
+                    "policy_training", trajectory_versions=[0, step], trajectory_tokens=tokens, max_staleness=1
+                ):
+                    pass
+            live = {k.split("/")[-1]: v for k, v in lens_rl.step_metrics().items() if "staleness" in k}
+            assert live["staleness_max"] == float(step) and live["staleness_beyond"] == 0.5, live
+        assert live["staleness_mean"] == 3.0  # (step 6: 6 and 0 behind, each once)
+        offline = rollup_recorded(rec.spans, warmup_steps=0)
+    rows = {row["step"]: row for row in offline["pipeline"]["per_step"]}
+    assert (rows[5]["staleness_mean"], rows[5]["staleness_max"], rows[5]["staleness_beyond"]) == (0.0, 5, 0.5)
+    assert (rows[6]["staleness_mean"], rows[6]["staleness_max"], rows[6]["staleness_beyond"]) == (3.0, 6, 0.5)
+    stale = offline["pipeline"]["staleness"]
+    assert stale["max"] == 6 and stale["beyond"] == 0.5 and stale["trajectories"] == 4 and stale["tokens"] == 10.0

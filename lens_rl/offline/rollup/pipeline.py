@@ -3,8 +3,8 @@
 * **Pools.** Each worker group is a pool with a role: ``rollout`` when most of its productive time is in
   generation-family phases, ``trainer`` when most is training or logprob, else ``other``; a process's
   ``rl.pool`` resource attribute wins (:mod:`~lens_rl.offline.rollup.pools`).
-* **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; without steps, the
-  run's first to last span): per rank, the union of its productive spans over the wall (a rank that ran as
+* **Busy.** On the steady-state steps' wall (the driver's steps after ``warmup_steps``; where the warm-up
+  leaves no step of those selected, the selected steps' wall; without steps, the run's first to last span): per rank, the union of its productive spans over the wall (a rank that ran as
   several processes, an actor Ray restarted say, is one rank: their spans united); per pool, the mean over its
   ranks; ``idle`` = 1 - busy; ``imbalance`` = |idle(trainer) - idle(rollout)|. ``overlap``: where the
   trainer pool's union and the rollout pool's both cover, over the wall; ``bubble``: where no pool works.
@@ -64,6 +64,9 @@ def pipeline_row(
     ]
     steady_windows = [w for step in steady for w in windows.get(step, ())]
     wall = merged_packed([a for a, _ in steady_windows], [b for _, b in steady_windows])
+    if not wall:  # (no steady step: the selected steps' windows, warm-up ones too; never time outside them)
+        chosen = [w for each in windows.values() for w in each]
+        wall = merged_packed([a for a, _ in chosen], [b for _, b in chosen])
     if not wall:
         lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
         hi = max((p.last_ns for p in processes if p.last_ns is not None), default=None)
@@ -87,6 +90,7 @@ def pipeline_row(
 
     job = _figures(cover, length, ranks, arrays)
     steady_set = set(steady)
+    counted = steady_set or set(windows)  # (what the staleness reads: the wall's steps; all without steps)
     per_step, chunks = _per_step(each, steady, ranks, arrays, consumed, bound)
     judged = verdict(job["idle"].get("trainer"), job["idle"].get("rollout"), job["pause_share"])
     judged["windows"] = chunks
@@ -105,7 +109,7 @@ def pipeline_row(
             "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
             "pause_share": _r(job["pause_share"]),
         },
-        "staleness": staleness((c for c in consumed if not steady_set or c[0] in steady_set), bound),
+        "staleness": staleness((c for c in consumed if not counted or c[0] in counted), bound),
         "verdict": judged,
         "per_step": per_step,
     }

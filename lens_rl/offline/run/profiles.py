@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +57,16 @@ def _row(run: Path, window: Any, phases: list[Any], group: str, rank: int, pid: 
     step = attributes.get("rl.profile.step")
     path = attributes.get("rl.profile.path")
     backend = str(attributes.get("rl.profile.backend", ""))
-    file = run / path if isinstance(path, str) and ".." not in Path(path).parts else None
+    inside = isinstance(path, str) and not Path(path).is_absolute() and ".." not in Path(path).parts
+    file = run / path if inside else None  # (a path out of the run folder names no capture of it)
     summary: list[PhaseSummary] | None = None
     if backend == "torch" and file is not None and file.is_file():
-        inside = [
+        within = [
             p
             for p in phases
             if p.n is not None and not p.n.startswith("rl.profile") and p.b < window.e and p.e > window.b
         ]
-        summary = torch_summary(file, [(p.n, p.b, p.e) for p in sorted(inside, key=lambda p: p.b)])
+        summary = torch_summary(file, [(p.n, p.b, p.e) for p in sorted(within, key=lambda p: p.b)])
     return {
         "step": step if isinstance(step, int) else None,
         "worker_group": group,
@@ -82,26 +84,38 @@ def _row(run: Path, window: Any, phases: list[Any], group: str, rank: int, pid: 
 
 def torch_summary(trace: Path, phases: list[tuple[str, int, int]]) -> list[PhaseSummary] | None:
     """Per phase ``(name, start ns, end ns)``: CPU op seconds, kernel seconds and the share with no kernel
-    running, from a gzip'd Chrome trace of ``torch.profiler``; None when the trace cannot be read."""
+    running, from a gzip'd Chrome trace of ``torch.profiler`` (an object with ``traceEvents``, or their bare
+    array); None when the trace cannot be read (no gzip, no JSON, nested past the parser, no list of events, a
+    base time that is no finite number). An event whose ``ts`` or ``dur`` is no finite number, or whose
+    ``dur`` is negative, is left out: any file, never a traceback."""
     try:
         with gzip.open(trace, "rb") as raw:
             data = raw.read(SUMMARY_MAX_BYTES + 1)
         if len(data) > SUMMARY_MAX_BYTES:
             return None
         body = json.loads(data)
-        base_ns = int(body.get("baseTimeNanoseconds", 0))
-        cpu: list[tuple[int, int]] = []
-        kernels: list[tuple[int, int]] = []
-        for event in body.get("traceEvents", []):
-            if not isinstance(event, dict) or event.get("ph") != "X":
-                continue
-            kind = event.get("cat")
-            if kind not in ("cpu_op", "kernel"):
-                continue
-            start = base_ns + int(float(event["ts"]) * 1000)
-            (cpu if kind == "cpu_op" else kernels).append((start, start + int(float(event.get("dur", 0)) * 1000)))
-    except (OSError, ValueError, TypeError, KeyError, EOFError):
+    except Exception:  # (OSError, EOFError, ValueError, RecursionError: a file that is no readable trace)
         return None
+    # (a Chrome trace is an object with "traceEvents", or the bare array of its events)
+    events = body.get("traceEvents") if isinstance(body, dict) else body
+    base = body.get("baseTimeNanoseconds", 0) if isinstance(body, dict) else 0
+    if not isinstance(events, list) or not _finite(base):
+        return None
+    base_ns = int(base)
+    cpu: list[tuple[int, int]] = []
+    kernels: list[tuple[int, int]] = []
+    for event in events:
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        kind = event.get("cat")
+        if kind not in ("cpu_op", "kernel"):
+            continue
+        ts: Any = event.get("ts")
+        dur: Any = event.get("dur", 0)
+        if not (_finite(ts) and _finite(dur)) or dur < 0:
+            continue  # (an event of no readable time is left out: never a traceback)
+        start = base_ns + int(ts * 1000)
+        (cpu if kind == "cpu_op" else kernels).append((start, start + int(dur * 1000)))
     cpu_merged, kernel_merged = merge_intervals(cpu), merge_intervals(kernels)
     out: list[PhaseSummary] = []
     for name, lo, hi in phases:
@@ -119,3 +133,10 @@ def torch_summary(trace: Path, phases: list[tuple[str, int, int]]) -> list[Phase
             }
         )
     return out
+
+
+def _finite(value: Any) -> bool:
+    """A finite JSON number within int64 once in ns (a trace's time: µs, or the base in ns)."""
+    if value.__class__ is int:
+        return -(2**62) < value < 2**62  # type: ignore[no-any-return]
+    return value.__class__ is float and math.isfinite(value) and abs(value) < 2.0**62  # type: ignore[no-any-return]

@@ -30,10 +30,13 @@ def format_pipeline(report: GoodputReport) -> list[str]:
     pipe = report.get("pipeline")
     if not pipe:
         return []
+    if pipe["steps"] or not pipe["per_step"]:
+        over = f"the steady-state wall: {pipe['wall_s']:.2f}s, {pipe['steps']} steps"
+    else:  # (every step read is a warm-up one: their wall, said as such)
+        over = f"the warm-up steps' wall (no steady-state step): {pipe['wall_s']:.2f}s, {len(pipe['per_step'])} steps"
     lines = [
         "",
-        f"pipeline (async RL: who waits for whom, over the steady-state wall: {pipe['wall_s']:.2f}s, "
-        f"{pipe['steps']} steps)",
+        f"pipeline (async RL: who waits for whom, over {over})",
         f"{'  pool':12s}{'groups':28s}{'ranks':>6s}{'busy':>8s}{'idle':>8s}{'busy s':>10s}",
     ]
     for pool in pipe["pools"]:
