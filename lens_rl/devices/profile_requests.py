@@ -247,7 +247,7 @@ def answers(run: Path, request_id: str) -> list[dict[str, Any]]:
     for path in sorted((run / PROFILES).glob(f"request-{safe_part(request_id, 'request')}-*.json")):
         try:
             body = json.loads(read_capped(path, ANSWER_MAX).decode("utf-8"))
-        except Exception:  # (OSError, ValueError, UnicodeDecodeError, RecursionError)
+        except (OSError, ValueError, RecursionError):  # (UnicodeDecodeError and JSON's errors are ValueErrors)
             continue
         if isinstance(body, dict) and body.get("id") == request_id:
             out.append(body)

@@ -160,6 +160,20 @@ def test_a_capture_file_of_any_content_never_crashes_goodput_or_the_report(tmp_p
     assert page.returncode == 0, page.stderr[-2000:]
 
 
+def test_a_capture_whose_compressed_data_is_corrupt_is_listed_without_summary(tmp_path: Path) -> None:
+    """A capture cut or damaged inside its compressed data (its gzip header whole: a disk or a copy gone wrong)
+    is listed with no summary; zlib's error is no OSError, so it once escaped as a traceback (exit 70)."""
+    run = tmp_path / "t" / "r1"
+    _captured_store(run, "profiles/trainer-0-step1.pt.trace.json.gz")
+    good = gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 1}]}' * 50)
+    damaged = good[:10] + bytes(b ^ 0xFF for b in good[10:-8]) + good[-8:]
+    (run / "profiles" / "trainer-0-step1.pt.trace.json.gz").write_bytes(damaged)
+    done = _cli("goodput", str(run), "--json", "--no-cache")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout)["profiles"]
+    assert row["exists"] and row["summary"] is None
+
+
 def test_a_capture_path_outside_the_run_folder_is_not_said_to_exist(tmp_path: Path) -> None:
     """``rl.profile.path`` is relative to the run folder: an absolute path (a hand-edited or foreign store)
     names no capture of this run, so it is listed as missing and not read, nor linked from the report."""

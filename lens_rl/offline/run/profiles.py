@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ def torch_summary(trace: Path, phases: list[tuple[str, int, int]]) -> list[Phase
         if len(data) > SUMMARY_MAX_BYTES:
             return None
         body = json.loads(data)
-    except Exception:  # (OSError, EOFError, ValueError, RecursionError: a file that is no readable trace)
+    except (OSError, EOFError, ValueError, RecursionError, zlib.error):  # (a file that is no readable trace)
         return None
     # (a Chrome trace is an object with "traceEvents", or the bare array of its events)
     events = body.get("traceEvents") if isinstance(body, dict) else body
