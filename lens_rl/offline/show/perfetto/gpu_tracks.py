@@ -56,7 +56,7 @@ def gpu_counters(paths: Sequence[Path], opts: Options) -> bytes:
         tracks.append((pid, device.host, f"GPU {device.number} {device.uuid} busy %", t, util))
     if opts.fmt != "json":
         return _proto(tracks)
-    for pid, host in {(pid, host) for pid, host, *_ in tracks}:
+    for pid, host in sorted({(pid, host) for pid, host, *_ in tracks}):  # (in a set's order, the hash seed's)
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPUs on {host}"}})
     for pid, _host, name, t, util in tracks:
         ts = ((t - opts.origin) / 1000.0).tolist()
