@@ -78,6 +78,7 @@ class Chunk:
     callees: Calls = field(default_factory=lambda: Calls())  # the spans called from another file
     unknown: bool = False  # a process not in ``Options.processes`` was met: its events are not numbered right
     first: int = INT64_END  # the first start met (a JSON time before ``Options.origin`` would be negative)
+    last: int = -1  # the last end met (with ``first``: the window a cut's GPU counter tracks cover)
     notes: list[str] = field(default_factory=list)  # the refresh cache's entries not used, and why
 
 
@@ -184,7 +185,7 @@ class Places:
         head_now: Any = None
         thread_now: Any = None
         pid = tid = spans = 0
-        first = INT64_END
+        first, last = INT64_END, -1
         for head, row in rows:  # rows come in runs of one process and thread
             if head is not head_now:
                 pid, head_now, thread_now = self.pid(head), head, None
@@ -200,6 +201,8 @@ class Places:
                 end = start
             if start < first:
                 first = start
+            if end > last:
+                last = end
             span_id = row.s
             if everyone or row.k in kinds or (wanted and str(span_id) in wanted):
                 if here is None:
@@ -211,7 +214,8 @@ class Places:
                 call((span_id, row.p, pid, tid, start))
             spans += 1
             yield pid, tid, start, end, row
-        self.chunk.spans, self.chunk.first = spans, first  # (the reader yields each span id once)
+        self.chunk.spans = spans  # (the reader yields each span id once)
+        self.chunk.first, self.chunk.last = first, last
 
     def callees(self) -> dict[Any, tuple[int, int, int, int]]:
         """Once every row is walked: child span id -> (flow id, pid, tid, start) for each span called from

@@ -46,7 +46,10 @@ __all__ = [
     "sorted_ids",
 ]
 
-_MAGIC = f"lens_rl.perfetto/{VERSION}\n".encode()
+#: the layout of this kind's records (2: a chunk keeps its last end, ``ChunkRec.last``); an entry of another is
+#: named in one line and its file drawn cold
+ENTRY_VERSION = 2
+_MAGIC = f"lens_rl.perfetto/{VERSION}.{ENTRY_VERSION}\n".encode()
 
 
 def render_key(opts: Options, number: int, callers: bool) -> str:

@@ -51,6 +51,7 @@ class ChunkRec(Rec):
     data: bytes
     spans: int
     first: int
+    last: int
     unknown: bool
     locations: list[LocRec]
     flows: Raw
@@ -145,6 +146,7 @@ def chunk_record(chunk: Chunk, data: bytes) -> ChunkRec:
         data,
         chunk.spans,
         chunk.first,
+        chunk.last,
         chunk.unknown,
         locations,
         raw(calls.flows, "Q"),
@@ -161,7 +163,7 @@ def _columns(*arrays: array) -> None:
 
 def chunk_from(rec: ChunkRec) -> Chunk:
     """The chunk ``rec`` records, its events in ``data`` (ValueError: columns that do not add up)."""
-    chunk = Chunk(data=rec.data, spans=rec.spans, unknown=rec.unknown, first=rec.first)
+    chunk = Chunk(data=rec.data, spans=rec.spans, unknown=rec.unknown, first=rec.first, last=rec.last)
     for loc in rec.locations:
         starts, ends = array_of("q", loc.starts), array_of("q", loc.ends)
         _columns(starts, ends, array("q", bytes(8 * len(loc.ids))))

@@ -7,7 +7,8 @@ driver first), one track per thread (named as the thread was: ``MainThread``,
 ``terrible``, unbucketed ``generic_work``; both: the bucket as the category), and a
 flow arrow from a span to each child that ran in another process (a driver's call into
 a worker). ``steps=(A, B)`` and ``group=G`` cut a window, so a month-long run opens
-as a readable slice.
+as a readable slice (the GPU counter tracks too: cut to the drawn spans' time, from the reading in effect
+at its start).
 
 It streams: each file's events are written as it is read (files in parallel with
 ``jobs``), so memory is O(jobs x the largest file), in one pass over the lines: the
@@ -40,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lens_rl.offline.run.perfetto import Options, Scan, head_file, locate_file, options, scan_file
+from lens_rl.offline.run.perfetto import INT64_END, Options, Scan, head_file, locate_file, options, scan_file
 from lens_rl.offline.run.perfetto_cache import cached_locate
 from lens_rl.offline.run.perfetto_scans import cached_scan
 from lens_rl.offline.show.perfetto.flows import Flows
@@ -153,6 +154,7 @@ def _write(
     from lens_rl.offline.run.parallel import map_files
 
     spans = 0
+    first, last = INT64_END, -1  # the drawn spans' window: a cut's GPU counter tracks cover it alone
     # callers first (the driver's files), so callees resolve as they arrive
     ordered = sorted(paths, key=lambda p: str(p) not in opts.callers)
     with (
@@ -173,10 +175,12 @@ def _write(
             if chunk.unknown or (opts.fmt == "json" and chunk.first < opts.origin):
                 return -1
             spans += chunk.spans
+            first, last = min(first, chunk.first), max(last, chunk.last)
             notes += chunk.notes
             flows.add(chunk)
         _locate_callers(flows, ordered, opts, parallel, notes)
-        out.write(gpu_counters(paths, opts))  # (a counter track per GPU, where the run has sample files)
+        cut = opts.steps is not None or opts.group is not None
+        out.write(gpu_counters(paths, opts, (first, last) if cut else None))  # (a track per GPU, where sampled)
         if opts.fmt == "json":
             out.write(b'{"ph":"M","name":"trace_end","pid":0,"tid":0,"args":{}}\n]}\n')
     return spans

@@ -1,7 +1,8 @@
 """The trace's GPU counter tracks: one per device (``GPU <index> <uuid> busy %``), under a process per host
 (``GPUs on <host>``), from the run's sample files. Only changes are written (a constant stretch is one
 point), and a sample with no utilisation reading breaks the line (Chrome JSON: no point; protobuf: no value),
-never reads 0.
+never reads 0. A cut (``--steps``, ``--group``) keeps the points of the drawn spans' window alone, from a point
+at its start holding the reading in effect then (the line does not start blank); a window of no span, none.
 
 Example::
 
@@ -39,8 +40,21 @@ def _points(t: Any, util: Any) -> tuple[Any, Any]:
     return t[change], util[change]
 
 
-def gpu_counters(paths: Sequence[Path], opts: Options) -> bytes:
-    """The counter tracks of the devices sampled beside ``paths`` (none: empty), in ``opts.fmt``."""
+def _within(t: Any, util: Any, window: tuple[int, int]) -> tuple[Any, Any]:
+    """The points of ``window`` (its start and end included), the first at its start with the reading then."""
+    lo, hi = window
+    at = int(np.searchsorted(t, lo, side="right")) - 1  # (the last change at or before the window's start)
+    keep = (t > lo) & (t <= hi)
+    if at < 0:
+        return t[keep], util[keep]
+    return np.concatenate((np.array([lo], t.dtype), t[keep])), np.concatenate((util[at : at + 1], util[keep]))
+
+
+def gpu_counters(paths: Sequence[Path], opts: Options, window: tuple[int, int] | None = None) -> bytes:
+    """The counter tracks of the devices sampled beside ``paths`` (none: empty), in ``opts.fmt``; ``window``
+    (a cut's drawn spans' first start and last end, ns): those points alone, from the reading at its start."""
+    if window is not None and window[0] > window[1]:  # (no span drawn: no time to cover)
+        return b""
     found, _notes = sample_files(paths)
     if not found:
         return b""
@@ -50,13 +64,15 @@ def gpu_counters(paths: Sequence[Path], opts: Options) -> bytes:
     tracks = []
     for device in devices.values():  # (a device on its host's track: named by its UUID)
         t, util = _points(device.t, device.v[:, 0].astype(np.float64))
+        if window is not None:
+            t, util = _within(t, util, window)
         if opts.fmt == "json":
             t, util = t[t >= opts.origin], util[t >= opts.origin]
         pid = GPU_PID + hosts.index(device.host)
         tracks.append((pid, device.host, f"GPU {device.number} {device.uuid} busy %", t, util))
     if opts.fmt != "json":
         return _proto(tracks)
-    for pid, host in {(pid, host) for pid, host, *_ in tracks}:
+    for pid, host in sorted({(pid, host) for pid, host, *_ in tracks}):  # (in a set's order, the hash seed's)
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPUs on {host}"}})
     for pid, _host, name, t, util in tracks:
         ts = ((t - opts.origin) / 1000.0).tolist()

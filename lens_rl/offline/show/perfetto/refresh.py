@@ -112,11 +112,11 @@ def _from_entry(file: _File, opts: Options, rec: EntryRec, key: str) -> tuple[Ch
     if go is None or not grown_only(file.path, file.stat, (rec.size, rec.mtime_ns, rec.ctime_ns), go.end, go.tail):
         return None, None
     chunk = chunk_from(rec.chunk)
-    spans, first = chunk.spans, chunk.first
+    spans, first, last = chunk.spans, chunk.first, chunk.last
     chunk.data, chunk.callees = b"", Calls()  # (every call numbered again, the new ones after)
     places = Places(opts, chunk, file.callers, file.number)
     places_from(go, places)
-    drawn = _draw(file, opts, key, chunk, places, (rec.chunk.data, go), spans, first)
+    drawn = _draw(file, opts, key, chunk, places, (rec.chunk.data, go), spans, (first, last))
     return drawn if drawn is not None else (None, None)
 
 
@@ -125,7 +125,7 @@ def _drawn(file: _File, opts: Options, key: str) -> tuple[Chunk, EntryRec | None
     if opts.steps is None:
         chunk = Chunk()
         places = Places(opts, chunk, file.callers, file.number)
-        drawn = _draw(file, opts, key, chunk, places, None, 0, chunk.first)
+        drawn = _draw(file, opts, key, chunk, places, None, 0, (chunk.first, chunk.last))
         assert drawn is not None  # (nothing kept: nothing a new span sorts before)
         return drawn
     rows = file_rows(file.path, opts.steps, read_rows(file.path, file.end))
@@ -141,7 +141,7 @@ def _draw(
     places: Places,
     kept: tuple[bytes, GoOnRec] | None,
     spans: int,
-    first: int,
+    window: tuple[int, int],
 ) -> tuple[Chunk, EntryRec] | None:
     """The events of the lines after where ``kept``'s read stopped (its events and how to go on; None: from
     the file's start) after its events; the chunk and its entry (with how to go on); None where the
@@ -163,7 +163,7 @@ def _draw(
         (data, body, parts), called = more, 0
         sections = [SectionRec(*part) for part in parts]
     chunk.spans += spans
-    chunk.first = min(chunk.first, first)
+    chunk.first, chunk.last = min(chunk.first, window[0]), max(chunk.last, window[1])
     chunk.data = data
     head = heads[-1].header if heads else None if go is None else go.head
     if head is None:  # (no header: not a store file, nothing to go on from)
