@@ -42,9 +42,10 @@ ID_REMOTE = 0x200
 #: Spans decoded at once by :func:`span_chunks`.
 CHUNK_SPANS = 4096
 #: Field visits of a body's outer messages a span may bring, for :func:`count_spans`'s bound: a span alone in
-#: its resource and scope spans costs 9 (its resource spans' field once; its resource and scope spans fields,
-#: and its scope and span fields, each walked twice: once for the header, once for the children).
-FIELDS_PER_SPAN = 12
+#: its resource and scope spans, both with a ``schema_url``, costs 13 (its resource spans' field once; the
+#: resource, scope spans and schema URL fields of its resource spans, and the scope, span and schema URL fields
+#: of its scope spans, each walked twice: once for the header, once for the children).
+FIELDS_PER_SPAN = 16
 _LEN = 2  # the wire type of a length-delimited field
 
 

@@ -313,8 +313,8 @@ def test_a_body_of_more_spans_than_the_cap_is_refused_whole(tmp_path: Path) -> N
 def test_a_body_of_millions_of_empty_parts_is_refused_after_a_bounded_walk(tmp_path: Path) -> None:
     """A body of 2 M empty resource spans (4 MiB, no span) and one of 2 M unknown fields are refused (400)
     once their walk passes a few fields a span of the cap, nothing written (each was walked whole in Python: 14 s
-    of CPU for 32 MiB); a body at the cap whose every span has a resource and a scope of its own is written
-    whole."""
+    of CPU for 32 MiB); a body at the cap whose every span has a resource and a scope of its own, each with a
+    schema URL, is written whole."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     one = ExportTraceServiceRequest.FromString(_many_spans_body(1, nattr=1))
@@ -323,6 +323,7 @@ def test_a_body_of_millions_of_empty_parts_is_refused_after_a_bounded_walk(tmp_p
         rs = alone.resource_spans.add()
         rs.CopyFrom(one.resource_spans[0])
         rs.scope_spans[0].spans[0].span_id = (i + 1).to_bytes(8, "big")
+        rs.schema_url = rs.scope_spans[0].schema_url = "https://opentelemetry.io/schemas/1.24.0"
     rx = StoreReceiver(str(tmp_path), "r1", {"rl.run_id": "r1"}, max_spans=1000)
     try:
         for hostile in (b"\x0a\x00" * 2_000_000, b"\x7a\x00" * 2_000_000):  # (field 1, and unknown field 15)
