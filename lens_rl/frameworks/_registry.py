@@ -210,13 +210,14 @@ def _still_importing(target: str, module: ModuleType) -> bool:
 
 def _runs_here(module: ModuleType) -> bool:
     """Whether this thread is running ``module``'s code (its body: this thread imports it, and waiting here
-    for the import to end would wait for ever)."""
+    for the import to end would wait for ever). A frame of its body has its namespace, or its name where the
+    body put another module object in its place (transformers' ``_LazyModule``)."""
     import inspect
 
-    namespace = vars(module)
+    namespace, name = vars(module), module.__name__
     frame = inspect.currentframe()
     while frame is not None:
-        if frame.f_globals is namespace:
+        if frame.f_globals is namespace or frame.f_globals.get("__name__") == name:
             return True
         frame = frame.f_back
     return False

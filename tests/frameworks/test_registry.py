@@ -97,6 +97,26 @@ def test_weaving_from_the_frameworks_own_import_does_not_wait_for_it(standin: An
     assert sorted(rec.names()) == ["gen", "step"]
 
 
+def test_weaving_from_the_own_import_of_a_framework_that_replaces_its_module_does_not_wait(standin: Any) -> None:
+    """A framework whose import puts another module object in its place (transformers' ``_LazyModule``) and
+    then calls instrument(): its body's frames still name it, so instrument() returns at once (it waited its
+    whole bounded wait: the frames' globals are not the module now in ``sys.modules``)."""
+    fw = standin(
+        extra="""
+        import sys as _sys, time as _time, types as _types
+        from lens_rl.frameworks import _registry as _lens_registry
+        _lazy = _types.ModuleType(__name__)
+        _lazy.__dict__.update(globals())
+        _sys.modules[__name__] = _lazy
+        _began = _time.monotonic()
+        _lazy.WOVEN = _lens_registry.instrument(__name__)
+        _lazy.TOOK_S = _time.monotonic() - _began
+        """
+    )
+    module = importlib.import_module(fw.name)
+    assert module.WOVEN == [fw.name] and module.TOOK_S < _registry.IMPORT_WAIT_S
+
+
 @pytest.mark.slow
 def test_weaving_while_an_import_waits_for_the_caller_returns_and_weaves_it_once_imported(
     standin: Any, tmp_path: Any
