@@ -115,13 +115,70 @@ def gpu_rollup(
     for process in processes:
         for uuid in process.uuids:
             users.setdefault(uuid, []).append(process)
-    limits: dict[str, int] = {}
+    read = _read_devices(devices, lines, users, each, keeping, walls)
+    if any(process.stale() for process in processes):
+        return gpu_rollup(parts, devices, lines, each, None, keep, keeping, walls)  # (what it kept no longer holds)
+    rolled = _Rolled()
+    for process in processes:
+        process.finish(read.limits, keep, keeping)
+        rolled.add(process, read.util_read)
+    for uuid in rolled.device_busy:  # (less the busy of the time two of its processes were productive at once)
+        rolled.device_busy[uuid] = max(rolled.device_busy[uuid] - read.overcounted.get(uuid, 0.0), 0.0)
+    phase_rows = [
+        {"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(rolled.phases.items())
+    ]
+    for row in phase_rows:
+        row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
+    section = {
+        "devices": read.rows,
+        "phases": phase_rows,
+        "steps": _step_rows(rolled.step_parts),
+        "ranks": rolled.ranks,
+        "goodput": {
+            "goodput": None,
+            "busy_productive_s": round(sum(rolled.device_busy.values()) / 1e9, 6),
+            "devices": len(read.util_read & set(users)),
+            _BY_DEVICE: [rolled.device_busy[u] / 1e9 for u in devices if u in rolled.device_busy],
+        },
+    }
+    warnings = (
+        idle_in_productive(phase_rows)
+        + idle_gaps(rolled.groups, read.idle)
+        + unavailable(devices, users, read.util_read, read.unread)
+    )
+    return section, warnings
+
+
+class _DeviceReads:
+    """What each device's timeline answered (its row; idle stretches, unread time and busy counted twice where
+    it has a utilisation reading), and the last sample of each (a span ending before it: its join is final)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.idle: dict[str, Any] = {}
+        self.util_read: set[str] = set()
+        self.unread: dict[str, Any] = {}
+        self.overcounted: dict[str, float] = {}
+        self.limits: dict[str, int] = {}
+
+
+def _read_devices(
+    devices: Mapping[str, Any],
+    lines: Mapping[str, Timeline],
+    users: Mapping[str, list[GpuProcess]],
+    each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]],
+    keeping: Keeping | None,
+    walls: Any,
+) -> _DeviceReads:
+    """Each device's timeline built (``each`` maps the devices), asked by each process using it, and dropped;
+    the processes' answers handed to them in device order."""
+    out = _DeviceReads()
 
     def device(uuid: str) -> tuple[Any, ...]:
         """One device's timeline built, asked by each process using it, and dropped."""
         line = lines.get(uuid)
         if line is not None and line.a.size:
-            limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
+            out.limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
         row = _device_row(devices[uuid], line, [_who(p.key) for p in users.get(uuid, [])], walls)
         if keeping is not None and keeping.on_line is not None and line is not None:
             keeping.on_line(uuid, line)
@@ -132,62 +189,48 @@ def gpu_rollup(
         twice = _overcounted_busy_ns(line, users[uuid]) if read else 0.0
         return row, read, line.idle_intervals(), asked, _unread(users[uuid], asked), twice
 
-    device_rows, idle, util_read, unread = [], {}, set(), {}
     # (answers added in device order: the sums are the same whichever way ``each`` runs the devices)
-    overcounted: dict[str, float] = {}
     for uuid, (row, read, idle_at, answers, gap, twice) in zip(devices, each(device, devices), strict=True):
-        device_rows.append(row)
+        out.rows.append(row)
         if read:
-            util_read.add(uuid)
-            overcounted[uuid] = twice
+            out.util_read.add(uuid)
+            out.overcounted[uuid] = twice
         if read and gap is not None:
-            unread[uuid] = gap
+            out.unread[uuid] = gap
         if idle_at is not None:
-            idle[uuid] = idle_at
+            out.idle[uuid] = idle_at
         for process, answered in zip(users.get(uuid, []), answers, strict=False):
             process.queries.answer(answered)
-    if any(process.stale() for process in processes):
-        return gpu_rollup(parts, devices, lines, each, None, keep, keeping, walls)  # (what it kept no longer holds)
-    phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
-    step_parts: list[tuple[Any, Any, Any]] = []
-    ranks: list[dict[str, Any]] = []
-    device_busy: dict[str, float] = {}
-    groups: dict[str, list[tuple[Any, Any]]] = {}
-    for process in processes:
-        process.finish(limits, keep, keeping)
+    return out
+
+
+class _Rolled:
+    """The processes' figures added up, one process at a time (in process order): per (group, phase, bucket),
+    the step parts, the rank rows, each device's productive busy and each group's processes."""
+
+    def __init__(self) -> None:
+        self.phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
+        self.step_parts: list[tuple[Any, Any, Any]] = []
+        self.ranks: list[dict[str, Any]] = []
+        self.device_busy: dict[str, float] = {}
+        self.groups: dict[str, list[tuple[Any, Any]]] = {}
+
+    def add(self, process: GpuProcess, util_read: set[str]) -> None:
+        """A finished process's figures added (``util_read``: the devices with a utilisation reading)."""
         done, key, starts, ends = process.queries, process.key, process.starts, process.ends
-        groups.setdefault(key.group, []).append((key, (process.uuids, starts, ends, process.keys, process.index)))
+        self.groups.setdefault(key.group, []).append((key, (process.uuids, starts, ends, process.keys, process.index)))
         if not starts.size:
-            continue
+            return
         per, peaks = phase_sums(process.prior, process.base, process.keys, process.index, done.sums[0], done.mem[0])
-        _phase_rows(phases, key.group, process.keys, process.index, starts, ends, per, peaks)
-        step_parts.append((process.values, done.sums[2], done.mem[2]))
+        _phase_rows(self.phases, key.group, process.keys, process.index, starts, ends, per, peaks)
+        self.step_parts.append((process.values, done.sums[2], done.mem[2]))
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
-        ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
+        self.ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
         busy_each = _productive_busy_ns(process)
         for uuid in process.uuids:
             if uuid in util_read:  # (each device that reads: its processes' busy added, clamped to its wall later)
-                device_busy[uuid] = device_busy.get(uuid, 0.0) + busy_each
-    for uuid in device_busy:  # (less the busy of the time two of its processes were productive at once)
-        device_busy[uuid] = max(device_busy[uuid] - overcounted.get(uuid, 0.0), 0.0)
-    phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
-    for row in phase_rows:
-        row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
-    section = {
-        "devices": device_rows,
-        "phases": phase_rows,
-        "steps": _step_rows(step_parts),
-        "ranks": ranks,
-        "goodput": {
-            "goodput": None,
-            "busy_productive_s": round(sum(device_busy.values()) / 1e9, 6),
-            "devices": len(util_read & set(users)),
-            _BY_DEVICE: [device_busy[u] / 1e9 for u in devices if u in device_busy],
-        },
-    }
-    warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read, unread)
-    return section, warnings
+                self.device_busy[uuid] = self.device_busy.get(uuid, 0.0) + busy_each
 
 
 def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
