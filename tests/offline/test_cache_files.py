@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from array import array
 from pathlib import Path
 from typing import Any
 
@@ -286,40 +285,6 @@ def test_a_record_cut_short_of_another_version_or_not_adding_up_is_read_cold(tmp
     path.write_bytes(_with_first(data, whole) + (1000).to_bytes(8, "little") + b"\x9d")  # a delta cut short
     back, why = load_entry(path, key, identity)
     assert why is None and back is not None and back.token == rec.state.token and back.disk is None
-
-
-def test_which_new_lines_repeat_a_settled_span_is_the_one_by_one_rule_in_bulk() -> None:
-    """A grown file's new span ids are told apart from the settled ones in bulk exactly as one by one: lens_rl's
-    16 lower-case hex digits found or not, and ids that are not (upper case, a sign, a space, other digits,
-    numbers) taken as the rule takes them."""
-    from lens_rl.offline.run.cache_files import id_key, merged_ids, settled_has, unsettled
-
-    settled = merged_ids(array("Q"), [0x1, 0xABCDEF0123456789, 2**64 - 1])
-    every_kind: list[list[Any]] = [
-        ["0000000000000001", "abcdef0123456789", "ABCDEF0123456789", "ffffffffffffffff", "0000000000000002"],
-        ["0000000000000001", "+000000000000001", "00 0000000000001", "zz00000000000001", "0000000000000002"],
-        ["0000000000000001", "1", 1, None, "ffffffffffffffff"],
-    ]
-    for span_ids in every_kind:
-        expected = bytearray(not settled_has(settled, id_key(s)) for s in span_ids)
-        assert unsettled(settled, span_ids) == expected
-    assert unsettled(settled, ["0000000000000001", "0000000000000003"]) == bytearray([0, 1])
-
-
-def test_a_grown_files_new_ids_slot_into_the_settled_ones_as_a_sort_of_them_all() -> None:
-    """The settled ids with a look's new ones are the sorted whole (random ids, repeats, ids past 2**63, an
-    int array or a list of new ones), as a sort of them all says, an int array still."""
-    import random
-
-    from lens_rl.offline.run.cache_files import merged_ids
-
-    rng = random.Random(5)
-    for _ in range(300):
-        pool = [rng.randrange(2**64) for _ in range(rng.randrange(1, 40))] + [0, 2**63, 2**64 - 1]
-        ids = array("Q", sorted(rng.choice(pool) for _ in range(rng.randrange(0, 60))))
-        new = [rng.choice(pool) for _ in range(rng.randrange(0, 20))]
-        got = merged_ids(ids, array("Q", new) if rng.random() < 0.5 else new)
-        assert type(got) is array and got == array("Q", sorted([*ids, *new]))
 
 
 def test_a_repeated_span_among_ids_of_several_types_is_a_repeat_through_the_cache(tmp_path: Path) -> None:

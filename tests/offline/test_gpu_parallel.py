@@ -11,6 +11,7 @@ import numpy as np
 
 from lens_rl.offline.read import gpu_samples
 from lens_rl.offline.rollup import gpu as rollup
+from lens_rl.offline.rollup.gpu_step_rows import gpu_step_rows
 from lens_rl.offline.run import gpu as run_gpu
 from lens_rl.offline.run import gpu_ahead
 from lens_rl.offline.run.gpu import read_devices
@@ -69,11 +70,11 @@ def test_step_rows_add_each_steps_sums_over_processes_as_one_at_a_time(tmp_path:
     for steps, sums, mem in parts:
         for i, step in enumerate(steps.tolist()):
             rollup._add(expected.setdefault(step, rollup._acc()), sums[i], mem[i])
-    rows = rollup._step_rows(parts)
+    rows = gpu_step_rows(parts)
     assert [r["step"] for r in rows] == [3, 4, 7]
     assert rows == [{"step": s, **rollup._sums(acc)} for s, acc in sorted(expected.items())]
     assert rows[1]["mem_peak_bytes"] == 20 and rows[2]["mem_peak_bytes"] is None
-    assert rollup._step_rows([]) == []
+    assert gpu_step_rows([]) == []
 
 
 def test_step_rows_of_steps_sparse_out_of_order_or_missing_in_some_processes_are_one_at_a_time() -> None:
@@ -97,4 +98,4 @@ def test_step_rows_of_steps_sparse_out_of_order_or_missing_in_some_processes_are
             for i, step in enumerate(steps.tolist()):
                 rollup._add(expected.setdefault(step, rollup._acc()), sums[i], mem[i])
         want = [{"step": s, **rollup._sums(acc)} for s, acc in sorted(expected.items())]
-        assert repr(rollup._step_rows(parts)) == repr(want)
+        assert repr(gpu_step_rows(parts)) == repr(want)

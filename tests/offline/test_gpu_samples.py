@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read import gpu_samples
+from lens_rl.offline.read import gpu_decode, gpu_samples
 from lens_rl.offline.read.gpu_samples import read_samples
 from lens_rl.store import ReadStats
 from lens_rl.store.gpu import gpu_files, gpu_head
@@ -118,7 +118,7 @@ def test_integer_lines_read_as_integers_give_what_a_plain_decode_gives(tmp_path:
     devices = [device("GPU-a"), device("GPU-b", 1)]
     path = write_samples(tmp_path, "n", 1, devices, _integers, end_s=400, hz=5)
     want_t, want_v = _expected(path)
-    assert gpu_samples._bulk_ints(path.read_bytes().split(b"\n", 1)[1], 2000, 2) is not None
+    assert gpu_decode._bulk_ints(path.read_bytes().split(b"\n", 1)[1], 2000, 2) is not None
     stats = ReadStats()
     (block,), _end, _head = read_samples(path, stats)
     assert np.array_equal(block.t, want_t) and np.array_equal(block.v, want_v, equal_nan=True)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from lens_rl.offline.run import kept
-from lens_rl.offline.run.cache_files import id_key
 from lens_rl.offline.run.index import file_identity
 from lens_rl.offline.run.perfetto import Chunk, Options
 from lens_rl.offline.run.perfetto_cache import entry_path, load_entry, read_rows, render_key, save_entry
 from lens_rl.offline.run.perfetto_records import EntryRec, chunk_record
+from lens_rl.offline.run.settled_ids import id_key
 from lens_rl.store import Process
 from tests.stores import grow_store
 
@@ -82,8 +82,8 @@ def test_a_read_going_on_skips_the_spans_drawn_before_and_repeats(tmp_path: Path
 def test_the_ids_drawn_are_kept_sorted_in_bulk_or_one_by_one() -> None:
     """lens_rl's hex ids are merged in bulk, any other id one by one, both as the cache's other entries keep
     them (sorted, as ints where they are 16 hex digits)."""
-    from lens_rl.offline.run.cache_files import merged_ids
     from lens_rl.offline.run.perfetto_cache import sorted_ids
+    from lens_rl.offline.run.settled_ids import merged_ids
 
     drawn = array("Q", [5, 2**63 + 7])
     met = ["00000000000000ff", "0000000000000001", "ffffffffffffffff"]

@@ -247,6 +247,28 @@ def _summed(steps: Any, *values: Any) -> tuple[array, ...]:
     return tuple(out)
 
 
+def _token_columns(tree: Any, keep: list[int]) -> tuple[Any, Any, Any, Any]:
+    """Per row of ``keep``: the ns of a span with tokens, its tokens, its FLOPs and the tokens those FLOPs are
+    of (``rl.flops_per_token`` set); zeros where the span has none."""
+    counted = tree.tokens or {}
+    flops_of = tree.flops or {}
+    token_ns = np.zeros(len(keep), np.int64)
+    tokens, flops, flops_tokens = (np.zeros(len(keep), np.float64) for _ in range(3))
+    if counted:
+        starts, ends = tree.starts, tree.ends
+        for at, i in enumerate(keep):
+            count = counted.get(i)
+            if count is None:
+                continue
+            token_ns[at] = ends[i] - starts[i]
+            tokens[at] = count
+            per = flops_of.get(i)
+            if per is not None:
+                flops[at] = count * per
+                flops_tokens[at] = count
+    return token_ns, tokens, flops, flops_tokens
+
+
 def phase_steps(
     tree: Any, rows: Any, stepped: Any, bucket_codes: Any, duration: Any, excl: Any, leaves: Any = None
 ) -> dict[Any, PhaseSteps]:
@@ -267,21 +289,7 @@ def phase_steps(
     key = np.fromiter((number[names[i]] for i in keep), np.int64, len(keep)) * 8 + bucket_codes[idx] + 1
     step_col = np.fromiter((steps[i] for i in keep), np.int64, len(keep))
     counted = tree.tokens or {}
-    flops_of = tree.flops or {}
-    token_ns = np.zeros(len(keep), np.int64)
-    tokens, flops, flops_tokens = (np.zeros(len(keep), np.float64) for _ in range(3))
-    if counted:
-        starts, ends = tree.starts, tree.ends
-        for at, i in enumerate(keep):
-            count = counted.get(i)
-            if count is None:
-                continue
-            token_ns[at] = ends[i] - starts[i]
-            tokens[at] = count
-            per = flops_of.get(i)
-            if per is not None:
-                flops[at] = count * per
-                flops_tokens[at] = count
+    token_ns, tokens, flops, flops_tokens = _token_columns(tree, keep)
     spans = duration[idx].astype(np.int64)
     leaf_ns = np.where(leaves[idx], spans, 0) if leaves is not None else np.zeros(len(keep), np.int64)
     out: dict[Any, PhaseSteps] = {}

@@ -60,7 +60,7 @@ The passes over the files that feed it are :mod:`lens_rl.offline.run.analyze`'s.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from lens_rl.buckets import goodput_of
 from lens_rl.offline.read.intervals import covered, merge_intervals
@@ -162,13 +162,9 @@ def report_from_parts(
     selection = None
     within: list[ProcessPart] = []
     if steps is not None:  # (--steps A-B: the figures over those steps, lens_rl.offline.rollup.selected)
-        selection = selection_row(rows, walls_ns, productive_ns, steps)
-        skip = incomplete_steps(rows)
-        within = cut_phases(tokened, steps, skip)
-        phases = phase_rows(within, selection["wall_s"], selection["wall_s"])
-        groups, ranks = steps_group_and_rank_rows(within, int(round(selection["wall_s"] * 1e9)), steps, skip)
-        if selected is not None:
-            selected.update(selected_window(view, rows, steps))
+        selection, within, phases, groups, ranks = _over_steps(
+            tokened, view, rows, walls_ns, productive_ns, steps, selected
+        )
     report: GoodputReport = {
         "schema": SCHEMA,
         "goodput": job["goodput"] if selection is None else selection["goodput"],
@@ -180,12 +176,7 @@ def report_from_parts(
         "step_range": [min(run_steps), max(run_steps)] if run_steps else None,
         **step_times(rows),  # type: ignore[typeddict-item]
         "phases": cast("list[PhaseRow]", phases),
-        "unbucketed_phases": cast(
-            "list[UnbucketedRow]",
-            unbucketed_rows(processes, sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9)
-            if selection is None
-            else unbucketed_rows(within, selection["wall_s"]),
-        ),
+        "unbucketed_phases": _unbucketed(processes, within, rows, walls_ns, selection),
         "warnings": cast("list[WarningRow]", warning_rows(view, rows, steps is not None) + pool_warnings(processes)),
         "broken_cycles": sum(p.cycles for p in processes) + cross_cycles,
         "worker_groups": cast("list[GroupRow]", groups),
@@ -208,6 +199,51 @@ def report_from_parts(
     if selection is not None:
         report["selection"] = cast(Selection, selection)
     return report
+
+
+class _OverSteps(NamedTuple):
+    """The figures over ``--steps A-B``: the selection row, the phases cut to those steps, their rows."""
+
+    selection: dict[str, Any]
+    within: list[ProcessPart]
+    phases: list[dict[str, Any]]
+    groups: Any
+    ranks: Any
+
+
+def _over_steps(
+    tokened: list[ProcessPart],
+    view: list[ProcessPart],
+    rows: list[dict[str, Any]],
+    walls_ns: Any,
+    productive_ns: Any,
+    steps: tuple[int, int],
+    selected: dict[str, Any] | None,
+) -> _OverSteps:
+    """The figures over the steps ``steps`` selects (:mod:`lens_rl.offline.rollup.selected`); ``selected``
+    filled with the selected complete steps and their walls."""
+    selection = selection_row(rows, walls_ns, productive_ns, steps)
+    skip = incomplete_steps(rows)
+    within = cut_phases(tokened, steps, skip)
+    phases = phase_rows(within, selection["wall_s"], selection["wall_s"])
+    groups, ranks = steps_group_and_rank_rows(within, int(round(selection["wall_s"] * 1e9)), steps, skip)
+    if selected is not None:
+        selected.update(selected_window(view, rows, steps))
+    return _OverSteps(selection, within, phases, groups, ranks)
+
+
+def _unbucketed(
+    processes: list[ProcessPart],
+    within: list[ProcessPart],
+    rows: list[dict[str, Any]],
+    walls_ns: Any,
+    selection: dict[str, Any] | None,
+) -> list[UnbucketedRow]:
+    """The unbucketed phases over the complete steps' walls, or over the selected steps' wall (``--steps``)."""
+    if selection is None:
+        wall_s = sum(walls_ns[i] for i, r in enumerate(rows) if not r["incomplete"]) / 1e9
+        return cast("list[UnbucketedRow]", unbucketed_rows(processes, wall_s))
+    return cast("list[UnbucketedRow]", unbucketed_rows(within, selection["wall_s"]))
 
 
 def _notes(

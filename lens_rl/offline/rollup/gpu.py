@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -36,11 +35,11 @@ import numpy as np
 
 from lens_rl.offline.read.intervals import overcounted
 from lens_rl.offline.read.parts import merged_gpu
-from lens_rl.offline.rollup.bulk import rounded
 from lens_rl.offline.rollup.gpu_hosts import on_host
 from lens_rl.offline.rollup.gpu_memo import PRODUCTIVE_COLUMNS, Keeping
 from lens_rl.offline.rollup.gpu_prefix import SpanPrefix, phase_sums
 from lens_rl.offline.rollup.gpu_process import MEASURES, PRODUCTIVE, GpuProcess, Timeline
+from lens_rl.offline.rollup.gpu_step_rows import gpu_step_rows
 from lens_rl.offline.rollup.gpu_warnings import idle_gaps, idle_in_productive, unavailable
 
 __all__ = ["gpu_goodput", "gpu_rollup"]
@@ -115,13 +114,70 @@ def gpu_rollup(
     for process in processes:
         for uuid in process.uuids:
             users.setdefault(uuid, []).append(process)
-    limits: dict[str, int] = {}
+    read = _read_devices(devices, lines, users, each, keeping, walls)
+    if any(process.stale() for process in processes):
+        return gpu_rollup(parts, devices, lines, each, None, keep, keeping, walls)  # (what it kept no longer holds)
+    rolled = _Rolled()
+    for process in processes:
+        process.finish(read.limits, keep, keeping)
+        rolled.add(process, read.util_read)
+    for uuid in rolled.device_busy:  # (less the busy of the time two of its processes were productive at once)
+        rolled.device_busy[uuid] = max(rolled.device_busy[uuid] - read.overcounted.get(uuid, 0.0), 0.0)
+    phase_rows = [
+        {"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(rolled.phases.items())
+    ]
+    for row in phase_rows:
+        row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
+    section = {
+        "devices": read.rows,
+        "phases": phase_rows,
+        "steps": gpu_step_rows(rolled.step_parts),
+        "ranks": rolled.ranks,
+        "goodput": {
+            "goodput": None,
+            "busy_productive_s": round(sum(rolled.device_busy.values()) / 1e9, 6),
+            "devices": len(read.util_read & set(users)),
+            _BY_DEVICE: [rolled.device_busy[u] / 1e9 for u in devices if u in rolled.device_busy],
+        },
+    }
+    warnings = (
+        idle_in_productive(phase_rows)
+        + idle_gaps(rolled.groups, read.idle)
+        + unavailable(devices, users, read.util_read, read.unread)
+    )
+    return section, warnings
+
+
+class _DeviceReads:
+    """What each device's timeline answered (its row; idle stretches, unread time and busy counted twice where
+    it has a utilisation reading), and the last sample of each (a span ending before it: its join is final)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.idle: dict[str, Any] = {}
+        self.util_read: set[str] = set()
+        self.unread: dict[str, Any] = {}
+        self.overcounted: dict[str, float] = {}
+        self.limits: dict[str, int] = {}
+
+
+def _read_devices(
+    devices: Mapping[str, Any],
+    lines: Mapping[str, Timeline],
+    users: Mapping[str, list[GpuProcess]],
+    each: Callable[[Callable[[str], Any], Iterable[str]], Iterator[Any]],
+    keeping: Keeping | None,
+    walls: Any,
+) -> _DeviceReads:
+    """Each device's timeline built (``each`` maps the devices), asked by each process using it, and dropped;
+    the processes' answers handed to them in device order."""
+    out = _DeviceReads()
 
     def device(uuid: str) -> tuple[Any, ...]:
         """One device's timeline built, asked by each process using it, and dropped."""
         line = lines.get(uuid)
         if line is not None and line.a.size:
-            limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
+            out.limits[uuid] = int(line.a[-1])  # (a span ending before it: its join is final)
         row = _device_row(devices[uuid], line, [_who(p.key) for p in users.get(uuid, [])], walls)
         if keeping is not None and keeping.on_line is not None and line is not None:
             keeping.on_line(uuid, line)
@@ -132,151 +188,48 @@ def gpu_rollup(
         twice = _overcounted_busy_ns(line, users[uuid]) if read else 0.0
         return row, read, line.idle_intervals(), asked, _unread(users[uuid], asked), twice
 
-    device_rows, idle, util_read, unread = [], {}, set(), {}
     # (answers added in device order: the sums are the same whichever way ``each`` runs the devices)
-    overcounted: dict[str, float] = {}
     for uuid, (row, read, idle_at, answers, gap, twice) in zip(devices, each(device, devices), strict=True):
-        device_rows.append(row)
+        out.rows.append(row)
         if read:
-            util_read.add(uuid)
-            overcounted[uuid] = twice
+            out.util_read.add(uuid)
+            out.overcounted[uuid] = twice
         if read and gap is not None:
-            unread[uuid] = gap
+            out.unread[uuid] = gap
         if idle_at is not None:
-            idle[uuid] = idle_at
+            out.idle[uuid] = idle_at
         for process, answered in zip(users.get(uuid, []), answers, strict=False):
             process.queries.answer(answered)
-    if any(process.stale() for process in processes):
-        return gpu_rollup(parts, devices, lines, each, None, keep, keeping, walls)  # (what it kept no longer holds)
-    phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
-    step_parts: list[tuple[Any, Any, Any]] = []
-    ranks: list[dict[str, Any]] = []
-    device_busy: dict[str, float] = {}
-    groups: dict[str, list[tuple[Any, Any]]] = {}
-    for process in processes:
-        process.finish(limits, keep, keeping)
+    return out
+
+
+class _Rolled:
+    """The processes' figures added up, one process at a time (in process order): per (group, phase, bucket),
+    the step parts, the rank rows, each device's productive busy and each group's processes."""
+
+    def __init__(self) -> None:
+        self.phases: dict[tuple[str, str, Any], dict[str, Any]] = {}
+        self.step_parts: list[tuple[Any, Any, Any]] = []
+        self.ranks: list[dict[str, Any]] = []
+        self.device_busy: dict[str, float] = {}
+        self.groups: dict[str, list[tuple[Any, Any]]] = {}
+
+    def add(self, process: GpuProcess, util_read: set[str]) -> None:
+        """A finished process's figures added (``util_read``: the devices with a utilisation reading)."""
         done, key, starts, ends = process.queries, process.key, process.starts, process.ends
-        groups.setdefault(key.group, []).append((key, (process.uuids, starts, ends, process.keys, process.index)))
+        self.groups.setdefault(key.group, []).append((key, (process.uuids, starts, ends, process.keys, process.index)))
         if not starts.size:
-            continue
+            return
         per, peaks = phase_sums(process.prior, process.base, process.keys, process.index, done.sums[0], done.mem[0])
-        _phase_rows(phases, key.group, process.keys, process.index, starts, ends, per, peaks)
-        step_parts.append((process.values, done.sums[2], done.mem[2]))
+        _phase_rows(self.phases, key.group, process.keys, process.index, starts, ends, per, peaks)
+        self.step_parts.append((process.values, done.sums[2], done.mem[2]))
         acc = _acc()
         _add(acc, done.sums[1][0], done.mem[1][0])
-        ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
+        self.ranks.append({**_who(key), "attempt": key.attempt, "devices": list(process.uuids), **_sums(acc)})
         busy_each = _productive_busy_ns(process)
         for uuid in process.uuids:
             if uuid in util_read:  # (each device that reads: its processes' busy added, clamped to its wall later)
-                device_busy[uuid] = device_busy.get(uuid, 0.0) + busy_each
-    for uuid in device_busy:  # (less the busy of the time two of its processes were productive at once)
-        device_busy[uuid] = max(device_busy[uuid] - overcounted.get(uuid, 0.0), 0.0)
-    phase_rows = [{"worker_group": g, "phase": p, "bucket": b, **row} for (g, p, b), row in sorted(phases.items())]
-    for row in phase_rows:
-        row.update(_sums(row.pop("acc")))  # (once, from every process's sums added)
-    section = {
-        "devices": device_rows,
-        "phases": phase_rows,
-        "steps": _step_rows(step_parts),
-        "ranks": ranks,
-        "goodput": {
-            "goodput": None,
-            "busy_productive_s": round(sum(device_busy.values()) / 1e9, 6),
-            "devices": len(util_read & set(users)),
-            _BY_DEVICE: [device_busy[u] / 1e9 for u in devices if u in device_busy],
-        },
-    }
-    warnings = idle_in_productive(phase_rows) + idle_gaps(groups, idle) + unavailable(devices, users, util_read, unread)
-    return section, warnings
-
-
-def _step_rows(step_parts: list[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
-    """The step rows from each process's steps (each process's unique), their sums and memory peaks: each
-    step's sums added in process order (as :func:`_add` would, one at a time), its peak the largest of those
-    read."""
-    if not step_parts:
-        return []
-    steps, places = _step_places([p[0] for p in step_parts])
-    totals = np.zeros((steps.size, len(MEASURES)))
-    peaks = np.full(steps.size, -np.inf)
-    for (_values, sums, mem), mine in zip(step_parts, places, strict=True):
-        # (a process's steps are unique: each step's row added once per process, in process order, as
-        # bincount over them all adds them: the same sums, bit for bit)
-        totals[mine] += sums
-        peaks[mine] = np.maximum(peaks[mine], np.nan_to_num(mem, nan=-np.inf))
-    return _rows(steps, totals, peaks)
-
-
-def _step_places(values: list[Any]) -> tuple[Any, list[Any]]:
-    """The steps of some processes (int64 arrays, each one's unique), sorted, and where each process's are
-    among them (a slice where they are a run of them, as most are: every process runs every step). Where
-    they span a range not much wider than their count, by marking each one's place in the range, no sort
-    (0.003 s against 0.035 s for 49 processes' 10^4 steps); else ``np.unique``'s."""
-    sizes = [v.size for v in values]
-    some = [v for v in values if v.size]
-    if not some:
-        return np.zeros(0, np.int64), [slice(0, 0)] * len(values)
-    low, high = min(int(v.min()) for v in some), max(int(v.max()) for v in some)
-    if high - low > 4 * sum(sizes) + 4096:
-        steps, at = np.unique(np.concatenate(values), return_inverse=True)
-        ends = np.cumsum(sizes)
-        return steps, [_run(at[end - n : end]) for n, end in zip(sizes, ends.tolist(), strict=True)]
-    present = np.zeros(high - low + 1, bool)
-    for v in some:
-        present[v - low] = True
-    rank = np.cumsum(present, dtype=np.intp) - 1
-    return np.flatnonzero(present) + np.int64(low), [_run(rank[v - low]) for v in values]
-
-
-def _run(places: Any) -> Any:
-    """``places`` as a slice where they are consecutive, in order (the same rows, no gather and scatter)."""
-    if places.size and (places.size == 1 or bool((np.diff(places) == 1).all())):
-        return slice(int(places[0]), int(places[0]) + places.size)
-    return places
-
-
-def _ratios(num: Any, den: Any) -> list[float | None]:
-    """:func:`_ratio` of each pair of the columns (the same division and rounding, in bulk)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return _where(rounded(num / den, 4), den > 0)
-
-
-def _where(values: list[Any], ok: Any) -> list[Any]:
-    """``values`` with None where ``ok`` is False."""
-    if ok.all():
-        return values
-    return [v if o else None for v, o in zip(values, ok.tolist(), strict=True)]
-
-
-def _rows(steps: Any, totals: Any, peaks: Any) -> list[dict[str, Any]]:
-    """``{"step": ..., **_sums(acc)}`` of each step (its measures ``totals[i]`` and memory peak, -inf: none),
-    column by column: the same values, without a call and a numpy scalar per figure of ~10^4 steps."""
-    known, idle = totals[:, _K], totals[:, _IDLE]
-    columns = zip(
-        steps.tolist(),
-        _ratios(totals[:, _BUSY], known),
-        _where(rounded(idle / 1e9, 6), known > 0),
-        rounded(known / 1e9, 6),
-        _ratios(idle, known),
-        [int(p) if math.isfinite(p) else None for p in peaks.tolist()],
-        _ratios(totals[:, _SM], totals[:, _SMK]),
-        _ratios(totals[:, _T], totals[:, _TK]),
-        strict=True,
-    )
-    # (the keys in _sums's order)
-    return [
-        {
-            "step": step,
-            "gpu_busy": busy,
-            "gpu_idle_s": idle_s,
-            "gpu_measured_s": measured_s,
-            "gpu_idle_share": share,
-            "mem_peak_bytes": peak,
-            "sm_active": sm,
-            "tensor_active": tensor,
-        }
-        for step, busy, idle_s, measured_s, share, peak, sm, tensor in columns
-    ]
+                self.device_busy[uuid] = self.device_busy.get(uuid, 0.0) + busy_each
 
 
 #: a device's time without a reading while its processes ran that is flagged ``gpu_unavailable``: this share

@@ -62,15 +62,7 @@ def pipeline_row(
     steady = [
         rows[n]["step"] for n in steady_indexes(rows, warmup_of(view, warmup_steps)) if windows.get(rows[n]["step"])
     ]
-    steady_windows = [w for step in steady for w in windows.get(step, ())]
-    wall = merged_packed([a for a, _ in steady_windows], [b for _, b in steady_windows])
-    if not wall:  # (no steady step: the selected steps' windows, warm-up ones too; never time outside them)
-        chosen = [w for each in windows.values() for w in each]
-        wall = merged_packed([a for a, _ in chosen], [b for _, b in chosen])
-    if not wall:
-        lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
-        hi = max((p.last_ns for p in processes if p.last_ns is not None), default=None)
-        wall = pack([(lo, hi)] if lo is not None and hi is not None and hi > lo else [])
+    wall = _wall(processes, windows, steady)
     if not wall:
         return None
     ranks = {role: _ranks([p for p in processes if roles.get(p.key.group) == role]) for role in ROLES}
@@ -103,15 +95,36 @@ def pipeline_row(
         "imbalance": _r(job["imbalance"]),
         "overlap": _r(job["overlap"]),
         "bubble": _r(job["bubble"]),
-        "weight_sync": {
-            "count": _inside(wall, (s for p in processes if p.pipe for s in p.pipe.syncs)),
-            "total_s": round(job["sync"] / 1e9, 6),
-            "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
-            "pause_share": _r(job["pause_share"]),
-        },
+        "weight_sync": _weight_sync(wall, processes, job),
         "staleness": staleness((c for c in consumed if not counted or c[0] in counted), bound),
         "verdict": judged,
         "per_step": per_step,
+    }
+
+
+def _wall(processes: Sequence[ProcessPart], windows: dict[Any, Any], steady: list[Any]) -> array:
+    """The wall the figures are over, merged and packed: the steady steps' windows; with none, the selected
+    steps' windows, warm-up ones too (never time outside them); without steps, the run's first to last span."""
+    steady_windows = [w for step in steady for w in windows.get(step, ())]
+    wall = merged_packed([a for a, _ in steady_windows], [b for _, b in steady_windows])
+    if not wall:
+        chosen = [w for each in windows.values() for w in each]
+        wall = merged_packed([a for a, _ in chosen], [b for _, b in chosen])
+    if not wall:
+        lo = min((p.first_ns for p in processes if p.first_ns is not None), default=None)
+        hi = max((p.last_ns for p in processes if p.last_ns is not None), default=None)
+        wall = pack([(lo, hi)] if lo is not None and hi is not None and hi > lo else [])
+    return wall
+
+
+def _weight_sync(wall: array, processes: Sequence[ProcessPart], job: dict[str, Any]) -> dict[str, Any]:
+    """The job's ``weight_sync`` figures: the syncs within the wall (one nested in another's counted once),
+    their seconds and the pause."""
+    return {
+        "count": _inside(wall, (s for p in processes if p.pipe for s in p.pipe.syncs)),
+        "total_s": round(job["sync"] / 1e9, 6),
+        "pause_s": None if job["pause"] is None else round(job["pause"] / 1e9, 6),
+        "pause_share": _r(job["pause_share"]),
     }
 
 
@@ -267,16 +280,13 @@ def _per_step(
 
     walls = np.bincount(owners, (his - los).astype(np.float64), minlength=len(order))  # type: ignore[operator]
     got = _figures(cover, walls, ranks, arrays)
-    by_step: dict[Any, list[Any]] = {}
-    for c in consumed:
-        by_step.setdefault(c[0], []).append(c)
     shares = {k: _listed(got[k], 1) for k in ("overlap", "bubble")}
     seconds = {k: _listed(got[k], 1e9) for k in ("sync", "pause")}
     busy = {role: _listed(value, 1) for role, value in got["busy"].items()}
     none: list[Any] = [None] * len(order)
     roles = list(busy)  # (each step's busy, its staleness: made column by column, zipped per step)
     busies = _dicts(roles, list(busy.values()))
-    stales = [_stale(by_step.get(step), bound) for step in order] if by_step else None
+    stales = _stales(order, consumed, bound)
     trainer, rollout, pause = (
         none if value is None else np.asarray(value, np.float64).tolist()
         for value in (got["idle"].get("trainer"), got["idle"].get("rollout"), got["pause_share"])
@@ -293,7 +303,21 @@ def _per_step(
         stales or [_NO_STALENESS] * len(order),
         [verdict_name(t, r, p) for t, r, p in zip(trainer, rollout, pause, strict=True)],
     ]
-    out = [
+    return _step_dicts(columns), _chunks(order, steady, walls, cover, ranks, arrays)
+
+
+def _stales(order: list[Any], consumed: list[Any], bound: Any) -> list[Any] | None:
+    """Each step's staleness figures, from the versions consumed in it (None: nothing consumed)."""
+    by_step: dict[Any, list[Any]] = {}
+    for c in consumed:
+        by_step.setdefault(c[0], []).append(c)
+    return [_stale(by_step.get(step), bound) for step in order] if by_step else None
+
+
+def _step_dicts(columns: list[list[Any]]) -> list[dict[str, Any]]:
+    """The per-step rows, zipped from their columns (step, wall, busy, imbalance, overlap, bubble, sync, pause,
+    staleness, verdict)."""
+    return [
         {
             "step": step,
             "wall_s": wall_s,
@@ -313,7 +337,6 @@ def _per_step(
             *columns, strict=True
         )
     ]
-    return out, _chunks(order, steady, walls, cover, ranks, arrays)
 
 
 _NO_STALENESS = (None, None, None, None)

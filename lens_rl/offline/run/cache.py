@@ -43,19 +43,16 @@ from lens_rl.offline.run.cache_files import (
     Entry,
     cache_folder,
     grown_bytes,
-    id_key,
     load_entry,
-    merged_ids,
     options_key,
     save_entry,
     save_sizes,
-    settled_has,
-    unsettled,
 )
 from lens_rl.offline.run.chains import complete_chains
 from lens_rl.offline.run.index import complete_end, file_identity, grown_only, tail_hash
 from lens_rl.offline.run.kept import load_report, save_report, store_fingerprint
 from lens_rl.offline.run.memo_file import load_memo, save_memo
+from lens_rl.offline.run.settled_ids import id_key, merged_ids, settled_has, unsettled
 from lens_rl.store import (
     BAD_LINE,
     LINE_MAX,

@@ -16,7 +16,7 @@ from itertools import compress
 from typing import Any
 
 from lens_rl.offline.read.columns import REMOTE_PARENT, Columns
-from lens_rl.offline.run.cache_files import id_key, settled_has
+from lens_rl.offline.run.settled_ids import id_key, settled_has
 
 __all__ = ["complete_chains"]
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from lens_rl.offline.read.gpu_samples import COUNTERS, Block
+from lens_rl.offline.read.gpu_decode import COUNTERS
+from lens_rl.offline.read.gpu_samples import Block
 from lens_rl.offline.run.disk import cache_key, json_bytes
 from lens_rl.store import LINE_MAX, loads, open_file
 from lens_rl.store.gpu import GpuDevice, GpuHead

@@ -199,27 +199,13 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
     if kept is None:
         return None
     read = ReadStats()
-    counts: dict[tuple[Any, str], int] = {}  # (by (host, UUID): a device is one of its host's)
-    pieces: dict[tuple[Any, str], list[tuple[Any, Any, Any, int]]] = {}
-    heads: dict[tuple[Any, str], tuple[Any, Any]] = {}
-    files: dict[tuple[Any, str], dict[str, None]] = {}
+    new = _NewSamples()
     for path in found:
         got = _new_blocks(path, cache, read)
         if got is None:
             return None
-        for head, n in got[0]:
-            for device in head.devices:
-                pair = (head.host, device.uuid)
-                counts[pair] = counts.get(pair, 0) + n
-                heads[pair] = (device, head)
-                files.setdefault(pair, {})[path.name] = None
-        for block in got[1]:
-            for at, device in enumerate(block.head.devices):
-                pair = (block.head.host, device.uuid)
-                pieces.setdefault(pair, []).append((device, block.head, block, at))
-                heads[pair] = (device, block.head)
-                files.setdefault(pair, {})[path.name] = None
-    keys = device_keys(heads)  # (each device's key, as a whole read names it: lens_rl.offline.rollup.gpu_hosts)
+        new.add(path.name, *got)
+    keys = device_keys(new.heads)  # (each device's key, as a whole read names it: lens_rl.offline.rollup.gpu_hosts)
     states = {s.uuid: s for s in kept.lines}
     if set(states) != set(keys.values()):
         return None
@@ -228,39 +214,72 @@ def read_window(found: Sequence[Path], cache: str, stats: ReadStats) -> Windows 
     devices.steps = steps if steps is not None and steps.token == kept.steps else None
     devices.memos = devices.steps.memos if devices.steps is not None else {}
     try:
-        for pair in sorted(heads, key=keys.__getitem__):
-            uuid = keys[pair]
-            state, mine = states[uuid], pieces.get(pair, [])
-            t0, h0 = np.frombuffer(state.t, "<i8"), np.frombuffer(state.h, "<i8")
-            v0 = np.frombuffer(state.v, "<f4").reshape(-1, len(GPU_COUNTERS))
-            if state.n != counts.get(pair, -1) or not 0 < t0.size == h0.size == v0.shape[0] <= state.n:
+        for pair in sorted(new.heads, key=keys.__getitem__):
+            device = _window_device(states[keys[pair]], pair, new)
+            if device is None:
                 return None
-            ts, vs, hs = [t0], [v0], [h0]
-            for dev, head, block, at in mine:
-                v = block.v[:, at, :].copy()
-                v[:, [i for i, c in enumerate(GPU_COUNTERS) if c not in dev.has]] = np.nan
-                ts.append(block.t)
-                vs.append(v)
-                hs.append(np.full(block.t.size, int(1e9 / head.hz), np.int64))
-            t = np.concatenate(ts)
-            if not (t[1:] > t[:-1]).all():
-                return None
-            dev, head = heads[pair]
-            before = _before(state)
-            skipped = state.n - t0.size
-            if before.k0 - 1 != skipped:
-                return None
-            v_all, h_all = np.concatenate(vs), np.concatenate(hs)
-            devices[uuid] = Device(
-                dev.uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
-                tuple(files[pair]), skipped, before,
-            )  # fmt: skip
+            devices[keys[pair]] = device
         devices.lines = {u: window_line(d) for u, d in devices.items() if d.t.size}
     except (ValueError, TypeError) as exc:  # (a record of this shape whose figures do not hold together)
         _log.warning("lens-rl: the GPU join's kept windows in %s were not used (%s): joining cold", cache, exc)
         return None
     stats.add(read)
     return devices
+
+
+class _NewSamples:
+    """What the files hold past the kept windows, by (host, UUID) (a device is one of its host's): the samples
+    counted, the blocks read with each device's place in them, the device and header last seen, the files."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[Any, str], int] = {}
+        self.pieces: dict[tuple[Any, str], list[tuple[Any, Any, Any, int]]] = {}
+        self.heads: dict[tuple[Any, str], tuple[Any, Any]] = {}
+        self.files: dict[tuple[Any, str], dict[str, None]] = {}
+
+    def add(self, name: str, counted: Any, blocks: Any) -> None:
+        """One file's new samples (:func:`_new_blocks`): ``counted`` (header, samples) pairs, ``blocks`` read."""
+        for head, n in counted:
+            for device in head.devices:
+                pair = (head.host, device.uuid)
+                self.counts[pair] = self.counts.get(pair, 0) + n
+                self.heads[pair] = (device, head)
+                self.files.setdefault(pair, {})[name] = None
+        for block in blocks:
+            for at, device in enumerate(block.head.devices):
+                pair = (block.head.host, device.uuid)
+                self.pieces.setdefault(pair, []).append((device, block.head, block, at))
+                self.heads[pair] = (device, block.head)
+                self.files.setdefault(pair, {})[name] = None
+
+
+def _window_device(state: LineState, pair: tuple[Any, str], new: _NewSamples) -> Device | None:
+    """One device's window: its kept samples from ``state`` and the new ones after them (None: they do not
+    hold together; ValueError or TypeError: a record whose figures do not)."""
+    t0, h0 = np.frombuffer(state.t, "<i8"), np.frombuffer(state.h, "<i8")
+    v0 = np.frombuffer(state.v, "<f4").reshape(-1, len(GPU_COUNTERS))
+    if state.n != new.counts.get(pair, -1) or not 0 < t0.size == h0.size == v0.shape[0] <= state.n:
+        return None
+    ts, vs, hs = [t0], [v0], [h0]
+    for dev, head, block, at in new.pieces.get(pair, []):
+        v = block.v[:, at, :].copy()
+        v[:, [i for i, c in enumerate(GPU_COUNTERS) if c not in dev.has]] = np.nan
+        ts.append(block.t)
+        vs.append(v)
+        hs.append(np.full(block.t.size, int(1e9 / head.hz), np.int64))
+    t = np.concatenate(ts)
+    if not (t[1:] > t[:-1]).all():
+        return None
+    dev, head = new.heads[pair]
+    before = _before(state)
+    skipped = state.n - t0.size
+    if before.k0 - 1 != skipped:
+        return None
+    v_all, h_all = np.concatenate(vs), np.concatenate(hs)
+    return Device(
+        dev.uuid, head.host, dev.name, dev.i, dev.mem_total, dev.has, t, v_all, h_all, False,
+        tuple(new.files[pair]), skipped, before,
+    )  # fmt: skip
 
 
 def _state(uuid: str, device: Any, line: Any, opens: list[Any]) -> LineState | None:
