@@ -46,7 +46,7 @@ from lens_rl.offline.run.records import (
     stats_from,
     stats_record,
 )
-from lens_rl.offline.run.settled_ids import id_key, merged_ids, unsettled
+from lens_rl.offline.run.settled_ids import merged_ids
 from lens_rl.store import Process, ReadStats, loads
 
 __all__ = [
@@ -58,14 +58,11 @@ __all__ = [
     "cache_folder",
     "after_length",
     "grown_bytes",
-    "id_key",  # (id_key, merged_ids, unsettled: settled_ids's, still imported from here by perfetto_cache)
     "load_entry",
-    "merged_ids",
     "options_key",
     "records_in",
     "save_entry",
     "save_sizes",
-    "unsettled",
 ]
 
 _log = logging.getLogger("lens_rl")

@@ -26,12 +26,12 @@ from typing import Any
 
 from lens_rl._version import __version__
 from lens_rl.offline.read.runs import from_hex
-from lens_rl.offline.run.cache_files import id_key, merged_ids, unsettled
 from lens_rl.offline.run.disk import FORMAT
 from lens_rl.offline.run.index import file_identity
 from lens_rl.offline.run.perfetto import Chunk, Options, locate_file
 from lens_rl.offline.run.perfetto_records import EntryRec, chunk_from, chunk_record, load_sealed, save_sealed
 from lens_rl.offline.run.record_codec import VERSION, array_of, raw
+from lens_rl.offline.run.settled_ids import id_key, merged_ids, unsettled
 from lens_rl.store import Head, ReadStats, Row, scan_runs, unseen
 
 __all__ = [
@@ -108,7 +108,7 @@ def save_entry(where: Path, rec: EntryRec) -> None:
 
 
 def ids_column(ids: Any) -> Any:
-    """Sorted span ids (:func:`~lens_rl.offline.run.cache_files.merged_ids`) as a record holds them."""
+    """Sorted span ids (:func:`~lens_rl.offline.run.settled_ids.merged_ids`) as a record holds them."""
     return raw(ids, "Q") if type(ids) is array else list(ids)
 
 
@@ -146,8 +146,8 @@ def read_rows(
 
 def sorted_ids(drawn: Any, met: list[Any]) -> Any:
     """The sorted ids of ``drawn`` with those ``met`` (as lines hold them): in bulk where they are all lens_rl's
-    16 hex digits (numpy, as :func:`~lens_rl.offline.run.cache_files.unsettled` reads them), else one by one
-    (:func:`~lens_rl.offline.run.cache_files.merged_ids`)."""
+    16 hex digits (numpy, as :func:`~lens_rl.offline.run.settled_ids.unsettled` reads them), else one by one
+    (:func:`~lens_rl.offline.run.settled_ids.merged_ids`)."""
     if type(drawn) is array and met and all(type(i) is str and len(i) == 16 for i in met):
         numbers = from_hex(met)  # (None: not all lens_rl's form)
         if numbers is not None:
