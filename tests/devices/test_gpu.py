@@ -45,12 +45,7 @@ def test_the_sample_file_has_its_header_and_nulls_never_zeros(tmp_path: Path, jo
             {"uuid": "GPU-zero", "zero": True, "mem_used": 2 * GIB},
         ],
     )
-    rid = run_id()
-    job.start(job_env(tmp_path / "traces", rid, sc, CUDA_VISIBLE_DEVICES="0"))
-    run_dir = tmp_path / "traces" / rid
-    wait_for(lambda: gpu_files(run_dir) and len(read_gpu(gpu_files(run_dir)[0])[1]) >= 3, what="3 samples")
-    ((code, stdout, stderr),) = job.finish()
-    assert code == 0, stderr
+    run_dir, stdout = _three_samples(tmp_path, job, sc)
     [path] = gpu_files(run_dir)
     head, samples = read_gpu(path)
     assert path.name == f"gpu-{head['host']}-{head['pid']}.jsonl"
@@ -59,7 +54,7 @@ def test_the_sample_file_has_its_header_and_nulls_never_zeros(tmp_path: Path, jo
         "header": True,
         "format": "lens_rl.gpu/1",
         "kind": "gpu",
-        "run_id": rid,
+        "run_id": run_dir.name,
         "attempt": 0,
         "hz": 5.0,
     }
@@ -98,16 +93,23 @@ def test_the_sample_file_has_its_header_and_nulls_never_zeros(tmp_path: Path, jo
     assert "nvmlDeviceGetComputeRunningProcesses" not in calls  # device-level queries only
 
 
-def test_a_utilisation_that_is_no_percentage_is_null_and_the_others_are_kept(tmp_path: Path, job: Job) -> None:
-    """A device whose NVML utilisation reads past 100 % reads null there (no percentage), so every sample line
-    stays one the readers take: its neighbours' figures are all in ``goodput``."""
-    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 50}, {"uuid": "GPU-odd", "util": 101, "mem_util": 250}])
+def _three_samples(tmp_path: Path, job: Job, sc: str) -> tuple[Path, str]:
+    """A job of one process on GPU 0 of scenario ``sc``, run until its sample file holds 3 samples; its run
+    folder and output."""
     rid = run_id()
     job.start(job_env(tmp_path / "traces", rid, sc, CUDA_VISIBLE_DEVICES="0"))
     run_dir = tmp_path / "traces" / rid
     wait_for(lambda: gpu_files(run_dir) and len(read_gpu(gpu_files(run_dir)[0])[1]) >= 3, what="3 samples")
-    ((code, _, stderr),) = job.finish()
+    ((code, stdout, stderr),) = job.finish()
     assert code == 0, stderr
+    return run_dir, stdout
+
+
+def test_a_utilisation_that_is_no_percentage_is_null_and_the_others_are_kept(tmp_path: Path, job: Job) -> None:
+    """A device whose NVML utilisation reads past 100 % reads null there (no percentage), so every sample line
+    stays one the readers take: its neighbours' figures are all in ``goodput``."""
+    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 50}, {"uuid": "GPU-odd", "util": 101, "mem_util": 250}])
+    run_dir, _ = _three_samples(tmp_path, job, sc)
     _, samples = read_gpu(gpu_files(run_dir)[0])
     assert all(s["d"][1][:2] == [None, None] and s["d"][0][0] == 50 for s in samples)
     out = lens("goodput", str(run_dir), "--json")
@@ -204,26 +206,13 @@ def test_a_fifo_in_place_of_the_latest_sample_blocks_neither_sampler_nor_heartbe
     assert code == 0, stderr
 
 
-def test_two_runs_on_one_host_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
-    """Two runs on one host: each run's folder gets its own sample file."""
+@pytest.mark.parametrize("suffixes", [("", ""), ("-qwen2.5-7b", "-qwen2.5-3b")], ids=["two-runs", "alike-to-a-dot"])
+def test_two_runs_on_one_host_each_have_their_sampler(tmp_path: Path, job: Job, suffixes: tuple[str, str]) -> None:
+    """Two runs on one host: each run's folder gets its own sample file; run ids such as ``qwen2.5-7b`` and
+    ``qwen2.5-3b`` (alike up to a dot) are two runs too (neither takes the other's lock)."""
     sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
-    one, two = run_id(), run_id()
-    job.start(job_env(tmp_path / "traces", one, sc))
-    job.start(job_env(tmp_path / "traces", two, sc))
-    for rid in (one, two):
-        wait_for(lambda rid=rid: gpu_files(tmp_path / "traces" / rid), what=f"{rid}'s sampler")
-    assert all(code == 0 for code, _, _ in job.finish())
-    for rid in (one, two):
-        [path] = gpu_files(tmp_path / "traces" / rid)
-        assert read_gpu(path)[0]["run_id"] == rid
-
-
-def test_two_runs_whose_ids_differ_after_a_dot_each_have_their_sampler(tmp_path: Path, job: Job) -> None:
-    """Run ids such as ``qwen2.5-7b`` and ``qwen2.5-3b`` (alike up to a dot) are two runs: each samples on the
-    host and keeps its samples in its own folder (neither takes the other's lock)."""
-    sc = scenario(tmp_path, [{"uuid": "GPU-a", "util": 20}])
-    stem = run_id()
-    one, two = f"{stem}-qwen2.5-7b", f"{stem}-qwen2.5-3b"
+    stem = run_id()  # (two runs: alike up to their suffixes, or two ids drawn apart)
+    one, two = (stem + suffixes[0], stem + suffixes[1]) if suffixes[0] else (stem, run_id())
     job.start(job_env(tmp_path / "traces", one, sc))
     job.start(job_env(tmp_path / "traces", two, sc))
     for rid in (one, two):

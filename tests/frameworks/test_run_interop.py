@@ -26,6 +26,18 @@ except Exception as exc:
 """
 
 
+def _in_job(folder: Path, shell: str) -> subprocess.CompletedProcess[str]:
+    """``lens-rl run -- sh -c SHELL`` in ``folder``, its output captured."""
+    return subprocess.run(
+        [*LENS_RL, "run", "--trace-dir", "t", "--", "sh", "-c", shell],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=120,
+    )
+
+
 def test_an_interpreter_without_lens_rl_keeps_opentelemetrys_own_id_generator(tmp_path: Path) -> None:
     """A Python of the job where lens_rl cannot be imported (here a ``lens_rl`` that fails to import, first
     on its path) does not get ``OTEL_PYTHON_ID_GENERATOR=lens_rl``: OpenTelemetry's auto-configuration there
@@ -39,14 +51,7 @@ def test_an_interpreter_without_lens_rl_keeps_opentelemetrys_own_id_generator(tm
     # (right after the bootstrap folder, the first entry: the bootstrap runs, lens_rl does not import)
     without = f'PYTHONPATH="${{PYTHONPATH%%:*}}:{elsewhere.parent}:${{PYTHONPATH#*:}}" '
     for case, prefix in (("without", without), ("with", "")):
-        out = subprocess.run(
-            [*LENS_RL, "run", "--trace-dir", "t", "--", "sh", "-c", f"{prefix}exec {sys.executable} ids.py"],
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=120,
-        )
+        out = _in_job(tmp_path, f"{prefix}exec {sys.executable} ids.py")
         runs[case] = out.stdout.strip()
         assert out.returncode == 0, out.stderr
     assert runs["without"] == "generator RandomIdGenerator", runs
@@ -70,14 +75,7 @@ def test_a_python_with_lens_rl_started_by_one_without_gets_lens_rls_id_generator
         + "sys.exit(subprocess.run([sys.executable, 'ids.py'], env=env).returncode)\n"
     )
     without = f'PYTHONPATH="${{PYTHONPATH%%:*}}:{elsewhere.parent}:${{PYTHONPATH#*:}}" '
-    out = subprocess.run(
-        [*LENS_RL, "run", "--trace-dir", "t", "--", "sh", "-c", f"{without}exec {sys.executable} launcher.py"],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    out = _in_job(tmp_path, f"{without}exec {sys.executable} launcher.py")
     assert out.returncode == 0, out.stderr
     launcher, trainer = out.stdout.strip().splitlines()
     assert launcher == "generator RandomIdGenerator", out.stdout
