@@ -14,7 +14,8 @@ pays one slot read. At a boundary it:
 * with ``steps: auto``, on a worker (no step umbrella), writes its line for the step it left
   (:mod:`lens_rl.devices.profile_auto`: its compute there, from the engine's per-step tally).
 
-A window is one step of one process: ``profiles/<group>-<rank>-step<N>.<ext>`` in the run folder, and a span
+A window is one step of one process: ``profiles/<group>-<rank>-step<N>.<ext>`` in the run folder (``-2``,
+``-3`` ... after ``step<N>`` where an earlier attempt's capture of that step is there: never written over), and a span
 ``rl.profile`` (bucket ``overhead``) over it with ``rl.profile.path``, ``rl.profile.backend`` and
 ``rl.profile.reason``. A missing or failing backend is one warning; the step never fails.
 
@@ -27,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 import time
@@ -279,11 +281,11 @@ class Profiler:
     def _open(self, parent: Any, step: int, reason: str, requests: list[str], backend: str | None) -> None:
         backend_name = backend or self.backend
         self.done.add(step)
-        name = f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}"
         claimed: list[Path] = []
         try:
             made = make_backend(backend_name)
             (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
+            name = _free_name(self.run / PROFILES, f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}")
             claimed = claim_devices(self.run / PROFILES, device_keys(backend_name, self.uuids))
             window = Window(step, backend_name, name, reason, requests, parent)
             window.start_ns = time.time_ns()
@@ -391,3 +393,14 @@ def uninstall(why: str = "shutdown") -> None:
             hook._close_safe(why)
         else:
             warn_once("profile-other-thread", "lens_rl: a profiler window open on another thread was not written")
+
+
+def _free_name(folder: Path, name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... where a capture of that name is in ``folder`` already (an earlier
+    attempt's of the same step, or another process's of the same group and rank): a capture is never written
+    over, each window's span names its own file."""
+    candidate, n = name, 1
+    while any(folder.glob(glob.escape(candidate) + ".*")):
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate

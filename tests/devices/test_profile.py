@@ -182,3 +182,18 @@ def test_a_hand_written_request_of_no_steps_or_no_process_is_left_out_and_the_ne
     answered = sorted(json.loads(p.read_text())["id"] for p in (run / "profiles").glob("request-*.json"))
     assert answered == [good["id"]]
     assert [w["a"]["rl.profile.step"] for w in profile_spans(run)] == [0, 1]
+
+
+def test_a_capture_of_a_step_captured_before_is_written_beside_it_never_over_it(tmp_path: Path) -> None:
+    """A worker restarted (a later attempt, the same group and rank) captures the same step again: its capture is
+    ``...-step2-2.<ext>`` beside the first (which was written over, the first window's span then naming the
+    second's file), and each window's span names its own file."""
+    env = cuda_env(tmp_path, "steps=2-2,backend=cuda")
+    finish(start_loop(1, 3, env))
+    env["LENS_RL_OTEL_ATTEMPT"] = "1"
+    finish(start_loop(1, 3, env))
+    run = tmp_path / "t" / "r1"
+    paths = sorted(w["a"]["rl.profile.path"] for w in profile_spans(run))
+    assert paths == ["profiles/trainer-1-step2-2.cuda.json", "profiles/trainer-1-step2.cuda.json"]
+    notes = [json.loads((run / path).read_text()) for path in paths]
+    assert notes[0]["start_ns"] > notes[1]["end_ns"]  # (the second capture's file is the later window's)
