@@ -62,6 +62,17 @@ def test_a_stretch_is_named_only_where_every_device_of_the_group_idles() -> None
     assert idle_gaps(groups, idle) == []
 
 
+def test_no_stretch_is_named_where_a_device_of_the_group_has_no_reading() -> None:
+    """The first device idles 10-13 s, the second has no reading at all (its host's sample file lost): nobody
+    knows that every GPU of the group idled, so no stretch is named (it was named from the first alone)."""
+    (member,) = _group(("generation", 0, 10), ("training", 13, 20))
+    key, (_uuids, *cols) = member
+    groups = {"actor": [(key, (["GPU-0", "GPU-1"], *cols))]}
+    assert idle_gaps(groups, {"GPU-0": np.array([[10 * S, 13 * S]], dtype=np.int64)}) == []
+    idle = {"GPU-0": np.array([[10 * S, 13 * S]], dtype=np.int64), "GPU-1": np.array([[9 * S, 14 * S]])}
+    assert [gap["between"] for gap in idle_gaps(groups, idle)] == [["generation", "training"]]
+
+
 def test_the_stretches_named_are_those_of_every_devices_idle_stretches_intersected() -> None:
     """Many devices with many idle stretches, short and long, overlapping or not: the gaps named are those of
     the whole intersection of every device's stretches (the short ones too) that last GAP_S or more."""

@@ -57,12 +57,13 @@ def idle_in_productive(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def idle_gaps(groups: Mapping[str, list[tuple[Any, Any]]], idle_of: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``gpu_idle_gap`` warnings: per group, the stretches where every one of its devices read idle while the
     group ran, by the phases on either side: on each side the innermost span running at the stretch's edge,
-    else the one nearest it (the one the stretch lies in on both sides where it lies in one)."""
+    else the one nearest it (the one the stretch lies in on both sides where it lies in one). A group with a
+    device of no reading at all (its host's sample file lost) has none: unknown is never idle."""
     out = []
     for group, members in sorted(groups.items()):
-        uuids = sorted({u for _key, cols in members for u in cols[0] if u in idle_of})
+        uuids = sorted({u for _key, cols in members for u in cols[0]})
         spans = [cols for _key, cols in members if cols[1].size]
-        if not uuids or not spans:
+        if not uuids or not spans or not all(u in idle_of for u in uuids):
             continue
         idle = [(min(int(c[1].min()) for c in spans), max(int(c[2].max()) for c in spans))]
         for uuid in uuids:
