@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import glob
 import os
 import threading
 import time
@@ -50,7 +49,7 @@ from lens_rl.devices.profile_requests import (
     want_of,
     write_answer,
 )
-from lens_rl.devices.profile_window import ALWAYS, Window, watch, window_span
+from lens_rl.devices.profile_window import ALWAYS, Window, free_name, watch, window_span
 from lens_rl.store.format import safe_part
 
 __all__ = ["ALWAYS", "Profiler", "install", "uninstall"]
@@ -285,7 +284,7 @@ class Profiler:
         try:
             made = make_backend(backend_name)
             (self.run / PROFILES).mkdir(parents=True, exist_ok=True)
-            name = _free_name(self.run / PROFILES, f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}")
+            name = free_name(self.run / PROFILES, f"{safe_part(self.group, 'worker')}-{self.rank}-step{step}")
             claimed = claim_devices(self.run / PROFILES, device_keys(backend_name, self.uuids))
             window = Window(step, backend_name, name, reason, requests, parent)
             window.start_ns = time.time_ns()
@@ -393,14 +392,3 @@ def uninstall(why: str = "shutdown") -> None:
             hook._close_safe(why)
         else:
             warn_once("profile-other-thread", "lens_rl: a profiler window open on another thread was not written")
-
-
-def _free_name(folder: Path, name: str) -> str:
-    """``name``, or ``name-2``, ``name-3`` ... where a capture of that name is in ``folder`` already (an earlier
-    attempt's of the same step, or another process's of the same group and rank): a capture is never written
-    over, each window's span names its own file."""
-    candidate, n = name, 1
-    while any(folder.glob(glob.escape(candidate) + ".*")):
-        n += 1
-        candidate = f"{name}-{n}"
-    return candidate

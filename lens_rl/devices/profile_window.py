@@ -1,4 +1,5 @@
-"""One profiler window: its record while open, the watcher that cuts it at ``max_bytes``, and its span.
+"""One profiler window: its capture's name (never one taken), its record while open, the watcher that cuts it at
+``max_bytes``, and its span.
 
 A window is one step of one process (:mod:`lens_rl.devices.profile` opens and closes it). Its span
 ``rl.profile`` covers it, in bucket ``overhead`` with its ``rl.step``, ``rl.profile.path``,
@@ -9,13 +10,14 @@ phases keep their buckets and nothing is counted twice.
 
 Example::
 
-    window = Window(step, "torch", "trainer-0-step3", "config", [], parent)
+    window = Window(step, "torch", free_name(profiles, "trainer-0-step3"), "config", [], parent)
     stop = watch(window, max_bytes)        # marks window.cut = "max_bytes" when the process grew that much
     window_span(window, files, "step end", stop_ns, end_ns, None)
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 
 from lens_rl._runtime import RUNTIME
 
-__all__ = ["ALWAYS", "Window", "watch", "window_span"]
+__all__ = ["ALWAYS", "Window", "free_name", "watch", "window_span"]
 
 #: How often the watcher reads the process's memory while a window is open.
 WATCH_EVERY_S = 0.1
@@ -135,3 +137,14 @@ def watch(window: Window, max_bytes: int) -> threading.Event:
 
     threading.Thread(target=run, name="lens_rl-profile-watch", daemon=True).start()
     return stop
+
+
+def free_name(folder: Path, name: str) -> str:
+    """``name``, or ``name-2``, ``name-3`` ... where a capture of that name is in ``folder`` already (an earlier
+    attempt's of the same step, or another process's of the same group and rank): a capture is never written
+    over, each window's span names its own file."""
+    candidate, n = name, 1
+    while any(folder.glob(glob.escape(candidate) + ".*")):
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
