@@ -70,6 +70,7 @@ def test_the_table_shows_gpu_columns_only_where_there_are_samples(tmp_path: Path
     assert out.returncode == 0, out.stderr
     assert "GPU goodput" in out.stdout and "GPU by phase" in out.stdout and "actor rank 1 (GPU-1)" in out.stdout
     assert "every GPU of actor read idle between generation and training" in out.stdout
+    assert "in productive phases over the wall's " in out.stdout, out.stdout  # (it read "the wall' 40.25")
     bare = write_scripted_job(tmp_path / "bare" / "r1", samples=False)
     plain = lens("goodput", str(bare), "--no-cache")
     assert plain.returncode == 0 and "GPU goodput" not in plain.stdout and "GPU by" not in plain.stdout

@@ -70,10 +70,11 @@ def gpu_lines(report: Any) -> list[str]:
         return []
     good = gpu["goodput"]
     picked = report.get("selection")  # (--steps A-B: every GPU figure covers those steps)
+    over = "wall's" if picked is None else "steps'"
     lines = [
         "",
         f"GPU goodput {percent(good['goodput'])} (busy GPU-seconds in productive phases over the "
-        f"{'wall' if picked is None else 'steps'}' {good['gpu_s']:.2f} GPU-seconds, {good['devices']} GPUs; the "
+        f"{over} {good['gpu_s']:.2f} GPU-seconds, {good['devices']} GPUs; the "
         f"clock's: {percent(report['goodput'])})",
         f"{'GPU by phase':30s}{'group':>16s}{'bucket':>12s}{'total':>11s}" + _COLUMNS,
         "  (gpu busy: time-weighted utilisation while the phase ran; idle: seconds its GPUs read 0 %, summed as",
