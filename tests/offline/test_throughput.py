@@ -162,3 +162,19 @@ def test_the_jobs_gpus_are_the_devices_processes_name_not_their_raw_ids(tmp_path
     assert gpus(tmp_path / "b", dict(one, **{"rl.gpu_ids": "0"}), by_uuid) == 1
     assert gpus(tmp_path / "c", one, dict(one, **{"host.name": "n1"})) == 2
     assert gpus(tmp_path / "d", one, {"host.name": "n0", "rl.gpu_ids": "2,3", "rl.num_gpus": 2}) == 3
+
+
+def test_tokens_per_gpu_count_only_the_ranks_whose_gpus_are_known(tmp_path: Path) -> None:
+    """Two ranks generate 1,000 tokens each in 4 s, rank 0 on 2 GPUs, rank 1 with no ``rl.num_gpus``: per GPU
+    is rank 0's 1,000 tokens over its 8 GPU-seconds (125), not both ranks' tokens over rank 0's GPUs (250);
+    tokens/s stays both ranks' (250)."""
+    run = tmp_path / "r"
+    write_process(run, "driver", 0, 1, [span("step", 0, 10, "s0", step=0)], role="driver", **{"rl.num_gpus": 0})
+    for rank, gpus in ((0, 2), (1, 0)):
+        gen = span("generation", 0, 4, f"g{rank}", parent="s0", remote=True, bucket="productive", step=0)
+        gen["a"]["rl.num_tokens"] = 1000
+        model = {"rl.model.num_params": 1e9, "rl.device.name": "NVIDIA H100 80GB HBM3"}
+        write_process(run, "rollout", rank, 10 + rank, [gen], **{"rl.num_gpus": gpus, **model})
+    (row,) = [p for p in analyze(span_files(run), jobs=1)["phases"] if p["phase"] == "generation"]
+    assert row["tokens_per_s"] == pytest.approx(250) and row["tokens_per_s_per_gpu"] == pytest.approx(125)
+    assert row["mfu"] == pytest.approx(1000 * 2e9 / (4 * 2 * H100), abs=1e-6)

@@ -83,19 +83,23 @@ def job_gpus(processes: Sequence[Any]) -> int:
 
 def phase_rates(name: str, members: Sequence[tuple[Any, Any]]) -> tuple[float | None, float | None]:
     """``(tokens_per_s_per_gpu, mfu)`` of phase ``name`` in one group, from its (process part, phase part)
-    members; each None when it cannot be known."""
+    members; each None when it cannot be known. Per GPU counts the tokens of the processes whose GPUs are
+    known: a member with no ``rl.num_gpus`` adds neither tokens nor GPU-seconds (its tokens over none of its
+    GPUs would raise the others' rate)."""
     factor = FLOP_FACTORS.get(kind_of(name) or "")
     tokens = gpu_s = flops = capacity = 0.0
     for part, phase in members:
         if phase.tokens <= 0 or phase.token_ns <= 0:
             continue
         gpus = _gpus(part.device)
+        if not gpus:
+            continue
         seconds = phase.token_ns / 1e9
         tokens += phase.tokens
         gpu_s += seconds * gpus
         achieved = _flops(part.device, phase, factor)
         peak = peak_tflops(part.device)
-        if achieved is not None and peak is not None and gpus:
+        if achieved is not None and peak is not None:
             flops += achieved
             capacity += seconds * gpus * peak * 1e12
     per_gpu = tokens / gpu_s if gpu_s > 0 else None
