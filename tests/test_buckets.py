@@ -21,6 +21,7 @@ def test_the_phase_table_knows_the_frameworks_and_their_hierarchies() -> None:
     assert default_bucket("step") is None and default_bucket("total_step_time") is None
     assert set(PHASE_SOURCES) == {"lens_rl", "NeMo-RL", "veRL", "OpenRLHF", "SkyRL", "TRL"}
     assert closest_phase_name("reward_calc") == "reward_calculation" and closest_phase_name("zzz") is None
+    assert closest_phase_name("policy_training") is None  # (a known name without a bucket: no "did you mean" it)
 
 
 def test_the_docs_list_every_default_phase_name() -> None:

@@ -264,11 +264,13 @@ def family_of(name: str) -> str | None:
 
 
 def closest_phase_name(name: str) -> str | None:
-    """The known phase name closest to ``name`` (a did-you-mean for an unbucketed phase), or None."""
+    """The known phase name closest to ``name`` (a did-you-mean for an unbucketed phase), or None: None too for
+    a name the table knows as it is (a span recorded without a bucket under a known name, a received or
+    third-party one: the name is right, the bucket missing)."""
     import difflib
 
     key = normalized(name).split("/")[-1]
-    if not key:
+    if not key or key in DEFAULT_PHASE_BUCKETS:
         return None
     close = difflib.get_close_matches(key, list(DEFAULT_PHASE_BUCKETS), n=1, cutoff=0.6)
     if close:
