@@ -26,14 +26,15 @@ WORST_RANKS = 16
 
 def step_window(report: GoodputReport, steps: tuple[int, int] | None) -> tuple[int, int] | None:
     """The timeline's steps: ``steps`` as asked (``ValueError`` when the run has none of them), else the
-    slowest step and its neighbours, clamped to the steps that exist."""
+    slowest step and its neighbours; either clamped to the steps that exist (``--steps 5-100`` of a run of
+    steps 0-6 is the window 5-6)."""
     known = report.get("step_range")
     if steps is not None:
         if known is not None and (steps[1] < known[0] or steps[0] > known[1]):
             raise ValueError(
                 f"--steps {steps[0]}-{steps[1]} selects no step: the run's steps are {known[0]}-{known[1]}"
             )
-        return steps
+        return steps if known is None else (max(steps[0], known[0]), min(steps[1], known[1]))
     slowest = report["slowest_steps"]
     if not slowest or not isinstance(slowest[0]["step"], int) or known is None:
         return None
