@@ -211,3 +211,18 @@ def test_one_attempt_launched_twice_covers_its_first_start_in_the_job_and_its_ro
     job, (attempt,) = report["job"], report["attempts"]
     assert job["wall_s"] == pytest.approx(32.0) and report["goodput"] == pytest.approx(18 / 32)
     assert (attempt["wall_s"], attempt["goodput"]) == (job["wall_s"], job["goodput"])
+
+
+def test_the_report_timeline_colours_a_superseded_run_wasted_and_the_final_run_by_its_buckets(tmp_path: Path) -> None:
+    """Steps 2-3 on the report's timeline: attempt 0's runs of them (re-run later: wasted, as every figure
+    counts them) are drawn wasted on both its processes; attempt 1's final runs keep their productive colour."""
+    pytest.importorskip("plotly")
+    from lens_rl.offline.run.timeline import page_data
+
+    data = page_data(span_files(_store(tmp_path)), steps=(2, 3), jobs=1)
+    buckets: dict[tuple[int, str], set[Any]] = {}
+    for item in data.timeline:
+        if item["bucket"] is not None:
+            buckets.setdefault((item["attempt"], item["group"]), set()).add(item["bucket"])
+    assert buckets[(0, "driver")] == buckets[(0, "lm_policy")] == {"wasted"}
+    assert buckets[(1, "driver")] == buckets[(1, "lm_policy")] == {"productive"}
