@@ -16,7 +16,7 @@ from typing import Any
 from lens_rl.offline.read.parts import median, step_key
 from lens_rl.offline.rollup.schema import GoodputReport
 
-__all__ = ["MAX_COLUMNS", "MAX_RANKS", "WORST_RANKS", "heatmap", "shown_ranks", "step_window"]
+__all__ = ["MAX_COLUMNS", "MAX_RANKS", "WORST_RANKS", "group_ranks", "heatmap", "shown_ranks", "step_window"]
 
 MAX_COLUMNS = 200
 #: Above this many ranks in a group, the rank charts show the group's mean and its WORST_RANKS worst ranks.
@@ -77,15 +77,24 @@ def heatmap(parts: Sequence[Any]) -> dict[str, Any]:
 
 
 def shown_ranks(ranks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The rank rows drawn: every rank of a group of at most MAX_RANKS; of a larger group the WORST_RANKS
-    whose goodput lies farthest from the group's median (a straggler's, slower, and a starved rank's alike)."""
+    """The rank rows drawn: every rank of a group of at most MAX_RANKS ranks (a rank's processes of every
+    attempt); of a larger group the WORST_RANKS ranks whose goodput lies farthest from the group's median (a
+    straggler's, slower, and a starved rank's alike), each by its farthest process."""
     by_group: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in ranks:
         by_group[row["worker_group"]].append(row)
     out: list[Mapping[str, Any]] = []
     for rows in by_group.values():
-        if len(rows) > MAX_RANKS:
+        if group_ranks(rows) > MAX_RANKS:
             mid = median([r["goodput"] or 0.0 for r in rows])
-            rows = sorted(rows, key=lambda r: (-abs((r["goodput"] or 0.0) - mid), r["rank"]))[:WORST_RANKS]
+            farthest: dict[Any, Mapping[str, Any]] = {}
+            for r in sorted(rows, key=lambda r: (-abs((r["goodput"] or 0.0) - mid), r["rank"])):
+                farthest.setdefault(r["rank"], r)
+            rows = list(farthest.values())[:WORST_RANKS]
         out.extend(rows)
     return out
+
+
+def group_ranks(rows: Sequence[Mapping[str, Any]]) -> int:
+    """How many ranks the rank ``rows`` of one group hold (a rank restarted in a later attempt counts once)."""
+    return len({r["rank"] for r in rows})

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.read.tree import CAPTURE, depths, rows_tree
-from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
+from lens_rl.offline.rollup.page import (
+    MAX_COLUMNS,
+    MAX_RANKS,
+    WORST_RANKS,
+    group_ranks,
+    heatmap,
+    shown_ranks,
+    step_window,
+)
 from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
 from lens_rl.offline.run.gpu import gpu_lanes, with_gpu
@@ -34,6 +42,7 @@ __all__ = [
     "MAX_TIMELINE_SPANS",
     "WORST_RANKS",
     "PageData",
+    "group_ranks",
     "identity",
     "page_data",
     "shown_ranks",
