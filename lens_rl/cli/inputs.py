@@ -94,8 +94,8 @@ def run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> 
                 unreadable.append(f"skipped {str(entry)!r}: {problem}")
     except OSError as exc:
         raise CliError(f"{trace_dir!r} cannot be listed ({exc.strerror or exc})") from None
-    if run is not None:
-        return _named_run(trace_dir, run, folders)
+    if run is not None:  # (the runs named when it is missing: folders of the files read, never the cache's)
+        return _named_run(trace_dir, run, [p for p in folders if holds(p, pattern)])
     if holds(root, pattern):
         return root
     say(unreadable)  # a run folder it cannot read may be the latest: named, never silently passed over
@@ -103,7 +103,7 @@ def run_dir(trace_dir: str, run: str | None, pattern: str = "spans-*.jsonl") -> 
 
 
 def _named_run(trace_dir: str, run: str, folders: list[Path]) -> Path:
-    """``--run``'s folder under ``trace_dir`` (``folders``: the readable ones there, named when it is missing).
+    """``--run``'s folder under ``trace_dir`` (``folders``: the readable runs there, named when it is missing).
     A run id is a folder in ``trace_dir``, never one out of it: an absolute path, ``.``, or one through ``..``
     names the folder the writer made for that id (``..`` -> ``run``), so ``lens-rl profile`` never writes its
     request into ``trace_dir`` itself or out of it."""

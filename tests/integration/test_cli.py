@@ -506,3 +506,16 @@ def test_perfetto_names_each_file_it_skips_as_goodput_does(traced_run: Path, tmp
     for name in ("spans-old-0-1.jsonl", "spans-junk-0-2.jsonl"):
         assert out.stderr.count(f"{name}: not a lens_rl store file") == 1, out.stderr
         assert f"{name}: not a lens_rl store file" in good.stdout + good.stderr
+
+
+def test_a_missing_run_names_the_runs_there_never_the_cache_folder(traced_run: Path, tmp_path: Path) -> None:
+    """--run of a run not there names the folders that hold runs: the refresh cache's folder, which a look at
+    a run folder leaves in it, is none."""
+    run = tmp_path / "traces" / "r1"
+    shutil.copytree(traced_run / "run1", run)
+    assert lens("goodput", str(run)).returncode == 0 and (run / ".lens_rl-cache").is_dir()
+    out = lens("goodput", str(run), "--run", "nope")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "(runs: none)" in out.stderr and ".lens_rl-cache" not in out.stderr
+    out = lens("goodput", str(tmp_path / "traces"), "--run", "nope")
+    assert out.returncode == 2 and "(runs: r1)" in out.stderr

@@ -211,3 +211,42 @@ def test_one_attempt_launched_twice_covers_its_first_start_in_the_job_and_its_ro
     job, (attempt,) = report["job"], report["attempts"]
     assert job["wall_s"] == pytest.approx(32.0) and report["goodput"] == pytest.approx(18 / 32)
     assert (attempt["wall_s"], attempt["goodput"]) == (job["wall_s"], job["goodput"])
+
+
+def test_the_report_timeline_colours_a_superseded_run_wasted_and_the_final_run_by_its_buckets(tmp_path: Path) -> None:
+    """Steps 2-3 on the report's timeline: attempt 0's runs of them (re-run later: wasted, as every figure
+    counts them) are drawn wasted on both its processes; attempt 1's final runs keep their productive colour."""
+    pytest.importorskip("plotly")
+    from lens_rl.offline.run.timeline import page_data
+
+    data = page_data(span_files(_store(tmp_path)), steps=(2, 3), jobs=1)
+    buckets: dict[tuple[int, str], set[Any]] = {}
+    for item in data.timeline:
+        if item["bucket"] is not None:
+            buckets.setdefault((item["attempt"], item["group"]), set()).add(item["bucket"])
+    assert buckets[(0, "driver")] == buckets[(0, "lm_policy")] == {"wasted"}
+    assert buckets[(1, "driver")] == buckets[(1, "lm_policy")] == {"productive"}
+
+
+def test_the_report_draws_every_rank_of_a_restarted_group_of_20_each_attempt_apart(tmp_path: Path) -> None:
+    """20 trainer ranks, restarted once (40 processes): a group of 20 ranks is not aggregated (that is for
+    above 32 ranks), and each rank's process of each attempt is a row of its own, named with its attempt."""
+    pytest.importorskip("plotly")
+    from lens_rl.offline.show.report import build_report
+    from tests.offline.test_report import figures
+
+    run = tmp_path / "run"
+    write_process(run, "driver", 0, 100, _driver(0, 0, 3, 0.0, job=None), **{"rl.attempt": 0})
+    write_process(
+        run, "driver", 0, 101, _driver(1, 2, 5, 50.0, job="shutdown"), root="a1-job", since_s=50, **{"rl.attempt": 1}
+    )
+    for rank in range(20):
+        for attempt, (first, last, t0) in enumerate(((0, 3, 0.0), (2, 5, 50.0))):
+            spans = [{**s, "s": f"{s['s']}-r{rank}"} for s in _worker(attempt, first, last, t0)]
+            pid = 1000 + 100 * attempt + rank
+            write_process(run, "lm_policy", rank, pid, spans, since_s=t0 + 0.5, **{"rl.attempt": attempt})
+    chart = figures(build_report(span_files(run), jobs=1))["seconds-per-rank"]
+    labels = chart["data"][0]["y"]
+    assert not any("mean of" in label for label in labels)
+    assert {f"lm_policy {rank} (attempt {a})" for rank in range(20) for a in (0, 1)} <= set(labels)
+    assert len(labels) == len(set(labels)) == 2 + 40

@@ -86,6 +86,12 @@ def test_the_timeline_window_holds_only_steps_that_exist_and_umbrellas_lie_under
     assert names == {"productive", "idle"}
 
 
+def test_a_timeline_window_asked_past_the_run_holds_only_its_steps(tmp_path: Path) -> None:
+    """--steps 2-9 of a run of steps 0-3: the window is steps 2-3, as the default window is clamped."""
+    page = build_report(span_files(_run(tmp_path, 2)), steps=(2, 9), jobs=1)
+    assert "steps 2-3 " in figures(page)["timeline"]["layout"]["title"]["text"]
+
+
 def test_identity_comes_from_headers_never_file_names(tmp_path: Path) -> None:
     """Groups named with dashes, a group called driver-pool, a file named any way: the page names them right."""
     write_process(

@@ -16,7 +16,7 @@ from typing import Any
 from lens_rl.offline.read.parts import median, step_key
 from lens_rl.offline.rollup.schema import GoodputReport
 
-__all__ = ["MAX_COLUMNS", "MAX_RANKS", "WORST_RANKS", "heatmap", "shown_ranks", "step_window"]
+__all__ = ["MAX_COLUMNS", "MAX_RANKS", "WORST_RANKS", "group_ranks", "heatmap", "shown_ranks", "step_window"]
 
 MAX_COLUMNS = 200
 #: Above this many ranks in a group, the rank charts show the group's mean and its WORST_RANKS worst ranks.
@@ -26,14 +26,15 @@ WORST_RANKS = 16
 
 def step_window(report: GoodputReport, steps: tuple[int, int] | None) -> tuple[int, int] | None:
     """The timeline's steps: ``steps`` as asked (``ValueError`` when the run has none of them), else the
-    slowest step and its neighbours, clamped to the steps that exist."""
+    slowest step and its neighbours; either clamped to the steps that exist (``--steps 5-100`` of a run of
+    steps 0-6 is the window 5-6)."""
     known = report.get("step_range")
     if steps is not None:
         if known is not None and (steps[1] < known[0] or steps[0] > known[1]):
             raise ValueError(
                 f"--steps {steps[0]}-{steps[1]} selects no step: the run's steps are {known[0]}-{known[1]}"
             )
-        return steps
+        return steps if known is None else (max(steps[0], known[0]), min(steps[1], known[1]))
     slowest = report["slowest_steps"]
     if not slowest or not isinstance(slowest[0]["step"], int) or known is None:
         return None
@@ -76,15 +77,24 @@ def heatmap(parts: Sequence[Any]) -> dict[str, Any]:
 
 
 def shown_ranks(ranks: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The rank rows drawn: every rank of a group of at most MAX_RANKS; of a larger group the WORST_RANKS
-    whose goodput lies farthest from the group's median (a straggler's, slower, and a starved rank's alike)."""
+    """The rank rows drawn: every rank of a group of at most MAX_RANKS ranks (a rank's processes of every
+    attempt); of a larger group the WORST_RANKS ranks whose goodput lies farthest from the group's median (a
+    straggler's, slower, and a starved rank's alike), each by its farthest process."""
     by_group: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for row in ranks:
         by_group[row["worker_group"]].append(row)
     out: list[Mapping[str, Any]] = []
     for rows in by_group.values():
-        if len(rows) > MAX_RANKS:
+        if group_ranks(rows) > MAX_RANKS:
             mid = median([r["goodput"] or 0.0 for r in rows])
-            rows = sorted(rows, key=lambda r: (-abs((r["goodput"] or 0.0) - mid), r["rank"]))[:WORST_RANKS]
+            farthest: dict[Any, Mapping[str, Any]] = {}
+            for r in sorted(rows, key=lambda r: (-abs((r["goodput"] or 0.0) - mid), r["rank"])):
+                farthest.setdefault(r["rank"], r)
+            rows = list(farthest.values())[:WORST_RANKS]
         out.extend(rows)
     return out
+
+
+def group_ranks(rows: Sequence[Mapping[str, Any]]) -> int:
+    """How many ranks the rank ``rows`` of one group hold (a rank restarted in a later attempt counts once)."""
+    return len({r["rank"] for r in rows})

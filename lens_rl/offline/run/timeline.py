@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from lens_rl.offline.read.tree import CAPTURE, depths, rows_tree
-from lens_rl.offline.rollup.page import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, heatmap, shown_ranks, step_window
+from lens_rl.offline.rollup.page import (
+    MAX_COLUMNS,
+    MAX_RANKS,
+    WORST_RANKS,
+    group_ranks,
+    heatmap,
+    shown_ranks,
+    step_window,
+)
 from lens_rl.offline.rollup.schema import GoodputReport
 from lens_rl.offline.run.analyze import analyze_parts, rolled_up
 from lens_rl.offline.run.gpu import gpu_lanes, with_gpu
@@ -34,6 +42,7 @@ __all__ = [
     "MAX_TIMELINE_SPANS",
     "WORST_RANKS",
     "PageData",
+    "group_ranks",
     "identity",
     "page_data",
     "shown_ranks",
@@ -90,7 +99,7 @@ def page_data(
     if drawn is None:  # (kept: every process's spans, the shown ones taken below)
         drawn = _draw(paths, window, None if cache is not None else shown, cache, jobs, use_ray, ray_address)
     processes = {f"{group} rank {rank} (pid {pid})" for group, rank, pid in shown}
-    timeline = [item for item in drawn if item["process"] in processes][:MAX_TIMELINE_SPANS]
+    timeline = _rerun([item for item in drawn if item["process"] in processes][:MAX_TIMELINE_SPANS], report)
     lanes = gpu_lanes(gpu, timeline)
     return PageData(report, parts, window, timeline, heatmap(parts), ranks, identity(paths), lanes)
 
@@ -175,7 +184,7 @@ def _drawn(
             step = steps[n]
             if type(step) is not int or not window[0] <= step <= window[1]:
                 continue
-        out.append(_item(key, row))
+        out.append(_item(key, row, steps[n]))
         kept.append(n)
         if len(out) >= limit:
             break
@@ -193,12 +202,14 @@ def _depths(out: list[dict[str, Any]], kept: list[int], parents: Any) -> None:
         item["depth"] = depth[n] - least[item["process"]]
 
 
-def _item(key: Any, row: Any) -> dict[str, Any]:
-    """One drawn span."""
+def _item(key: Any, row: Any, step: Any) -> dict[str, Any]:
+    """One drawn span (``step``: its step by the tree rule)."""
     attrs = row.a or {}
     return {
         "process": f"{key.group} rank {key.rank} (pid {key.pid})",
         "group": key.group,
+        "attempt": key.attempt,
+        "step": step if type(step) is int else None,
         "name": str(row.n),
         "start": time_ns(row.b),
         "end": time_ns(row.e),
@@ -206,6 +217,21 @@ def _item(key: Any, row: Any) -> dict[str, Any]:
         "driver": key.driver,
         "attrs": {k: v for k, v in list(attrs.items())[:12] if k != "rl.bucket"},
     }
+
+
+def _rerun(timeline: list[dict[str, Any]], report: GoodputReport) -> list[dict[str, Any]]:
+    """The timeline with the spans of a step's superseded run (a later attempt ran it again) coloured
+    ``wasted``, as every figure counts them, and said so on hover; the final run keeps its buckets."""
+    lost = {(row["attempt"], step) for row in report.get("attempts", []) for step in row["rerun_steps"]}
+    if not lost:
+        return timeline
+    out = []
+    for item in timeline:
+        if (item.get("attempt"), item.get("step")) in lost:
+            attrs = {"rerun": "run again by a later attempt: wasted", **item["attrs"]}
+            item = {**item, "bucket": "wasted" if item["bucket"] is not None else None, "attrs": attrs}
+        out.append(item)
+    return out
 
 
 def identity(paths: Sequence[Path]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lens_rl.offline.rollup.schema import BUCKETS, GoodputReport
-from lens_rl.offline.run.timeline import MAX_COLUMNS, MAX_RANKS, WORST_RANKS
+from lens_rl.offline.run.timeline import MAX_COLUMNS, MAX_RANKS, WORST_RANKS, group_ranks
 
 __all__ = [
     "COLORS",
@@ -59,17 +59,26 @@ def rank_figure(go: Any, report: GoodputReport, shown: Sequence[Mapping[str, Any
     """Resource-seconds per rank (the rank rows ``shown``); a group above MAX_RANKS ranks as its mean, then
     its worst ranks."""
     rows: list[tuple[str, Mapping[str, float]]] = []
+    counts = {
+        g["worker_group"]: group_ranks([r for r in report["ranks"] if r["worker_group"] == g["worker_group"]])
+        for g in report["worker_groups"]
+    }
+    big = [g["worker_group"] for g in report["worker_groups"] if counts[g["worker_group"]] > MAX_RANKS]
     for group in report["worker_groups"]:
-        if group["processes"] > MAX_RANKS:
+        if group["worker_group"] in big:
             mean = {b: group["seconds"][b] / group["processes"] for b in BUCKETS}
-            rows.append((f"{group['worker_group']}: mean of {group['processes']} ranks", mean))
+            n, of = counts[group["worker_group"]], group["processes"]
+            rows.append(
+                (f"{group['worker_group']}: mean of {n} ranks" + (f" ({of} processes)" if of != n else ""), mean)
+            )
+    several = len(report.get("attempts", ())) > 1  # (a rank's process of each attempt: a row each)
     for r in shown:
-        rows.append((f"{r['worker_group']} {r['rank']}", r["seconds"]))
+        label = f"{r['worker_group']} {r['rank']}"
+        rows.append((label + (f" (attempt {r.get('attempt', 0)})" if several else ""), r["seconds"]))
     labels = [label for label, _ in rows]
     fig = go.Figure(
         [go.Bar(y=labels, x=[s[b] for _, s in rows], name=b, orientation="h", marker_color=COLORS[b]) for b in BUCKETS]
     )
-    big = [g["worker_group"] for g in report["worker_groups"] if g["processes"] > MAX_RANKS]
     note = f"; {', '.join(big)}: the mean and the {WORST_RANKS} ranks farthest from its median" if big else ""
     fig.update_layout(
         title=f"Resource-seconds per worker group and rank (a worker's uncovered lifetime is idle{note})",
