@@ -250,3 +250,6 @@ def test_the_report_draws_every_rank_of_a_restarted_group_of_20_each_attempt_apa
     assert not any("mean of" in label for label in labels)
     assert {f"lm_policy {rank} (attempt {a})" for rank in range(20) for a in (0, 1)} <= set(labels)
     assert len(labels) == len(set(labels)) == 2 + 40
+    table = format_table(analyze(span_files(run), jobs=1))  # (the table too: 20 ranks, every process a row)
+    assert "lowest goodput" not in table
+    assert all(f"lm_policy rank {rank} " in table for rank in range(20)), table

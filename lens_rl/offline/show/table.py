@@ -279,10 +279,12 @@ def _group_lines(report: GoodputReport) -> list[str]:
 
 
 def _rank_lines(report: GoodputReport) -> list[str]:
-    """A row per rank (past 32 ranks, the 16 with the lowest goodput); the driver's not, in the driver's view."""
+    """A row per rank's process (past 32 ranks, the 16 rows with the lowest goodput: a rank restarted in a later
+    attempt counts once, each of its processes a row); the driver's not, in the driver's view."""
     ranks, view = report["ranks"], report["job"]["view"]
-    shown_ranks = ranks if len(ranks) <= 32 else sorted(ranks, key=lambda r: r["goodput"] or 0.0)[:16]
-    lines = [f"  (the 16 ranks with the lowest goodput of {len(ranks)})"] if len(ranks) > 32 else []
+    distinct = len({(r["worker_group"], r["rank"]) for r in ranks})
+    shown_ranks = ranks if distinct <= 32 else sorted(ranks, key=lambda r: r["goodput"] or 0.0)[:16]
+    lines = [f"  (the 16 rows with the lowest goodput of {distinct} ranks)"] if distinct > 32 else []
     for rank in shown_ranks:
         if rank["worker_group"] == "driver" and view == "driver":
             continue
