@@ -138,7 +138,8 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
                 where = [f"--steps {args.steps}"] * (args.steps is not None) + [f"--group {args.group}"] * (
                     args.group is not None
                 )
-                raise CliError(f"{' and '.join(where)} select no span of {str(run)!r}")
+                verb = "select" if len(where) > 1 else "selects"
+                raise CliError(f"{' and '.join(where)} {verb} no span of {str(run)!r}")
         return spans
 
     spans, output, path = _write(args, "trace.json", trace)

@@ -386,6 +386,8 @@ def test_odd_input_gets_clear_words(traced_run: Path, tmp_path: Path) -> None:
     assert out.returncode == 2 and "--steps 50-60 selects no step: the run's steps are 1-2" in out.stderr
     out = lens("report", str(traced_run), "--steps", "50-60", "-o", str(tmp_path / "r.html"))
     assert out.returncode == 2 and "selects no step" in out.stderr
+    out = lens("perfetto", str(traced_run), "--group", "nope", "-o", str(tmp_path / "g.json"))
+    assert out.returncode == 2 and "--group nope selects no span of" in out.stderr, out.stderr
     out = lens("perfetto", str(traced_run), "-o", str(tmp_path / "x.txt"))
     assert out.returncode == 2 and ".json (Chrome trace-event JSON)" in out.stderr and not (tmp_path / "x.txt").exists()
     out = lens("perfetto", str(traced_run), "-o", str(tmp_path / "x.pftrace"))
