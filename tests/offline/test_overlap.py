@@ -62,3 +62,29 @@ def test_a_worker_keeps_its_per_thread_seconds(tmp_path: Path) -> None:
     """The resource view of a worker sums its threads' exclusive seconds (the table says so): unchanged."""
     report = _overlapped(tmp_path / "r1", group="rollout")
     assert report["worker_groups"][0]["seconds"]["productive"] == pytest.approx(0.9)
+
+
+def test_a_phase_that_outlives_its_step_counts_inside_the_step_only(tmp_path: Path) -> None:
+    """Step 0 (0-10 s) whose generation runs 5-15 s (a thread outliving its step), step 1 (10-20 s) training
+    10-12 s: step 0 reads 5 s productive and 5 s unattributed, goodput 0.5 (it read 10 s productive beside 5 s
+    unattributed in a 10 s wall: 1.0), step 1 2 s; through the cache, the answer of a cold read."""
+    import json
+
+    from tests.conftest import lens
+
+    run = tmp_path / "r1"
+    rows = [
+        span("step", 0, 10, "s0", step=0),
+        span("generation", 5, 15, "g0", bucket="productive", parent="s0", step=0),
+        span("step", 10, 20, "s1", step=1),
+        span("policy_training", 10, 12, "t1", bucket="productive", parent="s1", step=1),
+    ]
+    write_process(run, "driver", 0, 1, rows, role="driver")
+    steps = {s["step"]: s for s in analyze(span_files(run), jobs=1)["steps"]}
+    assert steps[0]["seconds"]["productive"] == pytest.approx(5.0) and steps[0]["unattributed_s"] == pytest.approx(5)
+    assert steps[0]["goodput"] == pytest.approx(0.5) and steps[0]["wall_s"] == pytest.approx(10.0)
+    assert steps[1]["seconds"]["productive"] == pytest.approx(2.0) and steps[1]["unattributed_s"] == pytest.approx(8)
+    looks = [lens("goodput", str(run), "--json", *extra) for extra in ((), (), ("--no-cache",))]
+    assert all(look.returncode == 0 for look in looks), [look.stderr for look in looks]
+    answers = [{k: v for k, v in json.loads(look.stdout).items() if k != "elapsed_s"} for look in looks]
+    assert answers[0] == answers[1] == answers[2]

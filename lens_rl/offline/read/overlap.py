@@ -37,9 +37,12 @@ def claim_overlaps(
     part: ProcessPart, tree: Tree, kids_of: Mapping[int, list[tuple[int, int]]], superseded: frozenset[Any]
 ) -> None:
     """A driver part's buckets (and each overflowing step's) re-counted over the wall where its spans ran
-    concurrently; nothing is done (or read again) where they did not."""
+    concurrently; a step whose bucketed spans run past its umbrella (a phase of the step outliving it) counted
+    inside the umbrella only, as its wall and unattributed time are; nothing is done (or read again) where
+    neither happened."""
     whole = overflows(sum(part.bucket_ns.values()), part.bucketed)
-    steps = {step for step, sp in part.steps.items() if overflows(sum(sp.ns), sp.bucketed)}
+    windows = {step: w for step, sp in part.steps.items() if (w := _spilled(sp)) is not None}
+    steps = {step for step, sp in part.steps.items() if overflows(sum(sp.ns), sp.bucketed)} | set(windows)
     if not whole and not steps:
         return
     names_of = tree.steps
@@ -52,21 +55,39 @@ def claim_overlaps(
         if names_of[i] in steps:
             by_step.setdefault(names_of[i], []).append(i)
     for step, mine in by_step.items():
-        part.steps[step].ns = _claimed_by_tree(tree, kids_of, mine, root)
+        part.steps[step].ns = _claimed_by_tree(tree, kids_of, mine, root, windows.get(step))
+
+
+def _spilled(sp: Any) -> tuple[int, int] | None:
+    """A step's umbrellas' hull where its bucketed spans run outside it (a phase of the step outliving its
+    umbrella), else None (no umbrella, or every bucketed span inside)."""
+    if not sp.umbrellas or not sp.bucketed:
+        return None
+    hull = list(pairs(sp.umbrellas))
+    lo, hi = min(a for a, _ in hull), max(b for _, b in hull)
+    return (lo, hi) if sp.bucketed[0] < lo or sp.bucketed[-1] > hi else None
 
 
 def _claimed_by_tree(
-    tree: Tree, kids_of: Mapping[int, list[tuple[int, int]]], rows: list[int], root: list[int]
+    tree: Tree,
+    kids_of: Mapping[int, list[tuple[int, int]]],
+    rows: list[int],
+    root: list[int],
+    window: tuple[int, int] | None = None,
 ) -> list[int]:
     """The rows' time claimed over the wall tree by tree (spans under one top span, below the job root), summed:
     a tree is what one read of a growing file reduces whole (the refresh cache settles whole trees), so a
-    refreshed look counts exactly what a cold one does."""
+    refreshed look counts exactly what a cold one does. ``window``: only the time inside it counts."""
     trees: dict[int, list[int]] = {}
     for i in rows:
         trees.setdefault(root[i], []).append(i)
     out = [0] * len(BUCKETS)
     for mine in trees.values():
-        totals, _ = claimed(_segments(tree, kids_of, mine))
+        segments = _segments(tree, kids_of, mine)
+        if window is not None:
+            lo, hi = window
+            segments = ((max(a, lo), min(b, hi), r, i) for a, b, r, i in segments if min(b, hi) > max(a, lo))
+        totals, _ = claimed(segments)
         out = [a + b for a, b in zip(out, totals, strict=True)]
     return out
 

@@ -22,10 +22,11 @@ __all__ = ["CACHE_DIR", "FORMAT", "append_to", "cache_key", "json_bytes", "read_
 
 CACHE_DIR = ".lens_rl-cache"
 #: the cache's format: a file of another (an older or newer lens_rl's) is read as none
-FORMAT = "lens_rl.cache/15"  # (10: typed records, lens_rl.offline.run.records; 11: their file state one StateRec;
+FORMAT = "lens_rl.cache/16"  # (10: typed records, lens_rl.offline.run.records; 11: their file state one StateRec;
 # 12: a capture window, rl.profile, read as no time of its own and walked through by the critical path;
 # 13: each part's phases per step, what --steps A-B cuts phases and ranks to; 14: a kept report's pipeline steps
-# carry their imbalance and verdict; 15: each part's third-party calls that relay a request's tokens to their phase)
+# carry their imbalance and verdict; 15: each part's third-party calls that relay a request's tokens to their phase;
+# 16: a step's bucket time inside its umbrella where a phase of the step outlives it)
 
 
 def cache_key() -> str:
